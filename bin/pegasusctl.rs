@@ -1,0 +1,5 @@
+//! `pegasusctl`: the command-line client of pegasusd.
+
+fn main() -> std::process::ExitCode {
+    pegasus_ctl::main_entry()
+}

@@ -1,0 +1,27 @@
+//! `pegasusd [--home DIR] [--config FILE]`: the Pegasus supervisor daemon, in the foreground.
+
+use clap::Parser;
+use std::{path::PathBuf, process::ExitCode};
+
+/// Pegasus supervisor daemon: runs one project-worker process per active project.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Home directory (default: $PEGASUS_HOME, else $XDG_DATA_HOME/pegasus).
+    #[arg(long)]
+    home: Option<PathBuf>,
+    /// Config file (default: <home>/config.yml; every key is optional).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match pegasus_supervisor::run(pegasus_supervisor::DaemonOptions { home: args.home, config: args.config }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pegasusd: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! `project-worker <project-dir>`: started by pegasusd, one per active project.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(dir), None) = (args.next(), args.next()) else {
+        eprintln!("{}", pegasus_worker::WorkerError::Usage);
+        return ExitCode::from(2);
+    };
+    match pegasus_worker::run(pegasus_worker::WorkerArgs { project_dir: dir.into() }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("project-worker: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! One control connection to pegasusd: connect, hello, request/response.
+
+use crate::CtlError;
+use interprocess::local_socket::{
+    tokio::{prelude::*, Stream},
+    GenericFilePath, ToFsName,
+};
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse},
+    FrameReader, FrameWriter, PROTOCOL_VERSION,
+};
+use pegasus_store::Home;
+
+pub struct Client {
+    reader: FrameReader<tokio::io::ReadHalf<Stream>>,
+    writer: FrameWriter<tokio::io::WriteHalf<Stream>>,
+}
+
+impl Client {
+    /// Connects to the daemon of `home`. No socket or nobody listening = [`CtlError::NotRunning`].
+    pub async fn connect(home: &Home) -> Result<Client, CtlError> {
+        let path = home.control_socket();
+        let not_running = || CtlError::NotRunning { home: home.root().display().to_string() };
+        let name = path
+            .as_path()
+            .to_fs_name::<GenericFilePath>()
+            .map_err(|e| CtlError::Failed(format!("bad socket path {}: {e}", path.display())))?;
+        let stream = match Stream::connect(name).await {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(match e.kind() {
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => not_running(),
+                    _ => CtlError::Failed(format!("cannot connect to {}: {e}", path.display())),
+                })
+            }
+        };
+        let (recv, send) = tokio::io::split(stream);
+        let mut client = Client { reader: FrameReader::new(recv), writer: FrameWriter::new(send) };
+        match client.request(CtlRequest::Hello { protocol_version: PROTOCOL_VERSION }).await? {
+            CtlResponse::Welcome { .. } => Ok(client),
+            CtlResponse::Error { message } => Err(CtlError::Failed(message)),
+            other => Err(CtlError::Failed(format!("unexpected answer to hello: {other:?}"))),
+        }
+    }
+
+    /// Sends one request and waits for its response.
+    pub async fn request(&mut self, req: CtlRequest) -> Result<CtlResponse, CtlError> {
+        self.writer.write(&req).await?;
+        match self.reader.read::<CtlResponse>().await? {
+            Some(resp) => Ok(resp),
+            None => Err(CtlError::Failed("pegasusd closed the connection; check `pegasusctl status`".into())),
+        }
+    }
+
+    /// Waits until the daemon closes the connection (it exits).
+    pub async fn wait_closed(&mut self) {
+        while let Ok(Some(_)) = self.reader.read::<CtlResponse>().await {}
+    }
+}
+
+/// Turns an error response into an error, anything else passes.
+pub fn ok(resp: CtlResponse) -> Result<CtlResponse, CtlError> {
+    match resp {
+        CtlResponse::Error { message } => Err(CtlError::Failed(message)),
+        other => Ok(other),
+    }
+}

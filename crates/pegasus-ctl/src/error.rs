@@ -1,0 +1,33 @@
+//! The one error type of the client, and its exit codes.
+
+/// A failed command. Each message is one line that says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// Exit code 3.
+    #[error("pegasusd is not running on {home}: start it with `pegasusd --home {home}`")]
+    NotRunning { home: String },
+    /// Exit code 1: the daemon refused, or something failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CtlError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CtlError::NotRunning { .. } => 3,
+            CtlError::Failed(_) => 1,
+        }
+    }
+}
+
+impl From<pegasus_store::StoreError> for CtlError {
+    fn from(e: pegasus_store::StoreError) -> Self {
+        CtlError::Failed(e.to_string())
+    }
+}
+
+impl From<pegasus_proto::ProtoError> for CtlError {
+    fn from(e: pegasus_proto::ProtoError) -> Self {
+        CtlError::Failed(format!("lost the connection to pegasusd ({e}); check `pegasusctl status`"))
+    }
+}

@@ -1,0 +1,207 @@
+//! Length-prefixed framing: a 4-byte big-endian payload length, then the payload.
+//!
+//! The length is checked against [`MAX_FRAME`] before a single payload byte is read, so a peer
+//! that sends `ff ff ff ff` costs us four bytes of reading, not four gigabytes of memory.
+
+use crate::{codec, ProtoError};
+use serde::{de::DeserializeOwned, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+
+/// Hard upper bound of one frame's payload (16 MiB): far above any message we send (session
+/// loads stay in the worker), far below what would hurt the daemon.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// Checks a length prefix against the limit.
+fn checked_len(prefix: [u8; 4]) -> Result<usize, ProtoError> {
+    let len = u32::from_be_bytes(prefix) as usize;
+    if len > MAX_FRAME {
+        return Err(ProtoError::TooLarge { len, max: MAX_FRAME });
+    }
+    Ok(len)
+}
+
+/// Splits one complete frame off the front of `buf`: `Ok(Some((payload, consumed)))`, or
+/// `Ok(None)` when more bytes are needed. The synchronous twin of [`FrameReader::read`], used by
+/// tests and tools that hold bytes in memory.
+pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, ProtoError> {
+    let Some(prefix) = buf.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = checked_len(*prefix)?;
+    Ok(buf.get(4..4 + len).map(|payload| (payload, 4 + len)))
+}
+
+/// Reads typed frames from one side of a socket.
+pub struct FrameReader<R> {
+    inner: BufReader<R>,
+    buf: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(inner: R) -> Self {
+        FrameReader { inner: BufReader::new(inner), buf: Vec::new() }
+    }
+
+    /// Reads the next message. `Ok(None)` is a clean end of stream at a frame boundary (the peer
+    /// closed); an end of stream inside a frame is an error.
+    ///
+    /// Cancel safety: not cancel safe (a partly read frame is lost), so callers keep one read
+    /// future alive across `select!` iterations or only race it against "stop everything".
+    pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ProtoError> {
+        let mut prefix = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            let n = self.inner.read(&mut prefix[got..]).await?;
+            if n == 0 {
+                if got == 0 {
+                    return Ok(None);
+                }
+                return Err(ProtoError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            got += n;
+        }
+        let len = checked_len(prefix)?;
+        self.buf.clear();
+        self.buf.resize(len, 0);
+        self.inner.read_exact(&mut self.buf).await?;
+        let msg = codec::decode(&self.buf)?;
+        // Do not keep a large buffer alive for an idle connection.
+        if self.buf.capacity() > 64 * 1024 {
+            self.buf = Vec::new();
+        }
+        Ok(Some(msg))
+    }
+}
+
+/// Writes typed frames to one side of a socket.
+pub struct FrameWriter<W> {
+    inner: W,
+    buf: Vec<u8>,
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    pub fn new(inner: W) -> Self {
+        FrameWriter { inner, buf: Vec::new() }
+    }
+
+    /// Writes one message as one frame and flushes it. Refuses (before writing anything) a
+    /// message whose encoding is over the limit, so the peer never has to drop us for it.
+    pub async fn write<T: Serialize>(&mut self, msg: &T) -> Result<(), ProtoError> {
+        let payload = codec::encode(msg)?;
+        if payload.len() > MAX_FRAME {
+            return Err(ProtoError::TooLarge { len: payload.len(), max: MAX_FRAME });
+        }
+        self.buf.clear();
+        self.buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        self.buf.extend_from_slice(&payload);
+        self.inner.write_all(&self.buf).await?;
+        self.inner.flush().await?;
+        Ok(())
+    }
+
+    /// Writes raw bytes, bypassing the codec. Only for tests that must send what a broken or
+    /// hostile peer would send.
+    pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), ProtoError> {
+        self.inner.write_all(bytes).await?;
+        self.inner.flush().await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::worker::{FromWorker, Hello, ToWorker};
+    use proptest::prelude::*;
+
+    #[tokio::test]
+    async fn round_trip_over_a_pipe() {
+        let (a, b) = tokio::io::duplex(1024);
+        let mut w = FrameWriter::new(a);
+        let mut r = FrameReader::new(b);
+        let hello = FromWorker::Hello(Hello {
+            protocol_version: 1,
+            project: "alpha".into(),
+            pid: 42,
+            token: "t".into(),
+        });
+        w.write(&hello).await.unwrap();
+        w.write(&FromWorker::Heartbeat).await.unwrap();
+        drop(w);
+        assert_eq!(r.read::<FromWorker>().await.unwrap(), Some(hello));
+        assert_eq!(r.read::<FromWorker>().await.unwrap(), Some(FromWorker::Heartbeat));
+        assert_eq!(r.read::<FromWorker>().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn oversized_prefix_is_refused_before_reading_the_payload() {
+        let (a, b) = tokio::io::duplex(64);
+        let mut w = FrameWriter::new(a);
+        w.write_raw(&[0xff, 0xff, 0xff, 0xff]).await.unwrap();
+        let mut r = FrameReader::new(b);
+        let err = r.read::<ToWorker>().await.unwrap_err();
+        assert!(matches!(err, ProtoError::TooLarge { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn eof_inside_a_frame_is_an_error_not_a_clean_close() {
+        let (a, b) = tokio::io::duplex(64);
+        let mut w = FrameWriter::new(a);
+        w.write_raw(&[0, 0, 0, 10, 1, 2]).await.unwrap();
+        drop(w);
+        let mut r = FrameReader::new(b);
+        assert!(r.read::<ToWorker>().await.is_err());
+    }
+
+    #[test]
+    fn split_frame_needs_whole_frames() {
+        assert!(split_frame(&[0, 0]).unwrap().is_none());
+        assert!(split_frame(&[0, 0, 0, 3, 1]).unwrap().is_none());
+        let (p, n) = split_frame(&[0, 0, 0, 1, 7, 9]).unwrap().unwrap();
+        assert_eq!((p, n), (&[7u8][..], 5));
+    }
+
+    proptest! {
+        /// Whatever a peer sends, the decoder answers with a message or an error, never a panic.
+        #[test]
+        fn decoder_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = codec::decode::<ToWorker>(&bytes);
+            let _ = codec::decode::<FromWorker>(&bytes);
+            let _ = codec::decode::<crate::ctl::CtlRequest>(&bytes);
+            let _ = codec::decode::<crate::ctl::CtlResponse>(&bytes);
+            if let Ok(Some((payload, used))) = split_frame(&bytes) {
+                prop_assert!(used <= bytes.len());
+                let _ = codec::decode::<FromWorker>(payload);
+            }
+        }
+
+        /// The async reader on arbitrary bytes ends in a message, a clean close or an error.
+        #[test]
+        fn frame_reader_never_panics_on_arbitrary_streams(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let mut r = FrameReader::new(&bytes[..]);
+                for _ in 0..64 {
+                    match r.read::<FromWorker>().await {
+                        Ok(Some(_)) => continue,
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            });
+        }
+
+        #[test]
+        fn messages_round_trip(project in "[a-z0-9-]{1,20}", text in any::<String>(), nonce in any::<u64>()) {
+            let msgs = vec![
+                ToWorker::Message(crate::worker::InboundMessage { id: nonce.to_string(), from: project.clone(), text: text.clone() }),
+                ToWorker::Ping { nonce },
+                ToWorker::Shutdown,
+            ];
+            for m in msgs {
+                let bytes = codec::encode(&m).unwrap();
+                prop_assert_eq!(codec::decode::<ToWorker>(&bytes).unwrap(), m);
+            }
+        }
+    }
+}

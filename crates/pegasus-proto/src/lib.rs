@@ -1,0 +1,24 @@
+//! The Pegasus wire protocol, defined once and shared by `pegasusd`, `pegasusctl` and
+//! `project-worker`.
+//!
+//! What it is for: the message enums of both links (supervisor ↔ worker in [`worker`],
+//! client ↔ daemon in [`ctl`]) and the one frame codec ([`frame`], [`codec`]) that carries them
+//! over a Unix-domain socket as length-prefixed `bincode` payloads with a hard size limit.
+//!
+//! What it is not for: sockets, processes or files. Whoever owns a connection decides what to do
+//! with a frame; this crate only guarantees that bytes from the other side either decode into a
+//! known message or give a [`ProtoError`] — never a panic and never an unbounded allocation.
+
+pub mod codec;
+pub mod ctl;
+pub mod error;
+pub mod frame;
+pub mod worker;
+
+pub use codec::{decode, encode};
+pub use error::ProtoError;
+pub use frame::{split_frame, FrameReader, FrameWriter, MAX_FRAME};
+
+/// Version of both links. A peer that says hello with another number is disconnected: the
+/// binaries of one installation are always upgraded together, so a mismatch means a stale process.
+pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,71 @@
+//! The supervisor ↔ worker link: one enum per direction.
+//!
+//! A worker connects to `<home>/run/w.sock`, proves who it is with [`Hello`] (the per-spawn
+//! token was handed to it on stdin), is answered with [`Init`], loads its project and says
+//! [`FromWorker::Ready`]. From then on the supervisor sends work and the worker reports.
+
+use serde::{Deserialize, Serialize};
+
+/// Supervisor → worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToWorker {
+    /// Answer to a valid hello: what the worker needs beyond its project path.
+    Init(Init),
+    /// A message for the project agent. The worker persists it before acknowledging.
+    Message(InboundMessage),
+    /// Liveness probe; answered with [`FromWorker::Pong`] carrying the same nonce.
+    Ping { nonce: u64 },
+    /// Stop taking work, flush, say [`FromWorker::ShutdownComplete`], exit 0.
+    Shutdown,
+}
+
+/// Settings the worker cannot find on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Init {
+    pub protocol_version: u32,
+    /// The config file pegasusd was started with (it may live outside the home).
+    pub config_path: String,
+    /// How often the worker says [`FromWorker::Heartbeat`].
+    pub heartbeat_ms: u64,
+}
+
+/// One inbound message: who sent it and what it says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboundMessage {
+    /// Unique id chosen by the supervisor, echoed in [`FromWorker::MessagePersisted`].
+    pub id: String,
+    /// Channel of the sender, e.g. `cli`, `main`, `project/other`.
+    pub from: String,
+    pub text: String,
+}
+
+/// Worker → supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// First frame on a new connection.
+    Hello(Hello),
+    /// The project is loaded; the worker takes messages.
+    Ready,
+    Pong { nonce: u64 },
+    /// "Still alive" while idle or busy; the watchdog's silent timeout is measured against it.
+    Heartbeat,
+    /// The message with this id is durably in `session/current.jsonl`.
+    MessagePersisted { id: String },
+    /// Something the project wants the MainAgent to know.
+    Notify { text: String, kind: String },
+    /// A log-worthy event (task transitions, tool calls, usage); `data_json` is raw JSON.
+    Event { kind: String, data_json: String },
+    /// The worker cannot run (bad PROJECT.md, unreadable config); it exits after sending this.
+    Fatal { reason: String },
+    /// Answer to [`ToWorker::Shutdown`]: everything is flushed, exit follows.
+    ShutdownComplete,
+}
+
+/// Who the connecting worker claims to be, and the token that proves it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol_version: u32,
+    pub project: String,
+    pub pid: u32,
+    pub token: String,
+}

@@ -1,0 +1,132 @@
+//! Crash-safe file replacement and directory durability.
+//!
+//! Every state file of Pegasus is written through [`write_atomic`], so a crash at any point
+//! leaves either the old or the new content, never a mix. This is the only place in the
+//! project that knows the temp-file/fsync/rename/fsync-dir dance.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Result, StoreError};
+
+/// Distinguishes temp files made by concurrent writers inside one process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The directory holding `path`, with `""` (a bare file name) meaning the cwd, so relative paths
+/// can be fsynced too.
+pub(crate) fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A name no other writer (thread or process) will pick, so two writers never share a temp file.
+pub(crate) fn unique_suffix() -> String {
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{n}-{nanos}", std::process::id())
+}
+
+/// Replaces `path` with `bytes` so that readers and crashes see either the old or the new file.
+///
+/// Writes a uniquely named temp file in the same directory (a rename is only atomic within one
+/// file system), fsyncs it, renames it over the target and fsyncs the directory so the rename
+/// itself survives a power cut. Creates nothing else; the directory must exist.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = parent_dir(path);
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| StoreError::Invalid(format!("{}: not a file path", path.display())))?;
+    let tmp = dir.join(format!(".{file_name}.tmp-{}", unique_suffix()));
+    let result = write_then_rename(&tmp, path, bytes);
+    if result.is_err() {
+        // Best effort: a leftover temp file is harmless but untidy.
+        let _ = fs::remove_file(&tmp);
+    }
+    result?;
+    fsync_dir(&dir)
+}
+
+fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(StoreError::io(tmp))?;
+    file.write_all(bytes).map_err(StoreError::io(tmp))?;
+    file.sync_all().map_err(StoreError::io(tmp))?;
+    drop(file);
+    fs::rename(tmp, path).map_err(StoreError::io(path))
+}
+
+/// Flushes a directory's entries (creations, renames, removals) to disk; without it a rename can
+/// be lost on power failure even though the file data was synced.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).map_err(StoreError::io(dir))?;
+    d.sync_all().map_err(StoreError::io(dir))
+}
+
+/// `create_dir_all` that also fsyncs the parent of every directory it creates, so a freshly
+/// made tree is still there after a crash.
+pub fn create_dir_all_durable(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = parent_dir(dir);
+    if dir.parent().is_some_and(|p| !p.as_os_str().is_empty()) {
+        create_dir_all_durable(&parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => fsync_dir(&parent),
+        // Someone else made it meanwhile: fine, that is what we wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(StoreError::Io {
+            path: dir.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn write_atomic_replaces_content_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.txt");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.txt")]);
+    }
+
+    #[test]
+    fn write_atomic_into_missing_dir_fails_with_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("nope/state.txt");
+        let err = write_atomic(&p, b"x").unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn create_dir_all_durable_makes_nested_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a/b/c");
+        create_dir_all_durable(&p).unwrap();
+        assert!(p.is_dir());
+        create_dir_all_durable(&p).unwrap();
+    }
+}

@@ -1,0 +1,398 @@
+//! config.yml: the user's settings (SPEC §3). Every key is optional and has a default, so a
+//! fresh home needs no config at all; unknown keys are allowed so a newer config still loads.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, StoreError};
+use crate::yaml::{dotted_key_line, problem};
+
+/// All settings of a Pegasus home.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Config {
+    /// Model used when a project names none, as `provider/model`.
+    pub default_model: String,
+    /// Provider name -> endpoint. The shipped `anthropic` and `openai` entries are kept unless
+    /// the file overrides them by name.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Gateway limits.
+    pub llm: LlmConfig,
+    /// Spending caps.
+    pub budget: BudgetConfig,
+    /// Model pattern -> price per million tokens; extends the shipped table.
+    pub prices: BTreeMap<String, PriceConfig>,
+    /// Worker process management.
+    pub workers: WorkersConfig,
+    /// The Telegram channel.
+    pub telegram: TelegramConfig,
+    /// The web dashboard.
+    pub dashboard: DashboardConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            default_model: "anthropic/claude-sonnet-4-5".into(),
+            providers: default_providers(),
+            llm: LlmConfig::default(),
+            budget: BudgetConfig::default(),
+            prices: BTreeMap::new(),
+            workers: WorkersConfig::default(),
+            telegram: TelegramConfig::default(),
+            dashboard: DashboardConfig::default(),
+        }
+    }
+}
+
+fn default_providers() -> BTreeMap<String, ProviderConfig> {
+    let p = |kind: &str, url: &str, key: &str| ProviderConfig {
+        kind: kind.into(),
+        base_url: url.into(),
+        api_key_env: Some(key.into()),
+    };
+    BTreeMap::from([
+        (
+            "anthropic".into(),
+            p(
+                "anthropic",
+                "https://api.anthropic.com",
+                "ANTHROPIC_API_KEY",
+            ),
+        ),
+        (
+            "openai".into(),
+            p("openai", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+        ),
+    ])
+}
+
+/// An LLM endpoint; model ids `"<provider>/<model>"` pick one by name.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ProviderConfig {
+    /// Wire protocol: `anthropic` or `openai` (any OpenAI-compatible server).
+    pub kind: String,
+    /// Base URL of the API.
+    pub base_url: String,
+    /// Environment variable holding the API key (the key itself never goes in a file).
+    pub api_key_env: Option<String>,
+}
+
+/// Limits of the LLM gateway.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct LlmConfig {
+    /// Calls in flight at once, across all projects (>= 1).
+    pub max_concurrency: usize,
+    /// Seconds before one call is abandoned.
+    pub timeout_s: u64,
+    /// Retries of a failed call (rate limits, 5xx).
+    pub max_retries: u32,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            max_concurrency: 4,
+            timeout_s: 120,
+            max_retries: 4,
+        }
+    }
+}
+
+/// Spending caps in USD; `None` means no cap.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct BudgetConfig {
+    /// Cap on all spending per UTC day.
+    pub daily_usd: Option<f64>,
+    /// Cap per task.
+    pub task_usd: Option<f64>,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            daily_usd: Some(20.0),
+            task_usd: Some(2.0),
+        }
+    }
+}
+
+/// Price of a model in USD per million tokens.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+pub struct PriceConfig {
+    /// Prompt tokens.
+    pub input: f64,
+    /// Completion tokens.
+    pub output: f64,
+    /// Prompt tokens read from cache.
+    #[serde(default)]
+    pub cache_read: Option<f64>,
+    /// Prompt tokens written to cache.
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+    /// Context window in tokens (drives compaction at 80%).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+}
+
+/// How the supervisor manages worker processes.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct WorkersConfig {
+    /// Seconds a worker gets to finish its turn on shutdown before it is killed (> 0).
+    pub shutdown_timeout_s: f64,
+    /// Suspend a project after this many idle seconds; `None` = never.
+    pub idle_suspend_s: Option<u64>,
+    /// Seconds between worker heartbeats.
+    pub heartbeat_interval_s: f64,
+    /// First restart delay after a crash, doubled per crash in the window, capped at 30 s.
+    pub restart_backoff_ms: u64,
+    /// Crashes within the window after which the project is suspended instead of restarted.
+    pub crash_loop_max: u32,
+    /// The crash-counting window in seconds.
+    pub crash_loop_window_s: u64,
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        WorkersConfig {
+            shutdown_timeout_s: 30.0,
+            idle_suspend_s: None,
+            heartbeat_interval_s: 5.0,
+            restart_backoff_ms: 100,
+            crash_loop_max: 5,
+            crash_loop_window_s: 60,
+        }
+    }
+}
+
+/// The Telegram bot channel.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct TelegramConfig {
+    /// Environment variable holding the bot token.
+    pub token_env: String,
+    /// Bot API base URL (overridable for tests).
+    pub base_url: String,
+    /// Chats allowed to talk to Pegasus; empty = none.
+    pub allowed_chats: Vec<i64>,
+}
+
+impl Default for TelegramConfig {
+    fn default() -> Self {
+        TelegramConfig {
+            token_env: "TELEGRAM_BOT_TOKEN".into(),
+            base_url: "https://api.telegram.org".into(),
+            allowed_chats: Vec::new(),
+        }
+    }
+}
+
+/// The web dashboard.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct DashboardConfig {
+    /// Address to listen on; loopback by default since it has no authentication.
+    pub listen: String,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        DashboardConfig {
+            listen: "127.0.0.1:7474".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads config.yml. A missing (or empty) file gives [`Config::default`]. Syntax errors,
+    /// wrong types and out-of-range values are a [`StoreError::Parse`] naming the file, line
+    /// and key, e.g. `config.yml:4: key `llm.max_concurrency`: invalid type: string "x",
+    /// expected usize`.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Config::default()),
+            Err(e) => {
+                return Err(StoreError::Io {
+                    path: path.to_path_buf(),
+                    source: e,
+                })
+            }
+        };
+        Self::parse(&text, path)
+    }
+
+    /// Parses config text; `path` only labels error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config> {
+        let to_err = |e: serde_norway::Error| {
+            let p = problem(&e);
+            StoreError::Parse {
+                path: path.to_path_buf(),
+                line: p.line.unwrap_or(1),
+                key: p.key,
+                message: p.message,
+            }
+        };
+        // Parsing to a Value first tells "empty or only comments" (= defaults) from a document.
+        let value: serde_norway::Value = serde_norway::from_str(text).map_err(to_err)?;
+        if value.is_null() {
+            return Ok(Config::default());
+        }
+        if !value.is_mapping() {
+            return Err(StoreError::Parse {
+                path: path.to_path_buf(),
+                line: 1,
+                key: None,
+                message: "config must be a mapping of `key: value` lines".into(),
+            });
+        }
+        let mut config: Config = serde_norway::from_str(text).map_err(to_err)?;
+        for (name, provider) in default_providers() {
+            config.providers.entry(name).or_insert(provider);
+        }
+        config.validate(text, path)?;
+        Ok(config)
+    }
+
+    /// Range checks serde cannot express.
+    fn validate(&self, text: &str, path: &Path) -> Result<()> {
+        let err = |key: &str, message: &str| StoreError::Parse {
+            path: path.to_path_buf(),
+            line: dotted_key_line(text, key),
+            key: Some(key.to_string()),
+            message: message.to_string(),
+        };
+        if self.llm.max_concurrency < 1 {
+            return Err(err("llm.max_concurrency", "must be at least 1"));
+        }
+        let w = &self.workers;
+        if !(w.shutdown_timeout_s.is_finite() && w.shutdown_timeout_s > 0.0) {
+            return Err(err(
+                "workers.shutdown_timeout_s",
+                "must be a number of seconds > 0",
+            ));
+        }
+        if !(w.heartbeat_interval_s.is_finite() && w.heartbeat_interval_s > 0.0) {
+            return Err(err(
+                "workers.heartbeat_interval_s",
+                "must be a number of seconds > 0",
+            ));
+        }
+        for (key, v) in [
+            ("budget.daily_usd", self.budget.daily_usd),
+            ("budget.task_usd", self.budget.task_usd),
+        ] {
+            if v.is_some_and(|x| !(x.is_finite() && x >= 0.0)) {
+                return Err(err(
+                    key,
+                    "must be a number of US dollars >= 0, or null for no cap",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(text, Path::new("config.yml"))
+    }
+
+    #[test]
+    fn missing_or_empty_file_gives_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::load(&dir.path().join("config.yml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.default_model, "anthropic/claude-sonnet-4-5");
+        assert_eq!(c.llm.max_concurrency, 4);
+        assert_eq!(c.llm.timeout_s, 120);
+        assert_eq!(c.budget.daily_usd, Some(20.0));
+        assert_eq!(c.workers.restart_backoff_ms, 100);
+        assert_eq!(c.dashboard.listen, "127.0.0.1:7474");
+        assert_eq!(c.providers["openai"].base_url, "https://api.openai.com/v1");
+        assert_eq!(parse("# just a comment\n").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn the_spec_sketch_loads_and_extends_providers() {
+        let c = parse(
+            r#"default_model: anthropic/claude-sonnet-4-5
+providers:
+  ollama:    {kind: openai, base_url: http://127.0.0.1:11434/v1}
+llm: {max_concurrency: 2, timeout_s: 120, max_retries: 4}
+budget: {daily_usd: 20, task_usd: 2.0}
+prices: {"ollama/*": {input: 0, output: 0}}
+workers: {shutdown_timeout_s: 30, idle_suspend_s: null}
+telegram: {token_env: TELEGRAM_BOT_TOKEN, base_url: https://api.telegram.org, allowed_chats: [42]}
+dashboard: {listen: 127.0.0.1:7474}
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.llm.max_concurrency, 2);
+        assert_eq!(c.providers.len(), 3);
+        assert_eq!(c.providers["ollama"].api_key_env, None);
+        assert_eq!(c.prices["ollama/*"].input, 0.0);
+        assert_eq!(c.telegram.allowed_chats, vec![42]);
+        assert_eq!(c.workers.heartbeat_interval_s, 5.0);
+    }
+
+    #[test]
+    fn wrong_type_names_line_and_key() {
+        let err = parse("default_model: a/b\nllm:\n  timeout_s: 5\n  max_concurrency: x\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config.yml:4: key `llm.max_concurrency`: invalid type: string \"x\", expected usize"
+        );
+    }
+
+    #[test]
+    fn syntax_error_names_the_line() {
+        let err = parse("llm:\n  timeout_s: 5\n bad: [\n").unwrap_err();
+        match err {
+            StoreError::Parse { line, .. } => assert!(line >= 2, "{line}"),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn out_of_range_values_name_line_and_key() {
+        let err = parse("llm:\n  max_concurrency: 0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config.yml:2: key `llm.max_concurrency`: must be at least 1"
+        );
+        let err = parse("workers: {shutdown_timeout_s: 0}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config.yml:1: key `workers.shutdown_timeout_s`"),
+            "{err}"
+        );
+        let err = parse("workers: {shutdown_timeout_s: .inf}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("shutdown_timeout_s"), "{err}");
+    }
+
+    #[test]
+    fn unknown_top_level_keys_are_fine() {
+        let c = parse("future_feature: {x: 1}\nllm: {timeout_s: 7}\n").unwrap();
+        assert_eq!(c.llm.timeout_s, 7);
+        assert_eq!(c.llm.max_concurrency, 4);
+    }
+}

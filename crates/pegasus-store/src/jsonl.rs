@@ -1,0 +1,268 @@
+//! The one JSONL appender of the project, and its tolerant reader.
+//!
+//! Sessions, task event logs, the task index and the cost ledger are all append-only JSONL.
+//! Appending must never glue a new record onto a half-written one left by a crash, and reading
+//! must never fail because of one bad line: both rules live here and nowhere else.
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::atomic::{create_dir_all_durable, fsync_dir, parent_dir};
+use crate::error::{Result, StoreError};
+
+/// An open JSONL file that only ever grows by whole lines.
+#[derive(Debug)]
+pub struct JsonlAppender {
+    file: File,
+    path: PathBuf,
+}
+
+impl JsonlAppender {
+    /// Opens `path` for appending, creating it (and its parent directories) if missing.
+    ///
+    /// A new file's directory is fsynced so the file survives a crash. If the file does not end
+    /// in `'\n'` (a torn write from a crash), it is truncated back to just after the last
+    /// `'\n'` (or to empty) and synced, so a new record is never glued to a torn one.
+    pub fn open(path: &Path) -> Result<Self> {
+        let dir = parent_dir(path);
+        create_dir_all_durable(&dir)?;
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(StoreError::io(path))?;
+        if !existed {
+            fsync_dir(&dir)?;
+        }
+        let appender = JsonlAppender {
+            file,
+            path: path.to_path_buf(),
+        };
+        appender.repair_tail()?;
+        Ok(appender)
+    }
+
+    /// Cuts off an unterminated last line; returns whether it did.
+    fn repair_tail(&self) -> Result<bool> {
+        let len = self.len()?;
+        let keep = complete_prefix_len(&self.file, len).map_err(StoreError::io(&self.path))?;
+        if keep == len {
+            return Ok(false);
+        }
+        self.file
+            .set_len(keep)
+            .map_err(StoreError::io(&self.path))?;
+        self.file.sync_all().map_err(StoreError::io(&self.path))?;
+        Ok(true)
+    }
+
+    /// Current size in bytes; lets callers tell a fresh file (0) from one with history.
+    pub fn len(&self) -> Result<u64> {
+        Ok(self
+            .file
+            .metadata()
+            .map_err(StoreError::io(&self.path))?
+            .len())
+    }
+
+    /// True when the file holds no record yet (e.g. to write a header line first).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Writes one value as a single JSON line. The data reaches the OS but is not synced: call
+    /// [`sync`](Self::sync) at a durability boundary (for a session: the end of a turn).
+    pub fn append<T: Serialize>(&mut self, value: &T) -> Result<()> {
+        let mut line = serde_json::to_vec(value).map_err(|e| {
+            StoreError::Invalid(format!(
+                "{}: cannot serialize a record: {e}",
+                self.path.display()
+            ))
+        })?;
+        line.push(b'\n');
+        // One write call per record keeps lines whole in the common case; if it fails midway
+        // the tail is cut back so the next append does not glue onto a fragment.
+        if let Err(e) = self.file.write_all(&line) {
+            let _ = self.repair_tail();
+            return Err(StoreError::Io {
+                path: self.path.clone(),
+                source: e,
+            });
+        }
+        Ok(())
+    }
+
+    /// Makes every appended line durable (fdatasync: the data, not the timestamps).
+    pub fn sync(&mut self) -> Result<()> {
+        self.file.sync_data().map_err(StoreError::io(&self.path))
+    }
+
+    /// [`append`](Self::append) then [`sync`](Self::sync), for records that must not be lost
+    /// even alone (a session header, a ledger line).
+    pub fn append_durable<T: Serialize>(&mut self, value: &T) -> Result<()> {
+        self.append(value)?;
+        self.sync()
+    }
+
+    /// The file this appender writes, for messages and logs.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Length of the longest prefix of the file that ends in `'\n'` (or 0), reading backwards in
+/// chunks so a large healthy file costs one byte of I/O.
+fn complete_prefix_len(file: &File, len: u64) -> std::io::Result<u64> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut end = len;
+    let mut buf = vec![0u8; CHUNK as usize];
+    while end > 0 {
+        let start = end.saturating_sub(CHUNK);
+        let n = (end - start) as usize;
+        let slice = &mut buf[..n];
+        file.read_exact_at(slice, start)?;
+        if let Some(i) = slice.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// What [`read_jsonl`] found: the good records and how much it had to ignore, so callers can
+/// log damage instead of failing on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonlRead<T> {
+    /// Parsed records, in file order.
+    pub records: Vec<T>,
+    /// Complete lines that did not parse as `T` (blank lines are not counted).
+    pub skipped: usize,
+    /// The file ended in an unterminated line (a torn write); it is not among `records`.
+    pub torn_tail: bool,
+}
+
+impl<T> Default for JsonlRead<T> {
+    fn default() -> Self {
+        JsonlRead {
+            records: Vec::new(),
+            skipped: 0,
+            torn_tail: false,
+        }
+    }
+}
+
+/// Reads every complete line of a JSONL file, skipping (and counting) lines that do not parse.
+/// A missing file reads as empty: append-only logs start out absent.
+pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(JsonlRead::default()),
+        Err(e) => {
+            return Err(StoreError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    let mut out = JsonlRead::default();
+    let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    // `split` yields a final segment after the last '\n': empty for a healthy file, a torn
+    // record otherwise.
+    if let Some(last) = lines.pop() {
+        out.torn_tail = !last.is_empty();
+    }
+    for line in lines {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<T>(line) {
+            Ok(v) => out.records.push(v),
+            Err(_) => out.skipped += 1,
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    struct A {
+        a: i64,
+    }
+
+    #[test]
+    fn open_repairs_torn_tail_before_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        std::fs::write(&p, "{\"a\":1}\n{\"a\":").unwrap();
+        let mut w = JsonlAppender::open(&p).unwrap();
+        w.append_durable(&A { a: 2 }).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"a\":1}\n{\"a\":2}\n"
+        );
+        let r: JsonlRead<A> = read_jsonl(&p).unwrap();
+        assert_eq!(r.records, vec![A { a: 1 }, A { a: 2 }]);
+        assert_eq!((r.skipped, r.torn_tail), (0, false));
+    }
+
+    #[test]
+    fn open_truncates_a_file_with_no_newline_to_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        std::fs::write(&p, "{\"a\":").unwrap();
+        let w = JsonlAppender::open(&p).unwrap();
+        assert!(w.is_empty().unwrap());
+    }
+
+    #[test]
+    fn open_creates_parent_dirs_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x/y/log.jsonl");
+        let mut w = JsonlAppender::open(&p).unwrap();
+        w.append(&A { a: 7 }).unwrap();
+        w.sync().unwrap();
+        assert_eq!(w.path(), p.as_path());
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "{\"a\":7}\n");
+    }
+
+    #[test]
+    fn read_jsonl_counts_skipped_lines_and_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        std::fs::write(&p, "{\"a\":1}\nnot json\n\n{\"b\":2}\n{\"a\":3}\n{\"a\":4").unwrap();
+        let r: JsonlRead<A> = read_jsonl(&p).unwrap();
+        assert_eq!(r.records, vec![A { a: 1 }, A { a: 3 }]);
+        assert_eq!(r.skipped, 2);
+        assert!(r.torn_tail);
+    }
+
+    #[test]
+    fn read_jsonl_of_missing_file_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let r: JsonlRead<A> = read_jsonl(&dir.path().join("none.jsonl")).unwrap();
+        assert_eq!(r, JsonlRead::default());
+    }
+
+    #[test]
+    fn long_torn_tail_spanning_chunks_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        let mut text = String::from("{\"a\":1}\n");
+        text.push_str(&"x".repeat(200_000));
+        std::fs::write(&p, &text).unwrap();
+        let w = JsonlAppender::open(&p).unwrap();
+        assert_eq!(w.len().unwrap(), 8);
+    }
+}

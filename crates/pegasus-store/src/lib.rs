@@ -1,0 +1,38 @@
+//! Pegasus files on disk.
+//!
+//! This crate is for everything Pegasus keeps in its home directory (SPEC §3): where each file
+//! lives ([`Home`]), PROJECT.md ([`ProjectFile`]) and the project lifecycle
+//! ([`transition`]), config.yml ([`Config`]), session transcripts ([`Session`]), the cost
+//! ledger ([`ledger`]), and the two primitives every write goes through: [`write_atomic`] for
+//! whole files and [`JsonlAppender`] for append-only logs. Loading repairs what a crash can
+//! leave behind instead of failing, and every error names the file (and line and key).
+//!
+//! It is not for processes, sockets or the network: it never spawns a worker, talks to a
+//! provider or decides *when* to write; the supervisor and worker crates do. It is synchronous
+//! on purpose: its writes are small, and async callers wrap them in `spawn_blocking`.
+
+pub mod atomic;
+pub mod config;
+pub mod error;
+pub mod home;
+pub mod jsonl;
+pub mod ledger;
+pub mod lifecycle;
+pub mod project;
+pub mod scan;
+pub mod session;
+mod yaml;
+
+pub use atomic::*;
+pub use config::*;
+pub use error::{Result, StoreError};
+pub use home::{home_of_project, Home};
+pub use jsonl::*;
+pub use ledger::{cost_on, cost_today, project_costs, LedgerEntry};
+pub use lifecycle::{transition, Verb};
+pub use project::{
+    create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
+    PROJECT_SUBDIRS,
+};
+pub use scan::{scan_projects, ScanEntry};
+pub use session::*;

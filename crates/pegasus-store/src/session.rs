@@ -1,0 +1,414 @@
+//! A project's conversation on disk: `session/current.jsonl` (SPEC §3 "Session JSONL").
+//!
+//! This module owns the line format, the durable append at turn boundaries and the repairing
+//! load. It does not decide what a turn contains or when to compact; that is the agent loop's.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::jsonl::{read_jsonl, JsonlAppender};
+
+/// Version written in the `meta` line; bump when the line format changes incompatibly.
+pub const SESSION_VERSION: u32 = 1;
+
+/// Content of the synthetic result that closes a tool call interrupted by a restart.
+pub const CANCELLED_TOOL_RESULT: &str = r#"{"cancelled":true,"reason":"process restarted"}"#;
+
+/// Path of the live session file inside a project (or MainAgent) folder.
+pub fn session_file(project_dir: &Path) -> PathBuf {
+    project_dir.join("session").join("current.jsonl")
+}
+
+/// One line of a session file, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionRecord {
+    /// First line of every session file: what it belongs to and its format version.
+    Meta {
+        /// [`SESSION_VERSION`] at the time of writing.
+        version: u32,
+        /// The project (or `main`) this session belongs to.
+        project: String,
+        /// When the file was started.
+        created: DateTime<Utc>,
+    },
+    /// One conversation message.
+    Message(SessionMessage),
+    /// Start of a compacted session: a summary of what came before and where it was archived.
+    Compaction {
+        /// The summary that replaces the archived messages.
+        summary: String,
+        /// Path of the archived session file.
+        archived: String,
+        /// When compaction happened.
+        ts: DateTime<Utc>,
+    },
+}
+
+/// Who a message is from, in provider terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Input to the agent (user, MainAgent, channel).
+    User,
+    /// The model's output.
+    Assistant,
+    /// Results of tool calls.
+    Tool,
+}
+
+/// A message with its content blocks, the model that produced it and what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionMessage {
+    /// Provider or channel message id, if any.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Who it is from.
+    pub role: Role,
+    /// Finer origin for user messages (`telegram:123`, `main`, ...).
+    #[serde(default)]
+    pub from: Option<String>,
+    /// The blocks, in order.
+    pub content: Vec<ContentBlock>,
+    /// `provider/model` actually used (assistant messages).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Token usage as reported by the provider.
+    #[serde(default)]
+    pub usage: Option<serde_json::Value>,
+    /// When the message was recorded.
+    pub ts: DateTime<Utc>,
+}
+
+/// One block of message content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The model asks for a tool call.
+    ToolUse {
+        /// Id the result must refer to.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments as JSON.
+        input: serde_json::Value,
+    },
+    /// The outcome of a tool call.
+    ToolResult {
+        /// The [`ContentBlock::ToolUse`] id this answers.
+        tool_use_id: String,
+        /// The result text (JSON or prose) shown to the model.
+        content: String,
+        /// Whether the call failed.
+        #[serde(default)]
+        is_error: bool,
+    },
+}
+
+/// An open session file that appends whole turns durably.
+#[derive(Debug)]
+pub struct Session {
+    appender: JsonlAppender,
+}
+
+impl Session {
+    /// Opens `<project_dir>/session/current.jsonl` for appending (repairing a torn tail); a new
+    /// or empty file first gets a durable `meta` line so every session file says what it is.
+    pub fn open(project_dir: &Path, project: &str) -> Result<Session> {
+        let mut appender = JsonlAppender::open(&session_file(project_dir))?;
+        if appender.is_empty()? {
+            appender.append_durable(&SessionRecord::Meta {
+                version: SESSION_VERSION,
+                project: project.to_string(),
+                created: Utc::now(),
+            })?;
+        }
+        Ok(Session { appender })
+    }
+
+    /// Appends the records of one turn and fdatasyncs once at the end: a turn is the unit of
+    /// durability, and one sync per line would make every turn pay for each message.
+    pub fn append_turn(&mut self, records: &[SessionRecord]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        for r in records {
+            self.appender.append(r)?;
+        }
+        self.appender.sync()
+    }
+
+    /// The session file path, for logs.
+    pub fn path(&self) -> &Path {
+        self.appender.path()
+    }
+}
+
+/// A session as loaded, with what had to be repaired so the caller can log it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedSession {
+    /// The records in order, including synthetic tool results.
+    pub records: Vec<SessionRecord>,
+    /// Unparsable lines that were skipped.
+    pub skipped: usize,
+    /// Whether an unterminated last line (a crash mid-write) was dropped.
+    pub torn_tail: bool,
+    /// Tool calls that had no result and were closed with [`CANCELLED_TOOL_RESULT`].
+    pub repaired_tool_uses: usize,
+}
+
+/// Loads `<project_dir>/session/current.jsonl`, repairing instead of failing: a torn tail is
+/// dropped, bad lines are skipped, and each tool call with no result gets a synthetic
+/// cancelled result right after its message (and any results already there), so the transcript
+/// sent to a provider is always valid. A missing file is an empty session.
+pub fn load_session(project_dir: &Path) -> Result<LoadedSession> {
+    let read = read_jsonl::<SessionRecord>(&session_file(project_dir))?;
+    let (records, repaired_tool_uses) = close_dangling_tool_uses(read.records);
+    Ok(LoadedSession {
+        records,
+        skipped: read.skipped,
+        torn_tail: read.torn_tail,
+        repaired_tool_uses,
+    })
+}
+
+fn tool_result_ids(r: &SessionRecord) -> impl Iterator<Item = &str> {
+    let blocks: &[ContentBlock] = match r {
+        SessionRecord::Message(m) => &m.content,
+        _ => &[],
+    };
+    blocks.iter().filter_map(|b| match b {
+        ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
+        _ => None,
+    })
+}
+
+fn is_tool_result_message(r: &SessionRecord) -> bool {
+    matches!(r, SessionRecord::Message(m) if m.role == Role::Tool)
+}
+
+/// Inserts one synthetic tool message after each message whose tool calls lack results.
+fn close_dangling_tool_uses(records: Vec<SessionRecord>) -> (Vec<SessionRecord>, usize) {
+    let answered: HashSet<String> = records
+        .iter()
+        .flat_map(tool_result_ids)
+        .map(str::to_string)
+        .collect();
+    let mut out = Vec::with_capacity(records.len());
+    let mut repaired = 0;
+    let mut pending: Option<(Vec<ContentBlock>, DateTime<Utc>)> = None;
+    for r in records {
+        // Pending results go after the run of tool messages that follows the call.
+        if pending.is_some() && !is_tool_result_message(&r) {
+            out.extend(pending.take().map(|(c, ts)| synthetic(c, ts)));
+        }
+        if let SessionRecord::Message(m) = &r {
+            let missing: Vec<ContentBlock> = m
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::ToolUse { id, .. } if !answered.contains(id) => {
+                        Some(ContentBlock::ToolResult {
+                            tool_use_id: id.clone(),
+                            content: CANCELLED_TOOL_RESULT.to_string(),
+                            is_error: true,
+                        })
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !missing.is_empty() {
+                out.extend(pending.take().map(|(c, ts)| synthetic(c, ts)));
+                repaired += missing.len();
+                pending = Some((missing, m.ts));
+            }
+        }
+        out.push(r);
+    }
+    out.extend(pending.take().map(|(c, ts)| synthetic(c, ts)));
+    (out, repaired)
+}
+
+fn synthetic(content: Vec<ContentBlock>, ts: DateTime<Utc>) -> SessionRecord {
+    SessionRecord::Message(SessionMessage {
+        id: None,
+        role: Role::Tool,
+        from: None,
+        content,
+        model: None,
+        usage: None,
+        ts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::fs;
+
+    fn msg(role: Role, content: Vec<ContentBlock>) -> SessionRecord {
+        SessionRecord::Message(SessionMessage {
+            id: None,
+            role,
+            from: None,
+            content,
+            model: None,
+            usage: None,
+            ts: Utc::now(),
+        })
+    }
+
+    fn text(role: Role, t: &str) -> SessionRecord {
+        msg(role, vec![ContentBlock::Text { text: t.into() }])
+    }
+
+    fn tool_use(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: "shell".into(),
+            input: serde_json::json!({"cmd": "ls"}),
+        }
+    }
+
+    fn tool_result(id: &str) -> ContentBlock {
+        ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: "ok".into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn open_append_load_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let turn = vec![
+            text(Role::User, "hi"),
+            msg(Role::Assistant, vec![tool_use("t1")]),
+            msg(Role::Tool, vec![tool_result("t1")]),
+            text(Role::Assistant, "done"),
+        ];
+        let mut s = Session::open(dir.path(), "foo").unwrap();
+        s.append_turn(&turn).unwrap();
+        drop(s);
+        // Reopening an existing session must not write a second meta line.
+        let mut s = Session::open(dir.path(), "foo").unwrap();
+        s.append_turn(&[text(Role::User, "again")]).unwrap();
+        let loaded = load_session(dir.path()).unwrap();
+        assert_eq!(loaded.records.len(), 6);
+        assert!(
+            matches!(&loaded.records[0], SessionRecord::Meta { project, version: 1, .. } if project == "foo")
+        );
+        assert_eq!(&loaded.records[1..5], &turn[..]);
+        assert_eq!(
+            (loaded.skipped, loaded.torn_tail, loaded.repaired_tool_uses),
+            (0, false, 0)
+        );
+    }
+
+    #[test]
+    fn line_format_is_tagged_by_type() {
+        let r = text(Role::User, "hi");
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["type"], "message");
+        assert_eq!(v["role"], "user");
+        assert_eq!(v["content"][0]["type"], "text");
+        let c = SessionRecord::Compaction {
+            summary: "s".into(),
+            archived: "a.jsonl".into(),
+            ts: Utc::now(),
+        };
+        assert_eq!(serde_json::to_value(&c).unwrap()["type"], "compaction");
+    }
+
+    #[test]
+    fn torn_tail_is_dropped_and_garbage_line_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Session::open(dir.path(), "foo").unwrap();
+        s.append_turn(&[text(Role::User, "one")]).unwrap();
+        drop(s);
+        let path = session_file(dir.path());
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"this is not json\n");
+        let good = serde_json::to_string(&text(Role::User, "two")).unwrap();
+        bytes.extend_from_slice(format!("{good}\n{{\"type\":\"mess").as_bytes());
+        fs::write(&path, bytes).unwrap();
+
+        let loaded = load_session(dir.path()).unwrap();
+        assert_eq!(loaded.records.len(), 3);
+        assert_eq!(loaded.skipped, 1);
+        assert!(loaded.torn_tail);
+
+        // Opening for append cuts the torn tail, so the next turn is on its own line.
+        let mut s = Session::open(dir.path(), "foo").unwrap();
+        s.append_turn(&[text(Role::User, "three")]).unwrap();
+        let loaded = load_session(dir.path()).unwrap();
+        assert_eq!(loaded.records.len(), 4);
+        assert!(!loaded.torn_tail);
+    }
+
+    #[test]
+    fn dangling_tool_use_gets_a_cancelled_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Session::open(dir.path(), "foo").unwrap();
+        s.append_turn(&[
+            text(Role::User, "go"),
+            msg(Role::Assistant, vec![tool_use("a"), tool_use("b")]),
+            msg(Role::Tool, vec![tool_result("a")]),
+        ])
+        .unwrap();
+        s.append_turn(&[text(Role::User, "after restart")]).unwrap();
+        let loaded = load_session(dir.path()).unwrap();
+        assert_eq!(loaded.repaired_tool_uses, 1);
+        // meta, user, assistant, tool(a), synthetic tool(b), user
+        assert_eq!(loaded.records.len(), 6);
+        match &loaded.records[4] {
+            SessionRecord::Message(m) => {
+                assert_eq!(m.role, Role::Tool);
+                assert_eq!(
+                    m.content,
+                    vec![ContentBlock::ToolResult {
+                        tool_use_id: "b".into(),
+                        content: CANCELLED_TOOL_RESULT.into(),
+                        is_error: true,
+                    }]
+                );
+                let v: serde_json::Value = serde_json::from_str(CANCELLED_TOOL_RESULT).unwrap();
+                assert_eq!(
+                    v,
+                    serde_json::json!({"cancelled": true, "reason": "process restarted"})
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&loaded.records[5], SessionRecord::Message(m) if m.role == Role::User));
+    }
+
+    #[test]
+    fn tool_use_at_the_very_end_is_closed_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Session::open(dir.path(), "foo").unwrap();
+        s.append_turn(&[msg(Role::Assistant, vec![tool_use("z")])])
+            .unwrap();
+        let loaded = load_session(dir.path()).unwrap();
+        assert_eq!(loaded.repaired_tool_uses, 1);
+        assert_eq!(loaded.records.len(), 3);
+        assert!(matches!(&loaded.records[2], SessionRecord::Message(m) if m.role == Role::Tool));
+    }
+
+    #[test]
+    fn missing_session_loads_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let loaded = load_session(dir.path()).unwrap();
+        assert!(loaded.records.is_empty());
+    }
+}

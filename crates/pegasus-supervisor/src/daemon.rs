@@ -1,0 +1,100 @@
+//! The daemon's life from start to exit: lock, layout, config, listeners, restart scan, wait for
+//! a stop, stop every worker, exit.
+
+use crate::{control, logging, spawn, supervisor::Supervisor, worker_server, PidLock, SupervisorError};
+use interprocess::{
+    local_socket::{tokio::Listener, GenericFilePath, ListenerOptions, ToFsName},
+    os::unix::local_socket::ListenerOptionsExt,
+};
+use pegasus_store::{Config, Home};
+use std::path::{Path, PathBuf};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// What `pegasusd` is started with.
+#[derive(Debug, Default, Clone)]
+pub struct DaemonOptions {
+    /// `--home`; else `$PEGASUS_HOME`, else the XDG data dir.
+    pub home: Option<PathBuf>,
+    /// `--config`; else `<home>/config.yml` (missing = defaults).
+    pub config: Option<PathBuf>,
+}
+
+/// Runs the daemon in the foreground until SIGTERM, SIGINT or `pegasusctl stop`.
+pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
+    let home = Home::resolve(opts.home)?;
+    std::fs::create_dir_all(home.root()).map_err(|e| SupervisorError::io("cannot create home", home.root(), e))?;
+    home.check_socket_paths()?;
+    // The lock comes before anything that touches the sockets: a second daemon must not unlink
+    // the first one's live socket.
+    let _lock = PidLock::acquire(&home.pid_file(), &home.root().display().to_string())?;
+    home.ensure_layout()?;
+    let config_path = match opts.config {
+        Some(path) => {
+            if !path.exists() {
+                return Err(SupervisorError::io(
+                    "cannot read config",
+                    &path,
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "no such file; fix --config"),
+                ));
+            }
+            std::path::absolute(&path).unwrap_or(path)
+        }
+        None => home.config_file(),
+    };
+    let config = Config::load(&config_path)?;
+    logging::init(&home.logs_dir(), "pegasusd.log");
+    let worker_bin = spawn::worker_binary();
+    if !worker_bin.is_file() {
+        return Err(SupervisorError::WorkerBinary(worker_bin));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| SupervisorError::io("cannot start the runtime in", home.root(), e))?;
+    runtime.block_on(serve(home, config, config_path, worker_bin))
+}
+
+fn listen(path: &Path) -> Result<Listener, SupervisorError> {
+    // We hold the PID lock, so a socket file still here was left by a daemon that died.
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!("removed stale socket {}", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(SupervisorError::io("cannot remove stale socket", path, e)),
+    }
+    let name = path
+        .to_fs_name::<GenericFilePath>()
+        .map_err(|e| SupervisorError::io("bad socket path", path, e))?;
+    ListenerOptions::new()
+        .name(name)
+        .mode(0o600)
+        .create_tokio()
+        .map_err(|e| SupervisorError::io("cannot listen on", path, e))
+}
+
+async fn serve(home: Home, config: Config, config_path: PathBuf, worker_bin: PathBuf) -> Result<(), SupervisorError> {
+    let worker_listener = listen(&home.worker_socket())?;
+    let control_listener = listen(&home.control_socket())?;
+    let sup = Supervisor::new(home.clone(), config, config_path, worker_bin);
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
+    let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
+    sup.restart_scan()?;
+    let controls = tokio::spawn(control::serve(sup.clone(), control_listener));
+    tracing::info!(pid = std::process::id(), home = %home.root().display(), "pegasusd serving");
+
+    let mut stop = sup.shutdown.subscribe();
+    tokio::select! {
+        _ = sigterm.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = sigint.recv() => tracing::info!("SIGINT: stopping"),
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    sup.stop_all().await;
+    workers.abort();
+    for path in [home.control_socket(), home.worker_socket()] {
+        let _ = std::fs::remove_file(path);
+    }
+    controls.abort();
+    tracing::info!("pegasusd stopped");
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! Turning what is on disk about a project into the [`ProjectInfo`] that listings show.
+
+use pegasus_proto::ctl::ProjectInfo;
+use pegasus_store::ScanEntry;
+
+/// The file-only view of a project (no worker). `pegasusctl` uses it too when the daemon is
+/// down, so both paths print the same thing.
+pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
+    let ts = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut info = ProjectInfo {
+        name: entry.name.clone(),
+        status: "invalid".into(),
+        model: None,
+        workdir: None,
+        worker_pid: None,
+        worker_state: "stopped".into(),
+        restarts: 0,
+        last_crash: None,
+        last_crash_at: None,
+        cost_usd,
+        created: None,
+        suspended: None,
+        completed: None,
+        goal: None,
+        error: None,
+    };
+    match &entry.project {
+        Ok(p) => {
+            info.status = p.status().to_string();
+            info.model = p.model().map(str::to_string);
+            info.workdir = p.workdir().map(|w| w.display().to_string());
+            info.created = Some(ts(p.created()));
+            info.suspended = p.suspended().map(ts);
+            info.completed = p.completed().map(ts);
+            info.goal = p.goal();
+        }
+        Err(e) => info.error = Some(e.to_string()),
+    }
+    info
+}

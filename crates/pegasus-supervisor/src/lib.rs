@@ -1,0 +1,24 @@
+//! `pegasusd`, the supervisor daemon: one per home, PID-locked.
+//!
+//! What it is for: owning the home directory while it runs — the PID lock, the control socket
+//! that `pegasusctl` talks to, the restart scan, and one supervised `project-worker` OS process
+//! per active project (spawned, handshaken, restarted with backoff after a crash, stopped
+//! gracefully). Later the LLM gateway, the MainAgent and the watchdog live here too.
+//!
+//! What it is not for: the files' formats (that is `pegasus-store`) or the wire format (that is
+//! `pegasus-proto`); and no project work runs in this process — that is what workers are for.
+
+mod control;
+mod daemon;
+pub mod error;
+pub mod info;
+mod logging;
+mod pidlock;
+mod spawn;
+mod supervisor;
+mod worker_server;
+mod worker_slot;
+
+pub use daemon::{run, DaemonOptions};
+pub use error::SupervisorError;
+pub use pidlock::PidLock;

@@ -1,0 +1,79 @@
+//! The single-daemon guarantee: an exclusive `flock` on `<home>/pegasusd.pid`.
+//!
+//! A lock, not a check: the kernel drops it the instant the daemon dies, even under `kill -9`,
+//! so a stale pid file never blocks a restart, and two daemons can never both believe they own
+//! the home (a checked-but-unlocked pid file races and lies after pid reuse).
+
+use crate::SupervisorError;
+use nix::fcntl::{Flock, FlockArg};
+use std::{
+    fs::{File, OpenOptions},
+    io::{Read, Seek, SeekFrom, Write},
+    path::Path,
+};
+
+/// Held for the daemon's whole life; dropping it releases the lock.
+pub struct PidLock {
+    _lock: Flock<File>,
+}
+
+impl PidLock {
+    /// Takes the lock and writes our pid into the file, or says who holds it.
+    pub fn acquire(path: &Path, home_label: &str) -> Result<PidLock, SupervisorError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| SupervisorError::io("cannot open pid file", path, e))?;
+        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((mut file, errno)) => {
+                if errno == nix::errno::Errno::EWOULDBLOCK {
+                    let mut pid = String::new();
+                    let _ = file.read_to_string(&mut pid);
+                    let pid = pid.trim();
+                    return Err(SupervisorError::AlreadyRunning {
+                        home: home_label.to_string(),
+                        pid: if pid.is_empty() { "unknown".into() } else { pid.to_string() },
+                    });
+                }
+                return Err(SupervisorError::io("cannot lock pid file", path, errno.into()));
+            }
+        };
+        let write = |f: &mut File| -> std::io::Result<()> {
+            f.set_len(0)?;
+            f.seek(SeekFrom::Start(0))?;
+            writeln!(f, "{}", std::process::id())?;
+            f.sync_all()
+        };
+        write(&mut lock).map_err(|e| SupervisorError::io("cannot write pid file", path, e))?;
+        Ok(PidLock { _lock: lock })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn second_lock_names_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pegasusd.pid");
+        let _first = PidLock::acquire(&path, "h").unwrap();
+        let err = PidLock::acquire(&path, "h").err().unwrap().to_string();
+        assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
+    }
+
+    #[test]
+    fn stale_pid_file_does_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pegasusd.pid");
+        std::fs::write(&path, "999999\n").unwrap();
+        let _lock = PidLock::acquire(&path, "h").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.trim(), std::process::id().to_string());
+    }
+}

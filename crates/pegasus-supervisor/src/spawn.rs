@@ -1,0 +1,102 @@
+//! Starting one `project-worker` process.
+//!
+//! The worker gets only its project path on the command line and a per-spawn token on stdin
+//! (stdin, not argv or the environment, so no other process can read it from `/proc`). Its
+//! environment is cleared down to a short allowlist: credentials live in pegasusd and must never
+//! reach a worker. It runs in its own process group so one `killpg` takes down everything it
+//! started, and it dies with us through `PR_SET_PDEATHSIG`.
+
+use std::{
+    io::Read,
+    os::unix::process::ExitStatusExt as _,
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+};
+use tokio::{io::AsyncWriteExt, process::Child};
+
+/// Environment variables a worker inherits; everything else (API keys first) is dropped.
+const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "PEGASUS_LOG", "RUST_BACKTRACE"];
+
+/// Where the worker binary is: `$PEGASUS_WORKER_BIN`, else beside the running pegasusd.
+pub fn worker_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("PEGASUS_WORKER_BIN") {
+        return PathBuf::from(p);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("project-worker")))
+        .unwrap_or_else(|| PathBuf::from("project-worker"))
+}
+
+/// A fresh random token (128 bits, hex) from the kernel's generator.
+pub fn new_token() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Spawns the worker for `project_dir` and hands it `token`. `stderr_log` catches what the
+/// worker prints outside its tracing log (a panic message, a loader error).
+pub async fn spawn_worker(
+    bin: &Path,
+    project_dir: &Path,
+    token: &str,
+    stderr_log: &Path,
+) -> std::io::Result<Child> {
+    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(stderr_log)?;
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg(project_dir)
+        .env_clear()
+        .envs(ENV_ALLOWLIST.iter().filter_map(|k| std::env::var_os(k).map(|v| (*k, v))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(stderr))
+        .process_group(0)
+        .kill_on_drop(false);
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+    // calls (prctl, getppid, _exit); it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            // If we died between fork and prctl, the death signal was never armed: leave now
+            // rather than live on as an orphan.
+            if nix::unistd::getppid() != parent {
+                nix::libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let line = format!("{token}\n");
+        if let Err(e) = stdin.write_all(line.as_bytes()).await {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(e);
+        }
+    }
+    Ok(child)
+}
+
+/// Kills a worker's whole process group (the worker and anything it started). A group that is
+/// already gone is not an error.
+pub fn kill_group(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// How a process ended, for `status` and the crash record: `exit code 3`, `signal 9 (SIGKILL)`.
+pub fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit code {code}");
+    }
+    match status.signal() {
+        Some(sig) => match nix::sys::signal::Signal::try_from(sig) {
+            Ok(s) => format!("signal {sig} ({})", s.as_str()),
+            Err(_) => format!("signal {sig}"),
+        },
+        None => "unknown exit".into(),
+    }
+}

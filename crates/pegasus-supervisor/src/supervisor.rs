@@ -1,0 +1,247 @@
+//! The daemon's shared state: which projects have a supervised worker, which spawns are waiting
+//! for their worker to call back, and the lifecycle operations that tie PROJECT.md to processes.
+
+use crate::{
+    info,
+    worker_slot::{self, SlotCmd, SlotHandle, WorkerState},
+};
+use interprocess::local_socket::tokio::Stream;
+use tokio::io::{ReadHalf, WriteHalf};
+use pegasus_proto::{
+    ctl::{CreateProject, DaemonStatus, ProjectInfo},
+    FrameReader, FrameWriter,
+};
+use pegasus_store::{Config, Home, NewProject, ProjectFile, ProjectStatus, Verb};
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Instant,
+};
+use tokio::sync::{oneshot, watch};
+
+/// A worker connection that passed the handshake, handed from the accept loop to its slot.
+pub(crate) struct WorkerConn {
+    pub reader: FrameReader<ReadHalf<Stream>>,
+    pub writer: FrameWriter<WriteHalf<Stream>>,
+    /// The pid the kernel reports for the peer (or, failing that, the one it claimed).
+    pub pid: u32,
+}
+
+/// A spawn whose worker has not said hello yet, keyed by its token.
+pub(crate) struct PendingSpawn {
+    pub project: String,
+    pub tx: oneshot::Sender<WorkerConn>,
+}
+
+pub(crate) struct Supervisor {
+    pub home: Home,
+    pub config: Config,
+    pub config_path: PathBuf,
+    pub worker_bin: PathBuf,
+    pub started: Instant,
+    slots: Mutex<HashMap<String, SlotHandle>>,
+    pending: Mutex<HashMap<String, PendingSpawn>>,
+    /// Serialises every read-modify-write of a PROJECT.md and the slot change that goes with it,
+    /// so two clients suspending and resuming at once cannot interleave.
+    lifecycle: tokio::sync::Mutex<()>,
+    pub shutdown: watch::Sender<bool>,
+}
+
+/// A poisoned lock only means another task panicked while holding it; the maps stay usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Supervisor {
+    pub fn new(home: Home, config: Config, config_path: PathBuf, worker_bin: PathBuf) -> Arc<Self> {
+        Arc::new(Supervisor {
+            home,
+            config,
+            config_path,
+            worker_bin,
+            started: Instant::now(),
+            slots: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            lifecycle: tokio::sync::Mutex::new(()),
+            shutdown: watch::channel(false).0,
+        })
+    }
+
+    /// Announces a spawn; the accept loop completes the receiver when its worker says hello.
+    pub fn register_spawn(&self, token: &str, project: &str) -> oneshot::Receiver<WorkerConn> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(token.to_string(), PendingSpawn { project: project.to_string(), tx });
+        rx
+    }
+
+    /// Forgets a spawn that will never say hello (it died or timed out).
+    pub fn cancel_spawn(&self, token: &str) {
+        lock(&self.pending).remove(token);
+    }
+
+    /// Claims a spawn by token; each token works once.
+    pub fn take_spawn(&self, token: &str) -> Option<PendingSpawn> {
+        lock(&self.pending).remove(token)
+    }
+
+    /// Starts supervising `name` unless it already is.
+    pub fn start_slot(self: &Arc<Self>, name: &str) {
+        let mut slots = lock(&self.slots);
+        if slots.get(name).is_some_and(|s| !s.is_finished()) {
+            return;
+        }
+        slots.insert(name.to_string(), worker_slot::start(self.clone(), name.to_string()));
+    }
+
+    /// Stops the worker of `name` gracefully (or by force after the timeout) and forgets it.
+    pub async fn stop_slot(&self, name: &str) {
+        let handle = lock(&self.slots).remove(name);
+        if let Some(handle) = handle {
+            handle.stop().await;
+        }
+    }
+
+    /// Stops every worker at once; used by the graceful daemon shutdown.
+    pub async fn stop_all(&self) {
+        let handles: Vec<SlotHandle> = lock(&self.slots).drain().map(|(_, h)| h).collect();
+        let stops = handles.into_iter().map(|h| tokio::spawn(async move { h.stop().await }));
+        for stop in stops {
+            let _ = stop.await;
+        }
+    }
+
+    fn is_crash_looping(&self, name: &str) -> bool {
+        lock(&self.slots).get(name).is_some_and(|h| h.state() == WorkerState::CrashLooping)
+    }
+
+    fn slot_cmd(&self, name: &str) -> Option<tokio::sync::mpsc::Sender<SlotCmd>> {
+        lock(&self.slots).get(name).map(|h| h.cmd.clone())
+    }
+
+    /// The restart scan: a worker for every active project, the invalid ones reported.
+    pub fn restart_scan(self: &Arc<Self>) -> Result<(), pegasus_store::StoreError> {
+        let entries = pegasus_store::scan_projects(&self.home)?;
+        let (mut active, mut invalid) = (0, 0);
+        for entry in &entries {
+            match &entry.project {
+                Ok(p) if p.status() == ProjectStatus::Active => {
+                    active += 1;
+                    self.start_slot(&entry.name);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    invalid += 1;
+                    tracing::warn!(project = %entry.name, "invalid project, not started: {e}");
+                }
+            }
+        }
+        tracing::info!(projects = entries.len(), active, invalid, "restart scan done");
+        Ok(())
+    }
+
+    /// Every project as listings show it, from the files plus the live slot state.
+    pub fn project_infos(&self) -> Result<Vec<ProjectInfo>, String> {
+        let entries = pegasus_store::scan_projects(&self.home).map_err(|e| e.to_string())?;
+        let costs = pegasus_store::project_costs(&self.home).unwrap_or_default();
+        let slots = lock(&self.slots);
+        Ok(entries
+            .iter()
+            .map(|e| {
+                let cost = costs.get(&e.name).copied().unwrap_or(0.0);
+                let mut info = info::from_entry(e, cost);
+                if let Some(slot) = slots.get(&e.name) {
+                    slot.fill(&mut info);
+                }
+                info
+            })
+            .collect())
+    }
+
+    pub fn project_info(&self, name: &str) -> Result<ProjectInfo, String> {
+        pegasus_store::validate_name(name).map_err(|e| e.to_string())?;
+        self.project_infos()?
+            .into_iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| format!("project {name} not found: see `pegasusctl project list`"))
+    }
+
+    pub fn status(&self) -> Result<DaemonStatus, String> {
+        Ok(DaemonStatus {
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs(),
+            home: self.home.root().display().to_string(),
+            cost_today_usd: pegasus_store::cost_today(&self.home).unwrap_or(0.0),
+            projects: self.project_infos()?,
+        })
+    }
+
+    /// `project create`: folders + PROJECT.md, then a worker.
+    pub async fn create(self: &Arc<Self>, req: CreateProject) -> Result<ProjectInfo, String> {
+        let _guard = self.lifecycle.lock().await;
+        let new = NewProject {
+            name: req.name.clone(),
+            goal: req.goal,
+            background: req.background,
+            constraints: req.constraints,
+            model: req.model,
+            workdir: req.workdir.map(PathBuf::from),
+        };
+        pegasus_store::create_project(&self.home, &new, chrono::Utc::now()).map_err(|e| e.to_string())?;
+        tracing::info!(project = %req.name, "project created");
+        self.start_slot(&req.name);
+        drop(_guard);
+        self.project_info(&req.name)
+    }
+
+    /// One lifecycle verb: PROJECT.md is written first (the durable intent), then the worker is
+    /// started or stopped to match. A crash in between leaves a file that says what to do on boot.
+    pub async fn lifecycle(self: &Arc<Self>, name: &str, verb: Verb) -> Result<ProjectInfo, String> {
+        pegasus_store::validate_name(name).map_err(|e| e.to_string())?;
+        let _guard = self.lifecycle.lock().await;
+        let dir = self.home.project_dir(name);
+        if !dir.join("PROJECT.md").exists() {
+            return Err(format!("project {name} not found: see `pegasusctl project list`"));
+        }
+        let mut project = ProjectFile::load(&dir)
+            .map_err(|e| format!("project {name} is invalid: {e}"))?;
+        // `resume` of an active project whose worker gave up (crash loop) restarts the worker;
+        // any other resume of an active project is refused by the state machine below.
+        if verb == Verb::Resume && project.status() == ProjectStatus::Active && self.is_crash_looping(name) {
+            if let Some(cmd) = self.slot_cmd(name) {
+                let _ = cmd.send(SlotCmd::Restart).await;
+                tracing::info!(project = %name, "resumed after crash loop");
+                drop(_guard);
+                return self.project_info(name);
+            }
+        }
+        let to = project.apply(verb, chrono::Utc::now()).map_err(|e| e.to_string())?;
+        project.save(&dir).map_err(|e| e.to_string())?;
+        tracing::info!(project = %name, %verb, status = %to, "lifecycle");
+        if to == ProjectStatus::Active {
+            self.start_slot(name);
+        } else {
+            self.stop_slot(name).await;
+        }
+        drop(_guard);
+        self.project_info(name)
+    }
+
+    /// `project send`: deliver a message; answered once the worker has it durably.
+    pub async fn send(&self, name: &str, text: String) -> Result<String, String> {
+        pegasus_store::validate_name(name).map_err(|e| e.to_string())?;
+        let Some(cmd) = self.slot_cmd(name) else {
+            let status = ProjectFile::load(&self.home.project_dir(name))
+                .map(|p| p.status().to_string())
+                .unwrap_or_else(|_| "not running".into());
+            return Err(format!(
+                "project {name} has no worker (it is {status}): resume it with `pegasusctl project resume {name}`"
+            ));
+        };
+        let (reply, rx) = oneshot::channel();
+        cmd.send(SlotCmd::Deliver { from: "cli".into(), text, reply })
+            .await
+            .map_err(|_| format!("project {name} is stopping; try again"))?;
+        rx.await.map_err(|_| format!("project {name} stopped before taking the message; try again"))?
+    }
+}

@@ -1,0 +1,62 @@
+//! The worker socket `<home>/run/w.sock`: every spawned worker connects here and proves which
+//! spawn it is. Anything else — garbage, an oversized frame, a wrong version, an unknown or
+//! reused token, a pid that is not the peer's — loses its connection and is logged; the daemon
+//! and every other worker carry on.
+
+use crate::supervisor::{Supervisor, WorkerConn};
+use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
+use pegasus_proto::{worker::FromWorker, FrameReader, FrameWriter, PROTOCOL_VERSION};
+use std::{sync::Arc, time::Duration};
+
+/// How long a new connection may take to say hello before it is dropped.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Accepts worker connections until the daemon stops.
+pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                tokio::spawn(handshake(sup.clone(), stream));
+            }
+            Err(e) => {
+                tracing::warn!("worker socket accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
+    let peer_pid = stream.peer_creds().ok().and_then(|c| c.pid()).and_then(|p| u32::try_from(p).ok());
+    let (recv, send) = tokio::io::split(stream);
+    let mut reader = FrameReader::new(recv);
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
+        Ok(Ok(Some(FromWorker::Hello(hello)))) => hello,
+        Ok(Ok(Some(other))) => return reject(peer_pid, &format!("first frame is not a hello: {other:?}")),
+        Ok(Ok(None)) => return reject(peer_pid, "closed before hello"),
+        Ok(Err(e)) => return reject(peer_pid, &e.to_string()),
+        Err(_) => return reject(peer_pid, "no hello within 5 s"),
+    };
+    if hello.protocol_version != PROTOCOL_VERSION {
+        return reject(
+            peer_pid,
+            &format!("protocol version {} (this daemon speaks {PROTOCOL_VERSION})", hello.protocol_version),
+        );
+    }
+    if peer_pid.is_some_and(|p| p != hello.pid) {
+        return reject(peer_pid, &format!("claims pid {}", hello.pid));
+    }
+    let Some(pending) = sup.take_spawn(&hello.token) else {
+        return reject(peer_pid, &format!("unknown spawn token for project {}", hello.project));
+    };
+    if pending.project != hello.project {
+        return reject(peer_pid, &format!("token of project {} used for {}", pending.project, hello.project));
+    }
+    let conn = WorkerConn { reader, writer: FrameWriter::new(send), pid: peer_pid.unwrap_or(hello.pid) };
+    // The slot may have given up on this spawn in the meantime; then the connection just drops.
+    let _ = pending.tx.send(conn);
+}
+
+fn reject(peer_pid: Option<u32>, why: &str) {
+    tracing::warn!(?peer_pid, "dropping worker connection: {why}");
+}
