@@ -17,7 +17,10 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match pegasus_supervisor::run(pegasus_supervisor::DaemonOptions { home: args.home, config: args.config }) {
+    match pegasus_supervisor::run(pegasus_supervisor::DaemonOptions {
+        home: args.home,
+        config: args.config,
+    }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pegasusd: {e}");

@@ -8,7 +8,9 @@ fn main() -> ExitCode {
         eprintln!("{}", pegasus_worker::WorkerError::Usage);
         return ExitCode::from(2);
     };
-    match pegasus_worker::run(pegasus_worker::WorkerArgs { project_dir: dir.into() }) {
+    match pegasus_worker::run(pegasus_worker::WorkerArgs {
+        project_dir: dir.into(),
+    }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("project-worker: {e}");

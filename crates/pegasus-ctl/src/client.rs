@@ -20,7 +20,9 @@ impl Client {
     /// Connects to the daemon of `home`. No socket or nobody listening = [`CtlError::NotRunning`].
     pub async fn connect(home: &Home) -> Result<Client, CtlError> {
         let path = home.control_socket();
-        let not_running = || CtlError::NotRunning { home: home.root().display().to_string() };
+        let not_running = || CtlError::NotRunning {
+            home: home.root().display().to_string(),
+        };
         let name = path
             .as_path()
             .to_fs_name::<GenericFilePath>()
@@ -29,17 +31,29 @@ impl Client {
             Ok(s) => s,
             Err(e) => {
                 return Err(match e.kind() {
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => not_running(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                        not_running()
+                    }
                     _ => CtlError::Failed(format!("cannot connect to {}: {e}", path.display())),
                 })
             }
         };
         let (recv, send) = tokio::io::split(stream);
-        let mut client = Client { reader: FrameReader::new(recv), writer: FrameWriter::new(send) };
-        match client.request(CtlRequest::Hello { protocol_version: PROTOCOL_VERSION }).await? {
+        let mut client = Client {
+            reader: FrameReader::new(recv),
+            writer: FrameWriter::new(send),
+        };
+        match client
+            .request(CtlRequest::Hello {
+                protocol_version: PROTOCOL_VERSION,
+            })
+            .await?
+        {
             CtlResponse::Welcome { .. } => Ok(client),
             CtlResponse::Error { message } => Err(CtlError::Failed(message)),
-            other => Err(CtlError::Failed(format!("unexpected answer to hello: {other:?}"))),
+            other => Err(CtlError::Failed(format!(
+                "unexpected answer to hello: {other:?}"
+            ))),
         }
     }
 
@@ -48,7 +62,9 @@ impl Client {
         self.writer.write(&req).await?;
         match self.reader.read::<CtlResponse>().await? {
             Some(resp) => Ok(resp),
-            None => Err(CtlError::Failed("pegasusd closed the connection; check `pegasusctl status`".into())),
+            None => Err(CtlError::Failed(
+                "pegasusd closed the connection; check `pegasusctl status`".into(),
+            )),
         }
     }
 

@@ -28,6 +28,8 @@ impl From<pegasus_store::StoreError> for CtlError {
 
 impl From<pegasus_proto::ProtoError> for CtlError {
     fn from(e: pegasus_proto::ProtoError) -> Self {
-        CtlError::Failed(format!("lost the connection to pegasusd ({e}); check `pegasusctl status`"))
+        CtlError::Failed(format!(
+            "lost the connection to pegasusd ({e}); check `pegasusctl status`"
+        ))
     }
 }

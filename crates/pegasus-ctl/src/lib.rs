@@ -21,7 +21,10 @@ use std::process::ExitCode;
 /// Parses the command line, runs the command, prints the outcome and picks the exit code.
 pub fn main_entry() -> ExitCode {
     let cli = <Cli as clap::Parser>::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pegasusctl: cannot start: {e}");

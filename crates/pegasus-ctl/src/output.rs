@@ -45,7 +45,8 @@ fn worker_cell(p: &ProjectInfo) -> String {
 
 pub fn project_table(list: &[ProjectInfo]) -> String {
     if list.is_empty() {
-        return "no projects; create one with `pegasusctl project create NAME --goal TEXT`\n".into();
+        return "no projects; create one with `pegasusctl project create NAME --goal TEXT`\n"
+            .into();
     }
     let rows: Vec<Vec<String>> = list
         .iter()
@@ -89,17 +90,34 @@ pub fn status(s: &DaemonStatus) -> String {
             vec![
                 p.name.clone(),
                 p.status.clone(),
-                if p.error.is_some() { "-".into() } else { p.worker_state.clone() },
+                if p.error.is_some() {
+                    "-".into()
+                } else {
+                    p.worker_state.clone()
+                },
                 dash(p.worker_pid),
                 p.restarts.to_string(),
-                p.error.clone().or_else(|| p.last_crash.clone()).unwrap_or_else(|| "-".into()),
+                p.error
+                    .clone()
+                    .or_else(|| p.last_crash.clone())
+                    .unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
     if rows.is_empty() {
         out.push_str("no active projects\n");
     } else {
-        out.push_str(&table(&["PROJECT", "STATUS", "WORKER", "PID", "RESTARTS", "LAST CRASH / PROBLEM"], &rows));
+        out.push_str(&table(
+            &[
+                "PROJECT",
+                "STATUS",
+                "WORKER",
+                "PID",
+                "RESTARTS",
+                "LAST CRASH / PROBLEM",
+            ],
+            &rows,
+        ));
     }
     let others = s.projects.len() - rows.len();
     if others > 0 {
@@ -121,7 +139,10 @@ pub fn project_details(p: &ProjectInfo) -> String {
     field("worker", worker_cell(p));
     field("restarts", p.restarts.to_string());
     if let Some(c) = &p.last_crash {
-        field("last crash", format!("{c} at {}", dash(p.last_crash_at.as_ref())));
+        field(
+            "last crash",
+            format!("{c} at {}", dash(p.last_crash_at.as_ref())),
+        );
     }
     field("model", dash(p.model.as_ref()));
     field("workdir", dash(p.workdir.as_ref()));

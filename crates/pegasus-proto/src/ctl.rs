@@ -8,16 +8,28 @@ use serde::{Deserialize, Serialize};
 /// Client → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CtlRequest {
-    Hello { protocol_version: u32 },
+    Hello {
+        protocol_version: u32,
+    },
     Status,
     ProjectCreate(CreateProject),
     /// `status` filters by lifecycle status (`active`, ..., or `invalid`).
-    ProjectList { status: Option<String> },
-    ProjectShow { name: String },
+    ProjectList {
+        status: Option<String>,
+    },
+    ProjectShow {
+        name: String,
+    },
     /// One lifecycle verb: `suspend`, `resume`, `complete` or `archive`.
-    ProjectLifecycle { name: String, verb: String },
+    ProjectLifecycle {
+        name: String,
+        verb: String,
+    },
     /// Deliver a message to the project's worker; answered once it is durably persisted.
-    ProjectSend { name: String, text: String },
+    ProjectSend {
+        name: String,
+        text: String,
+    },
     /// Graceful daemon shutdown.
     Stop,
 }
@@ -36,16 +48,25 @@ pub struct CreateProject {
 /// Daemon → client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CtlResponse {
-    Welcome { daemon_pid: u32, protocol_version: u32 },
+    Welcome {
+        daemon_pid: u32,
+        protocol_version: u32,
+    },
     Status(DaemonStatus),
-    Project(ProjectInfo),
+    Project(Box<ProjectInfo>),
     Projects(Vec<ProjectInfo>),
     /// A message was persisted by the worker under this id.
-    Sent { id: String },
+    Sent {
+        id: String,
+    },
     /// Done; a one-line human summary.
-    Done { message: String },
+    Done {
+        message: String,
+    },
     /// Refused or failed; one line that says what to do.
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// What `status` shows.

@@ -15,7 +15,10 @@ pub const MAX_FRAME: usize = 16 * 1024 * 1024;
 fn checked_len(prefix: [u8; 4]) -> Result<usize, ProtoError> {
     let len = u32::from_be_bytes(prefix) as usize;
     if len > MAX_FRAME {
-        return Err(ProtoError::TooLarge { len, max: MAX_FRAME });
+        return Err(ProtoError::TooLarge {
+            len,
+            max: MAX_FRAME,
+        });
     }
     Ok(len)
 }
@@ -39,7 +42,10 @@ pub struct FrameReader<R> {
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R) -> Self {
-        FrameReader { inner: BufReader::new(inner), buf: Vec::new() }
+        FrameReader {
+            inner: BufReader::new(inner),
+            buf: Vec::new(),
+        }
     }
 
     /// Reads the next message. `Ok(None)` is a clean end of stream at a frame boundary (the peer
@@ -81,7 +87,10 @@ pub struct FrameWriter<W> {
 
 impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     pub fn new(inner: W) -> Self {
-        FrameWriter { inner, buf: Vec::new() }
+        FrameWriter {
+            inner,
+            buf: Vec::new(),
+        }
     }
 
     /// Writes one message as one frame and flushes it. Refuses (before writing anything) a
@@ -89,10 +98,14 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     pub async fn write<T: Serialize>(&mut self, msg: &T) -> Result<(), ProtoError> {
         let payload = codec::encode(msg)?;
         if payload.len() > MAX_FRAME {
-            return Err(ProtoError::TooLarge { len: payload.len(), max: MAX_FRAME });
+            return Err(ProtoError::TooLarge {
+                len: payload.len(),
+                max: MAX_FRAME,
+            });
         }
         self.buf.clear();
-        self.buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        self.buf
+            .extend_from_slice(&(payload.len() as u32).to_be_bytes());
         self.buf.extend_from_slice(&payload);
         self.inner.write_all(&self.buf).await?;
         self.inner.flush().await?;
@@ -130,7 +143,10 @@ mod tests {
         w.write(&FromWorker::Heartbeat).await.unwrap();
         drop(w);
         assert_eq!(r.read::<FromWorker>().await.unwrap(), Some(hello));
-        assert_eq!(r.read::<FromWorker>().await.unwrap(), Some(FromWorker::Heartbeat));
+        assert_eq!(
+            r.read::<FromWorker>().await.unwrap(),
+            Some(FromWorker::Heartbeat)
+        );
         assert_eq!(r.read::<FromWorker>().await.unwrap(), None);
     }
 

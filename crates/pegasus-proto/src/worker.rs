@@ -46,17 +46,29 @@ pub enum FromWorker {
     Hello(Hello),
     /// The project is loaded; the worker takes messages.
     Ready,
-    Pong { nonce: u64 },
+    Pong {
+        nonce: u64,
+    },
     /// "Still alive" while idle or busy; the watchdog's silent timeout is measured against it.
     Heartbeat,
     /// The message with this id is durably in `session/current.jsonl`.
-    MessagePersisted { id: String },
+    MessagePersisted {
+        id: String,
+    },
     /// Something the project wants the MainAgent to know.
-    Notify { text: String, kind: String },
+    Notify {
+        text: String,
+        kind: String,
+    },
     /// A log-worthy event (task transitions, tool calls, usage); `data_json` is raw JSON.
-    Event { kind: String, data_json: String },
+    Event {
+        kind: String,
+        data_json: String,
+    },
     /// The worker cannot run (bad PROJECT.md, unreadable config); it exits after sending this.
-    Fatal { reason: String },
+    Fatal {
+        reason: String,
+    },
     /// Answer to [`ToWorker::Shutdown`]: everything is flushed, exit follows.
     ShutdownComplete,
 }

@@ -86,7 +86,8 @@ pub fn cost_on(home: &Home, day: NaiveDate) -> Result<f64> {
         .into_iter()
         .filter(|(ts, _, _)| ts.date_naive() == day)
         .map(|(_, _, usd)| usd)
-        .sum())
+        // A fold from +0.0, not `sum()`: an empty float sum is -0.0 and prints as "$-0.00".
+        .fold(0.0, |a, b| a + b))
 }
 
 /// Sum of `usd` for lines whose `ts` is today (UTC).

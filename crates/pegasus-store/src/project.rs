@@ -1224,7 +1224,7 @@ Migrate the frontend component library from class components to React hooks.
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(3000))]
+        #![proptest_config(ProptestConfig::with_cases(128))]
 
         #[test]
         fn render_then_parse_is_identity(

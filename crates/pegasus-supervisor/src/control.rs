@@ -33,8 +33,13 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
     let mut reader = FrameReader::new(recv);
     let mut writer = FrameWriter::new(send);
     match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<CtlRequest>()).await {
-        Ok(Ok(Some(CtlRequest::Hello { protocol_version }))) if protocol_version == PROTOCOL_VERSION => {
-            let welcome = CtlResponse::Welcome { daemon_pid: std::process::id(), protocol_version };
+        Ok(Ok(Some(CtlRequest::Hello { protocol_version })))
+            if protocol_version == PROTOCOL_VERSION =>
+        {
+            let welcome = CtlResponse::Welcome {
+                daemon_pid: std::process::id(),
+                protocol_version,
+            };
             if writer.write(&welcome).await.is_err() {
                 return;
             }
@@ -47,7 +52,9 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
             let _ = writer.write(&CtlResponse::Error { message }).await;
             return;
         }
-        Ok(Ok(Some(_))) => return tracing::warn!("dropping control connection: request before hello"),
+        Ok(Ok(Some(_))) => {
+            return tracing::warn!("dropping control connection: request before hello")
+        }
         Ok(Ok(None)) => return,
         Ok(Err(e)) => return tracing::warn!("dropping control connection: {e}"),
         Err(_) => return tracing::warn!("dropping control connection: no hello within 5 s"),
@@ -70,18 +77,33 @@ async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlResponse {
     let result = match req {
         CtlRequest::Hello { .. } => Err("already said hello".to_string()),
         CtlRequest::Status => sup.status().map(CtlResponse::Status),
-        CtlRequest::ProjectCreate(create) => sup.create(create).await.map(CtlResponse::Project),
+        CtlRequest::ProjectCreate(create) => sup
+            .create(create)
+            .await
+            .map(|p| CtlResponse::Project(Box::new(p))),
         CtlRequest::ProjectList { status } => list(sup, status),
-        CtlRequest::ProjectShow { name } => sup.project_info(&name).map(CtlResponse::Project),
+        CtlRequest::ProjectShow { name } => sup
+            .project_info(&name)
+            .map(|p| CtlResponse::Project(Box::new(p))),
         CtlRequest::ProjectLifecycle { name, verb } => match Verb::parse(&verb) {
-            Some(verb) => sup.lifecycle(&name, verb).await.map(CtlResponse::Project),
-            None => Err(format!("unknown verb `{verb}`: use suspend, resume, complete or archive")),
+            Some(verb) => sup
+                .lifecycle(&name, verb)
+                .await
+                .map(|p| CtlResponse::Project(Box::new(p))),
+            None => Err(format!(
+                "unknown verb `{verb}`: use suspend, resume, complete or archive"
+            )),
         },
-        CtlRequest::ProjectSend { name, text } => sup.send(&name, text).await.map(|id| CtlResponse::Sent { id }),
+        CtlRequest::ProjectSend { name, text } => sup
+            .send(&name, text)
+            .await
+            .map(|id| CtlResponse::Sent { id }),
         CtlRequest::Stop => {
             tracing::info!("stop requested over the control socket");
             sup.shutdown.send_replace(true);
-            Ok(CtlResponse::Done { message: "pegasusd is stopping".into() })
+            Ok(CtlResponse::Done {
+                message: "pegasusd is stopping".into(),
+            })
         }
     };
     result.unwrap_or_else(|message| CtlResponse::Error { message })
@@ -90,7 +112,9 @@ async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlResponse {
 fn list(sup: &Supervisor, status: Option<String>) -> Result<CtlResponse, String> {
     if let Some(s) = &status {
         if ProjectStatus::parse(s).is_none() && s != "invalid" {
-            return Err(format!("unknown status `{s}`: use active, suspended, completed, archived or invalid"));
+            return Err(format!(
+                "unknown status `{s}`: use active, suspended, completed, archived or invalid"
+            ));
         }
     }
     let mut infos = sup.project_infos()?;

@@ -1,7 +1,9 @@
 //! The daemon's life from start to exit: lock, layout, config, listeners, restart scan, wait for
 //! a stop, stop every worker, exit.
 
-use crate::{control, logging, spawn, supervisor::Supervisor, worker_server, PidLock, SupervisorError};
+use crate::{
+    control, logging, spawn, supervisor::Supervisor, worker_server, PidLock, SupervisorError,
+};
 use interprocess::{
     local_socket::{tokio::Listener, GenericFilePath, ListenerOptions, ToFsName},
     os::unix::local_socket::ListenerOptionsExt,
@@ -22,7 +24,8 @@ pub struct DaemonOptions {
 /// Runs the daemon in the foreground until SIGTERM, SIGINT or `pegasusctl stop`.
 pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     let home = Home::resolve(opts.home)?;
-    std::fs::create_dir_all(home.root()).map_err(|e| SupervisorError::io("cannot create home", home.root(), e))?;
+    std::fs::create_dir_all(home.root())
+        .map_err(|e| SupervisorError::io("cannot create home", home.root(), e))?;
     home.check_socket_paths()?;
     // The lock comes before anything that touches the sockets: a second daemon must not unlink
     // the first one's live socket.
@@ -72,12 +75,19 @@ fn listen(path: &Path) -> Result<Listener, SupervisorError> {
         .map_err(|e| SupervisorError::io("cannot listen on", path, e))
 }
 
-async fn serve(home: Home, config: Config, config_path: PathBuf, worker_bin: PathBuf) -> Result<(), SupervisorError> {
+async fn serve(
+    home: Home,
+    config: Config,
+    config_path: PathBuf,
+    worker_bin: PathBuf,
+) -> Result<(), SupervisorError> {
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
     let sup = Supervisor::new(home.clone(), config, config_path, worker_bin);
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
+    let mut sigterm = signal(SignalKind::terminate())
+        .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
+    let mut sigint = signal(SignalKind::interrupt())
+        .map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
     let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
     sup.restart_scan()?;
     let controls = tokio::spawn(control::serve(sup.clone(), control_listener));

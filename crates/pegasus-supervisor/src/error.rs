@@ -10,13 +10,22 @@ pub enum SupervisorError {
     #[error(transparent)]
     Store(#[from] pegasus_store::StoreError),
     #[error("{what} {path}: {source}")]
-    Io { what: &'static str, path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot find the project-worker binary at {0}: install it beside pegasusd or set PEGASUS_WORKER_BIN")]
     WorkerBinary(PathBuf),
 }
 
 impl SupervisorError {
     pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        SupervisorError::Io { what, path: path.into(), source }
+        SupervisorError::Io {
+            what,
+            path: path.into(),
+            source,
+        }
     }
 }

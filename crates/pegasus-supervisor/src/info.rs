@@ -6,7 +6,8 @@ use pegasus_store::ScanEntry;
 /// The file-only view of a project (no worker). `pegasusctl` uses it too when the daemon is
 /// down, so both paths print the same thing.
 pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
-    let ts = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let ts =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let mut info = ProjectInfo {
         name: entry.name.clone(),
         status: "invalid".into(),

@@ -9,11 +9,21 @@ use tracing_subscriber::{fmt, prelude::*, EnvFilter};
 
 /// Installs the global subscriber. `prefix` names the file (`pegasusd.log.<date>`).
 pub fn init(logs_dir: &Path, prefix: &str) {
-    let filter = || EnvFilter::try_from_env("PEGASUS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        || EnvFilter::try_from_env("PEGASUS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let file = tracing_appender::rolling::daily(logs_dir, prefix);
     let registry = tracing_subscriber::registry()
-        .with(fmt::layer().with_writer(std::io::stderr).with_filter(filter()))
-        .with(fmt::layer().with_ansi(false).with_writer(file).with_filter(filter()));
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter()),
+        )
+        .with(
+            fmt::layer()
+                .with_ansi(false)
+                .with_writer(file)
+                .with_filter(filter()),
+        );
     // A second init (tests running the daemon in-process) keeps the first subscriber.
     let _ = registry.try_init();
 }

@@ -36,10 +36,18 @@ impl PidLock {
                     let pid = pid.trim();
                     return Err(SupervisorError::AlreadyRunning {
                         home: home_label.to_string(),
-                        pid: if pid.is_empty() { "unknown".into() } else { pid.to_string() },
+                        pid: if pid.is_empty() {
+                            "unknown".into()
+                        } else {
+                            pid.to_string()
+                        },
                     });
                 }
-                return Err(SupervisorError::io("cannot lock pid file", path, errno.into()));
+                return Err(SupervisorError::io(
+                    "cannot lock pid file",
+                    path,
+                    errno.into(),
+                ));
             }
         };
         let write = |f: &mut File| -> std::io::Result<()> {
@@ -64,7 +72,10 @@ mod tests {
         let path = dir.path().join("pegasusd.pid");
         let _first = PidLock::acquire(&path, "h").unwrap();
         let err = PidLock::acquire(&path, "h").err().unwrap().to_string();
-        assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
     }
 
     #[test]

@@ -15,7 +15,17 @@ use std::{
 use tokio::{io::AsyncWriteExt, process::Child};
 
 /// Environment variables a worker inherits; everything else (API keys first) is dropped.
-const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "PEGASUS_LOG", "RUST_BACKTRACE"];
+const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "PEGASUS_LOG",
+    "RUST_BACKTRACE",
+];
 
 /// Where the worker binary is: `$PEGASUS_WORKER_BIN`, else beside the running pegasusd.
 pub fn worker_binary() -> PathBuf {
@@ -43,11 +53,18 @@ pub async fn spawn_worker(
     token: &str,
     stderr_log: &Path,
 ) -> std::io::Result<Child> {
-    let stderr = std::fs::OpenOptions::new().create(true).append(true).open(stderr_log)?;
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(stderr_log)?;
     let mut cmd = tokio::process::Command::new(bin);
     cmd.arg(project_dir)
         .env_clear()
-        .envs(ENV_ALLOWLIST.iter().filter_map(|k| std::env::var_os(k).map(|v| (*k, v))))
+        .envs(
+            ENV_ALLOWLIST
+                .iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr))
@@ -83,7 +100,10 @@ pub async fn spawn_worker(
 /// already gone is not an error.
 pub fn kill_group(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 

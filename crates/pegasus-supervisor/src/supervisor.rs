@@ -6,7 +6,6 @@ use crate::{
     worker_slot::{self, SlotCmd, SlotHandle, WorkerState},
 };
 use interprocess::local_socket::tokio::Stream;
-use tokio::io::{ReadHalf, WriteHalf};
 use pegasus_proto::{
     ctl::{CreateProject, DaemonStatus, ProjectInfo},
     FrameReader, FrameWriter,
@@ -18,6 +17,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
     time::Instant,
 };
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{oneshot, watch};
 
 /// A worker connection that passed the handshake, handed from the accept loop to its slot.
@@ -71,7 +71,13 @@ impl Supervisor {
     /// Announces a spawn; the accept loop completes the receiver when its worker says hello.
     pub fn register_spawn(&self, token: &str, project: &str) -> oneshot::Receiver<WorkerConn> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(token.to_string(), PendingSpawn { project: project.to_string(), tx });
+        lock(&self.pending).insert(
+            token.to_string(),
+            PendingSpawn {
+                project: project.to_string(),
+                tx,
+            },
+        );
         rx
     }
 
@@ -91,7 +97,10 @@ impl Supervisor {
         if slots.get(name).is_some_and(|s| !s.is_finished()) {
             return;
         }
-        slots.insert(name.to_string(), worker_slot::start(self.clone(), name.to_string()));
+        slots.insert(
+            name.to_string(),
+            worker_slot::start(self.clone(), name.to_string()),
+        );
     }
 
     /// Stops the worker of `name` gracefully (or by force after the timeout) and forgets it.
@@ -105,14 +114,18 @@ impl Supervisor {
     /// Stops every worker at once; used by the graceful daemon shutdown.
     pub async fn stop_all(&self) {
         let handles: Vec<SlotHandle> = lock(&self.slots).drain().map(|(_, h)| h).collect();
-        let stops = handles.into_iter().map(|h| tokio::spawn(async move { h.stop().await }));
+        let stops = handles
+            .into_iter()
+            .map(|h| tokio::spawn(async move { h.stop().await }));
         for stop in stops {
             let _ = stop.await;
         }
     }
 
     fn is_crash_looping(&self, name: &str) -> bool {
-        lock(&self.slots).get(name).is_some_and(|h| h.state() == WorkerState::CrashLooping)
+        lock(&self.slots)
+            .get(name)
+            .is_some_and(|h| h.state() == WorkerState::CrashLooping)
     }
 
     fn slot_cmd(&self, name: &str) -> Option<tokio::sync::mpsc::Sender<SlotCmd>> {
@@ -136,7 +149,12 @@ impl Supervisor {
                 }
             }
         }
-        tracing::info!(projects = entries.len(), active, invalid, "restart scan done");
+        tracing::info!(
+            projects = entries.len(),
+            active,
+            invalid,
+            "restart scan done"
+        );
         Ok(())
     }
 
@@ -187,7 +205,8 @@ impl Supervisor {
             model: req.model,
             workdir: req.workdir.map(PathBuf::from),
         };
-        pegasus_store::create_project(&self.home, &new, chrono::Utc::now()).map_err(|e| e.to_string())?;
+        pegasus_store::create_project(&self.home, &new, chrono::Utc::now())
+            .map_err(|e| e.to_string())?;
         tracing::info!(project = %req.name, "project created");
         self.start_slot(&req.name);
         drop(_guard);
@@ -196,18 +215,27 @@ impl Supervisor {
 
     /// One lifecycle verb: PROJECT.md is written first (the durable intent), then the worker is
     /// started or stopped to match. A crash in between leaves a file that says what to do on boot.
-    pub async fn lifecycle(self: &Arc<Self>, name: &str, verb: Verb) -> Result<ProjectInfo, String> {
+    pub async fn lifecycle(
+        self: &Arc<Self>,
+        name: &str,
+        verb: Verb,
+    ) -> Result<ProjectInfo, String> {
         pegasus_store::validate_name(name).map_err(|e| e.to_string())?;
         let _guard = self.lifecycle.lock().await;
         let dir = self.home.project_dir(name);
         if !dir.join("PROJECT.md").exists() {
-            return Err(format!("project {name} not found: see `pegasusctl project list`"));
+            return Err(format!(
+                "project {name} not found: see `pegasusctl project list`"
+            ));
         }
-        let mut project = ProjectFile::load(&dir)
-            .map_err(|e| format!("project {name} is invalid: {e}"))?;
+        let mut project =
+            ProjectFile::load(&dir).map_err(|e| format!("project {name} is invalid: {e}"))?;
         // `resume` of an active project whose worker gave up (crash loop) restarts the worker;
         // any other resume of an active project is refused by the state machine below.
-        if verb == Verb::Resume && project.status() == ProjectStatus::Active && self.is_crash_looping(name) {
+        if verb == Verb::Resume
+            && project.status() == ProjectStatus::Active
+            && self.is_crash_looping(name)
+        {
             if let Some(cmd) = self.slot_cmd(name) {
                 let _ = cmd.send(SlotCmd::Restart).await;
                 tracing::info!(project = %name, "resumed after crash loop");
@@ -215,7 +243,9 @@ impl Supervisor {
                 return self.project_info(name);
             }
         }
-        let to = project.apply(verb, chrono::Utc::now()).map_err(|e| e.to_string())?;
+        let to = project
+            .apply(verb, chrono::Utc::now())
+            .map_err(|e| e.to_string())?;
         project.save(&dir).map_err(|e| e.to_string())?;
         tracing::info!(project = %name, %verb, status = %to, "lifecycle");
         if to == ProjectStatus::Active {
@@ -239,9 +269,14 @@ impl Supervisor {
             ));
         };
         let (reply, rx) = oneshot::channel();
-        cmd.send(SlotCmd::Deliver { from: "cli".into(), text, reply })
-            .await
-            .map_err(|_| format!("project {name} is stopping; try again"))?;
-        rx.await.map_err(|_| format!("project {name} stopped before taking the message; try again"))?
+        cmd.send(SlotCmd::Deliver {
+            from: "cli".into(),
+            text,
+            reply,
+        })
+        .await
+        .map_err(|_| format!("project {name} is stopping; try again"))?;
+        rx.await
+            .map_err(|_| format!("project {name} stopped before taking the message; try again"))?
     }
 }

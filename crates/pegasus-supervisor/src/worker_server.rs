@@ -27,12 +27,18 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 }
 
 async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
-    let peer_pid = stream.peer_creds().ok().and_then(|c| c.pid()).and_then(|p| u32::try_from(p).ok());
+    let peer_pid = stream
+        .peer_creds()
+        .ok()
+        .and_then(|c| c.pid())
+        .and_then(|p| u32::try_from(p).ok());
     let (recv, send) = tokio::io::split(stream);
     let mut reader = FrameReader::new(recv);
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
         Ok(Ok(Some(FromWorker::Hello(hello)))) => hello,
-        Ok(Ok(Some(other))) => return reject(peer_pid, &format!("first frame is not a hello: {other:?}")),
+        Ok(Ok(Some(other))) => {
+            return reject(peer_pid, &format!("first frame is not a hello: {other:?}"))
+        }
         Ok(Ok(None)) => return reject(peer_pid, "closed before hello"),
         Ok(Err(e)) => return reject(peer_pid, &e.to_string()),
         Err(_) => return reject(peer_pid, "no hello within 5 s"),
@@ -40,19 +46,35 @@ async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
     if hello.protocol_version != PROTOCOL_VERSION {
         return reject(
             peer_pid,
-            &format!("protocol version {} (this daemon speaks {PROTOCOL_VERSION})", hello.protocol_version),
+            &format!(
+                "protocol version {} (this daemon speaks {PROTOCOL_VERSION})",
+                hello.protocol_version
+            ),
         );
     }
     if peer_pid.is_some_and(|p| p != hello.pid) {
         return reject(peer_pid, &format!("claims pid {}", hello.pid));
     }
     let Some(pending) = sup.take_spawn(&hello.token) else {
-        return reject(peer_pid, &format!("unknown spawn token for project {}", hello.project));
+        return reject(
+            peer_pid,
+            &format!("unknown spawn token for project {}", hello.project),
+        );
     };
     if pending.project != hello.project {
-        return reject(peer_pid, &format!("token of project {} used for {}", pending.project, hello.project));
+        return reject(
+            peer_pid,
+            &format!(
+                "token of project {} used for {}",
+                pending.project, hello.project
+            ),
+        );
     }
-    let conn = WorkerConn { reader, writer: FrameWriter::new(send), pid: peer_pid.unwrap_or(hello.pid) };
+    let conn = WorkerConn {
+        reader,
+        writer: FrameWriter::new(send),
+        pid: peer_pid.unwrap_or(hello.pid),
+    };
     // The slot may have given up on this spawn in the meantime; then the connection just drops.
     let _ = pending.tx.send(conn);
 }

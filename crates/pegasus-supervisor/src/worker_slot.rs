@@ -39,7 +39,11 @@ pub(crate) enum SlotCmd {
     /// Stop the worker (gracefully, then by force) and end the slot; answered when it is reaped.
     Stop(oneshot::Sender<()>),
     /// Deliver a message; answered with its id once persisted, or why not.
-    Deliver { from: String, text: String, reply: oneshot::Sender<Result<String, String>> },
+    Deliver {
+        from: String,
+        text: String,
+        reply: oneshot::Sender<Result<String, String>>,
+    },
     /// Leave the crash-looping state (or skip a backoff) and start the worker now.
     Restart,
 }
@@ -109,7 +113,9 @@ impl SlotHandle {
         info.worker_state = s.state.as_str().to_string();
         info.restarts = s.restarts;
         info.last_crash = s.last_crash;
-        info.last_crash_at = s.last_crash_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        info.last_crash_at = s
+            .last_crash_at
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
     }
 }
 
@@ -123,9 +129,20 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
         last_crash: None,
         last_crash_at: None,
     }));
-    let slot = Slot { sup, name, info: info.clone(), crashes: VecDeque::new(), queued: VecDeque::new(), next_id: 0 };
+    let slot = Slot {
+        sup,
+        name,
+        info: info.clone(),
+        crashes: VecDeque::new(),
+        queued: VecDeque::new(),
+        next_id: 0,
+    };
     let task = tokio::spawn(slot.run(rx));
-    SlotHandle { cmd: tx, info, task }
+    SlotHandle {
+        cmd: tx,
+        info,
+        task,
+    }
 }
 
 /// A message waiting for a ready worker.
@@ -170,7 +187,11 @@ impl Slot {
             let window = Duration::from_secs(workers.crash_loop_window_s);
             let now = std::time::Instant::now();
             self.crashes.push_back(now);
-            while self.crashes.front().is_some_and(|t| now.duration_since(*t) > window) {
+            while self
+                .crashes
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > window)
+            {
                 self.crashes.pop_front();
             }
             let recent = self.crashes.len() as u32;
@@ -187,13 +208,18 @@ impl Slot {
                 }
             } else {
                 let factor = 1u64 << (recent.saturating_sub(1)).min(16);
-                let delay = Duration::from_millis(workers.restart_backoff_ms.saturating_mul(factor)).min(MAX_BACKOFF);
+                let delay =
+                    Duration::from_millis(workers.restart_backoff_ms.saturating_mul(factor))
+                        .min(MAX_BACKOFF);
                 tracing::info!(project = %self.name, ?delay, "restarting worker after backoff");
                 self.set(|i| {
                     i.state = WorkerState::Backoff;
                     i.pid = None;
                 });
-                if let Some(reply) = self.wait_for_restart(&mut rx, Some(Instant::now() + delay)).await {
+                if let Some(reply) = self
+                    .wait_for_restart(&mut rx, Some(Instant::now() + delay))
+                    .await
+                {
                     return self.finish(reply);
                 }
             }
@@ -253,7 +279,10 @@ impl Slot {
 
     fn fail_queued(&mut self, why: &str) {
         for d in self.queued.drain(..) {
-            let _ = d.reply.send(Err(format!("project {} {why}; the message was not delivered", self.name)));
+            let _ = d.reply.send(Err(format!(
+                "project {} {why}; the message was not delivered",
+                self.name
+            )));
         }
     }
 
@@ -267,7 +296,9 @@ impl Slot {
         });
         let record = serde_json::json!({"ts": now, "project": self.name, "reason": reason});
         let path = self.sup.home.project_dir(&self.name).join("crashes.jsonl");
-        if let Err(e) = pegasus_store::JsonlAppender::open(&path).and_then(|mut a| a.append_durable(&record)) {
+        if let Err(e) =
+            pegasus_store::JsonlAppender::open(&path).and_then(|mut a| a.append_durable(&record))
+        {
             tracing::warn!(project = %self.name, "cannot record crash: {e}");
         }
     }
@@ -281,17 +312,29 @@ impl Slot {
         };
         let mut conn_rx = self.sup.register_spawn(&token, &self.name);
         let dir = self.sup.home.project_dir(&self.name);
-        let stderr_log = self.sup.home.logs_dir().join(format!("worker-{}.stderr", self.name));
-        let mut child = match spawn::spawn_worker(&self.sup.worker_bin, &dir, &token, &stderr_log).await {
-            Ok(c) => c,
-            Err(e) => {
-                self.sup.cancel_spawn(&token);
-                return Outcome::Crashed(format!("cannot start {}: {e}", self.sup.worker_bin.display()));
-            }
-        };
+        let stderr_log = self
+            .sup
+            .home
+            .logs_dir()
+            .join(format!("worker-{}.stderr", self.name));
+        let mut child =
+            match spawn::spawn_worker(&self.sup.worker_bin, &dir, &token, &stderr_log).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.sup.cancel_spawn(&token);
+                    return Outcome::Crashed(format!(
+                        "cannot start {}: {e}",
+                        self.sup.worker_bin.display()
+                    ));
+                }
+            };
         let Some(pid) = child.id() else {
             self.sup.cancel_spawn(&token);
-            let status = child.wait().await.map(spawn::describe_exit).unwrap_or_default();
+            let status = child
+                .wait()
+                .await
+                .map(spawn::describe_exit)
+                .unwrap_or_default();
             return Outcome::Crashed(format!("worker exited at once ({status})"));
         };
         self.set(|i| i.pid = Some(pid));
@@ -354,14 +397,20 @@ impl Slot {
         pid: u32,
         rx: &mut mpsc::Receiver<SlotCmd>,
     ) -> Outcome {
-        let WorkerConn { mut reader, mut writer, .. } = conn;
+        let WorkerConn {
+            mut reader,
+            mut writer,
+            ..
+        } = conn;
         let init = ToWorker::Init(Init {
             protocol_version: PROTOCOL_VERSION,
             config_path: self.sup.config_path.display().to_string(),
             heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
         });
         if let Err(e) = writer.write(&init).await {
-            return self.kill_and_reap(child, pid, &format!("cannot send init: {e}")).await;
+            return self
+                .kill_and_reap(child, pid, &format!("cannot send init: {e}"))
+                .await;
         }
         // Frames are read by their own task: a frame read is not cancel safe, a channel is.
         let (ev_tx, mut ev_rx) = mpsc::channel::<Result<FromWorker, String>>(64);
@@ -486,18 +535,27 @@ impl Slot {
 
     async fn deliver(
         &mut self,
-        writer: &mut pegasus_proto::FrameWriter<tokio::io::WriteHalf<interprocess::local_socket::tokio::Stream>>,
+        writer: &mut pegasus_proto::FrameWriter<
+            tokio::io::WriteHalf<interprocess::local_socket::tokio::Stream>,
+        >,
         d: Delivery,
         inflight: &mut HashMap<String, oneshot::Sender<Result<String, String>>>,
     ) {
         let id = self.message_id();
-        let msg = ToWorker::Message(InboundMessage { id: id.clone(), from: d.from, text: d.text });
+        let msg = ToWorker::Message(InboundMessage {
+            id: id.clone(),
+            from: d.from,
+            text: d.text,
+        });
         match writer.write(&msg).await {
             Ok(()) => {
                 inflight.insert(id, d.reply);
             }
             Err(e) => {
-                let _ = d.reply.send(Err(format!("cannot reach the worker of project {}: {e}; try again", self.name)));
+                let _ = d.reply.send(Err(format!(
+                    "cannot reach the worker of project {}: {e}; try again",
+                    self.name
+                )));
             }
         }
     }

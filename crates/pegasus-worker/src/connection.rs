@@ -19,24 +19,55 @@ pub struct Connection {
 }
 
 /// Connects to pegasusd's worker socket, says who we are and waits for `Init`.
-pub async fn connect(socket: &Path, project: &str, token: String) -> Result<Connection, WorkerError> {
-    let connect_err = |source| WorkerError::Connect { path: socket.display().to_string(), source };
-    let name = socket.to_fs_name::<GenericFilePath>().map_err(connect_err)?;
+pub async fn connect(
+    socket: &Path,
+    project: &str,
+    token: String,
+) -> Result<Connection, WorkerError> {
+    let connect_err = |source| WorkerError::Connect {
+        path: socket.display().to_string(),
+        source,
+    };
+    let name = socket
+        .to_fs_name::<GenericFilePath>()
+        .map_err(connect_err)?;
     let stream = Stream::connect(name).await.map_err(connect_err)?;
     let (recv, send) = tokio::io::split(stream);
     let mut reader = FrameReader::new(recv);
     let mut writer = FrameWriter::new(send);
-    let hello = Hello { protocol_version: PROTOCOL_VERSION, project: project.to_string(), pid: std::process::id(), token };
+    let hello = Hello {
+        protocol_version: PROTOCOL_VERSION,
+        project: project.to_string(),
+        pid: std::process::id(),
+        token,
+    };
     writer.write(&FromWorker::Hello(hello)).await?;
-    let init = match tokio::time::timeout(Duration::from_secs(10), reader.read::<ToWorker>()).await {
+    let init = match tokio::time::timeout(Duration::from_secs(10), reader.read::<ToWorker>()).await
+    {
         Ok(Ok(Some(ToWorker::Init(init)))) => init,
-        Ok(Ok(Some(other))) => return Err(WorkerError::Handshake(format!("expected init, got {other:?}"))),
-        Ok(Ok(None)) => return Err(WorkerError::Handshake("connection closed (token refused?)".into())),
+        Ok(Ok(Some(other))) => {
+            return Err(WorkerError::Handshake(format!(
+                "expected init, got {other:?}"
+            )))
+        }
+        Ok(Ok(None)) => {
+            return Err(WorkerError::Handshake(
+                "connection closed (token refused?)".into(),
+            ))
+        }
         Ok(Err(e)) => return Err(e.into()),
         Err(_) => return Err(WorkerError::Handshake("no init within 10 s".into())),
     };
     if init.protocol_version != PROTOCOL_VERSION {
-        return Err(pegasus_proto::ProtoError::Version { got: init.protocol_version, want: PROTOCOL_VERSION }.into());
+        return Err(pegasus_proto::ProtoError::Version {
+            got: init.protocol_version,
+            want: PROTOCOL_VERSION,
+        }
+        .into());
     }
-    Ok(Connection { reader, writer, init })
+    Ok(Connection {
+        reader,
+        writer,
+        init,
+    })
 }

@@ -8,7 +8,11 @@ pub enum WorkerError {
     #[error("{0} is not inside a Pegasus home (expected <home>/projects/<name>)")]
     NotAProject(String),
     #[error("cannot reach pegasusd at {path}: {source}")]
-    Connect { path: String, #[source] source: std::io::Error },
+    Connect {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot read the spawn token from stdin: {0}")]
     Token(std::io::Error),
     #[error(transparent)]

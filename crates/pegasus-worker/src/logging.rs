@@ -8,6 +8,11 @@ pub fn init(logs_dir: &Path, project: &str) {
     let filter = EnvFilter::try_from_env("PEGASUS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let file = tracing_appender::rolling::daily(logs_dir, format!("worker-{project}.log"));
     let _ = tracing_subscriber::registry()
-        .with(fmt::layer().with_ansi(false).with_writer(file).with_filter(filter))
+        .with(
+            fmt::layer()
+                .with_ansi(false)
+                .with_writer(file)
+                .with_filter(filter),
+        )
         .try_init();
 }

@@ -24,7 +24,10 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         .map(str::to_string)
         .ok_or_else(|| WorkerError::NotAProject(project_dir.display().to_string()))?;
     let mut token = String::new();
-    std::io::stdin().lock().read_line(&mut token).map_err(WorkerError::Token)?;
+    std::io::stdin()
+        .lock()
+        .read_line(&mut token)
+        .map_err(WorkerError::Token)?;
     logging::init(&home.logs_dir(), &name);
     // One thread is plenty for a worker and keeps its memory small; heavy tool work will use
     // processes of its own.
@@ -39,7 +42,12 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     result
 }
 
-async fn serve(home: Home, project_dir: PathBuf, name: String, token: String) -> Result<(), WorkerError> {
+async fn serve(
+    home: Home,
+    project_dir: PathBuf,
+    name: String,
+    token: String,
+) -> Result<(), WorkerError> {
     let conn = connection::connect(&home.worker_socket(), &name, token).await?;
     let (mut reader, mut writer, init) = (conn.reader, conn.writer, conn.init);
 
@@ -50,7 +58,11 @@ async fn serve(home: Home, project_dir: PathBuf, name: String, token: String) ->
     let (_config, _project, mut session) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
-            let _ = writer.write(&FromWorker::Fatal { reason: e.to_string() }).await;
+            let _ = writer
+                .write(&FromWorker::Fatal {
+                    reason: e.to_string(),
+                })
+                .await;
             return Err(e.into());
         }
     };

@@ -12,19 +12,46 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
     match cmd {
         ProjectCommand::List { status } => list(home, json, status).await,
         ProjectCommand::Show { name } => show(home, json, &name).await,
-        ProjectCommand::Create { name, goal, background, constraints, model, workdir } => {
-            let workdir = workdir.map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string());
-            let req = CreateProject { name, goal, background, constraints, model, workdir };
+        ProjectCommand::Create {
+            name,
+            goal,
+            background,
+            constraints,
+            model,
+            workdir,
+        } => {
+            let workdir =
+                workdir.map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string());
+            let req = CreateProject {
+                name,
+                goal,
+                background,
+                constraints,
+                model,
+                workdir,
+            };
             let info = project_request(home, CtlRequest::ProjectCreate(req)).await?;
             report(json, &info, "created")
         }
-        ProjectCommand::Suspend { name } => lifecycle(home, json, name, "suspend", "suspended").await,
+        ProjectCommand::Suspend { name } => {
+            lifecycle(home, json, name, "suspend", "suspended").await
+        }
         ProjectCommand::Resume { name } => lifecycle(home, json, name, "resume", "resumed").await,
-        ProjectCommand::Complete { name } => lifecycle(home, json, name, "complete", "completed").await,
-        ProjectCommand::Archive { name } => lifecycle(home, json, name, "archive", "archived").await,
+        ProjectCommand::Complete { name } => {
+            lifecycle(home, json, name, "complete", "completed").await
+        }
+        ProjectCommand::Archive { name } => {
+            lifecycle(home, json, name, "archive", "archived").await
+        }
         ProjectCommand::Send { name, text } => {
             let mut client = Client::connect(home).await?;
-            let CtlResponse::Sent { id } = ok(client.request(CtlRequest::ProjectSend { name: name.clone(), text }).await?)? else {
+            let CtlResponse::Sent { id } = ok(client
+                .request(CtlRequest::ProjectSend {
+                    name: name.clone(),
+                    text,
+                })
+                .await?)?
+            else {
                 return Err(CtlError::Failed("unexpected answer to send".into()));
             };
             if json {
@@ -39,13 +66,26 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
 async fn project_request(home: &Home, req: CtlRequest) -> Result<ProjectInfo, CtlError> {
     let mut client = Client::connect(home).await?;
     match ok(client.request(req).await?)? {
-        CtlResponse::Project(info) => Ok(info),
+        CtlResponse::Project(info) => Ok(*info),
         other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
     }
 }
 
-async fn lifecycle(home: &Home, json: bool, name: String, verb: &str, done: &str) -> Result<(), CtlError> {
-    let info = project_request(home, CtlRequest::ProjectLifecycle { name, verb: verb.into() }).await?;
+async fn lifecycle(
+    home: &Home,
+    json: bool,
+    name: String,
+    verb: &str,
+    done: &str,
+) -> Result<(), CtlError> {
+    let info = project_request(
+        home,
+        CtlRequest::ProjectLifecycle {
+            name,
+            verb: verb.into(),
+        },
+    )
+    .await?;
     report(json, &info, done)
 }
 
@@ -53,8 +93,14 @@ fn report(json: bool, info: &ProjectInfo, done: &str) -> Result<(), CtlError> {
     if json {
         return super::print_json(info);
     }
-    let worker = info.worker_pid.map(|p| format!(", worker pid {p}")).unwrap_or_default();
-    println!("project {} {done} (status {}{worker})", info.name, info.status);
+    let worker = info
+        .worker_pid
+        .map(|p| format!(", worker pid {p}"))
+        .unwrap_or_default();
+    println!(
+        "project {} {done} (status {}{worker})",
+        info.name, info.status
+    );
     Ok(())
 }
 
@@ -76,7 +122,12 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
             let costs = pegasus_store::project_costs(home).unwrap_or_default();
             let mut list: Vec<ProjectInfo> = pegasus_store::scan_projects(home)?
                 .iter()
-                .map(|e| pegasus_supervisor::info::from_entry(e, costs.get(&e.name).copied().unwrap_or(0.0)))
+                .map(|e| {
+                    pegasus_supervisor::info::from_entry(
+                        e,
+                        costs.get(&e.name).copied().unwrap_or(0.0),
+                    )
+                })
                 .collect();
             if let Some(s) = status {
                 list.retain(|p| p.status == s);
@@ -102,7 +153,11 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
         .await?
         .into_iter()
         .find(|p| p.name == name)
-        .ok_or_else(|| CtlError::Failed(format!("project {name} not found: see `pegasusctl project list`")))?;
+        .ok_or_else(|| {
+            CtlError::Failed(format!(
+                "project {name} not found: see `pegasusctl project list`"
+            ))
+        })?;
     if json {
         return super::print_json(&info);
     }

@@ -1,0 +1,125 @@
+//! Hostile or broken peers on both sockets: garbage bytes, an oversized length prefix, a hello
+//! of the wrong protocol version, a forged worker token. Each loses its connection; the daemon
+//! and every worker live on (SPEC §2, §12).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_proto::{
+    ctl::CtlRequest,
+    worker::{FromWorker, Hello},
+    PROTOCOL_VERSION,
+};
+use std::{
+    io::{Read, Write},
+    os::unix::net::UnixStream,
+    path::Path,
+    time::Duration,
+};
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = (payload.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Sends `bytes` and asserts the daemon hangs up on us (reads until end of stream; any bytes
+/// it sends first, like an error frame, are fine).
+fn assert_dropped(socket: &Path, bytes: &[u8]) {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Err(e) => panic!(
+                "connection to {} not dropped after {} bytes: {e}",
+                socket.display(),
+                bytes.len()
+            ),
+        }
+    }
+}
+
+fn hostile_inputs() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+        (
+            "oversized length prefix",
+            vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3],
+        ),
+        ("undecodable frame", frame(&[0xfe; 32])),
+    ]
+}
+
+#[test]
+fn control_socket_drops_bad_connections_and_keeps_serving() {
+    let home = Home::new();
+    let _d = home.start();
+    let pid = home.create("calm");
+    let sock = home.path().join("run/pegasusd.sock");
+    for (what, bytes) in hostile_inputs() {
+        assert_dropped(&sock, &bytes);
+        assert!(
+            home.ctl(&["status"]).status.success(),
+            "daemon stopped answering after {what}"
+        );
+    }
+    let wrong = pegasus_proto::encode(&CtlRequest::Hello {
+        protocol_version: PROTOCOL_VERSION + 99,
+    })
+    .unwrap();
+    assert_dropped(&sock, &frame(&wrong));
+    // A request before the hello is refused too.
+    let early = pegasus_proto::encode(&CtlRequest::Stop).unwrap();
+    assert_dropped(&sock, &frame(&early));
+    let status = home.json(&["status"]);
+    assert!(status["pid"].is_number());
+    assert_eq!(
+        home.ready_worker("calm", None),
+        pid,
+        "the worker was disturbed"
+    );
+}
+
+#[test]
+fn worker_socket_drops_bad_connections_and_forged_hellos() {
+    let home = Home::new();
+    let _d = home.start();
+    let pid = home.create("calm");
+    let sock = home.path().join("run/w.sock");
+    for (_, bytes) in hostile_inputs() {
+        assert_dropped(&sock, &bytes);
+    }
+    let hello = |version: u32, token: &str| {
+        let h = FromWorker::Hello(Hello {
+            protocol_version: version,
+            project: "calm".into(),
+            pid: std::process::id(),
+            token: token.into(),
+        });
+        frame(&pegasus_proto::encode(&h).unwrap())
+    };
+    assert_dropped(&sock, &hello(PROTOCOL_VERSION + 1, "whatever"));
+    assert_dropped(&sock, &hello(PROTOCOL_VERSION, "forged-token"));
+    // A hello that lies about its pid is refused even before the token is looked at.
+    let liar = FromWorker::Hello(Hello {
+        protocol_version: PROTOCOL_VERSION,
+        project: "calm".into(),
+        pid: 1,
+        token: "t".into(),
+    });
+    assert_dropped(&sock, &frame(&pegasus_proto::encode(&liar).unwrap()));
+
+    assert!(home.ctl(&["status"]).status.success());
+    assert_eq!(
+        home.ready_worker("calm", None),
+        pid,
+        "the real worker was disturbed"
+    );
+    assert_eq!(home.json(&["project", "show", "calm"])["restarts"], 0);
+    home.ctl_ok(&["project", "send", "calm", "all good"]);
+}

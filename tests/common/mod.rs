@@ -1,0 +1,192 @@
+//! Test harness: a real `pegasusd` in a temporary home, driven through the real `pegasusctl`
+//! over the real socket. Waiting is always polling with a deadline, never a bare sleep.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+pub const PEGASUSD: &str = env!("CARGO_BIN_EXE_pegasusd");
+pub const PEGASUSCTL: &str = env!("CARGO_BIN_EXE_pegasusctl");
+
+/// Polls `f` every 20 ms until it returns `Some` or `timeout` passes; then fails naming `what`.
+pub fn poll<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process is alive: it exists and is not a zombie (a dead worker reparented to a
+/// container's init may never be reaped, but it runs no code).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+pub fn kill9(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+/// A temporary home (short path: Unix socket paths are limited to 107 bytes).
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Home {
+        let dir = tempfile::Builder::new()
+            .prefix("pg")
+            .tempdir_in("/tmp")
+            .unwrap();
+        Home { dir }
+    }
+
+    /// A home whose config makes crash tests quick and stops fast.
+    pub fn with_config(yaml: &str) -> Home {
+        let home = Home::new();
+        std::fs::write(home.path().join("config.yml"), yaml).unwrap();
+        home
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn project_dir(&self, name: &str) -> PathBuf {
+        self.path().join("projects").join(name)
+    }
+
+    pub fn project_md(&self, name: &str) -> String {
+        std::fs::read_to_string(self.project_dir(name).join("PROJECT.md")).unwrap()
+    }
+
+    /// Runs pegasusctl against this home.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(PEGASUSCTL)
+            .arg("--home")
+            .arg(self.path())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs pegasusctl, asserts success, returns stdout.
+    pub fn ctl_ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "pegasusctl {args:?} failed ({:?}): {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs pegasusctl with `--json`, asserts success, parses stdout.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        serde_json::from_str(&self.ctl_ok(&full)).unwrap()
+    }
+
+    /// Starts pegasusd on this home and waits until it answers `status`.
+    pub fn start(&self) -> Daemon {
+        let child = Command::new(PEGASUSD)
+            .arg("--home")
+            .arg(self.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut daemon = Daemon {
+            child: Some(child),
+            pid: 0,
+        };
+        daemon.pid = daemon.child.as_ref().unwrap().id();
+        poll(Duration::from_secs(10), "pegasusd to answer status", || {
+            if let Some(status) = daemon.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("pegasusd exited early with {status}");
+            }
+            self.ctl(&["status"]).status.success().then_some(())
+        });
+        daemon
+    }
+
+    /// The worker pid of `name` once it is `ready` (and different from `not`).
+    pub fn ready_worker(&self, name: &str, not: Option<u64>) -> u32 {
+        poll(
+            Duration::from_secs(10),
+            &format!("a ready worker for {name}"),
+            || {
+                let p = self.json(&["project", "show", name]);
+                let pid = p["worker_pid"].as_u64()?;
+                (p["worker_state"] == "ready" && Some(pid) != not).then_some(pid as u32)
+            },
+        )
+    }
+
+    pub fn create(&self, name: &str) -> u32 {
+        self.ctl_ok(&[
+            "project",
+            "create",
+            name,
+            "--goal",
+            &format!("Goal of {name}"),
+        ]);
+        self.ready_worker(name, None)
+    }
+}
+
+/// A running pegasusd; killed with SIGKILL on drop (its workers follow it by PDEATHSIG).
+pub struct Daemon {
+    child: Option<Child>,
+    pub pid: u32,
+}
+
+impl Daemon {
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Waits for the daemon to exit on its own and returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let mut child = self.child.take().unwrap();
+        let status = poll(timeout, "pegasusd to exit", || child.try_wait().unwrap());
+        status.code()
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid as i32), sig).unwrap();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
