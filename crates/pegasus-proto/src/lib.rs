@@ -1,7 +1,7 @@
 //! The Pegasus wire protocol, defined once and shared by `pegasusd`, `pegasusctl` and
 //! `project-worker`.
 //!
-//! What it is for: the message enums of both links (supervisor ↔ worker in [`worker`],
+//! What it is for: the message enums of both links, the provider-neutral chat types ([`llm`]) (supervisor ↔ worker in [`worker`],
 //! client ↔ daemon in [`ctl`]) and the one frame codec ([`frame`], [`codec`]) that carries them
 //! over a Unix-domain socket as length-prefixed `bincode` payloads with a hard size limit.
 //!
@@ -13,6 +13,7 @@ pub mod codec;
 pub mod ctl;
 pub mod error;
 pub mod frame;
+pub mod llm;
 pub mod worker;
 
 pub use codec::{decode, encode};

@@ -4,6 +4,7 @@
 //! token was handed to it on stdin), is answered with [`Init`], loads its project and says
 //! [`FromWorker::Ready`]. From then on the supervisor sends work and the worker reports.
 
+use crate::llm::{ChatRequest, ChatResponse, LlmError};
 use serde::{Deserialize, Serialize};
 
 /// Supervisor → worker.
@@ -17,6 +18,10 @@ pub enum ToWorker {
     Ping { nonce: u64 },
     /// Stop taking work, flush, say [`FromWorker::ShutdownComplete`], exit 0.
     Shutdown,
+    /// The gateway's answer to [`FromWorker::LlmRequest`] with the same id.
+    LlmResponse { id: u64, result: Result<ChatResponse, LlmError> },
+    /// A streamed text delta of a pending request (only when the request asked to stream).
+    LlmDelta { id: u64, text: String },
 }
 
 /// Settings the worker cannot find on its own.
@@ -65,6 +70,12 @@ pub enum FromWorker {
         kind: String,
         data_json: String,
     },
+    /// A model call for the gateway in pegasusd; answered by [`ToWorker::LlmResponse`].
+    LlmRequest { id: u64, request: ChatRequest },
+    /// The worker no longer wants the answer to this request (its task was cancelled).
+    LlmCancel { id: u64 },
+    /// The agent's answer to the inbound message `message_id`, for its sender.
+    Reply { message_id: String, text: String },
     /// The worker cannot run (bad PROJECT.md, unreadable config); it exits after sending this.
     Fatal {
         reason: String,

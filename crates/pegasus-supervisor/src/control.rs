@@ -94,7 +94,8 @@ async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlResponse {
                 "unknown verb `{verb}`: use suspend, resume, complete or archive"
             )),
         },
-        CtlRequest::ProjectSend { name, text } => sup
+        CtlRequest::Chat { .. } => Err("the MainAgent is not available yet".to_string()),
+        CtlRequest::ProjectSend { name, text, .. } => sup
             .send(&name, text)
             .await
             .map(|id| CtlResponse::Sent { id }),

@@ -49,6 +49,7 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
                 .request(CtlRequest::ProjectSend {
                     name: name.clone(),
                     text,
+                    wait: false,
                 })
                 .await?)?
             else {

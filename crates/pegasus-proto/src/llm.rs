@@ -1,0 +1,132 @@
+//! The provider-neutral chat types: what a worker (or the MainAgent) asks the LLM gateway in
+//! pegasusd, and what it gets back.
+//!
+//! They cross the worker socket inside frames, so they follow the codec's rules: plain structs
+//! and externally tagged enums, no `serde_json::Value` (raw JSON travels as `String`), no
+//! `skip_serializing_if`. The gateway maps them to and from the Anthropic Messages API and the
+//! OpenAI Chat Completions API; the agent code only ever sees these.
+
+use serde::{Deserialize, Serialize};
+
+/// One model call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// `provider/model`, e.g. `anthropic/claude-sonnet-4-5`, `ollama/llama3.1`. Empty = the
+    /// project's model, else the config's `default_model` (resolved by the gateway).
+    pub model: String,
+    /// System prompt.
+    pub system: String,
+    pub messages: Vec<Message>,
+    /// Tools the model may call; empty = none.
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: u32,
+    pub temperature: Option<f32>,
+    /// Reasoning effort (`off`, `low`, `medium`, `high`); mapped to the provider's setting.
+    pub thinking: Option<String>,
+    /// Per-call timeout override in seconds (else `llm.timeout_s`).
+    pub timeout_s: Option<u64>,
+    /// Stream from the provider (SSE) and forward text deltas as they come.
+    pub stream: bool,
+    /// Who pays: the ledger line and the budgets are keyed by this.
+    pub meta: CallMeta,
+}
+
+/// Accounting identity of a call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallMeta {
+    /// Project name; `None` for the MainAgent (ledger project `main`). Set by the gateway from the
+    /// connection for worker calls: a worker cannot bill another project.
+    pub project: Option<String>,
+    /// Task id the spend counts towards (a subagent's spend is its parent task's).
+    pub task: Option<String>,
+    pub role: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One message of the transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Block>,
+}
+
+/// One content block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Block {
+    Text { text: String },
+    /// The model asks for a tool call; `input_json` is a JSON object as text.
+    ToolUse { id: String, name: String, input_json: String },
+    /// Answer to an earlier `ToolUse` (in a `User` message).
+    ToolResult { tool_use_id: String, content: String, is_error: bool },
+}
+
+/// A tool the model may call; `input_schema_json` is a JSON Schema object as text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema_json: String,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopReason {
+    EndTurn,
+    ToolUse,
+    MaxTokens,
+    /// Anything else the provider said (stop sequence, content filter, ...).
+    Other,
+}
+
+/// Token counts as the provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+/// A finished call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    /// The provider's id for the response (`msg_...`, `chatcmpl-...`); the ledger's request_id.
+    pub request_id: String,
+    /// `provider/model` actually used (as the provider reported it).
+    pub model: String,
+    pub content: Vec<Block>,
+    pub stop_reason: StopReason,
+    pub usage: Usage,
+    /// What this call cost; `None` when the model has no price (flagged in the ledger, not 0).
+    pub cost_usd: Option<f64>,
+}
+
+/// Why a call failed. Each is one line a user can act on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum LlmError {
+    #[error("budget exceeded: {scope} limit ${limit:.2} reached (spent ${spent:.2}); raise it in config.yml or PROJECT.md")]
+    BudgetExceeded { scope: String, limit: f64, spent: f64 },
+    #[error("no API key for provider {provider}: set the environment variable {env} for pegasusd")]
+    MissingKey { provider: String, env: String },
+    #[error("unknown provider `{provider}` in model `{model}`: add it under providers: in config.yml")]
+    UnknownProvider { provider: String, model: String },
+    #[error("bad model id `{0}`: use provider/model, e.g. anthropic/claude-sonnet-4-5")]
+    BadModel(String),
+    /// The provider refused the request (a 4xx other than 429); not retried.
+    #[error("provider {provider} refused the request (HTTP {status}): {message}")]
+    Refused { provider: String, status: u16, message: String },
+    /// 429/529/5xx/timeouts/transport errors after every retry.
+    #[error("provider {provider} failed after {attempts} attempts: {last}")]
+    Exhausted { provider: String, attempts: u32, last: String },
+    #[error("provider {provider} sent a response we cannot read: {message}")]
+    BadResponse { provider: String, message: String },
+    #[error("the call was cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Other(String),
+}
