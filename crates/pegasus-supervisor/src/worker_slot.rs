@@ -466,6 +466,9 @@ impl Slot {
                     Ok(FromWorker::Event { kind, data_json }) => {
                         tracing::debug!(project = %self.name, %kind, "event: {data_json}");
                     }
+                    Ok(FromWorker::LlmRequest { .. } | FromWorker::LlmCancel { .. } | FromWorker::Reply { .. }) => {
+                        // Wired up with the LLM gateway.
+                    }
                     Ok(FromWorker::Hello(_)) => {
                         tracing::warn!(project = %self.name, pid, "second hello on a worker connection; dropping it");
                         conn_open = false;
