@@ -97,6 +97,9 @@ async fn serve(
                     writer.write(&FromWorker::ShutdownComplete).await?;
                     return Ok(());
                 }
+                Some(Ok(Some(ToWorker::LlmResponse { .. } | ToWorker::LlmDelta { .. }))) => {
+                    tracing::warn!("an LLM answer for no pending request");
+                }
                 Some(Ok(Some(ToWorker::Init(_)))) => tracing::warn!("ignoring a second init"),
                 Some(Ok(None)) | None => {
                     tracing::info!("supervisor closed the connection; exiting");
