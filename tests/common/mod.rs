@@ -112,12 +112,19 @@ impl Home {
 
     /// Starts pegasusd on this home and waits until it answers `status`.
     pub fn start(&self) -> Daemon {
+        self.start_with_env(&[])
+    }
+
+    /// Starts pegasusd with extra environment variables (API keys for the fake LLM).
+    pub fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
         let child = Command::new(PEGASUSD)
             .arg("--home")
             .arg(self.path())
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            // Logs also go to <home>/logs; an unread pipe would fill up and block the daemon.
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let mut daemon = Daemon {
