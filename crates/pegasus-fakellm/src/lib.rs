@@ -1,1 +1,74 @@
-//! placeholder
+//! # pegasus-fakellm
+//!
+//! A fake LLM HTTP server that speaks the real **Anthropic Messages API**
+//! (`POST /v1/messages`) and **OpenAI Chat Completions API**
+//! (`POST /v1/chat/completions`) wire formats, both as plain JSON and as
+//! server-sent-event streams.
+//!
+//! ## What it is for
+//!
+//! * Integration tests of Pegasus' LLM clients and agent loop, without
+//!   network access, API keys or cost: a test scripts the conversation with
+//!   [`Rule`]s ("when the last user text contains X, call tool Y") and points
+//!   the client at [`FakeLlm::anthropic_base_url`] / [`FakeLlm::openai_base_url`].
+//! * Fault injection ([`Fault`]): rate limits with `retry-after`, overload
+//!   (529), stalls, connections cut mid-stream, malformed JSON, missing usage,
+//!   slow answers.
+//! * Catching client bugs the real APIs would reject: every request's
+//!   transcript is validated like the providers do (tool calls and tool
+//!   results must pair up, roles must alternate, ...). Problems are answered
+//!   with a 400 and listed by [`FakeLlm::violations`], as are requests no rule
+//!   answered.
+//! * The Pegasus demo, which runs a scripted agent session against it.
+//!
+//! ## What it is not for
+//!
+//! * It is not a model: replies are exactly what the script says; token
+//!   counts are a crude estimate (characters / 4) unless scripted.
+//! * It is not a general HTTP server: one request per connection,
+//!   `Content-Length` bodies only, bound to 127.0.0.1, no TLS.
+//! * It does not cover the whole API surface: no images, thinking blocks,
+//!   batches, embeddings, `/v1/models`, or the OpenAI Responses API.
+//!
+//! ## Example
+//!
+//! ```
+//! use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
+//!
+//! let fake = FakeLlm::start().unwrap();
+//! fake.add_rule(
+//!     Rule::new(
+//!         Match::NoToolResultYet,
+//!         Reply::Tools(vec![ToolCall::new("read_file", serde_json::json!({"path": "a.txt"}))]),
+//!     )
+//!     .times(1),
+//! );
+//! fake.add_rule(Rule::new(Match::LastToolResultContains("hello".into()), Reply::Text("It says hello.".into())));
+//! // Point an Anthropic client at fake.anthropic_base_url(), run the agent, then:
+//! assert!(fake.violations().is_empty());
+//! assert_eq!(fake.request_count(), 0);
+//! ```
+
+mod answer;
+mod anthropic;
+mod fake;
+mod http;
+mod ids;
+mod openai;
+mod record;
+mod script;
+mod server;
+mod sse;
+mod transcript;
+mod validate;
+
+pub use fake::FakeLlm;
+pub use record::{Format, Recorded};
+pub use script::{Fault, Match, Reply, Rule, ToolCall, UsageSpec};
+
+/// The text of the reply sent for [`Fault::WrongUsage`], so tests can check
+/// that the content still got through even though the usage was broken.
+pub const WRONG_USAGE_TEXT: &str = "fake-llm: reply with missing usage";
+
+/// The error message of the 500 sent when no rule matches a request.
+pub const NO_SCRIPTED_REPLY: &str = server::NO_SCRIPTED_REPLY;

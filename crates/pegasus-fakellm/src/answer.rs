@@ -1,0 +1,89 @@
+//! A concrete answer: a scripted reply with ids and token usage filled in.
+//!
+//! Both wire formats render the same [`Answer`], so the content of a reply is
+//! decided once, independently of the format it is sent in.
+
+use crate::ids;
+use crate::record::Format;
+use crate::script::{ToolCall, UsageSpec};
+
+/// A tool call with its generated id.
+#[derive(Debug, Clone)]
+pub(crate) struct AnswerTool {
+    pub id: String,
+    pub name: String,
+    pub input: serde_json::Value,
+}
+
+/// Everything needed to render one successful response.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    /// `msg_…` (Anthropic) or `chatcmpl-…` (OpenAI).
+    pub id: String,
+    /// Echo of the request's model.
+    pub model: String,
+    /// Unix seconds, for OpenAI's `created`.
+    pub created: u64,
+    pub text: Option<String>,
+    pub tools: Vec<AnswerTool>,
+    /// `None` means "send broken usage" ([`crate::Fault::WrongUsage`]).
+    pub usage: Option<UsageSpec>,
+}
+
+impl Answer {
+    /// Builds the answer; `usage: None` estimates it from `input_chars` and
+    /// the reply's own size (chars / 4 + 1, roughly a real tokenizer).
+    pub fn new(
+        format: Format,
+        model: &str,
+        text: Option<String>,
+        tools: &[ToolCall],
+        usage: Option<UsageSpec>,
+        input_chars: usize,
+    ) -> Answer {
+        let (msg_prefix, tool_prefix) = match format {
+            Format::Anthropic => ("msg_", "toolu_"),
+            Format::OpenAi => ("chatcmpl-", "call_"),
+        };
+        let tools: Vec<AnswerTool> = tools
+            .iter()
+            .map(|t| AnswerTool {
+                id: ids::unique(tool_prefix),
+                name: t.name.clone(),
+                input: t.input.clone(),
+            })
+            .collect();
+        let usage = usage.unwrap_or_else(|| {
+            let output_chars = text.as_ref().map_or(0, |t| t.chars().count())
+                + tools
+                    .iter()
+                    .map(|t| t.input.to_string().chars().count())
+                    .sum::<usize>();
+            UsageSpec {
+                input: (input_chars / 4 + 1) as u64,
+                output: (output_chars / 4 + 1) as u64,
+                cache_read: 0,
+                cache_write: 0,
+            }
+        });
+        Answer {
+            id: ids::unique(msg_prefix),
+            model: model.to_string(),
+            created: ids::unix_now(),
+            text,
+            tools,
+            usage: Some(usage),
+        }
+    }
+
+    /// Drops the usage so the renderers emit the broken variant.
+    pub fn without_usage(mut self) -> Answer {
+        self.usage = None;
+        self
+    }
+
+    /// Did the model stop to call tools?
+    pub fn is_tool_stop(&self) -> bool {
+        !self.tools.is_empty()
+    }
+}

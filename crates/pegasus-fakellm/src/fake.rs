@@ -1,0 +1,144 @@
+//! [`FakeLlm`]: the handle tests hold on to.
+//!
+//! The server runs on its own std thread with its own single-threaded tokio
+//! runtime, so it works the same from sync tests, async tests (of either
+//! runtime flavour) and the demo binary, and never competes with the caller's
+//! runtime. Dropping the last handle stops the thread and closes every
+//! connection, including stalled ones.
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::oneshot;
+
+use crate::record::Recorded;
+use crate::script::Rule;
+use crate::server::{self, Shared, Slot};
+
+/// A running fake server; dropping the last clone stops it.
+#[derive(Clone)]
+pub struct FakeLlm {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl fmt::Debug for FakeLlm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeLlm")
+            .field("addr", &self.inner.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FakeLlm {
+    /// Binds 127.0.0.1:0 and serves on a background std thread with its own
+    /// tokio runtime, so sync tests, async tests and the demo can all use it.
+    pub fn start() -> std::io::Result<FakeLlm> {
+        let std_listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        std_listener.set_nonblocking(true)?;
+        let addr = std_listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(std_listener)?
+        };
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = oneshot::channel();
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("fakellm-{}", addr.port()))
+            .spawn(move || {
+                runtime.block_on(server::serve(listener, thread_shared, rx));
+                // Dropping the runtime here cancels in-flight (e.g. stalled) connections.
+                drop(runtime);
+            })?;
+        Ok(FakeLlm {
+            inner: Arc::new(Inner {
+                shared,
+                addr,
+                shutdown: Some(tx),
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    /// The bound socket address (always on 127.0.0.1).
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// Same as [`FakeLlm::base_url`]; Anthropic clients POST `{base}/v1/messages`.
+    pub fn anthropic_base_url(&self) -> String {
+        self.base_url()
+    }
+
+    /// `{base}/v1`; OpenAI clients POST `{base}/v1/chat/completions`.
+    pub fn openai_base_url(&self) -> String {
+        format!("{}/v1", self.base_url())
+    }
+
+    /// Rules are tried in insertion order; the first that matches and is not
+    /// used up answers.
+    pub fn add_rule(&self, rule: Rule) {
+        self.inner.shared.lock().rules.push(Slot { rule, used: 0 });
+    }
+
+    /// Removes every rule (recorded requests and violations are kept).
+    pub fn clear_rules(&self) {
+        self.inner.shared.lock().rules.clear();
+    }
+
+    /// When `Some(k)`: requests without the right key get 401 in the provider's
+    /// error shape (Anthropic header `x-api-key: k`; OpenAI
+    /// `Authorization: Bearer k`). Default `None` = any key or none accepted.
+    pub fn require_api_key(&self, key: Option<String>) {
+        self.inner.shared.lock().api_key = key;
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.shared.lock().requests.clone()
+    }
+
+    /// The most recent request, if any.
+    pub fn last_request(&self) -> Option<Recorded> {
+        self.inner.shared.lock().requests.last().cloned()
+    }
+
+    /// Number of requests received so far.
+    pub fn request_count(&self) -> usize {
+        self.inner.shared.lock().requests.len()
+    }
+
+    /// Transcript-validity problems and unmatched requests seen so far
+    /// (empty = all good). Tests should usually end by asserting this is empty.
+    pub fn violations(&self) -> Vec<String> {
+        self.inner.shared.lock().violations.clone()
+    }
+}

@@ -1,0 +1,426 @@
+//! The request pipeline: record, authenticate, validate, pick a rule, answer.
+//!
+//! Deciding what to do happens synchronously under one lock (so rule
+//! consumption and request numbering are race-free); sending the answer,
+//! including delays, stalls and cuts, happens afterwards without the lock.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+use crate::answer::Answer;
+use crate::http::{self, Framing, HttpError, Request};
+use crate::record::{Format, Recorded};
+use crate::script::{Fault, MatchContext, Reply, Rule, ToolCall, UsageSpec};
+use crate::sse::SseEvent;
+use crate::transcript::Transcript;
+use crate::{anthropic, openai, validate};
+
+/// Message of the 500 sent when no rule matches.
+pub(crate) const NO_SCRIPTED_REPLY: &str = "fake-llm: no scripted reply";
+
+/// Text used for faults that need some content to break or to carry.
+const PLACEHOLDER_TEXT: &str = "fake-llm: this reply is deliberately broken, do not trust it";
+
+/// A rule and how often it has answered.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub rule: Rule,
+    pub used: usize,
+}
+
+impl Slot {
+    fn available(&self) -> bool {
+        match self.rule.times {
+            None => true,
+            Some(t) => self.used < t,
+        }
+    }
+}
+
+/// Everything the test thread and the server share.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub rules: Vec<Slot>,
+    pub api_key: Option<String>,
+    pub requests: Vec<Recorded>,
+    pub violations: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    /// Locks the state; a panic elsewhere must not make the fake unusable.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Accepts connections until `shutdown` fires (or its sender is dropped).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let shared = Arc::clone(&shared);
+                    tokio::spawn(async move { handle(shared, stream).await });
+                }
+                // e.g. out of file descriptors: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+        }
+    }
+}
+
+async fn handle(shared: Arc<Shared>, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let request = match http::read_request(&mut stream).await {
+        Ok(r) => r,
+        Err(HttpError::Bad(msg)) => {
+            let body =
+                serde_json::json!({"error": {"type": "invalid_request_error", "message": msg}});
+            let _ = http::write_full(
+                &mut stream,
+                400,
+                "application/json",
+                &[],
+                body.to_string().as_bytes(),
+            )
+            .await;
+            return;
+        }
+        Err(_) => return,
+    };
+    let plan = decide(&shared, request);
+    let _ = execute(&mut stream, plan).await;
+}
+
+/// What to send back, decided under the lock.
+enum Plan {
+    /// Not a provider endpoint.
+    NotFound(String),
+    /// An error in the provider's shape.
+    Error {
+        format: Format,
+        code: u16,
+        message: String,
+        retry_after_s: Option<u64>,
+    },
+    /// A scripted reply (possibly a fault).
+    Reply(ReplyPlan),
+}
+
+struct ReplyPlan {
+    format: Format,
+    stream: bool,
+    include_usage: bool,
+    model: String,
+    reply: Reply,
+    usage: Option<UsageSpec>,
+    input_chars: usize,
+}
+
+fn error(format: Format, code: u16, message: impl Into<String>) -> Plan {
+    Plan::Error {
+        format,
+        code,
+        message: message.into(),
+        retry_after_s: None,
+    }
+}
+
+fn decide(shared: &Shared, req: Request) -> Plan {
+    let format = match (req.method.as_str(), req.path()) {
+        ("POST", "/v1/messages") => Format::Anthropic,
+        ("POST", "/v1/chat/completions") => Format::OpenAi,
+        (method, _) => {
+            let what = format!("{method} {}", req.target);
+            shared
+                .lock()
+                .violations
+                .push(format!("request to unknown endpoint {what}"));
+            return Plan::NotFound(what);
+        }
+    };
+
+    let parsed: Result<Value, _> = serde_json::from_slice(&req.body);
+    let body = match &parsed {
+        Ok(v) => v.clone(),
+        Err(_) => Value::String(String::from_utf8_lossy(&req.body).into_owned()),
+    };
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+
+    let mut st = shared.lock();
+    st.requests.push(Recorded {
+        format,
+        path: req.target.clone(),
+        headers: req.headers.clone(),
+        body: body.clone(),
+        stream,
+        at: Instant::now(),
+    });
+    let nth = st.requests.len();
+
+    if let Err(e) = parsed {
+        let msg = format!("request body is not valid JSON: {e}");
+        st.violations.push(format!("request #{nth}: {msg}"));
+        return error(format, 400, msg);
+    }
+
+    if let Some(key) = &st.api_key {
+        let ok = match format {
+            Format::Anthropic => anthropic::authorized(&req.headers, key),
+            Format::OpenAi => openai::authorized(&req.headers, key),
+        };
+        if !ok {
+            let msg = match format {
+                Format::Anthropic => "invalid x-api-key",
+                Format::OpenAi => "Incorrect API key provided.",
+            };
+            return error(format, 401, msg);
+        }
+    }
+
+    let problems = match format {
+        Format::Anthropic => validate::anthropic(&body),
+        Format::OpenAi => validate::openai(&body),
+    };
+    if !problems.is_empty() {
+        for p in &problems {
+            st.violations.push(format!("request #{nth}: {p}"));
+        }
+        return error(format, 400, problems.join("; "));
+    }
+
+    let transcript = Transcript::from_body(format, &body);
+    let model = body.get("model").and_then(Value::as_str);
+    let cx = MatchContext {
+        format,
+        model,
+        nth,
+        transcript: &transcript,
+    };
+    let Some(slot) = st
+        .rules
+        .iter_mut()
+        .find(|s| s.available() && s.rule.when.matches(&cx))
+    else {
+        let last = transcript.last_user_text().unwrap_or_default();
+        st.violations
+            .push(format!("unmatched request #{nth}: {last}"));
+        return error(format, 500, NO_SCRIPTED_REPLY);
+    };
+    slot.used += 1;
+
+    Plan::Reply(ReplyPlan {
+        format,
+        stream,
+        include_usage: body
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        model: model.unwrap_or_default().to_string(),
+        reply: slot.rule.reply.clone(),
+        usage: slot.rule.usage,
+        input_chars: transcript.char_count(),
+    })
+}
+
+async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<()> {
+    match plan {
+        Plan::NotFound(what) => {
+            let body = serde_json::json!({"error": {"type": "not_found_error", "message": format!("fake-llm: no endpoint {what}")}});
+            http::write_full(
+                stream,
+                404,
+                "application/json",
+                &[],
+                body.to_string().as_bytes(),
+            )
+            .await
+        }
+        Plan::Error {
+            format,
+            code,
+            message,
+            retry_after_s,
+        } => send_error(stream, format, code, &message, retry_after_s).await,
+        Plan::Reply(p) => {
+            let reply = p.reply.clone();
+            send_reply(stream, &p, reply).await
+        }
+    }
+}
+
+async fn send_error(
+    stream: &mut TcpStream,
+    format: Format,
+    code: u16,
+    message: &str,
+    retry_after_s: Option<u64>,
+) -> io::Result<()> {
+    let body = match format {
+        Format::Anthropic => anthropic::error_body(code, message),
+        Format::OpenAi => openai::error_body(code, message),
+    };
+    let mut extra = Vec::new();
+    if let Some(s) = retry_after_s {
+        extra.push(("retry-after", s.to_string()));
+    }
+    http::write_full(
+        stream,
+        code,
+        "application/json",
+        &extra,
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
+type BoxFuture<'a> = Pin<Box<dyn Future<Output = io::Result<()>> + Send + 'a>>;
+
+/// Sends a reply; boxed because `Delay` recurses into its inner reply.
+fn send_reply<'a>(stream: &'a mut TcpStream, p: &'a ReplyPlan, reply: Reply) -> BoxFuture<'a> {
+    Box::pin(async move {
+        let answer = |text: Option<String>, tools: &[ToolCall]| {
+            Answer::new(p.format, &p.model, text, tools, p.usage, p.input_chars)
+        };
+        let placeholder = || answer(Some(PLACEHOLDER_TEXT.to_string()), &[]);
+        match reply {
+            Reply::Text(t) => send_answer(stream, p, &answer(Some(t), &[])).await,
+            Reply::Tools(tools) => send_answer(stream, p, &answer(None, &tools)).await,
+            Reply::TextThenTools(t, tools) => {
+                send_answer(stream, p, &answer(Some(t), &tools)).await
+            }
+            Reply::Fault(fault) => match fault {
+                Fault::Status {
+                    code,
+                    message,
+                    retry_after_s,
+                } => send_error(stream, p.format, code, &message, retry_after_s).await,
+                Fault::Delay { ms, then } => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    send_reply(stream, p, *then).await
+                }
+                Fault::WrongUsage => {
+                    let a = answer(Some(crate::WRONG_USAGE_TEXT.to_string()), &[]).without_usage();
+                    send_answer(stream, p, &a).await
+                }
+                Fault::Stall => {
+                    http::hold_until_client_leaves(stream).await;
+                    Ok(())
+                }
+                Fault::StallStream => {
+                    if p.stream {
+                        let events = events(p, &placeholder());
+                        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked)
+                            .await?;
+                        for e in events.iter().take(3) {
+                            http::write_chunk(stream, e.to_wire().as_bytes()).await?;
+                        }
+                    }
+                    http::hold_until_client_leaves(stream).await;
+                    Ok(())
+                }
+                Fault::CutStream => {
+                    if p.stream {
+                        let events = events(p, &placeholder());
+                        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked)
+                            .await?;
+                        for e in events.iter().take(events.len() / 2) {
+                            http::write_chunk(stream, e.to_wire().as_bytes()).await?;
+                        }
+                    } else {
+                        let body = json_body(p, &placeholder());
+                        let half = &body.as_bytes()[..body.len() / 2];
+                        http::write_head(
+                            stream,
+                            200,
+                            "application/json",
+                            &[],
+                            Framing::Length(body.len()),
+                        )
+                        .await?;
+                        stream.write_all(half).await?;
+                        stream.flush().await?;
+                    }
+                    // Close without finishing the body.
+                    stream.shutdown().await
+                }
+                Fault::MalformedJson => {
+                    let a = placeholder();
+                    if p.stream {
+                        let events = events(p, &a);
+                        let bad = match p.format {
+                            Format::Anthropic => anthropic::malformed_event(),
+                            Format::OpenAi => openai::malformed_event(),
+                        };
+                        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked)
+                            .await?;
+                        if let Some(first) = events.first() {
+                            http::write_chunk(stream, first.to_wire().as_bytes()).await?;
+                        }
+                        http::write_chunk(stream, bad.to_wire().as_bytes()).await?;
+                        http::finish_chunks(stream).await
+                    } else {
+                        let body = match p.format {
+                            Format::Anthropic => anthropic::malformed_body(&a),
+                            Format::OpenAi => openai::malformed_body(&a),
+                        };
+                        http::write_full(stream, 200, "application/json", &[], body.as_bytes())
+                            .await
+                    }
+                }
+            },
+        }
+    })
+}
+
+fn events(p: &ReplyPlan, a: &Answer) -> Vec<SseEvent> {
+    match p.format {
+        Format::Anthropic => anthropic::events(a),
+        Format::OpenAi => openai::events(a, p.include_usage),
+    }
+}
+
+fn json_body(p: &ReplyPlan, a: &Answer) -> String {
+    match p.format {
+        Format::Anthropic => anthropic::message(a).to_string(),
+        Format::OpenAi => openai::completion(a).to_string(),
+    }
+}
+
+/// Sends a well-formed answer, streamed or not as the client asked.
+async fn send_answer(stream: &mut TcpStream, p: &ReplyPlan, a: &Answer) -> io::Result<()> {
+    if p.stream {
+        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked).await?;
+        for e in events(p, a) {
+            http::write_chunk(stream, e.to_wire().as_bytes()).await?;
+        }
+        http::finish_chunks(stream).await
+    } else {
+        http::write_full(
+            stream,
+            200,
+            "application/json",
+            &[],
+            json_body(p, a).as_bytes(),
+        )
+        .await
+    }
+}

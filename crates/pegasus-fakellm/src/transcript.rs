@@ -1,0 +1,252 @@
+//! A provider-neutral view of a request's conversation.
+//!
+//! Rules ([`crate::Match`]) and the default token estimate must work the same
+//! for both wire formats, so both bodies are flattened into a [`Transcript`].
+//! Building one never fails: unknown or malformed parts are skipped (the
+//! validator, not this module, complains about them).
+
+use serde_json::Value;
+
+use crate::record::Format;
+
+/// One message of the conversation, reduced to what rules look at.
+#[derive(Debug, Default)]
+pub(crate) struct Turn {
+    /// `user`, `assistant`, `tool`, `system`, `developer` (as sent).
+    pub role: String,
+    pub texts: Vec<String>,
+    /// Tool call inputs as JSON text (OpenAI `arguments` verbatim).
+    pub tool_inputs: Vec<String>,
+    /// Text content of each tool result carried by this message.
+    pub tool_results: Vec<String>,
+}
+
+/// The flattened conversation of one request.
+#[derive(Debug, Default)]
+pub(crate) struct Transcript {
+    /// Anthropic top-level `system` texts (OpenAI keeps system as turns).
+    pub system: Vec<String>,
+    pub turns: Vec<Turn>,
+}
+
+impl Transcript {
+    pub fn from_body(format: Format, body: &Value) -> Transcript {
+        match format {
+            Format::Anthropic => from_anthropic(body),
+            Format::OpenAi => from_openai(body),
+        }
+    }
+
+    /// Text of the last user-role message that has any text.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.turns
+            .iter()
+            .rev()
+            .find(|t| t.role == "user" && !t.texts.is_empty())
+            .map(|t| t.texts.join("\n"))
+    }
+
+    /// System prompt texts in either format.
+    pub fn system_texts(&self) -> impl Iterator<Item = &str> {
+        self.system.iter().map(String::as_str).chain(
+            self.turns
+                .iter()
+                .filter(|t| t.role == "system" || t.role == "developer")
+                .flat_map(|t| t.texts.iter().map(String::as_str)),
+        )
+    }
+
+    /// Every piece of text in the request.
+    pub fn all_text(&self) -> impl Iterator<Item = &str> {
+        self.system
+            .iter()
+            .map(String::as_str)
+            .chain(self.turns.iter().flat_map(|t| {
+                t.texts
+                    .iter()
+                    .chain(t.tool_inputs.iter())
+                    .chain(t.tool_results.iter())
+                    .map(String::as_str)
+            }))
+    }
+
+    /// Tool results at the very end of the conversation (see
+    /// [`crate::Match::LastToolResultContains`]).
+    pub fn last_tool_results(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        for turn in self.turns.iter().rev() {
+            if turn.role == "tool" {
+                out.extend(turn.tool_results.iter().map(String::as_str));
+                continue;
+            }
+            if out.is_empty() && turn.role == "user" {
+                out.extend(turn.tool_results.iter().map(String::as_str));
+            }
+            break;
+        }
+        out
+    }
+
+    pub fn has_tool_result(&self) -> bool {
+        self.turns.iter().any(|t| !t.tool_results.is_empty())
+    }
+
+    /// Total characters of all text, the basis of the default input estimate.
+    pub fn char_count(&self) -> usize {
+        self.all_text().map(|t| t.chars().count()).sum()
+    }
+}
+
+/// Text of a content value that is a string or an array of `{type:"text"}` parts.
+fn content_texts(content: &Value) -> Vec<String> {
+    match content {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(parts) => parts
+            .iter()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn from_anthropic(body: &Value) -> Transcript {
+    let mut tr = Transcript {
+        system: body.get("system").map(content_texts).unwrap_or_default(),
+        turns: Vec::new(),
+    };
+    for msg in body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let mut turn = Turn {
+            role: msg
+                .get("role")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            ..Turn::default()
+        };
+        match msg.get("content") {
+            Some(Value::String(s)) => turn.texts.push(s.clone()),
+            Some(Value::Array(blocks)) => {
+                for block in blocks {
+                    match block.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            if let Some(t) = block.get("text").and_then(Value::as_str) {
+                                turn.texts.push(t.to_string());
+                            }
+                        }
+                        Some("tool_use") => {
+                            let input = block.get("input").cloned().unwrap_or(Value::Null);
+                            turn.tool_inputs.push(input.to_string());
+                        }
+                        Some("tool_result") => {
+                            let text = block.get("content").map(content_texts).unwrap_or_default();
+                            turn.tool_results.push(text.join("\n"));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        tr.turns.push(turn);
+    }
+    tr
+}
+
+fn from_openai(body: &Value) -> Transcript {
+    let mut tr = Transcript::default();
+    for msg in body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let role = msg
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let texts = msg.get("content").map(content_texts).unwrap_or_default();
+        let mut turn = Turn {
+            role,
+            ..Turn::default()
+        };
+        if turn.role == "tool" {
+            turn.tool_results.push(texts.join("\n"));
+        } else {
+            turn.texts = texts;
+        }
+        for call in msg
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let args = call.pointer("/function/arguments");
+            let args = match args {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            turn.tool_inputs.push(args);
+        }
+        tr.turns.push(turn);
+    }
+    tr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn anthropic_view() {
+        let body = json!({
+            "system": [{"type": "text", "text": "You are Pegasus"}],
+            "messages": [
+                {"role": "user", "content": "weather in Paris?"},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "let me check"},
+                    {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "sunny"}]}
+                ]}
+            ]
+        });
+        let tr = Transcript::from_body(Format::Anthropic, &body);
+        assert_eq!(tr.last_user_text().as_deref(), Some("weather in Paris?"));
+        assert_eq!(tr.last_tool_results(), vec!["sunny"]);
+        assert!(tr.has_tool_result());
+        assert!(tr.system_texts().any(|t| t.contains("Pegasus")));
+        assert!(tr.all_text().any(|t| t.contains("\"city\"")));
+    }
+
+    #[test]
+    fn openai_view() {
+        let body = json!({
+            "messages": [
+                {"role": "developer", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "list files"}]},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\"/\"}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\"/tmp\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "bin etc"},
+                {"role": "tool", "tool_call_id": "c2", "content": "x.txt"}
+            ]
+        });
+        let tr = Transcript::from_body(Format::OpenAi, &body);
+        assert_eq!(tr.last_user_text().as_deref(), Some("list files"));
+        assert_eq!(tr.last_tool_results(), vec!["x.txt", "bin etc"]);
+        assert!(tr.system_texts().any(|t| t == "be brief"));
+        assert!(tr.all_text().any(|t| t.contains("/tmp")));
+    }
+}

@@ -1,0 +1,306 @@
+//! Transcript validation, as strict as the real APIs.
+//!
+//! The real providers reject requests whose tool calls and tool results do
+//! not pair up, and Anthropic rejects non-alternating roles. A client bug
+//! here only shows up against the real API, in production; the fake catches
+//! it in tests instead, answering 400 `invalid_request_error` and recording
+//! a violation. Each function returns the list of problems (empty = valid).
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+/// Problems with an Anthropic Messages request body.
+pub(crate) fn anthropic(body: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !body.is_object() {
+        return vec!["request body must be a JSON object".to_string()];
+    }
+    check_model(body, &mut problems);
+    match body.get("max_tokens") {
+        Some(v) if v.as_u64().is_some_and(|n| n >= 1) => {}
+        Some(_) => problems.push("max_tokens: must be a positive integer".to_string()),
+        None => problems.push("max_tokens: Field required".to_string()),
+    }
+    if let Some(system) = body.get("system") {
+        if !(system.is_string() || system.is_array()) {
+            problems.push("system: must be a string or an array of text blocks".to_string());
+        }
+    }
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+        problems.push("messages: Field required (an array)".to_string());
+        return problems;
+    };
+    if messages.is_empty() {
+        problems.push("messages: at least one message is required".to_string());
+        return problems;
+    }
+
+    // Per message: role, content shape, and the ids of tool_use / tool_result blocks.
+    let mut roles = Vec::with_capacity(messages.len());
+    let mut uses: Vec<Vec<String>> = Vec::with_capacity(messages.len());
+    let mut results: Vec<Vec<String>> = Vec::with_capacity(messages.len());
+    for (i, msg) in messages.iter().enumerate() {
+        let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
+        if role != "user" && role != "assistant" {
+            problems.push(format!(
+                "messages.{i}.role: must be \"user\" or \"assistant\", got {role:?}"
+            ));
+        }
+        roles.push(role);
+        let mut u = Vec::new();
+        let mut r = Vec::new();
+        match msg.get("content") {
+            Some(Value::String(_)) => {}
+            Some(Value::Array(blocks)) => {
+                for (j, block) in blocks.iter().enumerate() {
+                    match block.get("type").and_then(Value::as_str) {
+                        Some("tool_use") => {
+                            if role != "assistant" {
+                                problems.push(format!("messages.{i}.content.{j}: tool_use blocks are only allowed in assistant messages"));
+                            }
+                            match block.get("id").and_then(Value::as_str) {
+                                Some(id) => u.push(id.to_string()),
+                                None => problems
+                                    .push(format!("messages.{i}.content.{j}.id: Field required")),
+                            }
+                            if block.get("name").and_then(Value::as_str).is_none() {
+                                problems
+                                    .push(format!("messages.{i}.content.{j}.name: Field required"));
+                            }
+                            if !block.get("input").is_some_and(Value::is_object) {
+                                problems.push(format!(
+                                    "messages.{i}.content.{j}.input: must be an object"
+                                ));
+                            }
+                        }
+                        Some("tool_result") => {
+                            if role != "user" {
+                                problems.push(format!("messages.{i}.content.{j}: tool_result blocks are only allowed in user messages"));
+                            }
+                            match block.get("tool_use_id").and_then(Value::as_str) {
+                                Some(id) => r.push(id.to_string()),
+                                None => problems.push(format!(
+                                    "messages.{i}.content.{j}.tool_use_id: Field required"
+                                )),
+                            }
+                        }
+                        Some(_) => {}
+                        None => {
+                            problems.push(format!("messages.{i}.content.{j}.type: Field required"))
+                        }
+                    }
+                }
+            }
+            _ => problems.push(format!(
+                "messages.{i}.content: must be a string or an array of blocks"
+            )),
+        }
+        uses.push(u);
+        results.push(r);
+    }
+
+    if roles.first() != Some(&"user") {
+        problems.push("messages.0.role: the first message must use the \"user\" role".to_string());
+    }
+    for i in 1..roles.len() {
+        if roles[i] == roles[i - 1] && !roles[i].is_empty() {
+            problems.push(format!(
+                "messages.{i}: roles must alternate between \"user\" and \"assistant\", but found two consecutive {:?} messages",
+                roles[i]
+            ));
+        }
+    }
+
+    for i in 0..messages.len() {
+        // Every tool_result must answer a tool_use of the immediately preceding assistant message.
+        if !results[i].is_empty() {
+            let previous: HashSet<&str> = if i > 0 && roles[i - 1] == "assistant" {
+                uses[i - 1].iter().map(String::as_str).collect()
+            } else {
+                HashSet::new()
+            };
+            for id in &results[i] {
+                if !previous.contains(id.as_str()) {
+                    problems.push(format!(
+                        "messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                    ));
+                }
+            }
+        }
+        // Every tool_use must be answered by a tool_result in the next user message.
+        if !uses[i].is_empty() {
+            let next: HashSet<&str> = if i + 1 < messages.len() && roles[i + 1] == "user" {
+                results[i + 1].iter().map(String::as_str).collect()
+            } else {
+                HashSet::new()
+            };
+            let missing: Vec<&str> = uses[i]
+                .iter()
+                .map(String::as_str)
+                .filter(|id| !next.contains(id))
+                .collect();
+            if !missing.is_empty() {
+                problems.push(format!(
+                    "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                    i + 1,
+                    missing.join(", ")
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Problems with an OpenAI Chat Completions request body.
+pub(crate) fn openai(body: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !body.is_object() {
+        return vec!["request body must be a JSON object".to_string()];
+    }
+    check_model(body, &mut problems);
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+        problems.push("messages: Missing required parameter: 'messages'".to_string());
+        return problems;
+    };
+    if messages.is_empty() {
+        problems.push(
+            "messages: Invalid 'messages': empty array. Expected an array with minimum length 1"
+                .to_string(),
+        );
+        return problems;
+    }
+
+    // Tool call ids of the nearest preceding assistant message, if still open
+    // (no user/system/assistant message since), and which of them are answered.
+    let mut open: Option<(usize, Vec<String>, HashSet<String>)> = None;
+    let close = |open: &mut Option<(usize, Vec<String>, HashSet<String>)>,
+                 problems: &mut Vec<String>| {
+        if let Some((at, ids, answered)) = open.take() {
+            let missing: Vec<&str> = ids
+                .iter()
+                .map(String::as_str)
+                .filter(|id| !answered.contains(*id))
+                .collect();
+            if !missing.is_empty() {
+                problems.push(format!(
+                    "messages.{at}: An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {}",
+                    missing.join(", ")
+                ));
+            }
+        }
+    };
+
+    for (i, msg) in messages.iter().enumerate() {
+        let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
+        match role {
+            "system" | "developer" | "user" => {
+                close(&mut open, &mut problems);
+            }
+            "assistant" => {
+                close(&mut open, &mut problems);
+                let mut ids = Vec::new();
+                for (j, call) in msg.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    match call.get("id").and_then(Value::as_str) {
+                        Some(id) => ids.push(id.to_string()),
+                        None => problems.push(format!("messages.{i}.tool_calls.{j}.id: Missing required parameter")),
+                    }
+                    if call.pointer("/function/name").and_then(Value::as_str).is_none() {
+                        problems.push(format!("messages.{i}.tool_calls.{j}.function.name: Missing required parameter"));
+                    }
+                    if !call.pointer("/function/arguments").is_some_and(Value::is_string) {
+                        problems.push(format!("messages.{i}.tool_calls.{j}.function.arguments: must be a JSON string"));
+                    }
+                }
+                if !ids.is_empty() {
+                    open = Some((i, ids, HashSet::new()));
+                }
+            }
+            "tool" => {
+                let id = msg.get("tool_call_id").and_then(Value::as_str);
+                match (&mut open, id) {
+                    (_, None) => problems.push(format!("messages.{i}.tool_call_id: Missing required parameter")),
+                    (Some((_, ids, answered)), Some(id)) if ids.iter().any(|x| x == id) => {
+                        answered.insert(id.to_string());
+                    }
+                    (_, Some(id)) => problems.push(format!(
+                        "messages.{i}: Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (tool_call_id {id} not found)."
+                    )),
+                }
+            }
+            other => problems.push(format!(
+                "messages.{i}.role: Invalid value: {other:?}. Supported values are: 'system', 'developer', 'user', 'assistant', and 'tool'."
+            )),
+        }
+    }
+    close(&mut open, &mut problems);
+    problems
+}
+
+fn check_model(body: &Value, problems: &mut Vec<String>) {
+    match body.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {}
+        Some(_) => problems.push("model: must be a non-empty string".to_string()),
+        None => problems.push("model: Field required".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn anthropic_good_tool_round_trip() {
+        let body = json!({"model": "m", "max_tokens": 10, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "t", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "ok"}]}
+        ]});
+        assert!(anthropic(&body).is_empty(), "{:?}", anthropic(&body));
+    }
+
+    #[test]
+    fn anthropic_problems() {
+        let body = json!({"messages": [
+            {"role": "assistant", "content": "x"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "ok"}]},
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "b", "name": "t", "input": {}}]}
+        ]});
+        let p = anthropic(&body).join("\n");
+        assert!(p.contains("model: Field required"));
+        assert!(p.contains("max_tokens: Field required"));
+        assert!(p.contains("first message"));
+        assert!(p.contains("alternate"));
+        assert!(p.contains("zz"));
+        assert!(p.contains("without `tool_result`"));
+    }
+
+    #[test]
+    fn openai_pairs() {
+        let good = json!({"model": "m", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "t", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "b", "content": "1"},
+            {"role": "tool", "tool_call_id": "a", "content": "2"},
+            {"role": "assistant", "content": "done"}
+        ]});
+        assert!(openai(&good).is_empty(), "{:?}", openai(&good));
+
+        let bad = json!({"model": "m", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+            ]},
+            {"role": "user", "content": "hmm"},
+            {"role": "tool", "tool_call_id": "a", "content": "late"}
+        ]});
+        let p = openai(&bad).join("\n");
+        assert!(p.contains("did not have response messages: a"), "{p}");
+        assert!(p.contains("must be a response to a preceeding"), "{p}");
+    }
+}
