@@ -31,6 +31,8 @@ pub struct Config {
     pub telegram: TelegramConfig,
     /// The web dashboard.
     pub dashboard: DashboardConfig,
+    /// Limits of the agent loop inside each worker (and the MainAgent).
+    pub agent: AgentConfig,
 }
 
 impl Default for Config {
@@ -44,6 +46,7 @@ impl Default for Config {
             workers: WorkersConfig::default(),
             telegram: TelegramConfig::default(),
             dashboard: DashboardConfig::default(),
+            agent: AgentConfig::default(),
         }
     }
 }
@@ -92,6 +95,9 @@ pub struct LlmConfig {
     pub timeout_s: u64,
     /// Retries of a failed call (rate limits, 5xx).
     pub max_retries: u32,
+    /// First retry delay in milliseconds; doubled per attempt, capped at 30 s, fully jittered
+    /// (and never shorter than the provider's `retry-after`).
+    pub retry_base_ms: u64,
 }
 
 impl Default for LlmConfig {
@@ -100,6 +106,7 @@ impl Default for LlmConfig {
             max_concurrency: 4,
             timeout_s: 120,
             max_retries: 4,
+            retry_base_ms: 1000,
         }
     }
 }
@@ -210,6 +217,48 @@ impl Default for DashboardConfig {
     }
 }
 
+/// Guards and limits of the agent loop (SPEC §6). They bound what one task can do on its own:
+/// how long it may go on, how much it may run at once and how deep it may delegate.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct AgentConfig {
+    /// Model calls per task before it stops as `turn_capped` (default 25).
+    pub max_turns: u32,
+    /// Read-only tool calls of one turn run at the same time, at most this many (default 4).
+    pub max_parallel_tools: usize,
+    /// Longest an `exec` command may run, in seconds; a call may ask for less (default 120).
+    pub exec_timeout_s: u64,
+    /// Bytes of `exec` output shown to the model; the rest is cut and the cut noted (default 65536).
+    pub exec_output_cap_bytes: usize,
+    /// How deep subagents may nest: a subagent at this depth cannot spawn another (default 2).
+    pub max_subagent_depth: u32,
+    /// Subagents one task may spawn in all (default 5).
+    pub max_subagents_per_task: u32,
+    /// `max_tokens` of every model call of the loop (default 4096).
+    pub max_tokens: u32,
+    /// Run the PostTaskReflector after an answered task to update memory (default true).
+    pub reflection: bool,
+    /// The same tool call (name and arguments) this many times in a row stops the task as
+    /// `loop_capped` (default 3).
+    pub loop_repeat_limit: u32,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            max_turns: 25,
+            max_parallel_tools: 4,
+            exec_timeout_s: 120,
+            exec_output_cap_bytes: 65536,
+            max_subagent_depth: 2,
+            max_subagents_per_task: 5,
+            max_tokens: 4096,
+            reflection: true,
+            loop_repeat_limit: 3,
+        }
+    }
+}
+
 impl Config {
     /// Loads config.yml. A missing (or empty) file gives [`Config::default`]. Syntax errors,
     /// wrong types and out-of-range values are a [`StoreError::Parse`] naming the file, line
@@ -272,6 +321,18 @@ impl Config {
         if self.llm.max_concurrency < 1 {
             return Err(err("llm.max_concurrency", "must be at least 1"));
         }
+        let a = &self.agent;
+        for (key, v) in [
+            ("agent.max_turns", a.max_turns as u64),
+            ("agent.max_parallel_tools", a.max_parallel_tools as u64),
+            ("agent.exec_timeout_s", a.exec_timeout_s),
+            ("agent.max_tokens", a.max_tokens as u64),
+            ("agent.loop_repeat_limit", a.loop_repeat_limit as u64),
+        ] {
+            if v < 1 {
+                return Err(err(key, "must be at least 1"));
+            }
+        }
         let w = &self.workers;
         if !(w.shutdown_timeout_s.is_finite() && w.shutdown_timeout_s > 0.0) {
             return Err(err(
@@ -321,6 +382,9 @@ mod tests {
         assert_eq!(c.workers.restart_backoff_ms, 100);
         assert_eq!(c.dashboard.listen, "127.0.0.1:7474");
         assert_eq!(c.providers["openai"].base_url, "https://api.openai.com/v1");
+        assert_eq!(c.agent.max_turns, 25);
+        assert_eq!(c.agent.exec_output_cap_bytes, 65536);
+        assert!(c.agent.reflection);
         assert_eq!(parse("# just a comment\n").unwrap(), Config::default());
     }
 

@@ -1,0 +1,246 @@
+//! Spending totals and the budget checks made before every call.
+//!
+//! Totals live in memory so a check costs no disk read; they are rebuilt from the ledger at
+//! start and updated with every ledger line the gateway writes, so they always agree with the
+//! file. A check refuses a call only if the spend *already* reached a limit: the cost of a call
+//! is unknown until it is done, so the call that crosses a limit is the last one allowed.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Deserialize;
+
+use pegasus_proto::llm::LlmError;
+use pegasus_store::read_jsonl;
+
+/// Ledger project name of the MainAgent's calls.
+pub const MAIN_PROJECT: &str = "main";
+
+/// USD spent, by UTC day, project and task.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    days: HashMap<NaiveDate, f64>,
+    projects: HashMap<String, f64>,
+    tasks: HashMap<String, f64>,
+}
+
+/// The ledger fields the totals need; a line missing others still counts.
+#[derive(Deserialize)]
+struct Line {
+    ts: DateTime<Utc>,
+    project: String,
+    #[serde(default)]
+    task: Option<String>,
+    #[serde(default)]
+    usd: Option<f64>,
+}
+
+impl Totals {
+    /// Sums an existing ledger (missing = nothing spent; unreadable lines are skipped and
+    /// logged, since a damaged ledger must not stop the daemon).
+    pub fn load(ledger: &Path) -> Result<Totals, LlmError> {
+        let read = read_jsonl::<Line>(ledger).map_err(|e| LlmError::Other(e.to_string()))?;
+        if read.skipped > 0 || read.torn_tail {
+            tracing::warn!(
+                ledger = %ledger.display(),
+                skipped = read.skipped,
+                torn_tail = read.torn_tail,
+                "ignored unreadable ledger lines when summing spend"
+            );
+        }
+        let mut t = Totals::default();
+        for l in read.records {
+            if let Some(usd) = l.usd {
+                t.add(l.ts, &l.project, l.task.as_deref(), usd);
+            }
+        }
+        Ok(t)
+    }
+
+    /// Counts one priced call.
+    pub fn add(&mut self, ts: DateTime<Utc>, project: &str, task: Option<&str>, usd: f64) {
+        if !(usd.is_finite() && usd >= 0.0) {
+            return;
+        }
+        *self.days.entry(ts.date_naive()).or_insert(0.0) += usd;
+        *self.projects.entry(project.to_string()).or_insert(0.0) += usd;
+        if let Some(task) = task {
+            *self.tasks.entry(task.to_string()).or_insert(0.0) += usd;
+        }
+    }
+
+    /// Spent on `day` (UTC), all projects together.
+    pub fn day(&self, day: NaiveDate) -> f64 {
+        self.days.get(&day).copied().unwrap_or(0.0)
+    }
+
+    /// Spent by `project` over the whole ledger.
+    pub fn project(&self, project: &str) -> f64 {
+        self.projects.get(project).copied().unwrap_or(0.0)
+    }
+
+    /// Spent on `task` over the whole ledger.
+    pub fn task(&self, task: &str) -> f64 {
+        self.tasks.get(task).copied().unwrap_or(0.0)
+    }
+}
+
+/// The caps that apply to one call; `None` = no cap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Limits {
+    pub daily: Option<f64>,
+    /// The project's PROJECT.md `budget_usd`.
+    pub project: Option<f64>,
+    pub task: Option<f64>,
+}
+
+/// Refuses a call whose project (ledger name), task or the day has already spent its limit.
+/// The daily cap is checked first: it is the one the user set for everything.
+pub fn check(
+    totals: &Totals,
+    limits: &Limits,
+    project: &str,
+    task: Option<&str>,
+    today: NaiveDate,
+) -> Result<(), LlmError> {
+    let over = |scope: String, limit: Option<f64>, spent: f64| match limit {
+        Some(limit) if spent >= limit => Err(LlmError::BudgetExceeded {
+            scope,
+            limit,
+            spent,
+        }),
+        _ => Ok(()),
+    };
+    over("daily".into(), limits.daily, totals.day(today))?;
+    over(
+        format!("project {project}"),
+        limits.project,
+        totals.project(project),
+    )?;
+    if let Some(task) = task {
+        over(format!("task {task}"), limits.task, totals.task(task))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use pegasus_store::{JsonlAppender, LedgerEntry};
+
+    fn totals() -> (Totals, NaiveDate) {
+        let now = Utc::now();
+        let mut t = Totals::default();
+        t.add(now, "a", Some("t1"), 1.5);
+        t.add(now, "a", Some("t2"), 0.5);
+        t.add(now, "b", None, 1.0);
+        t.add(now - chrono::Duration::days(1), "a", Some("t1"), 10.0);
+        (t, now.date_naive())
+    }
+
+    #[test]
+    fn totals_by_day_project_and_task() {
+        let (t, today) = totals();
+        assert_eq!(t.day(today), 3.0);
+        assert_eq!(t.project("a"), 12.0);
+        assert_eq!(t.task("t1"), 11.5);
+        assert_eq!(t.task("nope"), 0.0);
+    }
+
+    #[test]
+    fn under_every_limit_passes() {
+        let (t, today) = totals();
+        let limits = Limits {
+            daily: Some(3.01),
+            project: Some(12.5),
+            task: Some(12.0),
+        };
+        assert_eq!(check(&t, &limits, "a", Some("t1"), today), Ok(()));
+        assert_eq!(
+            check(&t, &Limits::default(), "a", Some("t1"), today),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn reaching_a_limit_refuses_with_its_scope() {
+        let (t, today) = totals();
+        let daily = Limits {
+            daily: Some(3.0),
+            ..Limits::default()
+        };
+        assert_eq!(
+            check(&t, &daily, "a", None, today),
+            Err(LlmError::BudgetExceeded {
+                scope: "daily".into(),
+                limit: 3.0,
+                spent: 3.0
+            })
+        );
+        let project = Limits {
+            project: Some(12.0),
+            ..Limits::default()
+        };
+        assert!(matches!(
+            check(&t, &project, "a", None, today),
+            Err(LlmError::BudgetExceeded { scope, .. }) if scope == "project a"
+        ));
+        assert_eq!(check(&t, &project, "b", None, today), Ok(()));
+        let task = Limits {
+            task: Some(2.0),
+            ..Limits::default()
+        };
+        assert!(matches!(
+            check(&t, &task, "a", Some("t1"), today),
+            Err(LlmError::BudgetExceeded { scope, spent, .. }) if scope == "task t1" && spent == 11.5
+        ));
+        assert_eq!(check(&t, &task, "a", Some("t2"), today), Ok(()));
+        assert_eq!(check(&t, &task, "a", None, today), Ok(()));
+    }
+
+    #[test]
+    fn a_zero_limit_refuses_the_first_call() {
+        let t = Totals::default();
+        let limits = Limits {
+            daily: Some(0.0),
+            ..Limits::default()
+        };
+        assert!(check(&t, &limits, "a", None, Utc::now().date_naive()).is_err());
+    }
+
+    #[test]
+    fn load_sums_the_ledger_skipping_unpriced_and_bad_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        let mut w = JsonlAppender::open(&path).unwrap();
+        let entry = |project: &str, task: Option<&str>, usd: Option<f64>| LedgerEntry {
+            ts: Utc::now(),
+            project: project.into(),
+            task: task.map(str::to_string),
+            role: None,
+            model: "fake/x".into(),
+            input_tokens: 1,
+            output_tokens: 1,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            usd,
+            request_id: None,
+        };
+        w.append(&entry("a", Some("t"), Some(0.25))).unwrap();
+        w.append(&entry("a", None, None)).unwrap();
+        w.append(&serde_json::json!({"nonsense": 1})).unwrap();
+        w.append(&entry("main", None, Some(1.0))).unwrap();
+        w.sync().unwrap();
+        let t = Totals::load(&path).unwrap();
+        assert_eq!(t.project("a"), 0.25);
+        assert_eq!(t.task("t"), 0.25);
+        assert_eq!(t.project(MAIN_PROJECT), 1.0);
+        assert_eq!(t.day(Utc::now().date_naive()), 1.25);
+        assert_eq!(
+            Totals::load(&dir.path().join("none")).unwrap(),
+            Totals::default()
+        );
+    }
+}

@@ -1,0 +1,467 @@
+//! The gateway: the one door every model call of pegasusd goes through.
+//!
+//! Workers and the MainAgent never talk to a provider themselves; they hand a [`ChatRequest`]
+//! to [`Gateway::chat`], which decides whether the call may happen (budgets), when (the global
+//! semaphore, the per-provider rate gate), with which key, how often to try, and what it cost.
+//! Keeping all of that in one place is what makes the limits global: two projects cannot each
+//! use "their" four slots, and one project's 429 slows every caller of that provider down.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use chrono::Utc;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
+
+use pegasus_proto::llm::{CallMeta, ChatRequest, ChatResponse, LlmError};
+use pegasus_store::{validate_name, Config, Home, LedgerEntry, ProjectFile};
+
+use crate::budget::{self, Limits, MAIN_PROJECT};
+use crate::ledger::Ledger;
+use crate::prices::PriceTable;
+use crate::provider::{self, Kind, Target};
+use crate::reply::{self, ProviderReply};
+use crate::retry::{self, AttemptError};
+use crate::{anthropic, openai, sse};
+
+/// A snapshot of the gateway's load, for benchmarks, tests and the dashboard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatewayStats {
+    /// Requests being sent to a provider right now (each holds a semaphore slot).
+    pub in_flight: usize,
+    /// The most that were ever in flight at once; never above `llm.max_concurrency`.
+    pub max_in_flight: usize,
+    /// `chat` calls made, including refused and failed ones.
+    pub calls: u64,
+}
+
+/// The LLM gateway. Cheap to clone: every clone shares the same semaphore, rate gates, totals
+/// and ledger.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    home: Home,
+    config: Config,
+    prices: PriceTable,
+    http: reqwest::Client,
+    /// `llm.max_concurrency` slots shared by every caller.
+    slots: Semaphore,
+    /// Per provider: no request before this instant (set from `retry-after`).
+    gates: Mutex<HashMap<String, Instant>>,
+    ledger: Ledger,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    calls: AtomicU64,
+}
+
+/// One semaphore slot, counted in the stats while held. Dropping it (also when the call's
+/// future is dropped) frees the slot.
+struct Slot<'a> {
+    _permit: SemaphorePermit<'a>,
+    in_flight: &'a AtomicUsize,
+}
+
+impl<'a> Slot<'a> {
+    fn new(permit: SemaphorePermit<'a>, inner: &'a Inner) -> Slot<'a> {
+        let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        Slot {
+            _permit: permit,
+            in_flight: &inner.in_flight,
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Gateway {
+    /// Builds the gateway for `home`: the shipped price table extended by `config.prices`, and
+    /// the spend totals rebuilt from the existing ledger (which is created if missing).
+    pub fn new(home: &Home, config: &Config) -> Result<Gateway, LlmError> {
+        let prices = PriceTable::new(&config.prices)?;
+        let ledger = Ledger::open(home)?;
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("pegasus/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                home: home.clone(),
+                config: config.clone(),
+                prices,
+                http,
+                slots: Semaphore::new(config.llm.max_concurrency.max(1)),
+                gates: Mutex::new(HashMap::new()),
+                ledger,
+                in_flight: AtomicUsize::new(0),
+                max_in_flight: AtomicUsize::new(0),
+                calls: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// One model call, start to finish: resolve the model, check budgets, wait for a slot and
+    /// the provider's rate gate, send with retries and a timeout per attempt, price the answer
+    /// and write its ledger line.
+    ///
+    /// With `deltas` and `req.stream`, text is forwarded as it arrives. The deltas are a
+    /// preview: if a stream breaks and is retried, the new attempt's text is forwarded from its
+    /// start; the returned response is the authoritative text.
+    ///
+    /// Dropping the future cancels the call: the HTTP request is aborted, the slot is freed and
+    /// nothing is written to the ledger (unless the answer had already fully arrived: then it
+    /// was billed, and its line is written anyway).
+    pub async fn chat(
+        &self,
+        req: ChatRequest,
+        deltas: Option<UnboundedSender<String>>,
+    ) -> Result<ChatResponse, LlmError> {
+        let inner = &*self.inner;
+        inner.calls.fetch_add(1, Ordering::Relaxed);
+        let target = provider::resolve(&inner.config, &req.model)?;
+        let project = req
+            .meta
+            .project
+            .clone()
+            .unwrap_or_else(|| MAIN_PROJECT.to_string());
+        self.check_budgets(&req.meta, &project)?;
+        let key = provider::credential(&target)?;
+        let body = match target.kind {
+            Kind::Anthropic => anthropic::request_body(&req, &target.model, req.stream)?,
+            Kind::OpenAi => openai::request_body(&req, &target.model, req.stream)?,
+        };
+        let timeout =
+            Duration::from_secs(req.timeout_s.unwrap_or(inner.config.llm.timeout_s).max(1));
+        let base = Duration::from_millis(inner.config.llm.retry_base_ms);
+        let attempts = inner.config.llm.max_retries.saturating_add(1);
+        let mut last = String::new();
+        let mut retry_after = None;
+        for n in 0..attempts {
+            if n > 0 {
+                tokio::time::sleep(retry::retry_wait(base, n - 1, retry_after)).await;
+            }
+            let slot = self.slot(&target.provider).await?;
+            let sent = self
+                .attempt(
+                    &target,
+                    key.as_deref(),
+                    &body,
+                    req.stream,
+                    timeout,
+                    deltas.as_ref(),
+                )
+                .await;
+            drop(slot);
+            match sent {
+                Ok(reply) => return Ok(self.settle(&req.meta, &target, project, reply).await),
+                Err(AttemptError::Fatal(e)) => return Err(e),
+                Err(AttemptError::Retry {
+                    message,
+                    retry_after: wait,
+                }) => {
+                    if let Some(wait) = wait {
+                        self.hold_provider(&target.provider, wait);
+                    }
+                    tracing::warn!(
+                        model = %target.full,
+                        attempt = n + 1,
+                        of = attempts,
+                        error = %message,
+                        "LLM call attempt failed"
+                    );
+                    last = message;
+                    retry_after = wait;
+                }
+            }
+        }
+        Err(LlmError::Exhausted {
+            provider: target.provider,
+            attempts,
+            last,
+        })
+    }
+
+    /// Context window of a model (empty = the default model) from the price table; the agent
+    /// compacts its session at 80% of it.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.inner.prices.context_window(&self.resolve_model(model))
+    }
+
+    /// The model a request would use: `model`, or the config's `default_model` when empty.
+    pub fn resolve_model(&self, model: &str) -> String {
+        provider::resolve_model(&self.inner.config, model)
+    }
+
+    /// Calls in flight now, the most ever in flight at once, and calls made.
+    pub fn stats(&self) -> GatewayStats {
+        let inner = &*self.inner;
+        GatewayStats {
+            in_flight: inner.in_flight.load(Ordering::SeqCst),
+            max_in_flight: inner.max_in_flight.load(Ordering::SeqCst),
+            calls: inner.calls.load(Ordering::Relaxed),
+        }
+    }
+
+    /// USD spent today (UTC), all projects together.
+    pub fn spent_today(&self) -> f64 {
+        let today = Utc::now().date_naive();
+        self.inner.ledger.with_totals(|t| t.day(today))
+    }
+
+    /// USD spent by `project` (`main` = the MainAgent) over the whole ledger.
+    pub fn spent_by_project(&self, project: &str) -> f64 {
+        self.inner.ledger.with_totals(|t| t.project(project))
+    }
+
+    /// USD spent on `task` over the whole ledger.
+    pub fn spent_by_task(&self, task: &str) -> f64 {
+        self.inner.ledger.with_totals(|t| t.task(task))
+    }
+
+    /// Refuses the call if the day, the project or the task has already spent its cap.
+    fn check_budgets(&self, meta: &CallMeta, project: &str) -> Result<(), LlmError> {
+        let config = &self.inner.config;
+        let limits = Limits {
+            daily: config.budget.daily_usd,
+            project: meta.project.as_deref().and_then(|p| self.project_budget(p)),
+            task: config.budget.task_usd,
+        };
+        let today = Utc::now().date_naive();
+        self.inner
+            .ledger
+            .with_totals(|t| budget::check(t, &limits, project, meta.task.as_deref(), today))
+    }
+
+    /// The project's `budget_usd`, read from PROJECT.md at each call so an edit applies at
+    /// once (a small file; cheaper than keeping a cache coherent with the supervisor's writes).
+    fn project_budget(&self, name: &str) -> Option<f64> {
+        validate_name(name).ok()?;
+        match ProjectFile::load(&self.inner.home.project_dir(name)) {
+            Ok(p) => p.budget_usd(),
+            Err(e) => {
+                tracing::debug!(project = name, error = %e, "no project budget readable");
+                None
+            }
+        }
+    }
+
+    /// Waits for the provider's rate gate, then for a semaphore slot. Re-checks the gate after
+    /// getting the slot: a 429 seen by another caller while this one queued must be honoured
+    /// too, and without holding a slot that other providers' calls could use.
+    async fn slot(&self, provider: &str) -> Result<Slot<'_>, LlmError> {
+        loop {
+            if let Some(at) = self.gate(provider) {
+                tokio::time::sleep_until(at).await;
+            }
+            let permit = self
+                .inner
+                .slots
+                .acquire()
+                .await
+                .map_err(|_| LlmError::Other("the LLM gateway is shutting down".into()))?;
+            if self.gate(provider).is_none() {
+                return Ok(Slot::new(permit, &self.inner));
+            }
+        }
+    }
+
+    /// The instant before which `provider` must not be called, if still in the future.
+    fn gate(&self, provider: &str) -> Option<Instant> {
+        let gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates
+            .get(provider)
+            .copied()
+            .filter(|at| *at > Instant::now())
+    }
+
+    /// Holds every call to `provider` for `wait` (never shortening an existing hold).
+    fn hold_provider(&self, provider: &str, wait: Duration) {
+        let at = Instant::now() + wait;
+        let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+        let gate = gates.entry(provider.to_string()).or_insert(at);
+        if *gate < at {
+            *gate = at;
+        }
+    }
+
+    /// One HTTP attempt. `timeout` bounds the wait for the response headers and, for a plain
+    /// response, the whole body; for a stream it bounds each silence between chunks.
+    async fn attempt(
+        &self,
+        target: &Target,
+        key: Option<&str>,
+        body: &serde_json::Value,
+        stream: bool,
+        timeout: Duration,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<ProviderReply, AttemptError> {
+        let http = &self.inner.http;
+        let request = match target.kind {
+            Kind::Anthropic => {
+                let r = http
+                    .post(format!("{}/v1/messages", target.base_url))
+                    .header("anthropic-version", anthropic::API_VERSION);
+                match key {
+                    Some(k) => r.header("x-api-key", k),
+                    None => r,
+                }
+            }
+            Kind::OpenAi => {
+                let r = http.post(format!("{}/chat/completions", target.base_url));
+                match key {
+                    Some(k) => r.bearer_auth(k),
+                    None => r,
+                }
+            }
+        }
+        .json(body);
+        let deadline = Instant::now() + timeout;
+        let timed_out =
+            || AttemptError::retry(format!("no answer within {} s", timeout.as_secs_f64()));
+        let response = tokio::time::timeout_at(deadline, request.send())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(transport_error)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry::parse_retry_after(v, SystemTime::now()));
+            let text = tokio::time::timeout_at(deadline, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let message = reply::error_message(&text);
+            return Err(if retry::is_retryable_status(status.as_u16()) {
+                AttemptError::Retry {
+                    message: format!("HTTP {}: {message}", status.as_u16()),
+                    retry_after,
+                }
+            } else {
+                AttemptError::Fatal(LlmError::Refused {
+                    provider: target.provider.clone(),
+                    status: status.as_u16(),
+                    message,
+                })
+            });
+        }
+        // A server that ignores `stream: true` answers with plain JSON; read it as such.
+        let is_sse = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if stream && is_sse {
+            return match target.kind {
+                Kind::Anthropic => {
+                    sse::read(response, anthropic::Stream::default(), timeout, deltas).await
+                }
+                Kind::OpenAi => {
+                    sse::read(response, openai::Stream::default(), timeout, deltas).await
+                }
+            };
+        }
+        let bytes = tokio::time::timeout_at(deadline, response.bytes())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(transport_error)?;
+        let parsed = match target.kind {
+            Kind::Anthropic => anthropic::parse_response(&bytes),
+            Kind::OpenAi => openai::parse_response(&bytes),
+        };
+        let reply = parsed.map_err(AttemptError::retry)?;
+        if stream {
+            // The caller asked for deltas; give it the whole text as one.
+            for block in &reply.content {
+                if let pegasus_proto::llm::Block::Text { text } = block {
+                    sse::forward(deltas, text);
+                }
+            }
+        }
+        Ok(reply)
+    }
+
+    /// Prices a successful answer, writes its ledger line and builds the response.
+    async fn settle(
+        &self,
+        meta: &CallMeta,
+        target: &Target,
+        project: String,
+        reply: ProviderReply,
+    ) -> ChatResponse {
+        let reported = if reply.model.is_empty() {
+            target.model.as_str()
+        } else {
+            reply.model.as_str()
+        };
+        let model = format!("{}/{}", target.provider, reported);
+        let prices = &self.inner.prices;
+        let cost = match &reply.usage {
+            None => {
+                tracing::warn!(%model, request_id = %reply.id,
+                    "provider reported no usage; the call's cost is unknown");
+                None
+            }
+            // The reported model first (it may be a dated snapshot priced differently), then
+            // the requested id (an alias the user priced in config.yml).
+            Some(u) => {
+                let cost = prices
+                    .cost(&model, u)
+                    .or_else(|| prices.cost(&target.full, u));
+                if cost.is_none() {
+                    tracing::warn!(%model,
+                        "no price for this model; add it under prices: in config.yml");
+                }
+                cost
+            }
+        };
+        let usage = reply.usage.unwrap_or_default();
+        let entry = LedgerEntry {
+            ts: Utc::now(),
+            project,
+            task: meta.task.clone(),
+            role: meta.role.clone(),
+            model: model.clone(),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            usd: cost,
+            request_id: (!reply.id.is_empty()).then(|| reply.id.clone()),
+        };
+        self.inner.ledger.record(entry).await;
+        ChatResponse {
+            request_id: reply.id,
+            model,
+            content: reply.content,
+            stop_reason: reply.stop_reason,
+            usage,
+            cost_usd: cost,
+        }
+    }
+}
+
+/// A transport failure (connect, reset, TLS, body read) with its causes, all retryable.
+fn transport_error(e: reqwest::Error) -> AttemptError {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    AttemptError::retry(message)
+}

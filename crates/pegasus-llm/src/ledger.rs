@@ -1,0 +1,67 @@
+//! Writing `costs/ledger.jsonl`: one durable line per successful call.
+//!
+//! The line is fsynced before the call returns, so a crash right after a call cannot lose money
+//! that was spent; the running totals are updated right after, from the same entry, so they
+//! agree with the file. The totals have their own lock so a budget check never waits for an
+//! fsync.
+
+use std::sync::{Arc, Mutex};
+
+use pegasus_proto::llm::LlmError;
+use pegasus_store::{Home, JsonlAppender, LedgerEntry};
+
+use crate::budget::Totals;
+
+/// The ledger file and the totals it feeds.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    file: Arc<Mutex<JsonlAppender>>,
+    totals: Arc<Mutex<Totals>>,
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the home's ledger and sums what it already holds.
+    pub fn open(home: &Home) -> Result<Ledger, LlmError> {
+        let path = home.ledger_file();
+        let totals = Totals::load(&path)?;
+        let file = JsonlAppender::open(&path).map_err(|e| LlmError::Other(e.to_string()))?;
+        Ok(Ledger {
+            file: Arc::new(Mutex::new(file)),
+            totals: Arc::new(Mutex::new(totals)),
+        })
+    }
+
+    /// Appends `entry` durably and counts it. Runs on a blocking thread (fsync). A write error
+    /// is logged, not returned: the provider has already billed the call, and failing it would
+    /// only make the caller pay for it again. The totals count it either way.
+    pub async fn record(&self, entry: LedgerEntry) {
+        let (file, totals) = (self.file.clone(), self.totals.clone());
+        let done = tokio::task::spawn_blocking(move || {
+            let written = file
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .append_durable(&entry);
+            if let Err(e) = written {
+                tracing::error!(error = %e, model = %entry.model, usd = ?entry.usd,
+                    "could not write the cost ledger line");
+            }
+            if let Some(usd) = entry.usd {
+                totals.lock().unwrap_or_else(|p| p.into_inner()).add(
+                    entry.ts,
+                    &entry.project,
+                    entry.task.as_deref(),
+                    usd,
+                );
+            }
+        })
+        .await;
+        if let Err(e) = done {
+            tracing::error!(error = %e, "ledger writer task failed");
+        }
+    }
+
+    /// Reads the totals (a short lock; never held across an await).
+    pub fn with_totals<R>(&self, f: impl FnOnce(&Totals) -> R) -> R {
+        f(&self.totals.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}

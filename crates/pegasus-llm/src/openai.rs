@@ -1,0 +1,653 @@
+//! The OpenAI Chat Completions API (and every server compatible with it): request body,
+//! response body and stream chunks.
+//!
+//! The neutral transcript keeps tool results inside a user message, as Anthropic does; Chat
+//! Completions wants each result as its own `tool` message right after the assistant message
+//! that asked for it, which is why one neutral message can become several here. Usage is
+//! normalised to Anthropic's meaning: OpenAI's `prompt_tokens` *includes* cached tokens, so they
+//! are subtracted to get the tokens billed at the full input price.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc::UnboundedSender;
+
+use pegasus_proto::llm::{Block, ChatRequest, LlmError, Message, Role, StopReason, Usage};
+
+use crate::reply::{without_empty_text, ProviderReply};
+use crate::sse::{forward, StreamParser};
+
+/// The JSON body of `POST /chat/completions` for `req`, addressed to `model`.
+pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Value, LlmError> {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    let mut messages = Vec::new();
+    if !req.system.is_empty() {
+        messages.push(json!({"role": "system", "content": req.system}));
+    }
+    for m in &req.messages {
+        push_message(&mut messages, m);
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        let tools = req
+            .tools
+            .iter()
+            .map(|t| {
+                let schema = serde_json::from_str::<Value>(&t.input_schema_json)
+                    .ok()
+                    .filter(Value::is_object)
+                    .ok_or_else(|| {
+                        LlmError::Other(format!(
+                            "tool {} has an input schema that is not a JSON object",
+                            t.name
+                        ))
+                    })?;
+                Ok(json!({
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": schema}
+                }))
+            })
+            .collect::<Result<Vec<_>, LlmError>>()?;
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    body.insert("max_tokens".into(), json!(req.max_tokens));
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(effort @ ("low" | "medium" | "high")) = req.thinking.as_deref() {
+        body.insert("reasoning_effort".into(), json!(effort));
+    }
+    if stream {
+        body.insert("stream".into(), json!(true));
+        // Without this the stream carries no usage at all, and the call could not be priced.
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Ok(Value::Object(body))
+}
+
+/// Appends the Chat Completions messages for one neutral message.
+fn push_message(out: &mut Vec<Value>, m: &Message) {
+    let text: Vec<&str> = m
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } if !text.is_empty() => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    match m.role {
+        Role::Assistant => {
+            let calls: Vec<Value> = m
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    Block::ToolUse {
+                        id,
+                        name,
+                        input_json,
+                    } => Some(json!({
+                        "id": id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": input_json},
+                    })),
+                    _ => None,
+                })
+                .collect();
+            let content = if text.is_empty() {
+                Value::Null
+            } else {
+                json!(text.join("\n"))
+            };
+            let mut msg = json!({"role": "assistant", "content": content});
+            if !calls.is_empty() {
+                msg["tool_calls"] = Value::Array(calls);
+            }
+            out.push(msg);
+        }
+        Role::User => {
+            // Tool results first: they must directly follow the assistant's tool calls.
+            for b in &m.content {
+                if let Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } = b
+                {
+                    // Chat Completions has no error flag; say it in the content instead.
+                    let content = if *is_error {
+                        format!("Error: {content}")
+                    } else {
+                        content.clone()
+                    };
+                    out.push(
+                        json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}),
+                    );
+                }
+            }
+            if !text.is_empty() {
+                out.push(json!({"role": "user", "content": text.join("\n")}));
+            }
+        }
+    }
+}
+
+fn stop_reason(finish: Option<&str>, has_tool_calls: bool) -> StopReason {
+    match finish {
+        Some("tool_calls" | "function_call") => StopReason::ToolUse,
+        // Some compatible servers say "stop" while returning tool calls; the calls are what
+        // the agent must act on.
+        Some("stop") if has_tool_calls => StopReason::ToolUse,
+        Some("stop") => StopReason::EndTurn,
+        Some("length") => StopReason::MaxTokens,
+        _ => StopReason::Other,
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    fn usage(&self) -> Option<Usage> {
+        let prompt = self.prompt_tokens?;
+        let cached = self
+            .prompt_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0);
+        Some(Usage {
+            input_tokens: prompt.saturating_sub(cached),
+            output_tokens: self.completion_tokens?,
+            cache_read_tokens: cached,
+            cache_write_tokens: 0,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+struct WireFunction {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireChoiceMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice {
+    message: WireChoiceMessage,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireCompletion {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    choices: Vec<WireChoice>,
+    usage: Option<WireUsage>,
+}
+
+/// A tool call id for servers that send none, so the result can still be matched to it.
+fn fallback_id(index: usize) -> String {
+    format!("call_{index}")
+}
+
+fn arguments(raw: Option<String>) -> String {
+    match raw {
+        Some(a) if !a.trim().is_empty() => a,
+        _ => "{}".into(),
+    }
+}
+
+/// Parses a non-streamed response body (the first choice; Pegasus never asks for more).
+pub fn parse_response(body: &[u8]) -> Result<ProviderReply, String> {
+    let c: WireCompletion =
+        serde_json::from_slice(body).map_err(|e| format!("unreadable completion body: {e}"))?;
+    let choice = c
+        .choices
+        .into_iter()
+        .next()
+        .ok_or("completion has no choices")?;
+    let mut content = Vec::new();
+    if let Some(text) = choice.message.content {
+        content.push(Block::Text { text });
+    }
+    for (i, call) in choice
+        .message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        content.push(Block::ToolUse {
+            id: call
+                .id
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| fallback_id(i)),
+            name: call.function.name,
+            input_json: arguments(call.function.arguments),
+        });
+    }
+    let has_tools = content.iter().any(|b| matches!(b, Block::ToolUse { .. }));
+    Ok(ProviderReply {
+        id: c.id,
+        model: c.model,
+        content: without_empty_text(content),
+        stop_reason: stop_reason(choice.finish_reason.as_deref(), has_tools),
+        usage: c.usage.and_then(|u| u.usage()),
+    })
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles a streamed completion from `data:` chunks until `data: [DONE]`. Tool calls
+/// arrive keyed by `index`: the id and name with the first piece, the arguments in pieces.
+#[derive(Debug, Default)]
+pub struct Stream {
+    id: String,
+    model: String,
+    text: String,
+    calls: BTreeMap<u64, PartialCall>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl StreamParser for Stream {
+    fn event(
+        &mut self,
+        _name: &str,
+        data: &str,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<bool, String> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        let v: Value =
+            serde_json::from_str(data).map_err(|e| format!("unreadable stream chunk: {e}"))?;
+        if let Some(e) = v.get("error") {
+            let message = e
+                .get("message")
+                .and_then(Value::as_str)
+                .or_else(|| e.as_str())
+                .unwrap_or("unknown error");
+            return Err(format!("error in stream: {message}"));
+        }
+        if let Some(id) = v
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            self.id = id.to_string();
+        }
+        if let Some(m) = v
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            self.model = m.to_string();
+        }
+        let choices = v.get("choices").and_then(Value::as_array);
+        for choice in choices.into_iter().flatten() {
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                continue;
+            }
+            let delta = choice.get("delta").unwrap_or(&Value::Null);
+            if let Some(piece) = delta.get("content").and_then(Value::as_str) {
+                forward(deltas, piece);
+                self.text.push_str(piece);
+            }
+            let calls = delta.get("tool_calls").and_then(Value::as_array);
+            for (pos, call) in calls.into_iter().flatten().enumerate() {
+                let index = call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(pos as u64);
+                let slot = self.calls.entry(index).or_default();
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    if !id.is_empty() {
+                        slot.id = id.to_string();
+                    }
+                }
+                // The name comes whole with the first piece; some servers repeat it later.
+                if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                    if slot.name.is_empty() {
+                        slot.name = name.to_string();
+                    }
+                }
+                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                    slot.arguments.push_str(args);
+                }
+            }
+            if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.finish = Some(f.to_string());
+            }
+        }
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            let wire = WireUsage::deserialize(u).map_err(|e| format!("unreadable usage: {e}"))?;
+            self.usage = wire.usage();
+        }
+        Ok(false)
+    }
+
+    fn finish(self) -> Result<ProviderReply, String> {
+        // A finish_reason means the answer is whole even if [DONE] got lost; without either
+        // the stream was cut mid-answer.
+        if !self.done && self.finish.is_none() {
+            return Err("stream ended before [DONE] and without a finish_reason".into());
+        }
+        let mut content = vec![Block::Text { text: self.text }];
+        for (i, (_, call)) in self.calls.into_iter().enumerate() {
+            content.push(Block::ToolUse {
+                id: if call.id.is_empty() {
+                    fallback_id(i)
+                } else {
+                    call.id
+                },
+                name: call.name,
+                input_json: arguments(Some(call.arguments)),
+            });
+        }
+        let has_tools = content.len() > 1;
+        Ok(ProviderReply {
+            id: self.id,
+            model: self.model,
+            content: without_empty_text(content),
+            stop_reason: stop_reason(self.finish.as_deref(), has_tools),
+            usage: self.usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::sse::feed;
+    use pegasus_proto::llm::{CallMeta, ToolSpec};
+
+    fn request() -> ChatRequest {
+        ChatRequest {
+            model: "openai/gpt-4o".into(),
+            system: "be brief".into(),
+            messages: vec![
+                Message {
+                    role: Role::User,
+                    content: vec![Block::Text {
+                        text: "weather in Paris and Rome?".into(),
+                    }],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        Block::ToolUse {
+                            id: "call_a".into(),
+                            name: "get_weather".into(),
+                            input_json: r#"{"city":"Paris"}"#.into(),
+                        },
+                        Block::ToolUse {
+                            id: "call_b".into(),
+                            name: "get_weather".into(),
+                            input_json: r#"{"city":"Rome"}"#.into(),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        Block::Text {
+                            text: "also, hurry".into(),
+                        },
+                        Block::ToolResult {
+                            tool_use_id: "call_a".into(),
+                            content: "sunny".into(),
+                            is_error: false,
+                        },
+                        Block::ToolResult {
+                            tool_use_id: "call_b".into(),
+                            content: "timeout".into(),
+                            is_error: true,
+                        },
+                    ],
+                },
+            ],
+            tools: vec![ToolSpec {
+                name: "get_weather".into(),
+                description: "Weather of a city".into(),
+                input_schema_json: r#"{"type":"object","properties":{"city":{"type":"string"}}}"#
+                    .into(),
+            }],
+            max_tokens: 500,
+            temperature: Some(0.25),
+            thinking: Some("medium".into()),
+            timeout_s: None,
+            stream: true,
+            meta: CallMeta::default(),
+        }
+    }
+
+    #[test]
+    fn request_body_matches_chat_completions() {
+        let body = request_body(&request(), "gpt-4o", true).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-4o",
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "weather in Paris and Rome?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+                        {"id": "call_b", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_a", "content": "sunny"},
+                    {"role": "tool", "tool_call_id": "call_b", "content": "Error: timeout"},
+                    {"role": "user", "content": "also, hurry"}
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "get_weather", "description": "Weather of a city",
+                    "parameters": {"type":"object","properties":{"city":{"type":"string"}}}
+                }}],
+                "max_tokens": 500,
+                "temperature": 0.25,
+                "reasoning_effort": "medium",
+                "stream": true,
+                "stream_options": {"include_usage": true}
+            })
+        );
+    }
+
+    #[test]
+    fn plain_request_omits_optional_keys() {
+        let mut r = request();
+        r.system.clear();
+        r.tools.clear();
+        r.temperature = None;
+        r.thinking = Some("off".into());
+        r.messages.truncate(1);
+        let body = request_body(&r, "llama3", false).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "llama3",
+                "messages": [{"role": "user", "content": "weather in Paris and Rome?"}],
+                "max_tokens": 500
+            })
+        );
+        // Assistant text without tool calls has no tool_calls key at all.
+        let msg = Message {
+            role: Role::Assistant,
+            content: vec![Block::Text { text: "ok".into() }],
+        };
+        let mut out = Vec::new();
+        push_message(&mut out, &msg);
+        assert_eq!(out, vec![json!({"role": "assistant", "content": "ok"})]);
+    }
+
+    #[test]
+    fn parses_a_response_and_normalises_cached_usage() {
+        let body = r#"{
+          "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-2024-08-06",
+          "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+             "tool_calls": [{"id": "call_x", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+             "finish_reason": "tool_calls"}],
+          "usage": {"prompt_tokens": 1000, "completion_tokens": 30, "total_tokens": 1030,
+                    "prompt_tokens_details": {"cached_tokens": 800}}
+        }"#;
+        let r = parse_response(body.as_bytes()).unwrap();
+        assert_eq!(r.id, "chatcmpl-1");
+        assert_eq!(r.model, "gpt-4o-2024-08-06");
+        assert_eq!(r.stop_reason, StopReason::ToolUse);
+        assert_eq!(
+            r.content,
+            vec![Block::ToolUse {
+                id: "call_x".into(),
+                name: "get_weather".into(),
+                input_json: r#"{"city":"Paris"}"#.into()
+            }]
+        );
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input_tokens: 200,
+                output_tokens: 30,
+                cache_read_tokens: 800,
+                cache_write_tokens: 0
+            })
+        );
+    }
+
+    #[test]
+    fn text_response_and_missing_usage() {
+        let body = r#"{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#;
+        let r = parse_response(body.as_bytes()).unwrap();
+        assert_eq!(r.content, vec![Block::Text { text: "hi".into() }]);
+        assert_eq!(r.stop_reason, StopReason::EndTurn);
+        assert_eq!(r.usage, None);
+        let body = r#"{"id":"c","choices":[{"message":{"content":"x"},"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":null}}"#;
+        let r = parse_response(body.as_bytes()).unwrap();
+        assert_eq!(r.stop_reason, StopReason::MaxTokens);
+        assert_eq!(r.usage.unwrap().input_tokens, 5);
+        assert!(parse_response(br#"{"id":"c","choices":[]}"#).is_err());
+        assert!(parse_response(b"<html>").is_err());
+    }
+
+    const STREAM: &str = r#"data: {"id":"chatcmpl-s","object":"chat.completion.chunk","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"Check"},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"content":"ing"},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_p","type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_r","type":"function","function":{"name":"get_weather","arguments":"{\"ci"}}]},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"ty\":\"Rome\"}"}}]},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]},"finish_reason":null}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":null}
+
+data: {"id":"chatcmpl-s","model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":12,"total_tokens":112,"prompt_tokens_details":{"cached_tokens":64}}}
+
+data: [DONE]
+
+"#;
+
+    #[test]
+    fn stream_assembles_tool_calls_by_index_and_usage_from_the_last_chunk() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let r = feed(Stream::default(), STREAM, Some(&tx)).unwrap();
+        assert_eq!(r.id, "chatcmpl-s");
+        assert_eq!(r.model, "gpt-4o-mini");
+        assert_eq!(r.stop_reason, StopReason::ToolUse);
+        assert_eq!(
+            r.content,
+            vec![
+                Block::Text {
+                    text: "Checking".into()
+                },
+                Block::ToolUse {
+                    id: "call_p".into(),
+                    name: "get_weather".into(),
+                    input_json: r#"{"city":"Paris"}"#.into()
+                },
+                Block::ToolUse {
+                    id: "call_r".into(),
+                    name: "get_weather".into(),
+                    input_json: r#"{"city":"Rome"}"#.into()
+                },
+            ]
+        );
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input_tokens: 36,
+                output_tokens: 12,
+                cache_read_tokens: 64,
+                cache_write_tokens: 0
+            })
+        );
+        let mut got = Vec::new();
+        while let Ok(d) = rx.try_recv() {
+            got.push(d);
+        }
+        assert_eq!(got, vec!["Check", "ing"]);
+    }
+
+    #[test]
+    fn a_stream_cut_before_finish_is_an_error_but_a_lost_done_is_not() {
+        let cut = &STREAM[..STREAM.find(r#""finish_reason":"tool_calls""#).unwrap()];
+        let cut = &cut[..cut.rfind("data:").unwrap()];
+        let err = feed(Stream::default(), cut, None).unwrap_err();
+        assert!(err.contains("[DONE]"), "{err}");
+        let no_done = &STREAM[..STREAM.find("data: [DONE]").unwrap()];
+        let r = feed(Stream::default(), no_done, None).unwrap();
+        assert_eq!(r.stop_reason, StopReason::ToolUse);
+    }
+
+    #[test]
+    fn an_error_chunk_fails_the_attempt() {
+        let err = feed(
+            Stream::default(),
+            "data: {\"error\":{\"message\":\"server overloaded\"}}\n\n",
+            None,
+        )
+        .unwrap_err();
+        assert!(err.contains("server overloaded"), "{err}");
+    }
+}

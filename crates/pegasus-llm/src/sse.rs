@@ -1,0 +1,102 @@
+//! Reading a streamed (server-sent events) response, for both wire formats.
+//!
+//! The SSE framing and the stall timeout are the same for Anthropic and OpenAI; only the
+//! meaning of each event differs, which each format supplies as a [`StreamParser`]. A stream
+//! that goes silent longer than the timeout is abandoned as stalled (and retried), while a
+//! long answer that keeps producing is not cut.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::reply::ProviderReply;
+use crate::retry::AttemptError;
+
+/// One wire format's interpretation of stream events.
+pub trait StreamParser {
+    /// Feeds one event (`name` is `message` when the server gave none). Returns `Ok(true)` when
+    /// this event ends the stream; `Err` for an error event or an unreadable payload. Text
+    /// deltas are forwarded to `deltas` as they come.
+    fn event(
+        &mut self,
+        name: &str,
+        data: &str,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<bool, String>;
+
+    /// The assembled reply once the byte stream ended; `Err` when it ended too early (a cut
+    /// stream), so the caller retries instead of returning half an answer.
+    fn finish(self) -> Result<ProviderReply, String>;
+}
+
+/// Drives `response`'s body through `parser`. `idle` bounds the silence between two chunks.
+pub async fn read<P: StreamParser>(
+    response: reqwest::Response,
+    mut parser: P,
+    idle: Duration,
+    deltas: Option<&UnboundedSender<String>>,
+) -> Result<ProviderReply, AttemptError> {
+    let mut events = response.bytes_stream().eventsource();
+    loop {
+        let next = tokio::time::timeout(idle, events.next())
+            .await
+            .map_err(|_| {
+                AttemptError::retry(format!(
+                    "stream stalled: nothing for {} s",
+                    idle.as_secs_f64()
+                ))
+            })?;
+        match next {
+            None => break,
+            Some(Err(e)) => return Err(AttemptError::retry(format!("stream broken: {e}"))),
+            Some(Ok(ev)) => {
+                let done = parser
+                    .event(&ev.event, &ev.data, deltas)
+                    .map_err(AttemptError::retry)?;
+                if done {
+                    break;
+                }
+            }
+        }
+    }
+    parser.finish().map_err(AttemptError::retry)
+}
+
+/// Sends a text delta if anyone listens; a consumer that went away must not fail the call.
+pub fn forward(deltas: Option<&UnboundedSender<String>>, text: &str) {
+    if let Some(tx) = deltas {
+        if !text.is_empty() {
+            let _ = tx.send(text.to_string());
+        }
+    }
+}
+
+/// Test helper: feeds canned SSE text (`event:`/`data:` lines, blank-line separated) to a
+/// parser the way [`read`] would, without a socket.
+#[cfg(test)]
+pub fn feed<P: StreamParser>(
+    mut parser: P,
+    text: &str,
+    deltas: Option<&UnboundedSender<String>>,
+) -> Result<ProviderReply, String> {
+    for raw in text.split("\n\n") {
+        let mut name = "message".to_string();
+        let mut data = Vec::new();
+        for line in raw.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                name = v.trim().to_string();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push(v.strip_prefix(' ').unwrap_or(v).to_string());
+            }
+        }
+        if data.is_empty() {
+            continue;
+        }
+        if parser.event(&name, &data.join("\n"), deltas)? {
+            break;
+        }
+    }
+    parser.finish()
+}

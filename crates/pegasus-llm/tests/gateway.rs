@@ -1,0 +1,840 @@
+//! The gateway against the fake LLM server, over real HTTP, in both wire formats.
+//!
+//! Every behaviour runs twice: provider `fa` speaks the Anthropic Messages API, `fo` the
+//! OpenAI Chat Completions API, both served by one `pegasus-fakellm`, which also checks that
+//! what the gateway sends is a transcript the real APIs would accept.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule, ToolCall, UsageSpec, WRONG_USAGE_TEXT};
+use pegasus_llm::{
+    Block, CallMeta, ChatRequest, Gateway, LlmError, Message, Role, StopReason, ToolSpec, Usage,
+};
+use pegasus_store::{
+    create_project, read_jsonl, Config, Home, LedgerEntry, NewProject, PriceConfig, ProviderConfig,
+};
+use serde_json::json;
+
+/// One test's world: a fresh home, a fake server, a gateway pointed at it.
+struct World {
+    _dir: tempfile::TempDir,
+    home: Home,
+    fake: FakeLlm,
+    gw: Gateway,
+    config: Config,
+    key: String,
+}
+
+/// An environment variable name and key no other test uses (tests run in parallel threads).
+fn unique_key() -> (String, String) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let pid = std::process::id();
+    let env = format!("PEGASUS_LLM_TEST_KEY_{pid}_{n}");
+    let key = format!("sk-test-{pid}-{n}");
+    #[allow(unused_unsafe)]
+    // SAFETY: each test sets its own variable, and nothing in this process enumerates the
+    // environment concurrently.
+    unsafe {
+        std::env::set_var(&env, &key)
+    };
+    (env, key)
+}
+
+fn fake_price() -> PriceConfig {
+    PriceConfig {
+        input: 1.0,
+        output: 2.0,
+        cache_read: Some(0.1),
+        cache_write: Some(1.25),
+        context_window: Some(100_000),
+    }
+}
+
+fn world(tweak: impl FnOnce(&mut Config)) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::new(dir.path());
+    let fake = FakeLlm::start().unwrap();
+    let (env, key) = unique_key();
+    let mut config = Config::default();
+    config.providers.insert(
+        "fa".into(),
+        ProviderConfig {
+            kind: "anthropic".into(),
+            base_url: fake.anthropic_base_url(),
+            api_key_env: Some(env.clone()),
+        },
+    );
+    config.providers.insert(
+        "fo".into(),
+        ProviderConfig {
+            kind: "openai".into(),
+            base_url: fake.openai_base_url(),
+            api_key_env: Some(env),
+        },
+    );
+    config.llm.retry_base_ms = 10;
+    config.llm.max_retries = 4;
+    config.llm.timeout_s = 20;
+    config.budget.daily_usd = None;
+    config.budget.task_usd = None;
+    config.prices = BTreeMap::from([
+        ("fa/*".to_string(), fake_price()),
+        ("fo/*".to_string(), fake_price()),
+    ]);
+    tweak(&mut config);
+    let gw = Gateway::new(&home, &config).unwrap();
+    World {
+        _dir: dir,
+        home,
+        fake,
+        gw,
+        config,
+        key,
+    }
+}
+
+fn user(text: &str) -> Message {
+    Message {
+        role: Role::User,
+        content: vec![Block::Text { text: text.into() }],
+    }
+}
+
+fn request(model: &str, text: &str) -> ChatRequest {
+    ChatRequest {
+        model: model.into(),
+        system: "You are a test.".into(),
+        messages: vec![user(text)],
+        tools: Vec::new(),
+        max_tokens: 256,
+        temperature: None,
+        thinking: None,
+        timeout_s: None,
+        stream: false,
+        meta: CallMeta {
+            project: Some("alpha".into()),
+            task: Some("t1".into()),
+            role: Some("developer".into()),
+        },
+    }
+}
+
+fn ledger(w: &World) -> Vec<LedgerEntry> {
+    let read = read_jsonl::<LedgerEntry>(&w.home.ledger_file()).unwrap();
+    assert_eq!(read.skipped, 0);
+    read.records
+}
+
+fn text_of(blocks: &[Block]) -> String {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn expected_cost(u: &Usage) -> f64 {
+    (u.input_tokens as f64 * 1.0
+        + u.output_tokens as f64 * 2.0
+        + u.cache_read_tokens as f64 * 0.1
+        + u.cache_write_tokens as f64 * 1.25)
+        / 1e6
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-12
+}
+
+fn status(code: u16, message: &str, retry_after_s: Option<u64>) -> Reply {
+    Reply::Fault(Fault::Status {
+        code,
+        message: message.into(),
+        retry_after_s,
+    })
+}
+
+/// Runs an async test body once per wire format, as `<name>::anthropic` and `<name>::openai`.
+macro_rules! both_formats {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn anthropic() {
+                super::$name("fa").await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn openai() {
+                super::$name("fo").await
+            }
+        }
+    )*};
+}
+
+both_formats!(
+    text_answer_is_priced_and_written_to_the_ledger,
+    tool_call_round_trip_is_a_valid_transcript,
+    streamed_text_arrives_as_deltas_and_assembles,
+    rate_limit_waits_for_retry_after_then_succeeds,
+    bad_request_is_not_retried_and_names_the_problem,
+    server_errors_are_retried,
+    cut_stream_is_retried,
+    malformed_body_is_retried,
+    stalled_call_times_out_quickly,
+    daily_budget_reached_refuses_without_a_request,
+    missing_key_refuses_without_a_request,
+    key_goes_in_the_provider_header,
+    semaphore_caps_calls_in_flight,
+    unknown_price_is_recorded_as_null_not_zero,
+    missing_usage_means_unknown_cost,
+    dropped_call_frees_its_slot_and_writes_nothing,
+);
+
+async fn text_answer_is_priced_and_written_to_the_ledger(p: &str) {
+    let w = world(|_| {});
+    w.fake.add_rule(
+        Rule::new(Match::Any, Reply::Text("hello there".into())).usage(UsageSpec {
+            input: 1000,
+            output: 500,
+            cache_read: 2000,
+            cache_write: 400,
+        }),
+    );
+    let model = format!("{p}/x");
+    let r = w.gw.chat(request(&model, "hi"), None).await.unwrap();
+    assert_eq!(text_of(&r.content), "hello there");
+    assert_eq!(r.stop_reason, StopReason::EndTurn);
+    assert_eq!(r.model, model);
+    assert!(!r.request_id.is_empty());
+    // Anthropic reports cache writes; OpenAI folds them into prompt_tokens (no write count).
+    let want = if p == "fa" {
+        Usage {
+            input_tokens: 1000,
+            output_tokens: 500,
+            cache_read_tokens: 2000,
+            cache_write_tokens: 400,
+        }
+    } else {
+        Usage {
+            input_tokens: 1400,
+            output_tokens: 500,
+            cache_read_tokens: 2000,
+            cache_write_tokens: 0,
+        }
+    };
+    assert_eq!(r.usage, want);
+    let cost = expected_cost(&want);
+    assert!(
+        close(r.cost_usd.unwrap(), cost),
+        "{:?} vs {cost}",
+        r.cost_usd
+    );
+
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 1);
+    let l = &lines[0];
+    assert_eq!(l.project, "alpha");
+    assert_eq!(l.task.as_deref(), Some("t1"));
+    assert_eq!(l.role.as_deref(), Some("developer"));
+    assert_eq!(l.model, model);
+    assert_eq!(
+        (
+            l.input_tokens,
+            l.output_tokens,
+            l.cache_read_tokens,
+            l.cache_write_tokens
+        ),
+        (
+            want.input_tokens,
+            want.output_tokens,
+            want.cache_read_tokens,
+            want.cache_write_tokens
+        )
+    );
+    assert!(close(l.usd.unwrap(), cost));
+    assert_eq!(l.request_id.as_deref(), Some(r.request_id.as_str()));
+
+    assert!(close(w.gw.spent_today(), cost));
+    assert!(close(w.gw.spent_by_project("alpha"), cost));
+    assert!(close(w.gw.spent_by_task("t1"), cost));
+    assert_eq!(w.gw.spent_by_project("main"), 0.0);
+    // A restarted gateway rebuilds the totals from the ledger.
+    let again = Gateway::new(&w.home, &w.config).unwrap();
+    assert!(close(again.spent_by_task("t1"), cost));
+    assert_eq!(w.gw.context_window(&model), Some(100_000));
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+}
+
+async fn tool_call_round_trip_is_a_valid_transcript(p: &str) {
+    let w = world(|_| {});
+    w.fake.add_rule(Rule::new(
+        Match::NoToolResultYet,
+        Reply::Tools(vec![ToolCall::new("get_weather", json!({"city": "Paris"}))]),
+    ));
+    w.fake.add_rule(Rule::new(
+        Match::LastToolResultContains("sunny".into()),
+        Reply::Text("It is sunny in Paris.".into()),
+    ));
+    let mut req = request(&format!("{p}/x"), "Weather in Paris?");
+    req.tools = vec![ToolSpec {
+        name: "get_weather".into(),
+        description: "Current weather of a city".into(),
+        input_schema_json:
+            r#"{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}"#
+                .into(),
+    }];
+    let first = w.gw.chat(req.clone(), None).await.unwrap();
+    assert_eq!(first.stop_reason, StopReason::ToolUse);
+    let (id, input) = first
+        .content
+        .iter()
+        .find_map(|b| match b {
+            Block::ToolUse {
+                id,
+                name,
+                input_json,
+            } if name == "get_weather" => Some((id.clone(), input_json.clone())),
+            _ => None,
+        })
+        .expect("a tool call");
+    let input: serde_json::Value = serde_json::from_str(&input).unwrap();
+    assert_eq!(input, json!({"city": "Paris"}));
+
+    req.messages.push(Message {
+        role: Role::Assistant,
+        content: first.content.clone(),
+    });
+    req.messages.push(Message {
+        role: Role::User,
+        content: vec![Block::ToolResult {
+            tool_use_id: id,
+            content: "sunny, 24 C".into(),
+            is_error: false,
+        }],
+    });
+    let second = w.gw.chat(req, None).await.unwrap();
+    assert_eq!(text_of(&second.content), "It is sunny in Paris.");
+    assert_eq!(second.stop_reason, StopReason::EndTurn);
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+    assert_eq!(w.fake.request_count(), 2);
+    assert_eq!(ledger(&w).len(), 2);
+    // The tool's schema went out as an object, in the format's own key.
+    let body = &w.fake.requests()[0].body;
+    let schema = if p == "fa" {
+        &body["tools"][0]["input_schema"]
+    } else {
+        &body["tools"][0]["function"]["parameters"]
+    };
+    assert_eq!(schema["required"], json!(["city"]));
+}
+
+async fn streamed_text_arrives_as_deltas_and_assembles(p: &str) {
+    let w = world(|_| {});
+    let text = "The quick brown fox jumps over the lazy dog, twice over.";
+    w.fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("fox".into()),
+            Reply::Text(text.into()),
+        )
+        .times(1),
+    );
+    w.fake.add_rule(Rule::new(
+        Match::LastUserTextContains("look".into()),
+        Reply::TextThenTools(
+            "Let me look.".into(),
+            vec![ToolCall::new(
+                "read_file",
+                json!({"path": "src/main.rs", "lines": [1, 20]}),
+            )],
+        ),
+    ));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut req = request(&format!("{p}/x"), "tell me about the fox");
+    req.stream = true;
+    let r = w.gw.chat(req.clone(), Some(tx)).await.unwrap();
+    let mut deltas = Vec::new();
+    while let Ok(d) = rx.try_recv() {
+        deltas.push(d);
+    }
+    assert_eq!(text_of(&r.content), text);
+    assert_eq!(deltas.concat(), text);
+    assert!(w.fake.requests()[0].stream);
+    assert!(r.cost_usd.is_some());
+
+    req.messages = vec![user("please look at main.rs")];
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let r = w.gw.chat(req, Some(tx)).await.unwrap();
+    assert_eq!(r.stop_reason, StopReason::ToolUse);
+    assert_eq!(text_of(&r.content), "Let me look.");
+    let input = r
+        .content
+        .iter()
+        .find_map(|b| match b {
+            Block::ToolUse { input_json, .. } => Some(input_json.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let input: serde_json::Value = serde_json::from_str(&input).unwrap();
+    assert_eq!(input, json!({"path": "src/main.rs", "lines": [1, 20]}));
+    let mut deltas = String::new();
+    while let Ok(d) = rx.try_recv() {
+        deltas.push_str(&d);
+    }
+    assert_eq!(deltas, "Let me look.");
+    assert_eq!(ledger(&w).len(), 2);
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+}
+
+async fn rate_limit_waits_for_retry_after_then_succeeds(p: &str) {
+    let w = world(|_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, status(429, "rate limited", Some(1))).times(1));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    let r =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(text_of(&r.content), "ok");
+    let reqs = w.fake.requests();
+    assert_eq!(reqs.len(), 2);
+    let gap = reqs[1].at.duration_since(reqs[0].at);
+    assert!(gap >= Duration::from_millis(950), "retried after {gap:?}");
+    assert_eq!(ledger(&w).len(), 1);
+}
+
+async fn bad_request_is_not_retried_and_names_the_problem(p: &str) {
+    let w = world(|_| {});
+    w.fake.add_rule(Rule::new(
+        Match::Any,
+        status(400, "max_tokens: 99999999 is too large", None),
+    ));
+    let err =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap_err();
+    match &err {
+        LlmError::Refused {
+            provider,
+            status,
+            message,
+        } => {
+            assert_eq!(provider, p);
+            assert_eq!(*status, 400);
+            assert!(
+                message.contains("max_tokens: 99999999 is too large"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    assert!(err.to_string().contains("is too large"));
+    assert_eq!(w.fake.request_count(), 1);
+    assert!(ledger(&w).is_empty());
+}
+
+async fn server_errors_are_retried(p: &str) {
+    let w = world(|_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, status(500, "internal error", None)).times(2));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("fine now".into())));
+    let r =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(text_of(&r.content), "fine now");
+    assert_eq!(w.fake.request_count(), 3);
+    assert_eq!(ledger(&w).len(), 1);
+
+    // Overloaded (529) all the way: Exhausted after 1 + max_retries attempts.
+    let w = world(|c| c.llm.max_retries = 2);
+    w.fake
+        .add_rule(Rule::new(Match::Any, status(529, "Overloaded", None)));
+    let err =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap_err();
+    match err {
+        LlmError::Exhausted { attempts, last, .. } => {
+            assert_eq!(attempts, 3);
+            assert!(
+                last.contains("529") && last.contains("Overloaded"),
+                "{last}"
+            );
+        }
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+    assert_eq!(w.fake.request_count(), 3);
+    assert!(ledger(&w).is_empty());
+}
+
+async fn cut_stream_is_retried(p: &str) {
+    let w = world(|_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::CutStream)).times(1));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("complete answer".into())));
+    let mut req = request(&format!("{p}/x"), "hi");
+    req.stream = true;
+    let r = w.gw.chat(req.clone(), None).await.unwrap();
+    assert_eq!(text_of(&r.content), "complete answer");
+    assert_eq!(w.fake.request_count(), 2);
+    assert_eq!(ledger(&w).len(), 1);
+
+    // The same for a plain (non-streamed) body cut short.
+    w.fake.clear_rules();
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::CutStream)).times(1));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("whole".into())));
+    req.stream = false;
+    let r = w.gw.chat(req, None).await.unwrap();
+    assert_eq!(text_of(&r.content), "whole");
+    assert_eq!(w.fake.request_count(), 4);
+}
+
+async fn malformed_body_is_retried(p: &str) {
+    let w = world(|_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::MalformedJson)).times(2));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("good".into())));
+    let r =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(text_of(&r.content), "good");
+    let mut req = request(&format!("{p}/x"), "hi");
+    req.stream = true;
+    w.fake.clear_rules();
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::MalformedJson)).times(1));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("good".into())));
+    let r = w.gw.chat(req, None).await.unwrap();
+    assert_eq!(text_of(&r.content), "good");
+    assert_eq!(w.fake.request_count(), 5);
+    assert_eq!(ledger(&w).len(), 2);
+}
+
+async fn stalled_call_times_out_quickly(p: &str) {
+    let w = world(|c| c.llm.max_retries = 0);
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::Stall)));
+    let mut req = request(&format!("{p}/x"), "hi");
+    req.timeout_s = Some(1);
+    let started = Instant::now();
+    let err = w.gw.chat(req.clone(), None).await.unwrap_err();
+    assert!(
+        matches!(&err, LlmError::Exhausted { attempts: 1, provider, .. } if provider == p),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A stream that starts and then goes silent is abandoned the same way.
+    w.fake.clear_rules();
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::StallStream)));
+    req.stream = true;
+    let started = Instant::now();
+    let err = w.gw.chat(req, None).await.unwrap_err();
+    assert!(
+        matches!(&err, LlmError::Exhausted { last, .. } if last.contains("stalled")),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(w.gw.stats().in_flight, 0);
+    assert!(ledger(&w).is_empty());
+}
+
+async fn daily_budget_reached_refuses_without_a_request(p: &str) {
+    let w = world(|c| c.budget.daily_usd = Some(0.005));
+    w.fake.add_rule(
+        Rule::new(Match::Any, Reply::Text("pricey".into())).usage(UsageSpec {
+            input: 10_000,
+            output: 0,
+            cache_read: 0,
+            cache_write: 0,
+        }),
+    );
+    let model = format!("{p}/x");
+    // 10k input tokens at $1/M = $0.01: the first call is allowed and crosses the cap.
+    w.gw.chat(request(&model, "hi"), None).await.unwrap();
+    let err = w.gw.chat(request(&model, "again"), None).await.unwrap_err();
+    match err {
+        LlmError::BudgetExceeded {
+            scope,
+            limit,
+            spent,
+        } => {
+            assert_eq!(scope, "daily");
+            assert_eq!(limit, 0.005);
+            assert!(close(spent, 0.01), "{spent}");
+        }
+        other => panic!("expected BudgetExceeded, got {other:?}"),
+    }
+    assert_eq!(w.fake.request_count(), 1);
+    assert_eq!(ledger(&w).len(), 1);
+}
+
+async fn missing_key_refuses_without_a_request(p: &str) {
+    let w = world(|c| {
+        for name in ["fa", "fo"] {
+            c.providers.get_mut(name).unwrap().api_key_env =
+                Some("PEGASUS_LLM_TEST_KEY_NEVER_SET".into());
+        }
+    });
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("no".into())));
+    let err =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap_err();
+    assert_eq!(
+        err,
+        LlmError::MissingKey {
+            provider: p.into(),
+            env: "PEGASUS_LLM_TEST_KEY_NEVER_SET".into()
+        }
+    );
+    assert!(err.to_string().contains("PEGASUS_LLM_TEST_KEY_NEVER_SET"));
+    assert_eq!(w.fake.request_count(), 0);
+}
+
+async fn key_goes_in_the_provider_header(p: &str) {
+    let w = world(|_| {});
+    w.fake.require_api_key(Some(w.key.clone()));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("authorised".into())));
+    let r =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(text_of(&r.content), "authorised");
+    let sent = w.fake.last_request().unwrap();
+    if p == "fa" {
+        assert_eq!(sent.path, "/v1/messages");
+        assert_eq!(sent.header("x-api-key"), Some(w.key.as_str()));
+        assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(sent.header("authorization"), None);
+        assert_eq!(sent.body["model"], json!("x"));
+        assert_eq!(sent.body["system"], json!("You are a test."));
+    } else {
+        assert_eq!(sent.path, "/v1/chat/completions");
+        let bearer = format!("Bearer {}", w.key);
+        assert_eq!(sent.header("authorization"), Some(bearer.as_str()));
+        assert_eq!(sent.header("x-api-key"), None);
+        assert_eq!(sent.body["model"], json!("x"));
+        assert_eq!(sent.body["messages"][0]["role"], json!("system"));
+    }
+    assert!(sent
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/json"));
+
+    // A wrong key is the provider's 401: refused, not retried.
+    w.fake.require_api_key(Some("sk-someone-else".into()));
+    let err =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(err, LlmError::Refused { status: 401, .. }),
+        "{err:?}"
+    );
+    assert_eq!(w.fake.request_count(), 2);
+}
+
+async fn semaphore_caps_calls_in_flight(p: &str) {
+    let w = world(|c| c.llm.max_concurrency = 2);
+    w.fake.add_rule(Rule::new(
+        Match::Any,
+        Reply::Fault(Fault::Delay {
+            ms: 200,
+            then: Box::new(Reply::Text("slow".into())),
+        }),
+    ));
+    let model = format!("{p}/x");
+    let started = Instant::now();
+    let calls = (0..6).map(|i| {
+        let gw = w.gw.clone();
+        let req = request(&model, &format!("call {i}"));
+        async move { gw.chat(req, None).await }
+    });
+    let results = futures_util::future::join_all(calls).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let stats = w.gw.stats();
+    assert_eq!(stats.max_in_flight, 2);
+    assert_eq!(stats.in_flight, 0);
+    assert_eq!(stats.calls, 6);
+    // Six 200 ms answers, two at a time: at least three rounds.
+    assert!(
+        started.elapsed() >= Duration::from_millis(580),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(ledger(&w).len(), 6);
+}
+
+async fn unknown_price_is_recorded_as_null_not_zero(p: &str) {
+    let w = world(|c| c.prices.clear());
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("free?".into())));
+    let r =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(r.cost_usd, None);
+    assert!(r.usage.output_tokens > 0);
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].usd, None);
+    assert!(lines[0].output_tokens > 0);
+    let raw = std::fs::read_to_string(w.home.ledger_file()).unwrap();
+    assert!(raw.contains("\"usd\":null"), "{raw}");
+    assert_eq!(w.gw.spent_today(), 0.0);
+    assert_eq!(w.gw.context_window(&format!("{p}/x")), None);
+}
+
+async fn missing_usage_means_unknown_cost(p: &str) {
+    let w = world(|_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::WrongUsage)));
+    for stream in [false, true] {
+        let mut req = request(&format!("{p}/x"), "hi");
+        req.stream = stream;
+        let r = w.gw.chat(req, None).await.unwrap();
+        assert_eq!(text_of(&r.content), WRONG_USAGE_TEXT);
+        assert_eq!(r.cost_usd, None, "stream={stream}");
+        assert_eq!(r.usage, Usage::default());
+    }
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 2);
+    assert!(lines.iter().all(|l| l.usd.is_none()));
+}
+
+async fn dropped_call_frees_its_slot_and_writes_nothing(p: &str) {
+    let w = world(|c| c.llm.max_concurrency = 1);
+    w.fake.add_rule(
+        Rule::new(
+            Match::Any,
+            Reply::Fault(Fault::Delay {
+                ms: 5_000,
+                then: Box::new(Reply::Text("too late".into())),
+            }),
+        )
+        .times(1),
+    );
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("next".into())));
+    let model = format!("{p}/x");
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        w.gw.chat(request(&model, "slow"), None),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the call should have been cut off");
+    assert_eq!(w.gw.stats().in_flight, 0);
+    // The only slot is free again: the next call goes through at once.
+    let r = tokio::time::timeout(
+        Duration::from_secs(3),
+        w.gw.chat(request(&model, "next"), None),
+    )
+    .await
+    .expect("slot was not released")
+    .unwrap();
+    assert_eq!(text_of(&r.content), "next");
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].request_id.as_deref(), Some(r.request_id.as_str()));
+}
+
+// Budgets other than the daily one, and model resolution, only need one format.
+
+#[tokio::test]
+async fn project_and_task_budgets_are_enforced_per_scope() {
+    let w = world(|c| c.budget.task_usd = Some(0.005));
+    let mut project = create_project(
+        &w.home,
+        &NewProject {
+            name: "alpha".into(),
+            goal: "Test budgets.".into(),
+            ..NewProject::default()
+        },
+        chrono::Utc::now(),
+    )
+    .unwrap();
+    project
+        .set("budget_usd", &serde_norway::Value::from(0.015))
+        .unwrap();
+    project.save(&w.home.project_dir("alpha")).unwrap();
+    w.fake.add_rule(
+        Rule::new(Match::Any, Reply::Text("x".into())).usage(UsageSpec {
+            input: 10_000,
+            ..UsageSpec::default()
+        }),
+    );
+    let call = |task: &str| {
+        let mut req = request("fa/x", "hi");
+        req.meta.task = Some(task.into());
+        w.gw.chat(req, None)
+    };
+    call("t1").await.unwrap(); // $0.01: task t1 now over its $0.005
+    let err = call("t1").await.unwrap_err();
+    assert!(
+        matches!(&err, LlmError::BudgetExceeded { scope, .. } if scope == "task t1"),
+        "{err:?}"
+    );
+    call("t2").await.unwrap(); // project alpha: $0.02 >= $0.015
+    let err = call("t3").await.unwrap_err();
+    assert!(
+        matches!(&err, LlmError::BudgetExceeded { scope, limit, .. } if scope == "project alpha" && *limit == 0.015),
+        "{err:?}"
+    );
+    // The MainAgent (no project) is only bound by the daily cap.
+    let mut req = request("fa/x", "hi");
+    req.meta = CallMeta::default();
+    w.gw.chat(req, None).await.unwrap();
+    assert!(close(w.gw.spent_by_project("main"), 0.01));
+    assert_eq!(w.fake.request_count(), 3);
+    assert_eq!(ledger(&w).iter().filter(|l| l.project == "main").count(), 1);
+}
+
+#[tokio::test]
+async fn models_resolve_against_the_config() {
+    let w = world(|c| c.default_model = "fa/default-model".into());
+    assert_eq!(w.gw.resolve_model(""), "fa/default-model");
+    assert_eq!(w.gw.resolve_model("fo/y"), "fo/y");
+    assert_eq!(
+        w.gw.context_window("anthropic/claude-sonnet-4-5"),
+        Some(200_000)
+    );
+    assert_eq!(w.gw.context_window(""), Some(100_000));
+    w.fake.add_rule(Rule::new(
+        Match::Model("default-model".into()),
+        Reply::Text("default".into()),
+    ));
+    let r = w.gw.chat(request("", "hi"), None).await.unwrap();
+    assert_eq!(r.model, "fa/default-model");
+    let err = w.gw.chat(request("nope/x", "hi"), None).await.unwrap_err();
+    assert!(matches!(err, LlmError::UnknownProvider { .. }), "{err:?}");
+    let err =
+        w.gw.chat(request("justamodel", "hi"), None)
+            .await
+            .unwrap_err();
+    assert_eq!(err, LlmError::BadModel("justamodel".into()));
+    assert_eq!(w.fake.request_count(), 1);
+}
