@@ -1,11 +1,15 @@
 //! The Pegasus demo on the built-in defaults: `cargo run --release --example demo`.
 //!
-//! Starts a real `pegasusd` in a temporary home, creates two projects (each its own
-//! `project-worker` process), sends them messages, kills a worker with `kill -9` and watches it
-//! come back, kills the daemon itself with `kill -9` and restarts it, and shows that every
-//! acknowledged message is still on disk. Every step is a real `pegasusctl` command, printed as
-//! it runs. Needs no API key and no network.
+//! Starts the fake LLM server (it speaks the real Anthropic wire format over HTTP on
+//! 127.0.0.1) and a real `pegasusd` in a temporary home pointed at it. Two projects, each its
+//! own `project-worker` process, do work with tool calls: one writes a file in its workdir, the
+//! other remembers a fact. Then a worker is killed with `kill -9` in the middle of a tool call
+//! and comes back with its session intact, the daemon itself is killed and restarted, and the
+//! cost ledger is summed. Every step is a real `pegasusctl` command, printed as it runs.
+//! Needs no API key and no network.
 
+use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
+use serde_json::json;
 use std::{
     error::Error,
     path::{Path, PathBuf},
@@ -96,6 +100,7 @@ impl Demo {
         let child = Command::new(self.bins.join("pegasusd"))
             .arg("--home")
             .arg(self.home.path())
+            .env("DEMO_FAKE_KEY", "sk-demo-not-a-real-key")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -164,11 +169,70 @@ fn kill9(pid: u64) -> Result<()> {
     Ok(())
 }
 
+/// What the fake model answers: a scripted conversation per project, matched on what the
+/// request contains, like a real model would react to it.
+fn script(fake: &FakeLlm) {
+    let user = |t: &str| Match::LastUserTextContains(t.into());
+    fake.add_rule(Rule::new(
+        Match::SystemContains("PostTaskReflector".into()),
+        Reply::Text(r#"{"facts":[],"episode":"Handled a request from the user."}"#.into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::SystemContains("MainAgent".into()),
+        Reply::Text("Noted; the project is back.".into()),
+    ));
+    // A tool call answers the first request of a step (`times(1)`), the text the second.
+    fake.add_rule(Rule::new(user("index page"), Reply::Tools(vec![ToolCall::new(
+        "write_file",
+        json!({"path": "site/index.html", "content": "<h1>Pegasus</h1>\n<p>One person, many desks.</p>\n"}),
+    )])).times(1));
+    fake.add_rule(Rule::new(
+        user("index page"),
+        Reply::Text("I wrote site/index.html.".into()),
+    ));
+    fake.add_rule(Rule::new(user("Remember"), Reply::Tools(vec![ToolCall::new(
+        "memory_write",
+        json!({"path": "facts/runtimes.md", "content": "tokio schedules tasks with work stealing."}),
+    )])).times(1));
+    fake.add_rule(Rule::new(
+        user("Remember"),
+        Reply::Text("Noted in memory/facts/runtimes.md.".into()),
+    ));
+    fake.add_rule(
+        Rule::new(
+            user("build"),
+            Reply::Tools(vec![ToolCall::new(
+                "exec",
+                json!({"command": "echo building; sleep 30"}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        user("back"),
+        Reply::Text(
+            "I am back. The build was cancelled by the restart; say the word and I run it again."
+                .into(),
+        ),
+    ));
+}
+
 fn main() -> Result<()> {
     let bins = bin_dir()?;
+    let fake = FakeLlm::start()?;
+    script(&fake);
     let home = tempfile::Builder::new()
         .prefix("pegasus-demo")
         .tempdir_in("/tmp")?;
+    std::fs::write(
+        home.path().join("config.yml"),
+        format!(
+            "# The demo's model is the fake server in this process; see the README for real providers.\n\
+             default_model: fake/demo-model\n\
+             providers:\n  fake: {{kind: anthropic, base_url: \"{}\", api_key_env: DEMO_FAKE_KEY}}\n",
+            fake.anthropic_base_url()
+        ),
+    )?;
     let mut demo = Demo {
         bins,
         home,
@@ -178,16 +242,13 @@ fn main() -> Result<()> {
         "Pegasus demo in a temporary home: {}",
         demo.home.path().display()
     );
+    println!(
+        "The model is a fake LLM server at {} (Anthropic wire format).",
+        fake.base_url()
+    );
 
     demo.say("Start the supervisor and create two projects, each its own OS process");
     demo.start_daemon()?;
-    demo.ctl(&[
-        "project",
-        "create",
-        "research-notes",
-        "--goal",
-        "Collect notes on Rust async runtimes",
-    ])?;
     demo.ctl(&[
         "project",
         "create",
@@ -197,33 +258,66 @@ fn main() -> Result<()> {
         "--constraints",
         "Static HTML only",
     ])?;
-    let research = demo.worker("research-notes", None)?;
+    demo.ctl(&[
+        "project",
+        "create",
+        "research-notes",
+        "--goal",
+        "Collect notes on Rust async runtimes",
+    ])?;
     let website = demo.worker("website", None)?;
+    let research = demo.worker("research-notes", None)?;
     demo.ctl(&["status"])?;
 
-    demo.say(
-        "Send messages; each is acknowledged only once it is durably in the project's session",
-    );
+    demo.say("Give them work: the agents call tools (a file written, a fact remembered)");
+    demo.ctl(&[
+        "project",
+        "send",
+        "website",
+        "Please create the index page",
+        "--wait",
+    ])?;
+    let page = demo
+        .home
+        .path()
+        .join("projects/website/workdir/site/index.html");
+    println!("$ cat {}", page.display());
+    print!("{}", std::fs::read_to_string(&page)?);
     demo.ctl(&[
         "project",
         "send",
         "research-notes",
-        "Compare tokio and smol schedulers",
+        "Remember: tokio uses a work-stealing scheduler",
+        "--wait",
     ])?;
-    demo.ctl(&["project", "send", "website", "Add a page about Pegasus"])?;
+    let fact = demo
+        .home
+        .path()
+        .join("projects/research-notes/memory/facts/runtimes.md");
+    println!("$ cat {}", fact.display());
+    println!("{}", std::fs::read_to_string(&fact)?);
 
     demo.say(
-        "kill -9 one worker: the supervisor reaps it and restarts it; the other never notices",
+        "kill -9 a worker in the middle of a tool call: it comes back with its session intact",
     );
+    demo.ctl(&["project", "send", "website", "Run the site build"])?;
+    let session = demo
+        .home
+        .path()
+        .join("projects/website/session/current.jsonl");
+    wait_for("the build to start", || {
+        Ok(std::fs::read_to_string(&session)?.contains("sleep 30"))
+    })?;
     kill9(website)?;
     let website2 = demo.worker("website", Some(website))?;
     println!(
         "website is back as pid {website2}; research-notes still pid {research} (alive: {})",
         alive(research)
     );
-    demo.ctl(&["project", "show", "website"])?;
+    demo.ctl(&["project", "send", "website", "Are you back?", "--wait"])?;
+    demo.ctl(&["project", "log", "website"])?;
 
-    demo.say("kill -9 the daemon itself: every worker dies with it (no orphans)");
+    demo.say("kill -9 the daemon itself: every worker dies with it; a restart resumes them");
     let daemon_pid = demo.daemon.as_ref().map(|d| d.id()).ok_or("no daemon")?;
     kill9(u64::from(daemon_pid))?;
     if let Some(mut d) = demo.daemon.take() {
@@ -233,31 +327,24 @@ fn main() -> Result<()> {
         Ok(!alive(research) && !alive(website2))
     })?;
     println!("workers {research} and {website2} are gone");
-    demo.ctl(&["project", "list"])?;
-
-    demo.say("Start it again: the restart scan resumes every active project from PROJECT.md");
     demo.start_daemon()?;
     demo.worker("research-notes", None)?;
     demo.worker("website", None)?;
     demo.ctl(&["status"])?;
-    let session = demo
-        .home
-        .path()
-        .join("projects/website/session/current.jsonl");
-    println!("$ cat {}", session.display());
-    print!("{}", std::fs::read_to_string(&session)?);
 
-    demo.say("Suspend one project (graceful stop, timestamp in PROJECT.md), then stop the daemon");
-    demo.ctl(&["project", "suspend", "research-notes"])?;
-    println!("$ cat projects/research-notes/PROJECT.md");
-    print!(
-        "{}",
-        std::fs::read_to_string(demo.home.path().join("projects/research-notes/PROJECT.md"))?
-    );
+    demo.say("Every model call went through pegasusd and is in the cost ledger");
+    demo.ctl(&["cost"])?;
     demo.ctl(&["stop"])?;
     if let Some(mut d) = demo.daemon.take() {
         println!("pegasusd exited with {}", d.wait()?);
     }
-    println!("\nDone. Next: the agent loop and the LLM gateway turn these messages into work.");
+    let violations = fake.violations();
+    if !violations.is_empty() {
+        return Err(format!("the fake LLM saw invalid requests: {violations:?}").into());
+    }
+    println!(
+        "\nDone: {} model calls, every transcript valid.",
+        fake.request_count()
+    );
     Ok(())
 }

@@ -1,1 +1,53 @@
-//! placeholder
+//! The agent that works inside a `project-worker` (and, with other tools, the MainAgent in
+//! pegasusd): the loop, its guards, the built-in tools, memory, skills, subagents and the task
+//! records of a run (SPEC §6, seed 000's Thinker → Actor → PostTaskReflector).
+//!
+//! What it is for: given a project folder, a system prompt, a tool set and a [`ChatModel`],
+//! turn queued messages into answers, persisting every turn so a `kill -9` at any point
+//! leaves a session that loads into a valid transcript. Tools act inside the project's workdir
+//! and memory folder only; `exec` runs in its own process group that dies on timeout, cancel,
+//! or the worker's death.
+//!
+//! What it is not for: it holds no credentials and knows no provider (the [`ChatModel`] is a
+//! proxy to the gateway), it speaks no socket protocol (the worker turns [`Notice`]s into
+//! frames), and it never writes PROJECT.md or decides a project's lifecycle; the supervisor
+//! does. It does not read config.yml either: the host resolves [`AgentSettings`].
+//!
+//! Map: [`agent`] (the per-project agent and its runs), [`agent_loop`] (the loop and its
+//! guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
+//! (session records ↔ a provider-valid transcript), [`compaction`], [`task_log`],
+//! [`prompt`], [`skills`], [`memory`], [`paths`] (workdir confinement), [`tools`] (one file
+//! per tool).
+
+pub mod actor;
+pub mod agent;
+pub mod agent_loop;
+pub mod compaction;
+pub mod error;
+pub mod guards;
+pub mod journal;
+pub mod memory;
+pub mod model;
+pub mod notice;
+pub mod outcome;
+pub mod paths;
+pub mod prompt;
+pub mod reflector;
+pub mod settings;
+pub mod skills;
+pub mod task_log;
+pub mod thinker;
+pub mod tool;
+pub mod tools;
+pub mod toolset;
+pub mod transcript;
+
+pub use agent::Agent;
+pub use error::AgentError;
+pub use journal::{record_inbound, SessionHandle};
+pub use model::{ChatFuture, ChatModel};
+pub use notice::Notice;
+pub use outcome::{Outcome, StopKind};
+pub use settings::AgentSettings;
+pub use tool::{Tool, ToolCtx, ToolFuture, ToolOutput};
+pub use toolset::ToolSet;

@@ -24,6 +24,17 @@ pub enum Command {
     /// Create, list, inspect and drive projects.
     #[command(subcommand)]
     Project(ProjectCommand),
+    /// Talk to the MainAgent (interactive when no TEXT is given).
+    Chat { text: Option<String> },
+    /// LLM spending from the cost ledger (works without the daemon).
+    Cost {
+        /// Only this project (`main` = the MainAgent).
+        #[arg(long)]
+        project: Option<String>,
+        /// Only calls on or after this UTC day (YYYY-MM-DD).
+        #[arg(long)]
+        since: Option<String>,
+    },
     /// Stop the daemon gracefully (every worker first).
     Stop,
 }
@@ -63,5 +74,18 @@ pub enum ProjectCommand {
     /// Archive a completed project; nothing is deleted.
     Archive { name: String },
     /// Send a message to the project's agent.
-    Send { name: String, text: String },
+    Send {
+        name: String,
+        text: String,
+        /// Wait for the agent's answer and print it.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print the project's session transcript (works without the daemon).
+    Log {
+        name: String,
+        /// Keep following the transcript as it grows.
+        #[arg(short, long)]
+        follow: bool,
+    },
 }

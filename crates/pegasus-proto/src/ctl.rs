@@ -27,9 +27,15 @@ pub enum CtlRequest {
     },
     /// Deliver a message to the project's worker; answered with `Sent` once it is durably
     /// persisted, or with `Reply` once the project's agent answered when `wait` is set.
-    ProjectSend { name: String, text: String, wait: bool },
+    ProjectSend {
+        name: String,
+        text: String,
+        wait: bool,
+    },
     /// A message to the MainAgent; answered with `Reply`.
-    Chat { text: String },
+    Chat {
+        text: String,
+    },
     /// Graceful daemon shutdown.
     Stop,
 }
@@ -56,9 +62,14 @@ pub enum CtlResponse {
     Project(Box<ProjectInfo>),
     Projects(Vec<ProjectInfo>),
     /// A message was persisted by the worker under this id.
-    Sent { id: String },
+    Sent {
+        id: String,
+    },
     /// An agent's answer.
-    Reply { id: String, text: String },
+    Reply {
+        id: String,
+        text: String,
+    },
     /// Done; a one-line human summary.
     Done {
         message: String,

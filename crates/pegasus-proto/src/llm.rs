@@ -58,11 +58,21 @@ pub struct Message {
 /// One content block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Block {
-    Text { text: String },
+    Text {
+        text: String,
+    },
     /// The model asks for a tool call; `input_json` is a JSON object as text.
-    ToolUse { id: String, name: String, input_json: String },
+    ToolUse {
+        id: String,
+        name: String,
+        input_json: String,
+    },
     /// Answer to an earlier `ToolUse` (in a `User` message).
-    ToolResult { tool_use_id: String, content: String, is_error: bool },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
 }
 
 /// A tool the model may call; `input_schema_json` is a JSON Schema object as text.
@@ -110,19 +120,33 @@ pub struct ChatResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 pub enum LlmError {
     #[error("budget exceeded: {scope} limit ${limit:.2} reached (spent ${spent:.2}); raise it in config.yml or PROJECT.md")]
-    BudgetExceeded { scope: String, limit: f64, spent: f64 },
+    BudgetExceeded {
+        scope: String,
+        limit: f64,
+        spent: f64,
+    },
     #[error("no API key for provider {provider}: set the environment variable {env} for pegasusd")]
     MissingKey { provider: String, env: String },
-    #[error("unknown provider `{provider}` in model `{model}`: add it under providers: in config.yml")]
+    #[error(
+        "unknown provider `{provider}` in model `{model}`: add it under providers: in config.yml"
+    )]
     UnknownProvider { provider: String, model: String },
     #[error("bad model id `{0}`: use provider/model, e.g. anthropic/claude-sonnet-4-5")]
     BadModel(String),
     /// The provider refused the request (a 4xx other than 429); not retried.
     #[error("provider {provider} refused the request (HTTP {status}): {message}")]
-    Refused { provider: String, status: u16, message: String },
+    Refused {
+        provider: String,
+        status: u16,
+        message: String,
+    },
     /// 429/529/5xx/timeouts/transport errors after every retry.
     #[error("provider {provider} failed after {attempts} attempts: {last}")]
-    Exhausted { provider: String, attempts: u32, last: String },
+    Exhausted {
+        provider: String,
+        attempts: u32,
+        last: String,
+    },
     #[error("provider {provider} sent a response we cannot read: {message}")]
     BadResponse { provider: String, message: String },
     #[error("the call was cancelled")]

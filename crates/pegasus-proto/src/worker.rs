@@ -19,7 +19,10 @@ pub enum ToWorker {
     /// Stop taking work, flush, say [`FromWorker::ShutdownComplete`], exit 0.
     Shutdown,
     /// The gateway's answer to [`FromWorker::LlmRequest`] with the same id.
-    LlmResponse { id: u64, result: Result<ChatResponse, LlmError> },
+    LlmResponse {
+        id: u64,
+        result: Result<ChatResponse, LlmError>,
+    },
     /// A streamed text delta of a pending request (only when the request asked to stream).
     LlmDelta { id: u64, text: String },
 }
@@ -32,6 +35,11 @@ pub struct Init {
     pub config_path: String,
     /// How often the worker says [`FromWorker::Heartbeat`].
     pub heartbeat_ms: u64,
+    /// The project's model (`provider/model`), resolved by the gateway (project model, else
+    /// `default_model`), so every call of the worker names it explicitly.
+    pub model: String,
+    /// That model's context window in tokens, when the price table knows it (for compaction).
+    pub context_window: Option<u64>,
 }
 
 /// One inbound message: who sent it and what it says.
@@ -71,11 +79,19 @@ pub enum FromWorker {
         data_json: String,
     },
     /// A model call for the gateway in pegasusd; answered by [`ToWorker::LlmResponse`].
-    LlmRequest { id: u64, request: ChatRequest },
+    LlmRequest {
+        id: u64,
+        request: ChatRequest,
+    },
     /// The worker no longer wants the answer to this request (its task was cancelled).
-    LlmCancel { id: u64 },
+    LlmCancel {
+        id: u64,
+    },
     /// The agent's answer to the inbound message `message_id`, for its sender.
-    Reply { message_id: String, text: String },
+    Reply {
+        message_id: String,
+        text: String,
+    },
     /// The worker cannot run (bad PROJECT.md, unreadable config); it exits after sending this.
     Fatal {
         reason: String,

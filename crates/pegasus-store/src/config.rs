@@ -454,6 +454,19 @@ dashboard: {listen: 127.0.0.1:7474}
     }
 
     #[test]
+    fn agent_section_is_optional_per_key_and_range_checked() {
+        let c = parse("agent: {max_turns: 7, reflection: false}\n").unwrap();
+        assert_eq!(c.agent.max_turns, 7);
+        assert!(!c.agent.reflection);
+        assert_eq!(c.agent.loop_repeat_limit, 3);
+        let err = parse("agent:\n  max_turns: 0\n").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "config.yml:2: key `agent.max_turns`: must be at least 1"
+        );
+    }
+
+    #[test]
     fn unknown_top_level_keys_are_fine() {
         let c = parse("future_feature: {x: 1}\nllm: {timeout_s: 7}\n").unwrap();
         assert_eq!(c.llm.timeout_s, 7);

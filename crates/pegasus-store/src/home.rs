@@ -113,6 +113,12 @@ impl Home {
         self.projects_dir().join(name)
     }
 
+    /// `run/exec-<name>.jsonl`: the process groups a project's `exec` started (see
+    /// [`crate::exec_groups`]); `main` for the MainAgent.
+    pub fn exec_registry(&self, name: &str) -> PathBuf {
+        self.run_dir().join(format!("exec-{name}.jsonl"))
+    }
+
     /// Creates the fixed directories of the layout. Idempotent; also tightens `run/` back to
     /// 0700 if someone loosened it, since its sockets accept commands.
     pub fn ensure_layout(&self) -> Result<()> {

@@ -14,6 +14,7 @@
 pub mod atomic;
 pub mod config;
 pub mod error;
+pub mod exec_groups;
 pub mod home;
 pub mod jsonl;
 pub mod ledger;
@@ -26,6 +27,7 @@ mod yaml;
 pub use atomic::*;
 pub use config::*;
 pub use error::{Result, StoreError};
+pub use exec_groups::{kill_exec_groups, record_exec_group};
 pub use home::{home_of_project, Home};
 pub use jsonl::*;
 pub use ledger::{cost_on, cost_today, project_costs, LedgerEntry};

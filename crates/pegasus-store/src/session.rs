@@ -151,6 +151,17 @@ impl Session {
     pub fn path(&self) -> &Path {
         self.appender.path()
     }
+
+    /// Current size of the file in bytes. A caller that notes it can later read exactly the
+    /// records appended since (e.g. messages that arrived during a run).
+    pub fn len(&self) -> Result<u64> {
+        self.appender.len()
+    }
+
+    /// True when the file is empty (never the case after [`Session::open`], which writes meta).
+    pub fn is_empty(&self) -> Result<bool> {
+        self.appender.is_empty()
+    }
 }
 
 /// A session as loaded, with what had to be repaired so the caller can log it.

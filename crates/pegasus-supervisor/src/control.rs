@@ -94,11 +94,17 @@ async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlResponse {
                 "unknown verb `{verb}`: use suspend, resume, complete or archive"
             )),
         },
-        CtlRequest::Chat { .. } => Err("the MainAgent is not available yet".to_string()),
-        CtlRequest::ProjectSend { name, text, .. } => sup
-            .send(&name, text)
+        CtlRequest::Chat { text } => sup.chat(text).await.map(|text| CtlResponse::Reply {
+            id: String::new(),
+            text,
+        }),
+        CtlRequest::ProjectSend { name, text, wait } => sup
+            .send(&name, "cli", text, wait)
             .await
-            .map(|id| CtlResponse::Sent { id }),
+            .map(|(id, reply)| match reply {
+                Some(text) => CtlResponse::Reply { id, text },
+                None => CtlResponse::Sent { id },
+            }),
         CtlRequest::Stop => {
             tracing::info!("stop requested over the control socket");
             sup.shutdown.send_replace(true);

@@ -83,7 +83,17 @@ async fn serve(
 ) -> Result<(), SupervisorError> {
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
-    let sup = Supervisor::new(home.clone(), config, config_path, worker_bin);
+    let gateway = pegasus_llm::Gateway::new(&home, &config).map_err(SupervisorError::Llm)?;
+    let (main_tx, main_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sup = Supervisor::new(
+        home.clone(),
+        config,
+        config_path,
+        worker_bin,
+        gateway,
+        main_tx,
+    );
+    crate::main_agent::start(&sup, main_rx);
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
     let mut sigint = signal(SignalKind::interrupt())

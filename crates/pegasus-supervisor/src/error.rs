@@ -7,6 +7,8 @@ use std::path::PathBuf;
 pub enum SupervisorError {
     #[error("pegasusd is already running on {home} (pid {pid}); stop it with `pegasusctl --home {home} stop`")]
     AlreadyRunning { home: String, pid: String },
+    #[error("cannot start the LLM gateway: {0}")]
+    Llm(pegasus_proto::llm::LlmError),
     #[error(transparent)]
     Store(#[from] pegasus_store::StoreError),
     #[error("{what} {path}: {source}")]

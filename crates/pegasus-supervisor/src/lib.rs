@@ -3,7 +3,8 @@
 //! What it is for: owning the home directory while it runs — the PID lock, the control socket
 //! that `pegasusctl` talks to, the restart scan, and one supervised `project-worker` OS process
 //! per active project (spawned, handshaken, restarted with backoff after a crash, stopped
-//! gracefully). Later the LLM gateway, the MainAgent and the watchdog live here too.
+//! gracefully), the LLM gateway (from `pegasus-llm`) that answers every worker's model calls,
+//! and the MainAgent.
 //!
 //! What it is not for: the files' formats (that is `pegasus-store`) or the wire format (that is
 //! `pegasus-proto`); and no project work runs in this process — that is what workers are for.
@@ -13,6 +14,7 @@ mod daemon;
 pub mod error;
 pub mod info;
 mod logging;
+mod main_agent;
 mod pidlock;
 mod spawn;
 mod supervisor;

@@ -3,9 +3,10 @@
 
 use crate::{
     info,
-    worker_slot::{self, SlotCmd, SlotHandle, WorkerState},
+    worker_slot::{self, Delivery, SlotCmd, SlotHandle, WorkerState},
 };
 use interprocess::local_socket::tokio::Stream;
+use pegasus_llm::Gateway;
 use pegasus_proto::{
     ctl::{CreateProject, DaemonStatus, ProjectInfo},
     FrameReader, FrameWriter,
@@ -18,7 +19,7 @@ use std::{
     time::Instant,
 };
 use tokio::io::{ReadHalf, WriteHalf};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// A worker connection that passed the handshake, handed from the accept loop to its slot.
 pub(crate) struct WorkerConn {
@@ -46,6 +47,17 @@ pub(crate) struct Supervisor {
     /// so two clients suspending and resuming at once cannot interleave.
     lifecycle: tokio::sync::Mutex<()>,
     pub shutdown: watch::Sender<bool>,
+    /// The LLM gateway: every model call of every worker and of the MainAgent goes through it.
+    pub gateway: Gateway,
+    /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
+    main_tx: mpsc::UnboundedSender<MainInput>,
+}
+
+/// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
+pub(crate) struct MainInput {
+    pub channel: String,
+    pub text: String,
+    pub answer: Option<oneshot::Sender<Result<String, String>>>,
 }
 
 /// A poisoned lock only means another task panicked while holding it; the maps stay usable.
@@ -54,8 +66,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Supervisor {
-    pub fn new(home: Home, config: Config, config_path: PathBuf, worker_bin: PathBuf) -> Arc<Self> {
+    pub fn new(
+        home: Home,
+        config: Config,
+        config_path: PathBuf,
+        worker_bin: PathBuf,
+        gateway: Gateway,
+        main_tx: mpsc::UnboundedSender<MainInput>,
+    ) -> Arc<Self> {
         Arc::new(Supervisor {
+            gateway,
+            main_tx,
             home,
             config,
             config_path,
@@ -257,8 +278,15 @@ impl Supervisor {
         self.project_info(name)
     }
 
-    /// `project send`: deliver a message; answered once the worker has it durably.
-    pub async fn send(&self, name: &str, text: String) -> Result<String, String> {
+    /// `project send`: deliver a message from `from`. Answered with the message id once the
+    /// worker has it durably, or — with `wait` — with the project agent's reply.
+    pub async fn send(
+        &self,
+        name: &str,
+        from: &str,
+        text: String,
+        wait: bool,
+    ) -> Result<(String, Option<String>), String> {
         pegasus_store::validate_name(name).map_err(|e| e.to_string())?;
         let Some(cmd) = self.slot_cmd(name) else {
             let status = ProjectFile::load(&self.home.project_dir(name))
@@ -268,15 +296,65 @@ impl Supervisor {
                 "project {name} has no worker (it is {status}): resume it with `pegasusctl project resume {name}`"
             ));
         };
-        let (reply, rx) = oneshot::channel();
-        cmd.send(SlotCmd::Deliver {
-            from: "cli".into(),
+        let (persisted, persisted_rx) = oneshot::channel();
+        let (answer, answer_rx) = if wait {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let delivery = Delivery {
+            from: from.to_string(),
             text,
-            reply,
-        })
-        .await
-        .map_err(|_| format!("project {name} is stopping; try again"))?;
-        rx.await
-            .map_err(|_| format!("project {name} stopped before taking the message; try again"))?
+            persisted,
+            answer,
+        };
+        cmd.send(SlotCmd::Deliver(delivery))
+            .await
+            .map_err(|_| format!("project {name} is stopping; try again"))?;
+        let id = persisted_rx.await.map_err(|_| {
+            format!("project {name} stopped before taking the message; try again")
+        })??;
+        let reply = match answer_rx {
+            Some(rx) => Some(
+                rx.await
+                    .map_err(|_| format!("project {name} stopped before answering"))??,
+            ),
+            None => None,
+        };
+        Ok((id, reply))
+    }
+
+    /// Hands something to the MainAgent (it answers in its own time).
+    pub fn to_main(&self, channel: &str, text: String) {
+        let _ = self.main_tx.send(MainInput {
+            channel: channel.to_string(),
+            text,
+            answer: None,
+        });
+    }
+
+    /// `chat`: a message to the MainAgent, answered with its reply.
+    pub async fn chat(&self, text: String) -> Result<String, String> {
+        let (tx, rx) = oneshot::channel();
+        self.main_tx
+            .send(MainInput {
+                channel: "cli".into(),
+                text,
+                answer: Some(tx),
+            })
+            .map_err(|_| "the MainAgent is not running; see the pegasusd log".to_string())?;
+        rx.await.map_err(|_| {
+            "the MainAgent stopped before answering; see the pegasusd log".to_string()
+        })?
+    }
+
+    /// The model a project's worker uses: its PROJECT.md `model`, else the default.
+    pub fn project_model(&self, name: &str) -> String {
+        let model = ProjectFile::load(&self.home.project_dir(name))
+            .ok()
+            .and_then(|p| p.model().map(str::to_string))
+            .unwrap_or_default();
+        self.gateway.resolve_model(&model)
     }
 }

@@ -12,6 +12,7 @@ use crate::{
 };
 use pegasus_proto::{
     ctl::ProjectInfo,
+    llm::{ChatRequest, ChatResponse, LlmError},
     worker::{FromWorker, InboundMessage, Init, ToWorker},
     PROTOCOL_VERSION,
 };
@@ -38,12 +39,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub(crate) enum SlotCmd {
     /// Stop the worker (gracefully, then by force) and end the slot; answered when it is reaped.
     Stop(oneshot::Sender<()>),
-    /// Deliver a message; answered with its id once persisted, or why not.
-    Deliver {
-        from: String,
-        text: String,
-        reply: oneshot::Sender<Result<String, String>>,
-    },
+    /// Deliver a message; `persisted` is answered with its id once it is durable, or why not.
+    Deliver(Delivery),
     /// Leave the crash-looping state (or skip a backoff) and start the worker now.
     Restart,
 }
@@ -145,11 +142,34 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
     }
 }
 
-/// A message waiting for a ready worker.
-struct Delivery {
-    from: String,
-    text: String,
-    reply: oneshot::Sender<Result<String, String>>,
+/// A message for the worker, with who waits for what.
+pub(crate) struct Delivery {
+    /// Channel of the sender: `cli`, `main`, ...
+    pub from: String,
+    pub text: String,
+    /// Answered once the worker has the message durably (its id), or why not.
+    pub persisted: oneshot::Sender<Result<String, String>>,
+    /// Answered with the project agent's reply, when somebody waits for it.
+    pub answer: Option<oneshot::Sender<Result<String, String>>>,
+}
+
+/// Who gets the project's reply to a delivered message.
+enum ReplyTo {
+    Waiter(oneshot::Sender<Result<String, String>>),
+    MainAgent,
+    Nobody,
+}
+
+/// What a gateway call task reports back to the slot.
+enum LlmOut {
+    Delta {
+        id: u64,
+        text: String,
+    },
+    Done {
+        id: u64,
+        result: Result<ChatResponse, LlmError>,
+    },
 }
 
 /// How one worker process ended.
@@ -177,7 +197,9 @@ impl Slot {
 
     async fn run(mut self, mut rx: mpsc::Receiver<SlotCmd>) {
         loop {
+            self.sweep_exec_groups();
             let outcome = self.run_once(&mut rx).await;
+            self.sweep_exec_groups();
             let reason = match outcome {
                 Outcome::Stopped(reply) => return self.finish(reply),
                 Outcome::Crashed(reason) => reason,
@@ -246,15 +268,27 @@ impl Slot {
                     None => return Some(None),
                     Some(SlotCmd::Stop(reply)) => return Some(Some(reply)),
                     Some(SlotCmd::Restart) => return None,
-                    Some(SlotCmd::Deliver { from, text, reply }) => {
+                    Some(SlotCmd::Deliver(d)) => {
                         if until.is_none() {
-                            let _ = reply.send(Err(self.crash_loop_refusal()));
+                            let _ = d.persisted.send(Err(self.crash_loop_refusal()));
                         } else {
-                            self.queued.push_back(Delivery { from, text, reply });
+                            self.queued.push_back(d);
                         }
                     }
                 },
             }
+        }
+    }
+
+    /// Kills what the last worker's `exec` calls left running (see `pegasus_store::exec_groups`):
+    /// after every exit, and before every spawn for what a previous daemon left.
+    fn sweep_exec_groups(&self) {
+        match pegasus_store::kill_exec_groups(&self.sup.home.exec_registry(&self.name)) {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(project = %self.name, groups = n, "killed commands left by the worker")
+            }
+            Err(e) => tracing::warn!(project = %self.name, "cannot sweep exec groups: {e}"),
         }
     }
 
@@ -279,7 +313,7 @@ impl Slot {
 
     fn fail_queued(&mut self, why: &str) {
         for d in self.queued.drain(..) {
-            let _ = d.reply.send(Err(format!(
+            let _ = d.persisted.send(Err(format!(
                 "project {} {why}; the message was not delivered",
                 self.name
             )));
@@ -288,7 +322,9 @@ impl Slot {
 
     fn record_crash(&self, reason: &str) {
         let now = chrono::Utc::now();
-        tracing::warn!(project = %self.name, "[Project Worker crashed with {reason}]");
+        let notice = format!("[Project Worker crashed with {reason}]");
+        tracing::warn!(project = %self.name, "{notice}");
+        self.sup.to_main(&format!("project/{}", self.name), notice);
         self.set(|i| {
             i.restarts += 1;
             i.last_crash = Some(reason.to_string());
@@ -370,7 +406,7 @@ impl Slot {
                         let _ = child.wait().await;
                         return Outcome::Stopped(reply);
                     }
-                    Some(SlotCmd::Deliver { from, text, reply }) => self.queued.push_back(Delivery { from, text, reply }),
+                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
                     Some(SlotCmd::Restart) => {}
                 },
             }
@@ -402,10 +438,13 @@ impl Slot {
             mut writer,
             ..
         } = conn;
+        let model = self.sup.project_model(&self.name);
         let init = ToWorker::Init(Init {
             protocol_version: PROTOCOL_VERSION,
             config_path: self.sup.config_path.display().to_string(),
             heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
+            context_window: self.sup.gateway.context_window(&model),
+            model,
         });
         if let Err(e) = writer.write(&init).await {
             return self
@@ -431,6 +470,10 @@ impl Slot {
         let mut fatal: Option<String> = None;
         let mut stopping: Option<Option<oneshot::Sender<()>>> = None;
         let mut inflight: HashMap<String, oneshot::Sender<Result<String, String>>> = HashMap::new();
+        let mut awaiting: HashMap<String, ReplyTo> = HashMap::new();
+        // Gateway calls of this worker: aborted (cancelled) when it exits or asks to.
+        let mut llm_calls: HashMap<u64, JoinHandle<()>> = HashMap::new();
+        let (llm_tx, mut llm_rx) = mpsc::unbounded_channel::<LlmOut>();
         // When to give up on the worker and kill its group: first the ready deadline, then,
         // once stopping, the shutdown timeout. `None` once ready and not stopping.
         let mut kill_at = Some(Instant::now() + READY_TIMEOUT);
@@ -447,12 +490,29 @@ impl Slot {
                         self.set(|i| i.state = WorkerState::Ready);
                         tracing::info!(project = %self.name, pid, "worker ready");
                         while let Some(d) = self.queued.pop_front() {
-                            self.deliver(&mut writer, d, &mut inflight).await;
+                            self.deliver(&mut writer, d, &mut inflight, &mut awaiting).await;
                         }
                     }
                     Ok(FromWorker::MessagePersisted { id }) => {
                         if let Some(reply) = inflight.remove(&id) {
                             let _ = reply.send(Ok(id));
+                        }
+                    }
+                    Ok(FromWorker::Reply { message_id, text }) => match awaiting.remove(&message_id) {
+                        Some(ReplyTo::Waiter(tx)) => {
+                            let _ = tx.send(Ok(text));
+                        }
+                        Some(ReplyTo::MainAgent) => self.sup.to_main(&format!("project/{}", self.name), text),
+                        Some(ReplyTo::Nobody) | None => {
+                            tracing::info!(project = %self.name, "reply: {text}");
+                        }
+                    },
+                    Ok(FromWorker::LlmRequest { id, request }) => {
+                        llm_calls.insert(id, self.start_llm_call(id, request, llm_tx.clone()));
+                    }
+                    Ok(FromWorker::LlmCancel { id }) => {
+                        if let Some(call) = llm_calls.remove(&id) {
+                            call.abort();
                         }
                     }
                     Ok(FromWorker::Heartbeat | FromWorker::Pong { .. } | FromWorker::ShutdownComplete) => {}
@@ -462,12 +522,10 @@ impl Slot {
                     }
                     Ok(FromWorker::Notify { text, kind }) => {
                         tracing::info!(project = %self.name, %kind, "notify: {text}");
+                        self.sup.to_main(&format!("project/{}", self.name), format!("[notify from project {}] {text}", self.name));
                     }
                     Ok(FromWorker::Event { kind, data_json }) => {
                         tracing::debug!(project = %self.name, %kind, "event: {data_json}");
-                    }
-                    Ok(FromWorker::LlmRequest { .. } | FromWorker::LlmCancel { .. } | FromWorker::Reply { .. }) => {
-                        // Wired up with the LLM gateway.
                     }
                     Ok(FromWorker::Hello(_)) => {
                         tracing::warn!(project = %self.name, pid, "second hello on a worker connection; dropping it");
@@ -484,10 +542,28 @@ impl Slot {
                         }
                     }
                 },
+                Some(out) = llm_rx.recv() => {
+                    let frame = match out {
+                        LlmOut::Delta { id, text } => ToWorker::LlmDelta { id, text },
+                        LlmOut::Done { id, result } => {
+                            llm_calls.remove(&id);
+                            ToWorker::LlmResponse { id, result }
+                        }
+                    };
+                    if conn_open {
+                        if let Err(e) = writer.write(&frame).await {
+                            tracing::warn!(project = %self.name, "cannot answer the worker: {e}");
+                        }
+                    }
+                }
                 status = child.wait() => {
                     reader_task.abort();
-                    // Anything the worker started in its group goes with it.
+                    // Anything the worker started in its group goes with it, and so do its
+                    // pending model calls: nobody is left to read their answers.
                     spawn::kill_group(pid);
+                    for (_, call) in llm_calls.drain() {
+                        call.abort();
+                    }
                     let desc = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
                     match stopping.take() {
                         Some(reply) => {
@@ -510,9 +586,12 @@ impl Slot {
                         stopping = Some(reply);
                         kill_at = Some(Instant::now() + shutdown_timeout);
                     }
-                    Some(SlotCmd::Deliver { from, text, reply }) => {
-                        let d = Delivery { from, text, reply };
-                        if ready { self.deliver(&mut writer, d, &mut inflight).await } else { self.queued.push_back(d) }
+                    Some(SlotCmd::Deliver(d)) => {
+                        if ready {
+                            self.deliver(&mut writer, d, &mut inflight, &mut awaiting).await
+                        } else {
+                            self.queued.push_back(d)
+                        }
                     }
                     Some(SlotCmd::Restart) => {}
                 },
@@ -527,13 +606,46 @@ impl Slot {
                 }
             }
         };
+        let gone = format!("the worker of project {} ended before it", self.name);
         for (_, reply) in inflight.drain() {
-            let _ = reply.send(Err(format!(
-                "the worker of project {} ended before it persisted the message; send it again",
-                self.name
-            )));
+            let _ = reply.send(Err(format!("{gone} persisted the message; send it again")));
+        }
+        for (_, to) in awaiting.drain() {
+            if let ReplyTo::Waiter(tx) = to {
+                let _ = tx.send(Err(format!("{gone} answered; the message is in its session and is picked up when it runs again")));
+            }
         }
         outcome
+    }
+
+    /// Runs one gateway call for the worker on its own task; the worker's project pays for it,
+    /// whatever the request claims.
+    fn start_llm_call(
+        &self,
+        id: u64,
+        mut request: ChatRequest,
+        out: mpsc::UnboundedSender<LlmOut>,
+    ) -> JoinHandle<()> {
+        request.meta.project = Some(self.name.clone());
+        let gateway = self.sup.gateway.clone();
+        tokio::spawn(async move {
+            let deltas = if request.stream {
+                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                let out = out.clone();
+                tokio::spawn(async move {
+                    while let Some(text) = rx.recv().await {
+                        if out.send(LlmOut::Delta { id, text }).is_err() {
+                            break;
+                        }
+                    }
+                });
+                Some(tx)
+            } else {
+                None
+            };
+            let result = gateway.chat(request, deltas).await;
+            let _ = out.send(LlmOut::Done { id, result });
+        })
     }
 
     async fn deliver(
@@ -543,19 +655,26 @@ impl Slot {
         >,
         d: Delivery,
         inflight: &mut HashMap<String, oneshot::Sender<Result<String, String>>>,
+        awaiting: &mut HashMap<String, ReplyTo>,
     ) {
         let id = self.message_id();
         let msg = ToWorker::Message(InboundMessage {
             id: id.clone(),
-            from: d.from,
+            from: d.from.clone(),
             text: d.text,
         });
         match writer.write(&msg).await {
             Ok(()) => {
-                inflight.insert(id, d.reply);
+                inflight.insert(id.clone(), d.persisted);
+                let to = match (d.answer, d.from.as_str()) {
+                    (Some(tx), _) => ReplyTo::Waiter(tx),
+                    (None, "main") => ReplyTo::MainAgent,
+                    (None, _) => ReplyTo::Nobody,
+                };
+                awaiting.insert(id, to);
             }
             Err(e) => {
-                let _ = d.reply.send(Err(format!(
+                let _ = d.persisted.send(Err(format!(
                     "cannot reach the worker of project {}: {e}; try again",
                     self.name
                 )));

@@ -21,6 +21,8 @@ pub enum WorkerError {
     Store(#[from] pegasus_store::StoreError),
     #[error("pegasusd did not answer the hello: {0}")]
     Handshake(String),
+    #[error(transparent)]
+    Agent(#[from] pegasus_agent::AgentError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }

@@ -1,5 +1,8 @@
 //! One file per verb group; each turns a parsed command into requests and printed output.
 
+mod chat;
+mod cost;
+mod log;
 mod project;
 mod status;
 mod stop;
@@ -13,6 +16,8 @@ pub async fn run(cli: Cli) -> Result<(), CtlError> {
     match cli.command {
         Command::Status => status::run(&home, cli.json).await,
         Command::Project(cmd) => project::run(&home, cli.json, cmd).await,
+        Command::Chat { text } => chat::run(&home, cli.json, text).await,
+        Command::Cost { project, since } => cost::run(&home, cli.json, project, since),
         Command::Stop => stop::run(&home, cli.json).await,
     }
 }

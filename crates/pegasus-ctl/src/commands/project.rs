@@ -43,24 +43,34 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
         ProjectCommand::Archive { name } => {
             lifecycle(home, json, name, "archive", "archived").await
         }
-        ProjectCommand::Send { name, text } => {
+        ProjectCommand::Send { name, text, wait } => {
             let mut client = Client::connect(home).await?;
-            let CtlResponse::Sent { id } = ok(client
-                .request(CtlRequest::ProjectSend {
-                    name: name.clone(),
-                    text,
-                    wait: false,
-                })
-                .await?)?
-            else {
-                return Err(CtlError::Failed("unexpected answer to send".into()));
+            let req = CtlRequest::ProjectSend {
+                name: name.clone(),
+                text,
+                wait,
             };
-            if json {
-                return super::print_json(&serde_json::json!({"project": name, "id": id}));
+            match ok(client.request(req).await?)? {
+                CtlResponse::Sent { id } if json => {
+                    super::print_json(&serde_json::json!({"project": name, "id": id}))
+                }
+                CtlResponse::Sent { id } => {
+                    println!("sent to {name} (message {id})");
+                    Ok(())
+                }
+                CtlResponse::Reply { id, text } if json => super::print_json(
+                    &serde_json::json!({"project": name, "id": id, "reply": text}),
+                ),
+                CtlResponse::Reply { text, .. } => {
+                    println!("{text}");
+                    Ok(())
+                }
+                other => Err(CtlError::Failed(format!(
+                    "unexpected answer to send: {other:?}"
+                ))),
             }
-            println!("sent to {name} (message {id})");
-            Ok(())
         }
+        ProjectCommand::Log { name, follow } => super::log::run(home, json, &name, follow).await,
     }
 }
 

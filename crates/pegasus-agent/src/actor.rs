@@ -1,0 +1,153 @@
+//! The Actor: runs the tool calls of one model turn and returns one result per call, in call
+//! order.
+//!
+//! Calls of tools that say they are [`Tool::concurrent`] (read-only) run side by side, at most
+//! `max_parallel_tools` at once; any other call runs alone, after everything the model asked
+//! for before it and before everything after it, so a write is never raced by a read the model
+//! meant to happen after it.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use pegasus_proto::llm::Block;
+use tokio::sync::Semaphore;
+
+use crate::notice::send_event;
+use crate::tool::{Tool, ToolCtx, ToolOutput};
+use crate::toolset::ToolSet;
+
+/// One tool call as the model made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// Id the result must answer.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments, JSON text as the model wrote it.
+    pub input_json: String,
+}
+
+impl Call {
+    /// The calls in an assistant message, in order.
+    pub fn from_blocks(blocks: &[Block]) -> Vec<Call> {
+        blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolUse {
+                    id,
+                    name,
+                    input_json,
+                } => Some(Call {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input_json: input_json.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A tool-result block answering this call.
+    pub fn result(&self, out: ToolOutput) -> Block {
+        Block::ToolResult {
+            tool_use_id: self.id.clone(),
+            content: out.content,
+            is_error: out.is_error,
+        }
+    }
+}
+
+/// A call checked against the tool set: ready to run, or already answered with an error.
+enum Prepared {
+    Run(Arc<dyn Tool>, serde_json::Value),
+    Refused(ToolOutput),
+}
+
+fn prepare(call: &Call, tools: &ToolSet) -> Prepared {
+    let Some(tool) = tools.get(&call.name) else {
+        return Prepared::Refused(ToolOutput::error(format!(
+            "unknown tool `{}`; the tools you can call are: {}",
+            call.name,
+            tools.names().join(", ")
+        )));
+    };
+    let input = if call.input_json.trim().is_empty() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        match serde_json::from_str::<serde_json::Value>(&call.input_json) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            Ok(_) => {
+                return Prepared::Refused(ToolOutput::error(format!(
+                    "arguments of {} must be a JSON object",
+                    call.name
+                )))
+            }
+            Err(e) => {
+                return Prepared::Refused(ToolOutput::error(format!(
+                    "arguments of {} are not valid JSON ({e}); send a JSON object",
+                    call.name
+                )))
+            }
+        }
+    };
+    Prepared::Run(tool, input)
+}
+
+/// Runs the calls (see the module doc) and reports each as a `tool_call` event.
+pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Vec<ToolOutput> {
+    let permits = Semaphore::new(ctx.settings.max_parallel_tools.max(1));
+    let prepared: Vec<Prepared> = calls.iter().map(|c| prepare(c, tools)).collect();
+    let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
+    let mut i = 0;
+    while i < prepared.len() {
+        // A batch is a run of concurrent (or refused, i.e. instant) calls, or one exclusive call.
+        let is_concurrent = |p: &Prepared| match p {
+            Prepared::Run(t, _) => t.concurrent(),
+            Prepared::Refused(_) => true,
+        };
+        let mut end = i + 1;
+        if is_concurrent(&prepared[i]) {
+            while end < prepared.len() && is_concurrent(&prepared[end]) {
+                end += 1;
+            }
+        }
+        let batch = (i..end).map(|k| {
+            let permits = &permits;
+            let p = &prepared[k];
+            async move {
+                let out = match p {
+                    Prepared::Refused(out) => out.clone(),
+                    Prepared::Run(tool, input) => {
+                        // The semaphore is never closed, so acquire cannot fail; if it somehow
+                        // did, running without a permit is better than dropping the call.
+                        let _permit = permits.acquire().await.ok();
+                        tool.call(input.clone(), ctx).await
+                    }
+                };
+                (k, out)
+            }
+        });
+        for (k, out) in join_all(batch).await {
+            outputs[k] = Some(out);
+        }
+        i = end;
+    }
+    calls
+        .iter()
+        .zip(outputs)
+        .map(|(call, out)| {
+            let out = out.unwrap_or_else(|| ToolOutput::error("the call was not run"));
+            send_event(
+                &ctx.notices,
+                "tool_call",
+                serde_json::json!({
+                    "task": ctx.task_id,
+                    "depth": ctx.depth,
+                    "name": call.name,
+                    "is_error": out.is_error,
+                }),
+            );
+            out
+        })
+        .collect()
+}

@@ -1,0 +1,344 @@
+//! The agent of one project (or of the MainAgent): its transcript, its session file, its task
+//! log, and the run that turns queued messages into an answer.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
+
+use pegasus_proto::llm::{Block, Message};
+use pegasus_store::{load_session, Session};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::agent_loop::{run_loop, LoopSpec};
+use crate::compaction::{self, compact, RunMark};
+use crate::error::AgentError;
+use crate::journal::SessionHandle;
+use crate::model::ChatModel;
+use crate::notice::{send_event, Notice};
+use crate::outcome::{Outcome, StopKind};
+use crate::prompt::system_prompt;
+use crate::reflector::reflect;
+use crate::settings::AgentSettings;
+use crate::task_log::{new_task_id, title_of, TaskEntry, TaskLog};
+use crate::tool::ToolCtx;
+use crate::toolset::ToolSet;
+use crate::transcript::{push_user, rebuild};
+
+/// Compaction attempts that may fail in a row before the agent stops trying (SPEC §3).
+const MAX_COMPACTION_FAILURES: u32 = 3;
+
+/// The agent of one project (or of the MainAgent, with other tools and folder): owns the
+/// in-memory transcript, the session appender and the task log.
+///
+/// The host (worker or supervisor) records every inbound message durably the moment it
+/// arrives ([`crate::record_inbound`] through [`Agent::session_handle`]), enqueues it when
+/// the agent is free ([`Agent::enqueue`]) and calls [`Agent::run`] to answer what is queued.
+pub struct Agent {
+    dir: PathBuf,
+    workdir: PathBuf,
+    name: String,
+    system_base: String,
+    global_skills: PathBuf,
+    tools: ToolSet,
+    model: Arc<dyn ChatModel>,
+    notices: UnboundedSender<Notice>,
+    settings: AgentSettings,
+    session: SessionHandle,
+    transcript: Vec<Message>,
+    /// Texts enqueued since the last run: what the next task is about.
+    queued: Vec<String>,
+    tasks: TaskLog,
+    compaction_failures: u32,
+}
+
+impl Agent {
+    /// `dir` is the project folder (or `<home>/main` for the MainAgent): session/, memory/,
+    /// skills/, tasks/ live under it; `workdir` is where file tools and exec act (created if
+    /// missing). Loads the session (repairing what a crash left) and rebuilds a valid
+    /// transcript from it; marks any task left `running` as `failed` with reason
+    /// `process restarted`. A user message recorded but never answered before a restart stays
+    /// in the transcript and is seen with the next message; it is not re-run on its own, since
+    /// it may be what brought the worker down.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        dir: &Path,
+        workdir: &Path,
+        name: &str,
+        system_base: String,
+        global_skills: PathBuf,
+        tools: ToolSet,
+        model: Arc<dyn ChatModel>,
+        notices: UnboundedSender<Notice>,
+        settings: AgentSettings,
+    ) -> Result<Agent, AgentError> {
+        for d in [
+            dir.join("session"),
+            dir.join("memory").join("facts"),
+            dir.join("memory").join("episodes"),
+            dir.join("skills"),
+            dir.join("tasks"),
+            workdir.to_path_buf(),
+        ] {
+            std::fs::create_dir_all(&d).map_err(AgentError::io(&d))?;
+        }
+        let loaded = load_session(dir)?;
+        if loaded.skipped > 0 || loaded.torn_tail || loaded.repaired_tool_uses > 0 {
+            tracing::warn!(
+                agent = name,
+                skipped = loaded.skipped,
+                torn_tail = loaded.torn_tail,
+                cancelled_tool_calls = loaded.repaired_tool_uses,
+                "session repaired on load"
+            );
+        }
+        let transcript = rebuild(&loaded.records);
+        let session = Arc::new(Mutex::new(Session::open(dir, name)?));
+        let tasks = TaskLog::new(dir);
+        let interrupted = tasks.recover_interrupted()?;
+        for id in &interrupted {
+            send_event(
+                &notices,
+                "task",
+                serde_json::json!({"task": id, "state": "failed", "reason": "process restarted"}),
+            );
+        }
+        Ok(Agent {
+            dir: dir.to_path_buf(),
+            workdir: workdir.to_path_buf(),
+            name: name.to_string(),
+            system_base,
+            global_skills,
+            tools,
+            model,
+            notices,
+            settings,
+            session,
+            transcript,
+            queued: Vec::new(),
+            tasks,
+            compaction_failures: 0,
+        })
+    }
+
+    /// The shared session appender, for [`crate::record_inbound`] from another task while a
+    /// run holds `&mut self`.
+    pub fn session_handle(&self) -> SessionHandle {
+        self.session.clone()
+    }
+
+    /// Adds an already recorded inbound message to the in-memory transcript at the current
+    /// point (merged into a trailing user message so roles alternate).
+    pub fn enqueue(&mut self, id: &str, from: &str, text: &str) {
+        tracing::debug!(agent = %self.name, id, from, "message enqueued");
+        push_user(
+            &mut self.transcript,
+            vec![Block::Text {
+                text: text.to_string(),
+            }],
+        );
+        self.queued.push(text.to_string());
+    }
+
+    /// Whether messages are waiting for a run.
+    pub fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
+    /// The transcript the next model call would get.
+    pub fn transcript(&self) -> &[Message] {
+        &self.transcript
+    }
+
+    /// The agent's folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &AgentSettings {
+        &self.settings
+    }
+
+    /// Its task log (for `task list` and the dashboard).
+    pub fn tasks(&self) -> &TaskLog {
+        &self.tasks
+    }
+
+    /// Skill folders, project first.
+    fn skill_dirs(&self) -> Vec<PathBuf> {
+        vec![self.dir.join("skills"), self.global_skills.clone()]
+    }
+
+    /// The system prompt as the next run would send it.
+    pub fn system_prompt(&self) -> String {
+        system_prompt(
+            &self.system_base,
+            &self.skill_dirs(),
+            &self.dir.join("memory"),
+        )
+    }
+
+    /// Size of the session file now; 0 if it cannot be read (then compaction carries over
+    /// every user message of the file, which can only duplicate, never lose, a message).
+    fn session_len(&self) -> u64 {
+        let s = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        s.len().unwrap_or(0)
+    }
+
+    fn task_event(&self, entry: &TaskEntry) {
+        send_event(
+            &self.notices,
+            "task",
+            serde_json::json!({
+                "task": entry.id, "title": entry.title, "state": entry.state, "reason": entry.reason,
+            }),
+        );
+    }
+
+    /// Runs the loop for the queued messages as one task: records the task (`created`, then
+    /// `running`, then `done`/`failed`/`blocked` with the stop's reason), runs the loop,
+    /// reflects on an answered task, compacts the session if the context is nearly full, and
+    /// returns the final answer. `Err` only when the session or task log cannot be written.
+    pub async fn run(&mut self) -> Result<Outcome, AgentError> {
+        if self.queued.is_empty() {
+            return Err(AgentError::NothingQueued);
+        }
+        let task_id = new_task_id();
+        let mut entry = self
+            .tasks
+            .create(&task_id, &title_of(&self.queued.join(" ")))?;
+        self.task_event(&entry);
+        self.tasks.set_state(&mut entry, "running", None, None)?;
+        self.task_event(&entry);
+        self.queued.clear();
+
+        let ctx = ToolCtx {
+            workdir: self.workdir.clone(),
+            memory_dir: self.dir.join("memory"),
+            skill_dirs: self.skill_dirs(),
+            notices: self.notices.clone(),
+            task_id: Some(task_id.clone()),
+            depth: 0,
+            settings: self.settings.clone(),
+            model: self.model.clone(),
+            project_overview: self.system_base.clone(),
+            subagents_spawned: Arc::new(AtomicU32::new(0)),
+        };
+        let system = self.system_prompt();
+        // The task's part of the transcript starts at the user message holding its request.
+        let task_start = self.transcript.len().saturating_sub(1);
+        let mark = RunMark {
+            file_len: self.session_len(),
+            request: request_texts(self.transcript.get(task_start)),
+        };
+        let spec = LoopSpec {
+            system: &system,
+            tools: &self.tools,
+            ctx: &ctx,
+            session: Some(&self.session),
+            role: None,
+        };
+        let end = match run_loop(spec, &mut self.transcript).await {
+            Ok(end) => end,
+            Err(e) => {
+                // The file is the truth; the in-memory copy may hold an unpersisted turn.
+                if let Ok(loaded) = load_session(&self.dir) {
+                    self.transcript = rebuild(&loaded.records);
+                }
+                let _ =
+                    self.tasks
+                        .set_state(&mut entry, "failed", Some("session write failed"), None);
+                self.task_event(&entry);
+                return Err(e);
+            }
+        };
+        let mut cost = end.cost_usd;
+
+        if end.stop == StopKind::Answered && self.settings.reflection {
+            send_event(
+                &self.notices,
+                "task_stage",
+                serde_json::json!({"task": task_id, "depth": 0, "stage": "reflecting"}),
+            );
+            let r = reflect(
+                &ctx,
+                &self.transcript[task_start.min(self.transcript.len())..],
+            )
+            .await;
+            cost += r.cost_usd;
+        }
+
+        if let Some(usage) = end.last_usage {
+            cost += self
+                .maybe_compact(&ctx, usage.input_tokens + usage.output_tokens, mark)
+                .await;
+        }
+
+        let (state, reason) = end.stop.task_state(end.token_capped);
+        self.tasks
+            .set_state(&mut entry, state, reason, Some(cost))?;
+        self.task_event(&entry);
+        Ok(Outcome {
+            task_id,
+            text: end.text,
+            stop: end.stop,
+            turns: end.turns,
+            cost_usd: cost,
+        })
+    }
+
+    /// Compacts when `used` tokens pass 80% of the context window, unless the last attempts
+    /// all failed; returns what it cost.
+    async fn maybe_compact(&mut self, ctx: &ToolCtx, used: u64, mark: RunMark) -> f64 {
+        if !compaction::needed(used, self.settings.context_window) {
+            return 0.0;
+        }
+        if self.compaction_failures >= MAX_COMPACTION_FAILURES {
+            tracing::warn!(agent = %self.name, "context nearly full, but compaction failed {MAX_COMPACTION_FAILURES} times in a row; not trying again");
+            return 0.0;
+        }
+        let (result, cost) = compact(
+            &self.dir,
+            &self.name,
+            &self.session,
+            ctx,
+            &self.transcript,
+            mark,
+        )
+        .await;
+        match result {
+            Ok(c) => {
+                tracing::info!(agent = %self.name, archived = %c.archived.display(), "session compacted");
+                self.transcript = c.transcript;
+                self.compaction_failures = 0;
+                send_event(
+                    &self.notices,
+                    "compaction",
+                    serde_json::json!({"task": ctx.task_id, "archived": c.archived.to_string_lossy()}),
+                );
+            }
+            Err(e) => {
+                self.compaction_failures += 1;
+                tracing::warn!(agent = %self.name, error = %e, failures = self.compaction_failures, "compaction failed");
+            }
+        }
+        cost
+    }
+}
+
+/// The request's text blocks of a task's first message, without an earlier summary (a new
+/// compaction replaces it).
+fn request_texts(m: Option<&Message>) -> Vec<String> {
+    m.map(|m| {
+        m.content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } if !text.starts_with(crate::transcript::SUMMARY_PREFIX) => {
+                    Some(text.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}

@@ -1,0 +1,185 @@
+//! The agent loop (SPEC §6): Thinker → Actor → results → repeat until a final answer, with the
+//! guards that stop it. Shared by [`crate::Agent::run`] (which persists every turn) and by
+//! subagents (which keep their short transcript in memory only).
+
+use pegasus_proto::llm::{Block, Message, Role, StopReason, Usage};
+
+use crate::actor::{act, Call};
+use crate::error::AgentError;
+use crate::guards::RepeatGuard;
+use crate::journal::{persist, SessionHandle};
+use crate::notice::send_event;
+use crate::outcome::StopKind;
+use crate::thinker;
+use crate::tool::{ToolCtx, ToolOutput};
+use crate::toolset::ToolSet;
+use crate::transcript::{assistant_record, push_user, tool_record};
+
+/// What one loop works with.
+pub struct LoopSpec<'a> {
+    /// The system prompt.
+    pub system: &'a str,
+    /// The tools the model may call.
+    pub tools: &'a ToolSet,
+    /// Model, settings, task and everything a tool call may use.
+    pub ctx: &'a ToolCtx,
+    /// Where turns are persisted; `None` for a subagent.
+    pub session: Option<&'a SessionHandle>,
+    /// Role of the calls, for the ledger.
+    pub role: Option<String>,
+}
+
+/// How a loop ended.
+#[derive(Debug, Clone)]
+pub struct LoopEnd {
+    /// The answer, or a one-line explanation of the stop.
+    pub text: String,
+    /// Why it stopped.
+    pub stop: StopKind,
+    /// Model calls made.
+    pub turns: u32,
+    /// Sum of known response costs.
+    pub cost_usd: f64,
+    /// Usage of the last response (compaction looks at it).
+    pub last_usage: Option<Usage>,
+    /// The answer was cut by `max_tokens`.
+    pub token_capped: bool,
+}
+
+fn stage(ctx: &ToolCtx, stage: &str) {
+    send_event(
+        &ctx.notices,
+        "task_stage",
+        serde_json::json!({"task": ctx.task_id, "depth": ctx.depth, "stage": stage}),
+    );
+}
+
+/// One line saying why a run stopped without an answer.
+fn explain(stop: &StopKind, turns: u32, looped: &str, limit: u32) -> String {
+    match stop {
+        StopKind::Answered => String::new(),
+        StopKind::TurnCapped => {
+            format!("Stopped after {turns} turns without a final answer (max_turns).")
+        }
+        StopKind::LoopCapped => format!(
+            "Stopped: the model made the same `{looped}` call {limit} times in a row (loop_repeat_limit)."
+        ),
+        StopKind::Budget(msg) => format!("Stopped: {msg}"),
+        StopKind::ModelError(msg) => format!("Stopped: the model call failed: {msg}"),
+    }
+}
+
+/// Runs the loop on `transcript`, which must end with a user message, and leaves it valid
+/// (every call answered) whatever happens. Only a failed session write is an `Err`.
+///
+/// Each assistant message is persisted before its calls run, so a crash mid-tool leaves a
+/// dangling call that the loader closes as cancelled; the turn's results are then persisted as
+/// one tool record.
+pub async fn run_loop(
+    spec: LoopSpec<'_>,
+    transcript: &mut Vec<Message>,
+) -> Result<LoopEnd, AgentError> {
+    let ctx = spec.ctx;
+    let settings = &ctx.settings;
+    let mut guard = RepeatGuard::new(settings.loop_repeat_limit);
+    let mut end = LoopEnd {
+        text: String::new(),
+        stop: StopKind::Answered,
+        turns: 0,
+        cost_usd: 0.0,
+        last_usage: None,
+        token_capped: false,
+    };
+    loop {
+        if end.turns >= settings.max_turns {
+            end.stop = StopKind::TurnCapped;
+            end.text = explain(&end.stop, end.turns, "", 0);
+            return Ok(end);
+        }
+        stage(ctx, "reasoning");
+        let req = thinker::request(
+            ctx,
+            spec.system,
+            transcript,
+            spec.tools.specs(),
+            spec.role.clone(),
+        );
+        let resp = match thinker::think(ctx.model.as_ref(), ctx, req).await {
+            Ok(r) => r,
+            Err(stop) => {
+                end.text = explain(&stop, end.turns, "", 0);
+                end.stop = stop;
+                return Ok(end);
+            }
+        };
+        end.turns += 1;
+        end.cost_usd += resp.cost_usd.unwrap_or(0.0);
+        end.last_usage = Some(resp.usage);
+
+        // Results inside a response and empty text blocks would make the transcript invalid.
+        let blocks: Vec<Block> = resp
+            .content
+            .iter()
+            .filter(|b| match b {
+                Block::ToolResult { .. } => false,
+                Block::Text { text } => !text.is_empty(),
+                Block::ToolUse { .. } => true,
+            })
+            .cloned()
+            .collect();
+        let calls = Call::from_blocks(&blocks);
+        if !blocks.is_empty() {
+            transcript.push(Message {
+                role: Role::Assistant,
+                content: blocks.clone(),
+            });
+            if let Some(session) = spec.session {
+                persist(session, vec![assistant_record(&blocks, &resp)]).await?;
+            }
+        }
+        if calls.is_empty() {
+            end.text = blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Block::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            end.token_capped = resp.stop_reason == StopReason::MaxTokens;
+            return Ok(end);
+        }
+
+        let looped = calls
+            .iter()
+            .find(|c| guard.observe(&c.name, &c.input_json))
+            .map(|c| c.name.clone());
+        let outputs = match &looped {
+            // The calls are still answered, so the transcript stays valid for the next task.
+            Some(_) => calls
+                .iter()
+                .map(|_| {
+                    ToolOutput::error("not run: this call repeated too often; the task was stopped")
+                })
+                .collect(),
+            None => {
+                stage(ctx, "acting");
+                act(&calls, spec.tools, ctx).await
+            }
+        };
+        let results: Vec<Block> = calls
+            .iter()
+            .zip(outputs)
+            .map(|(c, out)| c.result(out))
+            .collect();
+        push_user(transcript, results.clone());
+        if let Some(session) = spec.session {
+            persist(session, vec![tool_record(&results)]).await?;
+        }
+        if let Some(name) = looped {
+            end.stop = StopKind::LoopCapped;
+            end.text = explain(&end.stop, end.turns, &name, settings.loop_repeat_limit);
+            return Ok(end);
+        }
+    }
+}

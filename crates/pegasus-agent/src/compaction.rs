@@ -1,0 +1,243 @@
+//! Compaction (SPEC §3): when a conversation nears the model's context window, one model call
+//! summarises it, the session file is archived, and a new one starts from the summary.
+//!
+//! Crash safety: the old file is first hard-linked (or copied) into `session/archive/`, and only
+//! then is `current.jsonl` replaced atomically, so at every instant the full conversation
+//! exists in at least one file and `current.jsonl` is always either the old or the new one. The
+//! session lock is held throughout, so an inbound message recorded meanwhile cannot land in the
+//! file being replaced; messages recorded during the run (not yet enqueued) are carried over.
+
+use std::path::{Path, PathBuf};
+
+use chrono::Utc;
+use pegasus_proto::llm::{Block, Message, Role};
+use pegasus_store::{
+    create_dir_all_durable, fsync_dir, session_file, write_atomic, ContentBlock, Role as SRole,
+    Session, SessionMessage, SessionRecord, SESSION_VERSION,
+};
+
+use crate::error::AgentError;
+use crate::journal::SessionHandle;
+use crate::thinker;
+use crate::tool::ToolCtx;
+use crate::transcript::{rebuild, render};
+
+/// The summariser's system prompt (names "compaction": scripted test models key on it).
+pub const COMPACTION_SYSTEM: &str = "You perform compaction of a long conversation between a \
+project agent and the people it works for. Write a summary that lets the agent carry on \
+without the original: the goals, decisions made and why, the current state of the work, open \
+questions and promised next steps, names, paths and numbers that matter. Plain prose or \
+bullets, no preamble.";
+
+/// Characters of transcript sent to the summariser (the most recent part is kept).
+const SUMMARY_INPUT_CHARS: usize = 200_000;
+
+/// Compaction starts when a response's input+output tokens exceed this share of the window.
+pub const THRESHOLD: f64 = 0.8;
+
+/// Whether a response of `used` tokens calls for compaction under `window`.
+pub fn needed(used: u64, window: Option<u64>) -> bool {
+    match window {
+        Some(w) if w > 0 => used as f64 > THRESHOLD * w as f64,
+        _ => false,
+    }
+}
+
+/// What a compaction produced.
+#[derive(Debug)]
+pub struct Compacted {
+    /// The new in-memory transcript: the summary and the last user message.
+    pub transcript: Vec<Message>,
+    /// Where the old session file went.
+    pub archived: PathBuf,
+    /// Cost of the summary call.
+    pub cost_usd: f64,
+}
+
+/// Why a compaction attempt failed; the session is unchanged in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactionError {
+    /// The summary call failed or returned nothing.
+    #[error("the summary call failed: {0}")]
+    Summary(String),
+    /// Archiving or rewriting the session failed.
+    #[error(transparent)]
+    Files(#[from] AgentError),
+}
+
+/// Where the run that triggers a compaction began, so the swap can tell what to carry over.
+#[derive(Debug, Clone)]
+pub struct RunMark {
+    /// Size of `current.jsonl` when the run started: user records appended after it arrived
+    /// during the run and were not enqueued yet.
+    pub file_len: u64,
+    /// Text of the task's request as it is in the transcript (the "last user message" kept
+    /// after the summary).
+    pub request: Vec<String>,
+}
+
+/// Summarises `transcript` and swaps the session file of `dir` (see the module doc). The cost
+/// is returned even on failure, since the call may have been paid for.
+pub async fn compact(
+    dir: &Path,
+    name: &str,
+    session: &SessionHandle,
+    ctx: &ToolCtx,
+    transcript: &[Message],
+    mark: RunMark,
+) -> (Result<Compacted, CompactionError>, f64) {
+    let req = thinker::request(
+        ctx,
+        COMPACTION_SYSTEM,
+        &[Message {
+            role: Role::User,
+            content: vec![Block::Text {
+                text: format!(
+                    "The conversation so far:\n\n{}\n\nWrite the summary now.",
+                    render(transcript, SUMMARY_INPUT_CHARS)
+                ),
+            }],
+        }],
+        Vec::new(),
+        None,
+    );
+    let resp = match thinker::think(ctx.model.as_ref(), ctx, req).await {
+        Ok(r) => r,
+        Err(stop) => return (Err(CompactionError::Summary(format!("{stop:?}"))), 0.0),
+    };
+    let cost = resp.cost_usd.unwrap_or(0.0);
+    let summary = resp
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_string();
+    if summary.is_empty() {
+        return (
+            Err(CompactionError::Summary(
+                "the model returned no text".into(),
+            )),
+            cost,
+        );
+    }
+    let dir = dir.to_path_buf();
+    let name = name.to_string();
+    let session = session.clone();
+    let swapped =
+        tokio::task::spawn_blocking(move || swap_files(&dir, &name, &session, summary, mark))
+            .await
+            .map_err(|e| AgentError::Background(e.to_string()))
+            .and_then(|r| r);
+    let result = match swapped {
+        Ok((records, archived)) => Ok(Compacted {
+            transcript: rebuild(&records),
+            archived,
+            cost_usd: cost,
+        }),
+        Err(e) => Err(CompactionError::Files(e)),
+    };
+    (result, cost)
+}
+
+/// User records appended to `path` after byte `offset`: messages that arrived during the run.
+fn user_records_since(path: &Path, offset: u64) -> Result<Vec<SessionRecord>, AgentError> {
+    let bytes = std::fs::read(path).map_err(AgentError::io(path))?;
+    let tail = bytes.get(offset as usize..).unwrap_or(&[]);
+    Ok(tail
+        .split(|&b| b == b'\n')
+        .filter_map(|line| serde_json::from_slice::<SessionRecord>(line).ok())
+        .filter(|r| matches!(r, SessionRecord::Message(m) if m.role == SRole::User))
+        .collect())
+}
+
+/// Archives `current.jsonl` and replaces it with meta + compaction + the task's request +
+/// the user messages recorded during the run. Returns the records the in-memory transcript is
+/// rebuilt from (without those late messages: the host enqueues them itself) and the archive
+/// path.
+fn swap_files(
+    dir: &Path,
+    name: &str,
+    session: &SessionHandle,
+    summary: String,
+    mark: RunMark,
+) -> Result<(Vec<SessionRecord>, PathBuf), AgentError> {
+    let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
+    let current = session_file(dir);
+    let late = user_records_since(&current, mark.file_len)?;
+
+    let archive_dir = dir.join("session").join("archive");
+    create_dir_all_durable(&archive_dir)?;
+    let stamp = Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
+    let mut archived = archive_dir.join(format!("{stamp}.jsonl"));
+    let mut n = 1;
+    while archived.exists() {
+        archived = archive_dir.join(format!("{stamp}-{n}.jsonl"));
+        n += 1;
+    }
+    if std::fs::hard_link(&current, &archived).is_err() {
+        std::fs::copy(&current, &archived).map_err(AgentError::io(&archived))?;
+        std::fs::File::open(&archived)
+            .and_then(|f| f.sync_all())
+            .map_err(AgentError::io(&archived))?;
+    }
+    fsync_dir(&archive_dir)?;
+
+    let now = Utc::now();
+    let mut keep = vec![SessionRecord::Compaction {
+        summary,
+        archived: archived
+            .strip_prefix(dir)
+            .unwrap_or(&archived)
+            .to_string_lossy()
+            .into_owned(),
+        ts: now,
+    }];
+    if !mark.request.is_empty() {
+        keep.push(SessionRecord::Message(SessionMessage {
+            id: None,
+            role: SRole::User,
+            from: None,
+            content: mark
+                .request
+                .into_iter()
+                .map(|text| ContentBlock::Text { text })
+                .collect(),
+            model: None,
+            usage: None,
+            ts: now,
+        }));
+    }
+    let meta = SessionRecord::Meta {
+        version: SESSION_VERSION,
+        project: name.to_string(),
+        created: now,
+    };
+    let mut text = String::new();
+    for r in std::iter::once(&meta).chain(&keep).chain(&late) {
+        let line = serde_json::to_string(r).map_err(|e| AgentError::Background(e.to_string()))?;
+        text.push_str(&line);
+        text.push('\n');
+    }
+    write_atomic(&current, text.as_bytes())?;
+    // The old appender points at the replaced inode; appends must go to the new file.
+    *guard = Session::open(dir, name)?;
+    Ok((keep, archived))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_is_eighty_percent_of_a_known_window() {
+        assert!(!needed(800, Some(1000)));
+        assert!(needed(801, Some(1000)));
+        assert!(!needed(10_000_000, None));
+        assert!(!needed(1, Some(0)));
+    }
+}

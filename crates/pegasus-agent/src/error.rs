@@ -1,0 +1,42 @@
+//! The one error type of this crate.
+//!
+//! Only failures the agent cannot turn into something the model or the task log can carry end
+//! up here: the session or the task log could not be written. A model that fails, a tool that
+//! fails or a guard that trips is a [`crate::StopKind`] or a tool error instead, because the
+//! agent must keep serving its project after them.
+
+use std::path::PathBuf;
+
+use pegasus_store::StoreError;
+
+/// A failure that stops the agent from keeping its files straight.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Reading or writing a Pegasus file (session, task log) failed; the message names it.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An operating-system error on a named path.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file or directory the operation was on.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// [`crate::Agent::run`] was called with no message queued: enqueue one first.
+    #[error("nothing to run: enqueue a message before calling run")]
+    NothingQueued,
+    /// A blocking file operation running on tokio's blocking pool did not finish (it panicked
+    /// or the runtime is shutting down).
+    #[error("a background file operation failed: {0}")]
+    Background(String),
+}
+
+impl AgentError {
+    /// Wraps an I/O error with the path it happened on, for `map_err`.
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> AgentError {
+        let path = path.into();
+        move |source| AgentError::Io { path, source }
+    }
+}

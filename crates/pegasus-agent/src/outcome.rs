@@ -1,0 +1,48 @@
+//! How a run ended.
+
+/// Why a run stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopKind {
+    /// The model gave a final answer (a response without tool calls).
+    Answered,
+    /// `max_turns` model calls went by without a final answer.
+    TurnCapped,
+    /// The same tool call was repeated `loop_repeat_limit` times in a row.
+    LoopCapped,
+    /// The gateway refused the call: a budget is spent. Carries its message.
+    Budget(String),
+    /// The model call failed for another reason. Carries the error's one-line message.
+    ModelError(String),
+}
+
+impl StopKind {
+    /// The task state and reason this stop is recorded with: an answer is `done`, a spent
+    /// budget `blocked` (SPEC §5: it can go on once the budget is raised), anything else
+    /// `failed`.
+    pub fn task_state(&self, token_capped: bool) -> (&'static str, Option<&'static str>) {
+        match self {
+            StopKind::Answered if token_capped => ("done", Some("token_capped")),
+            StopKind::Answered => ("done", None),
+            StopKind::TurnCapped => ("failed", Some("turn_capped")),
+            StopKind::LoopCapped => ("failed", Some("loop_capped")),
+            StopKind::Budget(_) => ("blocked", Some("budget")),
+            StopKind::ModelError(_) => ("failed", Some("model_error")),
+        }
+    }
+}
+
+/// The result of [`crate::Agent::run`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The task the run was recorded as.
+    pub task_id: String,
+    /// The final answer, or a one-line explanation of the stop.
+    pub text: String,
+    /// Why it stopped.
+    pub stop: StopKind,
+    /// Model calls of the loop (not counting reflection and compaction).
+    pub turns: u32,
+    /// Sum of the known costs of this run's responses, including reflection and compaction;
+    /// subagent spend is in the ledger under the same task but not in this sum.
+    pub cost_usd: f64,
+}

@@ -1,0 +1,70 @@
+//! The knobs of one agent, resolved once from config.yml and the project.
+
+use pegasus_store::Config;
+
+/// Everything the loop and the tools need to know about their limits. Resolved by the caller
+/// (worker or supervisor) so the agent never reads config files itself.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// `provider/model` to ask for; empty lets the gateway pick the project's or default model.
+    pub model: String,
+    /// Model calls per task before it stops as turn-capped.
+    pub max_turns: u32,
+    /// Concurrent (read-only) tool calls of one turn in flight at once.
+    pub max_parallel_tools: usize,
+    /// Upper bound of an `exec` timeout, in seconds.
+    pub exec_timeout_s: u64,
+    /// Bytes of `exec` output kept for the model.
+    pub exec_output_cap: usize,
+    /// Subagents at this depth cannot spawn more.
+    pub max_subagent_depth: u32,
+    /// Subagents one task may spawn in all.
+    pub max_subagents_per_task: u32,
+    /// `max_tokens` of every call.
+    pub max_tokens: u32,
+    /// Run the PostTaskReflector after an answered task.
+    pub reflection: bool,
+    /// Identical tool calls in a row that count as a loop.
+    pub loop_repeat_limit: u32,
+    /// The model's context window in tokens, if known; compaction needs it.
+    pub context_window: Option<u64>,
+    /// Project name for the call's accounting; `None` for the MainAgent.
+    pub project: Option<String>,
+    /// Where `exec` records the process groups it starts, so the supervisor can kill what a
+    /// dead worker left behind (`Home::exec_registry`); `None` records nothing.
+    pub exec_registry: Option<std::path::PathBuf>,
+}
+
+impl AgentSettings {
+    /// Settings from the config's `agent:` section plus what the caller knows about the model.
+    pub fn from_config(
+        config: &Config,
+        model: String,
+        context_window: Option<u64>,
+        project: Option<String>,
+    ) -> Self {
+        let a = &config.agent;
+        AgentSettings {
+            model,
+            max_turns: a.max_turns,
+            max_parallel_tools: a.max_parallel_tools,
+            exec_timeout_s: a.exec_timeout_s,
+            exec_output_cap: a.exec_output_cap_bytes,
+            max_subagent_depth: a.max_subagent_depth,
+            max_subagents_per_task: a.max_subagents_per_task,
+            max_tokens: a.max_tokens,
+            reflection: a.reflection,
+            loop_repeat_limit: a.loop_repeat_limit,
+            context_window,
+            project,
+            exec_registry: None,
+        }
+    }
+}
+
+impl Default for AgentSettings {
+    /// The config defaults with no model named (the gateway decides) and no project.
+    fn default() -> Self {
+        AgentSettings::from_config(&Config::default(), String::new(), None, None)
+    }
+}

@@ -1,0 +1,171 @@
+//! Skills: `skills/<name>/SKILL.md` files (frontmatter `name`, `description` + a markdown body)
+//! found in the project's folder and the home's global folder (SPEC §6).
+//!
+//! Skills are discovered by scanning, with no index file, so dropping a folder in is enough.
+//! The system prompt lists only names and descriptions; the model pulls a body in with
+//! `use_skill` when it needs it. A project skill overrides a global one of the same name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// One skill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skill {
+    /// Its name (frontmatter `name`, else the folder name).
+    pub name: String,
+    /// One line on when to use it.
+    pub description: String,
+    /// The instructions.
+    pub body: String,
+    /// The SKILL.md it came from.
+    pub path: PathBuf,
+}
+
+#[derive(Deserialize, Default)]
+struct Frontmatter {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+/// Splits `---\n<yaml>\n---\n<body>`; text without frontmatter is all body.
+fn split_frontmatter(text: &str) -> (Option<&str>, &str) {
+    let Some(rest) = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+    else {
+        return (None, text);
+    };
+    let mut offset = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            return (Some(&rest[..offset]), &rest[offset + line.len()..]);
+        }
+        offset += line.len();
+    }
+    (None, text)
+}
+
+/// Reads one SKILL.md; `folder` names the skill when the frontmatter does not. A file that
+/// cannot be read is skipped (logged), a frontmatter that does not parse is treated as absent:
+/// one bad skill must not hide the others.
+pub fn load_skill(path: &Path, folder: &str) -> Option<Skill> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "skipping unreadable skill");
+            return None;
+        }
+    };
+    let (fm, body) = split_frontmatter(&text);
+    let fm: Frontmatter = match fm.map(serde_norway::from_str::<Frontmatter>) {
+        Some(Ok(f)) => f,
+        Some(Err(e)) => {
+            tracing::warn!(path = %path.display(), error = %e, "skill frontmatter does not parse");
+            Frontmatter::default()
+        }
+        None => Frontmatter::default(),
+    };
+    Some(Skill {
+        name: fm
+            .name
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| folder.to_string()),
+        description: fm.description.unwrap_or_default().trim().to_string(),
+        body: body.trim().to_string(),
+        path: path.to_path_buf(),
+    })
+}
+
+fn skills_in(dir: &Path) -> Vec<Skill> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut folders: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    folders.sort();
+    folders
+        .into_iter()
+        .filter_map(|f| {
+            let file = f.join("SKILL.md");
+            if !file.is_file() {
+                return None;
+            }
+            let folder = f.file_name()?.to_string_lossy().into_owned();
+            load_skill(&file, &folder)
+        })
+        .collect()
+}
+
+/// Every visible skill, by name; for a name found in several folders the first folder of
+/// `dirs` wins (project skills come first).
+pub fn discover(dirs: &[PathBuf]) -> BTreeMap<String, Skill> {
+    let mut out = BTreeMap::new();
+    for dir in dirs {
+        for skill in skills_in(dir) {
+            out.entry(skill.name.clone()).or_insert(skill);
+        }
+    }
+    out
+}
+
+/// The skill called `name` (by its name, else by its folder name), with the same precedence.
+pub fn find(dirs: &[PathBuf], name: &str) -> Option<Skill> {
+    let all = discover(dirs);
+    if let Some(s) = all.get(name) {
+        return Some(s.clone());
+    }
+    all.into_values().find(|s| {
+        s.path
+            .parent()
+            .and_then(|p| p.file_name())
+            .is_some_and(|f| f == name)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn frontmatter_and_body_are_split() {
+        let (fm, body) = split_frontmatter("---\nname: a\n---\nhello\n");
+        assert_eq!(fm, Some("name: a\n"));
+        assert_eq!(body, "hello\n");
+        assert_eq!(split_frontmatter("no fm"), (None, "no fm"));
+        assert_eq!(split_frontmatter("---\nunclosed"), (None, "---\nunclosed"));
+    }
+
+    #[test]
+    fn project_skill_overrides_global_by_name() {
+        let proj = tempfile::tempdir().unwrap();
+        let global = tempfile::tempdir().unwrap();
+        let write = |root: &Path, folder: &str, text: &str| {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+            std::fs::write(root.join(folder).join("SKILL.md"), text).unwrap();
+        };
+        write(
+            global.path(),
+            "deploy",
+            "---\nname: deploy\ndescription: global\n---\nG",
+        );
+        write(global.path(), "lint", "---\ndescription: lint it\n---\nL");
+        write(
+            proj.path(),
+            "dep",
+            "---\nname: deploy\ndescription: project\n---\nP",
+        );
+        write(proj.path(), "broken", "---\nname: [oops\n---\nB");
+        let dirs = vec![proj.path().to_path_buf(), global.path().to_path_buf()];
+        let all = discover(&dirs);
+        assert_eq!(all["deploy"].description, "project");
+        assert_eq!(all["lint"].body, "L");
+        assert_eq!(all["broken"].body, "B");
+        assert_eq!(find(&dirs, "deploy").unwrap().body, "P");
+        assert_eq!(find(&dirs, "dep").unwrap().body, "P");
+        assert!(find(&dirs, "nope").is_none());
+    }
+}

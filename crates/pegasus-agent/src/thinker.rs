@@ -1,0 +1,63 @@
+//! The Thinker: one model call with the transcript and the tool list.
+
+use pegasus_proto::llm::{CallMeta, ChatRequest, ChatResponse, LlmError, Message, ToolSpec};
+
+use crate::model::ChatModel;
+use crate::notice::send_event;
+use crate::outcome::StopKind;
+use crate::tool::ToolCtx;
+
+/// Builds the request for one turn: the settings' model and `max_tokens`, and the task the
+/// spend counts towards.
+pub fn request(
+    ctx: &ToolCtx,
+    system: &str,
+    messages: &[Message],
+    tools: Vec<ToolSpec>,
+    role: Option<String>,
+) -> ChatRequest {
+    ChatRequest {
+        model: ctx.settings.model.clone(),
+        system: system.to_string(),
+        messages: messages.to_vec(),
+        tools,
+        max_tokens: ctx.settings.max_tokens,
+        temperature: None,
+        thinking: None,
+        timeout_s: None,
+        stream: false,
+        meta: CallMeta {
+            project: ctx.settings.project.clone(),
+            task: ctx.task_id.clone(),
+            role,
+        },
+    }
+}
+
+/// Makes the call and reports it as a `model_response` event; a failure becomes the stop it
+/// means for the run.
+pub async fn think(
+    model: &dyn ChatModel,
+    ctx: &ToolCtx,
+    req: ChatRequest,
+) -> Result<ChatResponse, StopKind> {
+    match model.chat(req).await {
+        Ok(resp) => {
+            send_event(
+                &ctx.notices,
+                "model_response",
+                serde_json::json!({
+                    "task": ctx.task_id,
+                    "depth": ctx.depth,
+                    "model": resp.model,
+                    "usage": resp.usage,
+                    "cost_usd": resp.cost_usd,
+                    "stop_reason": format!("{:?}", resp.stop_reason),
+                }),
+            );
+            Ok(resp)
+        }
+        Err(e @ LlmError::BudgetExceeded { .. }) => Err(StopKind::Budget(e.to_string())),
+        Err(e) => Err(StopKind::ModelError(e.to_string())),
+    }
+}

@@ -1,0 +1,100 @@
+//! The tool contract: what a tool is, what it may use and what it gives back.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use pegasus_proto::llm::ToolSpec;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::model::ChatModel;
+use crate::notice::Notice;
+use crate::settings::AgentSettings;
+
+/// The future a [`Tool`] returns; boxed so tools can live in one list as trait objects.
+pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
+
+/// One tool. Implemented by every built-in tool here, and by the MainAgent's own tools in
+/// pegasusd.
+///
+/// A call never fails the turn: whatever goes wrong (bad arguments, a path outside the workdir,
+/// a command that times out) is a [`ToolOutput::error`] the model reads and can react to.
+pub trait Tool: Send + Sync {
+    /// Name, description and JSON schema shown to the model. The name is the contract.
+    fn spec(&self) -> ToolSpec;
+    /// Whether this tool may run at the same time as other calls of the same turn. Only
+    /// read-only tools say yes; anything that writes runs alone so the model's order holds.
+    fn concurrent(&self) -> bool {
+        false
+    }
+    /// Runs the call. `input` is the model's arguments, unchecked.
+    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a>;
+}
+
+/// What a tool call gives back to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// The text the model sees.
+    pub content: String,
+    /// Whether the call failed; providers show this to the model as an error result.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failed call, explained so the model can fix its next attempt.
+    pub fn error(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// What a tool call may use. Built per task by the loop; a subagent gets a copy one level
+/// deeper.
+#[derive(Clone)]
+pub struct ToolCtx {
+    /// Where file tools and `exec` act; nothing outside it is reachable through them.
+    pub workdir: PathBuf,
+    /// The project's `memory/`, the root of the memory tools.
+    pub memory_dir: PathBuf,
+    /// Skill folders, project skills first, then global ones: the first match wins.
+    pub skill_dirs: Vec<PathBuf>,
+    /// Where `notify` and events go.
+    pub notices: UnboundedSender<Notice>,
+    /// The task this call works for; subagents bill their spend to it.
+    pub task_id: Option<String>,
+    /// 0 for the agent itself, 1 for its subagents, and so on.
+    pub depth: u32,
+    /// Limits (exec timeout and output cap, subagent limits, ...).
+    pub settings: AgentSettings,
+    /// The model, for subagents.
+    pub model: Arc<dyn ChatModel>,
+    /// The project's description (PROJECT.md body), given to subagents as context.
+    pub project_overview: String,
+    /// Subagents spawned so far by this task, shared by every level so the count is per task.
+    pub subagents_spawned: Arc<AtomicU32>,
+}
+
+/// Parses a tool's arguments, or says to the model what was wrong with them.
+pub(crate) fn parse_args<T: DeserializeOwned>(
+    tool: &str,
+    input: serde_json::Value,
+) -> Result<T, ToolOutput> {
+    serde_json::from_value(input).map_err(|e| {
+        ToolOutput::error(format!(
+            "bad arguments for {tool}: {e}; see the tool's input schema"
+        ))
+    })
+}

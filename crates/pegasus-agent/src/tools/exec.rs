@@ -1,0 +1,246 @@
+//! `exec{command, timeout_s?}`: a shell command in the workdir.
+//!
+//! The command runs as `sh -c` in its own process group, so everything it starts can be killed
+//! as one: on timeout, when the call is cancelled (its future dropped, e.g. the worker is told
+//! to stop), and when the shell exits (background jobs do not outlive the call; nobody would be
+//! left to watch them). `PR_SET_PDEATHSIG` makes the shell die with the worker even under
+//! `kill -9`, where no destructor runs.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+use tokio::time::Instant;
+
+use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+
+/// Runs a shell command (see the module doc).
+pub struct Exec;
+
+#[derive(Deserialize)]
+struct Args {
+    command: String,
+    #[serde(default)]
+    timeout_s: Option<u64>,
+}
+
+/// How long output may keep flowing after the shell exited and its group was killed; only a
+/// process that escaped the group (`setsid`) can hold the pipe open that long.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+impl Tool for Exec {
+    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
+        super::spec(
+            "exec",
+            "Run a shell command (sh -c) in the working directory. Returns the exit code and the combined stdout+stderr (long output is cut). Background processes are killed when the command ends; a command running past the timeout is killed.",
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "the shell command"},
+                    "timeout_s": {"type": "integer", "minimum": 1, "description": "seconds before the command is killed (capped by the configured maximum)"}
+                },
+                "required": ["command"]
+            }),
+        )
+    }
+
+    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let args: Args = match parse_args("exec", input) {
+                Ok(a) => a,
+                Err(e) => return e,
+            };
+            let max = ctx.settings.exec_timeout_s.max(1);
+            let secs = args.timeout_s.unwrap_or(max).clamp(1, max);
+            run_command(
+                &args.command,
+                &ctx.workdir,
+                Duration::from_secs(secs),
+                ctx.settings.exec_output_cap,
+                ctx.settings.exec_registry.as_deref(),
+            )
+            .await
+        })
+    }
+}
+
+/// Kills a process group when dropped: the one mechanism behind timeout, cancel and cleanup,
+/// so no path out of [`run_command`] can leave the group running.
+struct GroupKiller {
+    pgid: Pid,
+}
+
+impl GroupKiller {
+    fn kill(&self) {
+        // ESRCH (the group is already gone) is the normal case after a clean exit.
+        let _ = killpg(self.pgid, Signal::SIGKILL);
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Output kept for the model: the first `cap` bytes, and how many there were in all.
+struct Capped {
+    kept: Vec<u8>,
+    total: usize,
+    cap: usize,
+}
+
+impl Capped {
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len();
+        let room = self.cap.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn render(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.kept).into_owned();
+        if self.total > self.kept.len() {
+            s.push_str(&format!(
+                "\n[output truncated: {} bytes in all, only the first {} are shown]",
+                self.total,
+                self.kept.len()
+            ));
+        }
+        s
+    }
+}
+
+/// Runs `command` with `sh -c` in `workdir`; see the module doc for the process rules.
+pub async fn run_command(
+    command: &str,
+    workdir: &Path,
+    timeout: Duration,
+    cap: usize,
+    registry: Option<&Path>,
+) -> ToolOutput {
+    if command.trim().is_empty() {
+        return ToolOutput::error("`command` is empty");
+    }
+    if !workdir.is_dir() {
+        return ToolOutput::error(format!("the workdir {} does not exist", workdir.display()));
+    }
+    // One pipe for stdout and stderr keeps their interleaving, as in a terminal.
+    let (read_end, write_end) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
+    };
+    let write_end2: OwnedFd = match write_end.try_clone() {
+        Ok(f) => f,
+        Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
+    };
+    let parent = std::process::id();
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::from(write_end2))
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: the closure runs in the forked child before exec and only makes two syscalls
+    // (prctl, getppid), both async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The signal fires when the thread that forked dies; tokio forks from a runtime
+            // worker thread, which lives as long as the worker process does.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // The worker may have died before the prctl: then nobody would kill us later.
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                return Err(std::io::Error::other("parent exited"));
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    // Our copies of the write end must close, or the pipe never reports end-of-file.
+    drop(cmd);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(format!("cannot start sh: {e}")),
+    };
+    let Some(pid) = child.id() else {
+        return ToolOutput::error("the command exited before it could be watched");
+    };
+    let group = GroupKiller {
+        pgid: Pid::from_raw(pid as i32),
+    };
+    // Grandchildren do not inherit the death signal: if the worker is killed, the supervisor
+    // finds this group in the registry and kills it.
+    if let Some(registry) = registry {
+        if let Err(e) = pegasus_store::record_exec_group(registry, pid as i32) {
+            tracing::warn!("cannot record exec group {pid}: {e}");
+        }
+    }
+    let mut reader = match tokio::net::unix::pipe::Receiver::from_owned_fd(read_end) {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(format!("cannot read the command's output: {e}")),
+    };
+
+    let mut out = Capped {
+        kept: Vec::new(),
+        total: 0,
+        cap,
+    };
+    let mut chunk = vec![0u8; 16 * 1024];
+    let mut status: Option<std::io::Result<ExitStatus>> = None;
+    let mut eof = false;
+    let mut deadline = Instant::now() + timeout;
+    let mut timed_out = false;
+    while !(eof && status.is_some()) {
+        tokio::select! {
+            r = reader.read(&mut chunk), if !eof => match r {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => out.push(&chunk[..n]),
+            },
+            s = child.wait(), if status.is_none() => {
+                status = Some(s);
+                // Whatever the shell left running would keep the pipe open and outlive us.
+                group.kill();
+                deadline = deadline.min(Instant::now() + DRAIN_GRACE);
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                timed_out = status.is_none();
+                break;
+            }
+        }
+    }
+    group.kill();
+    if timed_out {
+        // Reap the killed shell so it does not linger as a zombie; bounded in case it is stuck.
+        let _ = tokio::time::timeout(DRAIN_GRACE, child.wait()).await;
+        return ToolOutput::error(format!(
+            "timed out after {} s; the command and everything it started were killed\n{}",
+            timeout.as_secs(),
+            out.render()
+        ));
+    }
+    match status {
+        Some(Ok(st)) => {
+            let head = match (st.code(), st.signal()) {
+                (Some(code), _) => format!("exit code: {code}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                (None, None) => "exit status unknown".to_string(),
+            };
+            let text = format!("{head}\n{}", out.render());
+            if st.success() {
+                ToolOutput::ok(text)
+            } else {
+                ToolOutput::error(text)
+            }
+        }
+        Some(Err(e)) => ToolOutput::error(format!("cannot wait for the command: {e}")),
+        None => ToolOutput::error("the command's status is unknown"),
+    }
+}

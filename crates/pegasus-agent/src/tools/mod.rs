@@ -1,0 +1,84 @@
+//! The built-in tools, one file per tool (SPEC §6). Their names and JSON arguments are a
+//! contract with the model and with role allowlists: do not rename them.
+
+use std::sync::Arc;
+
+use pegasus_proto::llm::ToolSpec;
+
+use crate::tool::Tool;
+
+pub mod edit_file;
+pub mod exec;
+pub mod list_dir;
+pub mod memory_append;
+pub mod memory_list;
+pub mod memory_read;
+pub mod memory_write;
+pub mod notify;
+pub mod read_file;
+pub mod spawn_subagent;
+pub mod use_skill;
+pub mod write_file;
+
+/// The twelve built-in tools of a project agent, in the order the model sees them.
+pub fn builtins() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(read_file::ReadFile),
+        Arc::new(write_file::WriteFile),
+        Arc::new(edit_file::EditFile),
+        Arc::new(list_dir::ListDir),
+        Arc::new(exec::Exec),
+        Arc::new(memory_list::MemoryList),
+        Arc::new(memory_read::MemoryRead),
+        Arc::new(memory_write::MemoryWrite),
+        Arc::new(memory_append::MemoryAppend),
+        Arc::new(notify::Notify),
+        Arc::new(spawn_subagent::SpawnSubagent),
+        Arc::new(use_skill::UseSkill),
+    ]
+}
+
+/// A spec from a name, a description and a JSON schema value.
+pub(crate) fn spec(name: &str, description: &str, schema: serde_json::Value) -> ToolSpec {
+    ToolSpec {
+        name: name.to_string(),
+        description: description.to_string(),
+        input_schema_json: schema.to_string(),
+    }
+}
+
+/// Largest file `read_file`/`memory_read` return whole; bigger ones are cut and say so, so one
+/// call cannot flood the context window.
+pub(crate) const READ_CAP_BYTES: usize = 256 * 1024;
+
+/// Reads a text file for the model: lossy UTF-8, cut at [`READ_CAP_BYTES`] with a note.
+pub(crate) fn read_text(path: &std::path::Path, shown: &str) -> crate::tool::ToolOutput {
+    use crate::tool::ToolOutput;
+    if path.is_dir() {
+        return ToolOutput::error(format!("{shown} is a directory; use list_dir"));
+    }
+    match std::fs::read(path) {
+        Ok(bytes) if bytes.len() > READ_CAP_BYTES => ToolOutput::ok(format!(
+            "{}\n[truncated: the file has {} bytes, only the first {READ_CAP_BYTES} are shown]",
+            String::from_utf8_lossy(&bytes[..READ_CAP_BYTES]),
+            bytes.len()
+        )),
+        Ok(bytes) => ToolOutput::ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            ToolOutput::error(format!("{shown} does not exist"))
+        }
+        Err(e) => ToolOutput::error(format!("cannot read {shown}: {e}")),
+    }
+}
+
+/// Writes a whole file atomically, creating missing parent folders, so a crash never leaves a
+/// half-written file for the next turn to read.
+pub(crate) fn write_text(path: &std::path::Path, content: &str) -> Result<(), String> {
+    if path.is_dir() {
+        return Err("it is a directory".into());
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    pegasus_store::write_atomic(path, content.as_bytes()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,113 @@
+//! `spawn_subagent{task, role?}`: delegate a one-off piece of work to a nested agent.
+
+use std::sync::atomic::Ordering;
+
+use pegasus_proto::llm::{Block, Message, Role};
+use serde::Deserialize;
+
+use crate::agent_loop::{run_loop, LoopSpec};
+use crate::outcome::StopKind;
+use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::toolset::ToolSet;
+
+/// Runs a one-off agent inside the worker: a fresh transcript holding only the task, the same
+/// model, the project tools, one level deeper. Its calls carry the parent's task id, so its
+/// spend is the parent task's (SPEC §5). Depth and per-task count are limited, since each
+/// level multiplies cost.
+pub struct SpawnSubagent;
+
+#[derive(Deserialize)]
+struct Args {
+    task: String,
+    #[serde(default)]
+    role: Option<String>,
+}
+
+/// The system prompt of a subagent.
+pub fn subagent_system(role: Option<&str>, overview: &str) -> String {
+    let mut s = String::from("You are a focused sub-agent");
+    if let Some(r) = role.filter(|r| !r.trim().is_empty()) {
+        s.push_str(&format!(" acting as {}", r.trim()));
+    }
+    s.push_str(
+        ". You were given one task by the project's agent. Do it with the tools you have, \
+         then reply with the result only: the agent that asked will read your final answer, \
+         nothing else.",
+    );
+    if !overview.trim().is_empty() {
+        s.push_str("\n\n## Project overview\n");
+        s.push_str(overview.trim());
+    }
+    s
+}
+
+impl Tool for SpawnSubagent {
+    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
+        super::spec(
+            "spawn_subagent",
+            "Delegate a self-contained sub-task to a sub-agent with its own short context and the same tools. Give it everything it needs in `task`; it returns its final answer.",
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "task": {"type": "string", "description": "the complete task description"},
+                    "role": {"type": "string", "description": "optional role, e.g. researcher, coder, reviewer"}
+                },
+                "required": ["task"]
+            }),
+        )
+    }
+
+    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let args: Args = match parse_args("spawn_subagent", input) {
+                Ok(a) => a,
+                Err(e) => return e,
+            };
+            if args.task.trim().is_empty() {
+                return ToolOutput::error("`task` is empty; describe what the sub-agent should do");
+            }
+            let s = &ctx.settings;
+            let depth = ctx.depth + 1;
+            if depth > s.max_subagent_depth {
+                return ToolOutput::error(format!(
+                    "sub-agents may nest at most {} deep; do this yourself",
+                    s.max_subagent_depth
+                ));
+            }
+            let max = s.max_subagents_per_task;
+            let reserved =
+                ctx.subagents_spawned
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                        (n < max).then_some(n + 1)
+                    });
+            if reserved.is_err() {
+                return ToolOutput::error(format!(
+                    "this task already spawned {max} sub-agents (max_subagents_per_task); do the rest yourself"
+                ));
+            }
+            let mut tools = ToolSet::project_tools();
+            if depth >= s.max_subagent_depth {
+                tools = tools.without("spawn_subagent");
+            }
+            let mut child = ctx.clone();
+            child.depth = depth;
+            let system = subagent_system(args.role.as_deref(), &ctx.project_overview);
+            let mut transcript = vec![Message {
+                role: Role::User,
+                content: vec![Block::Text { text: args.task }],
+            }];
+            let spec = LoopSpec {
+                system: &system,
+                tools: &tools,
+                ctx: &child,
+                session: None,
+                role: args.role,
+            };
+            match run_loop(spec, &mut transcript).await {
+                Ok(end) if end.stop == StopKind::Answered => ToolOutput::ok(end.text),
+                Ok(end) => ToolOutput::error(format!("the sub-agent did not finish: {}", end.text)),
+                Err(e) => ToolOutput::error(format!("the sub-agent failed: {e}")),
+            }
+        })
+    }
+}

@@ -1,0 +1,77 @@
+//! The tools an agent may call, by name.
+
+use std::sync::Arc;
+
+use pegasus_proto::llm::ToolSpec;
+
+use crate::tool::Tool;
+use crate::tools;
+
+/// An ordered set of tools. The order is the order the model sees them in; names are unique
+/// (a later tool with the same name replaces the earlier one), because a call is routed by name.
+#[derive(Clone, Default)]
+pub struct ToolSet {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl ToolSet {
+    /// A set of the given tools.
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
+        let mut set = ToolSet { tools: Vec::new() };
+        for t in tools {
+            set.insert(t);
+        }
+        set
+    }
+
+    fn insert(&mut self, tool: Arc<dyn Tool>) {
+        let name = tool.spec().name;
+        match self.tools.iter().position(|t| t.spec().name == name) {
+            Some(i) => self.tools[i] = tool,
+            None => self.tools.push(tool),
+        }
+    }
+
+    /// The twelve built-in tools of a project agent (SPEC §6).
+    pub fn project_tools() -> Self {
+        ToolSet::new(tools::builtins())
+    }
+
+    /// The specs to send with a model call.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.iter().map(|t| t.spec()).collect()
+    }
+
+    /// The tool called `name`, if the set has it.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.spec().name == name).cloned()
+    }
+
+    /// The same set without the tool called `name` (e.g. a role's allowlist, or no
+    /// `spawn_subagent` at the deepest subagent level).
+    pub fn without(&self, name: &str) -> Self {
+        ToolSet {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| t.spec().name != name)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Tool names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| t.spec().name).collect()
+    }
+
+    /// Number of tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether the set has no tool.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}

@@ -1,0 +1,58 @@
+//! `pegasusctl chat [TEXT]`: talk to the MainAgent; interactive (one line, one answer) when no
+//! TEXT is given.
+
+use crate::{
+    client::{ok, Client},
+    CtlError,
+};
+use pegasus_proto::ctl::{CtlRequest, CtlResponse};
+use pegasus_store::Home;
+use std::io::{BufRead, Write};
+
+async fn ask(client: &mut Client, text: String) -> Result<String, CtlError> {
+    match ok(client.request(CtlRequest::Chat { text }).await?)? {
+        CtlResponse::Reply { text, .. } => Ok(text),
+        other => Err(CtlError::Failed(format!(
+            "unexpected answer to chat: {other:?}"
+        ))),
+    }
+}
+
+pub async fn run(home: &Home, json: bool, text: Option<String>) -> Result<(), CtlError> {
+    let mut client = Client::connect(home).await?;
+    if let Some(text) = text {
+        let reply = ask(&mut client, text).await?;
+        if json {
+            return super::print_json(&serde_json::json!({"reply": reply}));
+        }
+        println!("{reply}");
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    loop {
+        print!("you> ");
+        let _ = std::io::stdout().flush();
+        line.clear();
+        if stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| CtlError::Failed(format!("cannot read stdin: {e}")))?
+            == 0
+        {
+            println!();
+            return Ok(());
+        }
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if matches!(text, "/quit" | "/exit") {
+            return Ok(());
+        }
+        match ask(&mut client, text.to_string()).await {
+            Ok(reply) => println!("main> {reply}"),
+            Err(e) => eprintln!("pegasusctl: {e}"),
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! `pegasusctl project log NAME [-f]`: the session transcript, read from the files (the daemon
+//! need not run); `-f` follows the file as the project works, across compactions.
+
+use crate::CtlError;
+use pegasus_store::{ContentBlock, Home, SessionRecord};
+use std::{
+    io::{Read, Seek, SeekFrom},
+    os::unix::fs::MetadataExt,
+    path::Path,
+    time::Duration,
+};
+
+/// How a record reads for a human: one header line, indented blocks.
+fn render(record: &SessionRecord) -> String {
+    let clip = |s: &str, n: usize| {
+        let one_line = s.replace('\n', " ");
+        if one_line.chars().count() > n {
+            format!("{}…", one_line.chars().take(n).collect::<String>())
+        } else {
+            one_line
+        }
+    };
+    match record {
+        SessionRecord::Meta {
+            project, created, ..
+        } => format!("# session of {project}, started {created}\n"),
+        SessionRecord::Compaction {
+            summary,
+            archived,
+            ts,
+        } => {
+            format!(
+                "# {ts} compacted (old transcript in {archived})\n  summary: {}\n",
+                clip(summary, 400)
+            )
+        }
+        SessionRecord::Message(m) => {
+            let who = match (&m.role, &m.from) {
+                (pegasus_store::Role::User, Some(from)) => format!("user ({from})"),
+                (role, _) => format!("{role:?}").to_lowercase(),
+            };
+            let model = m
+                .model
+                .as_ref()
+                .map(|m| format!(" [{m}]"))
+                .unwrap_or_default();
+            let mut out = format!("{} {who}{model}:\n", m.ts.format("%Y-%m-%d %H:%M:%S"));
+            for block in &m.content {
+                let line = match block {
+                    ContentBlock::Text { text } => format!("  {}\n", text.replace('\n', "\n  ")),
+                    ContentBlock::ToolUse { name, input, .. } => {
+                        format!("  → {name} {}\n", clip(&input.to_string(), 200))
+                    }
+                    ContentBlock::ToolResult {
+                        content, is_error, ..
+                    } => {
+                        format!(
+                            "  ← {}{}\n",
+                            if *is_error { "error: " } else { "" },
+                            clip(content, 200)
+                        )
+                    }
+                };
+                out.push_str(&line);
+            }
+            out
+        }
+    }
+}
+
+fn print_line(line: &str, json: bool) {
+    if json {
+        println!("{line}");
+        return;
+    }
+    match serde_json::from_str::<SessionRecord>(line) {
+        Ok(record) => print!("{}", render(&record)),
+        Err(_) => println!("(unreadable line skipped)"),
+    }
+}
+
+pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<(), CtlError> {
+    pegasus_store::validate_name(name)?;
+    let dir = home.project_dir(name);
+    if !dir.join("PROJECT.md").exists() {
+        return Err(CtlError::Failed(format!(
+            "project {name} not found: see `pegasusctl project list`"
+        )));
+    }
+    let path = pegasus_store::session_file(&dir);
+    let mut offset = 0u64;
+    let mut inode = 0u64;
+    let mut pending = String::new();
+    loop {
+        read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+        if !follow {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Prints the complete lines added since `offset`; starts over when the file was replaced
+/// (compaction archives it and starts a new one).
+fn read_new(
+    path: &Path,
+    offset: &mut u64,
+    inode: &mut u64,
+    pending: &mut String,
+    json: bool,
+) -> Result<(), CtlError> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(CtlError::Failed(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| CtlError::Failed(format!("cannot read {}: {e}", path.display())))?;
+    if meta.ino() != *inode || meta.len() < *offset {
+        *inode = meta.ino();
+        *offset = 0;
+        pending.clear();
+    }
+    file.seek(SeekFrom::Start(*offset))
+        .map_err(|e| CtlError::Failed(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| CtlError::Failed(e.to_string()))?;
+    *offset += bytes.len() as u64;
+    pending.push_str(&String::from_utf8_lossy(&bytes));
+    while let Some(end) = pending.find('\n') {
+        let line: String = pending.drain(..=end).collect();
+        let line = line.trim_end();
+        if !line.is_empty() {
+            print_line(line, json);
+        }
+    }
+    Ok(())
+}

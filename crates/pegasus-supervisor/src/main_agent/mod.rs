@@ -1,0 +1,104 @@
+//! The MainAgent: the brain in pegasusd. It talks to the user (`pegasusctl chat`, later
+//! Telegram and the dashboard), hears from projects (their notifies, their replies, their
+//! crashes) on channel `project/NAME`, and manages projects with its own tools. It is the same
+//! agent loop as a project's, with its own folder `<home>/main/` (session, memory), its own
+//! tools, and the gateway called directly instead of through a proxy.
+
+mod model;
+mod tools;
+
+use crate::supervisor::{MainInput, Supervisor};
+use pegasus_agent::{record_inbound, Agent, AgentSettings, Notice, StopKind, ToolSet};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Who the MainAgent is; its PROJECT.md-equivalent.
+const MAIN_PROMPT: &str = "You are the MainAgent of Pegasus, a personal AI-agent daemon. You manage the user's \
+projects: each project is a long-lived desk with its own agent, session and memory, running in its own process. \
+Create, list, suspend, resume, complete and archive projects with your tools. Talk to a project with \
+reply(channel_type=\"project\", channel_id=NAME, text); a project's answers and notifications reach you on \
+channel project/NAME, and so does a message when a project's worker crashes. Coordinate projects through \
+messages; do not do a project's work yourself. Answer the user briefly.";
+
+/// Starts the MainAgent task; it serves `inbox` until the daemon exits.
+pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<MainInput>) {
+    let dir = sup.home.main_dir();
+    let model_id = sup.gateway.resolve_model("");
+    let mut settings = AgentSettings::from_config(
+        &sup.config,
+        model_id.clone(),
+        sup.gateway.context_window(&model_id),
+        None,
+    );
+    settings.exec_registry = Some(sup.home.exec_registry("main"));
+    let (notices, mut notice_rx) = mpsc::unbounded_channel::<Notice>();
+    tokio::spawn(async move {
+        while let Some(notice) = notice_rx.recv().await {
+            match notice {
+                Notice::Notify { text } => tracing::info!("MainAgent notify: {text}"),
+                Notice::Event { kind, data_json } => {
+                    tracing::debug!(%kind, "MainAgent event: {data_json}")
+                }
+            }
+        }
+    });
+    let agent = Agent::open(
+        &dir,
+        &dir.join("workdir"),
+        "main",
+        MAIN_PROMPT.to_string(),
+        sup.home.skills_dir(),
+        ToolSet::new(tools::all(Arc::downgrade(sup))),
+        Arc::new(model::GatewayModel(sup.gateway.clone())),
+        notices,
+        settings,
+    );
+    tokio::spawn(async move {
+        let mut agent = match agent {
+            Ok(agent) => agent,
+            Err(e) => {
+                tracing::error!("the MainAgent cannot start: {e}");
+                while let Some(input) = inbox.recv().await {
+                    if let Some(tx) = input.answer {
+                        let _ = tx.send(Err(format!("the MainAgent cannot start: {e}")));
+                    }
+                }
+                return;
+            }
+        };
+        let session = agent.session_handle();
+        let mut next = 0u64;
+        while let Some(first) = inbox.recv().await {
+            let mut batch = vec![first];
+            while let Ok(more) = inbox.try_recv() {
+                batch.push(more);
+            }
+            let mut waiters = Vec::new();
+            for input in batch {
+                next += 1;
+                let id = format!("main-{}-{next}", chrono::Utc::now().timestamp_millis());
+                if let Err(e) = record_inbound(&session, &id, &input.channel, &input.text) {
+                    tracing::error!("MainAgent cannot record a message: {e}");
+                    if let Some(tx) = input.answer {
+                        let _ =
+                            tx.send(Err(format!("the MainAgent cannot record the message: {e}")));
+                    }
+                    continue;
+                }
+                agent.enqueue(&id, &input.channel, &input.text);
+                waiters.extend(input.answer);
+            }
+            let answer = match agent.run().await {
+                Ok(outcome) if outcome.stop == StopKind::Answered => Ok(outcome.text),
+                Ok(outcome) => Err(outcome.text),
+                Err(e) => Err(format!("the MainAgent failed: {e}")),
+            };
+            if let Err(e) = &answer {
+                tracing::warn!("MainAgent: {e}");
+            }
+            for tx in waiters {
+                let _ = tx.send(answer.clone());
+            }
+        }
+    });
+}

@@ -1,0 +1,125 @@
+//! The worker's model: a [`ChatModel`] that forwards every call to the LLM gateway in pegasusd
+//! over the worker socket. The agent code cannot tell it from a direct client; the worker never
+//! sees a credential.
+
+use pegasus_agent::ChatModel;
+use pegasus_proto::{
+    llm::{ChatRequest, ChatResponse, LlmError},
+    worker::FromWorker,
+};
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+};
+use tokio::sync::{mpsc, oneshot};
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<ChatResponse, LlmError>>>>>;
+
+/// Sends `LlmRequest` frames and matches `LlmResponse` frames to them by id.
+#[derive(Clone)]
+pub struct ProxyModel {
+    out: mpsc::UnboundedSender<FromWorker>,
+    pending: Pending,
+    next_id: Arc<AtomicU64>,
+}
+
+impl ProxyModel {
+    /// `out` is the worker's frame writer queue.
+    pub fn new(out: mpsc::UnboundedSender<FromWorker>) -> Self {
+        ProxyModel {
+            out,
+            pending: Arc::default(),
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Delivers the gateway's answer to the call waiting for it (if it still waits).
+    pub fn complete(&self, id: u64, result: Result<ChatResponse, LlmError>) {
+        let waiter = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(result);
+            }
+            None => tracing::debug!(id, "LLM answer for a call nobody waits for"),
+        }
+    }
+
+    /// Fails every waiting call: the supervisor connection is gone.
+    pub fn fail_all(&self) {
+        let waiters: Vec<_> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        for (_, tx) in waiters {
+            let _ = tx.send(Err(LlmError::Cancelled));
+        }
+    }
+}
+
+/// Tells the gateway to drop a call whose caller went away (its future was dropped).
+struct CancelOnDrop {
+    id: u64,
+    done: bool,
+    out: mpsc::UnboundedSender<FromWorker>,
+    pending: Pending,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&self.id);
+            let _ = self.out.send(FromWorker::LlmCancel { id: self.id });
+        }
+    }
+}
+
+impl ChatModel for ProxyModel {
+    fn chat(
+        &self,
+        request: ChatRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
+        Box::pin(async move {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, tx);
+            let mut guard = CancelOnDrop {
+                id,
+                done: false,
+                out: self.out.clone(),
+                pending: self.pending.clone(),
+            };
+            if self
+                .out
+                .send(FromWorker::LlmRequest { id, request })
+                .is_err()
+            {
+                guard.done = true;
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                return Err(LlmError::Other("the connection to pegasusd is gone".into()));
+            }
+            let result = rx.await.unwrap_or(Err(LlmError::Cancelled));
+            guard.done = true;
+            result
+        })
+    }
+}

@@ -1,0 +1,285 @@
+//! The agent under `kill -9`: of its worker in the middle of a long `exec`, and of pegasusd in
+//! the middle of a model call; plus path escapes and the MainAgent (SPEC §3 sessions, §4, §6).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule, ToolCall};
+use serde_json::json;
+use std::time::Duration;
+
+const KEY_ENV: &str = "PEGASUS_FAKE_KEY";
+const KEY: &str = "sk-fake-crash-0c1d2e3f";
+
+fn llm_home(fake: &FakeLlm) -> Home {
+    Home::with_config(&format!(
+        "default_model: fa/test-model\n\
+         providers:\n  fa: {{kind: anthropic, base_url: \"{a}\", api_key_env: {KEY_ENV}}}\n\
+         prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
+         llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 20}}\n\
+         workers: {{shutdown_timeout_s: 5}}\n\
+         agent: {{reflection: false}}\n",
+        a = fake.anthropic_base_url(),
+    ))
+}
+
+fn session_text(home: &Home, name: &str) -> String {
+    std::fs::read_to_string(home.project_dir(name).join("session/current.jsonl"))
+        .unwrap_or_default()
+}
+
+fn processes_with_cmdline(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(needle)
+                })
+                .unwrap_or(false)
+                && alive(*pid)
+        })
+        .collect()
+}
+
+#[test]
+fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
+    let fake = FakeLlm::start().unwrap();
+    let home = llm_home(&fake);
+    fake.add_rule(Rule::new(
+        Match::SystemContains("MainAgent".into()),
+        Reply::Text("noted".into()),
+    ));
+    let marker = format!("sleep 37.{}", std::process::id());
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("long job".into()),
+            Reply::Tools(vec![ToolCall::new("exec", json!({"command": marker}))]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("are you back".into()),
+        Reply::Text("back and well".into()),
+    ));
+    let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    let pid = home.create("longrun");
+    home.ctl_ok(&["project", "send", "longrun", "start the long job"]);
+    // The assistant turn with the exec call is durable before the command runs.
+    poll(
+        Duration::from_secs(10),
+        "the exec call in the session",
+        || {
+            session_text(&home, "longrun")
+                .contains("\"exec\"")
+                .then_some(())
+        },
+    );
+    poll(Duration::from_secs(10), "the exec child to run", || {
+        (!processes_with_cmdline(&marker).is_empty()).then_some(())
+    });
+    kill9(pid);
+    let back = home.ready_worker("longrun", Some(pid as u64));
+    assert!(alive(back));
+    // The exec child died with its worker (no orphan keeps running the old command).
+    poll(Duration::from_secs(5), "the exec child to die", || {
+        processes_with_cmdline(&marker).is_empty().then_some(())
+    });
+    let loaded = pegasus_store::load_session(&home.project_dir("longrun")).unwrap();
+    assert_eq!(loaded.skipped, 0);
+    assert_eq!(loaded.repaired_tool_uses, 1);
+    // The next message works, and the transcript the provider gets is valid: the dangling call
+    // is answered by the synthetic cancelled result.
+    let answer = home.ctl_ok(&["project", "send", "longrun", "are you back?", "--wait"]);
+    assert_eq!(answer.trim(), "back and well");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    let last = fake.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("process restarted") && last.contains("cancelled"),
+        "{last}"
+    );
+    // The MainAgent heard about the crash.
+    poll(
+        Duration::from_secs(10),
+        "the crash notice at the MainAgent",
+        || {
+            fake.requests()
+                .iter()
+                .any(|r| {
+                    r.body
+                        .to_string()
+                        .contains("[Project Worker crashed with signal 9")
+                })
+                .then_some(())
+        },
+    );
+}
+
+#[test]
+fn kill_9_of_pegasusd_during_a_call_loses_nothing_and_bills_nothing_twice() {
+    let fake = FakeLlm::start().unwrap();
+    let home = llm_home(&fake);
+    fake.add_rule(Rule::new(
+        Match::SystemContains("MainAgent".into()),
+        Reply::Text("noted".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("quick".into()),
+        Reply::Text("quick answer".into()),
+    ));
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("slow".into()),
+            Reply::Fault(Fault::Delay {
+                ms: 3_000,
+                then: Box::new(Reply::Text("slow answer".into())),
+            }),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("slow".into()),
+        Reply::Text("slow answer".into()),
+    ));
+    let mut d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    home.create("steady");
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "steady", "quick one", "--wait"])
+            .trim(),
+        "quick answer"
+    );
+    home.ctl_ok(&["project", "send", "steady", "slow one"]);
+    poll(
+        Duration::from_secs(10),
+        "the slow call to reach the provider",
+        || (fake.request_count() >= 2).then_some(()),
+    );
+    d.kill9();
+    let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    home.ready_worker("steady", None);
+    // Both messages are in the session, it loads clean, and the project still works.
+    let loaded = pegasus_store::load_session(&home.project_dir("steady")).unwrap();
+    assert_eq!(loaded.skipped, 0);
+    let text = session_text(&home, "steady");
+    assert!(text.contains("quick one") && text.contains("slow one"));
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "steady", "quick again", "--wait"])
+            .trim(),
+        "quick answer"
+    );
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(home.path().join("costs/ledger.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let mut ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["request_id"].as_str().unwrap())
+        .collect();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "duplicate ledger lines: {lines:?}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+#[test]
+fn path_escapes_are_refused_and_told_to_the_model() {
+    let fake = FakeLlm::start().unwrap();
+    let home = llm_home(&fake);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("escape".into()),
+            Reply::Tools(vec![
+                ToolCall::new("read_file", json!({"path": "../PROJECT.md"})),
+                ToolCall::new("read_file", json!({"path": "/etc/passwd"})),
+                ToolCall::new("read_file", json!({"path": "link/secret.txt"})),
+                ToolCall::new(
+                    "write_file",
+                    json!({"path": "link/planted.txt", "content": "x"}),
+                ),
+            ]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("escape".into()),
+        Reply::Text("refused as expected".into()),
+    ));
+    let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    home.create("jail");
+    let workdir = home.project_dir("jail").join("workdir");
+    std::fs::create_dir_all(&workdir).unwrap();
+    std::os::unix::fs::symlink(outside.path(), workdir.join("link")).unwrap();
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "jail", "try to escape", "--wait"])
+            .trim(),
+        "refused as expected"
+    );
+    let last = fake.requests().last().unwrap().body.clone();
+    let results: Vec<serde_json::Value> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 4, "{last}");
+    for r in &results {
+        assert_eq!(r["is_error"], true, "{r}");
+        assert!(
+            !r.to_string().contains("top secret") && !r.to_string().contains("root:"),
+            "{r}"
+        );
+    }
+    assert!(!outside.path().join("planted.txt").exists());
+}
+
+#[test]
+fn the_main_agent_creates_a_project_when_asked() {
+    let fake = FakeLlm::start().unwrap();
+    let home = llm_home(&fake);
+    fake.add_rule(
+        Rule::new(
+            Match::SystemContains("MainAgent".into()),
+            Reply::Tools(vec![ToolCall::new(
+                "create_project",
+                json!({"name": "garden", "goal": "Plan the vegetable garden"}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("garden".into()),
+        Reply::Text("Created project garden.".into()),
+    ));
+    let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    let out = home.ctl_ok(&["chat", "Please start a project for my garden"]);
+    assert_eq!(out.trim(), "Created project garden.");
+    home.ready_worker("garden", None);
+    assert!(home
+        .project_md("garden")
+        .contains("Plan the vegetable garden"));
+    // Its spend is metered under `main`.
+    let cost = home.json(&["cost"]);
+    assert_eq!(cost["by_project"]["main"]["calls"], 2);
+    assert!(home.path().join("main/session/current.jsonl").exists());
+}
+
+#[test]
+fn a_missing_api_key_is_one_clear_error_at_the_first_call() {
+    let fake = FakeLlm::start().unwrap();
+    let home = llm_home(&fake);
+    let _d = home.start();
+    home.create("keyless");
+    let answer = home.ctl_ok(&["project", "send", "keyless", "hello", "--wait"]);
+    assert!(answer.contains(KEY_ENV), "{answer}");
+    assert_eq!(fake.request_count(), 0);
+}
