@@ -1,0 +1,31 @@
+//! Team roles: reusable agent profiles a project can put to work (SPEC §8, seed 001).
+//!
+//! This crate is for everything about a role as a *definition*: the role file format
+//! (frontmatter + prompt template, [`Role::parse`]), the six built-in roles shipped in
+//! `data/roles/` and embedded in the binary ([`builtin_roles`]), user roles in
+//! `<home>/roles/<id>.md` that override them by id ([`load_roles`], [`find_role`]), the
+//! `roles:` assignments of a PROJECT.md with their overrides ([`Assignment`],
+//! [`apply_assignment`]), the prompt a role agent starts from ([`build_prompt`]) and how a
+//! role's thinking level maps onto each provider's wire format ([`anthropic_budget`],
+//! [`openai_effort`]).
+//!
+//! It is not for running anything: it never spawns an agent, calls a model, enforces a tool
+//! allowlist at call time or writes PROJECT.md. The worker's agent crate does those with the
+//! [`Role`] this crate hands it; the store crate owns PROJECT.md and passes its `roles:` value
+//! in. Everything here is synchronous and pure except the small directory reads of the loader.
+
+pub mod assignment;
+pub mod catalog;
+pub mod error;
+mod frontmatter;
+pub mod prompt;
+pub mod role;
+pub mod template;
+pub mod thinking;
+
+pub use assignment::{apply_assignment, assignments_from_yaml, assignments_to_yaml, Assignment};
+pub use catalog::{builtin_roles, find_role, load_roles, BUILTIN_IDS};
+pub use error::RoleError;
+pub use prompt::{build_prompt, PromptParts, CONTEXT_BUDGET_CHARS};
+pub use role::{validate_id, Role, RoleModel, RoleSource, Variable};
+pub use thinking::{anthropic_budget, openai_effort, Thinking};
