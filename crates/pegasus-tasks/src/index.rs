@@ -1,0 +1,54 @@
+//! `tasks/index.jsonl`: one line per task, a cache of the fold of every event file.
+//!
+//! A line is the whole [`Task`] (so it reads as `{id, title, state, created, ...}` for anyone
+//! scanning it) plus `events_bytes`, the length of the task's event file when the line was
+//! written. Events are appended before the index is rewritten, so a crash in between leaves a
+//! line whose `events_bytes` no longer matches the file: one `stat` per task is enough for
+//! [`crate::TaskStore::list`] to notice and fold that task again. Nothing lives only here: the
+//! whole file can be deleted and rebuilt from the events.
+
+use std::path::Path;
+
+use pegasus_store::{read_jsonl, write_atomic};
+use serde::{Deserialize, Serialize};
+
+use crate::error::TaskError;
+use crate::task::Task;
+
+/// One line of the index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct IndexLine {
+    #[serde(flatten)]
+    pub task: Task,
+    /// Size of the event file this line was folded from.
+    #[serde(default)]
+    pub events_bytes: u64,
+}
+
+/// Every line that parses; a line that does not is simply refolded by the caller.
+pub(crate) fn read_index(path: &Path) -> Result<Vec<IndexLine>, TaskError> {
+    let read = read_jsonl::<IndexLine>(path)?;
+    if read.skipped > 0 || read.torn_tail {
+        tracing::warn!(
+            index = %path.display(), skipped = read.skipped, torn = read.torn_tail,
+            "task index has unreadable lines; they will be rebuilt from the event files"
+        );
+    }
+    Ok(read.records)
+}
+
+/// Replaces the whole index atomically, oldest task first.
+pub(crate) fn write_index(path: &Path, lines: &[IndexLine]) -> Result<(), TaskError> {
+    let mut text = Vec::new();
+    for l in lines {
+        serde_json::to_writer(&mut text, l).map_err(|e| {
+            TaskError::Invalid(format!(
+                "task {}: cannot serialize its index line: {e}",
+                l.task.id
+            ))
+        })?;
+        text.push(b'\n');
+    }
+    write_atomic(path, &text)?;
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! Pegasus tasks (SPEC §7, seeds 004, 000, 001).
+//!
+//! This crate is for the life of a task inside one project: the state machine
+//! ([`TaskState`], [`check_transition`]), frozen specs with repo snapshots ([`TaskSpec`]),
+//! replay, dependencies ([`Readiness`]), the restart rule, the board view ([`board()`]), and the
+//! files that hold it all — `tasks/<YYYY-MM-DD>/<id>.jsonl` (the events, the truth) and
+//! `tasks/index.jsonl` (a cache of their fold) — through [`TaskStore`]. Every write takes the
+//! project's task lock, so transitions are compare-and-set across threads and processes, and
+//! every event is durable before the index mentions it.
+//!
+//! It is not for running tasks: it never calls a model, spawns a process (besides
+//! `git rev-parse` for a snapshot) or decides *which* task runs next; the worker and the agent
+//! do, through this API. It is synchronous on purpose, like `pegasus-store`: its writes are
+//! small, and async callers wrap them in `spawn_blocking`.
+
+pub mod board;
+pub mod error;
+pub mod event;
+pub mod find;
+pub mod id;
+mod index;
+mod lock;
+pub mod readiness;
+pub mod snapshot;
+pub mod state;
+pub mod store;
+pub mod task;
+
+pub use board::{board, BoardColumn};
+pub use error::TaskError;
+pub use event::{fold, TaskEvent};
+pub use find::find_task;
+pub use id::new_task_id;
+pub use readiness::Readiness;
+pub use snapshot::{project_repos, repo_head};
+pub use state::{check_transition, TaskState};
+pub use store::{TaskStore, RECOVERY_ACTOR, RESTART_REASON};
+pub use task::{NewTask, RepoSnapshot, Task, TaskSpec, UPDATABLE_FIELDS};

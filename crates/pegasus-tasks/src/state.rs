@@ -1,0 +1,257 @@
+//! The task state machine (SPEC §7), as one enum and one function.
+//!
+//! [`check_transition`] is the only place that knows which moves are allowed; the store, the
+//! recovery rule and every caller go through it, so a state name can never drift between the
+//! code that writes it and the code that checks it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::board::BoardColumn;
+use crate::error::TaskError;
+
+/// Where a task is in its life. Serialized in snake_case (`"verifying"`), the same string as
+/// [`TaskState::as_str`], so files, messages and the dashboard all read the same word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Being written; the spec may still change freely.
+    Draft,
+    /// The spec is frozen (`spec_version >= 1`); may still get a new spec version.
+    Planned,
+    /// Frozen and bound to its project: may be picked up by the runner.
+    Ready,
+    /// Being executed; `stage` says reasoning/acting/reflecting.
+    Running,
+    /// Executed; its acceptance checks are running.
+    Verifying,
+    /// Every check passed; waiting to be finalised.
+    Verified,
+    /// Finished successfully. Terminal.
+    Done,
+    /// Execution or verification failed; may be retried (→ ready).
+    Failed,
+    /// Given up by the user or the system. Terminal.
+    Cancelled,
+    /// Stuck until someone answers `question` or lifts the budget; → ready resumes it.
+    Blocked,
+}
+
+impl TaskState {
+    /// Every state, in lifecycle order, for exhaustive tests, help texts and parsing.
+    pub const ALL: [TaskState; 10] = [
+        TaskState::Draft,
+        TaskState::Planned,
+        TaskState::Ready,
+        TaskState::Running,
+        TaskState::Verifying,
+        TaskState::Verified,
+        TaskState::Done,
+        TaskState::Failed,
+        TaskState::Cancelled,
+        TaskState::Blocked,
+    ];
+
+    /// The lowercase name used in files, commands and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Draft => "draft",
+            TaskState::Planned => "planned",
+            TaskState::Ready => "ready",
+            TaskState::Running => "running",
+            TaskState::Verifying => "verifying",
+            TaskState::Verified => "verified",
+            TaskState::Done => "done",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Blocked => "blocked",
+        }
+    }
+
+    /// Parses the lowercase name; `None` for anything else so callers can list the valid ones.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// `done` and `cancelled`: nothing may leave them. `failed` is not terminal, because a
+    /// failed task can be retried.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskState::Done | TaskState::Cancelled)
+    }
+
+    /// The board column this state is shown in (SPEC §7: todo / in progress / review / done).
+    pub fn column(self) -> BoardColumn {
+        match self {
+            TaskState::Draft | TaskState::Planned | TaskState::Ready | TaskState::Blocked => {
+                BoardColumn::Todo
+            }
+            TaskState::Running => BoardColumn::InProgress,
+            TaskState::Verifying | TaskState::Verified => BoardColumn::Review,
+            TaskState::Done | TaskState::Failed | TaskState::Cancelled => BoardColumn::Done,
+        }
+    }
+
+    /// States a dead process leaves behind: nobody is executing or verifying them any more,
+    /// so the restart rule fails them (SPEC §7).
+    pub fn is_interrupted_by_restart(self) -> bool {
+        matches!(self, TaskState::Running | TaskState::Verifying)
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Decides whether task `id` may move from `from` to `to`; the single source of truth for the
+/// transition table of SPEC §7:
+///
+/// * the happy path `draft → planned → ready → running → verifying → verified → done`;
+/// * `running → done`, for a task with no verification step (a chat answer has nothing to
+///   verify, and forcing it through verifying/verified would only add noise to its log);
+/// * `running → failed`, `verifying → failed`, and `failed → ready` (an explicit retry);
+/// * `running → blocked` and `blocked → ready`;
+/// * any non-terminal state `→ cancelled`.
+///
+/// Nothing else, not even staying in the same state: a no-op transition would put a line in
+/// the audit log that records nothing. Gates that depend on the task (a frozen spec,
+/// finished dependencies) are checked by the store, not here.
+pub fn check_transition(id: &str, from: TaskState, to: TaskState) -> Result<(), TaskError> {
+    use TaskState::*;
+    let allowed = match (from, to) {
+        (Draft, Planned)
+        | (Planned, Ready)
+        | (Ready, Running)
+        | (Running, Verifying)
+        | (Verifying, Verified)
+        | (Verified, Done)
+        | (Running, Done)
+        | (Running, Failed)
+        | (Verifying, Failed)
+        | (Failed, Ready)
+        | (Running, Blocked)
+        | (Blocked, Ready) => true,
+        (from, Cancelled) => !from.is_terminal(),
+        _ => false,
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(TaskError::InvalidTransition {
+            id: id.to_string(),
+            from,
+            to,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use TaskState::*;
+
+    /// The whole table written out as a matrix, independently of `check_transition`'s match:
+    /// rows are `from`, columns are `to`, both in `TaskState::ALL` order.
+    /// Columns: draft planned ready running verifying verified done failed cancelled blocked.
+    const TABLE: [[u8; 10]; 10] = [
+        /* draft     */ [0, 1, 0, 0, 0, 0, 0, 0, 1, 0],
+        /* planned   */ [0, 0, 1, 0, 0, 0, 0, 0, 1, 0],
+        /* ready     */ [0, 0, 0, 1, 0, 0, 0, 0, 1, 0],
+        /* running   */ [0, 0, 0, 0, 1, 0, 1, 1, 1, 1],
+        /* verifying */ [0, 0, 0, 0, 0, 1, 0, 1, 1, 0],
+        /* verified  */ [0, 0, 0, 0, 0, 0, 1, 0, 1, 0],
+        /* done      */ [0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        /* failed    */ [0, 0, 1, 0, 0, 0, 0, 0, 1, 0],
+        /* cancelled */ [0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        /* blocked   */ [0, 0, 1, 0, 0, 0, 0, 0, 1, 0],
+    ];
+
+    #[test]
+    fn every_pair_of_the_ten_by_ten_table_is_decided_as_specified() {
+        let mut allowed = 0;
+        for (i, from) in TaskState::ALL.into_iter().enumerate() {
+            for (j, to) in TaskState::ALL.into_iter().enumerate() {
+                let got = check_transition("t-1", from, to);
+                if TABLE[i][j] == 1 {
+                    assert!(got.is_ok(), "{from} -> {to} should be allowed");
+                    allowed += 1;
+                } else {
+                    let err = got.expect_err("refused");
+                    assert_eq!(
+                        err.to_string(),
+                        format!("cannot move task t-1 from {from} to {to}")
+                    );
+                    assert!(matches!(
+                        err,
+                        TaskError::InvalidTransition { ref id, from: f, to: t }
+                            if id == "t-1" && f == from && t == to
+                    ));
+                }
+            }
+        }
+        // 12 listed moves + 8 non-terminal states that may be cancelled.
+        assert_eq!(allowed, 20);
+    }
+
+    #[test]
+    fn terminal_states_have_no_way_out() {
+        for from in [Done, Cancelled] {
+            assert!(from.is_terminal());
+            for to in TaskState::ALL {
+                assert!(check_transition("x", from, to).is_err());
+            }
+        }
+        assert!(!Failed.is_terminal());
+        assert!(!Blocked.is_terminal());
+    }
+
+    #[test]
+    fn names_round_trip_and_match_serde() {
+        for s in TaskState::ALL {
+            assert_eq!(TaskState::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        assert_eq!(TaskState::parse("created"), None);
+        assert_eq!(TaskState::parse("Running"), None);
+    }
+
+    #[test]
+    fn columns_group_states_as_the_board_shows_them() {
+        use BoardColumn as C;
+        let expected = [
+            (Draft, C::Todo),
+            (Planned, C::Todo),
+            (Ready, C::Todo),
+            (Running, C::InProgress),
+            (Verifying, C::Review),
+            (Verified, C::Review),
+            (Done, C::Done),
+            (Failed, C::Done),
+            (Cancelled, C::Done),
+            (Blocked, C::Todo),
+        ];
+        for (s, c) in expected {
+            assert_eq!(s.column(), c, "{s}");
+        }
+    }
+
+    #[test]
+    fn only_running_and_verifying_are_interrupted_by_a_restart() {
+        let hit: Vec<_> = TaskState::ALL
+            .into_iter()
+            .filter(|s| s.is_interrupted_by_restart())
+            .collect();
+        assert_eq!(hit, vec![Running, Verifying]);
+        // The recovery move must itself be legal, or recovery would be refused.
+        for s in hit {
+            check_transition("x", s, Failed).unwrap();
+        }
+    }
+}

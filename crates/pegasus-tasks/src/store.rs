@@ -1,0 +1,646 @@
+//! [`TaskStore`]: the tasks of one project folder, on disk (SPEC §3, §7).
+//!
+//! `tasks/<YYYY-MM-DD>/<id>.jsonl` holds each task's events and is the truth;
+//! `tasks/index.jsonl` is a cache of their fold (see the `index` module). Every method that
+//! reads or writes tasks holds the project's task lock (see the `lock` module) from its first
+//! read to its last write, which is what makes [`TaskStore::transition`] a real
+//! compare-and-set across threads and processes. Each write appends its event durably first
+//! and rewrites the index second, so a crash between the two loses nothing: the next read
+//! notices and folds again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use pegasus_store::{create_dir_all_durable, read_jsonl, JsonlAppender};
+
+use crate::error::TaskError;
+use crate::event::{apply, fold, TaskEvent};
+use crate::id::{date_dir_of, is_safe_id, new_task_id};
+use crate::index::{read_index, write_index, IndexLine};
+use crate::lock::ProjectLock;
+use crate::readiness::{readiness_of, Readiness};
+use crate::snapshot::snapshot_repos;
+use crate::state::{check_transition, TaskState};
+use crate::task::{NewTask, Task, TaskSpec, MAX_PRIORITY};
+
+/// The folder under a project that holds its tasks.
+pub const TASKS_DIR: &str = "tasks";
+/// The index file inside [`TASKS_DIR`].
+pub const INDEX_FILE: &str = "index.jsonl";
+/// The lock file inside [`TASKS_DIR`].
+pub const LOCK_FILE: &str = ".lock";
+/// The actor the restart rule records.
+pub const RECOVERY_ACTOR: &str = "recovery";
+/// The reason the restart rule records (and so the `stop_reason` it leaves).
+pub const RESTART_REASON: &str = "process restarted";
+/// The task type used when a caller gives none.
+pub const DEFAULT_KIND: &str = "chat";
+
+/// The tasks of one project folder. Cheap to open and to clone; holds no file open between
+/// calls, so any number of instances (threads, the worker and pegasusd) may coexist.
+#[derive(Debug, Clone)]
+pub struct TaskStore {
+    project_dir: PathBuf,
+    project: String,
+    tasks_dir: PathBuf,
+}
+
+impl TaskStore {
+    /// The task store of the project in `project_dir` (named `project`), creating `tasks/` if
+    /// missing. The project folder itself must exist: a typo must not create a project.
+    pub fn open(project_dir: &Path, project: &str) -> Result<TaskStore, TaskError> {
+        if project.is_empty() {
+            return Err(TaskError::Invalid(
+                "a task store needs a project name: pass the project's folder name".into(),
+            ));
+        }
+        if !project_dir.is_dir() {
+            return Err(TaskError::Invalid(format!(
+                "project folder {} does not exist: create the project first",
+                project_dir.display()
+            )));
+        }
+        let tasks_dir = project_dir.join(TASKS_DIR);
+        create_dir_all_durable(&tasks_dir)?;
+        Ok(TaskStore {
+            project_dir: project_dir.to_path_buf(),
+            project: project.to_string(),
+            tasks_dir,
+        })
+    }
+
+    /// The project these tasks belong to.
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
+    /// The project folder.
+    pub fn project_dir(&self) -> &Path {
+        &self.project_dir
+    }
+
+    /// `tasks/index.jsonl`.
+    pub fn index_path(&self) -> PathBuf {
+        self.tasks_dir.join(INDEX_FILE)
+    }
+
+    /// The event file of task `id`, or `NotFound`.
+    pub fn events_path(&self, id: &str) -> Result<PathBuf, TaskError> {
+        self.locate(id)
+    }
+
+    /// New task in `draft`; id = `t-<YYYYMMDD>-<6 random hex>`, event file
+    /// `tasks/<date of creation>/<id>.jsonl` starting with a `created` event, index line added.
+    /// Every `depends_on` id must be a task of this project.
+    pub fn create(&self, t: NewTask, actor: &str) -> Result<Task, TaskError> {
+        let _lock = self.lock()?;
+        let (path, task) = self.create_locked(t, None)?;
+        tracing::info!(task = %task.id, project = %self.project, actor, "task created");
+        self.index_put(&task, &path);
+        Ok(task)
+    }
+
+    /// Freezes a spec: `draft → planned` with `spec_version` 1, or a new version while still
+    /// draft/planned (every `spec` event stays in the file, see [`Self::spec_history`]).
+    /// Refused once the task is ready or later: from then on a different spec means a new task
+    /// or a [`replay`](Self::replay). The HEAD commit of every repo in `spec.repos` is recorded
+    /// (`None` when the path is not a git repository); callers get the repos from PROJECT.md,
+    /// e.g. with [`crate::project_repos`].
+    pub fn freeze(&self, id: &str, mut spec: TaskSpec, actor: &str) -> Result<Task, TaskError> {
+        if spec.goal.trim().is_empty() {
+            return Err(TaskError::Invalid(format!(
+                "task {id}: a spec needs a goal: say what must be achieved"
+            )));
+        }
+        // git runs before the lock is taken, so a slow disk does not stall every other task
+        // operation of the project.
+        snapshot_repos(&self.project_dir, &mut spec.repos);
+        let _lock = self.lock()?;
+        let (path, mut task) = self.load(id)?;
+        if !matches!(task.state, TaskState::Draft | TaskState::Planned) {
+            return Err(TaskError::Frozen(task.id));
+        }
+        let version = task.spec_version + 1;
+        self.record(
+            &path,
+            &mut task,
+            TaskEvent::Spec {
+                ts: Utc::now(),
+                version,
+                spec,
+                actor: actor.to_string(),
+            },
+        )?;
+        if task.state == TaskState::Draft {
+            let reason = format!("spec v{version} frozen");
+            self.record_transition(&path, &mut task, TaskState::Planned, actor, &reason)?;
+        }
+        tracing::info!(task = %task.id, version, actor, "spec frozen");
+        self.index_put(&task, &path);
+        Ok(task)
+    }
+
+    /// Compare-and-set transition. Checked in this order, under the lock:
+    /// 1. the task is in `expected`, else [`TaskError::Conflict`];
+    /// 2. the table allows `expected → to` ([`check_transition`]), else `InvalidTransition`;
+    /// 3. gates: `planned` and `ready` need `spec_version >= 1` ([`TaskError::NotFrozen`]);
+    ///    `running` needs every dependency done ([`TaskError::Waiting`]).
+    ///
+    /// Then a `transition` event (actor, reason, time) is appended durably and the index
+    /// rewritten. Moving to failed/blocked/cancelled sets `stop_reason` from `reason`.
+    ///
+    /// Once the event is durable the move has happened: a failure to rewrite the index after
+    /// it is logged, not returned, because a caller told "failed" would retry and get a
+    /// confusing Conflict; the next `list` repairs the index.
+    pub fn transition(
+        &self,
+        id: &str,
+        expected: TaskState,
+        to: TaskState,
+        actor: &str,
+        reason: &str,
+    ) -> Result<Task, TaskError> {
+        let _lock = self.lock()?;
+        let (path, mut task) = self.load(id)?;
+        if task.state != expected {
+            return Err(TaskError::Conflict {
+                id: task.id,
+                expected,
+                actual: task.state,
+            });
+        }
+        check_transition(&task.id, task.state, to)?;
+        if matches!(to, TaskState::Planned | TaskState::Ready) && task.spec_version < 1 {
+            return Err(TaskError::NotFrozen(task.id));
+        }
+        if to == TaskState::Running {
+            if let Readiness::Skip { waiting_on } = self.readiness_locked(&task)? {
+                return Err(TaskError::Waiting {
+                    id: task.id,
+                    waiting_on,
+                });
+            }
+        }
+        self.record_transition(&path, &mut task, to, actor, reason)?;
+        tracing::info!(task = %task.id, from = %expected, to = %to, actor, reason, "task moved");
+        self.index_put(&task, &path);
+        Ok(task)
+    }
+
+    /// Changes one field (`result_summary`, `files_changed`, `artifacts`, `stage`, `question`,
+    /// `stop_reason`, `cost_usd` or its synonym `cost`) with an `update` event. The value is
+    /// type-checked before anything is written; a `stage` is only accepted while running.
+    pub fn update(
+        &self,
+        id: &str,
+        field: &str,
+        value: serde_json::Value,
+        actor: &str,
+    ) -> Result<Task, TaskError> {
+        let field = if field == "cost" { "cost_usd" } else { field };
+        let _lock = self.lock()?;
+        let (path, mut task) = self.load(id)?;
+        // Dry run on a copy: a bad value must be refused, not logged and skipped on fold.
+        task.clone().set_field(field, &value)?;
+        self.record(
+            &path,
+            &mut task,
+            TaskEvent::Update {
+                ts: Utc::now(),
+                field: field.to_string(),
+                value,
+                actor: actor.to_string(),
+            },
+        )?;
+        self.index_put(&task, &path);
+        Ok(task)
+    }
+
+    /// The task as its event file says (always folded, never from the index).
+    pub fn get(&self, id: &str) -> Result<Task, TaskError> {
+        let _lock = self.lock()?;
+        Ok(self.load(id)?.1)
+    }
+
+    /// Every task, newest first. Served from the index, except that each line is checked
+    /// against its event file's size (one `stat`) and every event file the index lacks is
+    /// found by listing the date folders: those tasks are folded again and the index is
+    /// repaired, so a crash between an event and its index rewrite is never visible here.
+    pub fn list(&self) -> Result<Vec<Task>, TaskError> {
+        let _lock = self.lock()?;
+        let files = self.event_files()?;
+        let index = read_index(&self.index_path())?;
+        let index_len = index.len();
+        let mut by_id: HashMap<String, IndexLine> =
+            index.into_iter().map(|l| (l.task.id.clone(), l)).collect();
+        let mut lines = Vec::with_capacity(files.len());
+        let mut refolded = false;
+        for (id, path) in files {
+            let len = file_len(&path)?;
+            match by_id.remove(&id) {
+                Some(line) if line.events_bytes == len => lines.push(line),
+                _ => {
+                    refolded = true;
+                    if let Some(task) = self.fold_file(&path)? {
+                        lines.push(IndexLine {
+                            task,
+                            events_bytes: len,
+                        });
+                    }
+                }
+            }
+        }
+        sort_oldest_first(&mut lines);
+        if refolded || lines.len() != index_len {
+            if let Err(e) = write_index(&self.index_path(), &lines) {
+                tracing::warn!(project = %self.project, "cannot repair the task index: {e}");
+            }
+        }
+        Ok(lines.into_iter().rev().map(|l| l.task).collect())
+    }
+
+    /// Rebuilds `tasks/index.jsonl` from the event files alone; returns how many tasks it
+    /// holds. For recovery and for a user who deleted or edited the index.
+    pub fn rebuild_index(&self) -> Result<usize, TaskError> {
+        let _lock = self.lock()?;
+        let lines = self.fold_all()?;
+        write_index(&self.index_path(), &lines)?;
+        Ok(lines.len())
+    }
+
+    /// Every event of task `id`, in order (a torn last line from a crash is left out).
+    pub fn history(&self, id: &str) -> Result<Vec<TaskEvent>, TaskError> {
+        let _lock = self.lock()?;
+        let path = self.locate(id)?;
+        self.read_events(&path)
+    }
+
+    /// Every frozen spec version of task `id`, oldest first.
+    pub fn spec_history(&self, id: &str) -> Result<Vec<(u32, TaskSpec)>, TaskError> {
+        Ok(self
+            .history(id)?
+            .into_iter()
+            .filter_map(|e| match e {
+                TaskEvent::Spec { version, spec, .. } => Some((version, spec)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// A new task, `planned` at once with `spec_version` 1, whose spec is the source's latest
+    /// frozen spec unchanged (repo HEADs included: a replay runs against the code the original
+    /// saw, so nothing is re-snapshotted); `replay_of` names the source. Title, type, priority,
+    /// role and dependencies are copied.
+    pub fn replay(&self, id: &str, actor: &str) -> Result<Task, TaskError> {
+        let _lock = self.lock()?;
+        let (_, source) = self.load(id)?;
+        let Some(spec) = source.spec.clone().filter(|_| source.spec_version >= 1) else {
+            return Err(TaskError::NotFrozen(source.id));
+        };
+        let new = NewTask {
+            title: source.title.clone(),
+            kind: source.kind.clone(),
+            priority: source.priority,
+            role: source.role.clone(),
+            depends_on: source.depends_on.clone(),
+        };
+        let (path, mut task) = self.create_locked(new, Some(source.id.clone()))?;
+        self.record(
+            &path,
+            &mut task,
+            TaskEvent::Spec {
+                ts: Utc::now(),
+                version: 1,
+                spec,
+                actor: actor.to_string(),
+            },
+        )?;
+        let reason = format!("replay of {}", source.id);
+        self.record_transition(&path, &mut task, TaskState::Planned, actor, &reason)?;
+        tracing::info!(task = %task.id, source = %source.id, actor, "task replayed");
+        self.index_put(&task, &path);
+        Ok(task)
+    }
+
+    /// Whether task `id` may start: [`Readiness::Go`] when every `depends_on` task is done,
+    /// else `Skip` naming each one that is not, with its state. Only dependencies are looked
+    /// at; the task's own state is the caller's business.
+    pub fn readiness(&self, id: &str) -> Result<Readiness, TaskError> {
+        let _lock = self.lock()?;
+        let (_, task) = self.load(id)?;
+        self.readiness_locked(&task)
+    }
+
+    /// The restart rule (SPEC §7): every task found `running` or `verifying` becomes `failed`
+    /// with reason `process restarted` (actor `recovery`), since no process is executing it
+    /// any more; then the index is rebuilt from the events. Returns the ids it failed, oldest
+    /// first. Call it once when a worker starts, before anything runs.
+    pub fn recover_after_restart(&self) -> Result<Vec<String>, TaskError> {
+        let _lock = self.lock()?;
+        let mut lines = self.fold_all()?;
+        let mut failed = Vec::new();
+        for line in &mut lines {
+            if !line.task.state.is_interrupted_by_restart() {
+                continue;
+            }
+            let path = self.locate(&line.task.id)?;
+            self.record_transition(
+                &path,
+                &mut line.task,
+                TaskState::Failed,
+                RECOVERY_ACTOR,
+                RESTART_REASON,
+            )?;
+            line.events_bytes = file_len(&path)?;
+            tracing::warn!(task = %line.task.id, project = %self.project, "task failed: {RESTART_REASON}");
+            failed.push(line.task.id.clone());
+        }
+        write_index(&self.index_path(), &lines)?;
+        Ok(failed)
+    }
+
+    /// Today's artifacts folder, `<project>/artifacts/<YYYY-MM-DD>/`, created if missing.
+    pub fn artifacts_dir(&self) -> Result<PathBuf, TaskError> {
+        let dir = self
+            .project_dir
+            .join("artifacts")
+            .join(Utc::now().format("%Y-%m-%d").to_string());
+        create_dir_all_durable(&dir)?;
+        Ok(dir)
+    }
+
+    fn lock(&self) -> Result<ProjectLock, TaskError> {
+        ProjectLock::acquire(&self.tasks_dir.join(LOCK_FILE))
+    }
+
+    /// Creates a task; the caller holds the lock and updates the index.
+    fn create_locked(
+        &self,
+        t: NewTask,
+        replay_of: Option<String>,
+    ) -> Result<(PathBuf, Task), TaskError> {
+        let title = t.title.trim().to_string();
+        if title.is_empty() {
+            return Err(TaskError::Invalid(
+                "a task needs a title: say in one line what it is".into(),
+            ));
+        }
+        if t.priority > MAX_PRIORITY {
+            return Err(TaskError::Invalid(format!(
+                "priority {} is out of range: use 0 (most urgent) to {MAX_PRIORITY}",
+                t.priority
+            )));
+        }
+        let mut depends_on: Vec<String> = Vec::new();
+        for dep in t.depends_on {
+            self.locate(&dep)?;
+            if !depends_on.contains(&dep) {
+                depends_on.push(dep);
+            }
+        }
+        let now = Utc::now();
+        let (id, path) = self.fresh_id(now)?;
+        let kind = match t.kind.trim() {
+            "" => DEFAULT_KIND.to_string(),
+            k => k.to_string(),
+        };
+        let task = Task {
+            id,
+            project: self.project.clone(),
+            title,
+            kind,
+            priority: t.priority,
+            role: t.role,
+            state: TaskState::Draft,
+            spec_version: 0,
+            spec: None,
+            depends_on,
+            result_summary: None,
+            files_changed: Vec::new(),
+            artifacts: Vec::new(),
+            stage: None,
+            stop_reason: None,
+            question: None,
+            replay_of,
+            cost_usd: None,
+            created: now,
+            updated: now,
+        };
+        append_event(
+            &path,
+            &TaskEvent::Created {
+                ts: now,
+                task: task.clone(),
+            },
+        )?;
+        Ok((path, task))
+    }
+
+    /// An id whose event file does not exist yet (a collision needs the same 24 random bits on
+    /// the same day; retrying makes it harmless rather than merely unlikely).
+    fn fresh_id(&self, now: DateTime<Utc>) -> Result<(String, PathBuf), TaskError> {
+        let day = self.tasks_dir.join(now.format("%Y-%m-%d").to_string());
+        for _ in 0..16 {
+            let id = new_task_id(now)?;
+            let path = day.join(format!("{id}.jsonl"));
+            if !path.exists() {
+                return Ok((id, path));
+            }
+        }
+        Err(TaskError::Invalid(format!(
+            "{}: no free task id after 16 tries: check /dev/urandom",
+            day.display()
+        )))
+    }
+
+    /// Appends `event` durably, then applies it to `task` exactly as a later fold will.
+    fn record(&self, path: &Path, task: &mut Task, event: TaskEvent) -> Result<(), TaskError> {
+        append_event(path, &event)?;
+        apply(task, &event);
+        Ok(())
+    }
+
+    /// Records a move the caller has already checked against the table (and re-checks it, so
+    /// no code path can write a transition the table forbids).
+    fn record_transition(
+        &self,
+        path: &Path,
+        task: &mut Task,
+        to: TaskState,
+        actor: &str,
+        reason: &str,
+    ) -> Result<(), TaskError> {
+        check_transition(&task.id, task.state, to)?;
+        let event = TaskEvent::Transition {
+            ts: Utc::now(),
+            from: task.state,
+            to,
+            actor: actor.to_string(),
+            reason: reason.to_string(),
+        };
+        self.record(path, task, event)
+    }
+
+    /// Finds the event file of `id`: directly from the date in the id, else (ids of another
+    /// shape) by looking in every date folder.
+    fn locate(&self, id: &str) -> Result<PathBuf, TaskError> {
+        if !is_safe_id(id) {
+            return Err(TaskError::NotFound(id.to_string()));
+        }
+        let file = format!("{id}.jsonl");
+        if let Some(day) = date_dir_of(id) {
+            let p = self.tasks_dir.join(day).join(&file);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+        for day in self.date_dirs()? {
+            let p = day.join(&file);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+        Err(TaskError::NotFound(id.to_string()))
+    }
+
+    /// The date folders under `tasks/`, sorted.
+    fn date_dirs(&self) -> Result<Vec<PathBuf>, TaskError> {
+        let mut dirs = Vec::new();
+        let entries = std::fs::read_dir(&self.tasks_dir).map_err(TaskError::io(&self.tasks_dir))?;
+        for entry in entries {
+            let entry = entry.map_err(TaskError::io(&self.tasks_dir))?;
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            }
+        }
+        dirs.sort();
+        Ok(dirs)
+    }
+
+    /// Every event file as `(id, path)`.
+    fn event_files(&self) -> Result<Vec<(String, PathBuf)>, TaskError> {
+        let mut files = Vec::new();
+        for day in self.date_dirs()? {
+            let entries = std::fs::read_dir(&day).map_err(TaskError::io(&day))?;
+            for entry in entries {
+                let entry = entry.map_err(TaskError::io(&day))?;
+                let path = entry.path();
+                let Some(id) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_suffix(".jsonl"))
+                else {
+                    continue;
+                };
+                if is_safe_id(id) && path.is_file() {
+                    files.push((id.to_string(), path));
+                }
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    fn read_events(&self, path: &Path) -> Result<Vec<TaskEvent>, TaskError> {
+        let read = read_jsonl::<TaskEvent>(path)?;
+        if read.skipped > 0 || read.torn_tail {
+            tracing::warn!(
+                file = %path.display(), skipped = read.skipped, torn = read.torn_tail,
+                "task event file has unreadable lines; folding the rest"
+            );
+        }
+        Ok(read.records)
+    }
+
+    /// Folds one event file; `None` (logged) for a file with no `created` record, which only a
+    /// crash in the middle of creating a task leaves behind.
+    fn fold_file(&self, path: &Path) -> Result<Option<Task>, TaskError> {
+        let task = fold(&self.read_events(path)?);
+        if task.is_none() {
+            tracing::warn!(file = %path.display(), "task event file has no created record; ignoring it");
+        }
+        Ok(task)
+    }
+
+    fn load(&self, id: &str) -> Result<(PathBuf, Task), TaskError> {
+        let path = self.locate(id)?;
+        match self.fold_file(&path)? {
+            Some(task) => Ok((path, task)),
+            None => Err(TaskError::Corrupt {
+                path,
+                message: format!(
+                    "task {id} has no created record (interrupted creation): delete the file"
+                ),
+            }),
+        }
+    }
+
+    /// Every task folded from its events, as index lines, oldest first.
+    fn fold_all(&self) -> Result<Vec<IndexLine>, TaskError> {
+        let mut lines = Vec::new();
+        for (_, path) in self.event_files()? {
+            let len = file_len(&path)?;
+            if let Some(task) = self.fold_file(&path)? {
+                lines.push(IndexLine {
+                    task,
+                    events_bytes: len,
+                });
+            }
+        }
+        sort_oldest_first(&mut lines);
+        Ok(lines)
+    }
+
+    fn readiness_locked(&self, task: &Task) -> Result<Readiness, TaskError> {
+        let mut deps = Vec::with_capacity(task.depends_on.len());
+        for dep in &task.depends_on {
+            let state = match self.load(dep) {
+                Ok((_, t)) => Some(t.state),
+                Err(TaskError::NotFound(_) | TaskError::Corrupt { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            deps.push((dep.as_str(), state));
+        }
+        Ok(readiness_of(deps))
+    }
+
+    /// Puts `task`'s line into the index. Best effort on purpose: the event is already durable,
+    /// so the write has happened; a stale index is detected and repaired by [`Self::list`].
+    fn index_put(&self, task: &Task, events: &Path) {
+        let result = (|| -> Result<(), TaskError> {
+            let line = IndexLine {
+                task: task.clone(),
+                events_bytes: file_len(events)?,
+            };
+            let mut lines = read_index(&self.index_path())?;
+            match lines.iter_mut().find(|l| l.task.id == task.id) {
+                Some(slot) => *slot = line,
+                None => lines.push(line),
+            }
+            write_index(&self.index_path(), &lines)
+        })();
+        if let Err(e) = result {
+            tracing::warn!(task = %task.id, "task index not updated (the next list repairs it): {e}");
+        }
+    }
+}
+
+fn append_event(path: &Path, event: &TaskEvent) -> Result<(), TaskError> {
+    let mut log = JsonlAppender::open(path)?;
+    log.append_durable(event)?;
+    Ok(())
+}
+
+fn file_len(path: &Path) -> Result<u64, TaskError> {
+    Ok(std::fs::metadata(path).map_err(TaskError::io(path))?.len())
+}
+
+fn sort_oldest_first(lines: &mut [IndexLine]) {
+    lines.sort_by(|a, b| (a.task.created, &a.task.id).cmp(&(b.task.created, &b.task.id)));
+}

@@ -1,0 +1,214 @@
+//! What a task is: its fields (SPEC §7, seed 001 §1.3), its frozen spec (seed 004) and the
+//! few fields that may change after creation.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::TaskError;
+use crate::state::TaskState;
+
+/// One repository in a spec's scope, with the commit it was at when the spec was frozen, so a
+/// replay months later knows exactly which code the task saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepoSnapshot {
+    /// The repo's id in PROJECT.md `repos`.
+    pub id: String,
+    /// Where it lives, as written in PROJECT.md (relative paths are relative to the project
+    /// folder).
+    pub path: String,
+    /// `git rev-parse HEAD` at freeze time; `None` when the path is not a git repository.
+    #[serde(default)]
+    pub head: Option<String>,
+}
+
+/// A frozen spec: what makes a run reproducible. Once a task is ready it never changes; a
+/// different spec means a new task (or a replay).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// What must be achieved.
+    pub goal: String,
+    /// What must not be done or must hold throughout.
+    #[serde(default)]
+    pub constraints: Vec<String>,
+    /// How to tell the goal is met; the verifying step checks these.
+    #[serde(default)]
+    pub acceptance: Vec<String>,
+    /// The role that executes it (coder, researcher, ...).
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Which model(s) to use, as the caller's policy string.
+    #[serde(default)]
+    pub model_policy: Option<String>,
+    /// Repositories in scope, with their HEAD at freeze time.
+    #[serde(default)]
+    pub repos: Vec<RepoSnapshot>,
+}
+
+/// A task as folded from its event file. Every optional or list field defaults when absent so
+/// older lines stay readable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// `t-<YYYYMMDD>-<6 hex>`; unique across the home.
+    pub id: String,
+    /// The project it belongs to (exactly one).
+    pub project: String,
+    /// One line saying what it is.
+    pub title: String,
+    /// The task type (`chat`, `code`, `research`, `run-phase`, ...); `type` in files.
+    #[serde(rename = "type", alias = "kind")]
+    pub kind: String,
+    /// 0 is the most urgent, 3 the least.
+    #[serde(default)]
+    pub priority: u8,
+    /// The role asked for at creation (the spec's role wins once frozen).
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Where it is in its life.
+    pub state: TaskState,
+    /// 0 while unfrozen; the latest frozen spec version otherwise.
+    #[serde(default)]
+    pub spec_version: u32,
+    /// The latest frozen spec.
+    #[serde(default)]
+    pub spec: Option<TaskSpec>,
+    /// Tasks (same project) that must be done before this one may start.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    /// What came out of it, in a few sentences.
+    #[serde(default)]
+    pub result_summary: Option<String>,
+    /// Files the task changed.
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+    /// Outputs kept under `artifacts/`.
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+    /// The cognitive stage while running (`reasoning`, `acting`, `reflecting`); cleared when
+    /// the task leaves `running`.
+    #[serde(default)]
+    pub stage: Option<String>,
+    /// Why it stopped (`token_capped`, `turn_capped`, `loop_capped`, `budget`, `silent`,
+    /// `process restarted`, ...): set from the reason of a move to failed/blocked/cancelled,
+    /// cleared when it becomes ready again.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// The clarification asked while blocked; cleared when it leaves `blocked`.
+    #[serde(default)]
+    pub question: Option<String>,
+    /// The task this one replays, if it is a replay.
+    #[serde(default)]
+    pub replay_of: Option<String>,
+    /// What the task has cost so far, in USD (subagents included).
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    /// When it was created; also names its event folder.
+    pub created: DateTime<Utc>,
+    /// When its last event was written.
+    pub updated: DateTime<Utc>,
+}
+
+/// What a caller says to create a task; the rest is filled in by the store.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewTask {
+    /// One line saying what it is (required).
+    pub title: String,
+    /// The task type; empty means `chat`.
+    pub kind: String,
+    /// 0 (most urgent) ..= 3.
+    pub priority: u8,
+    /// The role asked for, if any.
+    pub role: Option<String>,
+    /// Ids of tasks in the same project that must be done first; they must exist.
+    pub depends_on: Vec<String>,
+}
+
+/// The lowest priority; anything above is refused rather than silently clamped.
+pub const MAX_PRIORITY: u8 = 3;
+
+/// The stages of a running task (seed 000's TaskFSM).
+pub const STAGES: [&str; 3] = ["reasoning", "acting", "reflecting"];
+
+/// The fields [`Task::set_field`] accepts; the rest of a task is either fixed at creation or
+/// changed only by transitions and freezing, so the audit log stays meaningful.
+pub const UPDATABLE_FIELDS: [&str; 7] = [
+    "result_summary",
+    "files_changed",
+    "artifacts",
+    "stage",
+    "question",
+    "stop_reason",
+    "cost_usd",
+];
+
+impl Task {
+    /// Applies one field update, checking its type first so a bad value is refused before it
+    /// reaches the log. `cost` is accepted as a synonym of `cost_usd`.
+    pub fn set_field(&mut self, field: &str, value: &serde_json::Value) -> Result<(), TaskError> {
+        match field {
+            "result_summary" => self.result_summary = opt_string(&self.id, field, value)?,
+            "question" => self.question = opt_string(&self.id, field, value)?,
+            "stop_reason" => self.stop_reason = opt_string(&self.id, field, value)?,
+            "files_changed" => self.files_changed = strings(&self.id, field, value)?,
+            "artifacts" => self.artifacts = strings(&self.id, field, value)?,
+            "stage" => {
+                let stage = opt_string(&self.id, field, value)?;
+                if let Some(s) = &stage {
+                    if !STAGES.contains(&s.as_str()) {
+                        return Err(TaskError::Invalid(format!(
+                            "task {}: unknown stage `{s}`: use one of {}",
+                            self.id,
+                            STAGES.join(", ")
+                        )));
+                    }
+                    if self.state != TaskState::Running {
+                        return Err(TaskError::Invalid(format!(
+                            "task {} is {}: a stage is only set while running",
+                            self.id, self.state
+                        )));
+                    }
+                }
+                self.stage = stage;
+            }
+            "cost_usd" | "cost" => {
+                self.cost_usd = match value {
+                    serde_json::Value::Null => None,
+                    v => match v.as_f64() {
+                        Some(x) if x.is_finite() && x >= 0.0 => Some(x),
+                        _ => return Err(bad_value(&self.id, field, "a number >= 0", v)),
+                    },
+                }
+            }
+            other => {
+                return Err(TaskError::Invalid(format!(
+                    "task field `{other}` cannot be updated: use one of {}",
+                    UPDATABLE_FIELDS.join(", ")
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+fn opt_string(id: &str, field: &str, v: &serde_json::Value) -> Result<Option<String>, TaskError> {
+    match v {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::String(s) => Ok(Some(s.clone())),
+        v => Err(bad_value(id, field, "a string or null", v)),
+    }
+}
+
+fn strings(id: &str, field: &str, v: &serde_json::Value) -> Result<Vec<String>, TaskError> {
+    v.as_array()
+        .and_then(|a| {
+            a.iter()
+                .map(|x| x.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| bad_value(id, field, "a list of strings", v))
+}
+
+fn bad_value(id: &str, field: &str, wanted: &str, v: &serde_json::Value) -> TaskError {
+    TaskError::Invalid(format!(
+        "task {id}: field `{field}` must be {wanted}, not {v}"
+    ))
+}
