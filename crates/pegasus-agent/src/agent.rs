@@ -19,7 +19,8 @@ use crate::outcome::{Outcome, StopKind};
 use crate::prompt::system_prompt;
 use crate::reflector::reflect;
 use crate::settings::AgentSettings;
-use crate::task_log::{new_task_id, title_of, TaskEntry, TaskLog};
+use crate::roles::RoleRun;
+use pegasus_tasks::{NewTask, Task, TaskSpec, TaskState, TaskStore};
 use crate::tool::ToolCtx;
 use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
@@ -47,7 +48,7 @@ pub struct Agent {
     transcript: Vec<Message>,
     /// Texts enqueued since the last run: what the next task is about.
     queued: Vec<String>,
-    tasks: TaskLog,
+    tasks: TaskStore,
     compaction_failures: u32,
 }
 
@@ -93,8 +94,8 @@ impl Agent {
         }
         let transcript = rebuild(&loaded.records);
         let session = Arc::new(Mutex::new(Session::open(dir, name)?));
-        let tasks = TaskLog::new(dir);
-        let interrupted = tasks.recover_interrupted()?;
+        let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
+        let interrupted = tasks.recover_after_restart().map_err(AgentError::tasks)?;
         for id in &interrupted {
             send_event(
                 &notices,
@@ -159,8 +160,8 @@ impl Agent {
         &self.settings
     }
 
-    /// Its task log (for `task list` and the dashboard).
-    pub fn tasks(&self) -> &TaskLog {
+    /// Its tasks (for the task runner, `task list` and the dashboard).
+    pub fn tasks(&self) -> &TaskStore {
         &self.tasks
     }
 
@@ -185,12 +186,12 @@ impl Agent {
         s.len().unwrap_or(0)
     }
 
-    fn task_event(&self, entry: &TaskEntry) {
+    fn task_event(&self, task: &Task) {
         send_event(
             &self.notices,
             "task",
             serde_json::json!({
-                "task": entry.id, "title": entry.title, "state": entry.state, "reason": entry.reason,
+                "task": task.id, "title": task.title, "state": task.state, "reason": task.stop_reason,
             }),
         );
     }
@@ -203,14 +204,72 @@ impl Agent {
         if self.queued.is_empty() {
             return Err(AgentError::NothingQueued);
         }
-        let task_id = new_task_id();
-        let mut entry = self
-            .tasks
-            .create(&task_id, &title_of(&self.queued.join(" ")))?;
-        self.task_event(&entry);
-        self.tasks.set_state(&mut entry, "running", None, None)?;
-        self.task_event(&entry);
+        // A message becomes a task (SPEC §7): created, its spec (the request) frozen, ready.
+        let goal = self.queued.join("\n\n");
         self.queued.clear();
+        let title: String = goal.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect();
+        let new = NewTask { title, kind: "chat".into(), priority: 2, role: None, depends_on: Vec::new() };
+        let spec = TaskSpec {
+            goal,
+            constraints: Vec::new(),
+            acceptance: Vec::new(),
+            role: None,
+            model_policy: None,
+            repos: pegasus_tasks::project_repos(&self.dir).unwrap_or_default(),
+        };
+        let task = self
+            .tasks
+            .create(new, "agent")
+            .and_then(|t| self.tasks.freeze(&t.id, spec, "agent"))
+            .and_then(|t| self.tasks.transition(&t.id, TaskState::Planned, TaskState::Ready, "agent", "a message"))
+            .map_err(AgentError::tasks)?;
+        self.task_event(&task);
+        self.run_task(task, None).await
+    }
+
+    /// Runs a task that was made elsewhere (replayed, retried, answered, a run's phase): its
+    /// goal — with the answer to its question, when it was blocked on one — is recorded in the
+    /// session as a message from `task`, then the task runs like a message's would. With a
+    /// role, the agent works as that role (prompt, tools, model settings).
+    pub async fn run_existing(&mut self, task: Task, role: Option<RoleRun>) -> Result<Outcome, AgentError> {
+        let mut text = task.spec.as_ref().map(|s| s.goal.clone()).unwrap_or_else(|| task.title.clone());
+        if let Some(spec) = &task.spec {
+            if !spec.acceptance.is_empty() {
+                text.push_str("\n\nAcceptance criteria:\n");
+                for a in &spec.acceptance {
+                    text.push_str(&format!("- {a}\n"));
+                }
+            }
+        }
+        if let Some(answer) = task_answer(&self.tasks, &task.id) {
+            text.push_str(&format!("\n\nAnswer to your question: {answer}"));
+        }
+        crate::journal::record_inbound(&self.session, &task.id, "task", &text)?;
+        push_user(&mut self.transcript, vec![Block::Text { text }]);
+        self.run_task(task, role).await
+    }
+
+    /// The run shared by [`Agent::run`] and [`Agent::run_existing`]: `task` is ready.
+    async fn run_task(&mut self, task: Task, role: Option<RoleRun>) -> Result<Outcome, AgentError> {
+        let task_id = task.id.clone();
+        let task = match self.tasks.transition(&task_id, TaskState::Ready, TaskState::Running, "agent", "started") {
+            Ok(t) => t,
+            Err(e) => {
+                // Cancelled (or otherwise moved) between being queued and starting.
+                return Ok(Outcome {
+                    task_id,
+                    text: format!("Not started: {e}"),
+                    stop: StopKind::Cancelled,
+                    turns: 0,
+                    cost_usd: 0.0,
+                });
+            }
+        };
+        self.task_event(&task);
+        let (system, tools, settings, role_name) = match role {
+            Some(r) => (r.system, r.tools, r.settings, Some(r.role)),
+            None => (self.system_prompt(), self.tools.clone(), self.settings.clone(), None),
+        };
 
         let ctx = ToolCtx {
             workdir: self.workdir.clone(),
@@ -219,24 +278,27 @@ impl Agent {
             notices: self.notices.clone(),
             task_id: Some(task_id.clone()),
             depth: 0,
-            settings: self.settings.clone(),
+            settings,
             model: self.model.clone(),
             project_overview: self.system_base.clone(),
             subagents_spawned: Arc::new(AtomicU32::new(0)),
         };
-        let system = self.system_prompt();
         // The task's part of the transcript starts at the user message holding its request.
         let task_start = self.transcript.len().saturating_sub(1);
         let mark = RunMark {
             file_len: self.session_len(),
             request: request_texts(self.transcript.get(task_start)),
         };
+        let store = self.tasks.clone();
+        let watched = task_id.clone();
+        let cancelled = move || store.get(&watched).map(|t| t.state == TaskState::Cancelled).unwrap_or(false);
         let spec = LoopSpec {
             system: &system,
-            tools: &self.tools,
+            tools: &tools,
             ctx: &ctx,
             session: Some(&self.session),
-            role: None,
+            role: role_name,
+            cancelled: Some(&cancelled),
         };
         let end = match run_loop(spec, &mut self.transcript).await {
             Ok(end) => end,
@@ -245,10 +307,9 @@ impl Agent {
                 if let Ok(loaded) = load_session(&self.dir) {
                     self.transcript = rebuild(&loaded.records);
                 }
-                let _ =
-                    self.tasks
-                        .set_state(&mut entry, "failed", Some("session write failed"), None);
-                self.task_event(&entry);
+                if let Ok(t) = self.tasks.transition(&task_id, TaskState::Running, TaskState::Failed, "agent", "session write failed") {
+                    self.task_event(&t);
+                }
                 return Err(e);
             }
         };
@@ -275,9 +336,22 @@ impl Agent {
         }
 
         let (state, reason) = end.stop.task_state(end.token_capped);
-        self.tasks
-            .set_state(&mut entry, state, reason, Some(cost))?;
-        self.task_event(&entry);
+        let summary: String = end.text.chars().take(500).collect();
+        let _ = self.tasks.update(&task_id, "result_summary", serde_json::json!(summary), "agent");
+        let _ = self.tasks.update(&task_id, "cost", serde_json::json!(cost), "agent");
+        if let Some(r) = reason.filter(|_| state == TaskState::Done) {
+            let _ = self.tasks.update(&task_id, "stop_reason", serde_json::json!(r), "agent");
+        }
+        // A cancelled task is already where it belongs; everything else leaves `running` now.
+        if state != TaskState::Cancelled {
+            let t = self
+                .tasks
+                .transition(&task_id, TaskState::Running, state, "agent", reason.unwrap_or("answered"))
+                .map_err(AgentError::tasks)?;
+            self.task_event(&t);
+        } else if let Ok(t) = self.tasks.get(&task_id) {
+            self.task_event(&t);
+        }
         Ok(Outcome {
             task_id,
             text: end.text,
@@ -341,4 +415,12 @@ fn request_texts(m: Option<&Message>) -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
+}
+
+/// The answer given to a task's question (`task answer`), if any: the last `answer` update.
+fn task_answer(tasks: &TaskStore, id: &str) -> Option<String> {
+    tasks.history(id).ok()?.into_iter().rev().find_map(|e| match e {
+        pegasus_tasks::TaskEvent::Update { field, value, .. } if field == "answer" => value.as_str().map(str::to_string),
+        _ => None,
+    })
 }

@@ -27,6 +27,8 @@ pub struct LoopSpec<'a> {
     pub session: Option<&'a SessionHandle>,
     /// Role of the calls, for the ledger.
     pub role: Option<String>,
+    /// Asked at the top of every turn: has the task been cancelled from outside?
+    pub cancelled: Option<&'a (dyn Fn() -> bool + Send + Sync)>,
 }
 
 /// How a loop ended.
@@ -66,6 +68,7 @@ fn explain(stop: &StopKind, turns: u32, looped: &str, limit: u32) -> String {
         ),
         StopKind::Budget(msg) => format!("Stopped: {msg}"),
         StopKind::ModelError(msg) => format!("Stopped: the model call failed: {msg}"),
+        StopKind::Cancelled => "Stopped: the task was cancelled.".to_string(),
     }
 }
 
@@ -91,6 +94,11 @@ pub async fn run_loop(
         token_capped: false,
     };
     loop {
+        if spec.cancelled.is_some_and(|c| c()) {
+            end.stop = StopKind::Cancelled;
+            end.text = explain(&end.stop, end.turns, "", 0);
+            return Ok(end);
+        }
         if end.turns >= settings.max_turns {
             end.stop = StopKind::TurnCapped;
             end.text = explain(&end.stop, end.turns, "", 0);

@@ -24,6 +24,9 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// The task store refused or failed (a lost compare-and-set, an unreadable task file).
+    #[error("{0}")]
+    Tasks(String),
     /// [`crate::Agent::run`] was called with no message queued: enqueue one first.
     #[error("nothing to run: enqueue a message before calling run")]
     NothingQueued,
@@ -34,6 +37,11 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// Wraps a task store error, for `map_err`.
+    pub fn tasks(e: pegasus_tasks::TaskError) -> Self {
+        AgentError::Tasks(e.to_string())
+    }
+
     /// Wraps an I/O error with the path it happened on, for `map_err`.
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> AgentError {
         let path = path.into();

@@ -15,7 +15,7 @@
 //!
 //! Map: [`agent`] (the per-project agent and its runs), [`agent_loop`] (the loop and its
 //! guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
-//! (session records ↔ a provider-valid transcript), [`compaction`], [`task_log`],
+//! (session records ↔ a provider-valid transcript), [`compaction`], [`roles`],
 //! [`prompt`], [`skills`], [`memory`], [`paths`] (workdir confinement), [`tools`] (one file
 //! per tool).
 
@@ -33,9 +33,9 @@ pub mod outcome;
 pub mod paths;
 pub mod prompt;
 pub mod reflector;
+pub mod roles;
 pub mod settings;
 pub mod skills;
-pub mod task_log;
 pub mod thinker;
 pub mod tool;
 pub mod tools;
@@ -48,6 +48,7 @@ pub use journal::{record_inbound, SessionHandle};
 pub use model::{ChatFuture, ChatModel};
 pub use notice::Notice;
 pub use outcome::{Outcome, StopKind};
+pub use roles::{prepare_role, RoleRun};
 pub use settings::AgentSettings;
 pub use tool::{Tool, ToolCtx, ToolFuture, ToolOutput};
 pub use toolset::ToolSet;

@@ -1,5 +1,7 @@
 //! How a run ended.
 
+use pegasus_tasks::TaskState;
+
 /// Why a run stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StopKind {
@@ -13,20 +15,23 @@ pub enum StopKind {
     Budget(String),
     /// The model call failed for another reason. Carries the error's one-line message.
     ModelError(String),
+    /// The task was cancelled from outside (seen at the top of a turn).
+    Cancelled,
 }
 
 impl StopKind {
     /// The task state and reason this stop is recorded with: an answer is `done`, a spent
     /// budget `blocked` (SPEC §5: it can go on once the budget is raised), anything else
     /// `failed`.
-    pub fn task_state(&self, token_capped: bool) -> (&'static str, Option<&'static str>) {
+    pub fn task_state(&self, token_capped: bool) -> (TaskState, Option<&'static str>) {
         match self {
-            StopKind::Answered if token_capped => ("done", Some("token_capped")),
-            StopKind::Answered => ("done", None),
-            StopKind::TurnCapped => ("failed", Some("turn_capped")),
-            StopKind::LoopCapped => ("failed", Some("loop_capped")),
-            StopKind::Budget(_) => ("blocked", Some("budget")),
-            StopKind::ModelError(_) => ("failed", Some("model_error")),
+            StopKind::Answered if token_capped => (TaskState::Done, Some("token_capped")),
+            StopKind::Answered => (TaskState::Done, None),
+            StopKind::TurnCapped => (TaskState::Failed, Some("turn_capped")),
+            StopKind::LoopCapped => (TaskState::Failed, Some("loop_capped")),
+            StopKind::Budget(_) => (TaskState::Blocked, Some("budget")),
+            StopKind::ModelError(_) => (TaskState::Failed, Some("model_error")),
+            StopKind::Cancelled => (TaskState::Cancelled, Some("cancelled")),
         }
     }
 }

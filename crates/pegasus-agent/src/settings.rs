@@ -33,6 +33,14 @@ pub struct AgentSettings {
     /// Where `exec` records the process groups it starts, so the supervisor can kill what a
     /// dead worker left behind (`Home::exec_registry`); `None` records nothing.
     pub exec_registry: Option<std::path::PathBuf>,
+    /// Reasoning effort of every call (`off`, `low`, `medium`, `high`); set from a role.
+    pub thinking: Option<String>,
+    /// Sampling temperature of every call; set from a role.
+    pub temperature: Option<f32>,
+    /// `<home>/roles`, where user roles override the built-in ones; `None` = built-ins only.
+    pub roles_dir: Option<std::path::PathBuf>,
+    /// The project's role assignments (PROJECT.md `roles:`): overrides and template variables.
+    pub role_assignments: Vec<pegasus_roles::Assignment>,
 }
 
 impl AgentSettings {
@@ -58,6 +66,10 @@ impl AgentSettings {
             context_window,
             project,
             exec_registry: None,
+            thinking: None,
+            temperature: None,
+            roles_dir: None,
+            role_assignments: Vec::new(),
         }
     }
 }

@@ -22,8 +22,8 @@ pub fn request(
         messages: messages.to_vec(),
         tools,
         max_tokens: ctx.settings.max_tokens,
-        temperature: None,
-        thinking: None,
+        temperature: ctx.settings.temperature,
+        thinking: ctx.settings.thinking.clone(),
         timeout_s: None,
         stream: false,
         meta: CallMeta {

@@ -60,6 +60,14 @@ impl ToolSet {
         }
     }
 
+    /// The same set with only the tools `keep` accepts: a role's allowlist. A tool left out
+    /// is neither shown to the model nor callable (a call to it is answered with an error).
+    pub fn only(&self, keep: impl Fn(&str) -> bool) -> Self {
+        ToolSet {
+            tools: self.tools.iter().filter(|t| keep(&t.spec().name)).cloned().collect(),
+        }
+    }
+
     /// Tool names, in order.
     pub fn names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.spec().name).collect()

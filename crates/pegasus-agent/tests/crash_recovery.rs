@@ -68,9 +68,14 @@ async fn dangling_tool_use_and_mid_turn_message_rebuild_valid() {
         .write_all(b"{\"type\":\"mess")
         .unwrap();
     // And a task that was running.
-    let tasks = pegasus_agent::task_log::TaskLog::new(&fx.dir);
-    let mut t = tasks.create("old-task", "build it").unwrap();
-    tasks.set_state(&mut t, "running", None, None).unwrap();
+    use pegasus_tasks::{NewTask, TaskSpec, TaskState, TaskStore};
+    let tasks = TaskStore::open(&fx.dir, "p").unwrap();
+    let old = tasks.create(NewTask { title: "build it".into(), ..NewTask::default() }, "test").unwrap();
+    let t = &old;
+    let spec = TaskSpec { goal: "build it".into(), constraints: vec![], acceptance: vec![], role: None, model_policy: None, repos: vec![] };
+    tasks.freeze(&t.id, spec, "test").unwrap();
+    tasks.transition(&t.id, TaskState::Planned, TaskState::Ready, "test", "").unwrap();
+    tasks.transition(&t.id, TaskState::Ready, TaskState::Running, "test", "").unwrap();
 
     let model = ScriptedModel::new();
     model.push(text(
@@ -96,9 +101,9 @@ async fn dangling_tool_use_and_mid_turn_message_rebuild_valid() {
         ]
     );
 
-    let entry = agent.tasks().entries().unwrap().pop().unwrap();
+    let entry = agent.tasks().get(&old.id).unwrap();
     assert_eq!(
-        (entry.state.as_str(), entry.reason.as_deref()),
+        (entry.state.as_str(), entry.stop_reason.as_deref()),
         ("failed", Some("process restarted"))
     );
     let ev = common::events(&mut rx, "task");

@@ -72,19 +72,23 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
         matches!(&m.content[1], ContentBlock::ToolResult { tool_use_id, content, is_error: false } if tool_use_id == "t2" && content == "A")
     );
 
-    let tasks = agent.tasks().entries().unwrap();
+    let tasks = agent.tasks().list().unwrap();
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks[0].id, out.task_id);
     assert_eq!(tasks[0].title, "Write a.txt and read it back");
-    assert_eq!(tasks[0].state, "done");
-    let states: Vec<String> = agent
+    assert_eq!(tasks[0].state, pegasus_tasks::TaskState::Done);
+    assert_eq!(tasks[0].spec_version, 1, "a message's task runs from a frozen spec");
+    let states: Vec<&str> = agent
         .tasks()
-        .events(&tasks[0])
+        .history(&tasks[0].id)
         .unwrap()
         .into_iter()
-        .map(|e| e.state)
+        .filter_map(|e| match e {
+            pegasus_tasks::TaskEvent::Transition { to, .. } => Some(to.as_str()),
+            _ => None,
+        })
         .collect();
-    assert_eq!(states, ["created", "running", "done"]);
+    assert_eq!(states, ["planned", "ready", "running", "done"]);
 
     let reqs = model.requests();
     assert_eq!(reqs.len(), 2);
@@ -266,7 +270,7 @@ async fn run_without_a_message_is_refused_and_messages_merge_between_runs() {
     assert_eq!(req.messages.len(), 3);
     assert_eq!(req.messages[2].role, LRole::User);
     assert_eq!(req.messages[2].content.len(), 2);
-    assert_eq!(agent.tasks().entries().unwrap()[1].title, "second third");
+    assert_eq!(agent.tasks().list().unwrap()[0].title, "second third");
 }
 
 #[tokio::test]

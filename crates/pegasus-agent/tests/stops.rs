@@ -11,8 +11,8 @@ use pegasus_proto::llm::LlmError;
 use pegasus_store::load_session;
 use serde_json::json;
 
-fn last_task(agent: &pegasus_agent::Agent) -> pegasus_agent::task_log::TaskEntry {
-    agent.tasks().entries().unwrap().pop().unwrap()
+fn last_task(agent: &pegasus_agent::Agent) -> pegasus_tasks::Task {
+    agent.tasks().list().unwrap().remove(0)
 }
 
 fn assert_files_valid(fx: &Fixture) {
@@ -36,7 +36,7 @@ async fn the_same_call_repeated_stops_as_loop_capped() {
     );
     let task = last_task(&agent);
     assert_eq!(
-        (task.state.as_str(), task.reason.as_deref()),
+        (task.state.as_str(), task.stop_reason.as_deref()),
         ("failed", Some("loop_capped"))
     );
     check_valid(agent.transcript()).unwrap();
@@ -64,7 +64,7 @@ async fn too_many_turns_stop_as_turn_capped() {
     assert_eq!(model.requests().len(), 2);
     let task = last_task(&agent);
     assert_eq!(
-        (task.state.as_str(), task.reason.as_deref()),
+        (task.state.as_str(), task.stop_reason.as_deref()),
         ("failed", Some("turn_capped"))
     );
     assert_files_valid(&fx);
@@ -100,7 +100,7 @@ async fn a_budget_refusal_stops_as_budget_and_blocks_the_task() {
     assert_eq!(out.turns, 1);
     let task = last_task(&agent);
     assert_eq!(
-        (task.state.as_str(), task.reason.as_deref()),
+        (task.state.as_str(), task.stop_reason.as_deref()),
         ("blocked", Some("budget"))
     );
     assert_files_valid(&fx);
@@ -126,7 +126,7 @@ async fn another_model_error_stops_as_model_error_with_one_line() {
     assert!(!out.text.contains('\n'));
     let task = last_task(&agent);
     assert_eq!(
-        (task.state.as_str(), task.reason.as_deref()),
+        (task.state.as_str(), task.stop_reason.as_deref()),
         ("failed", Some("model_error"))
     );
 }
@@ -147,7 +147,7 @@ async fn an_answer_cut_by_max_tokens_is_done_but_token_capped() {
     assert_eq!(out.stop, StopKind::Answered);
     let task = last_task(&agent);
     assert_eq!(
-        (task.state.as_str(), task.reason.as_deref()),
+        (task.state.as_str(), task.stop_reason.as_deref()),
         ("done", Some("token_capped"))
     );
 }

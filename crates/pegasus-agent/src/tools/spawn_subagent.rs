@@ -91,7 +91,27 @@ impl Tool for SpawnSubagent {
             }
             let mut child = ctx.clone();
             child.depth = depth;
-            let system = subagent_system(args.role.as_deref(), &ctx.project_overview);
+            // With a role, the sub-agent works as it: the role's prompt, tools and model.
+            let system = match args.role.as_deref().filter(|r| !r.trim().is_empty()) {
+                Some(role) => match crate::roles::prepare_role(
+                    role.trim(),
+                    &s.role_assignments,
+                    s,
+                    &tools,
+                    &ctx.project_overview,
+                    &ctx.memory_dir,
+                    &args.task,
+                    &[],
+                ) {
+                    Ok(r) => {
+                        tools = r.tools;
+                        child.settings = r.settings;
+                        r.system
+                    }
+                    Err(e) => return ToolOutput::error(e),
+                },
+                None => subagent_system(None, &ctx.project_overview),
+            };
             let mut transcript = vec![Message {
                 role: Role::User,
                 content: vec![Block::Text { text: args.task }],
@@ -102,6 +122,7 @@ impl Tool for SpawnSubagent {
                 ctx: &child,
                 session: None,
                 role: args.role,
+                cancelled: None,
             };
             match run_loop(spec, &mut transcript).await {
                 Ok(end) if end.stop == StopKind::Answered => ToolOutput::ok(end.text),

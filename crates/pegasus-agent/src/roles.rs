@@ -1,0 +1,63 @@
+//! An agent working as a role (SPEC §8, seed 001): the role's prompt built the seed-001 way,
+//! its tool allowlist and its model settings, for a task run or a `spawn_subagent{role}`.
+
+use crate::{memory::memory_index, settings::AgentSettings, toolset::ToolSet};
+use pegasus_roles::{apply_assignment, build_prompt, find_role, Assignment, PromptParts, Thinking};
+use std::path::Path;
+
+/// What changes when an agent works as a role.
+pub struct RoleRun {
+    /// The role's id, for the ledger and the task.
+    pub role: String,
+    /// The seed-001 prompt: role prompt, project overview, memory, the task, its criteria.
+    pub system: String,
+    /// The tools the role allows (the others are neither shown nor callable).
+    pub tools: ToolSet,
+    /// The settings with the role's model, thinking, temperature and max_tokens applied.
+    pub settings: AgentSettings,
+}
+
+/// Prepares `role_id` for one piece of work. The role comes from `settings.roles_dir` (user
+/// roles override the built-in ones); the project's assignment of it, if any, applies its
+/// overrides and fills its template variables. Errors are one line for the model or the user.
+#[allow(clippy::too_many_arguments)]
+pub fn prepare_role(
+    role_id: &str,
+    assignments: &[Assignment],
+    settings: &AgentSettings,
+    tools: &ToolSet,
+    overview: &str,
+    memory_dir: &Path,
+    task: &str,
+    acceptance: &[String],
+) -> Result<RoleRun, String> {
+    let roles_dir = settings.roles_dir.clone().unwrap_or_default();
+    let role = find_role(&roles_dir, role_id).map_err(|e| e.to_string())?;
+    let (role, vars) = match assignments.iter().find(|a| a.role == role.id) {
+        Some(a) => (apply_assignment(&role, a), a.variables.clone()),
+        None => (role, Default::default()),
+    };
+    let role_prompt = role.render(&vars).map_err(|e| e.to_string())?;
+    let memory: String = memory_index(memory_dir)
+        .into_iter()
+        .map(|(path, first)| format!("- {path}: {first}\n"))
+        .collect();
+    let system = build_prompt(&PromptParts {
+        role_prompt: &role_prompt,
+        project_overview: overview,
+        memory: &memory,
+        context_files: &[],
+        task,
+        acceptance,
+    });
+    let mut s = settings.clone();
+    if let Some(model) = &role.model.model {
+        s.model = model.clone();
+    }
+    s.thinking = (role.model.thinking != Thinking::Off).then(|| role.model.thinking.as_str().to_string());
+    s.temperature = role.model.temperature.or(s.temperature);
+    if let Some(max) = role.model.max_tokens {
+        s.max_tokens = max;
+    }
+    Ok(RoleRun { role: role.id.clone(), system, tools: tools.only(|name| role.allows_tool(name)), settings: s })
+}
