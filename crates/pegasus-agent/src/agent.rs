@@ -18,12 +18,12 @@ use crate::notice::{send_event, Notice};
 use crate::outcome::{Outcome, StopKind};
 use crate::prompt::system_prompt;
 use crate::reflector::reflect;
-use crate::settings::AgentSettings;
 use crate::roles::RoleRun;
-use pegasus_tasks::{NewTask, Task, TaskSpec, TaskState, TaskStore};
+use crate::settings::AgentSettings;
 use crate::tool::ToolCtx;
 use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
+use pegasus_tasks::{NewTask, Task, TaskSpec, TaskState, TaskStore};
 
 /// Compaction attempts that may fail in a row before the agent stops trying (SPEC §3).
 const MAX_COMPACTION_FAILURES: u32 = 3;
@@ -155,6 +155,12 @@ impl Agent {
         &self.dir
     }
 
+    /// The base of its system prompt (the PROJECT.md body): the project overview of role
+    /// prompts and subagents.
+    pub fn system_base(&self) -> &str {
+        &self.system_base
+    }
+
     /// Its settings.
     pub fn settings(&self) -> &AgentSettings {
         &self.settings
@@ -207,8 +213,20 @@ impl Agent {
         // A message becomes a task (SPEC §7): created, its spec (the request) frozen, ready.
         let goal = self.queued.join("\n\n");
         self.queued.clear();
-        let title: String = goal.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect();
-        let new = NewTask { title, kind: "chat".into(), priority: 2, role: None, depends_on: Vec::new() };
+        let title: String = goal
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(80)
+            .collect();
+        let new = NewTask {
+            title,
+            kind: "chat".into(),
+            priority: 2,
+            role: None,
+            depends_on: Vec::new(),
+        };
         let spec = TaskSpec {
             goal,
             constraints: Vec::new(),
@@ -221,18 +239,34 @@ impl Agent {
             .tasks
             .create(new, "agent")
             .and_then(|t| self.tasks.freeze(&t.id, spec, "agent"))
-            .and_then(|t| self.tasks.transition(&t.id, TaskState::Planned, TaskState::Ready, "agent", "a message"))
+            .and_then(|t| {
+                self.tasks.transition(
+                    &t.id,
+                    TaskState::Planned,
+                    TaskState::Ready,
+                    "agent",
+                    "a message",
+                )
+            })
             .map_err(AgentError::tasks)?;
         self.task_event(&task);
-        self.run_task(task, None).await
+        self.run_task(task.id, true, None).await
     }
 
     /// Runs a task that was made elsewhere (replayed, retried, answered, a run's phase): its
     /// goal — with the answer to its question, when it was blocked on one — is recorded in the
     /// session as a message from `task`, then the task runs like a message's would. With a
     /// role, the agent works as that role (prompt, tools, model settings).
-    pub async fn run_existing(&mut self, task: Task, role: Option<RoleRun>) -> Result<Outcome, AgentError> {
-        let mut text = task.spec.as_ref().map(|s| s.goal.clone()).unwrap_or_else(|| task.title.clone());
+    pub async fn run_existing(
+        &mut self,
+        task: Task,
+        role: Option<RoleRun>,
+    ) -> Result<Outcome, AgentError> {
+        let mut text = task
+            .spec
+            .as_ref()
+            .map(|s| s.goal.clone())
+            .unwrap_or_else(|| task.title.clone());
         if let Some(spec) = &task.spec {
             if !spec.acceptance.is_empty() {
                 text.push_str("\n\nAcceptance criteria:\n");
@@ -246,29 +280,67 @@ impl Agent {
         }
         crate::journal::record_inbound(&self.session, &task.id, "task", &text)?;
         push_user(&mut self.transcript, vec![Block::Text { text }]);
-        self.run_task(task, role).await
+        self.run_task(task.id, true, role).await
+    }
+
+    /// Runs a prompt that is not a task of this project's task list — a phase of an
+    /// autonomous run — with `ledger_task` as the task its model calls are billed to (the run
+    /// sums its costs from the ledger by that id). The prompt is recorded in the session as a
+    /// message from `from`.
+    pub async fn run_prompt(
+        &mut self,
+        text: &str,
+        from: &str,
+        ledger_task: &str,
+    ) -> Result<Outcome, AgentError> {
+        crate::journal::record_inbound(&self.session, ledger_task, from, text)?;
+        push_user(
+            &mut self.transcript,
+            vec![Block::Text {
+                text: text.to_string(),
+            }],
+        );
+        self.run_task(ledger_task.to_string(), false, None).await
     }
 
     /// The run shared by [`Agent::run`] and [`Agent::run_existing`]: `task` is ready.
-    async fn run_task(&mut self, task: Task, role: Option<RoleRun>) -> Result<Outcome, AgentError> {
-        let task_id = task.id.clone();
-        let task = match self.tasks.transition(&task_id, TaskState::Ready, TaskState::Running, "agent", "started") {
-            Ok(t) => t,
-            Err(e) => {
-                // Cancelled (or otherwise moved) between being queued and starting.
-                return Ok(Outcome {
-                    task_id,
-                    text: format!("Not started: {e}"),
-                    stop: StopKind::Cancelled,
-                    turns: 0,
-                    cost_usd: 0.0,
-                });
+    /// `tracked`: `task_id` is a task of the store, `ready`, and its states are recorded;
+    /// otherwise it only names the spend in the ledger.
+    async fn run_task(
+        &mut self,
+        task_id: String,
+        tracked: bool,
+        role: Option<RoleRun>,
+    ) -> Result<Outcome, AgentError> {
+        if tracked {
+            match self.tasks.transition(
+                &task_id,
+                TaskState::Ready,
+                TaskState::Running,
+                "agent",
+                "started",
+            ) {
+                Ok(t) => self.task_event(&t),
+                Err(e) => {
+                    // Cancelled (or otherwise moved) between being queued and starting.
+                    return Ok(Outcome {
+                        task_id,
+                        text: format!("Not started: {e}"),
+                        stop: StopKind::Cancelled,
+                        turns: 0,
+                        cost_usd: 0.0,
+                    });
+                }
             }
-        };
-        self.task_event(&task);
+        }
         let (system, tools, settings, role_name) = match role {
             Some(r) => (r.system, r.tools, r.settings, Some(r.role)),
-            None => (self.system_prompt(), self.tools.clone(), self.settings.clone(), None),
+            None => (
+                self.system_prompt(),
+                self.tools.clone(),
+                self.settings.clone(),
+                None,
+            ),
         };
 
         let ctx = ToolCtx {
@@ -291,14 +363,19 @@ impl Agent {
         };
         let store = self.tasks.clone();
         let watched = task_id.clone();
-        let cancelled = move || store.get(&watched).map(|t| t.state == TaskState::Cancelled).unwrap_or(false);
+        let cancelled = move || {
+            store
+                .get(&watched)
+                .map(|t| t.state == TaskState::Cancelled)
+                .unwrap_or(false)
+        };
         let spec = LoopSpec {
             system: &system,
             tools: &tools,
             ctx: &ctx,
             session: Some(&self.session),
             role: role_name,
-            cancelled: Some(&cancelled),
+            cancelled: tracked.then_some(&cancelled as &(dyn Fn() -> bool + Send + Sync)),
         };
         let end = match run_loop(spec, &mut self.transcript).await {
             Ok(end) => end,
@@ -307,8 +384,16 @@ impl Agent {
                 if let Ok(loaded) = load_session(&self.dir) {
                     self.transcript = rebuild(&loaded.records);
                 }
-                if let Ok(t) = self.tasks.transition(&task_id, TaskState::Running, TaskState::Failed, "agent", "session write failed") {
-                    self.task_event(&t);
+                if tracked {
+                    if let Ok(t) = self.tasks.transition(
+                        &task_id,
+                        TaskState::Running,
+                        TaskState::Failed,
+                        "agent",
+                        "session write failed",
+                    ) {
+                        self.task_event(&t);
+                    }
                 }
                 return Err(e);
             }
@@ -336,17 +421,41 @@ impl Agent {
         }
 
         let (state, reason) = end.stop.task_state(end.token_capped);
+        if !tracked {
+            return Ok(Outcome {
+                task_id,
+                text: end.text,
+                stop: end.stop,
+                turns: end.turns,
+                cost_usd: cost,
+            });
+        }
         let summary: String = end.text.chars().take(500).collect();
-        let _ = self.tasks.update(&task_id, "result_summary", serde_json::json!(summary), "agent");
-        let _ = self.tasks.update(&task_id, "cost", serde_json::json!(cost), "agent");
+        let _ = self.tasks.update(
+            &task_id,
+            "result_summary",
+            serde_json::json!(summary),
+            "agent",
+        );
+        let _ = self
+            .tasks
+            .update(&task_id, "cost", serde_json::json!(cost), "agent");
         if let Some(r) = reason.filter(|_| state == TaskState::Done) {
-            let _ = self.tasks.update(&task_id, "stop_reason", serde_json::json!(r), "agent");
+            let _ = self
+                .tasks
+                .update(&task_id, "stop_reason", serde_json::json!(r), "agent");
         }
         // A cancelled task is already where it belongs; everything else leaves `running` now.
         if state != TaskState::Cancelled {
             let t = self
                 .tasks
-                .transition(&task_id, TaskState::Running, state, "agent", reason.unwrap_or("answered"))
+                .transition(
+                    &task_id,
+                    TaskState::Running,
+                    state,
+                    "agent",
+                    reason.unwrap_or("answered"),
+                )
                 .map_err(AgentError::tasks)?;
             self.task_event(&t);
         } else if let Ok(t) = self.tasks.get(&task_id) {
@@ -419,8 +528,15 @@ fn request_texts(m: Option<&Message>) -> Vec<String> {
 
 /// The answer given to a task's question (`task answer`), if any: the last `answer` update.
 fn task_answer(tasks: &TaskStore, id: &str) -> Option<String> {
-    tasks.history(id).ok()?.into_iter().rev().find_map(|e| match e {
-        pegasus_tasks::TaskEvent::Update { field, value, .. } if field == "answer" => value.as_str().map(str::to_string),
-        _ => None,
-    })
+    tasks
+        .history(id)
+        .ok()?
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            pegasus_tasks::TaskEvent::Update { field, value, .. } if field == "answer" => {
+                value.as_str().map(str::to_string)
+            }
+            _ => None,
+        })
 }

@@ -54,10 +54,16 @@ pub fn prepare_role(
     if let Some(model) = &role.model.model {
         s.model = model.clone();
     }
-    s.thinking = (role.model.thinking != Thinking::Off).then(|| role.model.thinking.as_str().to_string());
+    s.thinking =
+        (role.model.thinking != Thinking::Off).then(|| role.model.thinking.as_str().to_string());
     s.temperature = role.model.temperature.or(s.temperature);
     if let Some(max) = role.model.max_tokens {
         s.max_tokens = max;
     }
-    Ok(RoleRun { role: role.id.clone(), system, tools: tools.only(|name| role.allows_tool(name)), settings: s })
+    Ok(RoleRun {
+        role: role.id.clone(),
+        system,
+        tools: tools.only(|name| role.allows_tool(name)),
+        settings: s,
+    })
 }

@@ -64,7 +64,12 @@ impl ToolSet {
     /// is neither shown to the model nor callable (a call to it is answered with an error).
     pub fn only(&self, keep: impl Fn(&str) -> bool) -> Self {
         ToolSet {
-            tools: self.tools.iter().filter(|t| keep(&t.spec().name)).cloned().collect(),
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| keep(&t.spec().name))
+                .cloned()
+                .collect(),
         }
     }
 

@@ -70,12 +70,31 @@ async fn dangling_tool_use_and_mid_turn_message_rebuild_valid() {
     // And a task that was running.
     use pegasus_tasks::{NewTask, TaskSpec, TaskState, TaskStore};
     let tasks = TaskStore::open(&fx.dir, "p").unwrap();
-    let old = tasks.create(NewTask { title: "build it".into(), ..NewTask::default() }, "test").unwrap();
+    let old = tasks
+        .create(
+            NewTask {
+                title: "build it".into(),
+                ..NewTask::default()
+            },
+            "test",
+        )
+        .unwrap();
     let t = &old;
-    let spec = TaskSpec { goal: "build it".into(), constraints: vec![], acceptance: vec![], role: None, model_policy: None, repos: vec![] };
+    let spec = TaskSpec {
+        goal: "build it".into(),
+        constraints: vec![],
+        acceptance: vec![],
+        role: None,
+        model_policy: None,
+        repos: vec![],
+    };
     tasks.freeze(&t.id, spec, "test").unwrap();
-    tasks.transition(&t.id, TaskState::Planned, TaskState::Ready, "test", "").unwrap();
-    tasks.transition(&t.id, TaskState::Ready, TaskState::Running, "test", "").unwrap();
+    tasks
+        .transition(&t.id, TaskState::Planned, TaskState::Ready, "test", "")
+        .unwrap();
+    tasks
+        .transition(&t.id, TaskState::Ready, TaskState::Running, "test", "")
+        .unwrap();
 
     let model = ScriptedModel::new();
     model.push(text(

@@ -77,7 +77,10 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
     assert_eq!(tasks[0].id, out.task_id);
     assert_eq!(tasks[0].title, "Write a.txt and read it back");
     assert_eq!(tasks[0].state, pegasus_tasks::TaskState::Done);
-    assert_eq!(tasks[0].spec_version, 1, "a message's task runs from a frozen spec");
+    assert_eq!(
+        tasks[0].spec_version, 1,
+        "a message's task runs from a frozen spec"
+    );
     let states: Vec<&str> = agent
         .tasks()
         .history(&tasks[0].id)

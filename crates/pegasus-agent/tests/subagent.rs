@@ -20,7 +20,7 @@ async fn nested_subagents_stop_at_the_depth_limit_and_bill_the_parent_task() {
         .push(calls(&[(
             "p1",
             "spawn_subagent",
-            json!({"task": "research X", "role": "researcher"}),
+            json!({"task": "research X"}),
         )]))
         .push(calls(&[(
             "s1",
@@ -47,12 +47,9 @@ async fn nested_subagents_stop_at_the_depth_limit_and_bill_the_parent_task() {
             "subagent spend is the parent's"
         );
     }
-    // Depth 1: a focused sub-agent with a role that may still delegate.
-    assert!(reqs[1]
-        .system
-        .starts_with("You are a focused sub-agent acting as researcher"));
+    // Depth 1: a focused sub-agent that may still delegate.
+    assert!(reqs[1].system.starts_with("You are a focused sub-agent"));
     assert!(reqs[1].system.contains("You work on the demo project."));
-    assert_eq!(reqs[1].meta.role.as_deref(), Some("researcher"));
     assert_eq!(reqs[1].messages.len(), 1);
     assert_eq!(
         reqs[1].messages[0].content,
@@ -140,5 +137,54 @@ async fn spawning_beyond_the_depth_limit_is_a_tool_error() {
     assert!(
         out.is_error && out.content.contains("did not finish"),
         "{out:?}"
+    );
+}
+
+/// A sub-agent spawned with a role works as it: the role's prompt (seed 001 §3.3) and only the
+/// tools the role allows — a researcher gets no exec and no file writes.
+#[tokio::test]
+async fn a_role_subagent_gets_the_role_prompt_and_only_its_tools() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    model
+        .push(calls(&[(
+            "p1",
+            "spawn_subagent",
+            json!({"task": "survey the options", "role": "researcher"}),
+        )]))
+        .push(text("survey done"))
+        .push(text("top answer"));
+    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    send(&mut agent, "m", "look into it");
+    let out = agent.run().await.unwrap();
+    assert_eq!(out.text, "top answer");
+    let reqs = model.requests();
+    let sub = &reqs[1];
+    assert_eq!(sub.meta.role.as_deref(), Some("researcher"));
+    assert!(
+        sub.system.contains("# Your Task") && sub.system.contains("survey the options"),
+        "{}",
+        sub.system
+    );
+    assert!(sub.system.contains("You work on the demo project."));
+    for forbidden in ["exec", "write_file", "edit_file", "spawn_subagent"] {
+        assert!(!has_tool(sub, forbidden), "researcher sees {forbidden}");
+    }
+    assert!(has_tool(sub, "read_file"));
+    // An unknown role is a tool error for the model, not a crash.
+    let model = ScriptedModel::new();
+    model
+        .push(calls(&[(
+            "p1",
+            "spawn_subagent",
+            json!({"task": "x", "role": "astronaut"}),
+        )]))
+        .push(text("ok"));
+    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    send(&mut agent, "m2", "again");
+    agent.run().await.unwrap();
+    let reqs = model.requests();
+    assert!(
+        matches!(&reqs[1].messages.last().unwrap().content[0], Block::ToolResult { is_error: true, content, .. } if content.contains("astronaut"))
     );
 }

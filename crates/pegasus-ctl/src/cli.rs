@@ -24,6 +24,15 @@ pub enum Command {
     /// Create, list, inspect and drive projects.
     #[command(subcommand)]
     Project(ProjectCommand),
+    /// Tasks of a project (list and show work without the daemon).
+    #[command(subcommand)]
+    Task(TaskCommand),
+    /// Role templates and their assignment to projects (list and show work without the daemon).
+    #[command(subcommand)]
+    Role(RoleCommand),
+    /// Autonomous runs (status works without the daemon).
+    #[command(subcommand)]
+    Run(RunCommand),
     /// Talk to the MainAgent (interactive when no TEXT is given).
     Chat { text: Option<String> },
     /// LLM spending from the cost ledger (works without the daemon).
@@ -81,6 +90,15 @@ pub enum ProjectCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// Plan a brief into phases and run them autonomously (see `run status`).
+    Run {
+        name: String,
+        #[arg(long)]
+        brief: String,
+        /// Attempts per phase before the run fails.
+        #[arg(long, default_value_t = 3)]
+        max_attempts: u32,
+    },
     /// Print the project's session transcript (works without the daemon).
     Log {
         name: String,
@@ -88,4 +106,51 @@ pub enum ProjectCommand {
         #[arg(short, long)]
         follow: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// The project's tasks, newest first (`--board`: todo / in progress / review / done).
+    List {
+        name: String,
+        #[arg(long)]
+        board: bool,
+    },
+    /// One task: its fields, frozen spec and every transition.
+    Show { id: String },
+    /// Cancel a task that has not ended.
+    Cancel { id: String },
+    /// Send a failed task back to ready.
+    Retry { id: String },
+    /// A new task from this task's frozen spec.
+    Replay { id: String },
+    /// Answer a blocked task's question; it goes back to ready.
+    Answer { id: String, text: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RoleCommand {
+    /// Every role: the built-in ones and yours in <home>/roles.
+    List,
+    /// One role with its model settings, tools, variables and prompt template.
+    Show { id: String },
+    /// Assign a role to a project (`--var name=value` fills the template's variables).
+    Assign {
+        name: String,
+        role: String,
+        #[arg(long = "var", value_name = "NAME=VALUE")]
+        vars: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// The project's latest run: status, phases, attempts, costs.
+    Status { name: String },
+    /// Cancel the latest run at its next step.
+    Cancel { name: String },
+    /// Pause the latest run at its next step.
+    Pause { name: String },
+    /// Resume a paused run.
+    Resume { name: String },
 }

@@ -160,6 +160,255 @@ pub fn project_details(p: &ProjectInfo) -> String {
     out
 }
 
+fn clip(s: &str, n: usize) -> String {
+    let one: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one.chars().count() > n {
+        format!(
+            "{}…",
+            one.chars().take(n.saturating_sub(1)).collect::<String>()
+        )
+    } else {
+        one
+    }
+}
+
+pub fn task_table(tasks: &[pegasus_tasks::Task]) -> String {
+    if tasks.is_empty() {
+        return "no tasks yet; a message to the project becomes one (`pegasusctl project send`)\n"
+            .into();
+    }
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                t.state.as_str().to_string(),
+                t.kind.clone(),
+                format!("P{}", t.priority),
+                dash(t.role.as_ref()),
+                t.stop_reason.clone().unwrap_or_default(),
+                clip(&t.title, 50),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "STATE", "TYPE", "PRI", "ROLE", "REASON", "TITLE"],
+        &rows,
+    )
+}
+
+pub fn task_board(columns: &[(pegasus_tasks::BoardColumn, Vec<&pegasus_tasks::Task>)]) -> String {
+    let mut out = String::new();
+    for (col, tasks) in columns {
+        let _ = writeln!(out, "{} ({})", col.title(), tasks.len());
+        for t in tasks {
+            let _ = writeln!(
+                out,
+                "  {}  {:<9}  {}",
+                t.id,
+                t.state.as_str(),
+                clip(&t.title, 60)
+            );
+        }
+    }
+    out
+}
+
+pub fn task_details(t: &pegasus_tasks::Task, history: &[pegasus_tasks::TaskEvent]) -> String {
+    let mut out = String::new();
+    let mut field = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:<14} {v}");
+    };
+    field("id", t.id.clone());
+    field("project", t.project.clone());
+    field("title", t.title.clone());
+    field("state", t.state.as_str().to_string());
+    field("type", t.kind.clone());
+    field("priority", format!("P{}", t.priority));
+    field("role", dash(t.role.as_ref()));
+    field("spec version", t.spec_version.to_string());
+    if !t.depends_on.is_empty() {
+        field("depends on", t.depends_on.join(", "));
+    }
+    if let Some(r) = &t.stop_reason {
+        field("stop reason", r.clone());
+    }
+    if let Some(q) = &t.question {
+        field("question", q.clone());
+    }
+    if let Some(r) = &t.replay_of {
+        field("replay of", r.clone());
+    }
+    if let Some(c) = t.cost_usd {
+        field("cost", format!("${c:.4}"));
+    }
+    if let Some(s) = &t.result_summary {
+        field("result", clip(s, 200));
+    }
+    if let Some(spec) = &t.spec {
+        let _ = writeln!(
+            out,
+            "\nfrozen spec (version {}):\n  goal: {}",
+            t.spec_version,
+            clip(&spec.goal, 300)
+        );
+        for a in &spec.acceptance {
+            let _ = writeln!(out, "  accept: {a}");
+        }
+        for r in &spec.repos {
+            let _ = writeln!(
+                out,
+                "  repo {} at {}",
+                r.id,
+                r.head.as_deref().unwrap_or("(no commit)")
+            );
+        }
+    }
+    let _ = writeln!(out, "\nhistory:");
+    for e in history {
+        if let pegasus_tasks::TaskEvent::Transition {
+            ts,
+            from,
+            to,
+            actor,
+            reason,
+        } = e
+        {
+            let _ = writeln!(
+                out,
+                "  {} {} → {} by {actor}{}",
+                ts.format("%Y-%m-%d %H:%M:%S"),
+                from.as_str(),
+                to.as_str(),
+                if reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {reason}")
+                }
+            );
+        }
+    }
+    out
+}
+
+pub fn role_table(roles: &[pegasus_roles::Role]) -> String {
+    let rows: Vec<Vec<String>> = roles
+        .iter()
+        .map(|r| {
+            vec![
+                format!("{} {}", r.emoji, r.id),
+                r.name.clone(),
+                r.specialty.clone(),
+                dash(r.model.model.as_ref()),
+                r.model.thinking.as_str().to_string(),
+                r.tools
+                    .as_ref()
+                    .map(|t| t.len().to_string())
+                    .unwrap_or_else(|| "all".into()),
+                match &r.source {
+                    pegasus_roles::RoleSource::BuiltIn => "built-in".into(),
+                    pegasus_roles::RoleSource::User(p) => p.clone(),
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ROLE",
+            "NAME",
+            "SPECIALTY",
+            "MODEL",
+            "THINKING",
+            "TOOLS",
+            "SOURCE",
+        ],
+        &rows,
+    )
+}
+
+pub fn role_details(r: &pegasus_roles::Role) -> String {
+    let mut out = format!("{} {} ({})\n{}\n\n", r.emoji, r.name, r.id, r.description);
+    let _ = writeln!(out, "specialty    {}", r.specialty);
+    let _ = writeln!(out, "model        {}", dash(r.model.model.as_ref()));
+    let _ = writeln!(out, "thinking     {}", r.model.thinking.as_str());
+    let _ = writeln!(out, "temperature  {}", dash(r.model.temperature));
+    let _ = writeln!(out, "max tokens   {}", dash(r.model.max_tokens));
+    let _ = writeln!(
+        out,
+        "timeout      {}",
+        dash(r.model.timeout_s.map(|t| format!("{t} s")))
+    );
+    let _ = writeln!(
+        out,
+        "tools        {}",
+        r.tools
+            .as_ref()
+            .map(|t| t.join(", "))
+            .unwrap_or_else(|| "all".into())
+    );
+    for v in &r.variables {
+        let _ = writeln!(
+            out,
+            "variable     {} — {} (default: {})",
+            v.name,
+            v.description,
+            dash(v.default.as_ref())
+        );
+    }
+    let _ = writeln!(out, "\n{}", r.template.trim_end());
+    out
+}
+
+pub fn run_details(run: &pegasus_runs::Run) -> String {
+    let mut out = format!(
+        "run {} of project {}: {:?}\nbrief: {}\ncost ${:.4}, max attempts per phase {}\n",
+        run.id,
+        run.project,
+        run.status,
+        clip(&run.brief, 200),
+        run.cost_usd,
+        run.max_attempts
+    );
+    if let Some(r) = run.requested {
+        let _ = writeln!(out, "requested: {r:?} (at the next step)");
+    }
+    if let Some(e) = &run.error {
+        let _ = writeln!(out, "error: {e}");
+    }
+    if !run.phases.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<String>> = run
+            .phases
+            .iter()
+            .map(|p| {
+                vec![
+                    p.number.to_string(),
+                    format!("{:?}", p.status).to_lowercase(),
+                    p.attempt.to_string(),
+                    format!("${:.4}", p.cost_usd),
+                    clip(&p.title, 40),
+                    p.feedback
+                        .as_deref()
+                        .map(|f| clip(f, 60))
+                        .unwrap_or_default(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "PHASE",
+                "STATUS",
+                "ATTEMPTS",
+                "COST",
+                "TITLE",
+                "LAST FEEDBACK",
+            ],
+            &rows,
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

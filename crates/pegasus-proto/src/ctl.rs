@@ -36,6 +36,33 @@ pub enum CtlRequest {
     Chat {
         text: String,
     },
+    /// `task cancel|retry|replay`: one verb on one task (found by id in any project).
+    TaskVerb {
+        id: String,
+        verb: String,
+    },
+    /// `task answer`: the answer to a blocked task's question; the task goes back to ready.
+    TaskAnswer {
+        id: String,
+        text: String,
+    },
+    /// `role assign`: record a role assignment (with template variables) in PROJECT.md.
+    RoleAssign {
+        project: String,
+        role: String,
+        variables: Vec<(String, String)>,
+    },
+    /// `project run`: plan a brief into phases and run them autonomously.
+    RunStart {
+        project: String,
+        brief: String,
+        max_attempts: u32,
+    },
+    /// `run cancel|pause|resume`: steer the project's latest run.
+    RunControl {
+        project: String,
+        action: String,
+    },
     /// Graceful daemon shutdown.
     Stop,
 }

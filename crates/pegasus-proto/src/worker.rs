@@ -25,6 +25,10 @@ pub enum ToWorker {
     },
     /// A streamed text delta of a pending request (only when the request asked to stream).
     LlmDelta { id: u64, text: String },
+    /// Tasks changed on disk (retried, replayed, answered): look for ready tasks to run.
+    TasksChanged,
+    /// Drive the autonomous run with this id (new, or resumed after a pause).
+    RunStart { run_id: String },
 }
 
 /// Settings the worker cannot find on its own.

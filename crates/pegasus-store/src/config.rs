@@ -33,6 +33,10 @@ pub struct Config {
     pub dashboard: DashboardConfig,
     /// Limits of the agent loop inside each worker (and the MainAgent).
     pub agent: AgentConfig,
+    /// The watchdog's limits.
+    pub watchdog: WatchdogConfig,
+    /// Autonomous runs.
+    pub runs: RunsConfig,
 }
 
 impl Default for Config {
@@ -47,6 +51,8 @@ impl Default for Config {
             telegram: TelegramConfig::default(),
             dashboard: DashboardConfig::default(),
             agent: AgentConfig::default(),
+            watchdog: WatchdogConfig::default(),
+            runs: RunsConfig::default(),
         }
     }
 }
@@ -146,6 +152,40 @@ pub struct PriceConfig {
     /// Context window in tokens (drives compaction at 80%).
     #[serde(default)]
     pub context_window: Option<u64>,
+}
+
+/// Autonomous runs (SPEC §9): which models summarise and review phases. `None` = the
+/// project's own model. The daily limit of runs is `budget.daily_usd`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct RunsConfig {
+    /// A cheap model for phase summaries.
+    pub summary_model: Option<String>,
+    /// A strong model for phase reviews.
+    pub review_model: Option<String>,
+}
+
+/// The watchdog in pegasusd (SPEC §2, §5; seed 003): stops a task that went silent or spends
+/// too fast. Per-task budget, turn and loop caps are enforced where the spend and the turns
+/// happen (the gateway and the agent loop).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct WatchdogConfig {
+    /// A busy worker with no agent event (model answer, tool call, stage) for this long has its
+    /// task failed as `silent` and is restarted.
+    pub silent_timeout_s: u64,
+    /// A task spending faster than this (USD over the last minute) is stopped with reason
+    /// `budget`; `None` = no velocity cap.
+    pub max_usd_per_minute: Option<f64>,
+}
+
+impl Default for WatchdogConfig {
+    fn default() -> Self {
+        WatchdogConfig {
+            silent_timeout_s: 300,
+            max_usd_per_minute: Some(1.0),
+        }
+    }
 }
 
 /// How the supervisor manages worker processes.

@@ -105,6 +105,30 @@ async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlResponse {
                 Some(text) => CtlResponse::Reply { id, text },
                 None => CtlResponse::Sent { id },
             }),
+        CtlRequest::TaskVerb { id, verb } => sup
+            .task_verb(&id, &verb)
+            .map(|message| CtlResponse::Done { message }),
+        CtlRequest::TaskAnswer { id, text } => sup
+            .task_answer(&id, &text)
+            .map(|message| CtlResponse::Done { message }),
+        CtlRequest::RoleAssign {
+            project,
+            role,
+            variables,
+        } => sup
+            .role_assign(&project, &role, variables)
+            .await
+            .map(|message| CtlResponse::Done { message }),
+        CtlRequest::RunStart {
+            project,
+            brief,
+            max_attempts,
+        } => sup
+            .run_start(&project, &brief, max_attempts)
+            .map(|message| CtlResponse::Done { message }),
+        CtlRequest::RunControl { project, action } => sup
+            .run_control(&project, &action)
+            .map(|message| CtlResponse::Done { message }),
         CtlRequest::Stop => {
             tracing::info!("stop requested over the control socket");
             sup.shutdown.send_replace(true);

@@ -18,6 +18,7 @@ mod main_agent;
 mod pidlock;
 mod spawn;
 mod supervisor;
+mod watchdog;
 mod worker_server;
 mod worker_slot;
 

@@ -357,4 +357,207 @@ impl Supervisor {
             .unwrap_or_default();
         self.gateway.resolve_model(&model)
     }
+
+    /// Nudges a project's worker (if it has one running); see [`SlotCmd::Notify`].
+    fn nudge(&self, name: &str, frame: pegasus_proto::worker::ToWorker) {
+        if let Some(cmd) = self.slot_cmd(name) {
+            let _ = cmd.try_send(SlotCmd::Notify(frame));
+        }
+    }
+
+    /// `task cancel|retry|replay ID`.
+    pub fn task_verb(&self, id: &str, verb: &str) -> Result<String, String> {
+        use pegasus_tasks::TaskState;
+        let (project, store) =
+            pegasus_tasks::find_task(&self.home.projects_dir(), id).map_err(|e| e.to_string())?;
+        let task = store.get(id).map_err(|e| e.to_string())?;
+        let message = match verb {
+            "cancel" => {
+                if task.state.is_terminal() {
+                    return Err(format!(
+                        "task {id} is {}: nothing to cancel",
+                        task.state.as_str()
+                    ));
+                }
+                store
+                    .transition(
+                        id,
+                        task.state,
+                        TaskState::Cancelled,
+                        "cli",
+                        "cancelled by the user",
+                    )
+                    .map_err(|e| e.to_string())?;
+                format!("task {id} cancelled (it stops at its next step)")
+            }
+            "retry" => {
+                store
+                    .transition(
+                        id,
+                        TaskState::Failed,
+                        TaskState::Ready,
+                        "cli",
+                        "retried by the user",
+                    )
+                    .map_err(|e| e.to_string())?;
+                format!("task {id} is ready again")
+            }
+            "replay" => {
+                let new = store.replay(id, "cli").map_err(|e| e.to_string())?;
+                store
+                    .transition(
+                        &new.id,
+                        TaskState::Planned,
+                        TaskState::Ready,
+                        "cli",
+                        &format!("replay of {id}"),
+                    )
+                    .map_err(|e| e.to_string())?;
+                format!(
+                    "task {} replays {id} from its frozen spec (version {})",
+                    new.id, new.spec_version
+                )
+            }
+            other => {
+                return Err(format!(
+                    "unknown task verb `{other}`: use cancel, retry or replay"
+                ))
+            }
+        };
+        self.nudge(&project, pegasus_proto::worker::ToWorker::TasksChanged);
+        Ok(message)
+    }
+
+    /// `task answer ID TEXT`: the answer is recorded on the task, which goes back to ready.
+    pub fn task_answer(&self, id: &str, text: &str) -> Result<String, String> {
+        use pegasus_tasks::TaskState;
+        let (project, store) =
+            pegasus_tasks::find_task(&self.home.projects_dir(), id).map_err(|e| e.to_string())?;
+        let task = store.get(id).map_err(|e| e.to_string())?;
+        if task.state != TaskState::Blocked {
+            return Err(format!(
+                "task {id} is {}, not blocked: there is no question to answer",
+                task.state.as_str()
+            ));
+        }
+        store
+            .update(id, "answer", serde_json::json!(text), "cli")
+            .map_err(|e| e.to_string())?;
+        store
+            .transition(id, TaskState::Blocked, TaskState::Ready, "cli", "answered")
+            .map_err(|e| e.to_string())?;
+        self.nudge(&project, pegasus_proto::worker::ToWorker::TasksChanged);
+        Ok(format!("task {id} answered; it is ready again"))
+    }
+
+    /// `role assign PROJECT ROLE [--var k=v]`: recorded in PROJECT.md `roles:` (replacing an
+    /// earlier assignment of the same role); the worker picks it up when it next starts.
+    pub async fn role_assign(
+        &self,
+        project: &str,
+        role: &str,
+        variables: Vec<(String, String)>,
+    ) -> Result<String, String> {
+        pegasus_store::validate_name(project).map_err(|e| e.to_string())?;
+        let found =
+            pegasus_roles::find_role(&self.home.roles_dir(), role).map_err(|e| e.to_string())?;
+        let mut assignment = pegasus_roles::Assignment::new(&found.id);
+        assignment.variables = variables.into_iter().collect();
+        assignment.validate(&found).map_err(|e| e.to_string())?;
+        let _guard = self.lifecycle.lock().await;
+        let dir = self.home.project_dir(project);
+        let mut file = ProjectFile::load(&dir).map_err(|e| e.to_string())?;
+        let mut list = pegasus_roles::assignments_from_yaml(file.get("roles").as_ref())
+            .map_err(|e| e.to_string())?;
+        list.retain(|a| a.role != assignment.role);
+        list.push(assignment);
+        file.set("roles", &pegasus_roles::assignments_to_yaml(&list))
+            .map_err(|e| e.to_string())?;
+        file.save(&dir).map_err(|e| e.to_string())?;
+        Ok(format!(
+            "role {} assigned to project {project}; its worker uses it from its next start (`pegasusctl project suspend/resume {project}`)",
+            found.id
+        ))
+    }
+
+    /// `project run NAME --brief TEXT`: the run is created on disk, then driven by the worker.
+    pub fn run_start(
+        &self,
+        project: &str,
+        brief: &str,
+        max_attempts: u32,
+    ) -> Result<String, String> {
+        pegasus_store::validate_name(project).map_err(|e| e.to_string())?;
+        if brief.trim().is_empty() {
+            return Err("the brief is empty: say what the run should achieve with --brief".into());
+        }
+        if max_attempts == 0 {
+            return Err("--max-attempts must be at least 1".into());
+        }
+        if self.slot_cmd(project).is_none() {
+            return Err(format!("project {project} has no worker: resume it with `pegasusctl project resume {project}`"));
+        }
+        let store = pegasus_runs::RunStore::open(&self.home.project_dir(project))
+            .map_err(|e| e.to_string())?;
+        if let Some(run) = store.latest().map_err(|e| e.to_string())? {
+            use pegasus_runs::RunStatus::*;
+            if matches!(run.status, Planning | Executing | Paused) {
+                return Err(format!(
+                    "project {project} already has run {} ({:?}): cancel it first with `pegasusctl run cancel {project}`",
+                    run.id, run.status
+                ));
+            }
+        }
+        let run = store
+            .create(project, brief, max_attempts)
+            .map_err(|e| e.to_string())?;
+        self.nudge(
+            project,
+            pegasus_proto::worker::ToWorker::RunStart {
+                run_id: run.id.clone(),
+            },
+        );
+        Ok(format!(
+            "run {} started on project {project}: follow it with `pegasusctl run status {project}`",
+            run.id
+        ))
+    }
+
+    /// `run cancel|pause|resume NAME`: on the project's latest run.
+    pub fn run_control(&self, project: &str, action: &str) -> Result<String, String> {
+        pegasus_store::validate_name(project).map_err(|e| e.to_string())?;
+        let store = pegasus_runs::RunStore::open(&self.home.project_dir(project))
+            .map_err(|e| e.to_string())?;
+        let run = store
+            .latest()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("project {project} has no run: start one with `pegasusctl project run {project} --brief TEXT`"))?;
+        match action {
+            "cancel" | "pause" => {
+                let req = if action == "cancel" {
+                    pegasus_runs::RunRequest::Cancel
+                } else {
+                    pegasus_runs::RunRequest::Pause
+                };
+                store.request(&run.id, req).map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "run {}: {action} requested; it takes effect at the run's next step",
+                    run.id
+                ))
+            }
+            "resume" => {
+                store.resume(&run.id).map_err(|e| e.to_string())?;
+                self.nudge(
+                    project,
+                    pegasus_proto::worker::ToWorker::RunStart {
+                        run_id: run.id.clone(),
+                    },
+                );
+                Ok(format!("run {} resumed", run.id))
+            }
+            other => Err(format!(
+                "unknown run action `{other}`: use cancel, pause or resume"
+            )),
+        }
+    }
 }

@@ -9,6 +9,7 @@
 use crate::{
     spawn,
     supervisor::{Supervisor, WorkerConn},
+    watchdog::Watchdog,
 };
 use pegasus_proto::{
     ctl::ProjectInfo,
@@ -41,6 +42,9 @@ pub(crate) enum SlotCmd {
     Stop(oneshot::Sender<()>),
     /// Deliver a message; `persisted` is answered with its id once it is durable, or why not.
     Deliver(Delivery),
+    /// Pass a nudge to the worker (tasks changed, start a run); dropped when no worker is
+    /// connected, since a starting worker looks for ready tasks and unfinished runs anyway.
+    Notify(ToWorker),
     /// Leave the crash-looping state (or skip a backoff) and start the worker now.
     Restart,
 }
@@ -168,6 +172,7 @@ enum LlmOut {
     },
     Done {
         id: u64,
+        task: Option<String>,
         result: Result<ChatResponse, LlmError>,
     },
 }
@@ -268,6 +273,7 @@ impl Slot {
                     None => return Some(None),
                     Some(SlotCmd::Stop(reply)) => return Some(Some(reply)),
                     Some(SlotCmd::Restart) => return None,
+                    Some(SlotCmd::Notify(_)) => {}
                     Some(SlotCmd::Deliver(d)) => {
                         if until.is_none() {
                             let _ = d.persisted.send(Err(self.crash_loop_refusal()));
@@ -277,6 +283,24 @@ impl Slot {
                     }
                 },
             }
+        }
+    }
+
+    /// Records on the task that the watchdog stopped it (the task store's compare-and-set makes
+    /// this safe against the worker writing at the same time).
+    fn record_task_stop(&self, task: &str, reason: &str) {
+        let dir = self.sup.home.project_dir(&self.name);
+        let result = pegasus_tasks::TaskStore::open(&dir, &self.name).and_then(|store| {
+            store.transition(
+                task,
+                pegasus_tasks::TaskState::Running,
+                pegasus_tasks::TaskState::Failed,
+                "watchdog",
+                reason,
+            )
+        });
+        if let Err(e) = result {
+            tracing::warn!(project = %self.name, %task, "cannot record the watchdog's stop: {e}");
         }
     }
 
@@ -407,6 +431,7 @@ impl Slot {
                         return Outcome::Stopped(reply);
                     }
                     Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
+                    Some(SlotCmd::Notify(_)) => {}
                     Some(SlotCmd::Restart) => {}
                 },
             }
@@ -479,7 +504,10 @@ impl Slot {
         let mut kill_at = Some(Instant::now() + READY_TIMEOUT);
         let shutdown_timeout = Duration::from_secs_f64(self.sup.config.workers.shutdown_timeout_s);
         let mut conn_open = true;
+        let mut dog = Watchdog::new(&self.sup.config.watchdog);
+        let channel = format!("project/{}", self.name);
         let outcome = loop {
+            let silent_at = dog.silent_deadline();
             tokio::select! {
                 ev = ev_rx.recv(), if conn_open => match ev.unwrap_or_else(|| Err("connection closed".into())) {
                     Ok(FromWorker::Ready) => {
@@ -507,9 +535,14 @@ impl Slot {
                             tracing::info!(project = %self.name, "reply: {text}");
                         }
                     },
-                    Ok(FromWorker::LlmRequest { id, request }) => {
-                        llm_calls.insert(id, self.start_llm_call(id, request, llm_tx.clone()));
-                    }
+                    Ok(FromWorker::LlmRequest { id, request }) => match dog.refusal(request.meta.task.as_deref()) {
+                        Some(refusal) => {
+                            let _ = llm_tx.send(LlmOut::Done { id, task: None, result: Err(refusal) });
+                        }
+                        None => {
+                            llm_calls.insert(id, self.start_llm_call(id, request, llm_tx.clone()));
+                        }
+                    },
                     Ok(FromWorker::LlmCancel { id }) => {
                         if let Some(call) = llm_calls.remove(&id) {
                             call.abort();
@@ -526,6 +559,9 @@ impl Slot {
                     }
                     Ok(FromWorker::Event { kind, data_json }) => {
                         tracing::debug!(project = %self.name, %kind, "event: {data_json}");
+                        if let Some(stop) = dog.on_event(&kind, &data_json) {
+                            self.sup.to_main(&channel, format!("[task {} of project {} stopped: {}]", stop.task, self.name, stop.reason));
+                        }
                     }
                     Ok(FromWorker::Hello(_)) => {
                         tracing::warn!(project = %self.name, pid, "second hello on a worker connection; dropping it");
@@ -545,8 +581,13 @@ impl Slot {
                 Some(out) = llm_rx.recv() => {
                     let frame = match out {
                         LlmOut::Delta { id, text } => ToWorker::LlmDelta { id, text },
-                        LlmOut::Done { id, result } => {
+                        LlmOut::Done { id, task, result } => {
                             llm_calls.remove(&id);
+                            if let (Some(task), Ok(ChatResponse { cost_usd: Some(usd), .. })) = (&task, &result) {
+                                if let Some(why) = dog.on_cost(task, *usd) {
+                                    tracing::warn!(project = %self.name, "{why}");
+                                }
+                            }
                             ToWorker::LlmResponse { id, result }
                         }
                     };
@@ -594,7 +635,24 @@ impl Slot {
                         }
                     }
                     Some(SlotCmd::Restart) => {}
+                    Some(SlotCmd::Notify(frame)) => {
+                        if ready && conn_open {
+                            if let Err(e) = writer.write(&frame).await {
+                                tracing::warn!(project = %self.name, "cannot nudge the worker: {e}");
+                            }
+                        }
+                    }
                 },
+                _ = sleep_until(silent_at.unwrap_or_else(Instant::now)), if silent_at.is_some() && stopping.is_none() => {
+                    if let Some(task) = dog.take_silent() {
+                        let secs = self.sup.config.watchdog.silent_timeout_s;
+                        tracing::warn!(project = %self.name, pid, %task, "watchdog: no event for {secs} s from a busy worker; failing the task and restarting the worker");
+                        self.record_task_stop(&task, "silent");
+                        self.sup.to_main(&channel, format!("[task {task} of project {} stopped: silent for {secs} s; the worker is restarted]", self.name));
+                        fatal = Some(format!("watchdog: silent for {secs} s while running task {task}"));
+                        spawn::kill_group(pid);
+                    }
+                }
                 _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
                     if stopping.is_some() {
                         tracing::warn!(project = %self.name, pid, "worker did not stop within {shutdown_timeout:?}; killing its process group");
@@ -627,6 +685,7 @@ impl Slot {
         out: mpsc::UnboundedSender<LlmOut>,
     ) -> JoinHandle<()> {
         request.meta.project = Some(self.name.clone());
+        let task = request.meta.task.clone();
         let gateway = self.sup.gateway.clone();
         tokio::spawn(async move {
             let deltas = if request.stream {
@@ -644,7 +703,7 @@ impl Slot {
                 None
             };
             let result = gateway.chat(request, deltas).await;
-            let _ = out.send(LlmOut::Done { id, result });
+            let _ = out.send(LlmOut::Done { id, task, result });
         })
     }
 

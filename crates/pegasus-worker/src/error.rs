@@ -23,6 +23,8 @@ pub enum WorkerError {
     Handshake(String),
     #[error(transparent)]
     Agent(#[from] pegasus_agent::AgentError),
+    #[error("{0}")]
+    Config(String),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }

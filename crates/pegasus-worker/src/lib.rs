@@ -12,6 +12,7 @@
 
 mod connection;
 pub mod error;
+mod jobs;
 mod logging;
 mod proxy;
 mod worker;

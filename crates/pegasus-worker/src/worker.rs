@@ -1,8 +1,15 @@
 //! The worker's life: handshake, load, serve, stop.
 
-use crate::{connection, logging, proxy::ProxyModel, WorkerError};
+use crate::{
+    connection,
+    jobs::{run_jobs, AgentPhases, Job},
+    logging,
+    proxy::ProxyModel,
+    WorkerError,
+};
 use pegasus_agent::{record_inbound, Agent, AgentSettings, Notice, ToolSet};
-use pegasus_proto::worker::{FromWorker, InboundMessage, ToWorker};
+use pegasus_proto::worker::{FromWorker, ToWorker};
+use pegasus_runs::{RunEngine, RunSettings, RunStore};
 use pegasus_store::{Config, Home, ProjectFile};
 use std::{io::BufRead, path::PathBuf, sync::Arc, time::Duration};
 use tokio::sync::mpsc;
@@ -69,11 +76,33 @@ async fn serve(
                 Some(name.clone()),
             );
             settings.exec_registry = Some(home.exec_registry(&name));
+            settings.roles_dir = Some(home.roles_dir());
+            settings.role_assignments = pegasus_roles::assignments_from_yaml(
+                project.get("roles").as_ref(),
+            )
+            .map_err(|e| {
+                WorkerError::Config(format!("{}: {e}", project_dir.join("PROJECT.md").display()))
+            })?;
+            let runs = RunSettings {
+                planner_model: init.model.clone(),
+                summary_model: config
+                    .runs
+                    .summary_model
+                    .clone()
+                    .unwrap_or_else(|| init.model.clone()),
+                review_model: config
+                    .runs
+                    .review_model
+                    .clone()
+                    .unwrap_or_else(|| init.model.clone()),
+                daily_limit_usd: config.budget.daily_usd,
+                max_tokens: config.agent.max_tokens,
+            };
             let workdir = project
                 .workdir()
                 .map(PathBuf::from)
                 .unwrap_or_else(|| project_dir.join("workdir"));
-            Ok(Agent::open(
+            let agent = Agent::open(
                 &project_dir,
                 &workdir,
                 &name,
@@ -83,10 +112,11 @@ async fn serve(
                 Arc::new(proxy.clone()),
                 notices,
                 settings,
-            )?)
+            )?;
+            Ok((runs, agent))
         });
-    let agent = match loaded {
-        Ok(agent) => agent,
+    let (run_settings, agent) = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => {
             let _ = writer
                 .write(&FromWorker::Fatal {
@@ -98,8 +128,29 @@ async fn serve(
     };
     let session = agent.session_handle();
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
-    let (agent_tx, agent_rx) = mpsc::unbounded_channel::<InboundMessage>();
-    tokio::spawn(run_agent(agent, agent_rx, out.clone()));
+    let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();
+    tokio::spawn(run_jobs(agent, job_rx, out.clone()));
+    let run_store = RunStore::open(&project_dir).map_err(|e| WorkerError::Config(e.to_string()))?;
+    let unfinished = run_store.unfinished();
+    let runs = Runs {
+        engine: Arc::new(RunEngine::new(
+            run_store,
+            Arc::new(proxy.clone()),
+            Arc::new(AgentPhases(jobs.clone())),
+            home.ledger_file(),
+            run_settings,
+        )),
+        driving: Arc::default(),
+    };
+    // Runs that were going when the process died resume at the phase they were in.
+    match unfinished {
+        Ok(unfinished) => {
+            for run in unfinished {
+                runs.drive(run.id);
+            }
+        }
+        Err(e) => tracing::warn!("cannot look for unfinished runs: {e}"),
+    }
     let _ = out.send(FromWorker::Ready);
     tracing::info!(project = %name, pid = std::process::id(), model = %init.model, "worker ready");
 
@@ -115,13 +166,17 @@ async fn serve(
                     // Durable before acknowledged: the ack is the sender's proof.
                     record_inbound(&session, &msg.id, &msg.from, &msg.text)?;
                     let _ = out.send(FromWorker::MessagePersisted { id: msg.id.clone() });
-                    let _ = agent_tx.send(msg);
+                    let _ = jobs.send(Job::Message(msg));
                 }
                 Some(Ok(Some(ToWorker::Ping { nonce }))) => {
                     let _ = out.send(FromWorker::Pong { nonce });
                 }
                 Some(Ok(Some(ToWorker::LlmResponse { id, result }))) => proxy.complete(id, result),
                 Some(Ok(Some(ToWorker::LlmDelta { .. }))) => {}
+                Some(Ok(Some(ToWorker::TasksChanged))) => {
+                    let _ = jobs.send(Job::ReadyTasks);
+                }
+                Some(Ok(Some(ToWorker::RunStart { run_id }))) => runs.drive(run_id),
                 Some(Ok(Some(ToWorker::Shutdown))) => {
                     // Every turn is already durable (one fdatasync per turn); a task still
                     // running is closed as `process restarted` when the project loads again.
@@ -184,33 +239,32 @@ async fn write_frames(mut writer: Writer, mut rx: mpsc::UnboundedReceiver<FromWo
     }
 }
 
-/// The project agent: one run at a time; messages that arrive meanwhile are answered together
-/// by the next run.
-async fn run_agent(
-    mut agent: Agent,
-    mut rx: mpsc::UnboundedReceiver<InboundMessage>,
-    out: mpsc::UnboundedSender<FromWorker>,
-) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while let Ok(more) = rx.try_recv() {
-            batch.push(more);
+/// The run engine and the runs it is driving (one drive per run at a time).
+struct Runs {
+    engine: Arc<RunEngine>,
+    driving: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Runs {
+    fn drive(&self, run_id: String) {
+        if !self
+            .driving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.clone())
+        {
+            return tracing::info!(run = %run_id, "run already being driven");
         }
-        for m in &batch {
-            agent.enqueue(&m.id, &m.from, &m.text);
-        }
-        let text = match agent.run().await {
-            Ok(outcome) => outcome.text,
-            Err(e) => {
-                tracing::error!("agent run failed: {e}");
-                format!("the project agent failed: {e}")
+        let (engine, driving) = (self.engine.clone(), self.driving.clone());
+        tokio::spawn(async move {
+            match engine.drive(&run_id).await {
+                Ok(run) => tracing::info!(run = %run_id, status = ?run.status, "run drive ended"),
+                Err(e) => tracing::error!(run = %run_id, "run failed: {e}"),
             }
-        };
-        for m in batch {
-            let _ = out.send(FromWorker::Reply {
-                message_id: m.id,
-                text: text.clone(),
-            });
-        }
+            driving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&run_id);
+        });
     }
 }

@@ -70,6 +70,22 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
                 ))),
             }
         }
+        ProjectCommand::Run {
+            name,
+            brief,
+            max_attempts,
+        } => {
+            super::mutate(
+                home,
+                json,
+                CtlRequest::RunStart {
+                    project: name,
+                    brief,
+                    max_attempts,
+                },
+            )
+            .await
+        }
         ProjectCommand::Log { name, follow } => super::log::run(home, json, &name, follow).await,
     }
 }

@@ -1,0 +1,211 @@
+//! The watchdog of one worker (SPEC §2, §5; seed 003): it notices a busy worker that went
+//! silent and a task that spends too fast.
+//!
+//! It sees what the supervisor sees of a worker: its agent events (task states, model answers,
+//! tool calls) and the cost of every gateway call it makes. Budgets per task, turn caps and
+//! loop guards are enforced where the spend and the turns happen (the gateway refuses an
+//! over-budget call; the agent loop counts turns and repeats); this adds the two checks only
+//! an outside observer can make. Every stop is recorded on the task with its reason, and the
+//! MainAgent is told.
+
+use pegasus_proto::llm::LlmError;
+use pegasus_store::WatchdogConfig;
+use std::{
+    collections::{HashMap, VecDeque},
+    time::Duration,
+};
+use tokio::time::Instant;
+
+/// The window cost velocity is measured over.
+const VELOCITY_WINDOW: Duration = Duration::from_secs(60);
+
+/// What the watchdog knows about one connected worker.
+pub(crate) struct Watchdog {
+    silent_timeout: Duration,
+    max_usd_per_minute: Option<f64>,
+    /// The task the worker is running, if any: only a busy worker can be silent.
+    busy: Option<String>,
+    last_event: Instant,
+    spend: HashMap<String, VecDeque<(Instant, f64)>>,
+    /// Tasks stopped for spending too fast: (limit, rate) given to their next calls.
+    stopped: HashMap<String, (f64, f64)>,
+}
+
+/// A task's stop that the MainAgent should hear about.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Stop {
+    pub task: String,
+    pub reason: String,
+}
+
+impl Watchdog {
+    pub fn new(config: &WatchdogConfig) -> Self {
+        Watchdog {
+            silent_timeout: Duration::from_secs(config.silent_timeout_s.max(1)),
+            max_usd_per_minute: config.max_usd_per_minute,
+            busy: None,
+            last_event: Instant::now(),
+            spend: HashMap::new(),
+            stopped: HashMap::new(),
+        }
+    }
+
+    /// An agent event arrived. Returns a stop to report when a task ended for a reason other
+    /// than answering (turn_capped, loop_capped, budget, ...).
+    pub fn on_event(&mut self, kind: &str, data_json: &str) -> Option<Stop> {
+        self.last_event = Instant::now();
+        if kind != "task" {
+            return None;
+        }
+        let data: serde_json::Value = serde_json::from_str(data_json).ok()?;
+        let task = data.get("task")?.as_str()?.to_string();
+        let state = data
+            .get("state")
+            .and_then(|s| s.as_str())
+            .unwrap_or_default();
+        match state {
+            "running" => {
+                self.busy = Some(task);
+                None
+            }
+            "done" | "failed" | "blocked" | "cancelled" => {
+                if self.busy.as_deref() == Some(task.as_str()) {
+                    self.busy = None;
+                }
+                self.spend.remove(&task);
+                let reason = data.get("reason").and_then(|r| r.as_str())?;
+                (state != "done" || reason == "token_capped").then(|| Stop {
+                    task,
+                    reason: reason.to_string(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// When a busy worker counts as silent; `None` while idle.
+    pub fn silent_deadline(&self) -> Option<Instant> {
+        self.busy
+            .as_ref()
+            .map(|_| self.last_event + self.silent_timeout)
+    }
+
+    /// The task that went silent (the deadline passed); it is no longer watched.
+    pub fn take_silent(&mut self) -> Option<String> {
+        let deadline = self.silent_deadline()?;
+        if Instant::now() < deadline {
+            return None;
+        }
+        self.busy.take()
+    }
+
+    /// A gateway call of `task` cost `usd`. Returns the reason when this stops the task for
+    /// spending faster than allowed.
+    pub fn on_cost(&mut self, task: &str, usd: f64) -> Option<String> {
+        let max = self.max_usd_per_minute?;
+        let now = Instant::now();
+        let window = self.spend.entry(task.to_string()).or_default();
+        window.push_back((now, usd));
+        while window
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > VELOCITY_WINDOW)
+        {
+            window.pop_front();
+        }
+        let rate: f64 = window.iter().map(|(_, u)| u).sum();
+        if rate > max && !self.stopped.contains_key(task) {
+            self.stopped.insert(task.to_string(), (max, rate));
+            return Some(format!(
+                "watchdog: task {task} spent ${rate:.2} in the last minute, over the ${max:.2}/min limit"
+            ));
+        }
+        None
+    }
+
+    /// The refusal for a call of `task`, if the watchdog stopped it: the agent stops on it
+    /// like on any budget, and the task is recorded as stopped for `budget`.
+    pub fn refusal(&self, task: Option<&str>) -> Option<LlmError> {
+        let task = task?;
+        self.stopped
+            .get(task)
+            .map(|(limit, spent)| LlmError::BudgetExceeded {
+                scope: format!("spending rate (USD per minute) of task {task}"),
+                limit: *limit,
+                spent: *spent,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn dog(max: Option<f64>) -> Watchdog {
+        Watchdog::new(&WatchdogConfig {
+            silent_timeout_s: 1,
+            max_usd_per_minute: max,
+        })
+    }
+
+    #[test]
+    fn only_a_busy_worker_can_be_silent() {
+        let mut w = dog(None);
+        assert!(w.silent_deadline().is_none());
+        w.on_event("task", r#"{"task":"t1","state":"running"}"#);
+        assert!(w.silent_deadline().is_some());
+        w.on_event("task", r#"{"task":"t1","state":"done","reason":null}"#);
+        assert!(w.silent_deadline().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_past_the_timeout_names_the_task() {
+        let mut w = dog(None);
+        w.on_event("task", r#"{"task":"t1","state":"running"}"#);
+        assert_eq!(w.take_silent(), None);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        w.on_event("tool_call", "{}");
+        tokio::time::advance(Duration::from_millis(700)).await;
+        assert_eq!(w.take_silent(), None, "an event resets the clock");
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert_eq!(w.take_silent().as_deref(), Some("t1"));
+        assert!(w.silent_deadline().is_none());
+    }
+
+    #[test]
+    fn stops_other_than_answers_are_reported_with_their_reason() {
+        let mut w = dog(None);
+        let stop = w.on_event(
+            "task",
+            r#"{"task":"t1","state":"failed","reason":"loop_capped"}"#,
+        );
+        assert_eq!(
+            stop,
+            Some(Stop {
+                task: "t1".into(),
+                reason: "loop_capped".into()
+            })
+        );
+        assert_eq!(
+            w.on_event("task", r#"{"task":"t2","state":"done","reason":null}"#),
+            None
+        );
+        assert!(w.on_event("task", "not json").is_none());
+    }
+
+    #[test]
+    fn spending_too_fast_stops_the_task_once() {
+        let mut w = dog(Some(1.0));
+        assert_eq!(w.on_cost("t1", 0.6), None);
+        assert!(w.refusal(Some("t1")).is_none());
+        let reason = w.on_cost("t1", 0.6).unwrap();
+        assert!(
+            reason.contains("t1") && reason.contains("$1.20"),
+            "{reason}"
+        );
+        assert!(w.refusal(Some("t1")).is_some());
+        assert_eq!(w.on_cost("t1", 5.0), None, "reported once");
+        assert!(w.refusal(Some("t2")).is_none() && w.refusal(None).is_none());
+        assert_eq!(dog(None).on_cost("t1", 100.0), None, "no cap, no stop");
+    }
+}

@@ -1,0 +1,195 @@
+//! The project agent's work queue. One agent, one thing at a time: messages (answered together
+//! when several wait), ready tasks (retried, replayed, answered ones), and the phases of
+//! autonomous runs all go through here, so they never interleave in the transcript.
+
+use pegasus_agent::{prepare_role, Agent, StopKind};
+use pegasus_proto::worker::{FromWorker, InboundMessage};
+use pegasus_runs::{ExecuteFuture, PhaseExecutor};
+use pegasus_tasks::{Readiness, TaskState};
+use tokio::sync::{mpsc, oneshot};
+
+/// One piece of work for the agent.
+pub enum Job {
+    Message(InboundMessage),
+    /// Look for ready tasks and run them.
+    ReadyTasks,
+    /// One attempt of one phase of a run; the answer is the phase's output.
+    Phase {
+        prompt: String,
+        task_id: String,
+        reply: oneshot::Sender<Result<String, String>>,
+    },
+}
+
+/// Runs jobs until the queue closes.
+pub async fn run_jobs(
+    mut agent: Agent,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    out: mpsc::UnboundedSender<FromWorker>,
+) {
+    // A restarted worker picks up what was ready before it died (or was made ready meanwhile).
+    run_ready_tasks(&mut agent).await;
+    while let Some(job) = rx.recv().await {
+        match job {
+            Job::Message(first) => {
+                let mut batch = vec![first];
+                let mut later = Vec::new();
+                while let Ok(more) = rx.try_recv() {
+                    match more {
+                        Job::Message(m) => batch.push(m),
+                        other => later.push(other),
+                    }
+                }
+                answer_messages(&mut agent, batch, &out).await;
+                for job in later {
+                    run_job(&mut agent, job).await;
+                }
+            }
+            other => run_job(&mut agent, other).await,
+        }
+    }
+}
+
+async fn run_job(agent: &mut Agent, job: Job) {
+    match job {
+        Job::Message(_) => {}
+        Job::ReadyTasks => run_ready_tasks(agent).await,
+        Job::Phase {
+            prompt,
+            task_id,
+            reply,
+        } => {
+            let result = match agent.run_prompt(&prompt, "run", &task_id).await {
+                Ok(o) if o.stop == StopKind::Answered => Ok(o.text),
+                Ok(o) => Err(o.text),
+                Err(e) => Err(format!("the project agent failed: {e}")),
+            };
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// Messages waiting together become one task; every one of them gets its answer.
+async fn answer_messages(
+    agent: &mut Agent,
+    batch: Vec<InboundMessage>,
+    out: &mpsc::UnboundedSender<FromWorker>,
+) {
+    for m in &batch {
+        agent.enqueue(&m.id, &m.from, &m.text);
+    }
+    let text = match agent.run().await {
+        Ok(outcome) => outcome.text,
+        Err(e) => {
+            tracing::error!("agent run failed: {e}");
+            format!("the project agent failed: {e}")
+        }
+    };
+    for m in batch {
+        let _ = out.send(FromWorker::Reply {
+            message_id: m.id,
+            text: text.clone(),
+        });
+    }
+}
+
+/// Runs every ready task whose dependencies are done, highest priority and oldest first; a
+/// task waiting on others is skipped and says which.
+async fn run_ready_tasks(agent: &mut Agent) {
+    loop {
+        let tasks = match agent.tasks().list() {
+            Ok(t) => t,
+            Err(e) => return tracing::warn!("cannot list tasks: {e}"),
+        };
+        let mut ready: Vec<_> = tasks
+            .into_iter()
+            .filter(|t| t.state == TaskState::Ready)
+            .collect();
+        ready.sort_by_key(|t| (t.priority, t.created));
+        let mut next = None;
+        for t in ready {
+            match agent.tasks().readiness(&t.id) {
+                Ok(Readiness::Go) => {
+                    next = Some(t);
+                    break;
+                }
+                Ok(Readiness::Skip { waiting_on }) => {
+                    tracing::info!(task = %t.id, "skipped: waits on {}", waiting_on.join(", "));
+                }
+                Err(e) => tracing::warn!(task = %t.id, "cannot check dependencies: {e}"),
+            }
+        }
+        let Some(task) = next else { return };
+        let role = match &task.role {
+            Some(role_id) => {
+                let spec = task
+                    .spec
+                    .clone()
+                    .unwrap_or_else(|| pegasus_tasks::TaskSpec {
+                        goal: task.title.clone(),
+                        constraints: vec![],
+                        acceptance: vec![],
+                        role: None,
+                        model_policy: None,
+                        repos: vec![],
+                    });
+                match prepare_role(
+                    role_id,
+                    &agent.settings().role_assignments,
+                    agent.settings(),
+                    &pegasus_agent::ToolSet::project_tools(),
+                    agent.system_base(),
+                    &agent.dir().join("memory"),
+                    &spec.goal,
+                    &spec.acceptance,
+                ) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        tracing::warn!(task = %task.id, "role {role_id}: {e}");
+                        let _ = agent.tasks().transition(
+                            &task.id,
+                            TaskState::Ready,
+                            TaskState::Running,
+                            "agent",
+                            "started",
+                        );
+                        let _ = agent.tasks().transition(
+                            &task.id,
+                            TaskState::Running,
+                            TaskState::Failed,
+                            "agent",
+                            &e,
+                        );
+                        continue;
+                    }
+                }
+            }
+            None => None,
+        };
+        let id = task.id.clone();
+        match agent.run_existing(task, role).await {
+            Ok(o) => tracing::info!(task = %id, stop = ?o.stop, "task ran"),
+            Err(e) => tracing::error!(task = %id, "task failed: {e}"),
+        }
+    }
+}
+
+/// The run engine's executor: a phase is a job for the agent like any other.
+pub struct AgentPhases(pub mpsc::UnboundedSender<Job>);
+
+impl PhaseExecutor for AgentPhases {
+    fn execute<'a>(&'a self, prompt: String, task_id: String) -> ExecuteFuture<'a> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            self.0
+                .send(Job::Phase {
+                    prompt,
+                    task_id,
+                    reply,
+                })
+                .map_err(|_| "the project agent is gone".to_string())?;
+            rx.await
+                .map_err(|_| "the project agent stopped before finishing the phase".to_string())?
+        })
+    }
+}
