@@ -197,3 +197,37 @@ impl Drop for Daemon {
         self.kill9();
     }
 }
+
+/// The environment variable and value that carry the fake provider's API key to pegasusd.
+pub const FAKE_KEY_ENV: &str = "PEGASUS_FAKE_KEY";
+pub const FAKE_KEY: &str = "sk-fake-common-7a3e91";
+
+/// A home whose config points provider `fa` (Anthropic wire format) at the fake server, with
+/// reflection off (each call must be scripted) and `extra` YAML appended.
+pub fn fake_home(fake: &pegasus_fakellm::FakeLlm, extra: &str) -> Home {
+    Home::with_config(&format!(
+        "default_model: fa/test-model\n\
+         providers:\n  fa: {{kind: anthropic, base_url: \"{a}\", api_key_env: {FAKE_KEY_ENV}}}\n\
+         prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
+         llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
+         workers: {{shutdown_timeout_s: 5}}\n\
+         agent: {{reflection: false}}\n\
+         {extra}\n",
+        a = fake.anthropic_base_url(),
+    ))
+}
+
+impl Home {
+    /// Starts pegasusd with the fake provider's key.
+    pub fn start_fake(&self) -> Daemon {
+        self.start_with_env(&[(FAKE_KEY_ENV, FAKE_KEY)])
+    }
+}
+
+/// The MainAgent hears about crashes, stops and notifies; give it something to say.
+pub fn main_agent_rule(fake: &pegasus_fakellm::FakeLlm) {
+    fake.add_rule(pegasus_fakellm::Rule::new(
+        pegasus_fakellm::Match::SystemContains("MainAgent".into()),
+        pegasus_fakellm::Reply::Text("noted".into()),
+    ));
+}
