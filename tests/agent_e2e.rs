@@ -91,6 +91,10 @@ fn reads_and_writes_files_and_answers(format: Format) {
     let written =
         std::fs::read_to_string(home.project_dir("files").join("workdir/notes/hello.txt")).unwrap();
     assert_eq!(written, "hi there");
+    // The message ran as a task that records what it changed.
+    let task = home.json(&["task", "list", "files"])[0].clone();
+    assert_eq!(task["state"], "done");
+    assert_eq!(task["files_changed"], json!(["notes/hello.txt"]));
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     let requests = fake.requests();
     assert_eq!(requests.len(), 3);

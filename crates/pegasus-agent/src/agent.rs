@@ -430,6 +430,15 @@ impl Agent {
                 cost_usd: cost,
             });
         }
+        let changed = files_changed(&self.transcript[task_start.min(self.transcript.len())..]);
+        if !changed.is_empty() {
+            let _ = self.tasks.update(
+                &task_id,
+                "files_changed",
+                serde_json::json!(changed),
+                "agent",
+            );
+        }
         let summary: String = end.text.chars().take(500).collect();
         let _ = self.tasks.update(
             &task_id,
@@ -539,4 +548,90 @@ fn task_answer(tasks: &TaskStore, id: &str) -> Option<String> {
             }
             _ => None,
         })
+}
+
+/// The workdir paths a task's successful `write_file` and `edit_file` calls touched, in order,
+/// each once (seed 001's "files changed" of a task).
+fn files_changed(transcript: &[Message]) -> Vec<String> {
+    let mut ok = std::collections::HashSet::new();
+    for m in transcript {
+        for b in &m.content {
+            if let Block::ToolResult {
+                tool_use_id,
+                is_error: false,
+                ..
+            } = b
+            {
+                ok.insert(tool_use_id.clone());
+            }
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    for m in transcript {
+        for b in &m.content {
+            if let Block::ToolUse {
+                id,
+                name,
+                input_json,
+            } = b
+            {
+                if (name == "write_file" || name == "edit_file") && ok.contains(id) {
+                    let path = serde_json::from_str::<serde_json::Value>(input_json)
+                        .ok()
+                        .and_then(|v| v.get("path").and_then(|p| p.as_str()).map(str::to_string));
+                    if let Some(p) = path.filter(|p| !out.contains(p)) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use pegasus_proto::llm::Role;
+
+    #[test]
+    fn files_changed_lists_successful_writes_and_edits_once() {
+        let use_ = |id: &str, name: &str, path: &str| Block::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input_json: serde_json::json!({"path": path}).to_string(),
+        };
+        let result = |id: &str, err: bool| Block::ToolResult {
+            tool_use_id: id.into(),
+            content: String::new(),
+            is_error: err,
+        };
+        let t = vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    use_("1", "write_file", "a.txt"),
+                    use_("2", "edit_file", "b.txt"),
+                    use_("3", "read_file", "c.txt"),
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![result("1", false), result("2", true), result("3", false)],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    use_("4", "edit_file", "a.txt"),
+                    use_("5", "write_file", "d.txt"),
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![result("4", false), result("5", false)],
+            },
+        ];
+        assert_eq!(files_changed(&t), ["a.txt", "d.txt"]);
+    }
 }
