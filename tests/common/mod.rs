@@ -120,6 +120,9 @@ impl Home {
         let child = Command::new(PEGASUSD)
             .arg("--home")
             .arg(self.path())
+            // A developer's real keys must never turn a test into real, paid API calls.
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

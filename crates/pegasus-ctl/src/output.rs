@@ -30,6 +30,15 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Dollars with cents, or with four decimals below a dollar (a call costs fractions of a cent).
+pub fn money(usd: f64) -> String {
+    if usd.abs() < 1.0 {
+        format!("${usd:.4}")
+    } else {
+        format!("${usd:.2}")
+    }
+}
+
 fn dash(v: Option<impl ToString>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
@@ -56,7 +65,7 @@ pub fn project_table(list: &[ProjectInfo]) -> String {
                 p.status.clone(),
                 worker_cell(p),
                 dash(p.model.as_ref()),
-                format!("${:.2}", p.cost_usd),
+                money(p.cost_usd),
                 p.error.clone().unwrap_or_default(),
             ]
         })
@@ -76,11 +85,11 @@ fn duration(secs: u64) -> String {
 
 pub fn status(s: &DaemonStatus) -> String {
     let mut out = format!(
-        "pegasusd pid {}, up {}, home {}\ncost today ${:.2}\n\n",
+        "pegasusd pid {}, up {}, home {}\ncost today {}\n\n",
         s.pid,
         duration(s.uptime_s),
         s.home,
-        s.cost_today_usd
+        money(s.cost_today_usd)
     );
     let rows: Vec<Vec<String>> = s
         .projects
@@ -153,7 +162,7 @@ pub fn project_details(p: &ProjectInfo) -> String {
     if let Some(t) = &p.completed {
         field("completed", t.clone());
     }
-    field("cost", format!("${:.2}", p.cost_usd));
+    field("cost", money(p.cost_usd));
     if let Some(goal) = &p.goal {
         let _ = writeln!(out, "\ngoal:\n{goal}");
     }

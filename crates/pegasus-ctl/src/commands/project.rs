@@ -174,6 +174,19 @@ async fn list(home: &Home, json: bool, status: Option<String>) -> Result<(), Ctl
     Ok(())
 }
 
+/// Task counts by state, from the project's task files: `3 done, 1 failed`.
+fn task_counts(home: &Home, name: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    if let Ok(tasks) =
+        pegasus_tasks::TaskStore::open(&home.project_dir(name), name).and_then(|s| s.list())
+    {
+        for t in tasks {
+            *counts.entry(t.state.as_str().to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
     pegasus_store::validate_name(name)?;
     let info = infos(home, None)
@@ -185,9 +198,26 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
                 "project {name} not found: see `pegasusctl project list`"
             ))
         })?;
+    let counts = task_counts(home, name);
     if json {
-        return super::print_json(&info);
+        let mut value = serde_json::to_value(&info).map_err(|e| CtlError::Failed(e.to_string()))?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("tasks".into(), serde_json::json!(counts));
+        }
+        return super::print_json(&value);
     }
     print!("{}", output::project_details(&info));
+    let summary: Vec<String> = counts
+        .iter()
+        .map(|(state, n)| format!("{n} {state}"))
+        .collect();
+    println!(
+        "\ntasks: {}",
+        if summary.is_empty() {
+            "none yet".to_string()
+        } else {
+            summary.join(", ")
+        }
+    );
     Ok(())
 }
