@@ -425,6 +425,7 @@ async fn bench_spawn(bins: &Bins) -> Res<SpawnResult> {
         context_window: None,
     };
     let (mut plain, mut like, mut worker) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut worker_cpu, mut worker_faults) = (Vec::new(), Vec::new());
     for i in 0..WARMUP + SPAWNS {
         // /bin/true with std's default spawn path (posix_spawn/vfork): the floor.
         let t0 = Instant::now();
@@ -448,11 +449,16 @@ async fn bench_spawn(bins: &Bins) -> Res<SpawnResult> {
         }
         let (d_worker, live) =
             spawn_to_ready(&bins.worker, &dir, &stderr_log, &listener, &init).await?;
+        // What the start cost the worker itself (outside the timed section).
+        let cpu = cpu_ms(live.pid)?;
+        let faults = minor_faults(live.pid)?;
         shutdown(live).await?;
         if i >= WARMUP {
             plain.push(d_plain);
             like.push(d_like);
             worker.push(d_worker);
+            worker_cpu.push(cpu);
+            worker_faults.push(faults);
         }
     }
     let result_plain = Stats::of_durations(&plain);
@@ -469,6 +475,11 @@ async fn bench_spawn(bins: &Bins) -> Res<SpawnResult> {
     println!(
         "    project-worker spawn→Ready                 {}",
         result_worker.line_ms()
+    );
+    println!(
+        "    worker's own CPU until Ready: median {:.3} ms; minor page faults: median {:.0}",
+        Stats::of(&worker_cpu).median,
+        Stats::of(&worker_faults).median
     );
 
     // One lone worker, idle, for memory.
@@ -900,6 +911,18 @@ fn cpu_ms(pid: u32) -> Res<f64> {
             .parse::<u64>()?;
     }
     Ok(ns as f64 / 1e6)
+}
+
+/// Minor page faults of a process so far (`/proc/PID/stat` field 10).
+fn minor_faults(pid: u32) -> Res<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    // After the `(comm)`, the first word is field 3 (state); minflt is field 10.
+    Ok(rest
+        .split_whitespace()
+        .nth(10 - 3)
+        .ok_or("short /proc/PID/stat")?
+        .parse::<f64>()?)
 }
 
 fn alive(pid: u32) -> bool {

@@ -448,9 +448,13 @@ fn the_watchdog_fails_the_task_of_a_silent_worker_and_restarts_it() {
     let fake = FakeLlm::start().unwrap();
     main_agent_rule(&fake);
     // The unanswered "hang" is still in the transcript when the next message comes, so the
-    // more specific rule goes first.
+    // more specific rule goes first. A hung command sends no event; a slow provider would not
+    // count (the gateway's own timeout covers it).
     fake.add_rule(Rule::new(user("still there"), Reply::Text("yes".into())));
-    fake.add_rule(Rule::new(user("hang"), Reply::Fault(Fault::Stall)));
+    fake.add_rule(Rule::new(
+        user("hang"),
+        Reply::Tools(vec![ToolCall::new("exec", json!({"command": "sleep 30"}))]),
+    ));
     let home = fake_home(&fake, "watchdog: {silent_timeout_s: 2}");
     let _d = home.start_fake();
     let pid = home.create("quiet");
@@ -497,5 +501,45 @@ fn restart_turns_a_running_task_into_failed_and_cancel_stops_a_running_one() {
     assert_eq!(
         home.json(&["task", "show", id])["task"]["state"],
         "cancelled"
+    );
+}
+
+#[test]
+fn a_graceful_suspend_lets_the_current_turn_finish_and_records_the_interruption() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(
+        user("keep working"),
+        Reply::Tools(vec![ToolCall::new("exec", json!({"command": "sleep 0.3"}))]),
+    ));
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    let pid = home.create("steady");
+    home.ctl_ok(&["project", "send", "steady", "keep working"]);
+    task_in_state(&home, "steady", "keep working", "running");
+    home.ctl_ok(&["project", "suspend", "steady"]);
+    assert!(!alive(pid));
+    let t = task_in_state(&home, "steady", "keep working", "failed");
+    assert_eq!(t["stop_reason"], "interrupted by shutdown");
+    let show = home.json(&["project", "show", "steady"]);
+    assert_eq!(show["restarts"], 0, "a graceful stop is not a crash");
+    // The interrupted task can be retried once the project is back.
+    home.ctl_ok(&["project", "resume", "steady"]);
+    home.ready_worker("steady", None);
+    let id = t["id"].as_str().unwrap();
+    home.ctl_ok(&["task", "retry", id]);
+    poll(
+        Duration::from_secs(10),
+        "the retried task to run again",
+        || {
+            let history = home.json(&["task", "show", id])["history"].clone();
+            let runs = history
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["type"] == "transition" && e["to"] == "running")
+                .count();
+            (runs == 2).then_some(())
+        },
     );
 }

@@ -50,6 +50,8 @@ pub struct Agent {
     queued: Vec<String>,
     tasks: TaskStore,
     compaction_failures: u32,
+    /// Set by the host when the process is asked to stop: a task stops at its next turn.
+    stop_flag: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Agent {
@@ -118,6 +120,7 @@ impl Agent {
             queued: Vec::new(),
             tasks,
             compaction_failures: 0,
+            stop_flag: Arc::default(),
         })
     }
 
@@ -159,6 +162,13 @@ impl Agent {
     /// prompts and subagents.
     pub fn system_base(&self) -> &str {
         &self.system_base
+    }
+
+    /// The flag the host sets on a graceful shutdown: a running task finishes its current
+    /// turn, then stops and is recorded as `failed` with reason `interrupted by shutdown` (it
+    /// can be retried). Phases of runs are not interrupted: their run resumes after a restart.
+    pub fn stop_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.stop_flag.clone()
     }
 
     /// Its settings.
@@ -363,7 +373,11 @@ impl Agent {
         };
         let store = self.tasks.clone();
         let watched = task_id.clone();
+        let stopping = self.stop_flag.clone();
         let cancelled = move || {
+            if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                return true;
+            }
             store
                 .get(&watched)
                 .map(|t| t.state == TaskState::Cancelled)
@@ -420,7 +434,23 @@ impl Agent {
                 .await;
         }
 
-        let (state, reason) = end.stop.task_state(end.token_capped);
+        let (mut state, mut reason) = end.stop.task_state(end.token_capped);
+        let mut text = end.text;
+        // A stop at a turn boundary that the user did not ask for: the process is shutting
+        // down. The task can be retried; it is not cancelled.
+        if end.stop == StopKind::Cancelled
+            && self.stop_flag.load(std::sync::atomic::Ordering::SeqCst)
+            && self
+                .tasks
+                .get(&task_id)
+                .map(|t| t.state == TaskState::Running)
+                .unwrap_or(false)
+        {
+            state = TaskState::Failed;
+            reason = Some("interrupted by shutdown");
+            text = format!("Stopped: the project is shutting down; retry with `pegasusctl task retry {task_id}`.");
+        }
+        let end = crate::agent_loop::LoopEnd { text, ..end };
         if !tracked {
             return Ok(Outcome {
                 task_id,

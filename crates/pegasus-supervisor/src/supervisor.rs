@@ -115,7 +115,8 @@ impl Supervisor {
     /// Starts supervising `name` unless it already is.
     pub fn start_slot(self: &Arc<Self>, name: &str) {
         let mut slots = lock(&self.slots);
-        if slots.get(name).is_some_and(|s| !s.is_finished()) {
+        // Once the daemon is stopping, no new worker may start behind the drain of stop_all.
+        if *self.shutdown.borrow() || slots.get(name).is_some_and(|s| !s.is_finished()) {
             return;
         }
         slots.insert(
@@ -289,12 +290,19 @@ impl Supervisor {
     ) -> Result<(String, Option<String>), String> {
         pegasus_store::validate_name(name).map_err(|e| e.to_string())?;
         let Some(cmd) = self.slot_cmd(name) else {
-            let status = ProjectFile::load(&self.home.project_dir(name))
-                .map(|p| p.status().to_string())
-                .unwrap_or_else(|_| "not running".into());
-            return Err(format!(
-                "project {name} has no worker (it is {status}): resume it with `pegasusctl project resume {name}`"
-            ));
+            let dir = self.home.project_dir(name);
+            if !dir.join("PROJECT.md").exists() {
+                return Err(format!(
+                    "project {name} not found: see `pegasusctl project list`"
+                ));
+            }
+            return Err(match ProjectFile::load(&dir) {
+                Ok(p) if p.status() == ProjectStatus::Suspended => format!(
+                    "cannot send to project {name}: it is suspended; resume it with `pegasusctl project resume {name}`"
+                ),
+                Ok(p) => format!("cannot send to project {name}: it is {}", p.status()),
+                Err(e) => format!("cannot send to project {name}: it is invalid: {e}"),
+            });
         };
         let (persisted, persisted_rx) = oneshot::channel();
         let (answer, answer_rx) = if wait {

@@ -83,6 +83,11 @@ impl Watchdog {
         }
     }
 
+    /// A sign of life that is not an agent event (an answer of the gateway to the worker).
+    pub fn touch(&mut self) {
+        self.last_event = Instant::now();
+    }
+
     /// When a busy worker counts as silent; `None` while idle.
     pub fn silent_deadline(&self) -> Option<Instant> {
         self.busy

@@ -471,11 +471,18 @@ impl Slot {
             context_window: self.sup.gateway.context_window(&model),
             model,
         });
-        if let Err(e) = writer.write(&init).await {
-            return self
-                .kill_and_reap(child, pid, &format!("cannot send init: {e}"))
-                .await;
-        }
+        // Frames to the worker go through their own task: a worker that stops reading (stopped,
+        // hung) must never block this loop, which has to keep watching the child and the clocks.
+        let (to_worker, mut to_worker_rx) = mpsc::unbounded_channel::<ToWorker>();
+        let writer_task = tokio::spawn(async move {
+            while let Some(frame) = to_worker_rx.recv().await {
+                if let Err(e) = writer.write(&frame).await {
+                    tracing::debug!("worker socket write failed: {e}");
+                    break;
+                }
+            }
+        });
+        let _ = to_worker.send(init);
         // Frames are read by their own task: a frame read is not cancel safe, a channel is.
         let (ev_tx, mut ev_rx) = mpsc::channel::<Result<FromWorker, String>>(64);
         let reader_task = tokio::spawn(async move {
@@ -518,7 +525,7 @@ impl Slot {
                         self.set(|i| i.state = WorkerState::Ready);
                         tracing::info!(project = %self.name, pid, "worker ready");
                         while let Some(d) = self.queued.pop_front() {
-                            self.deliver(&mut writer, d, &mut inflight, &mut awaiting).await;
+                            self.deliver(&to_worker, d, &mut inflight, &mut awaiting);
                         }
                     }
                     Ok(FromWorker::MessagePersisted { id }) => {
@@ -570,11 +577,12 @@ impl Slot {
                     }
                     Err(why) => {
                         conn_open = false;
-                        // A worker without its connection can do nothing useful: end it, and
-                        // the exit arm below restarts it.
+                        // A worker without its connection can do nothing useful. A worker that
+                        // is exiting closes its socket first: give it a moment so its real exit
+                        // status is what gets recorded, then end it; the exit arm restarts it.
                         if stopping.is_none() {
-                            tracing::warn!(project = %self.name, pid, "dropping worker connection: {why}");
-                            spawn::kill_group(pid);
+                            tracing::warn!(project = %self.name, pid, "worker connection ended: {why}");
+                            kill_at = Some(Instant::now() + Duration::from_secs(2));
                         }
                     }
                 },
@@ -583,6 +591,9 @@ impl Slot {
                         LlmOut::Delta { id, text } => ToWorker::LlmDelta { id, text },
                         LlmOut::Done { id, task, result } => {
                             llm_calls.remove(&id);
+                            // An answer from our own gateway is a sign of life: a worker waiting
+                            // on a slow provider is not silent.
+                            dog.touch();
                             if let (Some(task), Ok(ChatResponse { cost_usd: Some(usd), .. })) = (&task, &result) {
                                 if let Some(why) = dog.on_cost(task, *usd) {
                                     tracing::warn!(project = %self.name, "{why}");
@@ -592,13 +603,12 @@ impl Slot {
                         }
                     };
                     if conn_open {
-                        if let Err(e) = writer.write(&frame).await {
-                            tracing::warn!(project = %self.name, "cannot answer the worker: {e}");
-                        }
+                        let _ = to_worker.send(frame);
                     }
                 }
                 status = child.wait() => {
                     reader_task.abort();
+                    writer_task.abort();
                     // Anything the worker started in its group goes with it, and so do its
                     // pending model calls: nobody is left to read their answers.
                     spawn::kill_group(pid);
@@ -621,7 +631,7 @@ impl Slot {
                     None | Some(SlotCmd::Stop(_)) => {
                         let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
                         self.set(|i| i.state = WorkerState::Stopping);
-                        if !conn_open || writer.write(&ToWorker::Shutdown).await.is_err() {
+                        if !conn_open || to_worker.send(ToWorker::Shutdown).is_err() {
                             spawn::kill_group(pid);
                         }
                         stopping = Some(reply);
@@ -629,7 +639,7 @@ impl Slot {
                     }
                     Some(SlotCmd::Deliver(d)) => {
                         if ready {
-                            self.deliver(&mut writer, d, &mut inflight, &mut awaiting).await
+                            self.deliver(&to_worker, d, &mut inflight, &mut awaiting)
                         } else {
                             self.queued.push_back(d)
                         }
@@ -637,13 +647,11 @@ impl Slot {
                     Some(SlotCmd::Restart) => {}
                     Some(SlotCmd::Notify(frame)) => {
                         if ready && conn_open {
-                            if let Err(e) = writer.write(&frame).await {
-                                tracing::warn!(project = %self.name, "cannot nudge the worker: {e}");
-                            }
+                            let _ = to_worker.send(frame);
                         }
                     }
                 },
-                _ = sleep_until(silent_at.unwrap_or_else(Instant::now)), if silent_at.is_some() && stopping.is_none() => {
+                _ = sleep_until(silent_at.unwrap_or_else(Instant::now)), if silent_at.is_some() && stopping.is_none() && llm_calls.is_empty() => {
                     if let Some(task) = dog.take_silent() {
                         let secs = self.sup.config.watchdog.silent_timeout_s;
                         tracing::warn!(project = %self.name, pid, %task, "watchdog: no event for {secs} s from a busy worker; failing the task and restarting the worker");
@@ -670,7 +678,7 @@ impl Slot {
         }
         for (_, to) in awaiting.drain() {
             if let ReplyTo::Waiter(tx) = to {
-                let _ = tx.send(Err(format!("{gone} answered; the message is in its session and is picked up when it runs again")));
+                let _ = tx.send(Err(format!("{gone} answered; the message is in its session, and its agent sees it with the next message")));
             }
         }
         outcome
@@ -707,11 +715,9 @@ impl Slot {
         })
     }
 
-    async fn deliver(
+    fn deliver(
         &mut self,
-        writer: &mut pegasus_proto::FrameWriter<
-            tokio::io::WriteHalf<interprocess::local_socket::tokio::Stream>,
-        >,
+        to_worker: &mpsc::UnboundedSender<ToWorker>,
         d: Delivery,
         inflight: &mut HashMap<String, oneshot::Sender<Result<String, String>>>,
         awaiting: &mut HashMap<String, ReplyTo>,
@@ -722,7 +728,7 @@ impl Slot {
             from: d.from.clone(),
             text: d.text,
         });
-        match writer.write(&msg).await {
+        match to_worker.send(msg) {
             Ok(()) => {
                 inflight.insert(id.clone(), d.persisted);
                 let to = match (d.answer, d.from.as_str()) {
@@ -732,9 +738,9 @@ impl Slot {
                 };
                 awaiting.insert(id, to);
             }
-            Err(e) => {
+            Err(_) => {
                 let _ = d.persisted.send(Err(format!(
-                    "cannot reach the worker of project {}: {e}; try again",
+                    "cannot reach the worker of project {}; try again",
                     self.name
                 )));
             }

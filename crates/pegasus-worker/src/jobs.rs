@@ -19,6 +19,8 @@ pub enum Job {
         task_id: String,
         reply: oneshot::Sender<Result<String, String>>,
     },
+    /// Answered when every job before it is done: the graceful shutdown waits for it.
+    Barrier(oneshot::Sender<()>),
 }
 
 /// Runs jobs until the queue closes.
@@ -27,9 +29,17 @@ pub async fn run_jobs(
     mut rx: mpsc::UnboundedReceiver<Job>,
     out: mpsc::UnboundedSender<FromWorker>,
 ) {
+    let stopping = agent.stop_flag();
     // A restarted worker picks up what was ready before it died (or was made ready meanwhile).
     run_ready_tasks(&mut agent).await;
     while let Some(job) = rx.recv().await {
+        // Shutting down: no new work starts. Messages stay in the session (the agent sees them
+        // next time); a phase already handed over still runs — its run resumes after a restart.
+        if stopping.load(std::sync::atomic::Ordering::SeqCst)
+            && matches!(job, Job::Message(_) | Job::ReadyTasks)
+        {
+            continue;
+        }
         match job {
             Job::Message(first) => {
                 let mut batch = vec![first];
@@ -53,6 +63,9 @@ pub async fn run_jobs(
 async fn run_job(agent: &mut Agent, job: Job) {
     match job {
         Job::Message(_) => {}
+        Job::Barrier(done) => {
+            let _ = done.send(());
+        }
         Job::ReadyTasks => run_ready_tasks(agent).await,
         Job::Phase {
             prompt,

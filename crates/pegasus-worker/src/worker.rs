@@ -129,7 +129,10 @@ async fn serve(
     let session = agent.session_handle();
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
     let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();
-    tokio::spawn(run_jobs(agent, job_rx, out.clone()));
+    let stop_flag = agent.stop_flag();
+    let mut agent_task = tokio::spawn(run_jobs(agent, job_rx, out.clone()));
+    let mut barrier: Option<tokio::sync::oneshot::Receiver<()>> = None;
+    let mut notices_open = true;
     let run_store = RunStore::open(&project_dir).map_err(|e| WorkerError::Config(e.to_string()))?;
     let unfinished = run_store.unfinished();
     let runs = Runs {
@@ -178,12 +181,15 @@ async fn serve(
                 }
                 Some(Ok(Some(ToWorker::RunStart { run_id }))) => runs.drive(run_id),
                 Some(Ok(Some(ToWorker::Shutdown))) => {
-                    // Every turn is already durable (one fdatasync per turn); a task still
-                    // running is closed as `process restarted` when the project loads again.
+                    // Stop taking work and let the current stage finish: a running task stops
+                    // at its next turn boundary (every turn is already durable); the barrier
+                    // answers once the agent is idle. The supervisor kills us if that takes
+                    // longer than its shutdown timeout.
                     tracing::info!("shutdown requested");
-                    let _ = out.send(FromWorker::ShutdownComplete);
-                    let _ = writer_task.await;
-                    return Ok(());
+                    stop_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let _ = jobs.send(Job::Barrier(tx));
+                    barrier = Some(rx);
                 }
                 Some(Ok(Some(ToWorker::Init(_)))) => tracing::warn!("ignoring a second init"),
                 Some(Ok(None)) | None => {
@@ -193,14 +199,29 @@ async fn serve(
                 }
                 Some(Err(e)) => return Err(WorkerError::Handshake(format!("bad frame from pegasusd: {e}"))),
             },
-            notice = notice_rx.recv() => match notice {
+            _ = async { if let Some(b) = barrier.as_mut() { let _ = b.await; } }, if barrier.is_some() => {
+                let _ = out.send(FromWorker::ShutdownComplete);
+                let _ = writer_task.await;
+                return Ok(());
+            }
+            ended = &mut agent_task => {
+                // The agent's task only ends by panicking: without it this worker would take
+                // messages it never answers. Exit, and let the supervisor restart us.
+                let why = match ended {
+                    Err(e) if e.is_panic() => "the project agent panicked".to_string(),
+                    _ => "the project agent stopped".to_string(),
+                };
+                let _ = out.send(FromWorker::Fatal { reason: why.clone() });
+                return Err(WorkerError::Config(why));
+            }
+            notice = notice_rx.recv(), if notices_open => match notice {
                 Some(Notice::Notify { text }) => {
                     let _ = out.send(FromWorker::Notify { text, kind: "info".into() });
                 }
                 Some(Notice::Event { kind, data_json }) => {
                     let _ = out.send(FromWorker::Event { kind, data_json });
                 }
-                None => {}
+                None => notices_open = false,
             },
             _ = heartbeat.tick() => {
                 let _ = out.send(FromWorker::Heartbeat);

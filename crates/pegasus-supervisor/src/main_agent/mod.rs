@@ -20,6 +20,9 @@ reply(channel_type=\"project\", channel_id=NAME, text); a project's answers and 
 channel project/NAME, and so does a message when a project's worker crashes. Coordinate projects through \
 messages; do not do a project's work yourself. Answer the user briefly.";
 
+/// Runs in a row the MainAgent may start for project messages alone (see the loop).
+const MAX_UNATTENDED_RUNS: u32 = 8;
+
 /// Starts the MainAgent task; it serves `inbox` until the daemon exits.
 pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<MainInput>) {
     let dir = sup.home.main_dir();
@@ -68,12 +71,16 @@ pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<Ma
         };
         let session = agent.session_handle();
         let mut next = 0u64;
+        // Runs started by projects alone (their replies, notifies, crashes) since the user last
+        // spoke: capped, so a MainAgent and a project cannot talk to each other forever.
+        let mut unattended = 0u32;
         while let Some(first) = inbox.recv().await {
             let mut batch = vec![first];
             while let Ok(more) = inbox.try_recv() {
                 batch.push(more);
             }
             let mut waiters = Vec::new();
+            let from_user = batch.iter().any(|i| !i.channel.starts_with("project/"));
             for input in batch {
                 next += 1;
                 let id = format!("main-{}-{next}", chrono::Utc::now().timestamp_millis());
@@ -87,6 +94,17 @@ pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<Ma
                 }
                 agent.enqueue(&id, &input.channel, &input.text);
                 waiters.extend(input.answer);
+            }
+            if from_user {
+                unattended = 0;
+            } else if unattended >= MAX_UNATTENDED_RUNS {
+                tracing::warn!(
+                    "MainAgent: {MAX_UNATTENDED_RUNS} runs in a row were started by projects alone; \
+                     holding further project messages until the user speaks"
+                );
+                continue;
+            } else {
+                unattended += 1;
             }
             let answer = match agent.run().await {
                 Ok(outcome) if outcome.stop == StopKind::Answered => Ok(outcome.text),

@@ -1,0 +1,1066 @@
+//! Agent and gateway benchmark: `cargo run --release --example bench_agent`.
+//!
+//! Builds and uses the release binaries `pegasusd` and `pegasusctl` from the same target
+//! directory as itself, runs everything in temporary homes under /tmp against the in-process
+//! fake LLM server, and prints one report with a PASS/MISS per target. See docs/PERFORMANCE.md.
+//!
+//! (raw) Unix-socket round trip: ping-pongs of the exact `LlmRequest` / `LlmResponse` frames of
+//!       (a) between two threads over a socket pair, with pegasus_proto's FrameWriter/FrameReader.
+//! (a) Proxy overhead: the same chat calls (instant text reply) once from a real worker process
+//!     through a real pegasusd, and once from a `Gateway` built here with the same config and
+//!     home. The worker is this very executable: pegasusd is started with `PEGASUS_WORKER_BIN`
+//!     pointing here, and a first argument that is a project folder (it holds PROJECT.md)
+//!     switches to "worker mode" (handshake, Ready, timed `LlmRequest`s, timings written to
+//!     `<project>/bench-proxy.json`, exit 0).
+//! (b) Loading and repairing a 100,000-line session (dangling tool call, torn last line):
+//!     `load_session` + `transcript::rebuild`, median of 5.
+//! (c) Durable writes of one real turn: a real pegasusd and project-worker, the fake model
+//!     answering one message with a `list_dir` call then text; `strace -f -y` attached to the
+//!     worker (and to pegasusd) counts fdatasync/fsync calls by file.
+//! (d) 20 projects calling at once through one in-process `Gateway` (max_concurrency 4, every
+//!     answer delayed 50 ms): max in flight, wall time against the ideal, queueing spread.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use interprocess::local_socket::{
+    tokio::{prelude::*, Stream},
+    GenericFilePath, ToFsName,
+};
+use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule, ToolCall};
+use pegasus_llm::Gateway;
+use pegasus_proto::{
+    llm::{Block, CallMeta, ChatRequest, ChatResponse, Message, Role, StopReason, Usage},
+    worker::{FromWorker, Hello, ToWorker},
+    FrameReader, FrameWriter, PROTOCOL_VERSION,
+};
+use pegasus_store::{Config, ContentBlock, Home, SessionMessage, SessionRecord};
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, Write},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitCode, Stdio},
+    time::{Duration, Instant},
+};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Timed calls per path in (a) and ping-pongs in (raw), after `WARMUP` untimed ones.
+const CALLS: usize = 200;
+const WARMUP: usize = 10;
+/// (b): complete lines in the generated session, and timed loads.
+const SESSION_LINES: usize = 100_000;
+const LOADS: usize = 5;
+/// (d): projects, sequential calls per project, gateway slots, fake service time.
+const PROJECTS: usize = 20;
+const CALLS_PER_PROJECT: usize = 10;
+const SLOTS: usize = 4;
+const SERVICE_MS: u64 = 50;
+
+/// Targets.
+const PROXY_RTT_RATIO_MAX: f64 = 3.0;
+const LOAD_MAX: Duration = Duration::from_millis(300);
+const STARVE_RATIO_MAX: f64 = 2.0;
+
+const KEY_ENV: &str = "PEGASUS_FAKE_KEY";
+const KEY: &str = "sk-bench-agent-5c2e";
+const PROXY_FILE: &str = "bench-proxy.json";
+const PROXY_ERR: &str = "bench-proxy.err";
+
+fn main() -> ExitCode {
+    let first = std::env::args_os().nth(1).map(PathBuf::from);
+    if let Some(dir) = first.filter(|d| d.join("PROJECT.md").is_file()) {
+        return match worker_mode(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench_agent worker mode: {e}");
+                let _ = std::fs::write(dir.join(PROXY_ERR), e.to_string());
+                ExitCode::from(1)
+            }
+        };
+    }
+    // Before any thread exists: the in-process gateways and pegasusd read the key from here.
+    std::env::set_var(KEY_ENV, KEY);
+    match run() {
+        Ok(all_pass) => {
+            if all_pass {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("bench_agent: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// The directory holding the release binaries, built first when run through cargo.
+fn bin_dir() -> Res<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot find the target directory")?
+        .to_path_buf();
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let profile = if dir.ends_with("release") {
+            vec!["--release"]
+        } else {
+            vec![]
+        };
+        let status = Command::new(cargo)
+            .args(["build", "--bins", "--quiet"])
+            .args(profile)
+            .status()?;
+        if !status.success() {
+            return Err("building the pegasus binaries failed".into());
+        }
+    }
+    for bin in ["pegasusd", "pegasusctl", "project-worker"] {
+        if !dir.join(bin).is_file() {
+            return Err(format!(
+                "{} is missing: run `cargo build --release --bins` first",
+                dir.join(bin).display()
+            )
+            .into());
+        }
+    }
+    Ok(dir)
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+/// Nearest-rank percentile of sorted data.
+fn pct(s: &[f64], p: f64) -> f64 {
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}
+
+fn median(s: &[f64]) -> f64 {
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+fn poll<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> Res<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out after {timeout:?} waiting for {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One chat call as the worker sends it: one user message, no tools, 64 tokens.
+fn chat_request(model: &str, n: usize, project: Option<String>) -> ChatRequest {
+    ChatRequest {
+        model: model.to_string(),
+        system: "You are the agent of project bench. Answer briefly.".into(),
+        messages: vec![Message {
+            role: Role::User,
+            content: vec![Block::Text {
+                text: format!("Benchmark call {n}: please answer with one short sentence."),
+            }],
+        }],
+        tools: Vec::new(),
+        max_tokens: 64,
+        temperature: None,
+        thinking: None,
+        timeout_s: None,
+        stream: false,
+        meta: CallMeta {
+            project,
+            task: None,
+            role: None,
+        },
+    }
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A temporary home whose config points provider `fa` at the fake server.
+fn fake_home(fake: &FakeLlm, llm_extra: &str, extra: &str) -> Res<tempfile::TempDir> {
+    let dir = tempfile::Builder::new().prefix("pgb").tempdir_in("/tmp")?;
+    std::fs::write(
+        dir.path().join("config.yml"),
+        format!(
+            "default_model: fa/test-model\n\
+             providers:\n  fa: {{kind: anthropic, base_url: \"{a}\", api_key_env: {KEY_ENV}}}\n\
+             prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
+             llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60{llm_extra}}}\n\
+             agent: {{reflection: false}}\n\
+             {extra}\n",
+            a = fake.anthropic_base_url(),
+        ),
+    )?;
+    Ok(dir)
+}
+
+/// A real pegasusd on a home; SIGKILLed on drop (its workers follow by PDEATHSIG).
+struct Daemon {
+    child: Child,
+    home: PathBuf,
+    ctl: PathBuf,
+}
+
+impl Daemon {
+    fn start(bins: &Path, home: &Path, worker_bin: Option<&Path>) -> Res<Daemon> {
+        let mut cmd = Command::new(bins.join("pegasusd"));
+        cmd.arg("--home")
+            .arg(home)
+            .env(KEY_ENV, KEY)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        match worker_bin {
+            Some(w) => cmd.env("PEGASUS_WORKER_BIN", w),
+            None => cmd.env_remove("PEGASUS_WORKER_BIN"),
+        };
+        let mut d = Daemon {
+            child: cmd.spawn()?,
+            home: home.to_path_buf(),
+            ctl: bins.join("pegasusctl"),
+        };
+        let up = poll(Duration::from_secs(15), "pegasusd to answer status", || {
+            if let Ok(Some(_)) = d.child.try_wait() {
+                return Some(false);
+            }
+            d.ctl(&["status"]).ok().map(|_| true)
+        })?;
+        if !up {
+            return Err("pegasusd exited early (see its log in <home>/logs)".into());
+        }
+        Ok(d)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn ctl(&self, args: &[&str]) -> Res<String> {
+        let out = Command::new(&self.ctl)
+            .arg("--home")
+            .arg(&self.home)
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            return Err(format!(
+                "pegasusctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+            .into());
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// The worker pid of `name` once it is ready.
+    fn ready_worker(&self, name: &str) -> Res<u32> {
+        poll(
+            Duration::from_secs(15),
+            &format!("a ready worker for {name}"),
+            || {
+                let v: serde_json::Value =
+                    serde_json::from_str(&self.ctl(&["--json", "project", "show", name]).ok()?)
+                        .ok()?;
+                let pid = v["worker_pid"].as_u64()?;
+                (v["worker_state"] == "ready").then_some(pid as u32)
+            },
+        )
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker mode: what pegasusd runs as the "project-worker" of (a).
+
+fn worker_mode(dir: &Path) -> Res<()> {
+    let dir = std::path::absolute(dir)?;
+    let mut token = String::new();
+    std::io::stdin().lock().read_line(&mut token)?;
+    if dir.join(PROXY_FILE).exists() {
+        // Restarted after the measured run (its exit counts as a crash): nothing more to do.
+        return Ok(());
+    }
+    let home = pegasus_store::home_of_project(&dir).ok_or("the project is not in a home")?;
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("bad project folder")?
+        .to_string();
+    let times = tokio_rt().block_on(async move {
+        let socket = home.worker_socket();
+        let stream = Stream::connect(socket.as_path().to_fs_name::<GenericFilePath>()?).await?;
+        let (recv, send) = tokio::io::split(stream);
+        let mut reader = FrameReader::new(recv);
+        let mut writer = FrameWriter::new(send);
+        writer
+            .write(&FromWorker::Hello(Hello {
+                protocol_version: PROTOCOL_VERSION,
+                project: name.clone(),
+                pid: std::process::id(),
+                token: token.trim().to_string(),
+            }))
+            .await?;
+        let init = match reader.read::<ToWorker>().await? {
+            Some(ToWorker::Init(init)) => init,
+            other => return Err(format!("expected init, got {other:?}").into()),
+        };
+        writer.write(&FromWorker::Ready).await?;
+        let mut times = Vec::with_capacity(CALLS);
+        for n in 0..WARMUP + CALLS {
+            let id = n as u64 + 1;
+            let frame = FromWorker::LlmRequest {
+                id,
+                request: chat_request(&init.model, n, None),
+            };
+            let t = Instant::now();
+            writer.write(&frame).await?;
+            loop {
+                match reader.read::<ToWorker>().await? {
+                    Some(ToWorker::LlmResponse { id: got, result }) if got == id => {
+                        result.map_err(|e| format!("call {n} failed: {e}"))?;
+                        break;
+                    }
+                    Some(ToWorker::Ping { nonce }) => {
+                        writer.write(&FromWorker::Pong { nonce }).await?;
+                    }
+                    Some(_) => {}
+                    None => return Err("pegasusd closed the connection".into()),
+                }
+            }
+            let us = t.elapsed().as_micros() as u64;
+            if n >= WARMUP {
+                times.push(us);
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error>>(times)
+    })?;
+    // Written whole, then renamed: the benchmark never reads half a file.
+    let tmp = dir.join(format!("{PROXY_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec(&times)?)?;
+    std::fs::rename(&tmp, dir.join(PROXY_FILE))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// (raw) Unix-socket round trip
+
+fn sample_response(id: u64) -> ToWorker {
+    ToWorker::LlmResponse {
+        id,
+        result: Ok(ChatResponse {
+            request_id: "msg_01bench0000000000000000000".into(),
+            model: "fa/test-model".into(),
+            content: vec![Block::Text { text: "ok".into() }],
+            stop_reason: StopReason::EndTurn,
+            usage: Usage {
+                input_tokens: 31,
+                output_tokens: 1,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
+            },
+            cost_usd: Some(0.000033),
+        }),
+    }
+}
+
+/// Round trips (µs) of `req` out and a response frame back over a socket pair between two
+/// threads, each with its own current-thread runtime (as the worker has).
+fn raw_rtt(req: FromWorker, n: usize) -> Res<Vec<f64>> {
+    let (a, b) = std::os::unix::net::UnixStream::pair()?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    let echo = std::thread::spawn(move || {
+        tokio_rt().block_on(async move {
+            let s = tokio::net::UnixStream::from_std(b).expect("socket");
+            let (r, w) = tokio::io::split(s);
+            let (mut r, mut w) = (FrameReader::new(r), FrameWriter::new(w));
+            while let Ok(Some(FromWorker::LlmRequest { id, .. })) = r.read::<FromWorker>().await {
+                if w.write(&sample_response(id)).await.is_err() {
+                    break;
+                }
+            }
+        })
+    });
+    let times = tokio_rt().block_on(async move {
+        let s = tokio::net::UnixStream::from_std(a)?;
+        let (r, w) = tokio::io::split(s);
+        let (mut r, mut w) = (FrameReader::new(r), FrameWriter::new(w));
+        let mut times = Vec::with_capacity(n);
+        for i in 0..WARMUP + n {
+            let t = Instant::now();
+            w.write(&req).await?;
+            r.read::<ToWorker>().await?.ok_or("echo closed")?;
+            if i >= WARMUP {
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error>>(times)
+    })?;
+    echo.join().map_err(|_| "echo thread panicked")?;
+    Ok(sorted(times))
+}
+
+/// A request the size of a real agent call: system prompt, 17 tool schemas, a few turns.
+fn agent_sized_request() -> FromWorker {
+    let mut req = chat_request("fa/test-model", 0, None);
+    req.system = "You are the agent of this project. ".repeat(60);
+    req.tools = (0..17)
+        .map(|i| pegasus_proto::llm::ToolSpec {
+            name: format!("tool_{i}"),
+            description: "Does one thing to the project's files and says what happened.".into(),
+            input_schema_json:
+                r#"{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}"#
+                    .into(),
+        })
+        .collect();
+    for i in 0..6 {
+        req.messages.push(Message {
+            role: if i % 2 == 0 {
+                Role::Assistant
+            } else {
+                Role::User
+            },
+            content: vec![Block::Text {
+                text: "Some earlier text of the conversation, about two hundred bytes long. "
+                    .repeat(3),
+            }],
+        });
+    }
+    req.messages.push(Message {
+        role: Role::User,
+        content: vec![Block::Text {
+            text: "next".into(),
+        }],
+    });
+    FromWorker::LlmRequest {
+        id: 1,
+        request: req,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) Proxy overhead
+
+struct ProxyResult {
+    proxy: Vec<f64>,
+    direct: Vec<f64>,
+}
+
+fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
+    fake.clear_rules();
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    // A long restart backoff: the worker's exit after its run must not start a crash loop.
+    let home = fake_home(
+        fake,
+        "",
+        "workers: {shutdown_timeout_s: 5, restart_backoff_ms: 600000}",
+    )?;
+    let exe = std::env::current_exe()?;
+    let out_file = home.path().join("projects/bench").join(PROXY_FILE);
+    let err_file = home.path().join("projects/bench").join(PROXY_ERR);
+    let proxy = {
+        let daemon = Daemon::start(bins, home.path(), Some(&exe))?;
+        daemon.ctl(&[
+            "project",
+            "create",
+            "bench",
+            "--goal",
+            "Benchmark the proxy",
+        ])?;
+        let times: Vec<u64> = poll(Duration::from_secs(120), "the worker's timings", || {
+            if let Ok(e) = std::fs::read_to_string(&err_file) {
+                return Some(Err(e));
+            }
+            let bytes = std::fs::read(&out_file).ok()?;
+            Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+        })??;
+        drop(daemon);
+        sorted(times.into_iter().map(|t| t as f64).collect())
+    };
+    // The same home, config and ledger, the daemon gone; meta.project set as pegasusd sets it
+    // (so the gateway reads the project's budget from PROJECT.md on both paths).
+    let config = Config::load(&home.path().join("config.yml"))?;
+    let gw = Gateway::new(&Home::new(home.path()), &config)?;
+    let model = gw.resolve_model("");
+    let direct = tokio_rt().block_on(async {
+        let mut times = Vec::with_capacity(CALLS);
+        for n in 0..WARMUP + CALLS {
+            let req = chat_request(&model, n, Some("bench".into()));
+            let t = Instant::now();
+            gw.chat(req, None).await?;
+            if n >= WARMUP {
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error>>(times)
+    })?;
+    Ok(ProxyResult {
+        proxy,
+        direct: sorted(direct),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) Session load + repair
+
+/// Deterministic filler text of about `len` bytes.
+fn words(seed: &mut u64, len: usize) -> String {
+    const W: &[&str] = &[
+        "the", "build", "fails", "because", "module", "config", "test", "passes", "after",
+        "renaming", "function", "worker", "session", "file", "needs", "a", "fix", "in", "parser",
+        "returns", "error", "when", "input", "is", "empty", "so", "we", "check", "first",
+    ];
+    let mut s = String::with_capacity(len + 12);
+    while s.len() < len {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        s.push_str(W[(*seed >> 33) as usize % W.len()]);
+    }
+    s
+}
+
+fn msg(role: pegasus_store::Role, content: Vec<ContentBlock>, n: usize) -> SessionRecord {
+    let assistant = role == pegasus_store::Role::Assistant;
+    SessionRecord::Message(SessionMessage {
+        id: Some(format!("{}_{n:08}", if assistant { "msg" } else { "in" })),
+        role,
+        from: (role == pegasus_store::Role::User).then(|| "cli".to_string()),
+        content,
+        model: assistant.then(|| "fa/test-model".to_string()),
+        usage: assistant.then(|| {
+            serde_json::json!({"input_tokens": 1200 + n % 500, "output_tokens": 80,
+                               "cache_read_tokens": 0, "cache_write_tokens": 0})
+        }),
+        ts: chrono::Utc::now(),
+    })
+}
+
+/// Writes the session: meta, then cycles of user / assistant text+tool_use / tool result /
+/// assistant text, then a user message, an assistant tool call left without a result and a
+/// user message that arrived meanwhile (100,000 complete lines), then a torn half line.
+fn write_session(project_dir: &Path) -> Res<u64> {
+    use pegasus_store::Role as R;
+    let path = pegasus_store::session_file(project_dir);
+    std::fs::create_dir_all(path.parent().ok_or("no parent")?)?;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let mut seed = 42u64;
+    let mut lines = 0usize;
+    let mut put = |f: &mut std::io::BufWriter<std::fs::File>, r: &SessionRecord| -> Res<()> {
+        serde_json::to_writer(&mut *f, r)?;
+        f.write_all(b"\n")?;
+        lines += 1;
+        Ok(())
+    };
+    put(
+        &mut f,
+        &SessionRecord::Meta {
+            version: pegasus_store::SESSION_VERSION,
+            project: "bench".into(),
+            created: chrono::Utc::now(),
+        },
+    )?;
+    const TOOLS: &[&str] = &["read_file", "list_dir", "write_file", "exec"];
+    let cycles = (SESSION_LINES - 4) / 4;
+    for c in 0..cycles {
+        let id = format!("toolu_{c:010}");
+        put(&mut f, &msg(R::User, vec![text(words(&mut seed, 200))], c))?;
+        put(
+            &mut f,
+            &msg(
+                R::Assistant,
+                vec![
+                    text(words(&mut seed, 120)),
+                    ContentBlock::ToolUse {
+                        id: id.clone(),
+                        name: TOOLS[c % TOOLS.len()].into(),
+                        input: serde_json::json!({"path": format!("src/module_{}.rs", c % 97)}),
+                    },
+                ],
+                c,
+            ),
+        )?;
+        put(
+            &mut f,
+            &msg(
+                R::Tool,
+                vec![ContentBlock::ToolResult {
+                    tool_use_id: id,
+                    content: words(&mut seed, 200),
+                    is_error: false,
+                }],
+                c,
+            ),
+        )?;
+        put(
+            &mut f,
+            &msg(R::Assistant, vec![text(words(&mut seed, 200))], c),
+        )?;
+    }
+    put(
+        &mut f,
+        &msg(R::User, vec![text(words(&mut seed, 200))], cycles),
+    )?;
+    put(
+        &mut f,
+        &msg(
+            R::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: "toolu_dangling".into(),
+                name: "exec".into(),
+                input: serde_json::json!({"cmd": "cargo test"}),
+            }],
+            cycles,
+        ),
+    )?;
+    put(
+        &mut f,
+        &msg(R::User, vec![text(words(&mut seed, 200))], cycles),
+    )?;
+    assert_eq!(lines, SESSION_LINES);
+    // A crash in the middle of writing the tool result.
+    f.write_all(
+        br#"{"type":"message","id":null,"role":"tool","from":null,"content":[{"type":"tool_re"#,
+    )?;
+    f.flush()?;
+    drop(f);
+    Ok(std::fs::metadata(&path)?.len())
+}
+
+fn text(t: String) -> ContentBlock {
+    ContentBlock::Text { text: t }
+}
+
+struct LoadResult {
+    bytes: u64,
+    times_ms: Vec<f64>,
+    records: usize,
+    messages: usize,
+    torn: bool,
+    repaired: usize,
+    skipped: usize,
+}
+
+fn session_load() -> Res<LoadResult> {
+    let dir = tempfile::Builder::new().prefix("pgs").tempdir_in("/tmp")?;
+    let bytes = write_session(dir.path())?;
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..LOADS {
+        let t = Instant::now();
+        let loaded = pegasus_store::load_session(dir.path())?;
+        let transcript = pegasus_agent::transcript::rebuild(&loaded.records);
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        last = Some((loaded, transcript.len()));
+    }
+    let (loaded, messages) = last.ok_or("no load")?;
+    Ok(LoadResult {
+        bytes,
+        times_ms: sorted(times),
+        records: loaded.records.len(),
+        messages,
+        torn: loaded.torn_tail,
+        repaired: loaded.repaired_tool_uses,
+        skipped: loaded.skipped,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) fdatasync per turn
+
+struct SyncResult {
+    /// (process, syscall, file relative to the home) → count.
+    by_file: BTreeMap<(String, String, String), usize>,
+    session_syncs: usize,
+    turns: usize,
+    tool_turns: usize,
+    records_added: usize,
+}
+
+fn start_strace(pid: u32, out: &Path) -> Res<Child> {
+    let err = out.with_extension("err");
+    let child = Command::new("strace")
+        .args([
+            "-f",
+            "-y",
+            "-tt",
+            "-e",
+            "trace=fdatasync,fsync,syncfs,sync_file_range",
+        ])
+        .arg("-o")
+        .arg(out)
+        .arg("-p")
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err)?)
+        .spawn()?;
+    poll(Duration::from_secs(10), "strace to attach", || {
+        let s = std::fs::read_to_string(&err).unwrap_or_default();
+        (s.contains("attached") || s.contains("Operation not permitted")).then_some(())
+    })?;
+    let s = std::fs::read_to_string(&err).unwrap_or_default();
+    if !s.contains("attached") {
+        return Err(format!("strace cannot attach: {}", s.trim()).into());
+    }
+    Ok(child)
+}
+
+fn stop_strace(mut child: Child) -> Res<()> {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT)?;
+    child.wait()?;
+    Ok(())
+}
+
+/// Counts sync calls in an strace output file, by syscall and file.
+fn count_syncs(
+    trace: &Path,
+    who: &str,
+    home: &Path,
+    into: &mut BTreeMap<(String, String, String), usize>,
+) -> Res<()> {
+    let home = home.display().to_string();
+    for line in std::fs::read_to_string(trace)?.lines() {
+        if line.contains("resumed>") {
+            continue;
+        }
+        let Some(open) = line.find('(') else { continue };
+        let call = line[..open].split_whitespace().last().unwrap_or("");
+        if !["fdatasync", "fsync", "syncfs", "sync_file_range"].contains(&call) {
+            continue;
+        }
+        let file = line[open..]
+            .split_once('<')
+            .and_then(|(_, r)| r.split_once('>'))
+            .map(|(p, _)| p.replace(&home, "<home>"))
+            .unwrap_or_else(|| "?".into());
+        *into
+            .entry((who.to_string(), call.to_string(), file))
+            .or_default() += 1;
+    }
+    Ok(())
+}
+
+fn turn_syncs(bins: &Path, fake: &FakeLlm) -> Res<SyncResult> {
+    fake.clear_rules();
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("list the files".into()),
+            Reply::Tools(vec![ToolCall::new(
+                "list_dir",
+                serde_json::json!({"path": "."}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::Any,
+        Reply::Text("There are no files yet.".into()),
+    ));
+    let home = fake_home(fake, "", "workers: {shutdown_timeout_s: 5}")?;
+    let daemon = Daemon::start(bins, home.path(), None)?;
+    daemon.ctl(&["project", "create", "sync", "--goal", "Count syncs"])?;
+    let worker = daemon.ready_worker("sync")?;
+    let project_dir = home.path().join("projects/sync");
+    let before = pegasus_store::load_session(&project_dir)?.records.len();
+    let trace_dir = tempfile::Builder::new().prefix("pgt").tempdir_in("/tmp")?;
+    let (wt, dt) = (
+        trace_dir.path().join("worker.trace"),
+        trace_dir.path().join("daemon.trace"),
+    );
+    let ws = start_strace(worker, &wt)?;
+    let ds = start_strace(daemon.pid(), &dt)?;
+    let reply = daemon.ctl(&["project", "send", "sync", "list the files", "--wait"])?;
+    // The task's last transition may land just after the reply.
+    std::thread::sleep(Duration::from_millis(700));
+    stop_strace(ws)?;
+    stop_strace(ds)?;
+    eprintln!("  (c) reply: {}", reply.trim());
+    let loaded = pegasus_store::load_session(&project_dir)?;
+    let added = &loaded.records[before..];
+    let assistants: Vec<&SessionMessage> = added
+        .iter()
+        .filter_map(|r| match r {
+            SessionRecord::Message(m) if m.role == pegasus_store::Role::Assistant => Some(m),
+            _ => None,
+        })
+        .collect();
+    let tool_turns = assistants
+        .iter()
+        .filter(|m| {
+            m.content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+        })
+        .count();
+    let mut by_file = BTreeMap::new();
+    count_syncs(&wt, "worker", home.path(), &mut by_file)?;
+    count_syncs(&dt, "pegasusd", home.path(), &mut by_file)?;
+    let session_syncs = by_file
+        .iter()
+        .filter(|((who, _, f), _)| who == "worker" && f.ends_with("session/current.jsonl"))
+        .map(|(_, n)| n)
+        .sum();
+    drop(daemon);
+    Ok(SyncResult {
+        by_file,
+        session_syncs,
+        turns: assistants.len(),
+        tool_turns,
+        records_added: added.len(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) 20 projects, 4 slots
+
+struct ConcResult {
+    max_in_flight: usize,
+    calls: u64,
+    wall: Duration,
+    waits_ms: Vec<f64>,
+    project_ms: Vec<f64>,
+}
+
+fn concurrency() -> Res<ConcResult> {
+    let fake = FakeLlm::start()?;
+    fake.add_rule(Rule::new(
+        Match::Any,
+        Reply::Fault(Fault::Delay {
+            ms: SERVICE_MS,
+            then: Box::new(Reply::Text("ok".into())),
+        }),
+    ));
+    let home = fake_home(&fake, &format!(", max_concurrency: {SLOTS}"), "")?;
+    let cfg_path = home.path().join("config.yml");
+    let config = Config::load(&cfg_path)?;
+    assert_eq!(config.llm.max_concurrency, SLOTS);
+    let gw = Gateway::new(&Home::new(home.path()), &config)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (wall, results) = rt.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (1..=PROJECTS)
+            .map(|p| {
+                let gw = gw.clone();
+                tokio::spawn(async move {
+                    let t0 = Instant::now();
+                    let mut lat = Vec::with_capacity(CALLS_PER_PROJECT);
+                    for n in 0..CALLS_PER_PROJECT {
+                        let req = chat_request("fa/test-model", n, Some(format!("p{p:02}")));
+                        let t = Instant::now();
+                        gw.chat(req, None).await.map_err(|e| e.to_string())?;
+                        lat.push(t.elapsed());
+                    }
+                    Ok::<_, String>((t0.elapsed(), lat))
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.map_err(|e| e.to_string())??);
+        }
+        Ok::<_, Box<dyn std::error::Error>>((start.elapsed(), results))
+    })?;
+    let service = Duration::from_millis(SERVICE_MS).as_secs_f64() * 1e3;
+    let waits = results
+        .iter()
+        .flat_map(|(_, lat)| lat.iter().map(|l| l.as_secs_f64() * 1e3 - service))
+        .collect();
+    let project_ms = results
+        .iter()
+        .map(|(total, _)| total.as_secs_f64() * 1e3)
+        .collect();
+    let stats = gw.stats();
+    Ok(ConcResult {
+        max_in_flight: stats.max_in_flight,
+        calls: stats.calls,
+        wall,
+        waits_ms: sorted(waits),
+        project_ms: sorted(project_ms),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "?".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!(
+        "{cores} cores, {cpu}, {mem} RAM, kernel {}, {}",
+        kernel.trim(),
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    )
+}
+
+fn run() -> Res<bool> {
+    let bins = bin_dir()?;
+    let started = Instant::now();
+    let mut report: Vec<String> = Vec::new();
+    let mut all = true;
+    report.push(format!("machine: {}", machine()));
+
+    eprintln!("(raw) socket round trip ...");
+    let typical = FromWorker::LlmRequest {
+        id: 1,
+        request: chat_request("fa/test-model", 123, None),
+    };
+    let req_bytes = pegasus_proto::encode(&typical)?.len();
+    let resp_bytes = pegasus_proto::encode(&sample_response(1))?.len();
+    let rtt = raw_rtt(typical, CALLS)?;
+    let big = agent_sized_request();
+    let big_bytes = pegasus_proto::encode(&big)?.len();
+    let rtt_big = raw_rtt(big, CALLS)?;
+    let rtt_med = median(&rtt);
+
+    eprintln!("(a) proxy vs direct ...");
+    let fake = FakeLlm::start()?;
+    let a = proxy_vs_direct(&bins, &fake)?;
+    let (pm, dm) = (median(&a.proxy), median(&a.direct));
+    let added = pm - dm;
+    let ok_a = added <= PROXY_RTT_RATIO_MAX * rtt_med;
+    all &= ok_a;
+    report.push(format!(
+        "raw RTT ({CALLS} ping-pongs, {req_bytes} B request / {resp_bytes} B response frame): \
+         median {:.1} µs, p90 {:.1}, p99 {:.1}, min {:.1}; agent-sized {big_bytes} B request: median {:.1} µs",
+        rtt_med, pct(&rtt, 90.0), pct(&rtt, 99.0), rtt[0], median(&rtt_big)
+    ));
+    report.push(format!(
+        "(a) {CALLS} calls, instant fake reply: proxy (worker→pegasusd→fake) median {:.0} µs \
+         (p10 {:.0}, p90 {:.0}, p99 {:.0}); direct Gateway median {:.0} µs (p10 {:.0}, p90 {:.0}, p99 {:.0})",
+        pm, pct(&a.proxy, 10.0), pct(&a.proxy, 90.0), pct(&a.proxy, 99.0),
+        dm, pct(&a.direct, 10.0), pct(&a.direct, 90.0), pct(&a.direct, 99.0)
+    ));
+    report.push(format!(
+        "    added latency {:.0} µs = {:.2}x raw RTT (target ≤ {PROXY_RTT_RATIO_MAX}x = {:.0} µs)  {}",
+        added,
+        added / rtt_med,
+        PROXY_RTT_RATIO_MAX * rtt_med,
+        verdict(ok_a)
+    ));
+
+    eprintln!("(b) session load ...");
+    let b = session_load()?;
+    let ok_b = median(&b.times_ms) < LOAD_MAX.as_secs_f64() * 1e3;
+    all &= ok_b;
+    report.push(format!(
+        "(b) {SESSION_LINES}-line session ({:.1} MB, torn tail {}, {} dangling call repaired, {} skipped) \
+         → {} records, {} transcript messages: load+rebuild median {:.1} ms (min {:.1}, max {:.1}; {LOADS} runs) \
+         (target < {} ms)  {}",
+        b.bytes as f64 / 1e6, b.torn, b.repaired, b.skipped, b.records, b.messages,
+        median(&b.times_ms), b.times_ms[0], b.times_ms[b.times_ms.len() - 1],
+        LOAD_MAX.as_millis(), verdict(ok_b)
+    ));
+
+    eprintln!("(c) syncs per turn (strace) ...");
+    match turn_syncs(&bins, &fake) {
+        Ok(c) => {
+            // The inbound message is one durable record before the turns.
+            let per_turn = c.session_syncs.saturating_sub(1) as f64 / c.turns.max(1) as f64;
+            let ok_c = c.turns > 0 && c.session_syncs == 1 + c.turns;
+            all &= ok_c;
+            report.push(format!(
+                "(c) one message → {} model turns ({} with a tool call), {} session records added; \
+                 session fdatasyncs {} = 1 (inbound) + {:.2} per turn (target exactly 1)  {}",
+                c.turns, c.tool_turns, c.records_added, c.session_syncs, per_turn, verdict(ok_c)
+            ));
+            for ((who, call, file), n) in &c.by_file {
+                report.push(format!("    {who:8} {call:10} x{n:<3} {file}"));
+            }
+        }
+        Err(e) => {
+            all = false;
+            report.push(format!("(c) could not be measured: {e}  MISS"));
+        }
+    }
+
+    eprintln!("(d) 20 projects, 4 slots ...");
+    let d = concurrency()?;
+    let ideal =
+        Duration::from_millis((PROJECTS * CALLS_PER_PROJECT) as u64 * SERVICE_MS / SLOTS as u64);
+    let pmed = median(&d.project_ms);
+    let pmax = d.project_ms[d.project_ms.len() - 1];
+    let ok_d = d.max_in_flight <= SLOTS && pmax <= STARVE_RATIO_MAX * pmed;
+    all &= ok_d;
+    report.push(format!(
+        "(d) {PROJECTS} projects x {CALLS_PER_PROJECT} calls, {SERVICE_MS} ms service, max_concurrency {SLOTS}: \
+         max in flight {} ({} calls); wall {:.0} ms vs ideal {} ms ({:.2}x)",
+        d.max_in_flight, d.calls, d.wall.as_secs_f64() * 1e3, ideal.as_millis(),
+        d.wall.as_secs_f64() / ideal.as_secs_f64()
+    ));
+    report.push(format!(
+        "    per-call wait (latency − {SERVICE_MS} ms): min {:.1} / median {:.1} / p99 {:.1} / max {:.1} ms; \
+         per-project total min {:.0} / median {:.0} / max {:.0} ms (max/median {:.2}, target ≤ {STARVE_RATIO_MAX})  {}",
+        d.waits_ms[0], median(&d.waits_ms), pct(&d.waits_ms, 99.0), d.waits_ms[d.waits_ms.len() - 1],
+        d.project_ms[0], pmed, pmax, pmax / pmed, verdict(ok_d)
+    ));
+    report.push(format!(
+        "total benchmark time {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+
+    println!("\n== bench_agent report");
+    for l in &report {
+        println!("{l}");
+    }
+    Ok(all)
+}
