@@ -43,12 +43,20 @@ impl Client {
             reader: FrameReader::new(recv),
             writer: FrameWriter::new(send),
         };
-        match client
-            .request(CtlRequest::Hello {
-                protocol_version: PROTOCOL_VERSION,
-            })
-            .await?
-        {
+        // A daemon that accepts but never answers (hung, stopped) must not hang the client.
+        let hello = client.request(CtlRequest::Hello {
+            protocol_version: PROTOCOL_VERSION,
+        });
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(10), hello)
+            .await
+            .map_err(|_| {
+                CtlError::Failed(format!(
+                    "pegasusd on {} did not answer within 10 s: it may be hung; see its log in {}",
+                    home.root().display(),
+                    home.logs_dir().display()
+                ))
+            })??;
+        match answer {
             CtlResponse::Welcome { .. } => Ok(client),
             CtlResponse::Error { message } => Err(CtlError::Failed(message)),
             other => Err(CtlError::Failed(format!(
