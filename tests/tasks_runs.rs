@@ -484,6 +484,23 @@ fn restart_turns_a_running_task_into_failed_and_cancel_stops_a_running_one() {
     let pid = home.create("builder");
     home.ctl_ok(&["project", "send", "builder", "long build"]);
     let running = task_in_state(&home, "builder", "long build", "running");
+    // `status` shows the running task and its cognitive stage.
+    poll(
+        Duration::from_secs(10),
+        "the task and its stage in status",
+        || {
+            let status = home.json(&["status"]);
+            let row = status["projects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == "builder")
+                .cloned()?;
+            (row["task"] == running["id"]
+                && ["reasoning", "acting"].contains(&row["stage"].as_str()?))
+            .then_some(())
+        },
+    );
     kill9(pid);
     home.ready_worker("builder", Some(pid as u64));
     let failed = task_in_state(&home, "builder", "long build", "failed");

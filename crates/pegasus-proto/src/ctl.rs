@@ -142,4 +142,8 @@ pub struct ProjectInfo {
     pub goal: Option<String>,
     /// Why the project is invalid.
     pub error: Option<String>,
+    /// The task its worker is running, and that task's cognitive stage (`reasoning`,
+    /// `acting`, `reflecting`; SPEC §7).
+    pub task: Option<String>,
+    pub stage: Option<String>,
 }

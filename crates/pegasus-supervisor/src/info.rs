@@ -24,6 +24,8 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         completed: None,
         goal: None,
         error: None,
+        task: None,
+        stage: None,
     };
     match &entry.project {
         Ok(p) => {

@@ -80,6 +80,9 @@ pub(crate) struct SlotInfo {
     pub restarts: u32,
     pub last_crash: Option<String>,
     pub last_crash_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The task the worker runs now and its stage, from the worker's events.
+    pub task: Option<String>,
+    pub stage: Option<String>,
 }
 
 /// The daemon's handle on a slot task.
@@ -114,6 +117,8 @@ impl SlotHandle {
         info.worker_state = s.state.as_str().to_string();
         info.restarts = s.restarts;
         info.last_crash = s.last_crash;
+        info.task = s.task;
+        info.stage = s.stage;
         info.last_crash_at = s
             .last_crash_at
             .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
@@ -129,6 +134,8 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
         restarts: 0,
         last_crash: None,
         last_crash_at: None,
+        task: None,
+        stage: None,
     }));
     let slot = Slot {
         sup,
@@ -286,6 +293,28 @@ impl Slot {
         }
     }
 
+    /// Keeps the running task and its cognitive stage for `status` (top-level tasks only: a
+    /// subagent's stages are its parent's).
+    fn track_task(&self, kind: &str, data_json: &str) {
+        let Ok(data) = serde_json::from_str::<serde_json::Value>(data_json) else {
+            return;
+        };
+        let field = |k: &str| data.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        match kind {
+            "task" => {
+                let running = data.get("state").and_then(|s| s.as_str()) == Some("running");
+                self.set(|i| {
+                    i.task = if running { field("task") } else { None };
+                    i.stage = None;
+                });
+            }
+            "task_stage" if data.get("depth").and_then(|d| d.as_u64()).unwrap_or(0) == 0 => {
+                self.set(|i| i.stage = field("stage"));
+            }
+            _ => {}
+        }
+    }
+
     /// Records on the task that the watchdog stopped it (the task store's compare-and-set makes
     /// this safe against the worker writing at the same time).
     fn record_task_stop(&self, task: &str, reason: &str) {
@@ -350,6 +379,8 @@ impl Slot {
         tracing::warn!(project = %self.name, "{notice}");
         self.sup.to_main(&format!("project/{}", self.name), notice);
         self.set(|i| {
+            i.task = None;
+            i.stage = None;
             i.restarts += 1;
             i.last_crash = Some(reason.to_string());
             i.last_crash_at = Some(now);
@@ -566,6 +597,7 @@ impl Slot {
                     }
                     Ok(FromWorker::Event { kind, data_json }) => {
                         tracing::debug!(project = %self.name, %kind, "event: {data_json}");
+                        self.track_task(&kind, &data_json);
                         if let Some(stop) = dog.on_event(&kind, &data_json) {
                             self.sup.to_main(&channel, format!("[task {} of project {} stopped: {}]", stop.task, self.name, stop.reason));
                         }
