@@ -142,7 +142,15 @@ pub async fn run_loop(
                 content: blocks.clone(),
             });
             if let Some(session) = spec.session {
-                persist(session, vec![assistant_record(&blocks, &resp)]).await?;
+                // A response with tool calls is the first half of its turn: written now, so a
+                // crash while the tools run leaves the calls to be closed as cancelled, and made
+                // durable with the results (one fdatasync per turn).
+                persist(
+                    session,
+                    vec![assistant_record(&blocks, &resp)],
+                    calls.is_empty(),
+                )
+                .await?;
             }
         }
         if calls.is_empty() {
@@ -182,7 +190,7 @@ pub async fn run_loop(
             .collect();
         push_user(transcript, results.clone());
         if let Some(session) = spec.session {
-            persist(session, vec![tool_record(&results)]).await?;
+            persist(session, vec![tool_record(&results)], true).await?;
         }
         if let Some(name) = looped {
             end.stop = StopKind::LoopCapped;

@@ -36,13 +36,23 @@ pub fn record_inbound(
     append_blocking(session, &[user_record(id, from, text)])
 }
 
-/// [`append_blocking`] on tokio's blocking pool, so an fdatasync does not stall the runtime.
+/// Appends on tokio's blocking pool, so an fdatasync does not stall the runtime. `durable`:
+/// end of a turn (one fdatasync); otherwise the records are only written (see
+/// [`pegasus_store::Session::append_unsynced`]).
 pub async fn persist(
     session: &SessionHandle,
     records: Vec<SessionRecord>,
+    durable: bool,
 ) -> Result<(), AgentError> {
     let session = session.clone();
-    tokio::task::spawn_blocking(move || append_blocking(&session, &records))
-        .await
-        .map_err(|e| AgentError::Background(e.to_string()))?
+    tokio::task::spawn_blocking(move || {
+        if durable {
+            return append_blocking(&session, &records);
+        }
+        let mut s = session.lock().unwrap_or_else(|p| p.into_inner());
+        s.append_unsynced(&records)?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| AgentError::Background(e.to_string()))?
 }

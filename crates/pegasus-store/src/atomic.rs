@@ -55,15 +55,38 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    write_then_rename_with(tmp, path, bytes, true)
+}
+
+fn write_then_rename_with(tmp: &Path, path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(tmp)
         .map_err(StoreError::io(tmp))?;
     file.write_all(bytes).map_err(StoreError::io(tmp))?;
-    file.sync_all().map_err(StoreError::io(tmp))?;
+    if sync {
+        file.sync_all().map_err(StoreError::io(tmp))?;
+    }
     drop(file);
     fs::rename(tmp, path).map_err(StoreError::io(path))
+}
+
+/// Replaces a file atomically for readers (temp file, rename) but flushes nothing to disk: for
+/// caches that are rebuilt from a durable truth after a machine crash, such as the task index.
+/// A reader never sees a half-written file; after a power loss the file may be old or empty.
+pub fn replace_cache(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = parent_dir(path);
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| StoreError::Invalid(format!("{}: not a file path", path.display())))?;
+    let tmp = dir.join(format!(".{file_name}.tmp-{}", unique_suffix()));
+    let result = write_then_rename_with(&tmp, path, bytes, false);
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Flushes a directory's entries (creations, renames, removals) to disk; without it a rename can

@@ -160,7 +160,7 @@ impl<T> Default for JsonlRead<T> {
 
 /// Reads every complete line of a JSONL file, skipping (and counting) lines that do not parse.
 /// A missing file reads as empty: append-only logs start out absent.
-pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>> {
+pub fn read_jsonl<T: DeserializeOwned + Send>(path: &Path) -> Result<JsonlRead<T>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(JsonlRead::default()),
@@ -171,23 +171,65 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>> {
             })
         }
     };
-    let mut out = JsonlRead::default();
     let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
     // `split` yields a final segment after the last '\n': empty for a healthy file, a torn
     // record otherwise.
-    if let Some(last) = lines.pop() {
-        out.torn_tail = !last.is_empty();
+    let torn_tail = lines.pop().is_some_and(|last| !last.is_empty());
+    // Parsing is the whole cost of loading a long session (100k lines): spread it over the
+    // cores in contiguous chunks, which keeps the order.
+    let threads = if bytes.len() < PARALLEL_PARSE_BYTES {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(8)
+    };
+    let chunk = lines.len().div_ceil(threads.max(1)).max(1);
+    let parts: Vec<(Vec<T>, usize)> = if threads <= 1 {
+        vec![parse_lines(&lines)]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = lines
+                .chunks(chunk)
+                .map(|c| scope.spawn(move || parse_lines::<T>(c)))
+                .collect();
+            // A parse thread cannot panic on input (serde returns errors); if one did, its
+            // lines count as skipped rather than taking the caller down.
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| (Vec::new(), 0)))
+                .collect()
+        })
+    };
+    let mut out = JsonlRead {
+        records: Vec::with_capacity(lines.len()),
+        skipped: 0,
+        torn_tail,
+    };
+    for (records, skipped) in parts {
+        out.records.extend(records);
+        out.skipped += skipped;
     }
+    Ok(out)
+}
+
+/// Files at least this big are parsed on several threads.
+const PARALLEL_PARSE_BYTES: usize = 1 << 20;
+
+/// Parses lines into records, counting the unparsable ones (blank lines are neither).
+fn parse_lines<T: DeserializeOwned>(lines: &[&[u8]]) -> (Vec<T>, usize) {
+    let mut records = Vec::with_capacity(lines.len());
+    let mut skipped = 0;
     for line in lines {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         match serde_json::from_slice::<T>(line) {
-            Ok(v) => out.records.push(v),
-            Err(_) => out.skipped += 1,
+            Ok(v) => records.push(v),
+            Err(_) => skipped += 1,
         }
     }
-    Ok(out)
+    (records, skipped)
 }
 
 #[cfg(test)]
@@ -199,6 +241,27 @@ mod tests {
     #[derive(Debug, Serialize, Deserialize, PartialEq)]
     struct A {
         a: i64,
+    }
+
+    #[test]
+    fn big_files_parse_in_parallel_in_order_and_count_bad_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.jsonl");
+        let mut text = String::new();
+        for i in 0..120_000 {
+            if i % 10_000 == 5 {
+                text.push_str("not json\n");
+            }
+            text.push_str(&format!("{{\"a\":{i}}}\n"));
+        }
+        text.push_str("{\"a\":");
+        assert!(text.len() > PARALLEL_PARSE_BYTES);
+        std::fs::write(&p, text).unwrap();
+        let r = read_jsonl::<A>(&p).unwrap();
+        assert_eq!(r.records.len(), 120_000);
+        assert!(r.records.iter().enumerate().all(|(i, a)| a.a == i as i64));
+        assert_eq!(r.skipped, 12);
+        assert!(r.torn_tail);
     }
 
     #[test]

@@ -147,6 +147,17 @@ impl Session {
         self.appender.sync()
     }
 
+    /// Appends records WITHOUT an fdatasync: they reach the kernel (so they survive the
+    /// process being killed) but are made durable against a machine crash only by the next
+    /// [`Session::append_turn`]. For the first half of a turn — the model's tool calls, written
+    /// before the tools run — so a turn still costs exactly one fdatasync.
+    pub fn append_unsynced(&mut self, records: &[SessionRecord]) -> Result<()> {
+        for r in records {
+            self.appender.append(r)?;
+        }
+        Ok(())
+    }
+
     /// The session file path, for logs.
     pub fn path(&self) -> &Path {
         self.appender.path()

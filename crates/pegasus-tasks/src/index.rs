@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use pegasus_store::{read_jsonl, write_atomic};
+use pegasus_store::{read_jsonl, replace_cache};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TaskError;
@@ -37,7 +37,9 @@ pub(crate) fn read_index(path: &Path) -> Result<Vec<IndexLine>, TaskError> {
     Ok(read.records)
 }
 
-/// Replaces the whole index atomically, oldest task first.
+/// Replaces the whole index, oldest task first. Atomic for readers but not flushed to disk:
+/// the event files are the durable truth and a lost or stale index is rebuilt from them, so
+/// the index costs no fdatasync per transition.
 pub(crate) fn write_index(path: &Path, lines: &[IndexLine]) -> Result<(), TaskError> {
     let mut text = Vec::new();
     for l in lines {
@@ -49,6 +51,6 @@ pub(crate) fn write_index(path: &Path, lines: &[IndexLine]) -> Result<(), TaskEr
         })?;
         text.push(b'\n');
     }
-    write_atomic(path, &text)?;
+    replace_cache(path, &text)?;
     Ok(())
 }
