@@ -161,6 +161,16 @@ impl<T> Default for JsonlRead<T> {
 /// Reads every complete line of a JSONL file, skipping (and counting) lines that do not parse.
 /// A missing file reads as empty: append-only logs start out absent.
 pub fn read_jsonl<T: DeserializeOwned + Send>(path: &Path) -> Result<JsonlRead<T>> {
+    read_jsonl_with(path, |line| serde_json::from_slice::<T>(line).ok())
+}
+
+/// [`read_jsonl`] with a line parser of the caller's: `None` counts the line as skipped. For
+/// record types whose derived deserializer is slow (internally tagged enums buffer every line
+/// before choosing a variant), see `session::load_session`.
+pub fn read_jsonl_with<T: Send>(
+    path: &Path,
+    parse: impl Fn(&[u8]) -> Option<T> + Sync,
+) -> Result<JsonlRead<T>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(JsonlRead::default()),
@@ -186,12 +196,13 @@ pub fn read_jsonl<T: DeserializeOwned + Send>(path: &Path) -> Result<JsonlRead<T
     };
     let chunk = lines.len().div_ceil(threads.max(1)).max(1);
     let parts: Vec<(Vec<T>, usize)> = if threads <= 1 {
-        vec![parse_lines(&lines)]
+        vec![parse_lines(&lines, &parse)]
     } else {
+        let parse = &parse;
         std::thread::scope(|scope| {
             let handles: Vec<_> = lines
                 .chunks(chunk)
-                .map(|c| scope.spawn(move || parse_lines::<T>(c)))
+                .map(|c| scope.spawn(move || parse_lines(c, parse)))
                 .collect();
             // A parse thread cannot panic on input (serde returns errors); if one did, its
             // lines count as skipped rather than taking the caller down.
@@ -217,16 +228,16 @@ pub fn read_jsonl<T: DeserializeOwned + Send>(path: &Path) -> Result<JsonlRead<T
 const PARALLEL_PARSE_BYTES: usize = 1 << 20;
 
 /// Parses lines into records, counting the unparsable ones (blank lines are neither).
-fn parse_lines<T: DeserializeOwned>(lines: &[&[u8]]) -> (Vec<T>, usize) {
+fn parse_lines<T>(lines: &[&[u8]], parse: &impl Fn(&[u8]) -> Option<T>) -> (Vec<T>, usize) {
     let mut records = Vec::with_capacity(lines.len());
     let mut skipped = 0;
     for line in lines {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<T>(line) {
-            Ok(v) => records.push(v),
-            Err(_) => skipped += 1,
+        match parse(line) {
+            Some(v) => records.push(v),
+            None => skipped += 1,
         }
     }
     (records, skipped)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::error::{Result, StoreError};
 use crate::home::Home;
-use crate::project::{ProjectFile, PROJECT_FILE};
+use crate::project::ProjectFile;
 
 /// One project folder found by [`scan_projects`]. A malformed PROJECT.md is reported here
 /// instead of failing the scan, so one bad project never hides the others.
@@ -22,6 +22,11 @@ pub struct ScanEntry {
 /// Every folder in `projects/` that holds a PROJECT.md, loaded with [`ProjectFile::load`] and
 /// sorted by name. Folders without one and hidden folders (like the `.tmp-*` of an interrupted
 /// create) are ignored; a missing `projects/` is an empty list.
+///
+/// This is on the path of every listing and of the restart scan (1,000 projects are read for
+/// one `project list`), so it costs one `open`+`read` per project and nothing more: the folder
+/// type comes from the directory listing, a missing PROJECT.md is learnt from the failed read,
+/// and the files are read and parsed on every core.
 pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
     let projects = home.projects_dir();
     let entries = match std::fs::read_dir(&projects) {
@@ -34,17 +39,62 @@ pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
             })
         }
     };
-    let mut out = Vec::new();
+    let mut dirs = Vec::new();
     for entry in entries {
         let entry = entry.map_err(StoreError::io(&projects))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let dir = entry.path();
-        if name.starts_with('.') || !dir.is_dir() || !dir.join(PROJECT_FILE).is_file() {
+        // A symlinked project folder is followed like a real one.
+        let is_dir = entry
+            .file_type()
+            .map(|t| t.is_dir() || t.is_symlink())
+            .unwrap_or(false);
+        if name.starts_with('.') || !is_dir {
             continue;
         }
-        let project = ProjectFile::load(&dir);
-        out.push(ScanEntry { name, dir, project });
+        let dir = entry.path();
+        dirs.push((name, dir));
     }
+    let load = |batch: &[(String, PathBuf)]| -> Vec<ScanEntry> {
+        batch
+            .iter()
+            .filter_map(|(name, dir)| match ProjectFile::load(dir) {
+                // No PROJECT.md (or not a folder after all): not a project.
+                Err(StoreError::NotFound(_)) => None,
+                Err(StoreError::Io { ref source, .. })
+                    if source.kind() == std::io::ErrorKind::NotADirectory =>
+                {
+                    None
+                }
+                project => Some(ScanEntry {
+                    name: name.clone(),
+                    dir: dir.clone(),
+                    project,
+                }),
+            })
+            .collect()
+    };
+    let threads = if dirs.len() < 64 {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(8)
+    };
+    let mut out: Vec<ScanEntry> = if threads <= 1 {
+        load(&dirs)
+    } else {
+        let chunk = dirs.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = dirs
+                .chunks(chunk)
+                .map(|c| scope.spawn(move || load(c)))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        })
+    };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::jsonl::{read_jsonl, JsonlAppender};
+use crate::jsonl::{read_jsonl_with, JsonlAppender};
 
 /// Version written in the `meta` line; bump when the line format changes incompatibly.
 pub const SESSION_VERSION: u32 = 1;
@@ -193,7 +193,7 @@ pub struct LoadedSession {
 /// cancelled result right after its message (and any results already there), so the transcript
 /// sent to a provider is always valid. A missing file is an empty session.
 pub fn load_session(project_dir: &Path) -> Result<LoadedSession> {
-    let read = read_jsonl::<SessionRecord>(&session_file(project_dir))?;
+    let read = read_jsonl_with(&session_file(project_dir), parse_record)?;
     let (records, repaired_tool_uses) = close_dangling_tool_uses(read.records);
     Ok(LoadedSession {
         records,
@@ -432,5 +432,116 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let loaded = load_session(dir.path()).unwrap();
         assert!(loaded.records.is_empty());
+    }
+}
+
+/// One session line in the shape of every variant at once: a plain struct deserializes in one
+/// pass, where the derived internally tagged enum first buffers the whole line. Loading a long
+/// session is nearly all parsing, so [`load_session`] reads lines through this; the result is
+/// exactly what `serde_json::from_slice::<SessionRecord>` gives (a test holds them equal).
+#[derive(Deserialize)]
+struct RawRecord {
+    #[serde(rename = "type")]
+    kind: String,
+    version: Option<u32>,
+    project: Option<String>,
+    created: Option<DateTime<Utc>>,
+    id: Option<String>,
+    role: Option<Role>,
+    from: Option<String>,
+    content: Option<Vec<RawBlock>>,
+    model: Option<String>,
+    usage: Option<serde_json::Value>,
+    ts: Option<DateTime<Utc>>,
+    summary: Option<String>,
+    archived: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawBlock {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    id: Option<String>,
+    name: Option<String>,
+    input: Option<serde_json::Value>,
+    tool_use_id: Option<String>,
+    content: Option<String>,
+    #[serde(default)]
+    is_error: bool,
+}
+
+fn parse_record(line: &[u8]) -> Option<SessionRecord> {
+    let r: RawRecord = serde_json::from_slice(line).ok()?;
+    Some(match r.kind.as_str() {
+        "meta" => SessionRecord::Meta {
+            version: r.version?,
+            project: r.project?,
+            created: r.created?,
+        },
+        "compaction" => SessionRecord::Compaction {
+            summary: r.summary?,
+            archived: r.archived?,
+            ts: r.ts?,
+        },
+        "message" => {
+            let mut content = Vec::new();
+            for b in r.content? {
+                content.push(match b.kind.as_str() {
+                    "text" => ContentBlock::Text { text: b.text? },
+                    "tool_use" => ContentBlock::ToolUse {
+                        id: b.id?,
+                        name: b.name?,
+                        input: b.input?,
+                    },
+                    "tool_result" => ContentBlock::ToolResult {
+                        tool_use_id: b.tool_use_id?,
+                        content: b.content?,
+                        is_error: b.is_error,
+                    },
+                    _ => return None,
+                });
+            }
+            SessionRecord::Message(SessionMessage {
+                id: r.id,
+                role: r.role?,
+                from: r.from,
+                content,
+                model: r.model,
+                usage: r.usage,
+                ts: r.ts?,
+            })
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod fast_parse_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// The fast line parser and the derived deserializer agree on every kind of line, good or
+    /// bad.
+    #[test]
+    fn fast_parser_matches_the_derived_one() {
+        let lines = [
+            r#"{"type":"meta","version":1,"project":"p","created":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"message","role":"user","from":"cli","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
+            r#"{"type":"message","id":"m1","role":"assistant","content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"read_file","input":{"path":"a"}}],"model":"fa/x","usage":{"input_tokens":3},"ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"message","role":"tool","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}],"model":null,"usage":null,"ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"compaction","summary":"s","archived":"session/archive/1.jsonl","ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"message","role":"user","content":[{"type":"image","text":"x"}],"ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"message","role":"robot","content":[],"ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"message","role":"user","content":[]}"#,
+            r#"{"type":"nonsense"}"#,
+            r#"{"version":1}"#,
+            r#"not json"#,
+            r#"{"type":"meta","version":1,"project":"p","created":"yesterday"}"#,
+        ];
+        for line in lines {
+            let derived = serde_json::from_slice::<SessionRecord>(line.as_bytes()).ok();
+            assert_eq!(parse_record(line.as_bytes()), derived, "{line}");
+        }
     }
 }
