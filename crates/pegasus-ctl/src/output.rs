@@ -106,6 +106,11 @@ pub fn status(s: &DaemonStatus) -> String {
                 },
                 dash(p.worker_pid),
                 p.restarts.to_string(),
+                match (&p.task, &p.stage) {
+                    (Some(t), Some(s)) => format!("{t} ({s})"),
+                    (Some(t), None) => t.clone(),
+                    _ => "-".into(),
+                },
                 p.error
                     .clone()
                     .or_else(|| p.last_crash.clone())
@@ -123,6 +128,7 @@ pub fn status(s: &DaemonStatus) -> String {
                 "WORKER",
                 "PID",
                 "RESTARTS",
+                "TASK (STAGE)",
                 "LAST CRASH / PROBLEM",
             ],
             &rows,
