@@ -435,6 +435,42 @@ mod tests {
     }
 
     #[test]
+    fn status_shows_the_running_task_and_its_stage() {
+        let p = ProjectInfo {
+            name: "web".into(),
+            status: "active".into(),
+            model: None,
+            workdir: None,
+            worker_pid: Some(42),
+            worker_state: "ready".into(),
+            restarts: 0,
+            last_crash: None,
+            last_crash_at: None,
+            cost_usd: 0.0,
+            created: None,
+            suspended: None,
+            completed: None,
+            goal: None,
+            error: None,
+            task: Some("t-1".into()),
+            stage: Some("acting".into()),
+        };
+        let s = DaemonStatus {
+            pid: 1,
+            uptime_s: 5,
+            home: "/h".into(),
+            cost_today_usd: 0.0012,
+            projects: vec![p],
+        };
+        let out = status(&s);
+        assert!(
+            out.contains("TASK (STAGE)") && out.contains("t-1 (acting)"),
+            "{out}"
+        );
+        assert!(out.contains("cost today $0.0012"), "{out}");
+    }
+
+    #[test]
     fn durations_read_well() {
         assert_eq!(duration(5), "5s");
         assert_eq!(duration(65), "1m 5s");
