@@ -288,8 +288,18 @@ impl Agent {
         if let Some(answer) = task_answer(&self.tasks, &task.id) {
             text.push_str(&format!("\n\nAnswer to your question: {answer}"));
         }
-        crate::journal::record_inbound(&self.session, &task.id, "task", &text)?;
-        push_user(&mut self.transcript, vec![Block::Text { text }]);
+        // A message's task that was still ready when the process died: its request is already
+        // the unanswered end of the transcript; do not write it a second time.
+        let already_there = self.transcript.last().is_some_and(|m| {
+            m.role == pegasus_proto::llm::Role::User
+                && m.content
+                    .iter()
+                    .any(|b| matches!(b, Block::Text { text: t } if *t == text))
+        });
+        if !already_there {
+            crate::journal::record_inbound(&self.session, &task.id, "task", &text)?;
+            push_user(&mut self.transcript, vec![Block::Text { text }]);
+        }
         self.run_task(task.id, true, role).await
     }
 
