@@ -82,6 +82,19 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
     poll(Duration::from_secs(10), "the exec child to run", || {
         (!processes_with_cmdline(&marker).is_empty()).then_some(())
     });
+    // The worker records the command's process group right after starting it; the kill must
+    // come after that (a kill within that millisecond would orphan the command).
+    let registry = home.path().join("run/exec-longrun.jsonl");
+    poll(
+        Duration::from_secs(10),
+        "the exec group to be recorded",
+        || {
+            std::fs::read_to_string(&registry)
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .map(|_| ())
+        },
+    );
     kill9(pid);
     let back = home.ready_worker("longrun", Some(pid as u64));
     assert!(alive(back));
