@@ -3,7 +3,6 @@
 use serde::Deserialize;
 
 use crate::memory::append_text;
-use crate::paths::resolve_inside;
 use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 
 /// Appends to a memory file (created if missing); the usual way to record a new fact.
@@ -34,12 +33,9 @@ impl Tool for MemoryAppend {
                 Ok(a) => a,
                 Err(e) => return e,
             };
-            if let Err(e) = std::fs::create_dir_all(&ctx.memory_dir) {
-                return ToolOutput::error(format!("memory is not available: {e}"));
-            }
-            let path = match resolve_inside(&ctx.memory_dir, &args.path, "memory folder") {
+            let path = match super::memory_path(ctx, &args.path) {
                 Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return e,
             };
             if path.is_dir() {
                 return ToolOutput::error(format!("{} is a folder", args.path));

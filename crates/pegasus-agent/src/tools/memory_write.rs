@@ -2,7 +2,6 @@
 
 use serde::Deserialize;
 
-use crate::paths::resolve_inside;
 use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 
 /// Writes a whole memory file.
@@ -33,12 +32,9 @@ impl Tool for MemoryWrite {
                 Ok(a) => a,
                 Err(e) => return e,
             };
-            if let Err(e) = std::fs::create_dir_all(&ctx.memory_dir) {
-                return ToolOutput::error(format!("memory is not available: {e}"));
-            }
-            let path = match resolve_inside(&ctx.memory_dir, &args.path, "memory folder") {
+            let path = match super::memory_path(ctx, &args.path) {
                 Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return e,
             };
             match super::write_text(&path, &args.content) {
                 Ok(()) => ToolOutput::ok(format!("wrote memory {}", args.path)),

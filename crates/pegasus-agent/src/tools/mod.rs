@@ -82,3 +82,15 @@ pub(crate) fn write_text(path: &std::path::Path, content: &str) -> Result<(), St
     }
     pegasus_store::write_atomic(path, content.as_bytes()).map_err(|e| e.to_string())
 }
+
+/// The file a memory tool acts on: `path` resolved inside the memory folder (created if
+/// missing), or the tool error to give the model.
+pub(crate) fn memory_path(
+    ctx: &crate::tool::ToolCtx,
+    path: &str,
+) -> Result<std::path::PathBuf, crate::tool::ToolOutput> {
+    std::fs::create_dir_all(&ctx.memory_dir)
+        .map_err(|e| crate::tool::ToolOutput::error(format!("memory is not available: {e}")))?;
+    crate::paths::resolve_inside(&ctx.memory_dir, path, "memory folder")
+        .map_err(crate::tool::ToolOutput::error)
+}
