@@ -66,7 +66,8 @@ pub enum FromWorker {
     Pong {
         nonce: u64,
     },
-    /// "Still alive" while idle or busy; the watchdog's silent timeout is measured against it.
+    /// "Still alive" while idle or busy: the process and its socket work. (The watchdog's silent
+    /// timeout looks at agent events and gateway answers instead, since a hung agent still beats.)
     Heartbeat,
     /// The message with this id is durably in `session/current.jsonl`.
     MessagePersisted {
