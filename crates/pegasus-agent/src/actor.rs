@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 use crate::notice::send_event;
 use crate::tool::{Tool, ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
+use pegasus_proto::WorkerEvent;
 
 /// One tool call as the model made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,13 +140,12 @@ pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Vec<ToolOutp
             let out = out.unwrap_or_else(|| ToolOutput::error("the call was not run"));
             send_event(
                 &ctx.notices,
-                "tool_call",
-                serde_json::json!({
-                    "task": ctx.task_id,
-                    "depth": ctx.depth,
-                    "name": call.name,
-                    "is_error": out.is_error,
-                }),
+                WorkerEvent::ToolCall {
+                    task: ctx.task_id.clone(),
+                    depth: ctx.depth,
+                    name: call.name.clone(),
+                    is_error: out.is_error,
+                },
             );
             out
         })

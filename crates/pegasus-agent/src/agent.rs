@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 use pegasus_proto::llm::{Block, Message};
+use pegasus_proto::{Stage, WorkerEvent};
 use pegasus_store::{load_session, Session};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -101,8 +102,12 @@ impl Agent {
         for id in &interrupted {
             send_event(
                 &notices,
-                "task",
-                serde_json::json!({"task": id, "state": "failed", "reason": "process restarted"}),
+                WorkerEvent::Task {
+                    task: id.clone(),
+                    title: None,
+                    state: TaskState::Failed,
+                    reason: Some("process restarted".into()),
+                },
             );
         }
         Ok(Agent {
@@ -205,10 +210,12 @@ impl Agent {
     fn task_event(&self, task: &Task) {
         send_event(
             &self.notices,
-            "task",
-            serde_json::json!({
-                "task": task.id, "title": task.title, "state": task.state, "reason": task.stop_reason,
-            }),
+            WorkerEvent::Task {
+                task: task.id.clone(),
+                title: Some(task.title.clone()),
+                state: task.state,
+                reason: task.stop_reason.clone(),
+            },
         );
     }
 
@@ -427,8 +434,11 @@ impl Agent {
         if end.stop == StopKind::Answered && self.settings.reflection {
             send_event(
                 &self.notices,
-                "task_stage",
-                serde_json::json!({"task": task_id, "depth": 0, "stage": "reflecting"}),
+                WorkerEvent::Stage {
+                    task: Some(task_id.clone()),
+                    depth: 0,
+                    stage: Stage::Reflecting,
+                },
             );
             let r = reflect(
                 &ctx,
@@ -545,8 +555,10 @@ impl Agent {
                 self.compaction_failures = 0;
                 send_event(
                     &self.notices,
-                    "compaction",
-                    serde_json::json!({"task": ctx.task_id, "archived": c.archived.to_string_lossy()}),
+                    WorkerEvent::Compaction {
+                        task: ctx.task_id.clone(),
+                        archived: c.archived.to_string_lossy().into_owned(),
+                    },
                 );
             }
             Err(e) => {

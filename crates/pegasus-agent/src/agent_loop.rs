@@ -14,6 +14,7 @@ use crate::thinker;
 use crate::tool::{ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 use crate::transcript::{assistant_record, push_user, tool_record};
+use pegasus_proto::{Stage, WorkerEvent};
 
 /// What one loop works with.
 pub struct LoopSpec<'a> {
@@ -48,11 +49,14 @@ pub struct LoopEnd {
     pub token_capped: bool,
 }
 
-fn stage(ctx: &ToolCtx, stage: &str) {
+fn stage(ctx: &ToolCtx, stage: Stage) {
     send_event(
         &ctx.notices,
-        "task_stage",
-        serde_json::json!({"task": ctx.task_id, "depth": ctx.depth, "stage": stage}),
+        WorkerEvent::Stage {
+            task: ctx.task_id.clone(),
+            depth: ctx.depth,
+            stage,
+        },
     );
 }
 
@@ -104,7 +108,7 @@ pub async fn run_loop(
             end.text = explain(&end.stop, end.turns, "", 0);
             return Ok(end);
         }
-        stage(ctx, "reasoning");
+        stage(ctx, Stage::Reasoning);
         let req = thinker::request(
             ctx,
             spec.system,
@@ -179,7 +183,7 @@ pub async fn run_loop(
                 })
                 .collect(),
             None => {
-                stage(ctx, "acting");
+                stage(ctx, Stage::Acting);
                 act(&calls, spec.tools, ctx).await
             }
         };

@@ -1,5 +1,7 @@
 //! What the agent tells its supervisor while it works.
 
+use pegasus_proto::WorkerEvent;
+
 /// Something the agent wants its supervisor to know. The worker forwards these as
 /// `Notify`/`Event` frames; the MainAgent's host handles them in process. Sending never blocks
 /// the loop, and a closed receiver is ignored: the agent's work does not depend on being watched.
@@ -10,24 +12,12 @@ pub enum Notice {
         /// What to tell it.
         text: String,
     },
-    /// A machine-readable event for logs and the dashboard: task transitions and stages
-    /// (`task`, `task_stage`), tool calls (`tool_call`) and model responses (`model_response`).
-    Event {
-        /// The event name.
-        kind: String,
-        /// Its data, a JSON object as text (frames cannot carry `serde_json::Value`).
-        data_json: String,
-    },
+    /// A typed event for the supervisor's event bus: task transitions and stages, tool calls,
+    /// model usage, text deltas, compactions.
+    Event(WorkerEvent),
 }
 
 /// Sends an event, ignoring a receiver that has gone away.
-pub(crate) fn send_event(
-    notices: &tokio::sync::mpsc::UnboundedSender<Notice>,
-    kind: &str,
-    data: serde_json::Value,
-) {
-    let _ = notices.send(Notice::Event {
-        kind: kind.to_string(),
-        data_json: data.to_string(),
-    });
+pub(crate) fn send_event(notices: &tokio::sync::mpsc::UnboundedSender<Notice>, event: WorkerEvent) {
+    let _ = notices.send(Notice::Event(event));
 }

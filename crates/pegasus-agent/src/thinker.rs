@@ -6,6 +6,7 @@ use crate::model::ChatModel;
 use crate::notice::send_event;
 use crate::outcome::StopKind;
 use crate::tool::ToolCtx;
+use pegasus_proto::WorkerEvent;
 
 /// Builds the request for one turn: the settings' model and `max_tokens`, and the task the
 /// spend counts towards.
@@ -45,15 +46,14 @@ pub async fn think(
         Ok(resp) => {
             send_event(
                 &ctx.notices,
-                "model_response",
-                serde_json::json!({
-                    "task": ctx.task_id,
-                    "depth": ctx.depth,
-                    "model": resp.model,
-                    "usage": resp.usage,
-                    "cost_usd": resp.cost_usd,
-                    "stop_reason": format!("{:?}", resp.stop_reason),
-                }),
+                WorkerEvent::ModelUsage {
+                    task: ctx.task_id.clone(),
+                    depth: ctx.depth,
+                    model: resp.model.clone(),
+                    usage: resp.usage,
+                    cost_usd: resp.cost_usd,
+                    stop_reason: resp.stop_reason,
+                },
             );
             Ok(resp)
         }

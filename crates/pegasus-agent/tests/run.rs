@@ -113,7 +113,9 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
     let kinds: Vec<String> = all
         .iter()
         .filter_map(|n| match n {
-            pegasus_agent::Notice::Event { kind, .. } if kind != "task_stage" => Some(kind.clone()),
+            pegasus_agent::Notice::Event(e) if e.kind() != "task_stage" => {
+                Some(e.kind().to_string())
+            }
             _ => None,
         })
         .collect();
@@ -177,7 +179,10 @@ async fn unknown_tools_and_bad_json_go_back_to_the_model() {
     assert!(errs[2].1.contains("JSON object"));
     let tool_events = events(&mut rx, "tool_call");
     assert_eq!(tool_events.len(), 3);
-    assert_eq!(tool_events[0]["is_error"], true);
+    assert!(matches!(
+        tool_events[0],
+        pegasus_proto::WorkerEvent::ToolCall { is_error: true, .. }
+    ));
     // The raw bad arguments survive a reload as the model wrote them.
     let t = pegasus_agent::transcript::rebuild(&load_session(&fx.dir).unwrap().records);
     assert!(

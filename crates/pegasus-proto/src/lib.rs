@@ -1,8 +1,9 @@
 //! The Pegasus wire protocol, defined once and shared by `pegasusd`, `pegasusctl` and
 //! `project-worker`.
 //!
-//! What it is for: the message enums of both links, the provider-neutral chat types ([`llm`]) (supervisor ↔ worker in [`worker`],
-//! client ↔ daemon in [`ctl`]) and the one frame codec ([`frame`], [`codec`]) that carries them
+//! What it is for: the message enums of both links (supervisor ↔ worker in [`worker`], client ↔
+//! daemon in [`ctl`]), the provider-neutral chat types ([`llm`]), the typed events an agent
+//! reports ([`event`]) and the one frame codec ([`frame`], [`codec`]) that carries them
 //! over a Unix-domain socket as length-prefixed `bincode` payloads with a hard size limit.
 //!
 //! What it is not for: sockets, processes or files. Whoever owns a connection decides what to do
@@ -12,12 +13,14 @@
 pub mod codec;
 pub mod ctl;
 pub mod error;
+pub mod event;
 pub mod frame;
 pub mod llm;
 pub mod worker;
 
 pub use codec::{decode, encode};
 pub use error::ProtoError;
+pub use event::{Stage, TaskState, WorkerEvent};
 pub use frame::{split_frame, FrameReader, FrameWriter, MAX_FRAME};
 
 /// Version of both links. A peer that says hello with another number is disconnected: the

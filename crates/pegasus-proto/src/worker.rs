@@ -4,6 +4,7 @@
 //! token was handed to it on stdin), is answered with [`Init`], loads its project and says
 //! [`FromWorker::Ready`]. From then on the supervisor sends work and the worker reports.
 
+use crate::event::WorkerEvent;
 use crate::llm::{ChatRequest, ChatResponse, LlmError};
 use serde::{Deserialize, Serialize};
 
@@ -78,11 +79,8 @@ pub enum FromWorker {
         text: String,
         kind: String,
     },
-    /// A log-worthy event (task transitions, tool calls, usage); `data_json` is raw JSON.
-    Event {
-        kind: String,
-        data_json: String,
-    },
+    /// What the agent is doing (task transitions, stages, tool calls, usage, text deltas).
+    Event(WorkerEvent),
     /// A model call for the gateway in pegasusd; answered by [`ToWorker::LlmResponse`].
     LlmRequest {
         id: u64,

@@ -9,6 +9,7 @@
 //! MainAgent is told.
 
 use pegasus_proto::llm::LlmError;
+use pegasus_proto::{TaskState, WorkerEvent};
 use pegasus_store::WatchdogConfig;
 use std::{
     collections::{HashMap, VecDeque},
@@ -52,35 +53,33 @@ impl Watchdog {
 
     /// An agent event arrived. Returns a stop to report when a task ended for a reason other
     /// than answering (turn_capped, loop_capped, budget, ...).
-    pub fn on_event(&mut self, kind: &str, data_json: &str) -> Option<Stop> {
+    pub fn on_event(&mut self, event: &WorkerEvent) -> Option<Stop> {
         self.last_event = Instant::now();
-        if kind != "task" {
+        let WorkerEvent::Task {
+            task,
+            state,
+            reason,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        if *state == TaskState::Running {
+            self.busy = Some(task.clone());
             return None;
         }
-        let data: serde_json::Value = serde_json::from_str(data_json).ok()?;
-        let task = data.get("task")?.as_str()?.to_string();
-        let state = data
-            .get("state")
-            .and_then(|s| s.as_str())
-            .unwrap_or_default();
-        match state {
-            "running" => {
-                self.busy = Some(task);
-                None
-            }
-            "done" | "failed" | "blocked" | "cancelled" => {
-                if self.busy.as_deref() == Some(task.as_str()) {
-                    self.busy = None;
-                }
-                self.spend.remove(&task);
-                let reason = data.get("reason").and_then(|r| r.as_str())?;
-                (state != "done" || reason == "token_capped").then(|| Stop {
-                    task,
-                    reason: reason.to_string(),
-                })
-            }
-            _ => None,
+        if !state.has_stopped() {
+            return None;
         }
+        if self.busy.as_deref() == Some(task.as_str()) {
+            self.busy = None;
+        }
+        self.spend.remove(task);
+        let reason = reason.as_deref()?;
+        (*state != TaskState::Done || reason == "token_capped").then(|| Stop {
+            task: task.clone(),
+            reason: reason.to_string(),
+        })
     }
 
     /// A sign of life that is not an agent event (an answer of the gateway to the worker).
@@ -146,6 +145,15 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    fn task(id: &str, state: TaskState, reason: Option<&str>) -> WorkerEvent {
+        WorkerEvent::Task {
+            task: id.into(),
+            title: None,
+            state,
+            reason: reason.map(str::to_string),
+        }
+    }
+
     fn dog(max: Option<f64>) -> Watchdog {
         Watchdog::new(&WatchdogConfig {
             silent_timeout_s: 1,
@@ -157,19 +165,24 @@ mod tests {
     fn only_a_busy_worker_can_be_silent() {
         let mut w = dog(None);
         assert!(w.silent_deadline().is_none());
-        w.on_event("task", r#"{"task":"t1","state":"running"}"#);
+        w.on_event(&task("t1", TaskState::Running, None));
         assert!(w.silent_deadline().is_some());
-        w.on_event("task", r#"{"task":"t1","state":"done","reason":null}"#);
+        w.on_event(&task("t1", TaskState::Done, None));
         assert!(w.silent_deadline().is_none());
     }
 
     #[tokio::test(start_paused = true)]
     async fn silence_past_the_timeout_names_the_task() {
         let mut w = dog(None);
-        w.on_event("task", r#"{"task":"t1","state":"running"}"#);
+        w.on_event(&task("t1", TaskState::Running, None));
         assert_eq!(w.take_silent(), None);
         tokio::time::advance(Duration::from_millis(500)).await;
-        w.on_event("tool_call", "{}");
+        w.on_event(&WorkerEvent::ToolCall {
+            task: Some("t1".into()),
+            depth: 0,
+            name: "exec".into(),
+            is_error: false,
+        });
         tokio::time::advance(Duration::from_millis(700)).await;
         assert_eq!(w.take_silent(), None, "an event resets the clock");
         tokio::time::advance(Duration::from_millis(400)).await;
@@ -180,10 +193,7 @@ mod tests {
     #[test]
     fn stops_other_than_answers_are_reported_with_their_reason() {
         let mut w = dog(None);
-        let stop = w.on_event(
-            "task",
-            r#"{"task":"t1","state":"failed","reason":"loop_capped"}"#,
-        );
+        let stop = w.on_event(&task("t1", TaskState::Failed, Some("loop_capped")));
         assert_eq!(
             stop,
             Some(Stop {
@@ -191,11 +201,10 @@ mod tests {
                 reason: "loop_capped".into()
             })
         );
-        assert_eq!(
-            w.on_event("task", r#"{"task":"t2","state":"done","reason":null}"#),
-            None
-        );
-        assert!(w.on_event("task", "not json").is_none());
+        assert_eq!(w.on_event(&task("t2", TaskState::Done, None)), None);
+        assert!(w
+            .on_event(&task("t3", TaskState::Done, Some("token_capped")))
+            .is_some());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use pegasus_proto::{
     ctl::ProjectInfo,
     llm::{ChatRequest, ChatResponse, LlmError},
     worker::{FromWorker, InboundMessage, Init, ToWorker},
-    PROTOCOL_VERSION,
+    TaskState, WorkerEvent, PROTOCOL_VERSION,
 };
 use std::{
     collections::{HashMap, VecDeque},
@@ -295,22 +295,18 @@ impl Slot {
 
     /// Keeps the running task and its cognitive stage for `status` (top-level tasks only: a
     /// subagent's stages are its parent's).
-    fn track_task(&self, kind: &str, data_json: &str) {
-        let Ok(data) = serde_json::from_str::<serde_json::Value>(data_json) else {
-            return;
-        };
-        let field = |k: &str| data.get(k).and_then(|v| v.as_str()).map(str::to_string);
-        match kind {
-            "task" => {
-                let running = data.get("state").and_then(|s| s.as_str()) == Some("running");
+    fn track_task(&self, event: &WorkerEvent) {
+        match event {
+            WorkerEvent::Task { task, state, .. } => {
+                let running = *state == TaskState::Running;
                 self.set(|i| {
-                    i.task = if running { field("task") } else { None };
+                    i.task = running.then(|| task.clone());
                     i.stage = None;
                 });
             }
-            "task_stage" if data.get("depth").and_then(|d| d.as_u64()).unwrap_or(0) == 0 => {
-                self.set(|i| i.stage = field("stage"));
-            }
+            WorkerEvent::Stage {
+                depth: 0, stage, ..
+            } => self.set(|i| i.stage = Some(stage.as_str().to_string())),
             _ => {}
         }
     }
@@ -595,10 +591,10 @@ impl Slot {
                         tracing::info!(project = %self.name, %kind, "notify: {text}");
                         self.sup.to_main(&format!("project/{}", self.name), format!("[notify from project {}] {text}", self.name));
                     }
-                    Ok(FromWorker::Event { kind, data_json }) => {
-                        tracing::debug!(project = %self.name, %kind, "event: {data_json}");
-                        self.track_task(&kind, &data_json);
-                        if let Some(stop) = dog.on_event(&kind, &data_json) {
+                    Ok(FromWorker::Event(event)) => {
+                        tracing::debug!(project = %self.name, "event: {event:?}");
+                        self.track_task(&event);
+                        if let Some(stop) = dog.on_event(&event) {
                             self.sup.to_main(&channel, format!("[task {} of project {} stopped: {}]", stop.task, self.name, stop.reason));
                         }
                     }

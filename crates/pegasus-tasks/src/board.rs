@@ -45,6 +45,14 @@ impl BoardColumn {
 pub fn board(tasks: &[Task]) -> Vec<(BoardColumn, Vec<&Task>)> {
     BoardColumn::ALL
         .into_iter()
-        .map(|c| (c, tasks.iter().filter(|t| t.state.column() == c).collect()))
+        .map(|c| {
+            (
+                c,
+                tasks
+                    .iter()
+                    .filter(|t| crate::state::column(t.state) == c)
+                    .collect(),
+            )
+        })
         .collect()
 }

@@ -33,6 +33,6 @@ pub use find::find_task;
 pub use id::new_task_id;
 pub use readiness::Readiness;
 pub use snapshot::{project_repos, repo_head};
-pub use state::{check_transition, TaskState};
+pub use state::{check_transition, column, TaskState};
 pub use store::{TaskStore, RECOVERY_ACTOR, RESTART_REASON};
 pub use task::{NewTask, RepoSnapshot, Task, TaskSpec, UPDATABLE_FIELDS};

@@ -4,104 +4,20 @@
 //! recovery rule and every caller go through it, so a state name can never drift between the
 //! code that writes it and the code that checks it.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
 use crate::board::BoardColumn;
 use crate::error::TaskError;
 
-/// Where a task is in its life. Serialized in snake_case (`"verifying"`), the same string as
-/// [`TaskState::as_str`], so files, messages and the dashboard all read the same word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskState {
-    /// Being written; the spec may still change freely.
-    Draft,
-    /// The spec is frozen (`spec_version >= 1`); may still get a new spec version.
-    Planned,
-    /// Frozen and bound to its project: may be picked up by the runner.
-    Ready,
-    /// Being executed; `stage` says reasoning/acting/reflecting.
-    Running,
-    /// Executed; its acceptance checks are running.
-    Verifying,
-    /// Every check passed; waiting to be finalised.
-    Verified,
-    /// Finished successfully. Terminal.
-    Done,
-    /// Execution or verification failed; may be retried (→ ready).
-    Failed,
-    /// Given up by the user or the system. Terminal.
-    Cancelled,
-    /// Stuck until someone answers `question` or lifts the budget; → ready resumes it.
-    Blocked,
-}
+pub use pegasus_proto::TaskState;
 
-impl TaskState {
-    /// Every state, in lifecycle order, for exhaustive tests, help texts and parsing.
-    pub const ALL: [TaskState; 10] = [
-        TaskState::Draft,
-        TaskState::Planned,
-        TaskState::Ready,
-        TaskState::Running,
-        TaskState::Verifying,
-        TaskState::Verified,
-        TaskState::Done,
-        TaskState::Failed,
-        TaskState::Cancelled,
-        TaskState::Blocked,
-    ];
-
-    /// The lowercase name used in files, commands and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Draft => "draft",
-            TaskState::Planned => "planned",
-            TaskState::Ready => "ready",
-            TaskState::Running => "running",
-            TaskState::Verifying => "verifying",
-            TaskState::Verified => "verified",
-            TaskState::Done => "done",
-            TaskState::Failed => "failed",
-            TaskState::Cancelled => "cancelled",
-            TaskState::Blocked => "blocked",
+/// The board column a state is shown in (SPEC §7: todo / in progress / review / done).
+pub fn column(state: TaskState) -> BoardColumn {
+    match state {
+        TaskState::Draft | TaskState::Planned | TaskState::Ready | TaskState::Blocked => {
+            BoardColumn::Todo
         }
-    }
-
-    /// Parses the lowercase name; `None` for anything else so callers can list the valid ones.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-
-    /// `done` and `cancelled`: nothing may leave them. `failed` is not terminal, because a
-    /// failed task can be retried.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, TaskState::Done | TaskState::Cancelled)
-    }
-
-    /// The board column this state is shown in (SPEC §7: todo / in progress / review / done).
-    pub fn column(self) -> BoardColumn {
-        match self {
-            TaskState::Draft | TaskState::Planned | TaskState::Ready | TaskState::Blocked => {
-                BoardColumn::Todo
-            }
-            TaskState::Running => BoardColumn::InProgress,
-            TaskState::Verifying | TaskState::Verified => BoardColumn::Review,
-            TaskState::Done | TaskState::Failed | TaskState::Cancelled => BoardColumn::Done,
-        }
-    }
-
-    /// States a dead process leaves behind: nobody is executing or verifying them any more,
-    /// so the restart rule fails them (SPEC §7).
-    pub fn is_interrupted_by_restart(self) -> bool {
-        matches!(self, TaskState::Running | TaskState::Verifying)
-    }
-}
-
-impl fmt::Display for TaskState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        TaskState::Running => BoardColumn::InProgress,
+        TaskState::Verifying | TaskState::Verified => BoardColumn::Review,
+        TaskState::Done | TaskState::Failed | TaskState::Cancelled => BoardColumn::Done,
     }
 }
 
@@ -238,7 +154,7 @@ mod tests {
             (Blocked, C::Todo),
         ];
         for (s, c) in expected {
-            assert_eq!(s.column(), c, "{s}");
+            assert_eq!(column(s), c, "{s}");
         }
     }
 

@@ -218,8 +218,8 @@ async fn serve(
                 Some(Notice::Notify { text }) => {
                     let _ = out.send(FromWorker::Notify { text, kind: "info".into() });
                 }
-                Some(Notice::Event { kind, data_json }) => {
-                    let _ = out.send(FromWorker::Event { kind, data_json });
+                Some(Notice::Event(event)) => {
+                    let _ = out.send(FromWorker::Event(event));
                 }
                 None => notices_open = false,
             },

@@ -227,13 +227,13 @@ pub async fn call(
     tool.call(input, ctx).await
 }
 
-/// All events of a kind, parsed.
-pub fn events(rx: &mut UnboundedReceiver<Notice>, kind: &str) -> Vec<serde_json::Value> {
+/// All events of a kind (`WorkerEvent::kind`), in order.
+pub fn events(rx: &mut UnboundedReceiver<Notice>, kind: &str) -> Vec<pegasus_proto::WorkerEvent> {
     let mut out = Vec::new();
     while let Ok(n) = rx.try_recv() {
-        if let Notice::Event { kind: k, data_json } = n {
-            if k == kind {
-                out.push(serde_json::from_str(&data_json).unwrap());
+        if let Notice::Event(e) = n {
+            if e.kind() == kind {
+                out.push(e);
             }
         }
     }

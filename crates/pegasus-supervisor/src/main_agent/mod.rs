@@ -39,9 +39,7 @@ pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<Ma
         while let Some(notice) = notice_rx.recv().await {
             match notice {
                 Notice::Notify { text } => tracing::info!("MainAgent notify: {text}"),
-                Notice::Event { kind, data_json } => {
-                    tracing::debug!(%kind, "MainAgent event: {data_json}")
-                }
+                Notice::Event(event) => tracing::debug!("MainAgent event: {event:?}"),
             }
         }
     });

@@ -1,0 +1,298 @@
+//! What a working agent reports while it works: one typed enum, [`WorkerEvent`], built by the
+//! agent, carried by [`crate::worker::FromWorker::Event`], and matched on by every consumer in
+//! pegasusd (the running-task tracker behind `status`, the watchdog, `log -f`, later the
+//! dashboard and Telegram).
+//!
+//! Why typed: an event used to be a name and a JSON text, built ad hoc on one side and parsed
+//! ad hoc on the other, so a renamed field failed silently. Now a change to an event is a
+//! compile error on both sides. The task state and the cognitive stage live here too, so the
+//! words a task's log, a frame and the dashboard use cannot drift apart.
+//!
+//! Frames are `bincode`: plain structs and externally tagged enums only (see the crate docs).
+
+use crate::llm::{StopReason, Usage};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Where a task is in its life (SPEC §7). Serialized in snake_case (`"verifying"`), the same
+/// string as [`TaskState::as_str`], so files, frames and the dashboard all read the same word.
+/// Which moves are allowed is decided in `pegasus-tasks` (`check_transition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Being written; the spec may still change freely.
+    Draft,
+    /// The spec is frozen (`spec_version >= 1`); may still get a new spec version.
+    Planned,
+    /// Frozen and bound to its project: may be picked up by the runner.
+    Ready,
+    /// Being executed; its [`Stage`] says reasoning/acting/reflecting.
+    Running,
+    /// Executed; its acceptance checks are running.
+    Verifying,
+    /// Every check passed; waiting to be finalised.
+    Verified,
+    /// Finished successfully. Terminal.
+    Done,
+    /// Execution or verification failed; may be retried (→ ready).
+    Failed,
+    /// Given up by the user or the system. Terminal.
+    Cancelled,
+    /// Stuck until someone answers `question` or lifts the budget; → ready resumes it.
+    Blocked,
+}
+
+impl TaskState {
+    /// Every state, in lifecycle order, for exhaustive tests, help texts and parsing.
+    pub const ALL: [TaskState; 10] = [
+        TaskState::Draft,
+        TaskState::Planned,
+        TaskState::Ready,
+        TaskState::Running,
+        TaskState::Verifying,
+        TaskState::Verified,
+        TaskState::Done,
+        TaskState::Failed,
+        TaskState::Cancelled,
+        TaskState::Blocked,
+    ];
+
+    /// The lowercase name used in files, commands and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Draft => "draft",
+            TaskState::Planned => "planned",
+            TaskState::Ready => "ready",
+            TaskState::Running => "running",
+            TaskState::Verifying => "verifying",
+            TaskState::Verified => "verified",
+            TaskState::Done => "done",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Blocked => "blocked",
+        }
+    }
+
+    /// Parses the lowercase name; `None` for anything else so callers can list the valid ones.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// `done` and `cancelled`: nothing may leave them. `failed` is not terminal, because a
+    /// failed task can be retried.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskState::Done | TaskState::Cancelled)
+    }
+
+    /// States a dead process leaves behind: nobody is executing or verifying them any more,
+    /// so the restart rule fails them (SPEC §7).
+    pub fn is_interrupted_by_restart(self) -> bool {
+        matches!(self, TaskState::Running | TaskState::Verifying)
+    }
+
+    /// The task no longer runs: it ended, failed, or waits for somebody.
+    pub fn has_stopped(self) -> bool {
+        matches!(
+            self,
+            TaskState::Done | TaskState::Failed | TaskState::Blocked | TaskState::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The cognitive stage of a running task (seed 000's TaskFSM, SPEC §7), shown in `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Waiting for the model to decide.
+    Reasoning,
+    /// Running the tool calls the model asked for.
+    Acting,
+    /// Writing what was learnt to memory after the answer.
+    Reflecting,
+}
+
+impl Stage {
+    /// Every stage, for exhaustive tests.
+    pub const ALL: [Stage; 3] = [Stage::Reasoning, Stage::Acting, Stage::Reflecting];
+
+    /// The lowercase name shown in `status` and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Reasoning => "reasoning",
+            Stage::Acting => "acting",
+            Stage::Reflecting => "reflecting",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One thing an agent did that its supervisor, its logs and its watchers want to know.
+///
+/// `task` is the id of the task the agent works on (`None` for work outside a task, such as
+/// compaction between tasks); `depth` is 0 for the task's own agent and 1+ for its subagents,
+/// whose stages and calls count as their parent task's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WorkerEvent {
+    /// A task moved to `state` (with why, for a stop that was not an answer).
+    Task {
+        task: String,
+        title: Option<String>,
+        state: TaskState,
+        reason: Option<String>,
+    },
+    /// A running task entered a cognitive stage.
+    Stage {
+        task: Option<String>,
+        depth: u32,
+        stage: Stage,
+    },
+    /// A tool call finished.
+    ToolCall {
+        task: Option<String>,
+        depth: u32,
+        name: String,
+        is_error: bool,
+    },
+    /// A model call answered: what it used and cost.
+    ModelUsage {
+        task: Option<String>,
+        depth: u32,
+        /// `provider/model` actually used.
+        model: String,
+        usage: Usage,
+        /// `None` when the price table does not know the model.
+        cost_usd: Option<f64>,
+        /// Why the model stopped.
+        stop_reason: StopReason,
+    },
+    /// A streamed piece of the model's text, as it arrives.
+    TextDelta { task: Option<String>, text: String },
+    /// The session was compacted; the old file was archived at `archived`.
+    Compaction {
+        task: Option<String>,
+        archived: String,
+    },
+}
+
+impl WorkerEvent {
+    /// The event's short name, for log lines and the dashboard's event types.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WorkerEvent::Task { .. } => "task",
+            WorkerEvent::Stage { .. } => "task_stage",
+            WorkerEvent::ToolCall { .. } => "tool_call",
+            WorkerEvent::ModelUsage { .. } => "model_response",
+            WorkerEvent::TextDelta { .. } => "text_delta",
+            WorkerEvent::Compaction { .. } => "compaction",
+        }
+    }
+
+    /// The task the event is about, if any.
+    pub fn task(&self) -> Option<&str> {
+        match self {
+            WorkerEvent::Task { task, .. } => Some(task),
+            WorkerEvent::Stage { task, .. }
+            | WorkerEvent::ToolCall { task, .. }
+            | WorkerEvent::ModelUsage { task, .. }
+            | WorkerEvent::TextDelta { task, .. }
+            | WorkerEvent::Compaction { task, .. } => task.as_deref(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode};
+
+    /// One value of every variant; the `match` makes adding a variant without a sample here a
+    /// compile error, so the round trip below stays exhaustive.
+    pub(crate) fn samples() -> Vec<WorkerEvent> {
+        let all = vec![
+            WorkerEvent::Task {
+                task: "t-1".into(),
+                title: Some("Write the page".into()),
+                state: TaskState::Failed,
+                reason: Some("loop_capped".into()),
+            },
+            WorkerEvent::Stage {
+                task: Some("t-1".into()),
+                depth: 1,
+                stage: Stage::Acting,
+            },
+            WorkerEvent::ToolCall {
+                task: None,
+                depth: 0,
+                name: "exec".into(),
+                is_error: true,
+            },
+            WorkerEvent::ModelUsage {
+                task: Some("t-2".into()),
+                depth: 0,
+                model: "anthropic/claude-sonnet-4-5".into(),
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 20,
+                    cache_read_tokens: 3,
+                    cache_write_tokens: 4,
+                },
+                cost_usd: Some(0.25),
+                stop_reason: StopReason::ToolUse,
+            },
+            WorkerEvent::TextDelta {
+                task: Some("t-2".into()),
+                text: "Hel".into(),
+            },
+            WorkerEvent::Compaction {
+                task: None,
+                archived: "/h/projects/p/session/archive-1.jsonl".into(),
+            },
+        ];
+        for e in &all {
+            match e {
+                WorkerEvent::Task { .. }
+                | WorkerEvent::Stage { .. }
+                | WorkerEvent::ToolCall { .. }
+                | WorkerEvent::ModelUsage { .. }
+                | WorkerEvent::TextDelta { .. }
+                | WorkerEvent::Compaction { .. } => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_worker_event_round_trips_through_the_codec() {
+        let samples = samples();
+        let kinds: std::collections::HashSet<_> = samples.iter().map(|e| e.kind()).collect();
+        assert_eq!(kinds.len(), samples.len(), "one sample per variant");
+        for event in samples {
+            let frame = crate::worker::FromWorker::Event(event.clone());
+            let back: crate::worker::FromWorker = decode(&encode(&frame).unwrap()).unwrap();
+            assert_eq!(back, frame);
+        }
+    }
+
+    #[test]
+    fn every_task_state_and_stage_round_trips_by_name_and_codec() {
+        for s in TaskState::ALL {
+            assert_eq!(TaskState::parse(s.as_str()), Some(s));
+            assert_eq!(decode::<TaskState>(&encode(&s).unwrap()).unwrap(), s);
+        }
+        assert_eq!(TaskState::parse("Running"), None);
+        for s in Stage::ALL {
+            assert_eq!(decode::<Stage>(&encode(&s).unwrap()).unwrap(), s);
+        }
+    }
+}
