@@ -3,6 +3,7 @@
 //! A connection starts with [`CtlRequest::Hello`]; the daemon answers [`CtlResponse::Welcome`] or
 //! an error and hangs up. Then each request gets exactly one response.
 
+use crate::event::BusEvent;
 use serde::{Deserialize, Serialize};
 
 /// Client → daemon.
@@ -20,10 +21,10 @@ pub enum CtlRequest {
     ProjectShow {
         name: String,
     },
-    /// One lifecycle verb: `suspend`, `resume`, `complete` or `archive`.
+    /// One lifecycle verb (SPEC §4).
     ProjectLifecycle {
         name: String,
-        verb: String,
+        verb: LifecycleVerb,
     },
     /// Deliver a message to the project's worker; answered with `Sent` once it is durably
     /// persisted, or with `Reply` once the project's agent answered when `wait` is set.
@@ -39,7 +40,7 @@ pub enum CtlRequest {
     /// `task cancel|retry|replay`: one verb on one task (found by id in any project).
     TaskVerb {
         id: String,
-        verb: String,
+        verb: TaskVerb,
     },
     /// `task answer`: the answer to a blocked task's question; the task goes back to ready.
     TaskAnswer {
@@ -61,10 +62,77 @@ pub enum CtlRequest {
     /// `run cancel|pause|resume`: steer the project's latest run.
     RunControl {
         project: String,
-        action: String,
+        action: RunAction,
+    },
+    /// Follow the daemon's event bus (every project, or one): answered by a stream of
+    /// [`CtlResponse::Event`] frames (and [`CtlResponse::Resync`] after a gap) until the client
+    /// hangs up. The connection takes no other request afterwards.
+    Follow {
+        project: Option<String>,
     },
     /// Graceful daemon shutdown.
     Stop,
+}
+
+/// The lifecycle verbs of a project (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LifecycleVerb {
+    Suspend,
+    Resume,
+    Complete,
+    Archive,
+}
+
+impl LifecycleVerb {
+    pub const ALL: [LifecycleVerb; 4] = [
+        LifecycleVerb::Suspend,
+        LifecycleVerb::Resume,
+        LifecycleVerb::Complete,
+        LifecycleVerb::Archive,
+    ];
+
+    /// The word the CLI uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleVerb::Suspend => "suspend",
+            LifecycleVerb::Resume => "resume",
+            LifecycleVerb::Complete => "complete",
+            LifecycleVerb::Archive => "archive",
+        }
+    }
+}
+
+/// What `task cancel|retry|replay` asks of one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskVerb {
+    Cancel,
+    Retry,
+    Replay,
+}
+
+impl TaskVerb {
+    pub const ALL: [TaskVerb; 3] = [TaskVerb::Cancel, TaskVerb::Retry, TaskVerb::Replay];
+}
+
+/// How `run cancel|pause|resume` steers a project's latest run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunAction {
+    Cancel,
+    Pause,
+    Resume,
+}
+
+impl RunAction {
+    pub const ALL: [RunAction; 3] = [RunAction::Cancel, RunAction::Pause, RunAction::Resume];
+
+    /// The word the CLI uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunAction::Cancel => "cancel",
+            RunAction::Pause => "pause",
+            RunAction::Resume => "resume",
+        }
+    }
 }
 
 /// Arguments of `project create`.
@@ -104,6 +172,13 @@ pub enum CtlResponse {
     /// Refused or failed; one line that says what to do.
     Error {
         message: String,
+    },
+    /// One event of the bus, for a [`CtlRequest::Follow`] connection.
+    Event(BusEvent),
+    /// The follower fell behind and `missed` events were dropped for it: whatever it shows
+    /// from events should be re-read from the files.
+    Resync {
+        missed: u64,
     },
 }
 
@@ -146,4 +221,168 @@ pub struct ProjectInfo {
     /// `acting`, `reflecting`; SPEC §7).
     pub task: Option<String>,
     pub stage: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{decode, encode};
+
+    fn requests() -> Vec<CtlRequest> {
+        let mut all = vec![
+            CtlRequest::Hello {
+                protocol_version: 1,
+            },
+            CtlRequest::Status,
+            CtlRequest::ProjectCreate(CreateProject {
+                name: "web".into(),
+                goal: "a site".into(),
+                background: Some("b".into()),
+                constraints: None,
+                model: Some("anthropic/claude-sonnet-4-5".into()),
+                workdir: None,
+            }),
+            CtlRequest::ProjectList {
+                status: Some("active".into()),
+            },
+            CtlRequest::ProjectShow { name: "web".into() },
+            CtlRequest::ProjectSend {
+                name: "web".into(),
+                text: "hi".into(),
+                wait: true,
+            },
+            CtlRequest::Chat { text: "hi".into() },
+            CtlRequest::TaskAnswer {
+                id: "t".into(),
+                text: "yes".into(),
+            },
+            CtlRequest::RoleAssign {
+                project: "web".into(),
+                role: "coder".into(),
+                variables: vec![("lang".into(), "rust".into())],
+            },
+            CtlRequest::RunStart {
+                project: "web".into(),
+                brief: "b".into(),
+                max_attempts: 3,
+            },
+            CtlRequest::Follow {
+                project: Some("web".into()),
+            },
+            CtlRequest::Stop,
+        ];
+        all.extend(LifecycleVerb::ALL.map(|verb| CtlRequest::ProjectLifecycle {
+            name: "web".into(),
+            verb,
+        }));
+        all.extend(TaskVerb::ALL.map(|verb| CtlRequest::TaskVerb {
+            id: "t".into(),
+            verb,
+        }));
+        all.extend(RunAction::ALL.map(|action| CtlRequest::RunControl {
+            project: "web".into(),
+            action,
+        }));
+        all
+    }
+
+    /// Adding a request without a sample above fails to compile here.
+    fn covered(r: &CtlRequest) -> &'static str {
+        match r {
+            CtlRequest::Hello { .. } => "hello",
+            CtlRequest::Status => "status",
+            CtlRequest::ProjectCreate(_) => "create",
+            CtlRequest::ProjectList { .. } => "list",
+            CtlRequest::ProjectShow { .. } => "show",
+            CtlRequest::ProjectLifecycle { .. } => "lifecycle",
+            CtlRequest::ProjectSend { .. } => "send",
+            CtlRequest::Chat { .. } => "chat",
+            CtlRequest::TaskVerb { .. } => "task",
+            CtlRequest::TaskAnswer { .. } => "answer",
+            CtlRequest::RoleAssign { .. } => "role",
+            CtlRequest::RunStart { .. } => "run",
+            CtlRequest::RunControl { .. } => "run-control",
+            CtlRequest::Follow { .. } => "follow",
+            CtlRequest::Stop => "stop",
+        }
+    }
+
+    #[test]
+    fn every_control_request_round_trips_through_the_codec() {
+        let all = requests();
+        let kinds: std::collections::HashSet<_> = all.iter().map(covered).collect();
+        assert_eq!(kinds.len(), 15, "one sample of every request");
+        for req in all {
+            assert_eq!(decode::<CtlRequest>(&encode(&req).unwrap()).unwrap(), req);
+        }
+    }
+
+    #[test]
+    fn every_control_response_round_trips_through_the_codec() {
+        let info = ProjectInfo {
+            name: "web".into(),
+            status: "active".into(),
+            model: None,
+            workdir: Some("/w".into()),
+            worker_pid: Some(7),
+            worker_state: "ready".into(),
+            restarts: 1,
+            last_crash: None,
+            last_crash_at: None,
+            cost_usd: 0.5,
+            created: None,
+            suspended: None,
+            completed: None,
+            goal: Some("g".into()),
+            error: None,
+            task: Some("t".into()),
+            stage: Some("acting".into()),
+        };
+        let all = vec![
+            CtlResponse::Welcome {
+                daemon_pid: 1,
+                protocol_version: 1,
+            },
+            CtlResponse::Status(DaemonStatus {
+                pid: 1,
+                uptime_s: 2,
+                home: "/h".into(),
+                cost_today_usd: 0.1,
+                projects: vec![info.clone()],
+            }),
+            CtlResponse::Project(Box::new(info.clone())),
+            CtlResponse::Projects(vec![info]),
+            CtlResponse::Sent { id: "m".into() },
+            CtlResponse::Reply {
+                id: "m".into(),
+                text: "hi".into(),
+            },
+            CtlResponse::Done {
+                message: "ok".into(),
+            },
+            CtlResponse::Error {
+                message: "no".into(),
+            },
+            CtlResponse::Resync { missed: 3 },
+        ];
+        for resp in all {
+            match &resp {
+                CtlResponse::Welcome { .. }
+                | CtlResponse::Status(_)
+                | CtlResponse::Project(_)
+                | CtlResponse::Projects(_)
+                | CtlResponse::Sent { .. }
+                | CtlResponse::Reply { .. }
+                | CtlResponse::Done { .. }
+                | CtlResponse::Error { .. }
+                | CtlResponse::Event(_)
+                | CtlResponse::Resync { .. } => {}
+            }
+            assert_eq!(
+                decode::<CtlResponse>(&encode(&resp).unwrap()).unwrap(),
+                resp
+            );
+        }
+    }
 }

@@ -211,8 +211,59 @@ impl WorkerEvent {
     }
 }
 
+/// One event on pegasusd's bus, as every consumer (the status tracker, the watchdog,
+/// `pegasusctl ... -f`, the dashboard) receives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BusEvent {
+    /// Position on the bus since the daemon started: strictly increasing, so a follower can
+    /// tell a gap (and resume after one, where a ring buffer allows).
+    pub seq: u64,
+    /// When the daemon published it, in milliseconds since the Unix epoch.
+    pub ts_ms: i64,
+    /// The project it is about (`main` for the MainAgent).
+    pub project: String,
+    pub body: BusBody,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum BusBody {
+    /// Something the project's agent did.
+    Worker(WorkerEvent),
+    /// The project's worker process changed state (`starting`, `ready`, `stopping`, `backoff`,
+    /// `crash-looping`, `stopped`).
+    WorkerState { state: String, pid: Option<u32> },
+    /// The worker ended without being asked to (`exit code 3`, `signal 9 (SIGKILL)`, ...).
+    Crash { reason: String },
+    /// A model call of the project started or ended in the gateway; `in_flight` counts the
+    /// project's calls still waiting after this one, so a consumer that missed events is right
+    /// again at the next one.
+    LlmCall {
+        task: Option<String>,
+        ended: bool,
+        in_flight: u32,
+        cost_usd: Option<f64>,
+    },
+    /// The project told the MainAgent something (`notify`).
+    Notify { text: String },
+}
+
+impl BusBody {
+    /// A short name, for log lines and the dashboard's SSE event types.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BusBody::Worker(e) => e.kind(),
+            BusBody::WorkerState { .. } => "worker_state",
+            BusBody::Crash { .. } => "crash",
+            BusBody::LlmCall { .. } => "llm_call",
+            BusBody::Notify { .. } => "notify",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::{decode, encode};
 
@@ -280,6 +331,46 @@ mod tests {
         for event in samples {
             let frame = crate::worker::FromWorker::Event(event.clone());
             let back: crate::worker::FromWorker = decode(&encode(&frame).unwrap()).unwrap();
+            assert_eq!(back, frame);
+        }
+    }
+
+    #[test]
+    fn every_bus_event_round_trips_through_the_codec() {
+        let mut bodies: Vec<BusBody> = samples().into_iter().map(BusBody::Worker).collect();
+        bodies.extend([
+            BusBody::WorkerState {
+                state: "ready".into(),
+                pid: Some(42),
+            },
+            BusBody::Crash {
+                reason: "signal 9 (SIGKILL)".into(),
+            },
+            BusBody::LlmCall {
+                task: Some("t-1".into()),
+                ended: true,
+                in_flight: 2,
+                cost_usd: Some(0.5),
+            },
+            BusBody::Notify {
+                text: "done".into(),
+            },
+        ]);
+        for (seq, body) in bodies.into_iter().enumerate() {
+            match &body {
+                BusBody::Worker(_)
+                | BusBody::WorkerState { .. }
+                | BusBody::Crash { .. }
+                | BusBody::LlmCall { .. }
+                | BusBody::Notify { .. } => {}
+            }
+            let frame = crate::ctl::CtlResponse::Event(BusEvent {
+                seq: seq as u64,
+                ts_ms: 1_700_000_000_000,
+                project: "web".into(),
+                body,
+            });
+            let back: crate::ctl::CtlResponse = decode(&encode(&frame).unwrap()).unwrap();
             assert_eq!(back, frame);
         }
     }

@@ -20,7 +20,7 @@ pub mod worker;
 
 pub use codec::{decode, encode};
 pub use error::ProtoError;
-pub use event::{Stage, TaskState, WorkerEvent};
+pub use event::{BusBody, BusEvent, Stage, TaskState, WorkerEvent};
 pub use frame::{split_frame, FrameReader, FrameWriter, MAX_FRAME};
 
 /// Version of both links. A peer that says hello with another number is disconnected: the

@@ -1,31 +1,27 @@
 //! The control socket `<home>/run/pegasusd.sock` (mode 0600): `pegasusctl` and later the
-//! dashboard. Each connection says hello, then sends requests and gets one response each.
-//! A connection that misbehaves is dropped and logged; the daemon lives on.
+//! dashboard. Each connection says hello, then sends requests and gets one response each (or,
+//! after `Follow`, a stream of events). A connection that misbehaves is dropped and logged; the
+//! daemon lives on. Verbs are handled in [`crate::handlers`].
 
-use crate::supervisor::Supervisor;
-use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
+use crate::{handlers, supervisor::Supervisor};
+use interprocess::local_socket::tokio::{Listener, Stream};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
     FrameReader, FrameWriter, PROTOCOL_VERSION,
 };
-use pegasus_store::{ProjectStatus, Verb};
 use std::{sync::Arc, time::Duration};
 
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many control connections may be open at once; more wait in the kernel's backlog.
+const MAX_OPEN: usize = 256;
 
 /// Accepts control connections until the daemon stops.
 pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
-    loop {
-        match listener.accept().await {
-            Ok(stream) => {
-                tokio::spawn(connection(sup.clone(), stream));
-            }
-            Err(e) => {
-                tracing::warn!("control socket accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    let shutdown = sup.shutdown.clone();
+    crate::accept::serve("control", listener, MAX_OPEN, shutdown, move |stream| {
+        connection(sup.clone(), stream)
+    })
+    .await
 }
 
 async fn connection(sup: Arc<Supervisor>, stream: Stream) {
@@ -60,97 +56,21 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
         Err(_) => return tracing::warn!("dropping control connection: no hello within 5 s"),
     }
     loop {
-        let req = match reader.read::<CtlRequest>().await {
-            Ok(Some(req)) => req,
-            Ok(None) => return,
-            Err(e) => return tracing::warn!("dropping control connection: {e}"),
+        // An idle connection ends with the daemon: shutdown drains open connections.
+        let req = tokio::select! {
+            _ = sup.shutdown.cancelled() => return,
+            req = reader.read::<CtlRequest>() => match req {
+                Ok(Some(req)) => req,
+                Ok(None) => return,
+                Err(e) => return tracing::warn!("dropping control connection: {e}"),
+            },
         };
-        let resp = dispatch(&sup, req).await;
+        if let CtlRequest::Follow { project } = req {
+            return handlers::follow::follow(&sup, project, &mut reader, &mut writer).await;
+        }
+        let resp = handlers::dispatch(&sup, req).await;
         if writer.write(&resp).await.is_err() {
             return;
         }
     }
-}
-
-/// One request, one response. Refusals are `CtlResponse::Error` with a line that says what to do.
-async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlResponse {
-    let result = match req {
-        CtlRequest::Hello { .. } => Err("already said hello".to_string()),
-        CtlRequest::Status => sup.status().map(CtlResponse::Status),
-        CtlRequest::ProjectCreate(create) => sup
-            .create(create)
-            .await
-            .map(|p| CtlResponse::Project(Box::new(p))),
-        CtlRequest::ProjectList { status } => list(sup, status),
-        CtlRequest::ProjectShow { name } => sup
-            .project_info(&name)
-            .map(|p| CtlResponse::Project(Box::new(p))),
-        CtlRequest::ProjectLifecycle { name, verb } => match Verb::parse(&verb) {
-            Some(verb) => sup
-                .lifecycle(&name, verb)
-                .await
-                .map(|p| CtlResponse::Project(Box::new(p))),
-            None => Err(format!(
-                "unknown verb `{verb}`: use suspend, resume, complete or archive"
-            )),
-        },
-        CtlRequest::Chat { text } => sup.chat(text).await.map(|text| CtlResponse::Reply {
-            id: String::new(),
-            text,
-        }),
-        CtlRequest::ProjectSend { name, text, wait } => sup
-            .send(&name, "cli", text, wait)
-            .await
-            .map(|(id, reply)| match reply {
-                Some(text) => CtlResponse::Reply { id, text },
-                None => CtlResponse::Sent { id },
-            }),
-        CtlRequest::TaskVerb { id, verb } => sup
-            .task_verb(&id, &verb)
-            .map(|message| CtlResponse::Done { message }),
-        CtlRequest::TaskAnswer { id, text } => sup
-            .task_answer(&id, &text)
-            .map(|message| CtlResponse::Done { message }),
-        CtlRequest::RoleAssign {
-            project,
-            role,
-            variables,
-        } => sup
-            .role_assign(&project, &role, variables)
-            .await
-            .map(|message| CtlResponse::Done { message }),
-        CtlRequest::RunStart {
-            project,
-            brief,
-            max_attempts,
-        } => sup
-            .run_start(&project, &brief, max_attempts)
-            .map(|message| CtlResponse::Done { message }),
-        CtlRequest::RunControl { project, action } => sup
-            .run_control(&project, &action)
-            .map(|message| CtlResponse::Done { message }),
-        CtlRequest::Stop => {
-            tracing::info!("stop requested over the control socket");
-            sup.shutdown.send_replace(true);
-            Ok(CtlResponse::Done {
-                message: "pegasusd is stopping".into(),
-            })
-        }
-    };
-    result.unwrap_or_else(|message| CtlResponse::Error { message })
-}
-
-fn list(sup: &Supervisor, status: Option<String>) -> Result<CtlResponse, String> {
-    if let Some(s) = &status {
-        if ProjectStatus::parse(s).is_none() && s != "invalid" {
-            return Err(format!(
-                "unknown status `{s}`: use active, suspended, completed, archived or invalid"
-            ));
-        }
-    }
-    let mut infos = sup.project_infos()?;
-    if let Some(s) = status {
-        infos.retain(|p| p.status == s);
-    }
-    Ok(CtlResponse::Projects(infos))
 }

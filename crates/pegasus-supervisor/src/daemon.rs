@@ -9,7 +9,10 @@ use interprocess::{
     os::unix::local_socket::ListenerOptionsExt,
 };
 use pegasus_store::{Config, Home};
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// What `pegasusd` is started with.
@@ -93,7 +96,9 @@ async fn serve(
         gateway,
         main_tx,
     );
-    crate::main_agent::start(&sup, main_rx);
+    let main_agent = crate::main_agent::start(&sup, main_rx);
+    let activity = tokio::spawn(crate::activity::run(sup.clone()));
+    let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
     let mut sigint = signal(SignalKind::interrupt())
@@ -103,18 +108,26 @@ async fn serve(
     let controls = tokio::spawn(control::serve(sup.clone(), control_listener));
     tracing::info!(pid = std::process::id(), home = %home.root().display(), "pegasusd serving");
 
-    let mut stop = sup.shutdown.subscribe();
     tokio::select! {
         _ = sigterm.recv() => tracing::info!("SIGTERM: stopping"),
         _ = sigint.recv() => tracing::info!("SIGINT: stopping"),
-        _ = stop.wait_for(|s| *s) => {}
+        _ = sup.shutdown.cancelled() => {}
     }
-    sup.stop_all().await;
-    workers.abort();
+    // One token stops everything that takes new work (accept loops, idle connections,
+    // followers, the MainAgent after its current run, the bus consumers); then every worker
+    // is stopped gracefully, in parallel.
+    sup.shutdown.cancel();
+    let drain = Duration::from_secs_f64(sup.config.workers.shutdown_timeout_s);
+    let (_, main_drained) = tokio::join!(sup.stop_all(), tokio::time::timeout(drain, main_agent));
+    if main_drained.is_err() {
+        tracing::warn!("the MainAgent did not finish its run within {drain:?}; stopping anyway");
+    }
+    for task in [workers, controls, activity, watchdog] {
+        let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+    }
     for path in [home.control_socket(), home.worker_socket()] {
         let _ = std::fs::remove_file(path);
     }
-    controls.abort();
     tracing::info!("pegasusd stopped");
     Ok(())
 }

@@ -9,19 +9,24 @@
 //! What it is not for: the files' formats (that is `pegasus-store`) or the wire format (that is
 //! `pegasus-proto`); and no project work runs in this process — that is what workers are for.
 
+mod accept;
+mod activity;
+mod bus;
 mod control;
 mod daemon;
 pub mod error;
+mod handlers;
 pub mod info;
+mod llm_proxy;
 mod logging;
 mod main_agent;
 mod pidlock;
+mod slot;
 mod spawn;
 mod supervisor;
 mod watchdog;
 mod worker_server;
-mod worker_slot;
 
 pub use daemon::{run, DaemonOptions};
-pub use error::SupervisorError;
+pub use error::{RequestError, SupervisorError};
 pub use pidlock::PidLock;

@@ -1,21 +1,29 @@
-//! The watchdog of one worker (SPEC §2, §5; seed 003): it notices a busy worker that went
-//! silent and a task that spends too fast.
+//! The watchdog (SPEC §2, §5; seed 003): it notices a busy worker that went silent and a task
+//! that spends too fast.
 //!
-//! It sees what the supervisor sees of a worker: its agent events (task states, model answers,
-//! tool calls) and the cost of every gateway call it makes. Budgets per task, turn caps and
+//! It is a consumer of the event bus and sees what the bus carries of each worker: its agent
+//! events (task states, model answers, tool calls), its state, and the start, end and cost of
+//! every gateway call it makes. A busy worker waiting on the gateway is not silent: a slow
+//! provider is bounded by the gateway's own timeout. Budgets per task, turn caps and
 //! loop guards are enforced where the spend and the turns happen (the gateway refuses an
 //! over-budget call; the agent loop counts turns and repeats); this adds the two checks only
 //! an outside observer can make. Every stop is recorded on the task with its reason, and the
 //! MainAgent is told.
 
+use crate::{
+    bus::{self, Received},
+    slot::SlotCmd,
+    supervisor::{lock, Supervisor},
+};
 use pegasus_proto::llm::LlmError;
-use pegasus_proto::{TaskState, WorkerEvent};
+use pegasus_proto::{BusBody, BusEvent, TaskState, WorkerEvent};
 use pegasus_store::WatchdogConfig;
 use std::{
     collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
     time::Duration,
 };
-use tokio::time::Instant;
+use tokio::time::{sleep_until, Instant};
 
 /// The window cost velocity is measured over.
 const VELOCITY_WINDOW: Duration = Duration::from_secs(60);
@@ -138,6 +146,193 @@ impl Watchdog {
                 spent: *spent,
             })
     }
+}
+
+/// The watchdogs of every worker, by project; shared between the consumer task (which feeds
+/// them) and the LLM proxy (which asks them whether a task's calls are refused).
+pub(crate) struct Watchdogs {
+    config: WatchdogConfig,
+    by_project: Mutex<HashMap<String, Watched>>,
+}
+
+/// One project's watchdog and what the bus said about its worker.
+struct Watched {
+    dog: Watchdog,
+    /// The worker's pid while it is ready; `None` while starting, stopping or gone (then
+    /// nothing is silent: there is nobody to be).
+    ready_pid: Option<u32>,
+    /// The project's model calls still in the gateway.
+    in_flight: u32,
+}
+
+impl Watchdogs {
+    pub fn new(config: &WatchdogConfig) -> Self {
+        Watchdogs {
+            config: config.clone(),
+            by_project: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The refusal for a model call of `task` in `project`, if the watchdog stopped that task.
+    pub fn refusal(&self, project: &str, task: Option<&str>) -> Option<LlmError> {
+        lock(&self.by_project).get(project)?.dog.refusal(task)
+    }
+
+    /// Folds one bus event in; returns a line for the MainAgent when a task stopped for a
+    /// reason other than answering.
+    fn apply(&self, event: &BusEvent) -> Option<String> {
+        let mut all = lock(&self.by_project);
+        let w = all.entry(event.project.clone()).or_insert_with(|| Watched {
+            dog: Watchdog::new(&self.config),
+            ready_pid: None,
+            in_flight: 0,
+        });
+        match &event.body {
+            BusBody::Worker(e) => w.dog.on_event(e).map(|stop| {
+                format!(
+                    "[task {} of project {} stopped: {}]",
+                    stop.task, event.project, stop.reason
+                )
+            }),
+            BusBody::WorkerState { state, pid } => {
+                if state == "ready" {
+                    w.ready_pid = *pid;
+                } else {
+                    // A new process starts with nothing running; an old one's calls are gone.
+                    if state == "starting" {
+                        w.dog = Watchdog::new(&self.config);
+                    }
+                    w.ready_pid = None;
+                    w.in_flight = 0;
+                }
+                None
+            }
+            BusBody::Crash { .. } => {
+                w.ready_pid = None;
+                w.in_flight = 0;
+                None
+            }
+            BusBody::LlmCall {
+                task,
+                ended,
+                in_flight,
+                cost_usd,
+            } => {
+                w.in_flight = *in_flight;
+                if *ended {
+                    // An answer from our own gateway is a sign of life.
+                    w.dog.touch();
+                    if let (Some(task), Some(usd)) = (task, cost_usd) {
+                        if let Some(why) = w.dog.on_cost(task, *usd) {
+                            tracing::warn!(project = %event.project, "{why}");
+                        }
+                    }
+                }
+                None
+            }
+            BusBody::Notify { .. } => None,
+        }
+    }
+
+    /// After a lag nothing can be trusted to be stale: every clock starts again (the safe
+    /// side: a watchdog that misses events gives more time, never kills early).
+    fn touch_all(&self) {
+        for w in lock(&self.by_project).values_mut() {
+            w.dog.touch();
+        }
+    }
+
+    /// The earliest moment a ready, busy worker with no model call pending becomes silent.
+    fn next_deadline(&self) -> Option<Instant> {
+        lock(&self.by_project)
+            .values()
+            .filter(|w| w.ready_pid.is_some() && w.in_flight == 0)
+            .filter_map(|w| w.dog.silent_deadline())
+            .min()
+    }
+
+    /// The silent ones now: (project, pid, task); each is no longer watched.
+    fn take_silent(&self) -> Vec<(String, u32, String)> {
+        let mut out = Vec::new();
+        for (project, w) in lock(&self.by_project).iter_mut() {
+            let Some(pid) = w.ready_pid else { continue };
+            if w.in_flight > 0 {
+                continue;
+            }
+            if let Some(task) = w.dog.take_silent() {
+                out.push((project.clone(), pid, task));
+            }
+        }
+        out
+    }
+}
+
+/// The watchdog's consumer task: runs until the daemon stops.
+pub(crate) async fn run(sup: Arc<Supervisor>) {
+    let mut rx = sup.bus.subscribe();
+    loop {
+        let deadline = sup.watchdogs.next_deadline();
+        tokio::select! {
+            _ = sup.shutdown.cancelled() => return,
+            got = bus::next(&mut rx) => match got {
+                None => return,
+                Some(Received::Event(event)) => {
+                    if let Some(line) = sup.watchdogs.apply(&event) {
+                        sup.to_main(&format!("project/{}", event.project), line);
+                    }
+                }
+                Some(Received::Lagged(missed)) => {
+                    tracing::debug!(missed, "watchdog lagged; restarting its clocks");
+                    sup.watchdogs.touch_all();
+                }
+            },
+            _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                for (project, pid, task) in sup.watchdogs.take_silent() {
+                    stop_silent(&sup, &project, pid, &task).await;
+                }
+            }
+        }
+    }
+}
+
+/// Fails a silent task and restarts its worker. The task file decides: only a task that is
+/// still `running` on disk is failed (compare-and-set), so a watchdog that missed the task's
+/// end can never kill a worker that was merely idle.
+async fn stop_silent(sup: &Arc<Supervisor>, project: &str, pid: u32, task: &str) {
+    let secs = sup.config.watchdog.silent_timeout_s;
+    let dir = sup.home.project_dir(project);
+    let (p, t) = (project.to_string(), task.to_string());
+    let recorded = tokio::task::spawn_blocking(move || {
+        pegasus_tasks::TaskStore::open(&dir, &p).and_then(|store| {
+            store.transition(
+                &t,
+                TaskState::Running,
+                TaskState::Failed,
+                "watchdog",
+                "silent",
+            )
+        })
+    })
+    .await;
+    match recorded {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return tracing::debug!(%project, %task, "silent task not failed: {e}");
+        }
+        Err(e) => return tracing::warn!(%project, %task, "cannot record the watchdog's stop: {e}"),
+    }
+    tracing::warn!(%project, pid, %task, "watchdog: no event for {secs} s from a busy worker; failing the task and restarting the worker");
+    sup.to_main(
+        &format!("project/{project}"),
+        format!("[task {task} of project {project} stopped: silent for {secs} s; the worker is restarted]"),
+    );
+    sup.try_slot_cmd(
+        project,
+        SlotCmd::Kill {
+            pid,
+            reason: format!("watchdog: silent for {secs} s while running task {task}"),
+        },
+    );
 }
 
 #[cfg(test)]

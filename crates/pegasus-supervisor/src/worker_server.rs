@@ -3,7 +3,7 @@
 //! reused token, a pid that is not the peer's — loses its connection and is logged; the daemon
 //! and every other worker carry on.
 
-use crate::supervisor::{Supervisor, WorkerConn};
+use crate::{slot::WorkerConn, supervisor::Supervisor};
 use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
 use pegasus_proto::{worker::FromWorker, FrameReader, FrameWriter, PROTOCOL_VERSION};
 use std::{sync::Arc, time::Duration};
@@ -11,19 +11,17 @@ use std::{sync::Arc, time::Duration};
 /// How long a new connection may take to say hello before it is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many handshakes may be in flight at once (a connection leaves the count once it is
+/// handed to its slot). Far above what a burst of restarts needs, low enough to bound a flood.
+const MAX_OPEN: usize = 256;
+
 /// Accepts worker connections until the daemon stops.
 pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
-    loop {
-        match listener.accept().await {
-            Ok(stream) => {
-                tokio::spawn(handshake(sup.clone(), stream));
-            }
-            Err(e) => {
-                tracing::warn!("worker socket accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    let shutdown = sup.shutdown.clone();
+    crate::accept::serve("worker", listener, MAX_OPEN, shutdown, move |stream| {
+        handshake(sup.clone(), stream)
+    })
+    .await
 }
 
 async fn handshake(sup: Arc<Supervisor>, stream: Stream) {

@@ -5,7 +5,7 @@ use crate::{
     client::{ok, Client},
     output, CtlError,
 };
-use pegasus_proto::ctl::{CreateProject, CtlRequest, CtlResponse, ProjectInfo};
+use pegasus_proto::ctl::{CreateProject, CtlRequest, CtlResponse, LifecycleVerb, ProjectInfo};
 use pegasus_store::Home;
 
 pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), CtlError> {
@@ -34,14 +34,16 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
             report(json, &info, "created")
         }
         ProjectCommand::Suspend { name } => {
-            lifecycle(home, json, name, "suspend", "suspended").await
+            lifecycle(home, json, name, LifecycleVerb::Suspend, "suspended").await
         }
-        ProjectCommand::Resume { name } => lifecycle(home, json, name, "resume", "resumed").await,
+        ProjectCommand::Resume { name } => {
+            lifecycle(home, json, name, LifecycleVerb::Resume, "resumed").await
+        }
         ProjectCommand::Complete { name } => {
-            lifecycle(home, json, name, "complete", "completed").await
+            lifecycle(home, json, name, LifecycleVerb::Complete, "completed").await
         }
         ProjectCommand::Archive { name } => {
-            lifecycle(home, json, name, "archive", "archived").await
+            lifecycle(home, json, name, LifecycleVerb::Archive, "archived").await
         }
         ProjectCommand::Send { name, text, wait } => {
             let mut client = Client::connect(home).await?;
@@ -102,17 +104,10 @@ async fn lifecycle(
     home: &Home,
     json: bool,
     name: String,
-    verb: &str,
+    verb: LifecycleVerb,
     done: &str,
 ) -> Result<(), CtlError> {
-    let info = project_request(
-        home,
-        CtlRequest::ProjectLifecycle {
-            name,
-            verb: verb.into(),
-        },
-    )
-    .await?;
+    let info = project_request(home, CtlRequest::ProjectLifecycle { name, verb }).await?;
     report(json, &info, done)
 }
 

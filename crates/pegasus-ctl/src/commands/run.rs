@@ -3,7 +3,7 @@
 //! run's loop re-reads at every step).
 
 use crate::{cli::RunCommand, output, CtlError};
-use pegasus_proto::ctl::CtlRequest;
+use pegasus_proto::ctl::{CtlRequest, RunAction};
 use pegasus_store::Home;
 
 pub async fn run(home: &Home, json: bool, cmd: RunCommand) -> Result<(), CtlError> {
@@ -32,16 +32,16 @@ pub async fn run(home: &Home, json: bool, cmd: RunCommand) -> Result<(), CtlErro
             print!("{}", output::run_details(&run));
             return Ok(());
         }
-        RunCommand::Cancel { name } => (name, "cancel"),
-        RunCommand::Pause { name } => (name, "pause"),
-        RunCommand::Resume { name } => (name, "resume"),
+        RunCommand::Cancel { name } => (name, RunAction::Cancel),
+        RunCommand::Pause { name } => (name, RunAction::Pause),
+        RunCommand::Resume { name } => (name, RunAction::Resume),
     };
     super::mutate(
         home,
         json,
         CtlRequest::RunControl {
             project: name,
-            action: action.into(),
+            action,
         },
     )
     .await

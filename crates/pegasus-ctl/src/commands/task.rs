@@ -2,7 +2,7 @@
 //! retry, replay and answer go through the daemon, which tells the project's worker.
 
 use crate::{cli::TaskCommand, output, CtlError};
-use pegasus_proto::ctl::CtlRequest;
+use pegasus_proto::ctl::{CtlRequest, TaskVerb};
 use pegasus_store::Home;
 use pegasus_tasks::{board, find_task, TaskStore};
 
@@ -59,7 +59,7 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
                 json,
                 CtlRequest::TaskVerb {
                     id,
-                    verb: "cancel".into(),
+                    verb: TaskVerb::Cancel,
                 },
             )
             .await
@@ -70,7 +70,7 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
                 json,
                 CtlRequest::TaskVerb {
                     id,
-                    verb: "retry".into(),
+                    verb: TaskVerb::Retry,
                 },
             )
             .await
@@ -81,7 +81,7 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
                 json,
                 CtlRequest::TaskVerb {
                     id,
-                    verb: "replay".into(),
+                    verb: TaskVerb::Replay,
                 },
             )
             .await

@@ -9,6 +9,7 @@ mod tools;
 
 use crate::supervisor::{MainInput, Supervisor};
 use pegasus_agent::{record_inbound, Agent, AgentSettings, Notice, StopKind, ToolSet};
+use pegasus_proto::BusBody;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -24,7 +25,11 @@ messages; do not do a project's work yourself. Answer the user briefly.";
 const MAX_UNATTENDED_RUNS: u32 = 8;
 
 /// Starts the MainAgent task; it serves `inbox` until the daemon exits.
-pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<MainInput>) {
+pub(crate) fn start(
+    sup: &Arc<Supervisor>,
+    mut inbox: mpsc::UnboundedReceiver<MainInput>,
+) -> tokio::task::JoinHandle<()> {
+    let shutdown = sup.shutdown.clone();
     let dir = sup.home.main_dir();
     let model_id = sup.gateway.resolve_model("");
     let mut settings = AgentSettings::from_config(
@@ -35,11 +40,12 @@ pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<Ma
     );
     settings.exec_registry = Some(sup.home.exec_registry("main"));
     let (notices, mut notice_rx) = mpsc::unbounded_channel::<Notice>();
+    let bus = sup.bus.clone();
     tokio::spawn(async move {
         while let Some(notice) = notice_rx.recv().await {
             match notice {
                 Notice::Notify { text } => tracing::info!("MainAgent notify: {text}"),
-                Notice::Event(event) => tracing::debug!("MainAgent event: {event:?}"),
+                Notice::Event(event) => bus.publish("main", BusBody::Worker(event)),
             }
         }
     });
@@ -72,7 +78,15 @@ pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<Ma
         // Runs started by projects alone (their replies, notifies, crashes) since the user last
         // spoke: capped, so a MainAgent and a project cannot talk to each other forever.
         let mut unattended = 0u32;
-        while let Some(first) = inbox.recv().await {
+        // Shutdown drains: the run in progress finishes and is recorded, then the loop ends.
+        loop {
+            let first = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                first = inbox.recv() => match first {
+                    Some(first) => first,
+                    None => break,
+                },
+            };
             let mut batch = vec![first];
             while let Ok(more) = inbox.try_recv() {
                 batch.push(more);
@@ -116,5 +130,14 @@ pub(crate) fn start(sup: &Arc<Supervisor>, mut inbox: mpsc::UnboundedReceiver<Ma
                 let _ = tx.send(answer.clone());
             }
         }
-    });
+        inbox.close();
+        while let Ok(input) = inbox.try_recv() {
+            if let Some(tx) = input.answer {
+                let _ = tx.send(Err(
+                    "pegasusd is stopping; ask again after it restarts".into()
+                ));
+            }
+        }
+        tracing::debug!("MainAgent drained");
+    })
 }

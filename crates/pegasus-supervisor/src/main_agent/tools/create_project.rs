@@ -50,7 +50,10 @@ impl Tool for CreateProject {
                 model: opt("model"),
                 workdir: opt("workdir"),
             };
-            match sup.create(req).await {
+            match crate::handlers::project::create(&sup, req)
+                .await
+                .map_err(|e| e.to_string())
+            {
                 Ok(info) => ToolOutput::ok(project_json(&info).to_string()),
                 Err(e) => ToolOutput::error(e),
             }

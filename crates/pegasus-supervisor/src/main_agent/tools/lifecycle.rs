@@ -48,7 +48,10 @@ impl Tool for Lifecycle {
                 Ok(n) => n,
                 Err(e) => return e,
             };
-            match sup.lifecycle(name, self.verb).await {
+            match crate::handlers::project::lifecycle(&sup, name, self.verb)
+                .await
+                .map_err(|e| e.to_string())
+            {
                 Ok(info) => ToolOutput::ok(project_json(&info).to_string()),
                 Err(e) => ToolOutput::error(e),
             }

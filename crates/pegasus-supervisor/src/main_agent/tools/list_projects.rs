@@ -31,7 +31,7 @@ impl Tool for ListProjects {
                 Ok(s) => s,
                 Err(e) => return e,
             };
-            match sup.project_infos() {
+            match crate::handlers::project::infos(&sup).map_err(|e| e.to_string()) {
                 Ok(list) => ToolOutput::ok(
                     serde_json::Value::Array(list.iter().map(project_json).collect()).to_string(),
                 ),

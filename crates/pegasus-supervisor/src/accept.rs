@@ -1,0 +1,54 @@
+//! The one accept loop of pegasusd, used by both sockets (control and worker): it caps how many
+//! connections are open at once, hands each to its handler on its own task, and stops
+//! accepting when the daemon stops.
+//!
+//! Why a cap: every connection holds buffers and a task; without a bound, a local client that
+//! opens connections in a loop could take the daemon's memory. Past the cap, new connections
+//! wait in the kernel's backlog until one closes.
+
+use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
+use std::{future::Future, sync::Arc, time::Duration};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Accepts connections on `listener` until `shutdown`, running `handle` for each on its own
+/// task with at most `max_open` running at once. `what` names the socket in log lines.
+pub(crate) async fn serve<F, Fut>(
+    what: &'static str,
+    listener: Listener,
+    max_open: usize,
+    shutdown: CancellationToken,
+    handle: F,
+) where
+    F: Fn(Stream) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(max_open));
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok(stream) => {
+                let conn = handle(stream);
+                tokio::spawn(async move {
+                    conn.await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                tracing::warn!("{what} socket accept failed: {e}");
+                // Out of descriptors or similar: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The daemon's one event bus: every worker's agent events, worker state changes, crashes,
+//! model calls and notifies are published here once, and every consumer reads them from here —
+//! the activity tracker behind `status`, the watchdog, `pegasusctl ... -f` followers, and next
+//! the dashboard's SSE stream and Telegram.
+//!
+//! Why a broadcast channel: publishing never waits. A consumer that falls behind loses the
+//! oldest events (it is told how many, and resyncs from the files), so a slow follower can never
+//! block a worker or the daemon.
+
+use pegasus_proto::{BusBody, BusEvent};
+use std::sync::{Arc, Mutex};
+use tokio::sync::broadcast;
+
+/// How many events a consumer may fall behind before it lags and must resync.
+pub(crate) const CAPACITY: usize = 4096;
+
+/// The sending side; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct EventBus {
+    tx: broadcast::Sender<Arc<BusEvent>>,
+    /// The last sequence number given; held while sending so that bus order is seq order.
+    seq: Arc<Mutex<u64>>,
+}
+
+impl EventBus {
+    pub fn new() -> Self {
+        EventBus {
+            tx: broadcast::channel(CAPACITY).0,
+            seq: Arc::new(Mutex::new(0)),
+        }
+    }
+
+    /// Publishes one event about `project`; never blocks, and nobody listening is fine.
+    pub fn publish(&self, project: &str, body: BusBody) {
+        let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        *seq += 1;
+        let event = BusEvent {
+            seq: *seq,
+            ts_ms: chrono::Utc::now().timestamp_millis(),
+            project: project.to_string(),
+            body,
+        };
+        let _ = self.tx.send(Arc::new(event));
+    }
+
+    /// A new consumer: it sees every event published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<BusEvent>> {
+        self.tx.subscribe()
+    }
+}
+
+/// What a consumer gets from [`next`]: an event, or how many it missed by lagging.
+pub(crate) enum Received {
+    Event(Arc<BusEvent>),
+    Lagged(u64),
+}
+
+/// The next item for a consumer; `None` once the bus is gone (the daemon is stopping).
+pub(crate) async fn next(rx: &mut broadcast::Receiver<Arc<BusEvent>>) -> Option<Received> {
+    match rx.recv().await {
+        Ok(event) => Some(Received::Event(event)),
+        Err(broadcast::error::RecvError::Lagged(n)) => Some(Received::Lagged(n)),
+        Err(broadcast::error::RecvError::Closed) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn a_slow_consumer_lags_and_is_told_how_much_it_missed_while_publishing_never_blocks() {
+        let bus = EventBus::new();
+        let mut slow = bus.subscribe();
+        for i in 0..(CAPACITY as u64 + 10) {
+            bus.publish(
+                "p",
+                BusBody::Notify {
+                    text: i.to_string(),
+                },
+            );
+        }
+        match next(&mut slow).await {
+            Some(Received::Lagged(n)) => assert_eq!(n, 10),
+            _ => panic!("expected a lag"),
+        }
+        match next(&mut slow).await {
+            Some(Received::Event(e)) => assert_eq!(e.seq, 11),
+            _ => panic!("expected the oldest kept event"),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_consumer_sees_every_event_in_order() {
+        let bus = EventBus::new();
+        let (mut a, mut b) = (bus.subscribe(), bus.subscribe());
+        bus.publish("p", BusBody::Crash { reason: "x".into() });
+        bus.publish("q", BusBody::Notify { text: "y".into() });
+        for rx in [&mut a, &mut b] {
+            let seqs: Vec<u64> = [next(rx).await, next(rx).await]
+                .into_iter()
+                .map(|r| match r {
+                    Some(Received::Event(e)) => e.seq,
+                    _ => 0,
+                })
+                .collect();
+            assert_eq!(seqs, [1, 2]);
+        }
+    }
+}

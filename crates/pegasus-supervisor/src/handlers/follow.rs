@@ -1,0 +1,61 @@
+//! `pegasusctl project log NAME -f` (and later the dashboard): a connection that follows the
+//! event bus. After its `Follow` request the connection only streams: one
+//! `CtlResponse::Event` per event (of one project, or all), and a `CtlResponse::Resync` when
+//! this follower fell behind and events were dropped for it.
+//!
+//! A follower that stops reading is never waited for: the bus drops what it cannot keep for
+//! it, and a write that cannot complete within [`WRITE_TIMEOUT`] ends the connection.
+
+use crate::{
+    bus::{self, Received},
+    supervisor::Supervisor,
+};
+use pegasus_proto::{ctl::CtlResponse, FrameReader, FrameWriter};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// How long one frame may take to reach a follower before it is given up on.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Streams bus events until the client hangs up, a write stalls, or the daemon stops.
+pub(crate) async fn follow<R, W>(
+    sup: &Supervisor,
+    project: Option<String>,
+    reader: &mut FrameReader<R>,
+    writer: &mut FrameWriter<W>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut rx = sup.bus.subscribe();
+    // The client sends nothing more; a read that ends means it hung up.
+    let hung_up = async {
+        loop {
+            match reader.read::<pegasus_proto::ctl::CtlRequest>().await {
+                Ok(Some(_)) => continue,
+                _ => return,
+            }
+        }
+    };
+    tokio::pin!(hung_up);
+    loop {
+        let frame = tokio::select! {
+            _ = sup.shutdown.cancelled() => return,
+            _ = &mut hung_up => return,
+            got = bus::next(&mut rx) => match got {
+                None => return,
+                Some(Received::Lagged(missed)) => CtlResponse::Resync { missed },
+                Some(Received::Event(event)) => {
+                    if project.as_deref().is_some_and(|p| p != event.project) {
+                        continue;
+                    }
+                    CtlResponse::Event((*event).clone())
+                }
+            },
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, writer.write(&frame)).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+    }
+}

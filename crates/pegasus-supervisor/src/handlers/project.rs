@@ -1,0 +1,184 @@
+//! `pegasusctl project ...`: list, show, create, the lifecycle verbs and send.
+//!
+//! PROJECT.md is the durable intent: a lifecycle verb writes it first and then starts or stops
+//! the worker to match, so a crash in between leaves a file that says what to do on boot.
+
+use crate::{
+    error::RequestError,
+    slot::{Delivery, SlotCmd},
+    supervisor::Supervisor,
+};
+use pegasus_proto::ctl::{CreateProject, LifecycleVerb, ProjectInfo};
+use pegasus_store::{NewProject, ProjectFile, ProjectStatus, Verb};
+use std::{path::PathBuf, sync::Arc};
+use tokio::sync::oneshot;
+
+/// Every project as listings show it: the files, the live worker and its activity, the spend.
+pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> {
+    let entries = pegasus_store::scan_projects(&sup.home)?;
+    let costs = pegasus_store::project_costs(&sup.home).unwrap_or_default();
+    let mut infos: Vec<ProjectInfo> = entries
+        .iter()
+        .map(|e| crate::info::from_entry(e, costs.get(&e.name).copied().unwrap_or(0.0)))
+        .collect();
+    sup.fill_live(&mut infos);
+    Ok(infos)
+}
+
+/// `project show NAME`.
+pub(crate) fn info(sup: &Supervisor, name: &str) -> Result<ProjectInfo, RequestError> {
+    pegasus_store::validate_name(name)?;
+    infos(sup)?
+        .into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| RequestError::ProjectNotFound(name.to_string()))
+}
+
+/// `project list [--status S]`; `invalid` lists the projects whose PROJECT.md does not load.
+pub(crate) fn list(
+    sup: &Supervisor,
+    status: Option<String>,
+) -> Result<Vec<ProjectInfo>, RequestError> {
+    if let Some(s) = &status {
+        if ProjectStatus::parse(s).is_none() && s != "invalid" {
+            return Err(RequestError::refused(format!(
+                "unknown status `{s}`: use active, suspended, completed, archived or invalid"
+            )));
+        }
+    }
+    let mut infos = infos(sup)?;
+    if let Some(s) = status {
+        infos.retain(|p| p.status == s);
+    }
+    Ok(infos)
+}
+
+/// `project create`: folders + PROJECT.md, then a worker.
+pub(crate) async fn create(
+    sup: &Arc<Supervisor>,
+    req: CreateProject,
+) -> Result<ProjectInfo, RequestError> {
+    let guard = sup.lifecycle_lock.lock().await;
+    let new = NewProject {
+        name: req.name.clone(),
+        goal: req.goal,
+        background: req.background,
+        constraints: req.constraints,
+        model: req.model,
+        workdir: req.workdir.map(PathBuf::from),
+    };
+    pegasus_store::create_project(&sup.home, &new, chrono::Utc::now())?;
+    tracing::info!(project = %req.name, "project created");
+    sup.start_slot(&req.name);
+    drop(guard);
+    info(sup, &req.name)
+}
+
+/// The wire verb as the store's lifecycle state machine knows it.
+pub(crate) fn store_verb(verb: LifecycleVerb) -> Verb {
+    match verb {
+        LifecycleVerb::Suspend => Verb::Suspend,
+        LifecycleVerb::Resume => Verb::Resume,
+        LifecycleVerb::Complete => Verb::Complete,
+        LifecycleVerb::Archive => Verb::Archive,
+    }
+}
+
+/// One lifecycle verb (SPEC §4): PROJECT.md first, then the worker.
+pub(crate) async fn lifecycle(
+    sup: &Arc<Supervisor>,
+    name: &str,
+    verb: Verb,
+) -> Result<ProjectInfo, RequestError> {
+    pegasus_store::validate_name(name)?;
+    let guard = sup.lifecycle_lock.lock().await;
+    let dir = sup.home.project_dir(name);
+    if !dir.join("PROJECT.md").exists() {
+        return Err(RequestError::ProjectNotFound(name.to_string()));
+    }
+    let mut project = ProjectFile::load(&dir)
+        .map_err(|e| RequestError::refused(format!("project {name} is invalid: {e}")))?;
+    // `resume` of an active project whose worker gave up (crash loop) restarts the worker;
+    // any other resume of an active project is refused by the state machine below.
+    if verb == Verb::Resume
+        && project.status() == ProjectStatus::Active
+        && sup.is_crash_looping(name)
+    {
+        if let Some(cmd) = sup.slot_cmd(name) {
+            let _ = cmd.send(SlotCmd::Restart).await;
+            tracing::info!(project = %name, "resumed after crash loop");
+            drop(guard);
+            return info(sup, name);
+        }
+    }
+    let to = project.apply(verb, chrono::Utc::now())?;
+    project.save(&dir)?;
+    tracing::info!(project = %name, %verb, status = %to, "lifecycle");
+    if to == ProjectStatus::Active {
+        sup.start_slot(name);
+    } else {
+        sup.stop_slot(name).await;
+    }
+    drop(guard);
+    info(sup, name)
+}
+
+/// `project send`: deliver a message from `from`. Answered with the message id once the
+/// worker has it durably, or — with `wait` — with the project agent's reply.
+pub(crate) async fn send(
+    sup: &Supervisor,
+    name: &str,
+    from: &str,
+    text: String,
+    wait: bool,
+) -> Result<(String, Option<String>), RequestError> {
+    pegasus_store::validate_name(name)?;
+    let Some(cmd) = sup.slot_cmd(name) else {
+        let dir = sup.home.project_dir(name);
+        if !dir.join("PROJECT.md").exists() {
+            return Err(RequestError::ProjectNotFound(name.to_string()));
+        }
+        return Err(RequestError::refused(match ProjectFile::load(&dir) {
+            Ok(p) if p.status() == ProjectStatus::Suspended => format!(
+                "cannot send to project {name}: it is suspended; resume it with `pegasusctl project resume {name}`"
+            ),
+            Ok(p) => format!("cannot send to project {name}: it is {}", p.status()),
+            Err(e) => format!("cannot send to project {name}: it is invalid: {e}"),
+        }));
+    };
+    let (persisted, persisted_rx) = oneshot::channel();
+    let (answer, answer_rx) = if wait {
+        let (tx, rx) = oneshot::channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let delivery = Delivery {
+        from: from.to_string(),
+        text,
+        persisted,
+        answer,
+    };
+    cmd.send(SlotCmd::Deliver(delivery))
+        .await
+        .map_err(|_| RequestError::unavailable(format!("project {name} is stopping; try again")))?;
+    let id = persisted_rx
+        .await
+        .map_err(|_| {
+            RequestError::unavailable(format!(
+                "project {name} stopped before taking the message; try again"
+            ))
+        })?
+        .map_err(RequestError::Unavailable)?;
+    let reply = match answer_rx {
+        Some(rx) => Some(
+            rx.await
+                .map_err(|_| {
+                    RequestError::unavailable(format!("project {name} stopped before answering"))
+                })?
+                .map_err(RequestError::Unavailable)?,
+        ),
+        None => None,
+    };
+    Ok((id, reply))
+}

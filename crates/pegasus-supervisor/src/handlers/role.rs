@@ -1,0 +1,31 @@
+//! `pegasusctl role assign PROJECT ROLE [--var k=v]`: recorded in PROJECT.md `roles:`
+//! (replacing an earlier assignment of the same role); the worker picks it up when it next
+//! starts. `role list` and `role show` read the files and need no daemon.
+
+use crate::{error::RequestError, supervisor::Supervisor};
+use pegasus_store::ProjectFile;
+
+pub(crate) async fn assign(
+    sup: &Supervisor,
+    project: &str,
+    role: &str,
+    variables: Vec<(String, String)>,
+) -> Result<String, RequestError> {
+    pegasus_store::validate_name(project)?;
+    let found = pegasus_roles::find_role(&sup.home.roles_dir(), role)?;
+    let mut assignment = pegasus_roles::Assignment::new(&found.id);
+    assignment.variables = variables.into_iter().collect();
+    assignment.validate(&found)?;
+    let _guard = sup.lifecycle_lock.lock().await;
+    let dir = sup.home.project_dir(project);
+    let mut file = ProjectFile::load(&dir)?;
+    let mut list = pegasus_roles::assignments_from_yaml(file.get("roles").as_ref())?;
+    list.retain(|a| a.role != assignment.role);
+    list.push(assignment);
+    file.set("roles", &pegasus_roles::assignments_to_yaml(&list))?;
+    file.save(&dir)?;
+    Ok(format!(
+        "role {} assigned to project {project}; its worker uses it from its next start (`pegasusctl project suspend/resume {project}`)",
+        found.id
+    ))
+}

@@ -1,0 +1,15 @@
+//! `pegasusctl status`: the daemon, its workers (with the running task and its stage) and
+//! today's spend.
+
+use crate::{error::RequestError, supervisor::Supervisor};
+use pegasus_proto::ctl::DaemonStatus;
+
+pub(crate) fn status(sup: &Supervisor) -> Result<DaemonStatus, RequestError> {
+    Ok(DaemonStatus {
+        pid: std::process::id(),
+        uptime_s: sup.started.elapsed().as_secs(),
+        home: sup.home.root().display().to_string(),
+        cost_today_usd: pegasus_store::cost_today(&sup.home).unwrap_or(0.0),
+        projects: super::project::infos(sup)?,
+    })
+}

@@ -1,0 +1,162 @@
+//! Where a worker's model calls go: the LLM proxy of one worker connection. A worker sends
+//! `LlmRequest{id, request}`; the proxy runs it through the gateway (which owns the keys, the
+//! semaphore, the budgets and the ledger) on its own task, and that task writes the answer —
+//! and any streamed deltas — straight to the worker's frame writer, so an answer crosses one
+//! task hop in pegasusd, not four.
+//!
+//! The worker's project pays for every call, whatever the request claims. A call is refused up
+//! front when the watchdog stopped its task. Every start and end is published on the bus (with
+//! the cost), which is how the watchdog knows a busy worker is waiting on the gateway rather
+//! than silent. Calls are cancelled (their tasks aborted) when the worker asks or exits.
+
+use crate::supervisor::Supervisor;
+use pegasus_proto::{
+    llm::{ChatRequest, ChatResponse},
+    worker::ToWorker,
+    BusBody,
+};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+};
+use tokio::{sync::mpsc, task::JoinHandle};
+
+/// The model calls of one worker connection.
+pub(crate) struct LlmProxy {
+    sup: Arc<Supervisor>,
+    project: String,
+    to_worker: mpsc::UnboundedSender<ToWorker>,
+    calls: HashMap<u64, JoinHandle<()>>,
+    in_flight: Arc<AtomicU32>,
+}
+
+/// Counts a call as in flight for as long as its task lives, however it ends (answered,
+/// cancelled, aborted with its worker).
+struct InFlight(Arc<AtomicU32>);
+
+impl InFlight {
+    fn enter(count: &Arc<AtomicU32>) -> (Self, u32) {
+        let now = count.fetch_add(1, Ordering::SeqCst) + 1;
+        (InFlight(count.clone()), now)
+    }
+
+    /// Leaves early (before the end is published); returns how many remain.
+    fn leave(self) -> u32 {
+        let left = self.0.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
+        std::mem::forget(self);
+        left
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl LlmProxy {
+    pub fn new(
+        sup: Arc<Supervisor>,
+        project: String,
+        to_worker: mpsc::UnboundedSender<ToWorker>,
+    ) -> Self {
+        LlmProxy {
+            sup,
+            project,
+            to_worker,
+            calls: HashMap::new(),
+            in_flight: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// Starts call `id` of the worker (or refuses it at once).
+    pub fn request(&mut self, id: u64, mut request: ChatRequest) {
+        self.calls.retain(|_, call| !call.is_finished());
+        if let Some(refusal) = self
+            .sup
+            .watchdogs
+            .refusal(&self.project, request.meta.task.as_deref())
+        {
+            let _ = self.to_worker.send(ToWorker::LlmResponse {
+                id,
+                result: Err(refusal),
+            });
+            return;
+        }
+        request.meta.project = Some(self.project.clone());
+        let task = request.meta.task.clone();
+        let gateway = self.sup.gateway.clone();
+        let bus = self.sup.bus.clone();
+        let project = self.project.clone();
+        let to_worker = self.to_worker.clone();
+        let (guard, in_flight) = InFlight::enter(&self.in_flight);
+        bus.publish(
+            &project,
+            BusBody::LlmCall {
+                task: task.clone(),
+                ended: false,
+                in_flight,
+                cost_usd: None,
+            },
+        );
+        let call = tokio::spawn(async move {
+            // Deltas go out in order and before the answer: the call and its deltas are
+            // drained on this one task.
+            let result = if request.stream {
+                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                let chat = gateway.chat(request, Some(tx));
+                tokio::pin!(chat);
+                let result = loop {
+                    tokio::select! {
+                        biased;
+                        Some(text) = rx.recv() => {
+                            let _ = to_worker.send(ToWorker::LlmDelta { id, text });
+                        }
+                        result = &mut chat => break result,
+                    }
+                };
+                while let Ok(text) = rx.try_recv() {
+                    let _ = to_worker.send(ToWorker::LlmDelta { id, text });
+                }
+                result
+            } else {
+                gateway.chat(request, None).await
+            };
+            let cost_usd = match &result {
+                Ok(ChatResponse { cost_usd, .. }) => *cost_usd,
+                Err(_) => None,
+            };
+            let _ = to_worker.send(ToWorker::LlmResponse { id, result });
+            let in_flight = guard.leave();
+            bus.publish(
+                &project,
+                BusBody::LlmCall {
+                    task,
+                    ended: true,
+                    in_flight,
+                    cost_usd,
+                },
+            );
+        });
+        self.calls.insert(id, call);
+    }
+
+    /// The worker no longer wants the answer to call `id`.
+    pub fn cancel(&mut self, id: u64) {
+        if let Some(call) = self.calls.remove(&id) {
+            call.abort();
+        }
+    }
+}
+
+impl Drop for LlmProxy {
+    /// The worker is gone: nobody is left to read the answers.
+    fn drop(&mut self) {
+        for (_, call) in self.calls.drain() {
+            call.abort();
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Phase 2 of a worker's life: it is connected. The slot sends it `Init` and its messages,
+//! routes what it says (persisted, replies, notifies, events, model calls), and watches the
+//! process and the clocks until it exits.
+//!
+//! Frames to the worker go through their own writer task and frames from it through their own
+//! reader task: a worker that stops reading (stopped, hung) must never block this loop, and a
+//! frame read is not cancel safe where a channel is.
+
+use super::WorkerState;
+use super::{
+    routing::{ReplyTo, Routing},
+    Outcome, Slot, SlotCmd, WorkerConn,
+};
+use crate::{llm_proxy::LlmProxy, spawn};
+use pegasus_proto::{
+    worker::{FromWorker, Init, ToWorker},
+    BusBody, PROTOCOL_VERSION,
+};
+use std::time::Duration;
+use tokio::{
+    process::Child,
+    sync::{mpsc, oneshot},
+    time::{sleep_until, Instant},
+};
+
+/// How long a connected worker may take to load its project and say `Ready`.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Slot {
+    /// Runs until the worker exits; says whether it was asked to.
+    pub(super) async fn run_connected(
+        &mut self,
+        conn: WorkerConn,
+        mut child: Child,
+        pid: u32,
+        rx: &mut mpsc::Receiver<SlotCmd>,
+    ) -> Outcome {
+        let WorkerConn {
+            mut reader,
+            mut writer,
+            ..
+        } = conn;
+        let model = self.sup.project_model(&self.name);
+        let init = ToWorker::Init(Init {
+            protocol_version: PROTOCOL_VERSION,
+            config_path: self.sup.config_path.display().to_string(),
+            heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
+            context_window: self.sup.gateway.context_window(&model),
+            model,
+        });
+        let (to_worker, mut to_worker_rx) = mpsc::unbounded_channel::<ToWorker>();
+        let writer_task = tokio::spawn(async move {
+            while let Some(frame) = to_worker_rx.recv().await {
+                if let Err(e) = writer.write(&frame).await {
+                    tracing::debug!("worker socket write failed: {e}");
+                    break;
+                }
+            }
+        });
+        let _ = to_worker.send(init);
+        let (ev_tx, mut ev_rx) = mpsc::channel::<Result<FromWorker, String>>(64);
+        let reader_task = tokio::spawn(async move {
+            loop {
+                let ev = match reader.read::<FromWorker>().await {
+                    Ok(Some(msg)) => Ok(msg),
+                    Ok(None) => Err("connection closed".to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                let end = ev.is_err();
+                if ev_tx.send(ev).await.is_err() || end {
+                    break;
+                }
+            }
+        });
+        let mut ready = false;
+        let mut fatal: Option<String> = None;
+        let mut stopping: Option<Option<oneshot::Sender<()>>> = None;
+        let mut routing = Routing::default();
+        let mut proxy = LlmProxy::new(self.sup.clone(), self.name.clone(), to_worker.clone());
+        // When to give up on the worker and kill its group: first the ready deadline, then,
+        // once stopping, the shutdown timeout. `None` once ready and not stopping.
+        let mut kill_at = Some(Instant::now() + READY_TIMEOUT);
+        let shutdown_timeout = Duration::from_secs_f64(self.sup.config.workers.shutdown_timeout_s);
+        let mut conn_open = true;
+        let channel = format!("project/{}", self.name);
+        let outcome = loop {
+            tokio::select! {
+                ev = ev_rx.recv(), if conn_open => match ev.unwrap_or_else(|| Err("connection closed".into())) {
+                    Ok(FromWorker::Ready) => {
+                        ready = true;
+                        if stopping.is_none() {
+                            kill_at = None;
+                        }
+                        self.set_state(WorkerState::Ready, Some(pid));
+                        tracing::info!(project = %self.name, pid, "worker ready");
+                        while let Some(d) = self.queued.pop_front() {
+                            routing.deliver(&self.name, &to_worker, d);
+                        }
+                    }
+                    Ok(FromWorker::MessagePersisted { id }) => routing.persisted(id),
+                    Ok(FromWorker::Reply { message_id, text }) => match routing.reply_to(&message_id) {
+                        Some(ReplyTo::Waiter(tx)) => {
+                            let _ = tx.send(Ok(text));
+                        }
+                        Some(ReplyTo::MainAgent) => self.sup.to_main(&channel, text),
+                        Some(ReplyTo::Nobody) | None => {
+                            tracing::info!(project = %self.name, "reply: {text}");
+                        }
+                    },
+                    Ok(FromWorker::LlmRequest { id, request }) => proxy.request(id, request),
+                    Ok(FromWorker::LlmCancel { id }) => proxy.cancel(id),
+                    Ok(FromWorker::Heartbeat | FromWorker::Pong { .. } | FromWorker::ShutdownComplete) => {}
+                    Ok(FromWorker::Fatal { reason }) => {
+                        tracing::error!(project = %self.name, "worker cannot run: {reason}");
+                        fatal = Some(reason);
+                    }
+                    Ok(FromWorker::Notify { text, kind }) => {
+                        tracing::info!(project = %self.name, %kind, "notify: {text}");
+                        self.sup.bus.publish(&self.name, BusBody::Notify { text: text.clone() });
+                        self.sup.to_main(&channel, format!("[notify from project {}] {text}", self.name));
+                    }
+                    Ok(FromWorker::Event(event)) => {
+                        tracing::debug!(project = %self.name, "event: {event:?}");
+                        self.sup.bus.publish(&self.name, BusBody::Worker(event));
+                    }
+                    Ok(FromWorker::Hello(_)) => {
+                        tracing::warn!(project = %self.name, pid, "second hello on a worker connection; dropping it");
+                        conn_open = false;
+                        spawn::kill_group(pid);
+                    }
+                    Err(why) => {
+                        conn_open = false;
+                        // A worker without its connection can do nothing useful. A worker that
+                        // is exiting closes its socket first: give it a moment so its real exit
+                        // status is what gets recorded, then end it; the exit arm restarts it.
+                        if stopping.is_none() {
+                            tracing::warn!(project = %self.name, pid, "worker connection ended: {why}");
+                            kill_at = Some(Instant::now() + Duration::from_secs(2));
+                        }
+                    }
+                },
+                status = child.wait() => {
+                    reader_task.abort();
+                    writer_task.abort();
+                    // Anything the worker started in its group goes with it, and so do its
+                    // pending model calls (dropping the proxy aborts them).
+                    spawn::kill_group(pid);
+                    let desc = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
+                    match stopping.take() {
+                        Some(reply) => {
+                            tracing::info!(project = %self.name, pid, "worker stopped ({desc})");
+                            break Outcome::Stopped(reply);
+                        }
+                        None => break Outcome::Crashed(match fatal.take() {
+                            Some(f) => format!("{desc}: {f}"),
+                            None => desc,
+                        }),
+                    }
+                }
+                cmd = rx.recv(), if stopping.is_none() => match cmd {
+                    None | Some(SlotCmd::Stop(_)) => {
+                        let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
+                        self.set_state(WorkerState::Stopping, Some(pid));
+                        if !conn_open || to_worker.send(ToWorker::Shutdown).is_err() {
+                            spawn::kill_group(pid);
+                        }
+                        stopping = Some(reply);
+                        kill_at = Some(Instant::now() + shutdown_timeout);
+                    }
+                    Some(SlotCmd::Deliver(d)) => {
+                        if ready {
+                            routing.deliver(&self.name, &to_worker, d)
+                        } else {
+                            self.queued.push_back(d)
+                        }
+                    }
+                    Some(SlotCmd::Restart) => {}
+                    Some(SlotCmd::Notify(frame)) => {
+                        if ready && conn_open {
+                            let _ = to_worker.send(frame);
+                        }
+                    }
+                    Some(SlotCmd::Kill { pid: target, reason }) => {
+                        if target == pid {
+                            fatal = Some(reason);
+                            spawn::kill_group(pid);
+                        }
+                    }
+                },
+                _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                    if stopping.is_some() {
+                        tracing::warn!(project = %self.name, pid, "worker did not stop within {shutdown_timeout:?}; killing its process group");
+                    } else {
+                        tracing::warn!(project = %self.name, pid, "worker not ready within {READY_TIMEOUT:?}; killing it");
+                    }
+                    spawn::kill_group(pid);
+                    kill_at = None;
+                }
+            }
+        };
+        drop(proxy);
+        routing.fail_all(&self.name);
+        outcome
+    }
+}

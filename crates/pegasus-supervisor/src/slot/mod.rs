@@ -1,0 +1,416 @@
+//! The life of one project's worker: spawn, handshake, restart after a crash with exponential
+//! backoff, give up after too many crashes in a window, stop on request.
+//!
+//! Each active project has one slot task. Everything about its worker — the child handle, the
+//! connection, queued and in-flight messages — is owned by that task alone, so there is no lock
+//! around process state; the rest of the daemon talks to it through [`SlotCmd`]s and reads a
+//! snapshot ([`SlotInfo`]) for listings. What happens while the worker is connected is in
+//! [`connected`]; which message gets which answer in [`routing`]; model calls in
+//! [`crate::llm_proxy`].
+
+mod connected;
+mod routing;
+
+pub(crate) use routing::Delivery;
+
+use crate::{spawn, supervisor::Supervisor};
+use interprocess::local_socket::tokio::Stream;
+use pegasus_proto::{ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter};
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+use tokio::{
+    io::{ReadHalf, WriteHalf},
+    process::Child,
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+    time::{sleep_until, Instant},
+};
+
+/// A worker connection that passed the handshake, handed from the accept loop to its slot.
+pub(crate) struct WorkerConn {
+    pub reader: FrameReader<ReadHalf<Stream>>,
+    pub writer: FrameWriter<WriteHalf<Stream>>,
+    /// The pid the kernel reports for the peer (or, failing that, the one it claimed).
+    pub pid: u32,
+}
+
+/// How long a freshly spawned worker may take to connect and say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upper bound of the restart backoff.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What the rest of the daemon can ask of a slot.
+pub(crate) enum SlotCmd {
+    /// Stop the worker (gracefully, then by force) and end the slot; answered when it is reaped.
+    Stop(oneshot::Sender<()>),
+    /// Deliver a message; `persisted` is answered with its id once it is durable, or why not.
+    Deliver(Delivery),
+    /// Pass a nudge to the worker (tasks changed, start a run); dropped when no worker is
+    /// connected, since a starting worker looks for ready tasks and unfinished runs anyway.
+    Notify(ToWorker),
+    /// Leave the crash-looping state (or skip a backoff) and start the worker now.
+    Restart,
+    /// Kill the worker with this pid (the watchdog found it silent); the exit counts as a
+    /// crash with `reason`. Ignored when the slot's worker has another pid by now.
+    Kill { pid: u32, reason: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkerState {
+    Starting,
+    Ready,
+    Stopping,
+    Backoff,
+    CrashLooping,
+    Stopped,
+}
+
+impl WorkerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Starting => "starting",
+            WorkerState::Ready => "ready",
+            WorkerState::Stopping => "stopping",
+            WorkerState::Backoff => "backoff",
+            WorkerState::CrashLooping => "crash-looping",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A snapshot of the slot for listings.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotInfo {
+    pub pid: Option<u32>,
+    pub state: WorkerState,
+    pub restarts: u32,
+    pub last_crash: Option<String>,
+    pub last_crash_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The daemon's handle on a slot task.
+pub(crate) struct SlotHandle {
+    pub cmd: mpsc::Sender<SlotCmd>,
+    info: Arc<Mutex<SlotInfo>>,
+    task: JoinHandle<()>,
+}
+
+impl SlotHandle {
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    pub fn state(&self) -> WorkerState {
+        self.info.lock().unwrap_or_else(|p| p.into_inner()).state
+    }
+
+    /// Asks the slot to stop and waits until its worker is reaped.
+    pub async fn stop(self) {
+        let (tx, rx) = oneshot::channel();
+        if self.cmd.send(SlotCmd::Stop(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+        let _ = self.task.await;
+    }
+
+    /// Copies the live worker facts into a listing row.
+    pub fn fill(&self, info: &mut ProjectInfo) {
+        let s = self.info.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        info.worker_pid = s.pid;
+        info.worker_state = s.state.as_str().to_string();
+        info.restarts = s.restarts;
+        info.last_crash = s.last_crash;
+        info.last_crash_at = s
+            .last_crash_at
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+    }
+}
+
+/// Starts the slot task of project `name`.
+pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
+    let (tx, rx) = mpsc::channel(64);
+    let info = Arc::new(Mutex::new(SlotInfo {
+        pid: None,
+        state: WorkerState::Starting,
+        restarts: 0,
+        last_crash: None,
+        last_crash_at: None,
+    }));
+    let slot = Slot {
+        sup,
+        name,
+        info: info.clone(),
+        crashes: VecDeque::new(),
+        queued: VecDeque::new(),
+    };
+    let task = tokio::spawn(slot.run(rx));
+    SlotHandle {
+        cmd: tx,
+        info,
+        task,
+    }
+}
+
+/// How one worker process ended.
+enum Outcome {
+    /// We asked it to stop; the slot ends.
+    Stopped(Option<oneshot::Sender<()>>),
+    /// It ended without being asked (any exit, a bad frame, a hung handshake).
+    Crashed(String),
+}
+
+struct Slot {
+    sup: Arc<Supervisor>,
+    name: String,
+    info: Arc<Mutex<SlotInfo>>,
+    /// When the recent crashes happened, for the crash-loop window.
+    crashes: VecDeque<std::time::Instant>,
+    queued: VecDeque<Delivery>,
+}
+
+impl Slot {
+    fn set(&self, f: impl FnOnce(&mut SlotInfo)) {
+        f(&mut self.info.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Moves the worker to `state` (with its pid, or none) and tells the bus.
+    fn set_state(&self, state: WorkerState, pid: Option<u32>) {
+        self.set(|i| {
+            i.state = state;
+            i.pid = pid;
+        });
+        self.sup.bus.publish(
+            &self.name,
+            BusBody::WorkerState {
+                state: state.as_str().to_string(),
+                pid,
+            },
+        );
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<SlotCmd>) {
+        loop {
+            self.sweep_exec_groups();
+            let outcome = self.run_once(&mut rx).await;
+            self.sweep_exec_groups();
+            let reason = match outcome {
+                Outcome::Stopped(reply) => return self.finish(reply),
+                Outcome::Crashed(reason) => reason,
+            };
+            self.record_crash(&reason);
+            let workers = &self.sup.config.workers;
+            let window = Duration::from_secs(workers.crash_loop_window_s);
+            let now = std::time::Instant::now();
+            self.crashes.push_back(now);
+            while self
+                .crashes
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > window)
+            {
+                self.crashes.pop_front();
+            }
+            let recent = self.crashes.len() as u32;
+            if recent > workers.crash_loop_max {
+                tracing::error!(project = %self.name, crashes = recent, "worker is crash-looping; not restarting until `pegasusctl project resume {}`", self.name);
+                self.set_state(WorkerState::CrashLooping, None);
+                self.fail_queued("is crash-looping");
+                match self.wait_for_restart(&mut rx, None).await {
+                    Some(reply) => return self.finish(reply),
+                    None => self.crashes.clear(),
+                }
+            } else {
+                let factor = 1u64 << (recent.saturating_sub(1)).min(16);
+                let delay =
+                    Duration::from_millis(workers.restart_backoff_ms.saturating_mul(factor))
+                        .min(MAX_BACKOFF);
+                tracing::info!(project = %self.name, ?delay, "restarting worker after backoff");
+                self.set_state(WorkerState::Backoff, None);
+                if let Some(reply) = self
+                    .wait_for_restart(&mut rx, Some(Instant::now() + delay))
+                    .await
+                {
+                    return self.finish(reply);
+                }
+            }
+        }
+    }
+
+    /// Waits out a backoff (`until`) or a crash loop (`None`: until `Restart`). Returns the stop
+    /// reply if a stop came first.
+    async fn wait_for_restart(
+        &mut self,
+        rx: &mut mpsc::Receiver<SlotCmd>,
+        until: Option<Instant>,
+    ) -> Option<Option<oneshot::Sender<()>>> {
+        loop {
+            let sleep = async {
+                match until {
+                    Some(t) => sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => return None,
+                cmd = rx.recv() => match cmd {
+                    None => return Some(None),
+                    Some(SlotCmd::Stop(reply)) => return Some(Some(reply)),
+                    Some(SlotCmd::Restart) => return None,
+                    Some(SlotCmd::Notify(_) | SlotCmd::Kill { .. }) => {}
+                    Some(SlotCmd::Deliver(d)) => {
+                        if until.is_none() {
+                            let _ = d.persisted.send(Err(self.crash_loop_refusal()));
+                        } else {
+                            self.queued.push_back(d);
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Kills what the last worker's `exec` calls left running (see `pegasus_store::exec_groups`):
+    /// after every exit, and before every spawn for what a previous daemon left.
+    fn sweep_exec_groups(&self) {
+        match pegasus_store::kill_exec_groups(&self.sup.home.exec_registry(&self.name)) {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(project = %self.name, groups = n, "killed commands left by the worker")
+            }
+            Err(e) => tracing::warn!(project = %self.name, "cannot sweep exec groups: {e}"),
+        }
+    }
+
+    fn crash_loop_refusal(&self) -> String {
+        format!(
+            "project {0} is crash-looping: read its log in {1}, then `pegasusctl project resume {0}`",
+            self.name,
+            self.sup.home.logs_dir().display()
+        )
+    }
+
+    fn finish(&mut self, reply: Option<oneshot::Sender<()>>) {
+        self.set_state(WorkerState::Stopped, None);
+        self.fail_queued("stopped");
+        if let Some(reply) = reply {
+            let _ = reply.send(());
+        }
+    }
+
+    fn fail_queued(&mut self, why: &str) {
+        for d in self.queued.drain(..) {
+            let _ = d.persisted.send(Err(format!(
+                "project {} {why}; the message was not delivered",
+                self.name
+            )));
+        }
+    }
+
+    fn record_crash(&self, reason: &str) {
+        let now = chrono::Utc::now();
+        let notice = format!("[Project Worker crashed with {reason}]");
+        tracing::warn!(project = %self.name, "{notice}");
+        self.sup.to_main(&format!("project/{}", self.name), notice);
+        self.sup.bus.publish(
+            &self.name,
+            BusBody::Crash {
+                reason: reason.to_string(),
+            },
+        );
+        self.set(|i| {
+            i.restarts += 1;
+            i.last_crash = Some(reason.to_string());
+            i.last_crash_at = Some(now);
+        });
+        let record = serde_json::json!({"ts": now, "project": self.name, "reason": reason});
+        let path = self.sup.home.project_dir(&self.name).join("crashes.jsonl");
+        if let Err(e) =
+            pegasus_store::JsonlAppender::open(&path).and_then(|mut a| a.append_durable(&record))
+        {
+            tracing::warn!(project = %self.name, "cannot record crash: {e}");
+        }
+    }
+
+    /// Spawns one worker and supervises it until it ends.
+    async fn run_once(&mut self, rx: &mut mpsc::Receiver<SlotCmd>) -> Outcome {
+        self.set_state(WorkerState::Starting, None);
+        let token = match spawn::new_token() {
+            Ok(t) => t,
+            Err(e) => return Outcome::Crashed(format!("cannot make a spawn token: {e}")),
+        };
+        let mut conn_rx = self.sup.register_spawn(&token, &self.name);
+        let dir = self.sup.home.project_dir(&self.name);
+        let stderr_log = self
+            .sup
+            .home
+            .logs_dir()
+            .join(format!("worker-{}.stderr", self.name));
+        let mut child =
+            match spawn::spawn_worker(&self.sup.worker_bin, &dir, &token, &stderr_log).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.sup.cancel_spawn(&token);
+                    return Outcome::Crashed(format!(
+                        "cannot start {}: {e}",
+                        self.sup.worker_bin.display()
+                    ));
+                }
+            };
+        let Some(pid) = child.id() else {
+            self.sup.cancel_spawn(&token);
+            let status = child
+                .wait()
+                .await
+                .map(spawn::describe_exit)
+                .unwrap_or_default();
+            return Outcome::Crashed(format!("worker exited at once ({status})"));
+        };
+        self.set_state(WorkerState::Starting, Some(pid));
+        tracing::debug!(project = %self.name, pid, "worker spawned");
+
+        // Phase 1: the handshake.
+        let deadline = Instant::now() + HELLO_TIMEOUT;
+        let conn = loop {
+            tokio::select! {
+                conn = &mut conn_rx => match conn {
+                    Ok(conn) if conn.pid == pid => break conn,
+                    Ok(conn) => {
+                        tracing::warn!(project = %self.name, pid, claimed = conn.pid, "hello from the wrong process; killing the spawn");
+                        return self.kill_and_reap(child, pid, "handshake from the wrong process").await;
+                    }
+                    Err(_) => return self.kill_and_reap(child, pid, "handshake lost").await,
+                },
+                status = child.wait() => {
+                    self.sup.cancel_spawn(&token);
+                    spawn::kill_group(pid);
+                    let status = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
+                    return Outcome::Crashed(format!("{status} before the handshake"));
+                }
+                _ = sleep_until(deadline) => {
+                    self.sup.cancel_spawn(&token);
+                    return self.kill_and_reap(child, pid, "no hello within 10 s").await;
+                }
+                cmd = rx.recv() => match cmd {
+                    None | Some(SlotCmd::Stop(_)) => {
+                        self.sup.cancel_spawn(&token);
+                        let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
+                        spawn::kill_group(pid);
+                        let _ = child.wait().await;
+                        return Outcome::Stopped(reply);
+                    }
+                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
+                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
+                },
+            }
+        };
+        self.run_connected(conn, child, pid, rx).await
+    }
+
+    async fn kill_and_reap(&self, mut child: Child, pid: u32, reason: &str) -> Outcome {
+        spawn::kill_group(pid);
+        let _ = child.wait().await;
+        Outcome::Crashed(reason.to_string())
+    }
+}
