@@ -80,6 +80,21 @@ impl Client {
     pub async fn wait_closed(&mut self) {
         while let Ok(Some(_)) = self.reader.read::<CtlResponse>().await {}
     }
+
+    /// Turns this connection into a follower of the daemon's event bus (one project, or all):
+    /// read what comes with [`Client::next_event`].
+    pub async fn follow(&mut self, project: Option<String>) -> Result<(), CtlError> {
+        Ok(self.writer.write(&CtlRequest::Follow { project }).await?)
+    }
+
+    /// The next frame of a follower: an event, or a resync after a gap. `None` once the daemon
+    /// closed the connection (it stopped).
+    pub async fn next_event(&mut self) -> Option<CtlResponse> {
+        match self.reader.read::<CtlResponse>().await {
+            Ok(Some(resp)) => Some(resp),
+            _ => None,
+        }
+    }
 }
 
 /// Turns an error response into an error, anything else passes.

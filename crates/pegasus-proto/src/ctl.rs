@@ -64,9 +64,10 @@ pub enum CtlRequest {
         project: String,
         action: RunAction,
     },
-    /// Follow the daemon's event bus (every project, or one): answered by a stream of
-    /// [`CtlResponse::Event`] frames (and [`CtlResponse::Resync`] after a gap) until the client
-    /// hangs up. The connection takes no other request afterwards.
+    /// Follow the daemon's event bus (every project, or one): answered by
+    /// [`CtlResponse::Resync`] `{missed: 0}` once subscribed, then a stream of
+    /// [`CtlResponse::Event`] frames (and another `Resync` after a gap) until the client hangs
+    /// up. The connection takes no other request afterwards.
     Follow {
         project: Option<String>,
     },

@@ -1,5 +1,10 @@
 //! `pegasusctl project log NAME [-f]`: the session transcript, read from the files (the daemon
 //! need not run); `-f` follows the file as the project works, across compactions.
+//!
+//! While the daemon runs, `-f` follows its event bus: an event of the project (a task moved, a
+//! tool call or a model call ended) is the cue to read what the worker appended, so new lines
+//! show as they land instead of on a polling tick. Without the daemon, or once it stops, the
+//! file is polled.
 
 use crate::CtlError;
 use pegasus_store::{ContentBlock, Home, SessionRecord};
@@ -91,14 +96,44 @@ pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<()
     let mut offset = 0u64;
     let mut inode = 0u64;
     let mut pending = String::new();
+    read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+    if !follow {
+        return Ok(());
+    }
+    let mut bus = match crate::client::Client::connect(home).await {
+        Ok(mut client) => match client.follow(Some(name.to_string())).await {
+            Ok(()) => Some(client),
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
     loop {
-        read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
-        if !follow {
-            return Ok(());
+        let Some(client) = bus.as_mut() else {
+            tokio::time::sleep(POLL).await;
+            read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+            continue;
+        };
+        // The file is appended around the event that announces it, not always before it:
+        // read at the event and once more a moment later; and now and then with no event,
+        // since not every append has one.
+        match tokio::time::timeout(IDLE_READ, client.next_event()).await {
+            Ok(Some(_event_or_resync)) => {
+                read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+                tokio::time::sleep(SETTLE).await;
+            }
+            Ok(None) => bus = None,
+            Err(_) => {}
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
     }
 }
+
+/// Polling interval without the daemon.
+const POLL: Duration = Duration::from_millis(200);
+/// How long after an event the file is read again.
+const SETTLE: Duration = Duration::from_millis(50);
+/// The longest the file goes unread while the daemon is quiet.
+const IDLE_READ: Duration = Duration::from_secs(1);
 
 /// Prints the complete lines added since `offset`; starts over when the file was replaced
 /// (compaction archives it and starts a new one).

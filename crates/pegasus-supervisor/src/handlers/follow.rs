@@ -1,7 +1,8 @@
 //! `pegasusctl project log NAME -f` (and later the dashboard): a connection that follows the
-//! event bus. After its `Follow` request the connection only streams: one
-//! `CtlResponse::Event` per event (of one project, or all), and a `CtlResponse::Resync` when
-//! this follower fell behind and events were dropped for it.
+//! event bus. After its `Follow` request the connection only streams: first
+//! `CtlResponse::Resync{missed: 0}` once the subscription stands, then one `CtlResponse::Event`
+//! per event (of one project, or all), and a `CtlResponse::Resync` whenever this follower fell
+//! behind and events were dropped for it.
 //!
 //! A follower that stops reading is never waited for: the bus drops what it cannot keep for
 //! it, and a write that cannot complete within [`WRITE_TIMEOUT`] ends the connection.
@@ -28,6 +29,15 @@ pub(crate) async fn follow<R, W>(
     W: AsyncWrite + Unpin,
 {
     let mut rx = sup.bus.subscribe();
+    // The first frame says the subscription stands (nothing missed yet): a follower that reads
+    // the files after it and then applies events misses nothing in between.
+    let subscribed = CtlResponse::Resync { missed: 0 };
+    if !matches!(
+        tokio::time::timeout(WRITE_TIMEOUT, writer.write(&subscribed)).await,
+        Ok(Ok(()))
+    ) {
+        return;
+    }
     // The client sends nothing more; a read that ends means it hung up.
     let hung_up = async {
         loop {
