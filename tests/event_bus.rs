@@ -123,7 +123,7 @@ fn a_follower_sees_a_message_become_task_events_in_order_and_idle_followers_hold
             .trim(),
         "listed"
     );
-    let events = collect_until(follower, Duration::from_secs(30), |got| task_done(got));
+    let events = collect_until(follower, Duration::from_secs(30), task_done);
     assert!(events.iter().all(|e| e.project == "bus"));
     assert!(
         events.windows(2).all(|w| w[0].seq < w[1].seq),
