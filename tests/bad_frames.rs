@@ -123,3 +123,61 @@ fn worker_socket_drops_bad_connections_and_forged_hellos() {
     assert_eq!(home.json(&["project", "show", "calm"])["restarts"], 0);
     home.ctl_ok(&["project", "send", "calm", "all good"]);
 }
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Issue 8 (low): a client that says hello and then announces a 16 MiB frame it never sends
+/// used to pin 16 MiB each, with no timeout. Now the buffer grows only with bytes that arrive,
+/// and a frame that stalls past the frame timeout loses its connection.
+#[test]
+fn announced_but_unsent_frames_pin_no_memory_and_are_dropped() {
+    let home = Home::new();
+    let d = home.start();
+    home.ctl_ok(&["status"]);
+    let sock = home.path().join("run/pegasusd.sock");
+    let before = vm_rss_kib(d.pid);
+    let hello = frame(
+        &pegasus_proto::encode(&CtlRequest::Hello {
+            protocol_version: PROTOCOL_VERSION,
+        })
+        .unwrap(),
+    );
+    let mut clients: Vec<UnixStream> = (0..20)
+        .map(|_| {
+            let mut s = UnixStream::connect(&sock).unwrap();
+            s.write_all(&hello).unwrap();
+            s.write_all(&(pegasus_proto::MAX_FRAME as u32).to_be_bytes())
+                .unwrap();
+            s.write_all(&[1u8; 16]).unwrap();
+            s
+        })
+        .collect();
+    // Every client got its welcome and its half frame is read: the daemon holds them all now.
+    home.ctl_ok(&["status"]);
+    let grown_mib = vm_rss_kib(d.pid).saturating_sub(before) / 1024;
+    assert!(
+        grown_mib < 40,
+        "20 announced 16 MiB frames grew pegasusd by {grown_mib} MiB"
+    );
+    for s in &mut clients {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = [0u8; 4096];
+        // The welcome, then the end of stream when the frame timeout drops us.
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("a stalled frame was not dropped: {e}"),
+            }
+        }
+    }
+    assert!(home.ctl(&["status"]).status.success());
+}

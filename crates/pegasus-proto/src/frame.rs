@@ -1,11 +1,18 @@
 //! Length-prefixed framing: a 4-byte big-endian payload length, then the payload.
 //!
 //! The length is checked against [`MAX_FRAME`] before a single payload byte is read, so a peer
-//! that sends `ff ff ff ff` costs us four bytes of reading, not four gigabytes of memory.
+//! that sends `ff ff ff ff` costs us four bytes of reading, not four gigabytes of memory; and
+//! the payload buffer grows as its bytes arrive, so a peer that announces 16 MiB and sends
+//! nothing pins a few KiB, not 16 MiB. A reader may also bound how long a started frame may take
+//! to finish ([`FrameReader::with_frame_timeout`]).
 
 use crate::{codec, ProtoError};
 use serde::{de::DeserializeOwned, Serialize};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+
+/// What a frame's buffer starts at; it grows with the bytes that actually arrive.
+const INITIAL_BUFFER: usize = 64 * 1024;
 
 /// Hard upper bound of one frame's payload (16 MiB): far above any message we send (session
 /// loads stay in the worker), far below what would hurt the daemon.
@@ -38,6 +45,7 @@ pub fn split_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, ProtoError> {
 pub struct FrameReader<R> {
     inner: BufReader<R>,
     buf: Vec<u8>,
+    frame_timeout: Option<Duration>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -45,7 +53,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         FrameReader {
             inner: BufReader::new(inner),
             buf: Vec::new(),
+            frame_timeout: None,
         }
+    }
+
+    /// Bounds how long a frame may take from its first byte to its last: a peer that starts a
+    /// frame and stalls loses its connection instead of holding it forever. Waiting *between*
+    /// frames stays unbounded (an idle client is cheap).
+    pub fn with_frame_timeout(mut self, timeout: Duration) -> Self {
+        self.frame_timeout = Some(timeout);
+        self
     }
 
     /// Reads the next message. `Ok(None)` is a clean end of stream at a frame boundary (the peer
@@ -55,27 +72,47 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// future alive across `select!` iterations or only race it against "stop everything".
     pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ProtoError> {
         let mut prefix = [0u8; 4];
-        let mut got = 0;
-        while got < 4 {
-            let n = self.inner.read(&mut prefix[got..]).await?;
-            if n == 0 {
-                if got == 0 {
-                    return Ok(None);
-                }
-                return Err(ProtoError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-            }
-            got += n;
+        let first = self.inner.read(&mut prefix).await?;
+        if first == 0 {
+            return Ok(None);
         }
-        let len = checked_len(prefix)?;
-        self.buf.clear();
-        self.buf.resize(len, 0);
-        self.inner.read_exact(&mut self.buf).await?;
+        let timeout = self.frame_timeout;
+        let rest = self.finish_frame(prefix, first);
+        match timeout {
+            None => rest.await?,
+            Some(t) => tokio::time::timeout(t, rest)
+                .await
+                .map_err(|_| ProtoError::Io(std::io::ErrorKind::TimedOut.into()))??,
+        }
         let msg = codec::decode(&self.buf)?;
         // Do not keep a large buffer alive for an idle connection.
         if self.buf.capacity() > 64 * 1024 {
             self.buf = Vec::new();
         }
         Ok(Some(msg))
+    }
+
+    /// Reads the rest of a frame whose first `got` prefix bytes are in `prefix` into `buf`.
+    async fn finish_frame(&mut self, mut prefix: [u8; 4], mut got: usize) -> Result<(), ProtoError> {
+        let eof = || ProtoError::Io(std::io::ErrorKind::UnexpectedEof.into());
+        while got < 4 {
+            let n = self.inner.read(&mut prefix[got..]).await?;
+            if n == 0 {
+                return Err(eof());
+            }
+            got += n;
+        }
+        let len = checked_len(prefix)?;
+        self.buf.clear();
+        self.buf.reserve(len.min(INITIAL_BUFFER));
+        let read = (&mut self.inner)
+            .take(len as u64)
+            .read_to_end(&mut self.buf)
+            .await?;
+        if read != len {
+            return Err(eof());
+        }
+        Ok(())
     }
 }
 
@@ -127,6 +164,49 @@ mod tests {
     use super::*;
     use crate::worker::{FromWorker, Hello, ToWorker};
     use proptest::prelude::*;
+
+    #[tokio::test]
+    async fn an_announced_frame_pins_only_the_bytes_that_arrived() {
+        use tokio::io::AsyncWriteExt;
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut r = FrameReader::new(b);
+        a.write_all(&(MAX_FRAME as u32).to_be_bytes()).await.unwrap();
+        a.write_all(&[7u8; 100]).await.unwrap();
+        drop(a);
+        assert!(r.read::<FromWorker>().await.is_err(), "end inside a frame");
+        assert!(
+            r.buf.capacity() <= 2 * INITIAL_BUFFER,
+            "a 16 MiB announcement allocated {} bytes",
+            r.buf.capacity()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_started_frame_that_stalls_times_out_while_idling_between_frames_does_not() {
+        use tokio::io::AsyncWriteExt;
+        let (mut a, b) = tokio::io::duplex(1024);
+        let mut r = FrameReader::new(b).with_frame_timeout(Duration::from_secs(5));
+        let read = tokio::spawn(async move {
+            let first = r.read::<FromWorker>().await;
+            (first.map(|m| m.is_some()), r)
+        });
+        // Idle for a minute between frames: fine.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let payload = crate::encode(&FromWorker::Heartbeat).unwrap();
+        a.write_all(&(payload.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
+        a.write_all(&payload).await.unwrap();
+        let (first, mut r) = read.await.unwrap();
+        assert!(first.unwrap());
+        // Start a frame and stall.
+        a.write_all(&[0, 0]).await.unwrap();
+        let err = r.read::<FromWorker>().await.unwrap_err();
+        assert!(
+            matches!(&err, ProtoError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut),
+            "{err:?}"
+        );
+    }
 
     #[tokio::test]
     async fn round_trip_over_a_pipe() {

@@ -12,6 +12,9 @@ use pegasus_proto::{
 use std::{sync::Arc, time::Duration};
 
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request frame may take from its first byte to its last: a client that starts
+/// a frame and stalls loses its connection (an idle one between requests is fine).
+const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many control connections may be open at once; more wait in the kernel's backlog.
 const MAX_OPEN: usize = 256;
 
@@ -26,7 +29,7 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 
 async fn connection(sup: Arc<Supervisor>, stream: Stream) {
     let (recv, send) = tokio::io::split(stream);
-    let mut reader = FrameReader::new(recv);
+    let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
     let mut writer = FrameWriter::new(send);
     match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<CtlRequest>()).await {
         Ok(Ok(Some(CtlRequest::Hello { protocol_version })))

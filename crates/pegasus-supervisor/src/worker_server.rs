@@ -10,6 +10,9 @@ use std::{sync::Arc, time::Duration};
 
 /// How long a new connection may take to say hello before it is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one frame from a worker may take from its first byte to its last. A worker writes
+/// whole frames to a local socket; one that stalls mid-frame is hung, and its slot restarts it.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How many handshakes may be in flight at once (a connection leaves the count once it is
 /// handed to its slot). Far above what a burst of restarts needs, low enough to bound a flood.
@@ -31,7 +34,7 @@ async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
         .and_then(|c| c.pid())
         .and_then(|p| u32::try_from(p).ok());
     let (recv, send) = tokio::io::split(stream);
-    let mut reader = FrameReader::new(recv);
+    let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
         Ok(Ok(Some(FromWorker::Hello(hello)))) => hello,
         Ok(Ok(Some(other))) => {
