@@ -4,7 +4,7 @@
 //! daemon lives on. Verbs are handled in [`crate::handlers`].
 
 use crate::{handlers, supervisor::Supervisor};
-use interprocess::local_socket::tokio::{Listener, Stream};
+use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
     FrameReader, FrameWriter, PROTOCOL_VERSION,
@@ -28,10 +28,23 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 }
 
 async fn connection(sup: Arc<Supervisor>, stream: Stream) {
+    let peer = stream
+        .peer_creds()
+        .ok()
+        .and_then(|c| c.pid())
+        .and_then(|p| u32::try_from(p).ok());
     let (recv, send) = tokio::io::split(stream);
     let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
     let mut writer = FrameWriter::new(send);
-    match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<CtlRequest>()).await {
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, reader.read::<CtlRequest>()).await;
+    // Refused after its hello, so the client reads why instead of a bare hang-up.
+    if let Some(pid) = peer.filter(|p| crate::peer::descends_from(*p, std::process::id())) {
+        tracing::warn!(peer = pid, "refusing a control connection from a process started by pegasusd (a model-run command)");
+        let message = "pegasusctl cannot be used from inside a Pegasus project: a project talks to other projects through the MainAgent (notify)".to_string();
+        let _ = writer.write(&CtlResponse::Error { message }).await;
+        return;
+    }
+    match hello {
         Ok(Ok(Some(CtlRequest::Hello { protocol_version })))
             if protocol_version == PROTOCOL_VERSION =>
         {

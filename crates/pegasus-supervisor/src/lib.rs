@@ -20,6 +20,7 @@ pub mod info;
 mod llm_proxy;
 mod logging;
 mod main_agent;
+mod peer;
 mod pidlock;
 mod slot;
 mod spawn;

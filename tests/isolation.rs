@@ -1,0 +1,61 @@
+//! A model is outside input: whatever it asks `exec` to run is untrusted (issue 8). These tests
+//! let a scripted model try what a hostile one would, through the real daemon, worker and tools.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
+use serde_json::json;
+
+/// The model runs `cmd` with `exec` on "attack", then answers with the tool result it saw.
+fn script_exec(fake: &FakeLlm, cmd: &str) {
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::LastUserTextContains("attack".into()),
+                Match::NoToolResultYet,
+            ]),
+            Reply::Tools(vec![ToolCall::new("exec", json!({"command": cmd}))]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("attack".into()),
+        Reply::Text("attack finished".into()),
+    ));
+}
+
+/// The text of the last tool result the model was sent.
+fn last_tool_result(fake: &FakeLlm) -> String {
+    fake.last_request()
+        .map(|r| r.body.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_model_run_command_cannot_drive_the_control_socket() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    let ctl = env!("CARGO_BIN_EXE_pegasusctl");
+    let h = home.path().display().to_string();
+    script_exec(
+        &fake,
+        &format!("{ctl} --home {h} project suspend victim; echo rc=$?; {ctl} --home {h} stop; echo rc=$?"),
+    );
+    let _d = home.start_fake();
+    let victim = home.create("victim");
+    home.create("attacker");
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "attacker", "attack", "--wait"]).trim(),
+        "attack finished"
+    );
+    let seen = last_tool_result(&fake);
+    assert!(
+        seen.contains("cannot be used from inside a Pegasus project") && seen.contains("rc=1"),
+        "{seen}"
+    );
+    // Nothing was stopped or suspended.
+    assert_eq!(home.ready_worker("victim", None), victim);
+    assert_eq!(home.json(&["project", "show", "victim"])["status"], "active");
+    assert!(home.ctl(&["status"]).status.success());
+}
