@@ -46,7 +46,8 @@ fn a_model_run_command_cannot_drive_the_control_socket() {
     let victim = home.create("victim");
     home.create("attacker");
     assert_eq!(
-        home.ctl_ok(&["project", "send", "attacker", "attack", "--wait"]).trim(),
+        home.ctl_ok(&["project", "send", "attacker", "attack", "--wait"])
+            .trim(),
         "attack finished"
     );
     let seen = last_tool_result(&fake);
@@ -56,6 +57,46 @@ fn a_model_run_command_cannot_drive_the_control_socket() {
     );
     // Nothing was stopped or suspended.
     assert_eq!(home.ready_worker("victim", None), victim);
-    assert_eq!(home.json(&["project", "show", "victim"])["status"], "active");
+    assert_eq!(
+        home.json(&["project", "show", "victim"])["status"],
+        "active"
+    );
     assert!(home.ctl(&["status"]).status.success());
+}
+
+/// Issue 8 (high): pegasusd kept the key in its environment, so a model could read it from
+/// `/proc/<pegasusd>/environ` into a tool result, the session and the next provider request.
+#[test]
+fn a_model_cannot_read_the_api_key_from_pegasusd() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    script_exec(
+        &fake,
+        "pp=$(awk '{print $4}' /proc/$PPID/stat); echo parent=$pp; tr '\\0' '\\n' </proc/$pp/environ; cat /proc/$pp/cmdline",
+    );
+    let d = home.start_fake();
+    home.create("snoop");
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "snoop", "attack", "--wait"])
+            .trim(),
+        "attack finished"
+    );
+    let seen = last_tool_result(&fake);
+    assert!(seen.contains(&format!("parent={}", d.pid)), "{seen}");
+    assert!(
+        seen.contains("pegasusd"),
+        "the read reached pegasusd: {seen}"
+    );
+    assert!(
+        !seen.contains(FAKE_KEY),
+        "the key reached the model: {seen}"
+    );
+    // Not in pegasusd's environment either, for anybody who can read it.
+    let environ = std::fs::read(format!("/proc/{}/environ", d.pid)).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&environ).contains(FAKE_KEY));
+    // The calls still carried the key (the provider got it).
+    assert!(fake
+        .requests()
+        .iter()
+        .all(|r| r.header("x-api-key") == Some(FAKE_KEY)));
 }

@@ -31,3 +31,4 @@ pub mod sse;
 
 pub use gateway::{Gateway, GatewayStats};
 pub use pegasus_proto::llm::*;
+pub use provider::take_keys_from_env;

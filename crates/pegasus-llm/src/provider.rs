@@ -79,14 +79,46 @@ fn kind_of(name: &str, pc: &ProviderConfig) -> Result<Kind, LlmError> {
     }
 }
 
-/// The API key for `target`, read from its environment variable now. `Ok(None)` when the
-/// provider needs no key; `MissingKey` when it needs one that is unset or empty.
+/// Keys taken out of the environment by [`take_keys_from_env`], by variable name.
+static KEYS: std::sync::Mutex<Option<std::collections::HashMap<String, String>>> =
+    std::sync::Mutex::new(None);
+
+/// Reads every provider's key variable once and keeps the values in this process's memory
+/// only. Returns the names of the variables that held a key; the caller then scrubs and removes
+/// them from the environment (see pegasusd's start), so no child (worker, `exec`, MainAgent
+/// command) inherits them. Call it at start, before any thread exists.
+pub fn take_keys_from_env(config: &Config) -> Vec<String> {
+    let mut keys = KEYS.lock().unwrap_or_else(|p| p.into_inner());
+    let keys = keys.get_or_insert_with(Default::default);
+    let mut taken = Vec::new();
+    for pc in config.providers.values() {
+        let Some(env) = pc.api_key_env.as_deref().filter(|e| !e.trim().is_empty()) else {
+            continue;
+        };
+        if let Ok(value) = std::env::var(env) {
+            if !value.trim().is_empty() {
+                keys.insert(env.to_string(), value.trim().to_string());
+                taken.push(env.to_string());
+            }
+        }
+    }
+    taken
+}
+
+/// The API key for `target`: taken at start by [`take_keys_from_env`], else read from its
+/// environment variable now (library users and tests that never took them). `Ok(None)` when
+/// the provider needs no key; `MissingKey` when it needs one that is unset or empty.
 pub fn credential(target: &Target) -> Result<Option<String>, LlmError> {
     let Some(env) = &target.api_key_env else {
         return Ok(None);
     };
-    match std::env::var(env) {
-        Ok(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_string())),
+    let kept = KEYS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(|k| k.get(env).cloned());
+    match kept.or_else(|| std::env::var(env).ok()) {
+        Some(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_string())),
         _ => Err(LlmError::MissingKey {
             provider: target.provider.clone(),
             env: env.clone(),

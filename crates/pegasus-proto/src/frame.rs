@@ -93,7 +93,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// Reads the rest of a frame whose first `got` prefix bytes are in `prefix` into `buf`.
-    async fn finish_frame(&mut self, mut prefix: [u8; 4], mut got: usize) -> Result<(), ProtoError> {
+    async fn finish_frame(
+        &mut self,
+        mut prefix: [u8; 4],
+        mut got: usize,
+    ) -> Result<(), ProtoError> {
         let eof = || ProtoError::Io(std::io::ErrorKind::UnexpectedEof.into());
         while got < 4 {
             let n = self.inner.read(&mut prefix[got..]).await?;
@@ -170,7 +174,9 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         let (mut a, b) = tokio::io::duplex(1 << 20);
         let mut r = FrameReader::new(b);
-        a.write_all(&(MAX_FRAME as u32).to_be_bytes()).await.unwrap();
+        a.write_all(&(MAX_FRAME as u32).to_be_bytes())
+            .await
+            .unwrap();
         a.write_all(&[7u8; 100]).await.unwrap();
         drop(a);
         assert!(r.read::<FromWorker>().await.is_err(), "end inside a frame");

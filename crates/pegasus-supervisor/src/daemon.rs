@@ -48,7 +48,21 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         None => home.config_file(),
     };
     let config = Config::load(&config_path)?;
+    // Before any thread exists: the model's commands run as this user, so pegasusd's memory
+    // and environment must not be readable through /proc (a non-dumpable process's
+    // /proc/<pid>/environ and mem belong to root), and the keys leave the environment so no
+    // child inherits them.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("pegasusd: cannot make itself non-dumpable ({e}); API keys may be readable by local processes");
+    }
+    let taken = pegasus_llm::take_keys_from_env(&config);
+    for name in &taken {
+        scrub_env(name);
+    }
     logging::init(&home.logs_dir(), "pegasusd.log");
+    if !taken.is_empty() {
+        tracing::info!(variables = ?taken, "API keys read and removed from the environment");
+    }
     let worker_bin = spawn::worker_binary();
     if !worker_bin.is_file() {
         return Err(SupervisorError::WorkerBinary(worker_bin));
@@ -130,4 +144,31 @@ async fn serve(
     }
     tracing::info!("pegasusd stopped");
     Ok(())
+}
+
+/// Removes variable `name` from the environment and overwrites its value where the kernel
+/// shows it. `/proc/<pid>/environ` reads the process's *initial* environment block, which
+/// `remove_var` does not touch; so the value's bytes are zeroed in place first. Only safe before
+/// any other thread exists (nothing else may read the environment meanwhile).
+fn scrub_env(name: &str) {
+    extern "C" {
+        static mut environ: *mut *mut nix::libc::c_char;
+    }
+    let prefix = format!("{name}=");
+    // SAFETY: called from `run` before the runtime, the logger or any other thread starts, so
+    // nothing reads or changes the environment concurrently; `environ` is the C library's
+    // NUL-terminated array of NUL-terminated strings, and each string's bytes up to its NUL
+    // are writable (they live in the initial stack block or in memory `setenv` allocated).
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let s = std::ffi::CStr::from_ptr(*entry).to_bytes();
+            if s.starts_with(prefix.as_bytes()) {
+                let value = (*entry).add(prefix.len());
+                std::ptr::write_bytes(value, 0, s.len() - prefix.len());
+            }
+            entry = entry.add(1);
+        }
+    }
+    std::env::remove_var(name);
 }

@@ -35,7 +35,10 @@ mod tests {
 
     #[test]
     fn a_child_descends_from_us_and_we_do_not_descend_from_it() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let (me, kid) = (std::process::id(), child.id());
         assert!(descends_from(kid, me));
         assert!(!descends_from(me, kid));
