@@ -1,5 +1,7 @@
 //! config.yml: the user's settings (SPEC §3). Every key is optional and has a default, so a
-//! fresh home needs no config at all; unknown keys are allowed so a newer config still loads.
+//! fresh home needs no config at all. An unknown key is refused with its line and name: a typo
+//! such as `budjet:` must not silently leave the $20/day default in force. Values are checked
+//! too (provider kinds and URLs, prices and budgets >= 0), before pegasusd creates anything.
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
@@ -12,7 +14,7 @@ use crate::yaml::{dotted_key_line, problem};
 
 /// All settings of a Pegasus home.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Model used when a project names none, as `provider/model`.
     pub default_model: String,
@@ -81,7 +83,7 @@ fn default_providers() -> BTreeMap<String, ProviderConfig> {
 
 /// An LLM endpoint; model ids `"<provider>/<model>"` pick one by name.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProviderConfig {
     /// Wire protocol: `anthropic` or `openai` (any OpenAI-compatible server).
     pub kind: String,
@@ -93,7 +95,7 @@ pub struct ProviderConfig {
 
 /// Limits of the LLM gateway.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
     /// Calls in flight at once, across all projects (>= 1).
     pub max_concurrency: usize,
@@ -119,7 +121,7 @@ impl Default for LlmConfig {
 
 /// Spending caps in USD; `None` means no cap.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct BudgetConfig {
     /// Cap on all spending per UTC day.
     pub daily_usd: Option<f64>,
@@ -138,6 +140,7 @@ impl Default for BudgetConfig {
 
 /// Price of a model in USD per million tokens.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     /// Prompt tokens.
     pub input: f64,
@@ -157,7 +160,7 @@ pub struct PriceConfig {
 /// Autonomous runs (SPEC §9): which models summarise and review phases. `None` = the
 /// project's own model. The daily limit of runs is `budget.daily_usd`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RunsConfig {
     /// A cheap model for phase summaries.
     pub summary_model: Option<String>,
@@ -169,7 +172,7 @@ pub struct RunsConfig {
 /// too fast. Per-task budget, turn and loop caps are enforced where the spend and the turns
 /// happen (the gateway and the agent loop).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct WatchdogConfig {
     /// A busy worker with no agent event (model answer, tool call, stage) for this long has its
     /// task failed as `silent` and is restarted.
@@ -190,7 +193,7 @@ impl Default for WatchdogConfig {
 
 /// How the supervisor manages worker processes.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkersConfig {
     /// Seconds a worker gets to finish its turn on shutdown before it is killed (> 0).
     pub shutdown_timeout_s: f64,
@@ -221,7 +224,7 @@ impl Default for WorkersConfig {
 
 /// The Telegram bot channel.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TelegramConfig {
     /// Environment variable holding the bot token.
     pub token_env: String,
@@ -243,7 +246,7 @@ impl Default for TelegramConfig {
 
 /// The web dashboard.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DashboardConfig {
     /// Address to listen on; loopback by default since it has no authentication.
     pub listen: String,
@@ -260,7 +263,7 @@ impl Default for DashboardConfig {
 /// Guards and limits of the agent loop (SPEC §6). They bound what one task can do on its own:
 /// how long it may go on, how much it may run at once and how deep it may delegate.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     /// Model calls per task before it stops as `turn_capped` (default 25).
     pub max_turns: u32,
@@ -386,6 +389,49 @@ impl Config {
                 "must be a number of seconds > 0",
             ));
         }
+        for (name, p) in &self.providers {
+            let key = format!("providers.{name}");
+            if p.kind != "anthropic" && p.kind != "openai" {
+                return Err(err(
+                    &format!("{key}.kind"),
+                    &format!("unknown provider kind `{}`: use `anthropic` or `openai` (any OpenAI-compatible server)", p.kind),
+                ));
+            }
+            if !is_http_url(&p.base_url) {
+                return Err(err(
+                    &format!("{key}.base_url"),
+                    &format!(
+                        "`{}` is not an http(s) URL, e.g. https://api.anthropic.com",
+                        p.base_url
+                    ),
+                ));
+            }
+        }
+        for (pattern, price) in &self.prices {
+            for (field, v) in [
+                ("input", Some(price.input)),
+                ("output", Some(price.output)),
+                ("cache_read", price.cache_read),
+                ("cache_write", price.cache_write),
+            ] {
+                if v.is_some_and(|x| !(x.is_finite() && x >= 0.0)) {
+                    return Err(err(
+                        &format!("prices.{pattern}"),
+                        &format!("`{field}` must be a price in USD per million tokens >= 0"),
+                    ));
+                }
+            }
+        }
+        if self
+            .watchdog
+            .max_usd_per_minute
+            .is_some_and(|x| !(x.is_finite() && x >= 0.0))
+        {
+            return Err(err(
+                "watchdog.max_usd_per_minute",
+                "must be a number of US dollars >= 0, or null for no cap",
+            ));
+        }
         for (key, v) in [
             ("budget.daily_usd", self.budget.daily_usd),
             ("budget.task_usd", self.budget.task_usd),
@@ -399,6 +445,15 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// An `http://` or `https://` URL with a host, the only kind a provider can be reached at.
+fn is_http_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    rest.and_then(|r| r.split(['/', '?', '#']).next())
+        .is_some_and(|host| !host.is_empty() && !host.contains(char::is_whitespace))
 }
 
 #[cfg(test)]
@@ -507,9 +562,71 @@ dashboard: {listen: 127.0.0.1:7474}
     }
 
     #[test]
-    fn unknown_top_level_keys_are_fine() {
-        let c = parse("future_feature: {x: 1}\nllm: {timeout_s: 7}\n").unwrap();
-        assert_eq!(c.llm.timeout_s, 7);
-        assert_eq!(c.llm.max_concurrency, 4);
+    fn unknown_keys_are_refused_naming_the_key() {
+        let err = parse("llm: {timeout_s: 7}\nfuture_feature: {x: 1}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config.yml:2") && err.contains("unknown field `future_feature`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_its_line_and_key() {
+        let cases = [
+            ("budjet:\n  daily_usd: 1\n", "budjet", 1),
+            ("budget:\n  daily_usd: 5\n  task_uds: 1\n", "task_uds", 3),
+            (
+                "providers:\n  x: {kind: gemini, base_url: \"https://x\"}\n",
+                "providers.x.kind",
+                2,
+            ),
+            (
+                "providers:\n  x:\n    kind: openai\n    base_url: not a url\n",
+                "providers.x.base_url",
+                4,
+            ),
+            (
+                "prices:\n  \"fa/*\": {input: -1, output: 2}\n",
+                "prices.fa/*",
+                0,
+            ),
+            ("budget: {daily_usd: -5}\n", "budget.daily_usd", 1),
+            (
+                "watchdog: {max_usd_per_minute: -1}\n",
+                "watchdog.max_usd_per_minute",
+                1,
+            ),
+        ];
+        for (text, key, line) in cases {
+            let err = Config::parse(text, Path::new("config.yml"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{text:?} -> {err}");
+            // 0: a quoted key whose line the locator cannot find (the key still names it).
+            if line > 0 {
+                assert!(
+                    err.contains(&format!("config.yml:{line}")),
+                    "{text:?} -> {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_http_urls_with_a_host_are_urls() {
+        for ok in ["https://api.anthropic.com", "http://127.0.0.1:11434/v1"] {
+            assert!(is_http_url(ok), "{ok}");
+        }
+        for bad in [
+            "not a url",
+            "ftp://x",
+            "https://",
+            "http:///v1",
+            "https://a b",
+        ] {
+            assert!(!is_http_url(bad), "{bad}");
+        }
     }
 }

@@ -27,13 +27,9 @@ pub struct DaemonOptions {
 /// Runs the daemon in the foreground until SIGTERM, SIGINT or `pegasusctl stop`.
 pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     let home = Home::resolve(opts.home)?;
-    std::fs::create_dir_all(home.root())
-        .map_err(|e| SupervisorError::io("cannot create home", home.root(), e))?;
     home.check_socket_paths()?;
-    // The lock comes before anything that touches the sockets: a second daemon must not unlink
-    // the first one's live socket.
-    let _lock = PidLock::acquire(&home.pid_file(), &home.root().display().to_string())?;
-    home.ensure_layout()?;
+    // The config is read and checked before anything is created on disk: a refused config
+    // leaves no home skeleton and no pid file behind.
     let config_path = match opts.config {
         Some(path) => {
             if !path.exists() {
@@ -48,6 +44,12 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         None => home.config_file(),
     };
     let config = Config::load(&config_path)?;
+    std::fs::create_dir_all(home.root())
+        .map_err(|e| SupervisorError::io("cannot create home", home.root(), e))?;
+    // The lock comes before anything that touches the sockets: a second daemon must not unlink
+    // the first one's live socket.
+    let _lock = PidLock::acquire(&home.pid_file(), &home.root().display().to_string())?;
+    home.ensure_layout()?;
     // Before any thread exists: the model's commands run as this user, so pegasusd's memory
     // and environment must not be readable through /proc (a non-dumpable process's
     // /proc/<pid>/environ and mem belong to root), and the keys leave the environment so no

@@ -1,0 +1,48 @@
+//! A config that does not make sense is refused before pegasusd creates anything (issue 8):
+//! unknown keys (a typo would silently keep a default budget), unknown provider kinds, URLs
+//! that are not URLs, negative prices (a budget bypass). One line names the file, line and key;
+//! no home skeleton and no pid file are left behind.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+#[test]
+fn nonsense_config_is_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("budjet:\n  daily_usd: 1\n", "budjet"),
+        (
+            "providers:\n  x: {kind: gemini, base_url: \"https://x\"}\n",
+            "providers.x.kind",
+        ),
+        (
+            "providers:\n  x: {kind: openai, base_url: \"not a url\"}\n",
+            "providers.x.base_url",
+        ),
+        ("prices:\n  \"a/*\": {input: -1, output: 1}\n", "prices.a/*"),
+    ];
+    for (i, (yaml, key)) in cases.iter().enumerate() {
+        let config = dir.path().join(format!("config-{i}.yml"));
+        std::fs::write(&config, yaml).unwrap();
+        let home = dir.path().join(format!("home-{i}"));
+        let out = Command::new(env!("CARGO_BIN_EXE_pegasusd"))
+            .arg("--home")
+            .arg(&home)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{yaml}: {stderr}");
+        assert!(
+            stderr.contains(key) && stderr.contains(&format!("config-{i}.yml:")),
+            "{yaml}: {stderr}"
+        );
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "one line, not a dump: {stderr}"
+        );
+        assert!(!home.exists(), "a refused config left {}", home.display());
+    }
+}
