@@ -6,6 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -59,9 +60,11 @@ fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn write_then_rename_with(tmp: &Path, path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
+    // 0600: sessions, ledgers and PROJECT.md are the user's alone (SPEC §12).
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(0o600)
         .open(tmp)
         .map_err(StoreError::io(tmp))?;
     file.write_all(bytes).map_err(StoreError::io(tmp))?;

@@ -136,6 +136,10 @@ impl Home {
         ] {
             fs::create_dir_all(&dir).map_err(StoreError::io(&dir))?;
         }
+        // The home is the user's alone (SPEC §12): sessions, the ledger and logs must not be
+        // readable by other local users, whatever the umask made of it (also for old homes).
+        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))
+            .map_err(StoreError::io(&self.root))?;
         let run = self.run_dir();
         match fs::DirBuilder::new().mode(0o700).create(&run) {
             Ok(()) => {}
@@ -238,6 +242,10 @@ mod tests {
         fs::set_permissions(h.run_dir(), fs::Permissions::from_mode(0o755)).unwrap();
         h.ensure_layout().unwrap();
         assert_eq!(mode(&h.run_dir()), 0o700);
+        assert_eq!(mode(h.root()), 0o700, "the home is the user's alone");
+        fs::set_permissions(h.root(), fs::Permissions::from_mode(0o755)).unwrap();
+        h.ensure_layout().unwrap();
+        assert_eq!(mode(h.root()), 0o700, "an old home is tightened");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -36,6 +36,7 @@ impl JsonlAppender {
             .read(true)
             .append(true)
             .create(true)
+            .mode(0o600)
             .open(path)
             .map_err(StoreError::io(path))?;
         if !existed {
@@ -252,6 +253,23 @@ mod tests {
     #[derive(Debug, Serialize, Deserialize, PartialEq)]
     struct A {
         a: i64,
+    }
+
+    #[test]
+    fn new_files_are_the_users_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.jsonl");
+        JsonlAppender::open(&p)
+            .unwrap()
+            .append_durable(&A { a: 1 })
+            .unwrap();
+        let q = dir.path().join("y.md");
+        crate::write_atomic(&q, b"hi").unwrap();
+        for f in [&p, &q] {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
     }
 
     #[test]
