@@ -172,3 +172,41 @@ async fn bad_arguments_are_errors_for_the_model() {
     let out = call(&ctx, "read_file", json!({"path": "."})).await;
     assert!(out.is_error && out.content.contains("directory"));
 }
+
+/// Issue 8: `read_file` on a 1 GiB sparse file read all of it before cutting at 256 KiB, and on
+/// a FIFO it blocked the turn until the watchdog. Now it reads at most the cap, and refuses a
+/// FIFO at once; so does `edit_file`.
+#[tokio::test]
+async fn hostile_files_are_read_bounded_and_fifos_are_refused_at_once() {
+    let s = setup();
+    let (ctx, _rx) = ctx(&s.work, &s.work.join("mem"));
+    let big = std::fs::File::create(s.work.join("big.bin")).unwrap();
+    big.set_len(1 << 30).unwrap();
+    let out = call(&ctx, "read_file", json!({"path": "big.bin"})).await;
+    assert!(!out.is_error, "{out:?}");
+    assert!(
+        out.content.contains("the file has 1073741824 bytes"),
+        "{}",
+        &out.content[out.content.len() - 120..]
+    );
+    assert!(out.content.len() < 300 * 1024);
+
+    nix::unistd::mkfifo(&s.work.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let started = std::time::Instant::now();
+    let out = call(&ctx, "read_file", json!({"path": "pipe"})).await;
+    assert!(
+        out.is_error && out.content.contains("not a regular file"),
+        "{out:?}"
+    );
+    let out = call(
+        &ctx,
+        "edit_file",
+        json!({"path": "pipe", "old": "a", "new": "b"}),
+    )
+    .await;
+    assert!(
+        out.is_error && out.content.contains("not a regular file"),
+        "{out:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}

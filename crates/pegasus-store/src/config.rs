@@ -4,7 +4,6 @@
 //! too (provider kinds and URLs, prices and budgets >= 0), before pegasusd creates anything.
 
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -302,20 +301,29 @@ impl Default for AgentConfig {
     }
 }
 
+/// The largest config.yml read (1 MiB): far beyond any real one.
+const CONFIG_CAP: u64 = 1 << 20;
+
 impl Config {
     /// Loads config.yml. A missing (or empty) file gives [`Config::default`]. Syntax errors,
     /// wrong types and out-of-range values are a [`StoreError::Parse`] naming the file, line
     /// and key, e.g. `config.yml:4: key `llm.max_concurrency`: invalid type: string "x",
     /// expected usize`.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = match std::fs::read_to_string(path) {
+        let text = match crate::read::read_text_limited(path, CONFIG_CAP) {
             Ok(t) => t,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Config::default()),
-            Err(e) => {
+            Err(crate::read::ReadError::NotFound) => return Ok(Config::default()),
+            Err(crate::read::ReadError::Io(e)) => {
                 return Err(StoreError::Io {
                     path: path.to_path_buf(),
                     source: e,
                 })
+            }
+            Err(e) => {
+                return Err(StoreError::Invalid(format!(
+                    "config {} {e}: it must be a regular YAML file",
+                    path.display()
+                )))
             }
         };
         Self::parse(&text, path)

@@ -20,6 +20,7 @@ pub mod jsonl;
 pub mod ledger;
 pub mod lifecycle;
 pub mod project;
+pub mod read;
 pub mod scan;
 pub mod session;
 mod yaml;
@@ -36,5 +37,6 @@ pub use project::{
     create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
     PROJECT_SUBDIRS,
 };
+pub use read::{read_capped, read_text_limited, Capped, ReadError};
 pub use scan::{scan_projects, ScanEntry};
 pub use session::*;

@@ -47,9 +47,11 @@ impl Tool for EditFile {
             if args.old.is_empty() {
                 return ToolOutput::error("`old` is empty; quote the text to replace");
             }
-            let text = match std::fs::read_to_string(&path) {
+            // Regular files only, and not larger than what the model could have read whole.
+            let cap = 4 * super::READ_CAP_BYTES as u64;
+            let text = match pegasus_store::read_text_limited(&path, cap) {
                 Ok(t) => t,
-                Err(e) => return ToolOutput::error(format!("cannot read {}: {e}", args.path)),
+                Err(e) => return ToolOutput::error(format!("cannot edit {}: it {e}", args.path)),
             };
             match text.matches(&args.old).count() {
                 1 => {}

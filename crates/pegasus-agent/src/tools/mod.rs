@@ -54,19 +54,23 @@ pub(crate) const READ_CAP_BYTES: usize = 256 * 1024;
 /// Reads a text file for the model: lossy UTF-8, cut at [`READ_CAP_BYTES`] with a note.
 pub(crate) fn read_text(path: &std::path::Path, shown: &str) -> crate::tool::ToolOutput {
     use crate::tool::ToolOutput;
+    use pegasus_store::ReadError;
     if path.is_dir() {
         return ToolOutput::error(format!("{shown} is a directory; use list_dir"));
     }
-    match std::fs::read(path) {
-        Ok(bytes) if bytes.len() > READ_CAP_BYTES => ToolOutput::ok(format!(
+    // Never more than the cap is read (a 1 GiB file costs 256 KiB), and a FIFO or device is
+    // refused at once instead of blocking the turn.
+    match pegasus_store::read_capped(path, READ_CAP_BYTES as u64) {
+        Ok(c) if c.truncated() => ToolOutput::ok(format!(
             "{}\n[truncated: the file has {} bytes, only the first {READ_CAP_BYTES} are shown]",
-            String::from_utf8_lossy(&bytes[..READ_CAP_BYTES]),
-            bytes.len()
+            String::from_utf8_lossy(&c.bytes),
+            c.size
         )),
-        Ok(bytes) => ToolOutput::ok(String::from_utf8_lossy(&bytes).into_owned()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            ToolOutput::error(format!("{shown} does not exist"))
-        }
+        Ok(c) => ToolOutput::ok(String::from_utf8_lossy(&c.bytes).into_owned()),
+        Err(ReadError::NotFound) => ToolOutput::error(format!("{shown} does not exist")),
+        Err(ReadError::NotRegular) => ToolOutput::error(format!(
+            "{shown} is not a regular file (a FIFO, device or socket): read_file reads regular files only"
+        )),
         Err(e) => ToolOutput::error(format!("cannot read {shown}: {e}")),
     }
 }
