@@ -100,3 +100,46 @@ fn a_model_cannot_read_the_api_key_from_pegasusd() {
         .iter()
         .all(|r| r.header("x-api-key") == Some(FAKE_KEY)));
 }
+
+/// The pids of live processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(needle)
+                && !state
+                    .rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .collect()
+}
+
+/// Issue 8 (medium): `setsid sleep … &` left a process that outlived the call, the worker and
+/// `pegasusctl stop`. Process-group kill is not containment; a subreaper is.
+#[test]
+fn a_process_that_escapes_with_setsid_does_not_outlive_its_call() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    script_exec(
+        &fake,
+        "setsid sleep 86311 >/dev/null 2>&1 </dev/null & sleep 0.5; echo started",
+    );
+    let _d = home.start_fake();
+    home.create("escape");
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "escape", "attack", "--wait"])
+            .trim(),
+        "attack finished"
+    );
+    assert!(last_tool_result(&fake).contains("started"));
+    poll(
+        std::time::Duration::from_secs(10),
+        "the escaped sleep to be gone",
+        || processes_with("86311").is_empty().then_some(()),
+    );
+    // The worker and the daemon are fine.
+    home.ready_worker("escape", None);
+}

@@ -11,6 +11,7 @@
 //! provider or decides *when* to write; the supervisor and worker crates do. It is synchronous
 //! on purpose: its writes are small, and async callers wrap them in `spawn_blocking`.
 
+pub mod adopted;
 pub mod atomic;
 pub mod config;
 pub mod error;

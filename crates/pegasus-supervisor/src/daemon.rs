@@ -57,6 +57,11 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("pegasusd: cannot make itself non-dumpable ({e}); API keys may be readable by local processes");
     }
+    // Orphans of what model-run commands start are re-parented to us, not to init, so they
+    // can be found and killed (see `pegasus_store::adopted`).
+    if let Err(e) = pegasus_store::adopted::become_subreaper() {
+        eprintln!("pegasusd: cannot become a child subreaper ({e}); commands that escape with setsid may outlive their worker");
+    }
     let taken = pegasus_llm::take_keys_from_env(&config);
     for name in &taken {
         scrub_env(name);

@@ -84,7 +84,9 @@ pub async fn spawn_worker(
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
+    // Known to the escapee sweep: pegasusd is a child subreaper and kills children it did not
+    // start on purpose (see `pegasus_store::adopted`).
+    let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
     if let Some(mut stdin) = child.stdin.take() {
         let line = format!("{token}\n");
         if let Err(e) = stdin.write_all(line.as_bytes()).await {

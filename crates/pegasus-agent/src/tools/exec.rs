@@ -74,6 +74,8 @@ impl Tool for Exec {
 /// so no path out of [`run_command`] can leave the group running.
 struct GroupKiller {
     pgid: Pid,
+    /// The shell's pid, known to the escapee sweep until the call ends.
+    pid: u32,
 }
 
 impl GroupKiller {
@@ -86,6 +88,7 @@ impl GroupKiller {
 impl Drop for GroupKiller {
     fn drop(&mut self) {
         self.kill();
+        pegasus_store::adopted::forget(self.pid);
     }
 }
 
@@ -116,8 +119,26 @@ impl Capped {
     }
 }
 
-/// Runs `command` with `sh -c` in `workdir`; see the module doc for the process rules.
+/// Runs `command` (see [`run_command_contained`]), then kills what escaped it: a process that
+/// left the command's group (`setsid cmd &`, a double fork) was re-parented to this process, a
+/// child subreaper, when its parent exited; nothing the command started outlives the call.
 pub async fn run_command(
+    command: &str,
+    workdir: &Path,
+    timeout: Duration,
+    cap: usize,
+    registry: Option<&Path>,
+) -> ToolOutput {
+    let out = run_command_contained(command, workdir, timeout, cap, registry).await;
+    match tokio::task::spawn_blocking(pegasus_store::adopted::kill_adopted).await {
+        Ok(0) | Err(_) => {}
+        Ok(n) => tracing::info!(killed = n, "killed processes that escaped an exec command"),
+    }
+    out
+}
+
+/// Runs `command` with `sh -c` in `workdir`; see the module doc for the process rules.
+async fn run_command_contained(
     command: &str,
     workdir: &Path,
     timeout: Duration,
@@ -163,7 +184,7 @@ pub async fn run_command(
             Ok(())
         });
     }
-    let spawned = cmd.spawn();
+    let spawned = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id());
     // Our copies of the write end must close, or the pipe never reports end-of-file.
     drop(cmd);
     let mut child = match spawned {
@@ -175,6 +196,7 @@ pub async fn run_command(
     };
     let group = GroupKiller {
         pgid: Pid::from_raw(pid as i32),
+        pid: pid as u32,
     };
     // Grandchildren do not inherit the death signal: if the worker is killed, the supervisor
     // finds this group in the registry and kills it.

@@ -195,6 +195,9 @@ impl Slot {
         loop {
             self.sweep_exec_groups();
             let outcome = self.run_once(&mut rx).await;
+            if let Some(pid) = self.info.lock().unwrap_or_else(|p| p.into_inner()).pid {
+                pegasus_store::adopted::forget(pid);
+            }
             self.sweep_exec_groups();
             let reason = match outcome {
                 Outcome::Stopped(reply) => return self.finish(reply),
@@ -273,6 +276,8 @@ impl Slot {
 
     /// Kills what the last worker's `exec` calls left running (see `pegasus_store::exec_groups`):
     /// after every exit, and before every spawn for what a previous daemon left.
+    /// Also kills what escaped those groups and was re-parented to pegasusd (a child
+    /// subreaper) when the worker died: see `pegasus_store::adopted`.
     fn sweep_exec_groups(&self) {
         match pegasus_store::kill_exec_groups(&self.sup.home.exec_registry(&self.name)) {
             Ok(0) => {}
@@ -280,6 +285,12 @@ impl Slot {
                 tracing::info!(project = %self.name, groups = n, "killed commands left by the worker")
             }
             Err(e) => tracing::warn!(project = %self.name, "cannot sweep exec groups: {e}"),
+        }
+        match pegasus_store::adopted::kill_adopted() {
+            0 => {}
+            n => {
+                tracing::info!(project = %self.name, killed = n, "killed processes that escaped a dead worker's commands")
+            }
         }
     }
 

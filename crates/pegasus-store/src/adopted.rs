@@ -1,0 +1,112 @@
+//! Containment of what model-run commands start: pegasusd and every worker are *child
+//! subreapers*, so a process that escapes its command's process group (`setsid cmd &`, a
+//! double fork) is re-parented to them instead of to init when its parent exits. Each process
+//! knows which of its children it started on purpose ([`spawn_known`]); any other child is an
+//! adopted escapee, and [`kill_adopted`] kills it (with its group) and reaps it. A worker
+//! sweeps after every `exec` call; pegasusd sweeps after every worker exit, which catches what
+//! a `kill -9`-ed worker had adopted.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+/// Children this process started on purpose. Held while spawning and while sweeping, so a
+/// child between its fork and its registration can never be taken for an escapee.
+static KNOWN: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+
+fn known() -> MutexGuard<'static, Option<HashSet<u32>>> {
+    KNOWN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes this process the reaper of its descendants' orphans.
+pub fn become_subreaper() -> nix::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true)
+}
+
+/// Spawns a child this process means to have (a worker, a command's shell) and remembers its
+/// pid until [`forget`]. `pid_of` reads the pid from what `spawn` returns.
+pub fn spawn_known<T>(
+    spawn: impl FnOnce() -> std::io::Result<T>,
+    pid_of: impl Fn(&T) -> Option<u32>,
+) -> std::io::Result<T> {
+    let mut guard = known();
+    let child = spawn()?;
+    if let Some(pid) = pid_of(&child) {
+        guard.get_or_insert_with(HashSet::new).insert(pid);
+    }
+    Ok(child)
+}
+
+/// The child `pid` has been reaped by its owner; a later process with the same pid is new.
+pub fn forget(pid: u32) {
+    if let Some(set) = known().as_mut() {
+        set.remove(&pid);
+    }
+}
+
+/// The pids whose parent is `parent`, from `/proc`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat.rsplit_once(')')?.1.to_string();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Kills and reaps every child of this process that it did not start on purpose, and the
+/// process group each one leads; repeats while killing them orphans more. Returns how many.
+pub fn kill_adopted() -> usize {
+    let me = std::process::id();
+    let mut killed = 0;
+    // Each round takes one generation of escapees; a fork bomb's depth is bounded by the rounds
+    // and the rest waits for the next sweep.
+    for _ in 0..16 {
+        let guard = known();
+        let empty = HashSet::new();
+        let ours = guard.as_ref().unwrap_or(&empty);
+        let strays: Vec<u32> = children_of(me)
+            .into_iter()
+            .filter(|p| !ours.contains(p))
+            .collect();
+        if strays.is_empty() {
+            break;
+        }
+        for &pid in &strays {
+            let p = Pid::from_raw(pid as i32);
+            let _ = killpg(p, Signal::SIGKILL);
+            let _ = kill(p, Signal::SIGKILL);
+        }
+        drop(guard);
+        for &pid in &strays {
+            reap(pid);
+        }
+        killed += strays.len();
+    }
+    killed
+}
+
+/// Waits a moment for a killed child to become a zombie, and reaps it.
+fn reap(pid: u32) {
+    let deadline = Instant::now() + Duration::from_millis(200);
+    loop {
+        match waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            _ => return,
+        }
+    }
+}
