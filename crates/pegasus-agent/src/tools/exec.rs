@@ -196,7 +196,7 @@ async fn run_command_contained(
     };
     let group = GroupKiller {
         pgid: Pid::from_raw(pid as i32),
-        pid: pid as u32,
+        pid,
     };
     // Grandchildren do not inherit the death signal: if the worker is killed, the supervisor
     // finds this group in the registry and kills it.
