@@ -33,12 +33,8 @@ fn create_writes_the_contract_and_starts_a_worker_process() {
     assert!(cmdline.contains("projects/alpha"), "{cmdline}");
 
     let md = home.project_md("alpha");
-    let inner = md
-        .strip_prefix("---\n")
-        .unwrap()
-        .split("\n---\n")
-        .next()
-        .unwrap();
+    assert!(md.starts_with("---\n"), "{md}");
+    let inner = pegasus_store::split_frontmatter(&md).unwrap().yaml;
     let front: serde_json::Value = serde_norway::from_str(inner).unwrap();
     assert_eq!(front["name"], "alpha");
     assert_eq!(front["status"], "active");

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use pegasus_store::{split_frontmatter, strip_bom};
 use serde::Deserialize;
 
 /// One skill.
@@ -31,24 +32,6 @@ struct Frontmatter {
     description: Option<String>,
 }
 
-/// Splits `---\n<yaml>\n---\n<body>`; text without frontmatter is all body.
-fn split_frontmatter(text: &str) -> (Option<&str>, &str) {
-    let Some(rest) = text
-        .strip_prefix("---\n")
-        .or_else(|| text.strip_prefix("---\r\n"))
-    else {
-        return (None, text);
-    };
-    let mut offset = 0;
-    for line in rest.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            return (Some(&rest[..offset]), &rest[offset + line.len()..]);
-        }
-        offset += line.len();
-    }
-    (None, text)
-}
-
 /// Reads one SKILL.md; `folder` names the skill when the frontmatter does not. A file that
 /// cannot be read is skipped (logged), a frontmatter that does not parse is treated as absent:
 /// one bad skill must not hide the others.
@@ -60,7 +43,12 @@ pub fn load_skill(path: &Path, folder: &str) -> Option<Skill> {
             return None;
         }
     };
-    let (fm, body) = split_frontmatter(&text);
+    let (fm, body) = match split_frontmatter(&text) {
+        Ok(split) => (Some(split.yaml), split.body),
+        // A SKILL.md without a (closed) frontmatter is still a skill: all of it is the
+        // instructions, and the folder names it.
+        Err(_) => (None, strip_bom(&text)),
+    };
     let fm: Frontmatter = match fm.map(serde_norway::from_str::<Frontmatter>) {
         Some(Ok(f)) => f,
         Some(Err(e)) => {
@@ -130,13 +118,39 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    fn skill_from(text: &str) -> Skill {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("SKILL.md");
+        std::fs::write(&path, text).unwrap();
+        load_skill(&path, "folder").unwrap()
+    }
+
     #[test]
     fn frontmatter_and_body_are_split() {
-        let (fm, body) = split_frontmatter("---\nname: a\n---\nhello\n");
-        assert_eq!(fm, Some("name: a\n"));
-        assert_eq!(body, "hello\n");
-        assert_eq!(split_frontmatter("no fm"), (None, "no fm"));
-        assert_eq!(split_frontmatter("---\nunclosed"), (None, "---\nunclosed"));
+        let s = skill_from("---\nname: a\ndescription: d\n---\nhello\n");
+        assert_eq!((s.name.as_str(), s.description.as_str()), ("a", "d"));
+        assert_eq!(s.body, "hello");
+        let s = skill_from("no fm");
+        assert_eq!((s.name.as_str(), s.body.as_str()), ("folder", "no fm"));
+        let s = skill_from("---\nunclosed");
+        assert_eq!(
+            (s.name.as_str(), s.body.as_str()),
+            ("folder", "---\nunclosed")
+        );
+    }
+
+    #[test]
+    fn skill_file_with_a_byte_order_mark_and_crlf_loads() {
+        let s =
+            skill_from("\u{feff}---\r\nname: deploy\r\ndescription: ship it\r\n--- \r\nSteps.\r\n");
+        assert_eq!(s.name, "deploy");
+        assert_eq!(s.description, "ship it");
+        assert_eq!(s.body, "Steps.");
+        let s = skill_from("\u{feff}Just steps.\n");
+        assert_eq!(
+            (s.name.as_str(), s.body.as_str()),
+            ("folder", "Just steps.")
+        );
     }
 
     #[test]

@@ -219,6 +219,16 @@ mod tests {
     }
 
     #[test]
+    fn user_role_file_with_a_byte_order_mark_and_crlf_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "\u{feff}---\r\nid: coder\r\nname: My Coder\r\ndescription: Mine.\r\n--- \r\nYou code my way.\r\n";
+        fs::write(dir.path().join("coder.md"), text).unwrap();
+        let coder = find_role(dir.path(), "coder").unwrap();
+        assert_eq!(coder.name, "My Coder");
+        assert_eq!(coder.template, "You code my way.");
+    }
+
+    #[test]
     fn user_role_with_a_new_id_is_added_in_id_order() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("writer.md"), WRITER).unwrap();

@@ -1,56 +1,29 @@
-//! Splitting a role file into its YAML frontmatter and its markdown body, and locating YAML
-//! problems on the *file's* lines.
+//! A role file's frontmatter: cutting it off the prompt, and locating YAML problems on the
+//! *file's* lines.
 //!
+//! The format is the same as SKILL.md and PROJECT.md (a `---` line, `key: value` lines, a
+//! `---` line, then the prompt), so the cut itself is pegasus-store's [`split_frontmatter`],
+//! the one splitter all three share; this module only words its refusals for a role file.
 //! serde_norway counts lines from the start of the string it was given and folds the key path
-//! into its message; a user fixing a role file needs the file line and the key, so the helpers
-//! here translate. The format is the same as SKILL.md and PROJECT.md: a `---` line, `key: value`
-//! lines, a `---` line, then the body.
+//! into its message; a user fixing a role file needs the file line and the key, so the other
+//! helpers here translate.
+
+use pegasus_store::{split_frontmatter, Frontmatter, FrontmatterError};
 
 use crate::error::RoleError;
 
-/// A role file cut in two.
-pub(crate) struct Split<'a> {
-    /// The YAML between the two `---` lines.
-    pub yaml: &'a str,
-    /// Everything after the closing `---` line.
-    pub body: &'a str,
-}
-
-fn is_delimiter(line: &str) -> bool {
-    line.trim_end() == "---"
-}
-
-/// Cuts `text` at its frontmatter delimiters; `origin` names the file in errors.
-pub(crate) fn split<'a>(text: &'a str, origin: &str) -> Result<Split<'a>, RoleError> {
-    // Editors on some systems prepend a byte-order mark; it is not part of the `---` line.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text.split_inclusive('\n');
-    let first = lines.next().unwrap_or("");
-    if !is_delimiter(first) {
-        return Err(RoleError::Parse {
-            origin: origin.to_string(),
-            line: 1,
-            key: None,
-            message: "missing frontmatter: start the file with a line `---`, then `key: value` lines, then `---`, then the prompt".into(),
-        });
-    }
-    let start = first.len();
-    let mut offset = start;
-    for line in lines {
-        if is_delimiter(line) {
-            return Ok(Split {
-                yaml: &text[start..offset],
-                body: &text[offset + line.len()..],
-            });
-        }
-        offset += line.len();
-    }
-    Err(RoleError::Parse {
+/// Cuts `text` at its frontmatter delimiters; `origin` names the file in errors. Both
+/// refusals are about the file's first line.
+pub(crate) fn split<'a>(text: &'a str, origin: &str) -> Result<Frontmatter<'a>, RoleError> {
+    split_frontmatter(text).map_err(|e| RoleError::Parse {
         origin: origin.to_string(),
         line: 1,
         key: None,
-        message: "the frontmatter opened here is never closed: add a line `---` after the last key"
-            .into(),
+        message: match e {
+            // A role file also needs its prompt after the block; say so where it is missing.
+            FrontmatterError::Missing => format!("{e}, then the prompt"),
+            FrontmatterError::Unclosed => e.to_string(),
+        },
     })
 }
 
@@ -166,9 +139,9 @@ mod tests {
     #[test]
     fn missing_or_unclosed_frontmatter_is_refused() {
         let e = split("id: a\n", "x.md").err().unwrap().to_string();
-        assert!(e.starts_with("x.md:1: missing frontmatter"), "{e}");
+        assert_eq!(e, "x.md:1: missing frontmatter: start the file with a line `---`, then `key: value` lines, then `---`, then the prompt");
         let e = split("---\nid: a\n", "x.md").err().unwrap().to_string();
-        assert!(e.contains("never closed"), "{e}");
+        assert_eq!(e, "x.md:1: the frontmatter opened here is never closed: add a line `---` after the last key");
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! lives ([`Home`]), PROJECT.md ([`ProjectFile`]) and the project lifecycle
 //! ([`transition`]), config.yml ([`Config`]), session transcripts ([`Session`]), the cost
 //! ledger ([`ledger`]), and the two primitives every write goes through: [`write_atomic`] for
-//! whole files and [`JsonlAppender`] for append-only logs. Loading repairs what a crash can
-//! leave behind instead of failing, and every error names the file (and line and key).
+//! whole files and [`JsonlAppender`] for append-only logs. It also owns the one `---`
+//! frontmatter splitter ([`split_frontmatter`]) that PROJECT.md, role files and SKILL.md
+//! share. Loading repairs what a crash can leave behind instead of failing, and every error
+//! names the file (and line and key).
 //!
 //! It is not for processes, sockets or the network: it never spawns a worker, talks to a
 //! provider or decides *when* to write; the supervisor and worker crates do. It is synchronous
@@ -16,6 +18,7 @@ pub mod atomic;
 pub mod config;
 pub mod error;
 pub mod exec_groups;
+pub mod frontmatter;
 pub mod home;
 pub mod jsonl;
 pub mod ledger;
@@ -30,6 +33,7 @@ pub use atomic::*;
 pub use config::*;
 pub use error::{Result, StoreError};
 pub use exec_groups::{kill_exec_groups, record_exec_group};
+pub use frontmatter::{split_frontmatter, strip_bom, Frontmatter, FrontmatterError};
 pub use home::{home_of_project, Home};
 pub use jsonl::*;
 pub use ledger::{cost_on, cost_today, project_costs, LedgerEntry};

@@ -1,0 +1,282 @@
+//! PROJECT.md: a project's definition and lifecycle status (SPEC §3, seed 000).
+//!
+//! The file is YAML frontmatter between two `---` lines, then a markdown body that becomes the
+//! project agent's system prompt. Users edit it by hand, so this module keeps their text
+//! exactly: it validates the known keys (reporting the file line and key), keeps unknown keys,
+//! comments and order, and changes a status by editing only the lines of the keys it sets.
+//!
+//! This file holds the [`ProjectFile`] type and what can be read off it; the rest is split by
+//! what a reader comes looking for:
+//! * `parse`: turning text (or a project folder) into a checked [`ProjectFile`];
+//! * `edit`: lifecycle verbs, `set` and `save`, which rewrite only the lines they touch;
+//! * `create`: making a brand-new project folder from a [`NewProject`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use pulldown_cmark::{Event, HeadingLevel, Parser, Tag, TagEnd};
+use serde::{Deserialize, Serialize};
+use serde_norway::Value;
+
+use crate::yaml::top_level_key_line;
+
+mod create;
+mod edit;
+#[cfg(test)]
+mod fixtures;
+mod parse;
+
+pub use create::{create_project, NewProject};
+pub use parse::validate_name;
+
+use parse::frontmatter_mapping;
+
+/// The file name of a project definition inside its folder.
+pub const PROJECT_FILE: &str = "PROJECT.md";
+
+/// Subfolders every project has (SPEC §3), created with the project so later writers never
+/// have to guess whether a directory exists.
+pub const PROJECT_SUBDIRS: [&str; 6] = [
+    "session",
+    "tasks",
+    "memory/facts",
+    "memory/episodes",
+    "skills",
+    "artifacts",
+];
+
+/// Where a project is in its lifecycle (see [`crate::lifecycle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProjectStatus {
+    /// A worker runs (or should run) for it.
+    Active,
+    /// Stopped on purpose; its session waits for a resume.
+    Suspended,
+    /// Its goal is reached; no worker.
+    Completed,
+    /// Put away; kept on disk, hidden from everyday lists.
+    Archived,
+}
+
+impl ProjectStatus {
+    /// Every status, for exhaustive tests and help texts.
+    pub const ALL: [ProjectStatus; 4] = [
+        ProjectStatus::Active,
+        ProjectStatus::Suspended,
+        ProjectStatus::Completed,
+        ProjectStatus::Archived,
+    ];
+
+    /// The lowercase name written in PROJECT.md and shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProjectStatus::Active => "active",
+            ProjectStatus::Suspended => "suspended",
+            ProjectStatus::Completed => "completed",
+            ProjectStatus::Archived => "archived",
+        }
+    }
+
+    /// Parses the lowercase name; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for ProjectStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A timestamp as written in PROJECT.md: RFC 3339, UTC, whole seconds.
+fn format_ts(ts: DateTime<Utc>) -> String {
+    ts.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The typed view of the known frontmatter keys.
+#[derive(Debug, Clone, PartialEq)]
+struct Known {
+    name: String,
+    status: ProjectStatus,
+    model: Option<String>,
+    workdir: Option<PathBuf>,
+    created: DateTime<Utc>,
+    suspended: Option<DateTime<Utc>>,
+    completed: Option<DateTime<Utc>>,
+    budget_usd: Option<f64>,
+}
+
+/// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
+/// keys, their order and comments survive) + the body kept byte-for-byte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectFile {
+    /// The whole file, exactly as read or last rendered.
+    text: String,
+    /// Byte range of the frontmatter lines (between the two `---` lines).
+    fm_start: usize,
+    fm_end: usize,
+    /// Byte offset where the body starts (after the closing `---` line).
+    body_start: usize,
+    known: Known,
+}
+
+impl ProjectFile {
+    /// 1-based file line of a top-level frontmatter key (line 2 if not found in block style).
+    pub fn key_line(&self, key: &str) -> usize {
+        top_level_key_line(self.frontmatter(), key).map_or(2, |i| i + 2)
+    }
+
+    /// The full file text (frontmatter + body). `parse(render()) == self`.
+    pub fn render(&self) -> String {
+        self.text.clone()
+    }
+
+    /// The project name (equal to its folder name once loaded).
+    pub fn name(&self) -> &str {
+        &self.known.name
+    }
+
+    /// The lifecycle status.
+    pub fn status(&self) -> ProjectStatus {
+        self.known.status
+    }
+
+    /// The `provider/model` override, if any.
+    pub fn model(&self) -> Option<&str> {
+        self.known.model.as_deref()
+    }
+
+    /// The external working directory, if any.
+    pub fn workdir(&self) -> Option<&Path> {
+        self.known.workdir.as_deref()
+    }
+
+    /// When the project was created.
+    pub fn created(&self) -> DateTime<Utc> {
+        self.known.created
+    }
+
+    /// When it was last suspended.
+    pub fn suspended(&self) -> Option<DateTime<Utc>> {
+        self.known.suspended
+    }
+
+    /// When it was completed.
+    pub fn completed(&self) -> Option<DateTime<Utc>> {
+        self.known.completed
+    }
+
+    /// Its own spending cap in USD, if set.
+    pub fn budget_usd(&self) -> Option<f64> {
+        self.known.budget_usd
+    }
+
+    /// The frontmatter text between the `---` lines, exactly as in the file.
+    pub fn frontmatter(&self) -> &str {
+        &self.text[self.fm_start..self.fm_end]
+    }
+
+    /// The markdown body, exactly as in the file.
+    pub fn body(&self) -> &str {
+        &self.text[self.body_start..]
+    }
+
+    /// Level-2 sections of the body, `(heading text, section text trimmed)`, in order; a section
+    /// ends at the next heading of level 1 or 2. Used to build the system prompt.
+    pub fn sections(&self) -> Vec<(String, String)> {
+        let body = self.body();
+        // (level, heading text, heading start, heading end)
+        let mut heads: Vec<(HeadingLevel, String, usize, usize)> = Vec::new();
+        let mut current: Option<(HeadingLevel, String, usize)> = None;
+        for (event, range) in Parser::new(body).into_offset_iter() {
+            match event {
+                Event::Start(Tag::Heading { level, .. }) => {
+                    current = Some((level, String::new(), range.start));
+                }
+                Event::Text(t) | Event::Code(t) => {
+                    if let Some((_, text, _)) = current.as_mut() {
+                        text.push_str(&t);
+                    }
+                }
+                Event::End(TagEnd::Heading(_)) => {
+                    if let Some((level, text, start)) = current.take() {
+                        heads.push((level, text.trim().to_string(), start, range.end));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        for (i, (level, text, _, end)) in heads.iter().enumerate() {
+            if *level != HeadingLevel::H2 {
+                continue;
+            }
+            let stop = heads[i + 1..]
+                .iter()
+                .find(|h| h.0 <= HeadingLevel::H2)
+                .map_or(body.len(), |h| h.2);
+            let section = body.get(*end..stop).unwrap_or("").trim();
+            out.push((text.clone(), section.to_string()));
+        }
+        out
+    }
+
+    /// The text of the `## Goal` section (case-insensitive heading), if present.
+    pub fn goal(&self) -> Option<String> {
+        self.sections()
+            .into_iter()
+            .find(|(h, _)| h.eq_ignore_ascii_case("goal"))
+            .map(|(_, s)| s)
+    }
+
+    /// Value of any frontmatter key (known or unknown) as YAML.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        frontmatter_mapping(self.frontmatter(), Path::new(PROJECT_FILE))
+            .ok()?
+            .get(key)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::fixtures::*;
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn parses_the_seed_example() {
+        let p = parse(SEED).unwrap();
+        assert_eq!(p.name(), "frontend-redesign");
+        assert_eq!(p.status(), ProjectStatus::Active);
+        assert_eq!(p.model(), Some("anthropic/claude-sonnet-4-20250514"));
+        assert_eq!(p.workdir(), Some(Path::new("/home/user/code/my-app")));
+        assert_eq!(
+            p.created(),
+            Utc.with_ymd_and_hms(2026, 2, 28, 10, 0, 0).unwrap()
+        );
+        assert_eq!(
+            (p.suspended(), p.completed(), p.budget_usd()),
+            (None, None, None)
+        );
+        assert!(p.body().starts_with("\n## Goal\n"));
+        assert_eq!(p.render(), SEED);
+        let sections = p.sections();
+        let heads: Vec<_> = sections.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(heads, ["Goal", "Background", "Constraints"]);
+        assert_eq!(
+            p.goal().as_deref(),
+            Some("Migrate the frontend component library from class components to React hooks.")
+        );
+        assert!(
+            sections[2].1.starts_with("- Migrate in batches")
+                && sections[2].1.ends_with("compatibility")
+        );
+        assert_eq!(p.get("status"), Some(Value::String("active".into())));
+        assert_eq!(p.get("nope"), None);
+    }
+}
