@@ -50,8 +50,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn first_line(path: &Path) -> String {
-    let text = std::fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).into_owned())
+    let text = pegasus_store::read_capped(path, 4096)
+        .map(|c| String::from_utf8_lossy(&c.bytes).into_owned())
         .unwrap_or_default();
     let line = text
         .lines()

@@ -32,11 +32,15 @@ struct Frontmatter {
     description: Option<String>,
 }
 
+/// The largest SKILL.md read (256 KiB).
+const MAX_SKILL_FILE: u64 = 256 * 1024;
+
 /// Reads one SKILL.md; `folder` names the skill when the frontmatter does not. A file that
 /// cannot be read is skipped (logged), a frontmatter that does not parse is treated as absent:
 /// one bad skill must not hide the others.
 pub fn load_skill(path: &Path, folder: &str) -> Option<Skill> {
-    let text = match std::fs::read_to_string(path) {
+    // A regular file only, never past the cap: a FIFO named SKILL.md must not block the worker.
+    let text = match pegasus_store::read_text_limited(path, MAX_SKILL_FILE) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "skipping unreadable skill");

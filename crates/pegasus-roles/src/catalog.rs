@@ -72,7 +72,7 @@ pub fn load_roles(user_roles_dir: &Path) -> Result<Vec<Role>, RoleError> {
 pub fn find_role(user_roles_dir: &Path, id: &str) -> Result<Role, RoleError> {
     validate_id(id)?;
     let path = user_roles_dir.join(format!("{id}.md"));
-    match fs::read_to_string(&path) {
+    match read_role_file(&path) {
         Ok(text) => return parse_user(&path, &text, id),
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(source) => return Err(RoleError::Io { path, source }),
@@ -82,6 +82,19 @@ pub fn find_role(user_roles_dir: &Path, id: &str) -> Result<Role, RoleError> {
         .find(|(bid, _)| *bid == id)
         .map(|(bid, text)| parse_builtin(bid, text))
         .unwrap_or_else(|| Err(RoleError::NotFound(id.to_string())))
+}
+
+/// The largest role file read (256 KiB): a role is a prompt template, not a document.
+const MAX_ROLE_FILE: u64 = 256 * 1024;
+
+/// Reads a user role file: a regular file only, never past the cap (a FIFO or a device behind
+/// a role's name must not block or fill the reader).
+fn read_role_file(path: &Path) -> std::io::Result<String> {
+    pegasus_store::read_text_limited(path, MAX_ROLE_FILE).map_err(|e| match e {
+        pegasus_store::ReadError::NotFound => ErrorKind::NotFound.into(),
+        pegasus_store::ReadError::Io(e) => e,
+        other => std::io::Error::other(other.to_string()),
+    })
 }
 
 /// The `*.md` files of the user roles directory, parsed, in file-name order.
@@ -113,7 +126,7 @@ fn user_roles(dir: &Path) -> Result<Vec<Role>, RoleError> {
     paths.sort();
     let mut roles = Vec::with_capacity(paths.len());
     for path in paths {
-        let text = fs::read_to_string(&path).map_err(|source| RoleError::Io {
+        let text = read_role_file(&path).map_err(|source| RoleError::Io {
             path: path.clone(),
             source,
         })?;

@@ -5,9 +5,8 @@
 //! `data/roles/` and embedded in the binary ([`builtin_roles`]), user roles in
 //! `<home>/roles/<id>.md` that override them by id ([`load_roles`], [`find_role`]), the
 //! `roles:` assignments of a PROJECT.md with their overrides ([`Assignment`],
-//! [`apply_assignment`]), the prompt a role agent starts from ([`build_prompt`]) and how a
-//! role's thinking level maps onto each provider's wire format ([`anthropic_budget`],
-//! [`openai_effort`]).
+//! [`apply_assignment`]), the prompt a role agent starts from ([`build_prompt`]) and a role's
+//! thinking level ([`Thinking`]).
 //!
 //! It is not for running anything: it never spawns an agent, calls a model, enforces a tool
 //! allowlist at call time or writes PROJECT.md. The worker's agent crate does those with the
@@ -28,4 +27,4 @@ pub use catalog::{builtin_roles, find_role, load_roles, BUILTIN_IDS};
 pub use error::RoleError;
 pub use prompt::{build_prompt, PromptParts, CONTEXT_BUDGET_CHARS};
 pub use role::{validate_id, Role, RoleModel, RoleSource, Variable};
-pub use thinking::{anthropic_budget, openai_effort, Thinking};
+pub use thinking::Thinking;

@@ -22,7 +22,7 @@ pub struct RoleModel {
     /// `provider/model`; `None` = the project's model.
     #[serde(default)]
     pub model: Option<String>,
-    /// Reasoning level; see [`crate::anthropic_budget`] and [`crate::openai_effort`].
+    /// Reasoning level; the gateway maps it onto each provider's wire.
     #[serde(default)]
     pub thinking: Thinking,
     /// Wall-clock limit of one role agent run, in seconds.

@@ -1,8 +1,8 @@
 //! How hard a role's model should think, and what that means on each provider's wire.
 //!
-//! Roles speak in four levels so a role file never depends on a provider; the gateway turns
-//! the level into Anthropic's token budget or OpenAI's effort name with the two functions here,
-//! so both formats agree on what "medium" costs.
+//! Roles speak in four levels so a role file never depends on a provider; what a level means
+//! on each wire (Anthropic's token budget, OpenAI's effort name) is decided in one place, the
+//! gateway's providers (`pegasus-llm`), which see the model it goes to.
 
 use std::fmt;
 use std::str::FromStr;
@@ -63,41 +63,10 @@ impl FromStr for Thinking {
     }
 }
 
-/// Anthropic `thinking.budget_tokens` for a level; `None` means send no thinking block.
-pub fn anthropic_budget(t: Thinking) -> Option<u32> {
-    match t {
-        Thinking::Off => None,
-        Thinking::Low => Some(1024),
-        Thinking::Medium => Some(4096),
-        Thinking::High => Some(16384),
-    }
-}
-
-/// OpenAI `reasoning_effort` for a level; `None` means leave the field out, since
-/// non-reasoning models reject it.
-pub fn openai_effort(t: Thinking) -> Option<&'static str> {
-    match t {
-        Thinking::Off => None,
-        other => Some(other.as_str()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn levels_map_onto_both_wire_formats() {
-        assert_eq!(anthropic_budget(Thinking::Off), None);
-        assert_eq!(anthropic_budget(Thinking::Low), Some(1024));
-        assert_eq!(anthropic_budget(Thinking::Medium), Some(4096));
-        assert_eq!(anthropic_budget(Thinking::High), Some(16384));
-        assert_eq!(openai_effort(Thinking::Off), None);
-        assert_eq!(openai_effort(Thinking::Low), Some("low"));
-        assert_eq!(openai_effort(Thinking::Medium), Some("medium"));
-        assert_eq!(openai_effort(Thinking::High), Some("high"));
-    }
 
     #[test]
     fn names_round_trip_through_str_and_serde() {

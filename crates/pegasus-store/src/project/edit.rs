@@ -95,7 +95,16 @@ fn edit_frontmatter(fm: &str, key: &str, entry: &str) -> String {
 
 impl ProjectFile {
     /// Writes [`render`](Self::render) to `<project_dir>/PROJECT.md` atomically.
+    /// A file over the size that loading accepts is refused here, so Pegasus never writes a
+    /// PROJECT.md it would then call invalid.
     pub fn save(&self, project_dir: &Path) -> Result<()> {
+        let len = self.text.len() as u64;
+        if len > super::parse::MAX_PROJECT_FILE {
+            return Err(StoreError::Invalid(format!(
+                "PROJECT.md would be {len} bytes, over the {}-byte limit: shorten the goal, background or constraints and keep long material in the project's files",
+                super::parse::MAX_PROJECT_FILE
+            )));
+        }
         write_atomic(&project_dir.join(PROJECT_FILE), self.text.as_bytes())
     }
 

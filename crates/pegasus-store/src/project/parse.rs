@@ -2,8 +2,6 @@
 //! the crate's one [`split_frontmatter`]), the YAML parse, and a check of every known key with
 //! an error that names the file line and key a user has to fix.
 
-use std::fs;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -13,6 +11,10 @@ use super::{Known, ProjectFile, ProjectStatus, PROJECT_FILE};
 use crate::error::{Result, StoreError};
 use crate::frontmatter::split_frontmatter;
 use crate::yaml::{problem, top_level_key_line};
+
+/// The largest PROJECT.md read (256 KiB). Its body is every request's system prompt: past this
+/// it would crowd out the conversation, and a frame carrying it could pass the frame limit.
+pub const MAX_PROJECT_FILE: u64 = 256 * 1024;
 
 /// Checks a project name against `^[a-z0-9][a-z0-9-]{0,62}$`: names become folder names, socket
 /// ids and channel ids, so they must be short and shell- and path-safe.
@@ -241,10 +243,31 @@ impl ProjectFile {
             .ok()
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_default();
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Err(StoreError::NotFound(folder)),
-            Err(e) => return Err(StoreError::Io { path, source: e }),
+        // Only a regular file, never more than the cap: a PROJECT.md that is a FIFO (would
+        // block the daemon for good) or `/dev/zero` (would fill its memory) is invalid.
+        let bytes = match crate::read::read_capped(&path, MAX_PROJECT_FILE + 1) {
+            Ok(c) if c.size > MAX_PROJECT_FILE || c.truncated() => {
+                return Err(StoreError::Parse {
+                    path,
+                    line: 1,
+                    key: None,
+                    message: format!(
+                        "the file is {} bytes, over the {MAX_PROJECT_FILE}-byte limit: keep long material in the project's files and memory",
+                        c.size
+                    ),
+                })
+            }
+            Ok(c) => c.bytes,
+            Err(crate::read::ReadError::NotFound) => return Err(StoreError::NotFound(folder)),
+            Err(crate::read::ReadError::Io(e)) => return Err(StoreError::Io { path, source: e }),
+            Err(e) => {
+                return Err(StoreError::Parse {
+                    path,
+                    line: 1,
+                    key: None,
+                    message: format!("the file {e}: PROJECT.md must be a regular file"),
+                })
+            }
         };
         let text = String::from_utf8(bytes).map_err(|e| {
             let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
@@ -278,6 +301,7 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
     use proptest::prelude::*;
+    use std::fs;
 
     #[test]
     fn every_validation_error_names_its_line_and_key() {
