@@ -177,3 +177,46 @@ fn a_hung_worker_is_killed_after_the_shutdown_timeout() {
     assert_eq!(show["status"], "suspended");
     assert_eq!(show["restarts"], 0, "a requested stop is not a crash");
 }
+
+/// Issue 8: heartbeats were ignored, so a hung worker (its loop stopped, here by SIGSTOP) was
+/// never noticed. Now it is pinged, then killed and restarted like a crash.
+#[test]
+fn a_hung_worker_that_stops_beating_is_killed_and_restarted() {
+    let home = Home::with_config("workers: {heartbeat_interval_s: 0.25}\n");
+    let _d = home.start();
+    let pid = home.create("frozen");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let new_pid = home.ready_worker("frozen", Some(pid as u64));
+    assert_ne!(new_pid, pid);
+    assert!(!alive(pid), "the hung worker was killed");
+    let show = home.json(&["project", "show", "frozen"]);
+    assert_eq!(show["restarts"], 1);
+    assert!(
+        show["last_crash"].as_str().unwrap().contains("hung"),
+        "{show}"
+    );
+}
+
+/// Issue 8: `workers.idle_suspend_s` was parsed and never acted on.
+#[test]
+fn an_idle_project_is_suspended_after_idle_suspend_s() {
+    let home = Home::with_config("workers: {idle_suspend_s: 1}\n");
+    let _d = home.start();
+    let pid = home.create("sleepy");
+    poll(
+        Duration::from_secs(15),
+        "the idle project to be suspended",
+        || (home.json(&["project", "show", "sleepy"])["status"] == "suspended").then_some(()),
+    );
+    assert!(home.project_md("sleepy").contains("status: suspended"));
+    poll(Duration::from_secs(10), "its worker to exit", || {
+        (!alive(pid)).then_some(())
+    });
+    // Resume brings it back.
+    home.ctl_ok(&["project", "resume", "sleepy"]);
+    home.ready_worker("sleepy", Some(pid as u64));
+}

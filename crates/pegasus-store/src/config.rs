@@ -202,7 +202,8 @@ pub struct WorkersConfig {
     pub heartbeat_interval_s: f64,
     /// First restart delay after a crash, doubled per crash in the window, capped at 30 s.
     pub restart_backoff_ms: u64,
-    /// Crashes within the window after which the project is suspended instead of restarted.
+    /// Crashes within the window after which restarts stop: the project shows `crash-looping`
+    /// in `status` until `pegasusctl project resume NAME` or a restart of pegasusd (SPEC §2).
     pub crash_loop_max: u32,
     /// The crash-counting window in seconds.
     pub crash_loop_window_s: u64,

@@ -26,6 +26,22 @@ use tokio::{
 /// How long a connected worker may take to load its project and say `Ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Liveness of a ready worker: it says something (a heartbeat at least) every
+/// `heartbeat_interval_s`. Silent for [`PING_AFTER`] beats, it is pinged; silent for
+/// [`DEAD_AFTER`] beats (and at least [`DEAD_MIN`]), it is hung — its loop no longer runs — and
+/// it is killed and restarted like a crash. (A busy agent still beats: this is not the
+/// watchdog's silent-task check.)
+const PING_AFTER: u32 = 2;
+const DEAD_AFTER: u32 = 6;
+const DEAD_MIN: Duration = Duration::from_secs(3);
+
+/// When a ready worker counts as hung, given the last time it said anything.
+fn liveness_deadlines(last_heard: Instant, beat: Duration) -> (Instant, Instant) {
+    let ping = last_heard + beat * PING_AFTER;
+    let dead = last_heard + (beat * DEAD_AFTER).max(DEAD_MIN);
+    (ping, dead)
+}
+
 impl Slot {
     /// Runs until the worker exits; says whether it was asked to.
     pub(super) async fn run_connected(
@@ -83,9 +99,41 @@ impl Slot {
         let shutdown_timeout = Duration::from_secs_f64(self.sup.config.workers.shutdown_timeout_s);
         let mut conn_open = true;
         let channel = format!("project/{}", self.name);
+        let beat = Duration::from_secs_f64(self.sup.config.workers.heartbeat_interval_s);
+        let mut last_heard = Instant::now();
+        let mut pinged = false;
+        // Idle auto-suspend (`workers.idle_suspend_s`): a ready worker with no task running, no
+        // message in flight and nothing said but heartbeats for that long is suspended.
+        let idle_limit = self
+            .sup
+            .config
+            .workers
+            .idle_suspend_s
+            .map(Duration::from_secs);
+        let mut last_busy = Instant::now();
+        let mut task_running = false;
+        let mut idle_suspending = false;
         let outcome = loop {
+            let (ping_at, dead_at) = liveness_deadlines(last_heard, beat);
+            let watch_liveness = ready && conn_open && stopping.is_none();
+            let idle_at = idle_limit
+                .filter(|_| {
+                    watch_liveness && !task_running && routing.is_idle() && !idle_suspending
+                })
+                .map(|limit| last_busy + limit);
             tokio::select! {
-                ev = ev_rx.recv(), if conn_open => match ev.unwrap_or_else(|| Err("connection closed".into())) {
+                ev = ev_rx.recv(), if conn_open => {
+                    last_heard = Instant::now();
+                    pinged = false;
+                    if let Some(Ok(frame)) = &ev {
+                        if !matches!(frame, FromWorker::Heartbeat | FromWorker::Pong { .. }) {
+                            last_busy = last_heard;
+                        }
+                        if let FromWorker::Event(pegasus_proto::WorkerEvent::Task { state, .. }) = frame {
+                            task_running = *state == pegasus_proto::TaskState::Running;
+                        }
+                    }
+                    match ev.unwrap_or_else(|| Err("connection closed".into())) {
                     Ok(FromWorker::Ready) => {
                         ready = true;
                         if stopping.is_none() {
@@ -138,7 +186,30 @@ impl Slot {
                             kill_at = Some(Instant::now() + Duration::from_secs(2));
                         }
                     }
-                },
+                }},
+                _ = sleep_until(ping_at), if watch_liveness && !pinged => {
+                    pinged = true;
+                    let _ = to_worker.send(ToWorker::Ping { nonce: pid as u64 });
+                }
+                _ = sleep_until(dead_at), if watch_liveness => {
+                    let silent = last_heard.elapsed().as_secs();
+                    tracing::warn!(project = %self.name, pid, "worker said nothing for {silent} s, not even a heartbeat or a pong: it is hung; killing it");
+                    fatal = Some(format!("hung: no heartbeat for {silent} s"));
+                    conn_open = false;
+                    spawn::kill_group(pid);
+                }
+                _ = sleep_until(idle_at.unwrap_or_else(Instant::now)), if idle_at.is_some() => {
+                    idle_suspending = true;
+                    tracing::info!(project = %self.name, "idle for {:?}: suspending (workers.idle_suspend_s)", idle_limit.unwrap_or_default());
+                    let (sup, name) = (self.sup.clone(), self.name.clone());
+                    // Its own task: suspending stops this very slot, which must keep running.
+                    tokio::spawn(async move {
+                        let verb = pegasus_store::Verb::Suspend;
+                        if let Err(e) = crate::handlers::project::lifecycle(&sup, &name, verb).await {
+                            tracing::warn!(project = %name, "idle suspend failed: {e}");
+                        }
+                    });
+                }
                 status = child.wait() => {
                     reader_task.abort();
                     writer_task.abort();
@@ -168,6 +239,7 @@ impl Slot {
                         kill_at = Some(Instant::now() + shutdown_timeout);
                     }
                     Some(SlotCmd::Deliver(d)) => {
+                        last_busy = Instant::now();
                         if ready {
                             routing.deliver(&self.name, &to_worker, d)
                         } else {

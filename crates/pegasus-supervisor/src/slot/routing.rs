@@ -86,6 +86,11 @@ impl Routing {
         self.awaiting.remove(id)
     }
 
+    /// Nothing is waiting for this worker: no message to persist, no reply to route.
+    pub fn is_idle(&self) -> bool {
+        self.persisting.is_empty() && self.awaiting.is_empty()
+    }
+
     /// The worker is gone: everybody still waiting hears why.
     pub fn fail_all(&mut self, project: &str) {
         let gone = format!("the worker of project {project} ended before it");
