@@ -110,7 +110,15 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
     let answer = home.ctl_ok(&["project", "send", "longrun", "are you back?", "--wait"]);
     assert_eq!(answer.trim(), "back and well");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
-    let last = fake.requests().last().unwrap().body.to_string();
+    // The project's last request (the MainAgent, told of the crash, may call after it).
+    let last = fake
+        .requests()
+        .iter()
+        .rev()
+        .find(|r| !r.body["system"].to_string().contains("MainAgent"))
+        .unwrap()
+        .body
+        .to_string();
     assert!(
         last.contains("process restarted") && last.contains("cancelled"),
         "{last}"
@@ -292,7 +300,11 @@ fn a_missing_api_key_is_one_clear_error_at_the_first_call() {
     let home = llm_home(&fake);
     let _d = home.start();
     home.create("keyless");
-    let answer = home.ctl_ok(&["project", "send", "keyless", "hello", "--wait"]);
-    assert!(answer.contains(KEY_ENV), "{answer}");
+    // The task failed, so `send --wait` fails (exit 1) with the reason on one stderr line.
+    let out = home.ctl(&["project", "send", "keyless", "hello", "--wait"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(KEY_ENV), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert_eq!(fake.request_count(), 0);
 }

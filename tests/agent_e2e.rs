@@ -281,7 +281,8 @@ fn client_errors_are_not_retried_and_reach_the_user(format: Format) {
     ));
     let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
     home.create("refused");
-    let answer = send_wait(&home, "refused", "hello");
+    // The task failed: `send --wait` exits 1 with the reason.
+    let answer = home.ctl_fails(&["project", "send", "refused", "hello", "--wait"]);
     assert!(answer.contains("max_tokens is too large"), "{answer}");
     assert_eq!(fake.request_count(), 1, "a 400 must not be retried");
 }
@@ -300,7 +301,7 @@ fn a_budget_stops_calls_and_says_so(format: Format) {
     let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
     home.create("thrifty");
     assert_eq!(send_wait(&home, "thrifty", "one"), "first answer");
-    let answer = send_wait(&home, "thrifty", "two");
+    let answer = home.ctl_fails(&["project", "send", "thrifty", "two", "--wait"]);
     assert!(answer.to_lowercase().contains("budget"), "{answer}");
     assert_eq!(
         fake.request_count(),

@@ -408,7 +408,7 @@ fn a_looping_task_is_stopped_as_loop_capped_and_the_main_agent_is_told() {
     let home = fake_home(&fake, "");
     let _d = home.start_fake();
     home.create("looper");
-    let answer = home.ctl_ok(&["project", "send", "looper", "loop forever", "--wait"]);
+    let answer = home.ctl_fails(&["project", "send", "looper", "loop forever", "--wait"]);
     assert!(answer.contains("times in a row"), "{answer}");
     let t = task_in_state(&home, "looper", "loop forever", "failed");
     assert_eq!(t["stop_reason"], "loop_capped");
@@ -427,7 +427,7 @@ fn an_over_budget_task_is_blocked_for_budget_and_the_main_agent_is_told() {
     let home = fake_home(&fake, "budget: {daily_usd: null, task_usd: 0.00001}");
     let _d = home.start_fake();
     home.create("spender");
-    let answer = home.ctl_ok(&["project", "send", "spender", "spend a lot", "--wait"]);
+    let answer = home.ctl_fails(&["project", "send", "spender", "spend a lot", "--wait"]);
     assert!(answer.to_lowercase().contains("budget"), "{answer}");
     let t = task_in_state(&home, "spender", "spend a lot", "blocked");
     assert_eq!(t["stop_reason"], "budget");

@@ -103,6 +103,15 @@ impl Home {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Runs a command that must fail with exit 1 and one line on stderr; returns that line.
+    pub fn ctl_fails(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        assert_eq!(out.status.code(), Some(1), "pegasusctl {args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        stderr
+    }
+
     /// Runs pegasusctl with `--json`, asserts success, parses stdout.
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut full = vec!["--json"];

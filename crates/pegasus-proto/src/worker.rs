@@ -90,10 +90,13 @@ pub enum FromWorker {
     LlmCancel {
         id: u64,
     },
-    /// The agent's answer to the inbound message `message_id`, for its sender.
+    /// The agent's answer to the inbound message `message_id`, for its sender. `answered` is
+    /// false when the message's task stopped without an answer (failed, blocked, capped): then
+    /// `text` says why and what to do.
     Reply {
         message_id: String,
         text: String,
+        answered: bool,
     },
     /// The worker cannot run (bad PROJECT.md, unreadable config); it exits after sending this.
     Fatal {

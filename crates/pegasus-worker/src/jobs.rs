@@ -91,17 +91,18 @@ async fn answer_messages(
     for m in &batch {
         agent.enqueue(&m.id, &m.from, &m.text);
     }
-    let text = match agent.run().await {
-        Ok(outcome) => outcome.text,
+    let (text, answered) = match agent.run().await {
+        Ok(outcome) => (outcome.text, outcome.stop == StopKind::Answered),
         Err(e) => {
             tracing::error!("agent run failed: {e}");
-            format!("the project agent failed: {e}")
+            (format!("the project agent failed: {e}"), false)
         }
     };
     for m in batch {
         let _ = out.send(FromWorker::Reply {
             message_id: m.id,
             text: text.clone(),
+            answered,
         });
     }
 }

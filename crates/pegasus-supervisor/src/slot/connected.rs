@@ -146,9 +146,15 @@ impl Slot {
                         }
                     }
                     Ok(FromWorker::MessagePersisted { id }) => routing.persisted(id),
-                    Ok(FromWorker::Reply { message_id, text }) => match routing.reply_to(&message_id) {
+                    Ok(FromWorker::Reply { message_id, text, answered }) => match routing.reply_to(&message_id) {
                         Some(ReplyTo::Waiter(tx)) => {
-                            let _ = tx.send(Ok(text));
+                            // A task that stopped without an answer is an error for a waiting
+                            // client (exit 1), with the agent's line saying why.
+                            let _ = tx.send(if answered {
+                                Ok(text)
+                            } else {
+                                Err(format!("project {} did not answer: {}", self.name, text.replace('\n', " ")))
+                            });
                         }
                         Some(ReplyTo::MainAgent) => self.sup.to_main(&channel, text),
                         Some(ReplyTo::Nobody) | None => {
