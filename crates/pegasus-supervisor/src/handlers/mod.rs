@@ -26,14 +26,16 @@ pub(crate) async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlRespo
         CtlRequest::Follow { .. } => Err(RequestError::refused(
             "follow opens its own connection: it takes no other request",
         )),
-        CtlRequest::Status => status::status(sup).map(CtlResponse::Status),
+        CtlRequest::Status => blocking(sup, status::status).await.map(CtlResponse::Status),
         CtlRequest::ProjectCreate(create) => project::create(sup, create)
             .await
             .map(|p| CtlResponse::Project(Box::new(p))),
-        CtlRequest::ProjectList { status } => project::list(sup, status).map(CtlResponse::Projects),
-        CtlRequest::ProjectShow { name } => {
-            project::info(sup, &name).map(|p| CtlResponse::Project(Box::new(p)))
-        }
+        CtlRequest::ProjectList { status } => blocking(sup, move |s| project::list(s, status))
+            .await
+            .map(CtlResponse::Projects),
+        CtlRequest::ProjectShow { name } => blocking(sup, move |s| project::info(s, &name))
+            .await
+            .map(|p| CtlResponse::Project(Box::new(p))),
         CtlRequest::ProjectLifecycle { name, verb } => {
             project::lifecycle(sup, &name, project::store_verb(verb))
                 .await
@@ -51,8 +53,12 @@ pub(crate) async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlRespo
             id: String::new(),
             text,
         }),
-        CtlRequest::TaskVerb { id, verb } => task::verb(sup, &id, verb).map(done),
-        CtlRequest::TaskAnswer { id, text } => task::answer(sup, &id, &text).map(done),
+        CtlRequest::TaskVerb { id, verb } => blocking(sup, move |s| task::verb(s, &id, verb))
+            .await
+            .map(done),
+        CtlRequest::TaskAnswer { id, text } => blocking(sup, move |s| task::answer(s, &id, &text))
+            .await
+            .map(done),
         CtlRequest::RoleAssign {
             project,
             role,
@@ -64,11 +70,33 @@ pub(crate) async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlRespo
             project,
             brief,
             max_attempts,
-        } => run::start(sup, &project, &brief, max_attempts).map(done),
-        CtlRequest::RunControl { project, action } => run::control(sup, &project, action).map(done),
+        } => blocking(sup, move |s| run::start(s, &project, &brief, max_attempts))
+            .await
+            .map(done),
+        CtlRequest::RunControl { project, action } => {
+            blocking(sup, move |s| run::control(s, &project, action))
+                .await
+                .map(done)
+        }
         CtlRequest::Stop => Ok(done(stop::stop(sup))),
     };
     result.unwrap_or_else(|e| CtlResponse::Error {
         message: e.to_string(),
     })
+}
+
+/// Runs a handler that reads or writes files (task locks, fsyncs, the project scan) on the
+/// blocking pool, so a slow disk never stalls the daemon's async threads.
+async fn blocking<T: Send + 'static>(
+    sup: &Arc<Supervisor>,
+    f: impl FnOnce(&Supervisor) -> Result<T, RequestError> + Send + 'static,
+) -> Result<T, RequestError> {
+    let sup = sup.clone();
+    tokio::task::spawn_blocking(move || f(&sup))
+        .await
+        .unwrap_or_else(|e| {
+            Err(RequestError::unavailable(format!(
+                "the request failed inside pegasusd ({e}); see its log"
+            )))
+        })
 }

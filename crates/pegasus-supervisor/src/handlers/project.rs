@@ -13,6 +13,20 @@ use pegasus_store::{NewProject, ProjectFile, ProjectStatus, Verb};
 use std::{path::PathBuf, sync::Arc};
 use tokio::sync::oneshot;
 
+/// Runs file work that fsyncs on the blocking pool, so a slow disk never stalls the daemon.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> pegasus_store::Result<T> + Send + 'static,
+) -> Result<T, RequestError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| {
+            Err(pegasus_store::StoreError::Invalid(format!(
+                "the write failed inside pegasusd ({e}); see its log"
+            )))
+        })
+        .map_err(RequestError::from)
+}
+
 /// Every project as listings show it: the files, the live worker and its activity, the spend.
 pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> {
     let entries = pegasus_store::scan_projects(&sup.home)?;
@@ -67,7 +81,8 @@ pub(crate) async fn create(
         model: req.model,
         workdir: req.workdir.map(PathBuf::from),
     };
-    pegasus_store::create_project(&sup.home, &new, chrono::Utc::now())?;
+    let home = sup.home.clone();
+    off_runtime(move || pegasus_store::create_project(&home, &new, chrono::Utc::now())).await?;
     tracing::info!(project = %req.name, "project created");
     sup.start_slot(&req.name);
     drop(guard);
@@ -112,7 +127,7 @@ pub(crate) async fn lifecycle(
         }
     }
     let to = project.apply(verb, chrono::Utc::now())?;
-    project.save(&dir)?;
+    off_runtime(move || project.save(&dir)).await?;
     tracing::info!(project = %name, %verb, status = %to, "lifecycle");
     if to == ProjectStatus::Active {
         sup.start_slot(name);
