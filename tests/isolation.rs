@@ -143,3 +143,25 @@ fn a_process_that_escapes_with_setsid_does_not_outlive_its_call() {
     // The worker and the daemon are fine.
     home.ready_worker("escape", None);
 }
+
+/// Issue 8 (medium): a 17 MB provider reply made a frame over the limit; the task hung
+/// `running` until the watchdog. Now the task gets a clear error at once.
+#[test]
+fn a_reply_too_large_for_a_frame_fails_its_task_with_a_clear_error() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("flood".into()),
+        Reply::Text("y".repeat(17 * 1024 * 1024)),
+    ));
+    let _d = home.start_fake();
+    home.create("flooded");
+    let started = std::time::Instant::now();
+    let err = home.ctl_fails(&["project", "send", "flooded", "flood me", "--wait"]);
+    assert!(err.contains("limit"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let tasks = home.json(&["task", "list", "flooded"]);
+    assert_eq!(tasks[0]["state"], "failed", "{tasks}");
+    // The worker is still the same, healthy process.
+    assert_eq!(home.json(&["project", "show", "flooded"])["restarts"], 0);
+}

@@ -67,9 +67,31 @@ impl Slot {
         let (to_worker, mut to_worker_rx) = mpsc::unbounded_channel::<ToWorker>();
         let writer_task = tokio::spawn(async move {
             while let Some(frame) = to_worker_rx.recv().await {
-                if let Err(e) = writer.write(&frame).await {
-                    tracing::debug!("worker socket write failed: {e}");
-                    break;
+                match writer.write(&frame).await {
+                    Ok(()) => {}
+                    // Nothing was sent (the size is checked before a byte is written), so the
+                    // link is intact: a model answer that does not fit becomes an error for
+                    // the task that asked, never a silent hang.
+                    Err(pegasus_proto::ProtoError::TooLarge { len, max }) => {
+                        tracing::warn!(
+                            "a frame of {len} bytes for the worker is over the {max}-byte limit"
+                        );
+                        if let ToWorker::LlmResponse { id, .. } = frame {
+                            let refusal = ToWorker::LlmResponse {
+                                id,
+                                result: Err(pegasus_proto::llm::LlmError::Other(format!(
+                                    "the model's answer is {len} bytes, over the {max}-byte limit a worker can take; ask for a shorter answer"
+                                ))),
+                            };
+                            if writer.write(&refusal).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!("worker socket write failed: {e}");
+                        break;
+                    }
                 }
             }
         });
