@@ -154,3 +154,17 @@ pub enum LlmError {
     #[error("{0}")]
     Other(String),
 }
+
+/// The future a [`ChatModel`] returns; boxed so the trait stays object safe.
+pub type ChatFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<ChatResponse, LlmError>> + Send + 'a>,
+>;
+
+/// How an agent (or a run's planner and reviewer) reaches a model: in a worker a proxy over the
+/// socket to pegasusd, in pegasusd the gateway itself. The caller cannot tell which, so
+/// credentials, budgets and retries stay in one place (the gateway). Defined here, beside the
+/// types it carries, so every user reaches it without depending on the agent.
+pub trait ChatModel: Send + Sync {
+    /// One model call. Budget refusals come back as [`LlmError::BudgetExceeded`].
+    fn chat(&self, req: ChatRequest) -> ChatFuture<'_>;
+}

@@ -18,8 +18,8 @@
 //!   restarted under the same number (and task id). The attempt counter is NOT incremented for
 //!   an attempt that never got a verdict: a crash is not the work's fault and must not eat the
 //!   retries. Its spend is still counted, because costs are summed from the ledger by task id.
-//! * A budget refusal from the gateway ([`LlmError::BudgetExceeded`], or an executor error that
-//!   carries its text) anywhere pauses the run with the refusal as its error; the phase goes back
+//! * A budget refusal from the gateway ([`LlmError::BudgetExceeded`], or the executor's
+//!   [`ExecError::Budget`]) anywhere pauses the run with the refusal as its error; the phase goes back
 //!   to `pending` with the attempt uncounted, like a crash. Raise the budget, then `run resume`.
 //! * Any other error mid-phase (the executor's, the review call's, or a file write's) marks the
 //!   phase and the run `failed` with the message.
@@ -30,12 +30,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chrono::Utc;
-use pegasus_agent::ChatModel;
+use pegasus_proto::llm::ChatModel;
 use pegasus_proto::llm::LlmError;
 
 use crate::error::RunError;
 use crate::events::RunEvent;
-use crate::executor::PhaseExecutor;
+use crate::executor::{ExecError, PhaseExecutor};
 use crate::ledger::{ledger_cost_on_day, ledger_costs_for_run};
 use crate::plan::parse_plan;
 use crate::prompt::{
@@ -47,10 +47,6 @@ use crate::settings::RunSettings;
 use crate::status::{PhaseStatus, PhaseTrigger, RunTrigger};
 use crate::store::RunStore;
 use crate::verdict::{parse_verdict, Verdict};
-
-/// The words of `LlmError::BudgetExceeded`'s message; an executor reports errors as text, so
-/// this is how its budget refusals are told apart from failures.
-const BUDGET_REFUSAL: &str = "budget exceeded:";
 
 /// Drives runs of one project.
 pub struct RunEngine {
@@ -302,8 +298,8 @@ impl RunEngine {
         let prompt = phase_prompt(run, &run.phases[idx]);
         let output = match self.executor.execute(prompt, task.clone()).await {
             Ok(output) => output,
-            Err(msg) if msg.contains(BUDGET_REFUSAL) => return Ok(AttemptEnd::Budget(msg)),
-            Err(msg) => return Ok(AttemptEnd::Failed(msg)),
+            Err(ExecError::Budget(msg)) => return Ok(AttemptEnd::Budget(msg)),
+            Err(ExecError::Failed(msg)) => return Ok(AttemptEnd::Failed(msg)),
         };
         run.phases[idx].output = Some(output.clone());
         run.updated = Utc::now();

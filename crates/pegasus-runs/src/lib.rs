@@ -11,7 +11,7 @@
 //!
 //! What it is not for: it does not do a phase's work (a [`PhaseExecutor`] does: in the worker,
 //! the project agent with its tools), it holds no credentials and knows no provider (model calls
-//! go through a [`pegasus_agent::ChatModel`]), it does not enforce budgets (the gateway refuses
+//! go through a [`pegasus_proto::llm::ChatModel`]), it does not enforce budgets (the gateway refuses
 //! over-budget calls; a run only pauses when told so), and it never spawns anything: the caller
 //! decides when to [`RunEngine::drive`] a run, including the [`RunStore::unfinished`] ones on
 //! boot.
@@ -41,7 +41,7 @@ pub mod verdict;
 pub use engine::RunEngine;
 pub use error::RunError;
 pub use events::{EventLine, RunEvent};
-pub use executor::{ExecuteFuture, PhaseExecutor};
+pub use executor::{ExecError, ExecuteFuture, PhaseExecutor};
 pub use ledger::{ledger_cost_for_task, ledger_cost_on_day, ledger_costs_for_run, RunCosts};
 pub use plan::{parse_plan, PlannedPhase};
 pub use run::{Phase, Run, RunRequest};

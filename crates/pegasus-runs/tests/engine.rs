@@ -300,7 +300,9 @@ async fn an_executor_error_fails_the_phase_and_the_run_and_nothing_stays_executi
     let mut exec = ScriptedExecutor::new(&fx.ledger);
     exec.script = Box::new(|_, task| {
         if task.ends_with("-p2-a1") {
-            Err("the exec tool crashed".into())
+            Err(pegasus_runs::ExecError::Failed(
+                "the exec tool crashed".into(),
+            ))
         } else {
             Ok("done".into())
         }
@@ -643,14 +645,14 @@ async fn an_executor_budget_refusal_pauses_instead_of_failing() {
     let model = Arc::new(ScriptedModel::new(&fx.ledger));
     let mut exec = ScriptedExecutor::new(&fx.ledger);
     exec.script = Box::new(|_, _| {
-        Err(format!(
+        Err(pegasus_runs::ExecError::Budget(format!(
             "model call failed: {}",
             LlmError::BudgetExceeded {
                 scope: "daily".into(),
                 limit: 1.0,
                 spent: 1.0
             }
-        ))
+        )))
     });
     let exec = Arc::new(exec);
     let run = fx.store().create("demo", "brief", 3).unwrap();

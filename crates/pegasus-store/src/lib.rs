@@ -24,6 +24,7 @@ pub mod jsonl;
 pub mod ledger;
 pub mod lifecycle;
 pub mod project;
+pub mod project_info;
 pub mod read;
 pub mod scan;
 pub mod session;

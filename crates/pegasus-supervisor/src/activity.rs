@@ -147,7 +147,7 @@ mod tests {
     }
 
     fn row() -> ProjectInfo {
-        crate::info::from_entry(
+        pegasus_store::project_info::from_entry(
             &pegasus_store::ScanEntry {
                 name: "p".into(),
                 dir: std::path::PathBuf::new(),

@@ -16,7 +16,6 @@ mod control;
 mod daemon;
 pub mod error;
 mod handlers;
-pub mod info;
 mod llm_proxy;
 mod logging;
 mod main_agent;

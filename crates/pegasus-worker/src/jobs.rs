@@ -4,7 +4,7 @@
 
 use pegasus_agent::{prepare_role, Agent, StopKind};
 use pegasus_proto::worker::{FromWorker, InboundMessage};
-use pegasus_runs::{ExecuteFuture, PhaseExecutor};
+use pegasus_runs::{ExecError, ExecuteFuture, PhaseExecutor};
 use pegasus_tasks::{Readiness, TaskState};
 use tokio::sync::{mpsc, oneshot};
 
@@ -17,7 +17,7 @@ pub enum Job {
     Phase {
         prompt: String,
         task_id: String,
-        reply: oneshot::Sender<Result<String, String>>,
+        reply: oneshot::Sender<Result<String, ExecError>>,
     },
     /// Answered when every job before it is done: the graceful shutdown waits for it.
     Barrier(oneshot::Sender<()>),
@@ -74,8 +74,9 @@ async fn run_job(agent: &mut Agent, job: Job) {
         } => {
             let result = match agent.run_prompt(&prompt, "run", &task_id).await {
                 Ok(o) if o.stop == StopKind::Answered => Ok(o.text),
-                Ok(o) => Err(o.text),
-                Err(e) => Err(format!("the project agent failed: {e}")),
+                Ok(o) if matches!(o.stop, StopKind::Budget(_)) => Err(ExecError::Budget(o.text)),
+                Ok(o) => Err(ExecError::Failed(o.text)),
+                Err(e) => Err(ExecError::Failed(format!("the project agent failed: {e}"))),
             };
             let _ = reply.send(result);
         }
@@ -201,9 +202,10 @@ impl PhaseExecutor for AgentPhases {
                     task_id,
                     reply,
                 })
-                .map_err(|_| "the project agent is gone".to_string())?;
-            rx.await
-                .map_err(|_| "the project agent stopped before finishing the phase".to_string())?
+                .map_err(|_| ExecError::Failed("the project agent is gone".into()))?;
+            rx.await.map_err(|_| {
+                ExecError::Failed("the project agent stopped before finishing the phase".into())
+            })?
         })
     }
 }

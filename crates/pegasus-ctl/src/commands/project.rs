@@ -145,7 +145,7 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
             let mut list: Vec<ProjectInfo> = pegasus_store::scan_projects(home)?
                 .iter()
                 .map(|e| {
-                    pegasus_supervisor::info::from_entry(
+                    pegasus_store::project_info::from_entry(
                         e,
                         costs.get(&e.name).copied().unwrap_or(0.0),
                     )

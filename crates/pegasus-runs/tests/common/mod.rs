@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use pegasus_agent::{ChatFuture, ChatModel};
 use pegasus_proto::llm::{Block, ChatRequest, ChatResponse, LlmError, StopReason, Usage};
+use pegasus_proto::llm::{ChatFuture, ChatModel};
 use pegasus_runs::{ExecuteFuture, PhaseExecutor, RunEngine, RunSettings, RunStore};
 
 pub const PLAN_USD: f64 = 0.5;
@@ -135,7 +135,7 @@ impl ChatModel for ScriptedModel {
     }
 }
 
-type ExecFn = dyn Fn(&str, &str) -> Result<String, String> + Send + Sync;
+type ExecFn = dyn Fn(&str, &str) -> Result<String, pegasus_runs::ExecError> + Send + Sync;
 
 /// Records what it was asked, bills two calls per attempt to the task id, then answers by
 /// script (default: a report naming the task).

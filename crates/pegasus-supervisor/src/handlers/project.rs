@@ -33,7 +33,9 @@ pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> 
     let costs = pegasus_store::project_costs(&sup.home).unwrap_or_default();
     let mut infos: Vec<ProjectInfo> = entries
         .iter()
-        .map(|e| crate::info::from_entry(e, costs.get(&e.name).copied().unwrap_or(0.0)))
+        .map(|e| {
+            pegasus_store::project_info::from_entry(e, costs.get(&e.name).copied().unwrap_or(0.0))
+        })
         .collect();
     sup.fill_live(&mut infos);
     Ok(infos)

@@ -1,7 +1,9 @@
-//! Turning what is on disk about a project into the [`ProjectInfo`] that listings show.
+//! Turning what is on disk about a project into the [`ProjectInfo`] that listings show — the
+//! one conversion both pegasusd (adding its live worker facts) and the daemon-less
+//! `pegasusctl project list` use, so both print the same thing.
 
+use crate::ScanEntry;
 use pegasus_proto::ctl::ProjectInfo;
-use pegasus_store::ScanEntry;
 
 /// The file-only view of a project (no worker). `pegasusctl` uses it too when the daemon is
 /// down, so both paths print the same thing.
