@@ -5,86 +5,15 @@
 //! file. A check refuses a call only if the spend *already* reached a limit: the cost of a call
 //! is unknown until it is done, so the call that crosses a limit is the last one allowed.
 
-use std::collections::HashMap;
-use std::path::Path;
-
-use chrono::{DateTime, NaiveDate, Utc};
-use serde::Deserialize;
+use chrono::NaiveDate;
 
 use pegasus_proto::llm::LlmError;
-use pegasus_store::read_jsonl;
 
 /// Ledger project name of the MainAgent's calls.
 pub const MAIN_PROJECT: &str = "main";
 
-/// USD spent, by UTC day, project and task.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Totals {
-    days: HashMap<NaiveDate, f64>,
-    projects: HashMap<String, f64>,
-    tasks: HashMap<String, f64>,
-}
-
-/// The ledger fields the totals need; a line missing others still counts.
-#[derive(Deserialize)]
-struct Line {
-    ts: DateTime<Utc>,
-    project: String,
-    #[serde(default)]
-    task: Option<String>,
-    #[serde(default)]
-    usd: Option<f64>,
-}
-
-impl Totals {
-    /// Sums an existing ledger (missing = nothing spent; unreadable lines are skipped and
-    /// logged, since a damaged ledger must not stop the daemon).
-    pub fn load(ledger: &Path) -> Result<Totals, LlmError> {
-        let read = read_jsonl::<Line>(ledger).map_err(|e| LlmError::Other(e.to_string()))?;
-        if read.skipped > 0 || read.torn_tail {
-            tracing::warn!(
-                ledger = %ledger.display(),
-                skipped = read.skipped,
-                torn_tail = read.torn_tail,
-                "ignored unreadable ledger lines when summing spend"
-            );
-        }
-        let mut t = Totals::default();
-        for l in read.records {
-            if let Some(usd) = l.usd {
-                t.add(l.ts, &l.project, l.task.as_deref(), usd);
-            }
-        }
-        Ok(t)
-    }
-
-    /// Counts one priced call.
-    pub fn add(&mut self, ts: DateTime<Utc>, project: &str, task: Option<&str>, usd: f64) {
-        if !(usd.is_finite() && usd >= 0.0) {
-            return;
-        }
-        *self.days.entry(ts.date_naive()).or_insert(0.0) += usd;
-        *self.projects.entry(project.to_string()).or_insert(0.0) += usd;
-        if let Some(task) = task {
-            *self.tasks.entry(task.to_string()).or_insert(0.0) += usd;
-        }
-    }
-
-    /// Spent on `day` (UTC), all projects together.
-    pub fn day(&self, day: NaiveDate) -> f64 {
-        self.days.get(&day).copied().unwrap_or(0.0)
-    }
-
-    /// Spent by `project` over the whole ledger.
-    pub fn project(&self, project: &str) -> f64 {
-        self.projects.get(project).copied().unwrap_or(0.0)
-    }
-
-    /// Spent on `task` over the whole ledger.
-    pub fn task(&self, task: &str) -> f64 {
-        self.tasks.get(task).copied().unwrap_or(0.0)
-    }
-}
+/// USD spent, by UTC day, project and task: the store's one ledger sum, kept in memory here.
+pub use pegasus_store::LedgerTotals as Totals;
 
 /// The caps that apply to one call; `None` = no cap.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -128,6 +57,7 @@ pub fn check(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use chrono::Utc;
     use pegasus_store::{JsonlAppender, LedgerEntry};
 
     fn totals() -> (Totals, NaiveDate) {

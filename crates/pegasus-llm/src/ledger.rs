@@ -23,7 +23,16 @@ impl Ledger {
     /// Opens (creating if needed) the home's ledger and sums what it already holds.
     pub fn open(home: &Home) -> Result<Ledger, LlmError> {
         let path = home.ledger_file();
-        let totals = Totals::load(&path)?;
+        let read = pegasus_store::read_ledger(&path).map_err(|e| LlmError::Other(e.to_string()))?;
+        if read.skipped > 0 || read.torn_tail {
+            tracing::warn!(
+                ledger = %path.display(),
+                skipped = read.skipped,
+                torn_tail = read.torn_tail,
+                "ignored unreadable ledger lines when summing spend"
+            );
+        }
+        let totals = Totals::from_entries(&read.records);
         let file = JsonlAppender::open(&path).map_err(|e| LlmError::Other(e.to_string()))?;
         Ok(Ledger {
             file: Arc::new(Mutex::new(file)),
@@ -45,14 +54,10 @@ impl Ledger {
                 tracing::error!(error = %e, model = %entry.model, usd = ?entry.usd,
                     "could not write the cost ledger line");
             }
-            if let Some(usd) = entry.usd {
-                totals.lock().unwrap_or_else(|p| p.into_inner()).add(
-                    entry.ts,
-                    &entry.project,
-                    entry.task.as_deref(),
-                    usd,
-                );
-            }
+            totals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .add_entry(&entry);
         })
         .await;
         if let Err(e) = done {

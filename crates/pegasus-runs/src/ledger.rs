@@ -8,22 +8,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use chrono::{DateTime, NaiveDate, Utc};
-use pegasus_store::read_jsonl;
-use serde::Deserialize;
+use chrono::NaiveDate;
+use pegasus_store::{read_ledger, LedgerEntry};
 
-/// The fields the sums need, so a line with extra or missing optional fields still counts.
-#[derive(Deserialize)]
-struct Line {
-    ts: DateTime<Utc>,
-    #[serde(default)]
-    task: Option<String>,
-    #[serde(default)]
-    usd: Option<f64>,
-}
-
-fn lines(ledger: &Path) -> Vec<Line> {
-    match read_jsonl::<Line>(ledger) {
+/// The ledger's lines, through the store's one reader.
+fn lines(ledger: &Path) -> Vec<LedgerEntry> {
+    match read_ledger(ledger) {
         Ok(read) => read.records,
         Err(e) => {
             // A ledger we cannot read must not stop a run; its cost shows as 0 and the log says why.
@@ -112,6 +102,7 @@ fn add(usd: &mut f64, unpriced: &mut u32, line_usd: Option<f64>) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use chrono::Utc;
 
     #[test]
     fn sums_by_exact_task_id_and_counts_unpriced_lines() {

@@ -1,8 +1,10 @@
 //! Read side of `costs/ledger.jsonl`, the one-line-per-LLM-call cost record (SPEC §5).
 //!
-//! The gateway writes the ledger (through [`crate::JsonlAppender`]); this module only sums it,
-//! for budgets and the dashboard. Lines it cannot use are skipped: a damaged ledger must never
-//! stop the daemon.
+//! The gateway writes the ledger (through [`crate::JsonlAppender`]); this module is the one
+//! reader of it ([`read_ledger`]) and the one way to sum it ([`LedgerTotals`]), used by the
+//! gateway's budgets (which keep the totals in memory and add each line as they write it), by
+//! runs, by `pegasusctl cost` and by the daemon-less listings. Lines it cannot use are skipped:
+//! a damaged ledger must never stop the daemon.
 
 use std::collections::HashMap;
 
@@ -11,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::home::Home;
-use crate::jsonl::read_jsonl;
+use crate::jsonl::{read_jsonl, JsonlRead};
+use std::path::Path;
 
 /// One ledger line: what one LLM call cost and on whose behalf. `usd` is `None` when the model
 /// has no known price (the tokens are still recorded).
@@ -28,6 +31,7 @@ pub struct LedgerEntry {
     #[serde(default)]
     pub role: Option<String>,
     /// The `provider/model` actually used.
+    #[serde(default)]
     pub model: String,
     /// Prompt tokens billed at the input price.
     #[serde(default)]
@@ -49,45 +53,87 @@ pub struct LedgerEntry {
     pub request_id: Option<String>,
 }
 
-/// Just the fields the sums need, so a line with an odd extra field still counts.
-#[derive(Deserialize)]
-struct Cost {
-    ts: DateTime<Utc>,
-    project: String,
-    usd: Option<f64>,
+/// Reads the whole ledger: every line that parses, in file order, and how many did not. A
+/// missing ledger is empty.
+pub fn read_ledger(path: &Path) -> Result<JsonlRead<LedgerEntry>> {
+    read_jsonl::<LedgerEntry>(path)
 }
 
-fn costs(home: &Home) -> Result<Vec<(DateTime<Utc>, String, f64)>> {
-    let read = read_jsonl::<Cost>(&home.ledger_file())?;
-    Ok(read
-        .records
-        .into_iter()
-        .filter_map(|c| {
-            c.usd
-                .filter(|u| u.is_finite())
-                .map(|u| (c.ts, c.project, u))
-        })
-        .collect())
+/// USD spent, by UTC day, project and task: the sums every budget and listing needs. Only
+/// priced lines count (an unpriced call has `usd: None`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LedgerTotals {
+    days: HashMap<NaiveDate, f64>,
+    projects: HashMap<String, f64>,
+    tasks: HashMap<String, f64>,
+}
+
+impl LedgerTotals {
+    /// Sums what was read.
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a LedgerEntry>) -> Self {
+        let mut t = LedgerTotals::default();
+        for e in entries {
+            t.add_entry(e);
+        }
+        t
+    }
+
+    /// Reads and sums the ledger at `path`.
+    pub fn load(path: &Path) -> Result<Self> {
+        Ok(Self::from_entries(&read_ledger(path)?.records))
+    }
+
+    /// Counts one ledger line.
+    pub fn add_entry(&mut self, e: &LedgerEntry) {
+        if let Some(usd) = e.usd {
+            self.add(e.ts, &e.project, e.task.as_deref(), usd);
+        }
+    }
+
+    /// Counts one priced call. A price that is not a finite number >= 0 is ignored (config
+    /// refuses negative prices; this keeps a hand-edited ledger from bypassing a budget).
+    pub fn add(&mut self, ts: DateTime<Utc>, project: &str, task: Option<&str>, usd: f64) {
+        if !(usd.is_finite() && usd >= 0.0) {
+            return;
+        }
+        *self.days.entry(ts.date_naive()).or_insert(0.0) += usd;
+        *self.projects.entry(project.to_string()).or_insert(0.0) += usd;
+        if let Some(task) = task {
+            *self.tasks.entry(task.to_string()).or_insert(0.0) += usd;
+        }
+    }
+
+    /// Spent on `day` (UTC), all projects together.
+    pub fn day(&self, day: NaiveDate) -> f64 {
+        self.days.get(&day).copied().unwrap_or(0.0)
+    }
+
+    /// Spent by `project` over the whole ledger.
+    pub fn project(&self, project: &str) -> f64 {
+        self.projects.get(project).copied().unwrap_or(0.0)
+    }
+
+    /// Spent on `task` over the whole ledger.
+    pub fn task(&self, task: &str) -> f64 {
+        self.tasks.get(task).copied().unwrap_or(0.0)
+    }
+
+    /// Spent per project over the whole ledger.
+    pub fn projects(&self) -> &HashMap<String, f64> {
+        &self.projects
+    }
 }
 
 /// Sum of `usd` per project over the whole ledger (lines without `usd` or unparsable are
 /// skipped). A missing ledger is an empty map.
 pub fn project_costs(home: &Home) -> Result<HashMap<String, f64>> {
-    let mut out = HashMap::new();
-    for (_, project, usd) in costs(home)? {
-        *out.entry(project).or_insert(0.0) += usd;
-    }
-    Ok(out)
+    Ok(LedgerTotals::load(&home.ledger_file())?.projects)
 }
 
 /// Sum of `usd` for lines dated `day` (UTC); the daily budget is checked against this.
 pub fn cost_on(home: &Home, day: NaiveDate) -> Result<f64> {
-    Ok(costs(home)?
-        .into_iter()
-        .filter(|(ts, _, _)| ts.date_naive() == day)
-        .map(|(_, _, usd)| usd)
-        // A fold from +0.0, not `sum()`: an empty float sum is -0.0 and prints as "$-0.00".
-        .fold(0.0, |a, b| a + b))
+    // `+ 0.0`: a sum of nothing must print as "$0.00", not "$-0.00".
+    Ok(LedgerTotals::load(&home.ledger_file())?.day(day) + 0.0)
 }
 
 /// Sum of `usd` for lines whose `ts` is today (UTC).
@@ -143,5 +189,33 @@ mod tests {
         let home = Home::new(dir.path());
         assert!(project_costs(&home).unwrap().is_empty());
         assert_eq!(cost_today(&home).unwrap(), 0.0);
+    }
+
+    #[test]
+    fn the_one_reader_skips_a_torn_tail_and_the_totals_agree_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        let mut a = JsonlAppender::open(&path).unwrap();
+        let now = Utc::now();
+        a.append_durable(&entry(now, "p", Some(1.0))).unwrap();
+        a.append_durable(&entry(now, "q", None)).unwrap();
+        a.append_durable(&entry(now, "p", Some(0.5))).unwrap();
+        drop(a);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"{\"ts\":\"2026-").unwrap();
+        let read = read_ledger(&path).unwrap();
+        assert_eq!((read.records.len(), read.torn_tail), (3, true));
+        let t = LedgerTotals::from_entries(&read.records);
+        assert_eq!(t.project("p"), 1.5);
+        assert_eq!(t.project("q"), 0.0, "unpriced calls cost nothing");
+        assert_eq!(t.day(now.date_naive()), 1.5);
+        let mut by_hand = LedgerTotals::default();
+        for e in &read.records {
+            by_hand.add_entry(e);
+        }
+        assert_eq!(by_hand, t);
     }
 }

@@ -53,7 +53,7 @@ pub fn run(
                 .map_err(|_| CtlError::Failed(format!("bad --since `{s}`: use YYYY-MM-DD")))
         })
         .transpose()?;
-    let read = pegasus_store::read_jsonl::<LedgerEntry>(&home.ledger_file())?;
+    let read = pegasus_store::read_ledger(&home.ledger_file())?;
     let mut report = Report {
         skipped_lines: read.skipped,
         ..Report::default()

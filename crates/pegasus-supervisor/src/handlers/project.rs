@@ -30,12 +30,10 @@ async fn off_runtime<T: Send + 'static>(
 /// Every project as listings show it: the files, the live worker and its activity, the spend.
 pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> {
     let entries = pegasus_store::scan_projects(&sup.home)?;
-    let costs = pegasus_store::project_costs(&sup.home).unwrap_or_default();
+    // Spend from the gateway's running totals (the ledger file is read once, at start).
     let mut infos: Vec<ProjectInfo> = entries
         .iter()
-        .map(|e| {
-            pegasus_store::project_info::from_entry(e, costs.get(&e.name).copied().unwrap_or(0.0))
-        })
+        .map(|e| pegasus_store::project_info::from_entry(e, sup.gateway.spent_by_project(&e.name)))
         .collect();
     sup.fill_live(&mut infos);
     Ok(infos)

@@ -9,7 +9,8 @@ pub(crate) fn status(sup: &Supervisor) -> Result<DaemonStatus, RequestError> {
         pid: std::process::id(),
         uptime_s: sup.started.elapsed().as_secs(),
         home: sup.home.root().display().to_string(),
-        cost_today_usd: pegasus_store::cost_today(&sup.home).unwrap_or(0.0),
+        // The gateway's running total: no ledger read per `status`.
+        cost_today_usd: sup.gateway.spent_today() + 0.0,
         projects: super::project::infos(sup)?,
     })
 }
