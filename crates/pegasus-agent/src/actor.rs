@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use pegasus_proto::llm::Block;
 use tokio::sync::Semaphore;
 
-use crate::notice::send_event;
+use crate::outbox::send_event;
 use crate::tool::{Tool, ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 use pegasus_proto::WorkerEvent;

@@ -13,18 +13,19 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::agent_loop::{run_loop, LoopSpec};
 use crate::compaction::{self, compact, RunMark};
 use crate::error::AgentError;
-use crate::journal::SessionHandle;
 use crate::model::ChatModel;
-use crate::notice::{send_event, Notice};
+use crate::outbox::{send_event, Notice};
 use crate::outcome::{Outcome, StopKind};
 use crate::prompt::system_prompt;
 use crate::reflector::reflect;
 use crate::roles::RoleRun;
+use crate::session_writer::SessionHandle;
 use crate::settings::AgentSettings;
+use crate::task_record;
 use crate::tool::ToolCtx;
 use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
-use pegasus_tasks::{NewTask, Task, TaskSpec, TaskState, TaskStore};
+use pegasus_tasks::{Task, TaskState, TaskStore};
 
 /// Compaction attempts that may fail in a row before the agent stops trying (SPEC §3).
 const MAX_COMPACTION_FAILURES: u32 = 3;
@@ -99,17 +100,7 @@ impl Agent {
         let session = Arc::new(Mutex::new(Session::open(dir, name)?));
         let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
         let interrupted = tasks.recover_after_restart().map_err(AgentError::tasks)?;
-        for id in &interrupted {
-            send_event(
-                &notices,
-                WorkerEvent::Task {
-                    task: id.clone(),
-                    title: None,
-                    state: TaskState::Failed,
-                    reason: Some("process restarted".into()),
-                },
-            );
-        }
+        task_record::report_interrupted(&notices, &interrupted);
         Ok(Agent {
             dir: dir.to_path_buf(),
             workdir: workdir.to_path_buf(),
@@ -207,18 +198,6 @@ impl Agent {
         s.len().unwrap_or(0)
     }
 
-    fn task_event(&self, task: &Task) {
-        send_event(
-            &self.notices,
-            WorkerEvent::Task {
-                task: task.id.clone(),
-                title: Some(task.title.clone()),
-                state: task.state,
-                reason: task.stop_reason.clone(),
-            },
-        );
-    }
-
     /// Runs the loop for the queued messages as one task: records the task (`created`, then
     /// `running`, then `done`/`failed`/`blocked` with the stop's reason), runs the loop,
     /// reflects on an answered task, compacts the session if the context is nearly full, and
@@ -230,43 +209,8 @@ impl Agent {
         // A message becomes a task (SPEC §7): created, its spec (the request) frozen, ready.
         let goal = self.queued.join("\n\n");
         self.queued.clear();
-        let title: String = goal
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-            .chars()
-            .take(80)
-            .collect();
-        let new = NewTask {
-            title,
-            kind: "chat".into(),
-            priority: 2,
-            role: None,
-            depends_on: Vec::new(),
-        };
-        let spec = TaskSpec {
-            goal,
-            constraints: Vec::new(),
-            acceptance: Vec::new(),
-            role: None,
-            model_policy: None,
-            repos: pegasus_tasks::project_repos(&self.dir).unwrap_or_default(),
-        };
-        let task = self
-            .tasks
-            .create(new, "agent")
-            .and_then(|t| self.tasks.freeze(&t.id, spec, "agent"))
-            .and_then(|t| {
-                self.tasks.transition(
-                    &t.id,
-                    TaskState::Planned,
-                    TaskState::Ready,
-                    "agent",
-                    "a message",
-                )
-            })
-            .map_err(AgentError::tasks)?;
-        self.task_event(&task);
+        let task = task_record::task_for_message(&self.tasks, &self.dir, goal)?;
+        task_record::report(&self.notices, &task);
         self.run_task(task.id, true, None).await
     }
 
@@ -279,22 +223,7 @@ impl Agent {
         task: Task,
         role: Option<RoleRun>,
     ) -> Result<Outcome, AgentError> {
-        let mut text = task
-            .spec
-            .as_ref()
-            .map(|s| s.goal.clone())
-            .unwrap_or_else(|| task.title.clone());
-        if let Some(spec) = &task.spec {
-            if !spec.acceptance.is_empty() {
-                text.push_str("\n\nAcceptance criteria:\n");
-                for a in &spec.acceptance {
-                    text.push_str(&format!("- {a}\n"));
-                }
-            }
-        }
-        if let Some(answer) = task_answer(&self.tasks, &task.id) {
-            text.push_str(&format!("\n\nAnswer to your question: {answer}"));
-        }
+        let text = task_record::request_of(&self.tasks, &task);
         // A message's task that was still ready when the process died: its request is already
         // the unanswered end of the transcript; do not write it a second time.
         let already_there = self.transcript.last().is_some_and(|m| {
@@ -304,7 +233,7 @@ impl Agent {
                     .any(|b| matches!(b, Block::Text { text: t } if *t == text))
         });
         if !already_there {
-            crate::journal::record_inbound(&self.session, &task.id, "task", &text)?;
+            crate::session_writer::record_inbound(&self.session, &task.id, "task", &text)?;
             push_user(&mut self.transcript, vec![Block::Text { text }]);
         }
         self.run_task(task.id, true, role).await
@@ -320,7 +249,7 @@ impl Agent {
         from: &str,
         ledger_task: &str,
     ) -> Result<Outcome, AgentError> {
-        crate::journal::record_inbound(&self.session, ledger_task, from, text)?;
+        crate::session_writer::record_inbound(&self.session, ledger_task, from, text)?;
         push_user(
             &mut self.transcript,
             vec![Block::Text {
@@ -340,24 +269,15 @@ impl Agent {
         role: Option<RoleRun>,
     ) -> Result<Outcome, AgentError> {
         if tracked {
-            match self.tasks.transition(
-                &task_id,
-                TaskState::Ready,
-                TaskState::Running,
-                "agent",
-                "started",
-            ) {
-                Ok(t) => self.task_event(&t),
-                Err(e) => {
-                    // Cancelled (or otherwise moved) between being queued and starting.
-                    return Ok(Outcome {
-                        task_id,
-                        text: format!("Not started: {e}"),
-                        stop: StopKind::Cancelled,
-                        turns: 0,
-                        cost_usd: 0.0,
-                    });
-                }
+            if let Err(e) = task_record::start(&self.tasks, &self.notices, &task_id) {
+                // Cancelled (or otherwise moved) between being queued and starting.
+                return Ok(Outcome {
+                    task_id,
+                    text: format!("Not started: {e}"),
+                    stop: StopKind::Cancelled,
+                    turns: 0,
+                    cost_usd: 0.0,
+                });
             }
         }
         let (system, tools, settings, role_name) = match role {
@@ -416,15 +336,7 @@ impl Agent {
                     self.transcript = rebuild(&loaded.records);
                 }
                 if tracked {
-                    if let Ok(t) = self.tasks.transition(
-                        &task_id,
-                        TaskState::Running,
-                        TaskState::Failed,
-                        "agent",
-                        "session write failed",
-                    ) {
-                        self.task_event(&t);
-                    }
+                    task_record::fail_on_session_error(&self.tasks, &self.notices, &task_id);
                 }
                 return Err(e);
             }
@@ -480,46 +392,18 @@ impl Agent {
                 cost_usd: cost,
             });
         }
-        let changed = files_changed(&self.transcript[task_start.min(self.transcript.len())..]);
-        if !changed.is_empty() {
-            let _ = self.tasks.update(
-                &task_id,
-                "files_changed",
-                serde_json::json!(changed),
-                "agent",
-            );
-        }
-        let summary: String = end.text.chars().take(500).collect();
-        let _ = self.tasks.update(
+        task_record::finish(
+            &self.tasks,
+            &self.notices,
             &task_id,
-            "result_summary",
-            serde_json::json!(summary),
-            "agent",
-        );
-        let _ = self
-            .tasks
-            .update(&task_id, "cost", serde_json::json!(cost), "agent");
-        if let Some(r) = reason.filter(|_| state == TaskState::Done) {
-            let _ = self
-                .tasks
-                .update(&task_id, "stop_reason", serde_json::json!(r), "agent");
-        }
-        // A cancelled task is already where it belongs; everything else leaves `running` now.
-        if state != TaskState::Cancelled {
-            let t = self
-                .tasks
-                .transition(
-                    &task_id,
-                    TaskState::Running,
-                    state,
-                    "agent",
-                    reason.unwrap_or("answered"),
-                )
-                .map_err(AgentError::tasks)?;
-            self.task_event(&t);
-        } else if let Ok(t) = self.tasks.get(&task_id) {
-            self.task_event(&t);
-        }
+            task_record::Finish {
+                state,
+                reason,
+                text: &end.text,
+                cost_usd: cost,
+                transcript: &self.transcript[task_start.min(self.transcript.len())..],
+            },
+        )?;
         Ok(Outcome {
             task_id,
             text: end.text,
@@ -585,105 +469,4 @@ fn request_texts(m: Option<&Message>) -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
-}
-
-/// The answer given to a task's question (`task answer`), if any: the last `answer` update.
-fn task_answer(tasks: &TaskStore, id: &str) -> Option<String> {
-    tasks
-        .history(id)
-        .ok()?
-        .into_iter()
-        .rev()
-        .find_map(|e| match e {
-            pegasus_tasks::TaskEvent::Update { field, value, .. } if field == "answer" => {
-                value.as_str().map(str::to_string)
-            }
-            _ => None,
-        })
-}
-
-/// The workdir paths a task's successful `write_file` and `edit_file` calls touched, in order,
-/// each once (seed 001's "files changed" of a task).
-fn files_changed(transcript: &[Message]) -> Vec<String> {
-    let mut ok = std::collections::HashSet::new();
-    for m in transcript {
-        for b in &m.content {
-            if let Block::ToolResult {
-                tool_use_id,
-                is_error: false,
-                ..
-            } = b
-            {
-                ok.insert(tool_use_id.clone());
-            }
-        }
-    }
-    let mut out: Vec<String> = Vec::new();
-    for m in transcript {
-        for b in &m.content {
-            if let Block::ToolUse {
-                id,
-                name,
-                input_json,
-            } = b
-            {
-                if (name == "write_file" || name == "edit_file") && ok.contains(id) {
-                    let path = serde_json::from_str::<serde_json::Value>(input_json)
-                        .ok()
-                        .and_then(|v| v.get("path").and_then(|p| p.as_str()).map(str::to_string));
-                    if let Some(p) = path.filter(|p| !out.contains(p)) {
-                        out.push(p);
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use pegasus_proto::llm::Role;
-
-    #[test]
-    fn files_changed_lists_successful_writes_and_edits_once() {
-        let use_ = |id: &str, name: &str, path: &str| Block::ToolUse {
-            id: id.into(),
-            name: name.into(),
-            input_json: serde_json::json!({"path": path}).to_string(),
-        };
-        let result = |id: &str, err: bool| Block::ToolResult {
-            tool_use_id: id.into(),
-            content: String::new(),
-            is_error: err,
-        };
-        let t = vec![
-            Message {
-                role: Role::Assistant,
-                content: vec![
-                    use_("1", "write_file", "a.txt"),
-                    use_("2", "edit_file", "b.txt"),
-                    use_("3", "read_file", "c.txt"),
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: vec![result("1", false), result("2", true), result("3", false)],
-            },
-            Message {
-                role: Role::Assistant,
-                content: vec![
-                    use_("4", "edit_file", "a.txt"),
-                    use_("5", "write_file", "d.txt"),
-                ],
-            },
-            Message {
-                role: Role::User,
-                content: vec![result("4", false), result("5", false)],
-            },
-        ];
-        assert_eq!(files_changed(&t), ["a.txt", "d.txt"]);
-    }
 }

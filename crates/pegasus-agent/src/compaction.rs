@@ -17,7 +17,7 @@ use pegasus_store::{
 };
 
 use crate::error::AgentError;
-use crate::journal::SessionHandle;
+use crate::session_writer::SessionHandle;
 use crate::thinker;
 use crate::tool::ToolCtx;
 use crate::transcript::{rebuild, render};

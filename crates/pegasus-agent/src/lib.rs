@@ -13,8 +13,9 @@
 //! frames), and it never writes PROJECT.md or decides a project's lifecycle; the supervisor
 //! does. It does not read config.yml either: the host resolves [`AgentSettings`].
 //!
-//! Map: [`agent`] (the per-project agent and its runs), [`agent_loop`] (the loop and its
-//! guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
+//! Map: [`agent`] (the per-project agent and its runs), [`task_record`] (how a message becomes
+//! a task and how its states are recorded), [`session_writer`] (durable session appends),
+//! [`outbox`] (what the agent tells its host), [`agent_loop`] (the loop and its guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
 //! (session records ↔ a provider-valid transcript), [`compaction`], [`roles`],
 //! [`prompt`], [`skills`], [`memory`], [`paths`] (workdir confinement), [`tools`] (one file
 //! per tool).
@@ -25,17 +26,18 @@ pub mod agent_loop;
 pub mod compaction;
 pub mod error;
 pub mod guards;
-pub mod journal;
 pub mod memory;
 pub mod model;
-pub mod notice;
+pub mod outbox;
 pub mod outcome;
 pub mod paths;
 pub mod prompt;
 pub mod reflector;
 pub mod roles;
+pub mod session_writer;
 pub mod settings;
 pub mod skills;
+pub mod task_record;
 pub mod thinker;
 pub mod tool;
 pub mod tools;
@@ -44,11 +46,11 @@ pub mod transcript;
 
 pub use agent::Agent;
 pub use error::AgentError;
-pub use journal::{record_inbound, SessionHandle};
 pub use model::{ChatFuture, ChatModel};
-pub use notice::Notice;
+pub use outbox::Notice;
 pub use outcome::{Outcome, StopKind};
 pub use roles::{prepare_role, RoleRun};
+pub use session_writer::{record_inbound, SessionHandle};
 pub use settings::AgentSettings;
 pub use tool::{Tool, ToolCtx, ToolFuture, ToolOutput};
 pub use toolset::ToolSet;

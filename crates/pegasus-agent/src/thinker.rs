@@ -3,7 +3,7 @@
 use pegasus_proto::llm::{CallMeta, ChatRequest, ChatResponse, LlmError, Message, ToolSpec};
 
 use crate::model::ChatModel;
-use crate::notice::send_event;
+use crate::outbox::send_event;
 use crate::outcome::StopKind;
 use crate::tool::ToolCtx;
 use pegasus_proto::WorkerEvent;

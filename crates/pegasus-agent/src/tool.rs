@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::model::ChatModel;
-use crate::notice::Notice;
+use crate::outbox::Notice;
 use crate::settings::AgentSettings;
 
 /// The future a [`Tool`] returns; boxed so tools can live in one list as trait objects.

@@ -12,9 +12,9 @@
 
 mod connection;
 pub mod error;
-mod jobs;
 mod logging;
 mod proxy;
+mod work_queue;
 mod worker;
 
 pub use error::WorkerError;

@@ -1,10 +1,9 @@
 //! The worker's life: handshake, load, serve, stop.
 
 use crate::{
-    connection,
-    jobs::{run_jobs, AgentPhases, Job},
-    logging,
+    connection, logging,
     proxy::ProxyModel,
+    work_queue::{run_jobs, AgentPhases, Job},
     WorkerError,
 };
 use pegasus_agent::{record_inbound, Agent, AgentSettings, Notice, ToolSet};

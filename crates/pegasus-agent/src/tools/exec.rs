@@ -119,7 +119,7 @@ impl Capped {
     }
 }
 
-/// Runs `command` (see [`run_command_contained`]), then kills what escaped it: a process that
+/// Runs `command` in its own process group (see the module doc), then kills what escaped it: a process that
 /// left the command's group (`setsid cmd &`, a double fork) was re-parented to this process, a
 /// child subreaper, when its parent exited; nothing the command started outlives the call.
 pub async fn run_command(

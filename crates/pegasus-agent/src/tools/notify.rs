@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use crate::notice::Notice;
+use crate::outbox::Notice;
 use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 
 /// Sends a message to the supervisor (the MainAgent sees it on the project's channel): the

@@ -1,4 +1,6 @@
-//! What the agent tells its supervisor while it works.
+//! The agent's outbox: what it tells its host while it works — notifies for the MainAgent and
+//! typed events for the supervisor's bus. The worker turns each into a frame; the MainAgent's
+//! host handles them in process.
 
 use pegasus_proto::WorkerEvent;
 

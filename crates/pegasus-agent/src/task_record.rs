@@ -1,0 +1,288 @@
+//! How a message becomes a task, and how a task's life is recorded (SPEC §7): the agent's
+//! side of the task store. A message is created as a task, its request frozen as its spec and
+//! made `ready`; a run moves it to `running` and, when the loop stops, records what it changed,
+//! its summary and cost, and moves it to `done`, `failed` or `blocked` with the stop's reason.
+//! Every transition is also reported as a typed [`WorkerEvent::Task`].
+//!
+//! Kept apart from the agent's loop host (`agent.rs`), which only decides what to run next.
+
+use pegasus_proto::llm::{Block, Message};
+use pegasus_proto::WorkerEvent;
+use pegasus_tasks::{NewTask, Task, TaskSpec, TaskState, TaskStore};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::error::AgentError;
+use crate::outbox::{send_event, Notice};
+
+/// Reports a task's current state.
+pub(crate) fn report(notices: &UnboundedSender<Notice>, task: &Task) {
+    send_event(
+        notices,
+        WorkerEvent::Task {
+            task: task.id.clone(),
+            title: Some(task.title.clone()),
+            state: task.state,
+            reason: task.stop_reason.clone(),
+        },
+    );
+}
+
+/// Reports the tasks the restart rule failed (they were running when the process died).
+pub(crate) fn report_interrupted(notices: &UnboundedSender<Notice>, ids: &[String]) {
+    for id in ids {
+        send_event(
+            notices,
+            WorkerEvent::Task {
+                task: id.clone(),
+                title: None,
+                state: TaskState::Failed,
+                reason: Some("process restarted".into()),
+            },
+        );
+    }
+}
+
+/// A message (or a batch of them, joined) becomes a task: created, its request frozen as the
+/// spec with the project's repos, and made ready.
+pub(crate) fn task_for_message(
+    tasks: &TaskStore,
+    project_dir: &std::path::Path,
+    goal: String,
+) -> Result<Task, AgentError> {
+    let title: String = goal
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .take(80)
+        .collect();
+    let new = NewTask {
+        title,
+        kind: "chat".into(),
+        priority: 2,
+        role: None,
+        depends_on: Vec::new(),
+    };
+    let spec = TaskSpec {
+        goal,
+        constraints: Vec::new(),
+        acceptance: Vec::new(),
+        role: None,
+        model_policy: None,
+        repos: pegasus_tasks::project_repos(project_dir).unwrap_or_default(),
+    };
+    tasks
+        .create(new, "agent")
+        .and_then(|t| tasks.freeze(&t.id, spec, "agent"))
+        .and_then(|t| {
+            tasks.transition(
+                &t.id,
+                TaskState::Planned,
+                TaskState::Ready,
+                "agent",
+                "a message",
+            )
+        })
+        .map_err(AgentError::tasks)
+}
+
+/// The text a task made elsewhere (replayed, retried, answered) runs with: its goal, its
+/// acceptance criteria, and the answer to its question when it was blocked on one.
+pub(crate) fn request_of(tasks: &TaskStore, task: &Task) -> String {
+    let mut text = task
+        .spec
+        .as_ref()
+        .map(|s| s.goal.clone())
+        .unwrap_or_else(|| task.title.clone());
+    if let Some(spec) = &task.spec {
+        if !spec.acceptance.is_empty() {
+            text.push_str("\n\nAcceptance criteria:\n");
+            for a in &spec.acceptance {
+                text.push_str(&format!("- {a}\n"));
+            }
+        }
+    }
+    if let Some(answer) = task_answer(tasks, &task.id) {
+        text.push_str(&format!("\n\nAnswer to your question: {answer}"));
+    }
+    text
+}
+
+/// `ready → running`; `Err` with the reason when the task moved meanwhile (cancelled).
+pub(crate) fn start(
+    tasks: &TaskStore,
+    notices: &UnboundedSender<Notice>,
+    id: &str,
+) -> Result<(), String> {
+    match tasks.transition(id, TaskState::Ready, TaskState::Running, "agent", "started") {
+        Ok(t) => {
+            report(notices, &t);
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `running → failed` because the session could not be written (best effort: the write that
+/// failed may fail here too).
+pub(crate) fn fail_on_session_error(
+    tasks: &TaskStore,
+    notices: &UnboundedSender<Notice>,
+    id: &str,
+) {
+    if let Ok(t) = tasks.transition(
+        id,
+        TaskState::Running,
+        TaskState::Failed,
+        "agent",
+        "session write failed",
+    ) {
+        report(notices, &t);
+    }
+}
+
+/// How a run of a task ended, as the task log records it.
+pub(crate) struct Finish<'a> {
+    pub state: TaskState,
+    pub reason: Option<&'static str>,
+    pub text: &'a str,
+    pub cost_usd: f64,
+    /// The task's part of the transcript, for the files it changed.
+    pub transcript: &'a [Message],
+}
+
+/// Records the end of a run on its task: files changed, summary, cost, a done task's stop
+/// reason, and the transition out of `running` (a cancelled task is already where it belongs).
+pub(crate) fn finish(
+    tasks: &TaskStore,
+    notices: &UnboundedSender<Notice>,
+    id: &str,
+    end: Finish<'_>,
+) -> Result<(), AgentError> {
+    let changed = files_changed(end.transcript);
+    if !changed.is_empty() {
+        let _ = tasks.update(id, "files_changed", serde_json::json!(changed), "agent");
+    }
+    let summary: String = end.text.chars().take(500).collect();
+    let _ = tasks.update(id, "result_summary", serde_json::json!(summary), "agent");
+    let _ = tasks.update(id, "cost", serde_json::json!(end.cost_usd), "agent");
+    if let Some(r) = end.reason.filter(|_| end.state == TaskState::Done) {
+        let _ = tasks.update(id, "stop_reason", serde_json::json!(r), "agent");
+    }
+    if end.state != TaskState::Cancelled {
+        let t = tasks
+            .transition(
+                id,
+                TaskState::Running,
+                end.state,
+                "agent",
+                end.reason.unwrap_or("answered"),
+            )
+            .map_err(AgentError::tasks)?;
+        report(notices, &t);
+    } else if let Ok(t) = tasks.get(id) {
+        report(notices, &t);
+    }
+    Ok(())
+}
+
+/// The answer given to a task's question (`task answer`), if any: the last `answer` update.
+fn task_answer(tasks: &TaskStore, id: &str) -> Option<String> {
+    tasks
+        .history(id)
+        .ok()?
+        .into_iter()
+        .rev()
+        .find_map(|e| match e {
+            pegasus_tasks::TaskEvent::Update { field, value, .. } if field == "answer" => {
+                value.as_str().map(str::to_string)
+            }
+            _ => None,
+        })
+}
+
+/// The workdir paths a task's successful `write_file` and `edit_file` calls touched, in order,
+/// each once (seed 001's "files changed" of a task).
+pub(crate) fn files_changed(transcript: &[Message]) -> Vec<String> {
+    let mut ok = std::collections::HashSet::new();
+    for m in transcript {
+        for b in &m.content {
+            if let Block::ToolResult {
+                tool_use_id,
+                is_error: false,
+                ..
+            } = b
+            {
+                ok.insert(tool_use_id.clone());
+            }
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    for m in transcript {
+        for b in &m.content {
+            if let Block::ToolUse {
+                id,
+                name,
+                input_json,
+            } = b
+            {
+                if (name == "write_file" || name == "edit_file") && ok.contains(id) {
+                    let path = serde_json::from_str::<serde_json::Value>(input_json)
+                        .ok()
+                        .and_then(|v| v.get("path").and_then(|p| p.as_str()).map(str::to_string));
+                    if let Some(p) = path.filter(|p| !out.contains(p)) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use pegasus_proto::llm::Role;
+
+    #[test]
+    fn files_changed_lists_successful_writes_and_edits_once() {
+        let use_ = |id: &str, name: &str, path: &str| Block::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input_json: serde_json::json!({"path": path}).to_string(),
+        };
+        let result = |id: &str, err: bool| Block::ToolResult {
+            tool_use_id: id.into(),
+            content: String::new(),
+            is_error: err,
+        };
+        let t = vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    use_("1", "write_file", "a.txt"),
+                    use_("2", "edit_file", "b.txt"),
+                    use_("3", "read_file", "c.txt"),
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![result("1", false), result("2", true), result("3", false)],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    use_("4", "edit_file", "a.txt"),
+                    use_("5", "write_file", "d.txt"),
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![result("4", false), result("5", false)],
+            },
+        ];
+        assert_eq!(files_changed(&t), ["a.txt", "d.txt"]);
+    }
+}
