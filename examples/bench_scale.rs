@@ -60,6 +60,9 @@ struct RunResult {
     scan_done: Option<Duration>,
     first_ready: Duration,
     all_ready: Duration,
+    /// CPU (user + system) used up to "all ready" by pegasusd and by all its workers, in ms.
+    cpu_daemon_ms: f64,
+    cpu_workers_ms: f64,
     pss_total_kb: u64,
     pss_daemon_kb: u64,
     rss_worker_median_kb: u64,
@@ -112,11 +115,13 @@ fn run() -> Res<()> {
         wait_no_workers(&root, Duration::from_secs(20))?;
         let r = rt.block_on(one_run(&pegasusd, &pegasusctl, &root, &home))?;
         println!(
-            "  run {}: scan done {} ms, first ready {:.0} ms, all {PROJECTS} ready {:.0} ms; Pss total {:.1} MiB (pegasusd {:.1}, {} workers, worker VmRSS median {:.2} MiB); status median {:.1} ms; stop: daemon exited {:.0} ms, all workers gone {:.0} ms",
+            "  run {}: scan done {} ms, first ready {:.0} ms, all {PROJECTS} ready {:.0} ms (CPU so far: pegasusd {:.0} ms, workers {:.0} ms); Pss total {:.1} MiB (pegasusd {:.1}, {} workers, worker VmRSS median {:.2} MiB); status median {:.1} ms; stop: daemon exited {:.0} ms, all workers gone {:.0} ms",
             i + 1,
             r.scan_done.map(|d| format!("{:.0}", ms(d))).unwrap_or_else(|| "?".into()),
             ms(r.first_ready),
             ms(r.all_ready),
+            r.cpu_daemon_ms,
+            r.cpu_workers_ms,
             r.pss_total_kb as f64 / 1024.0,
             r.pss_daemon_kb as f64 / 1024.0,
             r.workers,
@@ -207,6 +212,11 @@ async fn one_run(pegasusd: &Path, pegasusctl: &Path, root: &Path, home: &Home) -
                 Err(_) => return Err(format!("only {n} of {PROJECTS} workers ready").into()),
             }
         }
+        let cpu_daemon_ms = cpu_ms(daemon_pid)?;
+        let mut cpu_workers_ms = 0.0;
+        for pid in workers_of(root) {
+            cpu_workers_ms += cpu_ms(pid).unwrap_or(0.0);
+        }
         let mut ctl = Ctl::connect(home).await?;
         let s = ctl.status().await?;
         let ready = s
@@ -267,6 +277,8 @@ async fn one_run(pegasusd: &Path, pegasusctl: &Path, root: &Path, home: &Home) -
             scan_done,
             first_ready: first.unwrap_or(t0) - t0,
             all_ready: last - t0,
+            cpu_daemon_ms,
+            cpu_workers_ms,
             pss_total_kb: pss_total,
             pss_daemon_kb: pss_daemon,
             rss_worker_median_kb: median(&rss) as u64,
@@ -450,6 +462,22 @@ fn pss_kb(pid: u32) -> Res<u64> {
 
 fn rss_kb(pid: u32) -> Res<u64> {
     proc_field(PathBuf::from(format!("/proc/{pid}/status")), "VmRSS")
+}
+
+/// CPU time a process has run so far, in ms: the sum of `/proc/PID/task/*/schedstat`.
+fn cpu_ms(pid: u32) -> Res<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(text) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+            continue; // the thread ended meanwhile
+        };
+        ns += text
+            .split_whitespace()
+            .next()
+            .ok_or("empty schedstat")?
+            .parse::<u64>()?;
+    }
+    Ok(ns as f64 / 1e6)
 }
 
 fn ms(d: Duration) -> f64 {
