@@ -129,7 +129,12 @@ fn finish_is_all_or_nothing() {
     assert_eq!(store.history(&t.id).unwrap().len(), before);
     // Updates alone are fine.
     let t2 = store
-        .finish(&t.id, &[("stage", serde_json::json!("acting"))], None, "agent")
+        .finish(
+            &t.id,
+            &[("stage", serde_json::json!("acting"))],
+            None,
+            "agent",
+        )
         .unwrap();
     assert_eq!(t2.state, TaskState::Running);
     assert_eq!(store.history(&t.id).unwrap().len(), before + 1);
