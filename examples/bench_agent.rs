@@ -210,9 +210,19 @@ fn tokio_rt() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// Where the homes of (a) and (d) go: `/tmp`, or `$PEGASUS_BENCH_HOME_DIR` (e.g. `/dev/shm`,
+/// so that the ledger's fdatasync, which both paths of (a) pay, stops adding disk noise).
+fn home_parent() -> PathBuf {
+    std::env::var_os("PEGASUS_BENCH_HOME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
 /// A temporary home whose config points provider `fa` at the fake server.
 fn fake_home(fake: &FakeLlm, llm_extra: &str, extra: &str) -> Res<tempfile::TempDir> {
-    let dir = tempfile::Builder::new().prefix("pgb").tempdir_in("/tmp")?;
+    let dir = tempfile::Builder::new()
+        .prefix("pgb")
+        .tempdir_in(home_parent())?;
     std::fs::write(
         dir.path().join("config.yml"),
         format!(

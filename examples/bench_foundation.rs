@@ -280,7 +280,8 @@ fn listen(path: &Path) -> Res<Listener> {
 }
 
 /// A command configured like `pegasus_supervisor::spawn::spawn_worker`: cleared environment,
-/// own process group, `PR_SET_PDEATHSIG`.
+/// own process group, pegasusd's pid in `SUPERVISOR_PID_ENV` (the worker arms
+/// `PR_SET_PDEATHSIG` itself), no `pre_exec` hook, so std spawns with `posix_spawn`.
 fn supervised_command(bin: &Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(bin);
     cmd.env_clear()
@@ -289,20 +290,12 @@ fn supervised_command(bin: &Path) -> tokio::process::Command {
                 .iter()
                 .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
         )
+        .env(
+            pegasus_proto::worker::SUPERVISOR_PID_ENV,
+            std::process::id().to_string(),
+        )
         .process_group(0)
         .kill_on_drop(false);
-    let parent = nix::unistd::getpid();
-    // SAFETY: runs between fork and exec and only makes async-signal-safe calls (prctl,
-    // getppid, _exit); it allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            if nix::unistd::getppid() != parent {
-                nix::libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
     cmd
 }
 
@@ -434,7 +427,7 @@ async fn bench_spawn(bins: &Bins) -> Res<SpawnResult> {
         if !status.success() {
             return Err("/bin/true failed".into());
         }
-        // /bin/true through the worker's spawn path (fork + pre_exec, tokio reaping).
+        // /bin/true through the worker's spawn path (posix_spawn, tokio reaping).
         let t0 = Instant::now();
         let status = supervised_command(Path::new("/bin/true"))
             .stdin(Stdio::null())

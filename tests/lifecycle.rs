@@ -80,7 +80,10 @@ fn create_writes_the_contract_and_starts_a_worker_process() {
                 "TZ",
                 "TMPDIR",
                 "PEGASUS_LOG",
-                "RUST_BACKTRACE"
+                "RUST_BACKTRACE",
+                // pegasusd's own pid, set by the spawn (not inherited): the worker arms
+                // PR_SET_PDEATHSIG against it.
+                "PEGASUS_SUPERVISOR_PID"
             ]
             .contains(&key),
             "unexpected variable {key} in the worker's environment"

@@ -211,7 +211,7 @@ impl Agent {
         self.queued.clear();
         let task = task_record::task_for_message(&self.tasks, &self.dir, goal)?;
         task_record::report(&self.notices, &task);
-        self.run_task(task.id, true, None).await
+        self.run_task(task.id, true, true, None).await
     }
 
     /// Runs a task that was made elsewhere (replayed, retried, answered, a run's phase): its
@@ -236,7 +236,7 @@ impl Agent {
             crate::session_writer::record_inbound(&self.session, &task.id, "task", &text)?;
             push_user(&mut self.transcript, vec![Block::Text { text }]);
         }
-        self.run_task(task.id, true, role).await
+        self.run_task(task.id, true, false, role).await
     }
 
     /// Runs a prompt that is not a task of this project's task list — a phase of an
@@ -256,19 +256,22 @@ impl Agent {
                 text: text.to_string(),
             }],
         );
-        self.run_task(ledger_task.to_string(), false, None).await
+        self.run_task(ledger_task.to_string(), false, false, None)
+            .await
     }
 
-    /// The run shared by [`Agent::run`] and [`Agent::run_existing`]: `task` is ready.
-    /// `tracked`: `task_id` is a task of the store, `ready`, and its states are recorded;
-    /// otherwise it only names the spend in the ledger.
+    /// The run shared by [`Agent::run`] and [`Agent::run_existing`].
+    /// `tracked`: `task_id` is a task of the store and its states are recorded (it is `ready`,
+    /// or already `running` when `started`: a message's task is created running); otherwise it
+    /// only names the spend in the ledger.
     async fn run_task(
         &mut self,
         task_id: String,
         tracked: bool,
+        started: bool,
         role: Option<RoleRun>,
     ) -> Result<Outcome, AgentError> {
-        if tracked {
+        if tracked && !started {
             if let Err(e) = task_record::start(&self.tasks, &self.notices, &task_id) {
                 // Cancelled (or otherwise moved) between being queued and starting.
                 return Ok(Outcome {

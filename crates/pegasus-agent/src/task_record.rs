@@ -43,7 +43,8 @@ pub(crate) fn report_interrupted(notices: &UnboundedSender<Notice>, ids: &[Strin
 }
 
 /// A message (or a batch of them, joined) becomes a task: created, its request frozen as the
-/// spec with the project's repos, and made ready.
+/// spec with the project's repos, and started — one batch of task events with one fdatasync
+/// (the message itself is already durable in the session).
 pub(crate) fn task_for_message(
     tasks: &TaskStore,
     project_dir: &std::path::Path,
@@ -72,17 +73,7 @@ pub(crate) fn task_for_message(
         repos: pegasus_tasks::project_repos(project_dir).unwrap_or_default(),
     };
     tasks
-        .create(new, "agent")
-        .and_then(|t| tasks.freeze(&t.id, spec, "agent"))
-        .and_then(|t| {
-            tasks.transition(
-                &t.id,
-                TaskState::Planned,
-                TaskState::Ready,
-                "agent",
-                "a message",
-            )
-        })
+        .create_frozen(new, spec, TaskState::Running, "agent", "a message")
         .map_err(AgentError::tasks)
 }
 
@@ -151,8 +142,9 @@ pub(crate) struct Finish<'a> {
     pub transcript: &'a [Message],
 }
 
-/// Records the end of a run on its task: files changed, summary, cost, a done task's stop
-/// reason, and the transition out of `running` (a cancelled task is already where it belongs).
+/// Records the end of a run on its task — files changed, summary, cost, a done task's stop
+/// reason, and the transition out of `running` — as one batch with one fdatasync. A cancelled
+/// task is already where it belongs; its result is still recorded.
 pub(crate) fn finish(
     tasks: &TaskStore,
     notices: &UnboundedSender<Notice>,
@@ -160,28 +152,40 @@ pub(crate) fn finish(
     end: Finish<'_>,
 ) -> Result<(), AgentError> {
     let changed = files_changed(end.transcript);
-    if !changed.is_empty() {
-        let _ = tasks.update(id, "files_changed", serde_json::json!(changed), "agent");
-    }
     let summary: String = end.text.chars().take(500).collect();
-    let _ = tasks.update(id, "result_summary", serde_json::json!(summary), "agent");
-    let _ = tasks.update(id, "cost", serde_json::json!(end.cost_usd), "agent");
+    let mut updates: Vec<(&str, serde_json::Value)> = Vec::new();
+    if !changed.is_empty() {
+        updates.push(("files_changed", serde_json::json!(changed)));
+    }
+    updates.push(("result_summary", serde_json::json!(summary)));
+    updates.push(("cost", serde_json::json!(end.cost_usd)));
     if let Some(r) = end.reason.filter(|_| end.state == TaskState::Done) {
-        let _ = tasks.update(id, "stop_reason", serde_json::json!(r), "agent");
+        updates.push(("stop_reason", serde_json::json!(r)));
     }
     if end.state != TaskState::Cancelled {
-        let t = tasks
-            .transition(
-                id,
+        let moved = tasks.finish(
+            id,
+            &updates,
+            Some((
                 TaskState::Running,
                 end.state,
-                "agent",
                 end.reason.unwrap_or("answered"),
-            )
-            .map_err(AgentError::tasks)?;
-        report(notices, &t);
-    } else if let Ok(t) = tasks.get(id) {
-        report(notices, &t);
+            )),
+            "agent",
+        );
+        match moved {
+            Ok(t) => report(notices, &t),
+            Err(e) => {
+                // Not moved (cancelled meanwhile): the result is still recorded.
+                let _ = tasks.finish(id, &updates, None, "agent");
+                return Err(AgentError::tasks(e));
+            }
+        }
+    } else {
+        let _ = tasks.finish(id, &updates, None, "agent");
+        if let Ok(t) = tasks.get(id) {
+            report(notices, &t);
+        }
     }
     Ok(())
 }

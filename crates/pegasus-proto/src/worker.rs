@@ -8,6 +8,11 @@ use crate::event::WorkerEvent;
 use crate::llm::{ChatRequest, ChatResponse, LlmError};
 use serde::{Deserialize, Serialize};
 
+/// The environment variable in which the supervisor gives a spawned worker its own pid. The
+/// worker arms `PR_SET_PDEATHSIG` first thing and exits if its parent is not that pid any more,
+/// so it can never outlive the supervisor even though nothing runs between fork and exec.
+pub const SUPERVISOR_PID_ENV: &str = "PEGASUS_SUPERVISOR_PID";
+
 /// Supervisor → worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToWorker {

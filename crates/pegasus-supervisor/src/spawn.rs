@@ -4,8 +4,13 @@
 //! (stdin, not argv or the environment, so no other process can read it from `/proc`). Its
 //! environment is cleared down to a short allowlist: credentials live in pegasusd and must never
 //! reach a worker. It runs in its own process group so one `killpg` takes down everything it
-//! started, and it dies with us through `PR_SET_PDEATHSIG`.
+//! started, and it dies with us through `PR_SET_PDEATHSIG`, which the worker arms itself as the
+//! first thing it does (`SUPERVISOR_PID_ENV` tells it which parent to expect). Arming it in a
+//! `pre_exec` hook instead would make std fork pegasusd's whole address space for every spawn;
+//! without a hook it uses `posix_spawn` (a vfork-style clone), which matters when a restart
+//! starts a thousand workers.
 
+use pegasus_proto::worker::SUPERVISOR_PID_ENV;
 use std::{
     io::Read,
     os::unix::process::ExitStatusExt as _,
@@ -69,21 +74,8 @@ pub async fn spawn_worker(
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr))
         .process_group(0)
+        .env(SUPERVISOR_PID_ENV, std::process::id().to_string())
         .kill_on_drop(false);
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (prctl, getppid, _exit); it allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            // If we died between fork and prctl, the death signal was never armed: leave now
-            // rather than live on as an orphan.
-            if nix::unistd::getppid() != parent {
-                nix::libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
     // Known to the escapee sweep: pegasusd is a child subreaper and kills children it did not
     // start on purpose (see `pegasus_store::adopted`).
     let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;

@@ -217,6 +217,111 @@ impl TaskStore {
         Ok(task)
     }
 
+    /// A new task, frozen and moved on in one step: the `created` event, spec v1 and the
+    /// transitions draft → planned → ready (→ running when `to` is [`TaskState::Running`]) are
+    /// appended to the new event file with a single fdatasync, instead of one per event as
+    /// [`create`](Self::create) + [`freeze`](Self::freeze) + [`transition`](Self::transition)
+    /// would. The same checks apply (a goal, the transition table, dependencies done before
+    /// `running`). `to` must be `planned`, `ready` or `running`. Nothing is acknowledged until
+    /// the sync returns; a crash before it leaves at most a prefix of the events, exactly as a
+    /// crash between the separate calls would.
+    pub fn create_frozen(
+        &self,
+        t: NewTask,
+        mut spec: TaskSpec,
+        to: TaskState,
+        actor: &str,
+        reason: &str,
+    ) -> Result<Task, TaskError> {
+        if !matches!(
+            to,
+            TaskState::Planned | TaskState::Ready | TaskState::Running
+        ) {
+            return Err(TaskError::Invalid(format!(
+                "a new task can start as planned, ready or running, not {to}"
+            )));
+        }
+        if spec.goal.trim().is_empty() {
+            return Err(TaskError::Invalid(
+                "a spec needs a goal: say what must be achieved".into(),
+            ));
+        }
+        snapshot_repos(&self.project_dir, &mut spec.repos);
+        let _lock = self.lock()?;
+        let (path, mut task, created) = self.new_task_locked(t, None)?;
+        let mut batch = Batch::new(&path, &mut task, Some(created));
+        batch.push(TaskEvent::Spec {
+            ts: Utc::now(),
+            version: 1,
+            spec,
+            actor: actor.to_string(),
+        });
+        batch.transition(TaskState::Planned, actor, "spec v1 frozen")?;
+        if to != TaskState::Planned {
+            batch.transition(TaskState::Ready, actor, reason)?;
+        }
+        if to == TaskState::Running {
+            if let Readiness::Skip { waiting_on } = self.readiness_locked(batch.task)? {
+                return Err(TaskError::Waiting {
+                    id: batch.task.id.clone(),
+                    waiting_on,
+                });
+            }
+            batch.transition(TaskState::Running, actor, reason)?;
+        }
+        batch.commit()?;
+        tracing::info!(task = %task.id, project = %self.project, to = %to, actor, "task created");
+        self.index_put(&task, &path);
+        Ok(task)
+    }
+
+    /// Several [`update`](Self::update)s and then, with `to = Some((expected, state,
+    /// reason))`, a compare-and-set [`transition`](Self::transition), appended with a single
+    /// fdatasync: how a run records its result, cost and end state. All or nothing: a bad
+    /// value, a task not in `expected` ([`TaskError::Conflict`]) or a move the table forbids
+    /// writes nothing.
+    pub fn finish(
+        &self,
+        id: &str,
+        updates: &[(&str, serde_json::Value)],
+        to: Option<(TaskState, TaskState, &str)>,
+        actor: &str,
+    ) -> Result<Task, TaskError> {
+        let _lock = self.lock()?;
+        let (path, mut task) = self.load(id)?;
+        if let Some((expected, _, _)) = to {
+            if task.state != expected {
+                return Err(TaskError::Conflict {
+                    id: task.id,
+                    expected,
+                    actual: task.state,
+                });
+            }
+        }
+        let mut batch = Batch::new(&path, &mut task, None);
+        for (field, value) in updates {
+            let field = if *field == "cost" { "cost_usd" } else { field };
+            // Dry run on a copy: a bad value must be refused, not logged and skipped on fold.
+            batch.task.clone().set_field(field, value)?;
+            batch.push(TaskEvent::Update {
+                ts: Utc::now(),
+                field: field.to_string(),
+                value: value.clone(),
+                actor: actor.to_string(),
+            });
+        }
+        if let Some((expected, state, reason)) = to {
+            batch.transition(state, actor, reason)?;
+            tracing::info!(task = %id, from = %expected, to = %state, actor, reason, "task moved");
+        }
+        if batch.events.is_empty() {
+            return Ok(task);
+        }
+        batch.commit()?;
+        self.index_put(&task, &path);
+        Ok(task)
+    }
+
     /// The task as its event file says (always folded, never from the index).
     pub fn get(&self, id: &str) -> Result<Task, TaskError> {
         let _lock = self.lock()?;
@@ -380,6 +485,17 @@ impl TaskStore {
         t: NewTask,
         replay_of: Option<String>,
     ) -> Result<(PathBuf, Task), TaskError> {
+        let (path, task, created) = self.new_task_locked(t, replay_of)?;
+        append_events(&path, &[created])?;
+        Ok((path, task))
+    }
+
+    /// A checked new task, its event file's path and its `created` event, not yet written.
+    fn new_task_locked(
+        &self,
+        t: NewTask,
+        replay_of: Option<String>,
+    ) -> Result<(PathBuf, Task, TaskEvent), TaskError> {
         let title = t.title.trim().to_string();
         if title.is_empty() {
             return Err(TaskError::Invalid(
@@ -427,14 +543,11 @@ impl TaskStore {
             created: now,
             updated: now,
         };
-        append_event(
-            &path,
-            &TaskEvent::Created {
-                ts: now,
-                task: task.clone(),
-            },
-        )?;
-        Ok((path, task))
+        let created = TaskEvent::Created {
+            ts: now,
+            task: task.clone(),
+        };
+        Ok((path, task, created))
     }
 
     /// An id whose event file does not exist yet (a collision needs the same 24 random bits on
@@ -456,7 +569,7 @@ impl TaskStore {
 
     /// Appends `event` durably, then applies it to `task` exactly as a later fold will.
     fn record(&self, path: &Path, task: &mut Task, event: TaskEvent) -> Result<(), TaskError> {
-        append_event(path, &event)?;
+        append_events(path, std::slice::from_ref(&event))?;
         apply(task, &event);
         Ok(())
     }
@@ -631,10 +744,55 @@ impl TaskStore {
     }
 }
 
-fn append_event(path: &Path, event: &TaskEvent) -> Result<(), TaskError> {
+/// Appends `events` in order and makes them durable with one fdatasync.
+fn append_events(path: &Path, events: &[TaskEvent]) -> Result<(), TaskError> {
     let mut log = JsonlAppender::open(path)?;
-    log.append_durable(event)?;
+    for event in events {
+        log.append(event)?;
+    }
+    log.sync()?;
     Ok(())
+}
+
+/// Events of one task, applied to it as they are added (exactly as a later fold will) and
+/// appended together by [`Batch::commit`] with a single fdatasync.
+struct Batch<'a> {
+    path: &'a Path,
+    task: &'a mut Task,
+    events: Vec<TaskEvent>,
+}
+
+impl<'a> Batch<'a> {
+    /// A batch for `task`, starting with its `created` event when the task is new.
+    fn new(path: &'a Path, task: &'a mut Task, created: Option<TaskEvent>) -> Self {
+        Batch {
+            path,
+            task,
+            events: created.into_iter().collect(),
+        }
+    }
+
+    fn push(&mut self, event: TaskEvent) {
+        apply(self.task, &event);
+        self.events.push(event);
+    }
+
+    /// Adds a move, checked against the table from the state the batch has reached.
+    fn transition(&mut self, to: TaskState, actor: &str, reason: &str) -> Result<(), TaskError> {
+        check_transition(&self.task.id, self.task.state, to)?;
+        self.push(TaskEvent::Transition {
+            ts: Utc::now(),
+            from: self.task.state,
+            to,
+            actor: actor.to_string(),
+            reason: reason.to_string(),
+        });
+        Ok(())
+    }
+
+    fn commit(self) -> Result<(), TaskError> {
+        append_events(self.path, &self.events)
+    }
 }
 
 fn file_len(path: &Path) -> Result<u64, TaskError> {

@@ -7,7 +7,7 @@
 //! pegasusd, and sending the answer back; answering pings, heartbeats, stopping cleanly.
 //!
 //! What it is not for: LLM credentials (it never has any) or PROJECT.md writes (only the
-//! supervisor writes it). It dies with its supervisor: `PR_SET_PDEATHSIG` is armed at spawn, and
+//! supervisor writes it). It dies with its supervisor: it arms `PR_SET_PDEATHSIG` as it starts, and
 //! an end of stream on its socket makes it flush and exit.
 
 mod connection;

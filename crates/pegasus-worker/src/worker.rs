@@ -22,6 +22,7 @@ pub struct WorkerArgs {
 
 /// Runs the worker to completion. `Ok` = a requested shutdown or the supervisor went away.
 pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
+    die_with_supervisor();
     let project_dir = std::path::absolute(&args.project_dir).unwrap_or(args.project_dir);
     let home = pegasus_store::home_of_project(&project_dir)
         .ok_or_else(|| WorkerError::NotAProject(project_dir.display().to_string()))?;
@@ -52,6 +53,24 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         tracing::error!("worker stops: {e}");
     }
     result
+}
+
+/// Arms `PR_SET_PDEATHSIG` (SIGKILL when the parent dies) when started by pegasusd, which
+/// passes its pid in `SUPERVISOR_PID_ENV`; if the parent is already someone else, pegasusd died
+/// before this ran and the worker leaves at once. pegasusd does not arm it between fork and
+/// exec so that it can spawn without forking its address space (see its `spawn` module).
+fn die_with_supervisor() {
+    let Some(expected) = std::env::var(pegasus_proto::worker::SUPERVISOR_PID_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return;
+    };
+    if nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).is_err()
+        || nix::unistd::getppid().as_raw() != expected
+    {
+        std::process::exit(1);
+    }
 }
 
 async fn serve(
@@ -159,6 +178,13 @@ async fn serve(
         Err(e) => tracing::warn!("cannot look for unfinished runs: {e}"),
     }
     let _ = out.send(FromWorker::Ready);
+    // Loading the project (config, PROJECT.md, the session replay) freed more heap than the
+    // worker keeps: give the free pages back, so an idle worker holds only what it uses.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own free lists; it touches no Rust-owned memory.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
     tracing::info!(project = %name, pid = std::process::id(), model = %init.model, "worker ready");
 
     // Frame reads are not cancel safe, so they run in their own task and arrive on a channel.

@@ -97,9 +97,21 @@ impl Slot {
         });
         let _ = to_worker.send(init);
         let (ev_tx, mut ev_rx) = mpsc::channel::<Result<FromWorker, String>>(64);
+        // Model calls start right here, on the reader task, instead of crossing to this loop
+        // first: one task hop less per call. The proxy lives as long as the reader task, so
+        // aborting that task (the worker exited) or the connection ending cancels the calls.
+        let mut proxy = LlmProxy::new(self.sup.clone(), self.name.clone(), to_worker.clone());
         let reader_task = tokio::spawn(async move {
             loop {
                 let ev = match reader.read::<FromWorker>().await {
+                    Ok(Some(FromWorker::LlmRequest { id, request })) => {
+                        proxy.request(id, request);
+                        continue;
+                    }
+                    Ok(Some(FromWorker::LlmCancel { id })) => {
+                        proxy.cancel(id);
+                        continue;
+                    }
                     Ok(Some(msg)) => Ok(msg),
                     Ok(None) => Err("connection closed".to_string()),
                     Err(e) => Err(e.to_string()),
@@ -114,7 +126,6 @@ impl Slot {
         let mut fatal: Option<String> = None;
         let mut stopping: Option<Option<oneshot::Sender<()>>> = None;
         let mut routing = Routing::default();
-        let mut proxy = LlmProxy::new(self.sup.clone(), self.name.clone(), to_worker.clone());
         // When to give up on the worker and kill its group: first the ready deadline, then,
         // once stopping, the shutdown timeout. `None` once ready and not stopping.
         let mut kill_at = Some(Instant::now() + READY_TIMEOUT);
@@ -183,8 +194,8 @@ impl Slot {
                             tracing::info!(project = %self.name, "reply: {text}");
                         }
                     },
-                    Ok(FromWorker::LlmRequest { id, request }) => proxy.request(id, request),
-                    Ok(FromWorker::LlmCancel { id }) => proxy.cancel(id),
+                    // Handled on the reader task (see above).
+                    Ok(FromWorker::LlmRequest { .. } | FromWorker::LlmCancel { .. }) => {}
                     Ok(FromWorker::Heartbeat | FromWorker::Pong { .. } | FromWorker::ShutdownComplete) => {}
                     Ok(FromWorker::Fatal { reason }) => {
                         tracing::error!(project = %self.name, "worker cannot run: {reason}");
@@ -242,7 +253,8 @@ impl Slot {
                     reader_task.abort();
                     writer_task.abort();
                     // Anything the worker started in its group goes with it, and so do its
-                    // pending model calls (dropping the proxy aborts them).
+                    // pending model calls (the aborted reader task drops the proxy, which
+                    // aborts them).
                     spawn::kill_group(pid);
                     let desc = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
                     match stopping.take() {
@@ -298,7 +310,6 @@ impl Slot {
                 }
             }
         };
-        drop(proxy);
         routing.fail_all(&self.name);
         outcome
     }
