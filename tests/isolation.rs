@@ -101,21 +101,6 @@ fn a_model_cannot_read_the_api_key_from_pegasusd() {
         .all(|r| r.header("x-api-key") == Some(FAKE_KEY)));
 }
 
-/// The pids of live processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            String::from_utf8_lossy(&cmdline).contains(needle)
-                && !state
-                    .rsplit_once(')')
-                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .collect()
-}
 
 /// Issue 8 (medium): `setsid sleep … &` left a process that outlived the call, the worker and
 /// `pegasusctl stop`. Process-group kill is not containment; a subreaper is.

@@ -40,6 +40,18 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// The pids of live processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(needle) && alive(*pid)
+        })
+        .collect()
+}
+
 pub fn kill9(pid: u32) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
