@@ -101,7 +101,6 @@ fn a_model_cannot_read_the_api_key_from_pegasusd() {
         .all(|r| r.header("x-api-key") == Some(FAKE_KEY)));
 }
 
-
 /// Issue 8 (medium): `setsid sleep … &` left a process that outlived the call, the worker and
 /// `pegasusctl stop`. Process-group kill is not containment; a subreaper is.
 #[test]
