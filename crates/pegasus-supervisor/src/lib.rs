@@ -21,6 +21,7 @@ mod logging;
 mod main_agent;
 mod peer;
 mod pidlock;
+mod project_rows;
 mod slot;
 mod spawn;
 mod supervisor;

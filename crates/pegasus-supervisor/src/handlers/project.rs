@@ -29,12 +29,11 @@ async fn off_runtime<T: Send + 'static>(
 
 /// Every project as listings show it: the files, the live worker and its activity, the spend.
 pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> {
-    let entries = pegasus_store::scan_projects(&sup.home)?;
-    // Spend from the gateway's running totals (the ledger file is read once, at start).
-    let mut infos: Vec<ProjectInfo> = entries
-        .iter()
-        .map(|e| pegasus_store::project_info::from_entry(e, sup.gateway.spent_by_project(&e.name)))
-        .collect();
+    // Rows re-read only where a PROJECT.md changed; spend from the gateway's running totals
+    // (the ledger file is read once, at start).
+    let mut infos = sup
+        .project_rows
+        .rows(&sup.home, |name| sup.gateway.spent_by_project(name))?;
     sup.fill_live(&mut infos);
     Ok(infos)
 }
