@@ -120,6 +120,7 @@ async fn serve(
     let main_agent = crate::main_agent::start(&sup, main_rx);
     let activity = tokio::spawn(crate::activity::run(sup.clone()));
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
+    let sweeper = tokio::spawn(crate::sweeper::run(sup.clone()));
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
     let mut sigint = signal(SignalKind::interrupt())
@@ -143,7 +144,9 @@ async fn serve(
     if main_drained.is_err() {
         tracing::warn!("the MainAgent did not finish its run within {drain:?}; stopping anyway");
     }
-    for task in [workers, controls, activity, watchdog] {
+    // What the last workers' commands left behind: one scan after they are all gone.
+    crate::sweeper::sweep_now().await;
+    for task in [workers, controls, activity, watchdog, sweeper] {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }
     for path in [home.control_socket(), home.worker_socket()] {

@@ -25,6 +25,7 @@ mod project_rows;
 mod slot;
 mod spawn;
 mod supervisor;
+mod sweeper;
 mod watchdog;
 mod worker_server;
 

@@ -49,6 +49,8 @@ pub(crate) struct Supervisor {
     pub activity: Activity,
     /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
     pub watchdogs: Watchdogs,
+    /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
+    pub sweeper: crate::sweeper::Sweeper,
     /// The listing rows of every project, re-read only when a PROJECT.md changes.
     pub project_rows: crate::project_rows::ProjectRows,
     /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
@@ -92,6 +94,7 @@ impl Supervisor {
             bus: EventBus::new(),
             activity: Activity::default(),
             project_rows: Default::default(),
+            sweeper: Default::default(),
         })
     }
 

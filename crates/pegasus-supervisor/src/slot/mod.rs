@@ -199,6 +199,7 @@ impl Slot {
                 pegasus_store::adopted::forget(pid);
             }
             self.sweep_exec_groups();
+            self.sup.sweeper.request();
             let reason = match outcome {
                 Outcome::Stopped(reply) => return self.finish(reply),
                 Outcome::Crashed(reason) => reason,
@@ -276,8 +277,8 @@ impl Slot {
 
     /// Kills what the last worker's `exec` calls left running (see `pegasus_store::exec_groups`):
     /// after every exit, and before every spawn for what a previous daemon left.
-    /// Also kills what escaped those groups and was re-parented to pegasusd (a child
-    /// subreaper) when the worker died: see `pegasus_store::adopted`.
+    /// What escaped those groups and was re-parented to pegasusd (a child subreaper) when the
+    /// worker died is left to the daemon's one sweeper, asked for after each exit.
     fn sweep_exec_groups(&self) {
         match pegasus_store::kill_exec_groups(&self.sup.home.exec_registry(&self.name)) {
             Ok(0) => {}
@@ -285,12 +286,6 @@ impl Slot {
                 tracing::info!(project = %self.name, groups = n, "killed commands left by the worker")
             }
             Err(e) => tracing::warn!(project = %self.name, "cannot sweep exec groups: {e}"),
-        }
-        match pegasus_store::adopted::kill_adopted() {
-            0 => {}
-            n => {
-                tracing::info!(project = %self.name, killed = n, "killed processes that escaped a dead worker's commands")
-            }
         }
     }
 
