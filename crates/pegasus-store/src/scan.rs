@@ -19,15 +19,10 @@ pub struct ScanEntry {
     pub project: Result<ProjectFile, StoreError>,
 }
 
-/// Every folder in `projects/` that holds a PROJECT.md, loaded with [`ProjectFile::load`] and
-/// sorted by name. Folders without one and hidden folders (like the `.tmp-*` of an interrupted
-/// create) are ignored; a missing `projects/` is an empty list.
-///
-/// This is on the path of every listing and of the restart scan (1,000 projects are read for
-/// one `project list`), so it costs one `open`+`read` per project and nothing more: the folder
-/// type comes from the directory listing, a missing PROJECT.md is learnt from the failed read,
-/// and the files are read and parsed on every core.
-pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
+/// The candidate project folders of `projects/` (name, path), unsorted: every folder or
+/// symlink that is not hidden (like the `.tmp-*` of an interrupted create). Whether it holds a
+/// PROJECT.md is for the caller to find out; a missing `projects/` is an empty list.
+pub fn project_dirs(home: &Home) -> Result<Vec<(String, PathBuf)>> {
     let projects = home.projects_dir();
     let entries = match std::fs::read_dir(&projects) {
         Ok(e) => e,
@@ -54,6 +49,19 @@ pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
         let dir = entry.path();
         dirs.push((name, dir));
     }
+    Ok(dirs)
+}
+
+/// Every folder in `projects/` that holds a PROJECT.md, loaded with [`ProjectFile::load`] and
+/// sorted by name. Folders without one and hidden folders (like the `.tmp-*` of an interrupted
+/// create) are ignored; a missing `projects/` is an empty list.
+///
+/// This is on the path of every listing and of the restart scan (1,000 projects are read for
+/// one `project list`), so it costs one `open`+`read` per project and nothing more: the folder
+/// type comes from the directory listing, a missing PROJECT.md is learnt from the failed read,
+/// and the files are read and parsed on every core.
+pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
+    let dirs = project_dirs(home)?;
     let load = |batch: &[(String, PathBuf)]| -> Vec<ScanEntry> {
         batch
             .iter()

@@ -33,31 +33,11 @@ impl ProjectRows {
         home: &Home,
         spend: impl Fn(&str) -> f64,
     ) -> Result<Vec<ProjectInfo>, StoreError> {
-        let projects = home.projects_dir();
-        let entries = match std::fs::read_dir(&projects) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(StoreError::Io {
-                    path: projects,
-                    source: e,
-                })
-            }
-        };
+        let dirs = pegasus_store::scan::project_dirs(home)?;
         let mut cache = lock(&self.rows);
         let mut out = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for entry in entries {
-            let entry = entry.map_err(StoreError::io(&projects))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_dir = entry
-                .file_type()
-                .map(|t| t.is_dir() || t.is_symlink())
-                .unwrap_or(false);
-            if name.starts_with('.') || !is_dir {
-                continue;
-            }
-            let dir = entry.path();
+        for (name, dir) in dirs {
             // `metadata` never opens the file: a FIFO or a device is only looked at.
             let meta = match std::fs::metadata(dir.join("PROJECT.md")) {
                 Ok(m) => m,
