@@ -46,11 +46,10 @@ impl Ledger {
     pub async fn record(&self, entry: LedgerEntry) {
         let (file, totals) = (self.file.clone(), self.totals.clone());
         let done = tokio::task::spawn_blocking(move || {
-            let written = file
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .append_durable(&entry);
-            if let Err(e) = written {
+            // The totals are updated while the file lock is held, so two calls ending together
+            // are added in file order and the totals always equal a fresh read of the file.
+            let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = file.append_durable(&entry) {
                 tracing::error!(error = %e, model = %entry.model, usd = ?entry.usd,
                     "could not write the cost ledger line");
             }
@@ -58,6 +57,7 @@ impl Ledger {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .add_entry(&entry);
+            drop(file);
         })
         .await;
         if let Err(e) = done {

@@ -21,7 +21,9 @@ struct Bucket {
 impl Bucket {
     fn add(&mut self, e: &LedgerEntry) {
         self.calls += 1;
-        match e.usd {
+        // The same rule as every other sum of the ledger (`LedgerTotals`): only a finite
+        // price >= 0 counts; anything else is an unpriced call.
+        match e.usd.filter(|u| u.is_finite() && *u >= 0.0) {
             Some(usd) => self.usd += usd,
             None => self.unpriced_calls += 1,
         }
