@@ -4,6 +4,17 @@
 mod common;
 use common::*;
 
+/// The row of project `name` in a `status --json` answer.
+fn project_row(status: &serde_json::Value, name: &str) -> serde_json::Value {
+    status["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap()
+        .clone()
+}
+
 #[test]
 fn malformed_and_misnamed_projects_are_reported_and_the_rest_still_runs() {
     let home = Home::new();
@@ -26,15 +37,7 @@ fn malformed_and_misnamed_projects_are_reported_and_the_rest_still_runs() {
     let _d = home.start();
     home.ready_worker("good", None);
     let status = home.json(&["status"]);
-    let find = |n: &str| {
-        status["projects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == n)
-            .unwrap()
-            .clone()
-    };
+    let find = |n: &str| project_row(&status, n);
     let b = find("broken");
     assert_eq!(b["status"], "invalid");
     assert!(b["worker_pid"].is_null());
@@ -91,15 +94,7 @@ fn hostile_project_files_are_invalid_projects_not_a_wedged_or_bloated_daemon() {
     home.ready_worker("good", None);
     home.ready_worker("bom", None);
     let status = home.json(&["status"]);
-    let find = |n: &str| {
-        status["projects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == n)
-            .unwrap()
-            .clone()
-    };
+    let find = |n: &str| project_row(&status, n);
     for (name, why) in [
         ("zero", "not a regular file"),
         ("fifo", "not a regular file"),

@@ -130,17 +130,6 @@ pub fn project_costs(home: &Home) -> Result<HashMap<String, f64>> {
     Ok(LedgerTotals::load(&home.ledger_file())?.projects)
 }
 
-/// Sum of `usd` for lines dated `day` (UTC); the daily budget is checked against this.
-pub fn cost_on(home: &Home, day: NaiveDate) -> Result<f64> {
-    // `+ 0.0`: a sum of nothing must print as "$0.00", not "$-0.00".
-    Ok(LedgerTotals::load(&home.ledger_file())?.day(day) + 0.0)
-}
-
-/// Sum of `usd` for lines whose `ts` is today (UTC).
-pub fn cost_today(home: &Home) -> Result<f64> {
-    cost_on(home, Utc::now().date_naive())
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -179,8 +168,9 @@ mod tests {
         let per = project_costs(&home).unwrap();
         assert_eq!(per.get("a"), Some(&3.5));
         assert_eq!(per.get("b"), Some(&0.25));
-        assert_eq!(cost_today(&home).unwrap(), 1.75);
-        assert_eq!(cost_on(&home, old.date_naive()).unwrap(), 2.0);
+        let totals = LedgerTotals::load(&home.ledger_file()).unwrap();
+        assert_eq!(totals.day(now.date_naive()), 1.75);
+        assert_eq!(totals.day(old.date_naive()), 2.0);
     }
 
     #[test]
@@ -188,7 +178,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::new(dir.path());
         assert!(project_costs(&home).unwrap().is_empty());
-        assert_eq!(cost_today(&home).unwrap(), 0.0);
+        let totals = LedgerTotals::load(&home.ledger_file()).unwrap();
+        assert_eq!(totals.day(Utc::now().date_naive()), 0.0);
     }
 
     #[test]

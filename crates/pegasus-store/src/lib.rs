@@ -37,7 +37,7 @@ pub use exec_groups::{kill_exec_groups, record_exec_group};
 pub use frontmatter::{split_frontmatter, strip_bom, Frontmatter, FrontmatterError};
 pub use home::{home_of_project, Home};
 pub use jsonl::*;
-pub use ledger::{cost_on, cost_today, project_costs, read_ledger, LedgerEntry, LedgerTotals};
+pub use ledger::{project_costs, read_ledger, LedgerEntry, LedgerTotals};
 pub use lifecycle::{transition, Verb};
 pub use project::{
     create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
