@@ -63,6 +63,10 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
         .times(1),
     );
     fake.add_rule(Rule::new(
+        Match::LastUserTextContains("Pegasus restarted".into()),
+        Reply::Text("resumed: the long job was cut off".into()),
+    ));
+    fake.add_rule(Rule::new(
         Match::LastUserTextContains("are you back".into()),
         Reply::Text("back and well".into()),
     ));
@@ -95,6 +99,10 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
                 .map(|_| ())
         },
     );
+    let task = home.json(&["task", "list", "longrun"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     kill9(pid);
     let back = home.ready_worker("longrun", Some(pid as u64));
     assert!(alive(back));
@@ -102,9 +110,45 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
     poll(Duration::from_secs(5), "the exec child to die", || {
         processes_with_cmdline(&marker).is_empty().then_some(())
     });
+    // The acknowledged message runs again after the restart, and is answered.
+    let shown = poll(Duration::from_secs(15), "the message to run again", || {
+        let t = home.json(&["task", "show", &task])["task"].clone();
+        (t["state"] == "done").then_some(t)
+    });
+    assert_eq!(shown["result_summary"], "resumed: the long job was cut off");
+    // The repair is in the file, not only in memory: the synthetic cancelled result and a
+    // crash record, written once (loading again repairs nothing).
     let loaded = pegasus_store::load_session(&home.project_dir("longrun")).unwrap();
     assert_eq!(loaded.skipped, 0);
-    assert_eq!(loaded.repaired_tool_uses, 1);
+    assert_eq!(loaded.repaired_tool_uses, 0);
+    let crashes: Vec<String> = loaded
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            pegasus_store::SessionRecord::Crash { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(crashes.len(), 1, "{crashes:?}");
+    assert!(
+        crashes[0].contains("1 tool call cut off") && crashes[0].contains("re-run after restart"),
+        "{crashes:?}"
+    );
+    let text = session_text(&home, "longrun");
+    assert_eq!(
+        text.matches(
+            pegasus_store::CANCELLED_TOOL_RESULT
+                .replace('"', "\\\"")
+                .as_str()
+        )
+        .count(),
+        1,
+        "{text}"
+    );
+    // `project log` shows the call as cut off, and why.
+    let log = home.ctl_ok(&["project", "log", "longrun"]);
+    assert!(log.contains("← cancelled: cut off"), "{log}");
+    assert!(log.contains("crash: the process stopped"), "{log}");
     // The next message works, and the transcript the provider gets is valid: the dangling call
     // is answered by the synthetic cancelled result.
     let answer = home.ctl_ok(&["project", "send", "longrun", "are you back?", "--wait"]);
@@ -138,6 +182,91 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
                 .then_some(())
         },
     );
+}
+
+/// A message whose work takes the worker down every time: it runs again once after the first
+/// crash, and after the second it is failed as "crashed the worker twice" and the MainAgent is
+/// told (SPEC §6).
+#[test]
+fn a_message_that_crashes_the_worker_twice_is_failed_and_the_main_agent_told() {
+    let fake = FakeLlm::start().unwrap();
+    let home = llm_home(&fake);
+    fake.add_rule(Rule::new(
+        Match::SystemContains("MainAgent".into()),
+        Reply::Text("noted".into()),
+    ));
+    let marker = format!("sleep 38.{}", std::process::id());
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("ping".into()),
+        Reply::Text("pong".into()),
+    ));
+    for trigger in ["deadly job", "Pegasus restarted"] {
+        fake.add_rule(Rule::new(
+            Match::LastUserTextContains(trigger.into()),
+            Reply::Tools(vec![ToolCall::new("exec", json!({"command": marker}))]),
+        ));
+    }
+    let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    let mut pid = home.create("deadly");
+    home.ctl_ok(&["project", "send", "deadly", "run the deadly job"]);
+    let registry = home.path().join("run/exec-deadly.jsonl");
+    for round in 0..2 {
+        // Its exec runs (the first time, or again after the restart) and its process group
+        // is recorded; then the worker dies, and the command with it.
+        let running = poll(
+            Duration::from_secs(15),
+            "the exec to run and be recorded",
+            || {
+                let pids = processes_with_cmdline(&marker);
+                let recorded = std::fs::read_to_string(&registry).unwrap_or_default();
+                pids.iter()
+                    .any(|p| recorded.contains(&format!("\"pgid\":{p},")))
+                    .then_some(pids)
+            },
+        );
+        kill9(pid);
+        pid = home.ready_worker("deadly", Some(pid as u64));
+        poll(Duration::from_secs(5), "the killed exec to die", || {
+            running.iter().all(|p| !alive(*p)).then_some(())
+        });
+        let tasks = home.json(&["task", "list", "deadly"]);
+        assert_eq!(tasks.as_array().unwrap().len(), 1, "round {round}: {tasks}");
+    }
+    let id = home.json(&["task", "list", "deadly"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shown = poll(Duration::from_secs(10), "the task to fail", || {
+        let t = home.json(&["task", "show", &id])["task"].clone();
+        (t["state"] == "failed").then_some(t)
+    });
+    assert_eq!(shown["stop_reason"], "crashed the worker twice");
+    poll(
+        Duration::from_secs(10),
+        "the MainAgent told of the crashed-twice message",
+        || {
+            fake.requests()
+                .iter()
+                .any(|r| {
+                    r.body["system"].to_string().contains("MainAgent")
+                        && r.body.to_string().contains("crashed the worker twice")
+                })
+                .then_some(())
+        },
+    );
+    // It does not run a third time by itself: the worker, back, answers the next message
+    // instead, and the provider saw the exec asked for exactly twice.
+    let answer = home.ctl_ok(&["project", "send", "deadly", "ping", "--wait"]);
+    assert_eq!(answer.trim(), "pong");
+    assert!(processes_with_cmdline(&marker).is_empty());
+    let execs = fake
+        .requests()
+        .iter()
+        .filter(|r| !r.body["system"].to_string().contains("MainAgent"))
+        .count();
+    assert_eq!(execs, 3, "two exec turns and the ping");
+    let log = home.ctl_ok(&["project", "log", "deadly"]);
+    assert_eq!(log.matches("crash: ").count(), 2, "{log}");
 }
 
 #[test]

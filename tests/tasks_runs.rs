@@ -472,9 +472,15 @@ fn the_watchdog_fails_the_task_of_a_silent_worker_and_restarts_it() {
 }
 
 #[test]
-fn restart_turns_a_running_task_into_failed_and_cancel_stops_a_running_one() {
+fn restart_runs_an_interrupted_message_again_and_cancel_stops_a_running_one() {
     let fake = FakeLlm::start().unwrap();
     main_agent_rule(&fake);
+    // First: a crash before the first answer leaves the request and the restart note in one
+    // user message, and this rule must win then too.
+    fake.add_rule(Rule::new(
+        user("Pegasus restarted"),
+        Reply::Text("picked the build up again".into()),
+    ));
     fake.add_rule(Rule::new(
         user("long build"),
         Reply::Tools(vec![ToolCall::new("exec", json!({"command": "sleep 1"}))]),
@@ -503,9 +509,22 @@ fn restart_turns_a_running_task_into_failed_and_cancel_stops_a_running_one() {
     );
     kill9(pid);
     home.ready_worker("builder", Some(pid as u64));
-    let failed = task_in_state(&home, "builder", "long build", "failed");
-    assert_eq!(failed["id"], running["id"]);
-    assert_eq!(failed["stop_reason"], "process restarted");
+    // The message was acknowledged, so its task runs again after the restart (SPEC §6).
+    let done = task_in_state(&home, "builder", "long build", "done");
+    assert_eq!(done["id"], running["id"]);
+    assert_eq!(done["result_summary"], "picked the build up again");
+    assert_eq!(
+        transition_reasons(&home, running["id"].as_str().unwrap()),
+        [
+            "planned: spec v1 frozen",
+            "ready: a message",
+            "running: a message",
+            "failed: process restarted",
+            "ready: re-run after restart",
+            "running: started",
+            "done: answered"
+        ]
+    );
 
     // Cancel: the task loops on `sleep 1` until the agent sees the cancel at its next turn.
     home.ctl_ok(&["project", "send", "builder", "another long build"]);
@@ -526,6 +545,10 @@ fn a_graceful_suspend_lets_the_current_turn_finish_and_records_the_interruption(
     let fake = FakeLlm::start().unwrap();
     main_agent_rule(&fake);
     fake.add_rule(Rule::new(
+        user("Pegasus restarted"),
+        Reply::Text("resumed".into()),
+    ));
+    fake.add_rule(Rule::new(
         user("keep working"),
         Reply::Tools(vec![ToolCall::new("exec", json!({"command": "sleep 0.3"}))]),
     ));
@@ -534,29 +557,51 @@ fn a_graceful_suspend_lets_the_current_turn_finish_and_records_the_interruption(
     let pid = home.create("steady");
     home.ctl_ok(&["project", "send", "steady", "keep working"]);
     task_in_state(&home, "steady", "keep working", "running");
+    // A second message arrives while the first runs: acknowledged, not yet taken up.
+    home.ctl_ok(&["project", "send", "steady", "also the second thing"]);
     home.ctl_ok(&["project", "suspend", "steady"]);
     assert!(!alive(pid));
     let t = task_in_state(&home, "steady", "keep working", "failed");
     assert_eq!(t["stop_reason"], "interrupted by shutdown");
     let show = home.json(&["project", "show", "steady"]);
     assert_eq!(show["restarts"], 0, "a graceful stop is not a crash");
-    // The interrupted task can be retried once the project is back.
+    // Back, the project runs both again by itself: the interrupted message's task once more,
+    // and the waiting message as a task of its own (SPEC §6: nothing acknowledged is dropped).
     home.ctl_ok(&["project", "resume", "steady"]);
     home.ready_worker("steady", None);
+    let first = task_in_state(&home, "steady", "keep working", "done");
+    assert_eq!(first["id"], t["id"]);
+    assert_eq!(first["result_summary"], "resumed");
     let id = t["id"].as_str().unwrap();
-    home.ctl_ok(&["task", "retry", id]);
-    poll(
-        Duration::from_secs(10),
-        "the retried task to run again",
-        || {
-            let history = home.json(&["task", "show", id])["history"].clone();
-            let runs = history
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|e| e["type"] == "transition" && e["to"] == "running")
-                .count();
-            (runs == 2).then_some(())
-        },
+    let reasons = transition_reasons(&home, id);
+    assert!(
+        reasons.ends_with(&[
+            "failed: interrupted by shutdown".to_string(),
+            "ready: re-run after restart".to_string(),
+            "running: started".to_string(),
+            "done: answered".to_string()
+        ]),
+        "{reasons:?}"
     );
+    let second = task_in_state(&home, "steady", "second thing", "done");
+    assert_eq!(second["result_summary"], "resumed");
+    assert_eq!(tasks(&home, "steady").len(), 2);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// Every transition of a task as `to: reason`, in order.
+fn transition_reasons(home: &Home, id: &str) -> Vec<String> {
+    home.json(&["task", "show", id])["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "transition")
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["to"].as_str().unwrap_or(""),
+                e["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
 }

@@ -50,6 +50,8 @@ pub struct Agent {
     transcript: Vec<Message>,
     /// Texts enqueued since the last run: what the next task is about.
     queued: Vec<String>,
+    /// The ids of those messages: the task lists them.
+    queued_ids: Vec<String>,
     tasks: TaskStore,
     compaction_failures: u32,
     /// Set by the host when the process is asked to stop: a task stops at its next turn.
@@ -59,11 +61,12 @@ pub struct Agent {
 impl Agent {
     /// `dir` is the project folder (or `<home>/main` for the MainAgent): session/, memory/,
     /// skills/, tasks/ live under it; `workdir` is where file tools and exec act (created if
-    /// missing). Loads the session (repairing what a crash left) and rebuilds a valid
-    /// transcript from it; marks any task left `running` as `failed` with reason
-    /// `process restarted`. A user message recorded but never answered before a restart stays
-    /// in the transcript and is seen with the next message; it is not re-run on its own, since
-    /// it may be what brought the worker down.
+    /// missing). Loads the session, repairing what a crash left and writing that repair into
+    /// the file (the synthetic cancelled results of cut-off tool calls and a `crash` record),
+    /// and rebuilds a valid transcript from it; applies the restart rule to the tasks (see
+    /// [`TaskStore::recover_after_restart`]: a task left `running` fails with `process
+    /// restarted`, a message's task runs again once). Messages acknowledged but never taken
+    /// up are made a task by [`Agent::adopt_pending_messages`].
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         dir: &Path,
@@ -99,8 +102,9 @@ impl Agent {
         let transcript = rebuild(&loaded.records);
         let session = Arc::new(Mutex::new(Session::open(dir, name)?));
         let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
-        let interrupted = tasks.recover_after_restart().map_err(AgentError::tasks)?;
-        task_record::report_interrupted(&notices, &interrupted);
+        let recovered = tasks.recover_after_restart().map_err(AgentError::tasks)?;
+        task_record::report_recovered(&notices, &recovered);
+        write_crash_record(&session, &loaded.repairs, &recovered)?;
         Ok(Agent {
             dir: dir.to_path_buf(),
             workdir: workdir.to_path_buf(),
@@ -114,6 +118,7 @@ impl Agent {
             session,
             transcript,
             queued: Vec::new(),
+            queued_ids: Vec::new(),
             tasks,
             compaction_failures: 0,
             stop_flag: Arc::default(),
@@ -137,6 +142,33 @@ impl Agent {
             }],
         );
         self.queued.push(text.to_string());
+        if !id.is_empty() {
+            self.queued_ids.push(id.to_string());
+        }
+    }
+
+    /// Makes a task of every inbound message that was acknowledged (it is in the session) but
+    /// never taken up by a task — the worker died, or was stopped, before it got to them —
+    /// so the work queue runs them like any ready task (SPEC §6). Call it once after
+    /// [`Agent::open`], before new messages are recorded. Returns the task made, if any.
+    pub fn adopt_pending_messages(&mut self) -> Result<Option<Task>, AgentError> {
+        let loaded = load_session(&self.dir)?;
+        let tasks = self.tasks.list().map_err(AgentError::tasks)?;
+        let pending = task_record::untaken_messages(&loaded.records, &tasks);
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
+        let goal = pending
+            .into_iter()
+            .map(|(_, text)| text)
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        tracing::warn!(agent = %self.name, messages = ?ids, "messages acknowledged before the restart were never taken up: they run now");
+        let task =
+            task_record::task_for_message(&self.tasks, &self.dir, goal, ids, TaskState::Ready)?;
+        task_record::report(&self.notices, &task);
+        Ok(Some(task))
     }
 
     /// Whether messages are waiting for a run.
@@ -209,7 +241,16 @@ impl Agent {
         // A message becomes a task (SPEC §7): created, its spec (the request) frozen, ready.
         let goal = self.queued.join("\n\n");
         self.queued.clear();
-        let task = task_record::task_for_message(&self.tasks, &self.dir, goal)?;
+        // Only a project's messages are re-run after a restart (SPEC §6): the MainAgent's
+        // senders (`chat`, channels) were told it stopped, and nothing would run its tasks.
+        let ids = std::mem::take(&mut self.queued_ids);
+        let ids = if self.settings.project.is_some() {
+            ids
+        } else {
+            Vec::new()
+        };
+        let task =
+            task_record::task_for_message(&self.tasks, &self.dir, goal, ids, TaskState::Running)?;
         task_record::report(&self.notices, &task);
         self.run_task(task.id, true, true, None).await
     }
@@ -223,9 +264,21 @@ impl Agent {
         task: Task,
         role: Option<RoleRun>,
     ) -> Result<Outcome, AgentError> {
-        let text = task_record::request_of(&self.tasks, &task);
-        // A message's task that was still ready when the process died: its request is already
-        // the unanswered end of the transcript; do not write it a second time.
+        let text =
+            if task.messages.is_empty() {
+                task_record::request_of(&self.tasks, &task)
+            } else {
+                // A message's task (re-run after a restart, or taken up late): its messages are
+                // already in the session and the transcript, with whatever work was cut off.
+                format!(
+                "(Pegasus restarted before the message{} above {} answered. Any tool call that \
+                 was cut off shows as cancelled; check what was already done, then answer.)",
+                if task.messages.len() == 1 { "" } else { "s" },
+                if task.messages.len() == 1 { "was" } else { "were" },
+            )
+            };
+        // A task that was still ready when the process died: its request is already the
+        // unanswered end of the transcript; do not write it a second time.
         let already_there = self.transcript.last().is_some_and(|m| {
             m.role == pegasus_proto::llm::Role::User
                 && m.content
@@ -382,7 +435,7 @@ impl Agent {
                 .unwrap_or(false)
         {
             state = TaskState::Failed;
-            reason = Some("interrupted by shutdown");
+            reason = Some(pegasus_tasks::SHUTDOWN_REASON);
             text = format!("Stopped: the project is shutting down; retry with `pegasusctl task retry {task_id}`.");
         }
         let end = crate::agent_loop::LoopEnd { text, ..end };
@@ -455,6 +508,47 @@ impl Agent {
         }
         cost
     }
+}
+
+/// Writes the repair of a crash into the session: the synthetic results that close the tool
+/// calls it cut off, and a `crash` record saying what was cut off. Nothing is written when the
+/// last process stopped cleanly.
+fn write_crash_record(
+    session: &SessionHandle,
+    repairs: &[pegasus_store::SessionRecord],
+    recovered: &[pegasus_tasks::Recovered],
+) -> Result<(), AgentError> {
+    if repairs.is_empty() && recovered.is_empty() {
+        return Ok(());
+    }
+    let calls: usize = repairs
+        .iter()
+        .map(|r| match r {
+            pegasus_store::SessionRecord::Message(m) => m.content.len(),
+            _ => 0,
+        })
+        .sum();
+    let mut parts = vec!["the process stopped before finishing its work".to_string()];
+    if calls > 0 {
+        parts.push(format!(
+            "{calls} tool call{} cut off (cancelled)",
+            if calls == 1 { "" } else { "s" }
+        ));
+    }
+    for r in recovered {
+        let what = match r.action {
+            pegasus_tasks::Recovery::Failed => pegasus_tasks::RESTART_REASON,
+            pegasus_tasks::Recovery::Rerun => pegasus_tasks::RERUN_REASON,
+            pegasus_tasks::Recovery::CrashedTwice => pegasus_tasks::CRASHED_TWICE_REASON,
+        };
+        parts.push(format!("task {}: {what}", r.id));
+    }
+    let mut records = repairs.to_vec();
+    records.push(pegasus_store::SessionRecord::Crash {
+        reason: parts.join("; "),
+        ts: chrono::Utc::now(),
+    });
+    crate::session_writer::append_blocking(session, &records)
 }
 
 /// The request's text blocks of a task's first message, without an earlier summary (a new

@@ -8,7 +8,8 @@
 
 use pegasus_proto::llm::{Block, Message};
 use pegasus_proto::WorkerEvent;
-use pegasus_tasks::{NewTask, Task, TaskSpec, TaskState, TaskStore};
+use pegasus_store::{ContentBlock, Role as SRole, SessionRecord};
+use pegasus_tasks::{NewTask, Recovered, Recovery, Task, TaskSpec, TaskState, TaskStore};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::AgentError;
@@ -27,28 +28,89 @@ pub(crate) fn report(notices: &UnboundedSender<Notice>, task: &Task) {
     );
 }
 
-/// Reports the tasks the restart rule failed (they were running when the process died).
-pub(crate) fn report_interrupted(notices: &UnboundedSender<Notice>, ids: &[String]) {
-    for id in ids {
+/// Reports what the restart rule did to each task it moved; a message's task that crashed
+/// the worker twice is also told to the MainAgent (SPEC §6).
+pub(crate) fn report_recovered(notices: &UnboundedSender<Notice>, recovered: &[Recovered]) {
+    for r in recovered {
+        let (state, reason) = match r.action {
+            Recovery::Failed => (TaskState::Failed, pegasus_tasks::RESTART_REASON),
+            Recovery::Rerun => (TaskState::Ready, pegasus_tasks::RERUN_REASON),
+            Recovery::CrashedTwice => (TaskState::Failed, pegasus_tasks::CRASHED_TWICE_REASON),
+        };
         send_event(
             notices,
             WorkerEvent::Task {
-                task: id.clone(),
+                task: r.id.clone(),
                 title: None,
-                state: TaskState::Failed,
-                reason: Some("process restarted".into()),
+                state,
+                reason: Some(reason.into()),
             },
         );
+        if r.action == Recovery::CrashedTwice {
+            let _ = notices.send(Notice::Notify {
+                text: format!(
+                    "task {} failed: its message {}; it will not run again by itself \
+                     (see `pegasusctl project log`; `pegasusctl task retry {}` runs it again)",
+                    r.id,
+                    pegasus_tasks::CRASHED_TWICE_REASON,
+                    r.id
+                ),
+            });
+        }
     }
 }
 
+/// Sources of session user records that are not inbound messages: the requests of tasks made
+/// elsewhere and the phases of runs.
+const NOT_MESSAGES: [&str; 2] = ["task", "run"];
+
+/// The inbound messages of the session (id and text, in order) that no task has taken up:
+/// those after the last message some task lists. A session written before tasks listed their
+/// messages (tasks exist, none lists any) has nothing pending, so an upgrade re-runs nothing.
+pub(crate) fn untaken_messages(records: &[SessionRecord], tasks: &[Task]) -> Vec<(String, String)> {
+    let taken: std::collections::HashSet<&str> = tasks
+        .iter()
+        .flat_map(|t| t.messages.iter().map(String::as_str))
+        .collect();
+    if taken.is_empty() && !tasks.is_empty() {
+        return Vec::new();
+    }
+    let mut pending = Vec::new();
+    for r in records {
+        let SessionRecord::Message(m) = r else {
+            continue;
+        };
+        let Some(id) = m.id.as_deref() else { continue };
+        if m.role != SRole::User || m.from.as_deref().is_some_and(|f| NOT_MESSAGES.contains(&f)) {
+            continue;
+        }
+        if taken.contains(id) {
+            pending.clear();
+            continue;
+        }
+        let text: Vec<&str> = m
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        pending.push((id.to_string(), text.join("\n")));
+    }
+    pending
+}
+
 /// A message (or a batch of them, joined) becomes a task: created, its request frozen as the
-/// spec with the project's repos, and started — one batch of task events with one fdatasync
-/// (the message itself is already durable in the session).
+/// spec with the project's repos, made ready, and started when `to` is `running` — one batch of
+/// task events with one fdatasync (the messages themselves are already durable in the
+/// session). The task lists the messages' ids.
 pub(crate) fn task_for_message(
     tasks: &TaskStore,
     project_dir: &std::path::Path,
     goal: String,
+    messages: Vec<String>,
+    to: TaskState,
 ) -> Result<Task, AgentError> {
     let title: String = goal
         .split_whitespace()
@@ -63,6 +125,7 @@ pub(crate) fn task_for_message(
         priority: 2,
         role: None,
         depends_on: Vec::new(),
+        messages,
     };
     let spec = TaskSpec {
         goal,
@@ -73,7 +136,7 @@ pub(crate) fn task_for_message(
         repos: pegasus_tasks::project_repos(project_dir).unwrap_or_default(),
     };
     tasks
-        .create_frozen(new, spec, TaskState::Running, "agent", "a message")
+        .create_frozen(new, spec, to, "agent", "a message")
         .map_err(AgentError::tasks)
 }
 
@@ -249,6 +312,57 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use pegasus_proto::llm::Role;
+
+    fn inbound(id: &str, from: &str, text: &str) -> SessionRecord {
+        crate::transcript::user_record(id, from, text)
+    }
+
+    fn task_listing(messages: &[&str]) -> Task {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TaskStore::open(dir.path(), "p").unwrap();
+        let mut t = store
+            .create(
+                NewTask {
+                    title: "t".into(),
+                    ..NewTask::default()
+                },
+                "test",
+            )
+            .unwrap();
+        t.messages = messages.iter().map(|m| m.to_string()).collect();
+        t
+    }
+
+    #[test]
+    fn untaken_messages_are_those_after_the_last_taken_one() {
+        let records = vec![
+            inbound("m1", "cli", "one"),
+            inbound("t-x", "task", "a task's request"),
+            inbound("m2", "main", "two"),
+            inbound("r-1", "run", "a phase"),
+            inbound("m3", "cli", "three"),
+            inbound("m4", "telegram:1", "four"),
+        ];
+        // Nothing taken yet, no tasks: everything a sender was told about is pending.
+        let all: Vec<String> = untaken_messages(&records, &[])
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(all, ["m1", "m2", "m3", "m4"]);
+        // m1 and m2 answered by one task: m3 and m4 wait, with their texts.
+        let pending = untaken_messages(&records, &[task_listing(&["m1", "m2"])]);
+        assert_eq!(
+            pending,
+            [
+                ("m3".to_string(), "three".to_string()),
+                ("m4".to_string(), "four".to_string())
+            ]
+        );
+        // Everything taken: nothing pending.
+        assert!(untaken_messages(&records, &[task_listing(&["m3", "m4"])]).is_empty());
+        // A session from before tasks listed their messages re-runs nothing.
+        assert!(untaken_messages(&records, &[task_listing(&[])]).is_empty());
+    }
 
     #[test]
     fn files_changed_lists_successful_writes_and_edits_once() {

@@ -26,7 +26,8 @@ pub fn rebuild(records: &[SessionRecord]) -> Vec<Message> {
     let mut b = Builder::default();
     for r in records {
         match r {
-            SessionRecord::Meta { .. } => {}
+            // A crash record only tells the reader; the repair it announces is in the records.
+            SessionRecord::Meta { .. } | SessionRecord::Crash { .. } => {}
             // Everything before a compaction is in its summary.
             SessionRecord::Compaction { summary, .. } => {
                 b = Builder::default();

@@ -20,6 +20,7 @@ fn roles(records: &[SessionRecord]) -> Vec<String> {
             SessionRecord::Meta { .. } => "meta".to_string(),
             SessionRecord::Message(m) => format!("{:?}", m.role).to_lowercase(),
             SessionRecord::Compaction { .. } => "compaction".to_string(),
+            SessionRecord::Crash { .. } => "crash".to_string(),
         })
         .collect()
 }

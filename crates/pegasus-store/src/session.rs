@@ -47,6 +47,16 @@ pub enum SessionRecord {
         /// When compaction happened.
         ts: DateTime<Utc>,
     },
+    /// The process that wrote the records before this one died without finishing its work:
+    /// written by the next process when it opens the session, after the synthetic results
+    /// that close the tool calls it cut off, so the file (and `project log`) says what
+    /// happened, not only the in-memory repair.
+    Crash {
+        /// What was found cut off.
+        reason: String,
+        /// When the restart noticed it.
+        ts: DateTime<Utc>,
+    },
 }
 
 /// Who a message is from, in provider terms.
@@ -186,6 +196,11 @@ pub struct LoadedSession {
     pub torn_tail: bool,
     /// Tool calls that had no result and were closed with [`CANCELLED_TOOL_RESULT`].
     pub repaired_tool_uses: usize,
+    /// The synthetic tool messages of that repair, exactly as inserted in `records`: the
+    /// caller appends them (with a [`SessionRecord::Crash`]) so the repair is on disk too.
+    /// Appended after records that followed the cut-off call (a message that arrived while it
+    /// ran), they still answer it: the transcript rebuild files each result under its call.
+    pub repairs: Vec<SessionRecord>,
 }
 
 /// Loads `<project_dir>/session/current.jsonl`, repairing instead of failing: a torn tail is
@@ -194,12 +209,20 @@ pub struct LoadedSession {
 /// sent to a provider is always valid. A missing file is an empty session.
 pub fn load_session(project_dir: &Path) -> Result<LoadedSession> {
     let read = read_jsonl_with(&session_file(project_dir), parse_record)?;
-    let (records, repaired_tool_uses) = close_dangling_tool_uses(read.records);
+    let (records, repairs) = close_dangling_tool_uses(read.records);
+    let repaired_tool_uses = repairs
+        .iter()
+        .map(|r| match r {
+            SessionRecord::Message(m) => m.content.len(),
+            _ => 0,
+        })
+        .sum();
     Ok(LoadedSession {
         records,
         skipped: read.skipped,
         torn_tail: read.torn_tail,
         repaired_tool_uses,
+        repairs,
     })
 }
 
@@ -218,20 +241,23 @@ fn is_tool_result_message(r: &SessionRecord) -> bool {
     matches!(r, SessionRecord::Message(m) if m.role == Role::Tool)
 }
 
-/// Inserts one synthetic tool message after each message whose tool calls lack results.
-fn close_dangling_tool_uses(records: Vec<SessionRecord>) -> (Vec<SessionRecord>, usize) {
+/// Inserts one synthetic tool message after each message whose tool calls lack results;
+/// returns the records and the synthetic messages.
+fn close_dangling_tool_uses(
+    records: Vec<SessionRecord>,
+) -> (Vec<SessionRecord>, Vec<SessionRecord>) {
     let answered: HashSet<String> = records
         .iter()
         .flat_map(tool_result_ids)
         .map(str::to_string)
         .collect();
     let mut out = Vec::with_capacity(records.len());
-    let mut repaired = 0;
+    let mut repairs = Vec::new();
     let mut pending: Option<(Vec<ContentBlock>, DateTime<Utc>)> = None;
     for r in records {
         // Pending results go after the run of tool messages that follows the call.
         if pending.is_some() && !is_tool_result_message(&r) {
-            out.extend(pending.take().map(|(c, ts)| synthetic(c, ts)));
+            flush(&mut pending, &mut out, &mut repairs);
         }
         if let SessionRecord::Message(m) = &r {
             let missing: Vec<ContentBlock> = m
@@ -249,15 +275,26 @@ fn close_dangling_tool_uses(records: Vec<SessionRecord>) -> (Vec<SessionRecord>,
                 })
                 .collect();
             if !missing.is_empty() {
-                out.extend(pending.take().map(|(c, ts)| synthetic(c, ts)));
-                repaired += missing.len();
+                flush(&mut pending, &mut out, &mut repairs);
                 pending = Some((missing, m.ts));
             }
         }
         out.push(r);
     }
-    out.extend(pending.take().map(|(c, ts)| synthetic(c, ts)));
-    (out, repaired)
+    flush(&mut pending, &mut out, &mut repairs);
+    (out, repairs)
+}
+
+fn flush(
+    pending: &mut Option<(Vec<ContentBlock>, DateTime<Utc>)>,
+    out: &mut Vec<SessionRecord>,
+    repairs: &mut Vec<SessionRecord>,
+) {
+    if let Some((content, ts)) = pending.take() {
+        let r = synthetic(content, ts);
+        repairs.push(r.clone());
+        out.push(r);
+    }
 }
 
 fn synthetic(content: Vec<ContentBlock>, ts: DateTime<Utc>) -> SessionRecord {
@@ -455,6 +492,7 @@ struct RawRecord {
     ts: Option<DateTime<Utc>>,
     summary: Option<String>,
     archived: Option<String>,
+    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -482,6 +520,10 @@ fn parse_record(line: &[u8]) -> Option<SessionRecord> {
         "compaction" => SessionRecord::Compaction {
             summary: r.summary?,
             archived: r.archived?,
+            ts: r.ts?,
+        },
+        "crash" => SessionRecord::Crash {
+            reason: r.reason?,
             ts: r.ts?,
         },
         "message" => {
@@ -531,6 +573,8 @@ mod fast_parse_tests {
             r#"{"type":"message","id":"m1","role":"assistant","content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"read_file","input":{"path":"a"}}],"model":"fa/x","usage":{"input_tokens":3},"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"tool","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}],"model":null,"usage":null,"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"compaction","summary":"s","archived":"session/archive/1.jsonl","ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"crash","reason":"worker died","ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"crash","ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"user","content":[{"type":"image","text":"x"}],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"robot","content":[],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"user","content":[]}"#,

@@ -34,5 +34,8 @@ pub use id::new_task_id;
 pub use readiness::Readiness;
 pub use snapshot::{project_repos, repo_head};
 pub use state::{check_transition, column, TaskState};
-pub use store::{TaskStore, RECOVERY_ACTOR, RESTART_REASON};
+pub use store::{
+    Recovered, Recovery, TaskStore, CRASHED_TWICE_REASON, RECOVERY_ACTOR, RERUN_REASON,
+    RESTART_REASON, SHUTDOWN_REASON,
+};
 pub use task::{NewTask, RepoSnapshot, Task, TaskSpec, UPDATABLE_FIELDS};

@@ -34,6 +34,35 @@ pub const LOCK_FILE: &str = ".lock";
 pub const RECOVERY_ACTOR: &str = "recovery";
 /// The reason the restart rule records (and so the `stop_reason` it leaves).
 pub const RESTART_REASON: &str = "process restarted";
+/// The reason a graceful stop records on the task it interrupts (it can be retried).
+pub const SHUTDOWN_REASON: &str = "interrupted by shutdown";
+/// The reason the restart rule records when it puts an interrupted message's task back to
+/// `ready`.
+pub const RERUN_REASON: &str = "re-run after restart";
+/// The reason a message's task fails with when it was interrupted again after its re-run.
+pub const CRASHED_TWICE_REASON: &str = "crashed the worker twice";
+
+/// What the restart rule did to one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// Failed with [`RESTART_REASON`].
+    Failed,
+    /// A message's task, back to `ready` to run again ([`RERUN_REASON`]).
+    Rerun,
+    /// A message's task interrupted again after its re-run: failed with
+    /// [`CRASHED_TWICE_REASON`].
+    CrashedTwice,
+}
+
+/// One task the restart rule moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The task.
+    pub id: String,
+    /// What happened to it.
+    pub action: Recovery,
+}
+
 /// The task type used when a caller gives none.
 pub const DEFAULT_KIND: &str = "chat";
 
@@ -409,6 +438,7 @@ impl TaskStore {
             priority: source.priority,
             role: source.role.clone(),
             depends_on: source.depends_on.clone(),
+            messages: Vec::new(),
         };
         let (path, mut task) = self.create_locked(new, Some(source.id.clone()))?;
         self.record(
@@ -437,32 +467,72 @@ impl TaskStore {
         self.readiness_locked(&task)
     }
 
-    /// The restart rule (SPEC §7): every task found `running` or `verifying` becomes `failed`
-    /// with reason `process restarted` (actor `recovery`), since no process is executing it
-    /// any more; then the index is rebuilt from the events. Returns the ids it failed, oldest
-    /// first. Call it once when a worker starts, before anything runs.
-    pub fn recover_after_restart(&self) -> Result<Vec<String>, TaskError> {
+    /// The restart rule (SPEC §6, §7): every task found `running` or `verifying` becomes
+    /// `failed` with reason `process restarted` (actor `recovery`), since no process is
+    /// executing it any more; then the index is rebuilt from the events. A message's task (one
+    /// that lists [`Task::messages`]) is the exception, because its sender was told the message
+    /// was taken: it goes back to `ready` to run again ([`RERUN_REASON`]) — also when a
+    /// graceful stop interrupted it ([`SHUTDOWN_REASON`]) — but only once: found interrupted
+    /// again after that re-run, it fails with [`CRASHED_TWICE_REASON`].
+    /// Returns what it did to each task, oldest first. Call it once when a worker starts,
+    /// before anything runs.
+    pub fn recover_after_restart(&self) -> Result<Vec<Recovered>, TaskError> {
         let _lock = self.lock()?;
         let mut lines = self.fold_all()?;
-        let mut failed = Vec::new();
+        let mut done = Vec::new();
         for line in &mut lines {
-            if !line.task.state.is_interrupted_by_restart() {
+            let task = &line.task;
+            let running = task.state.is_interrupted_by_restart();
+            let shut_down = task.state == TaskState::Failed
+                && task.stop_reason.as_deref() == Some(SHUTDOWN_REASON);
+            let message_task = !task.messages.is_empty();
+            if !(running || (shut_down && message_task)) {
                 continue;
             }
-            let path = self.locate(&line.task.id)?;
-            self.record_transition(
-                &path,
-                &mut line.task,
-                TaskState::Failed,
-                RECOVERY_ACTOR,
-                RESTART_REASON,
-            )?;
+            let path = self.locate(&task.id)?;
+            let rerun_before = message_task
+                && self.read_events(&path)?.iter().any(
+                    |e| matches!(e, TaskEvent::Transition { reason, .. } if reason == RERUN_REASON),
+                );
+            let action = match (message_task, rerun_before, running) {
+                (true, false, _) => Recovery::Rerun,
+                (true, true, true) => Recovery::CrashedTwice,
+                // Interrupted by a graceful stop after its one re-run: it stays failed, and
+                // can be retried by hand.
+                (true, true, false) => continue,
+                (false, _, _) => Recovery::Failed,
+            };
+            let mut batch = Batch::new(&path, &mut line.task, None);
+            if running {
+                let reason = match action {
+                    Recovery::CrashedTwice => CRASHED_TWICE_REASON,
+                    _ => RESTART_REASON,
+                };
+                batch.transition(TaskState::Failed, RECOVERY_ACTOR, reason)?;
+            }
+            if action == Recovery::Rerun {
+                batch.transition(TaskState::Ready, RECOVERY_ACTOR, RERUN_REASON)?;
+            }
+            batch.commit()?;
             line.events_bytes = file_len(&path)?;
-            tracing::warn!(task = %line.task.id, project = %self.project, "task failed: {RESTART_REASON}");
-            failed.push(line.task.id.clone());
+            match action {
+                Recovery::Rerun => {
+                    tracing::warn!(task = %line.task.id, project = %self.project, "message task interrupted: it runs again")
+                }
+                Recovery::CrashedTwice => {
+                    tracing::warn!(task = %line.task.id, project = %self.project, "task failed: {CRASHED_TWICE_REASON}")
+                }
+                Recovery::Failed => {
+                    tracing::warn!(task = %line.task.id, project = %self.project, "task failed: {RESTART_REASON}")
+                }
+            }
+            done.push(Recovered {
+                id: line.task.id.clone(),
+                action,
+            });
         }
         write_index(&self.index_path(), &lines)?;
-        Ok(failed)
+        Ok(done)
     }
 
     /// Today's artifacts folder, `<project>/artifacts/<YYYY-MM-DD>/`, created if missing.
@@ -540,6 +610,7 @@ impl TaskStore {
             question: None,
             replay_of,
             cost_usd: None,
+            messages: t.messages,
             created: now,
             updated: now,
         };

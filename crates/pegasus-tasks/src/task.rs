@@ -101,6 +101,11 @@ pub struct Task {
     /// What the task has cost so far, in USD (subagents included).
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// The ids of the inbound messages this task answers (a message's task): the restart rule
+    /// re-runs such a task once (SPEC §6), and a message whose id no task lists has not been
+    /// taken up yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<String>,
     /// When it was created; also names its event folder.
     pub created: DateTime<Utc>,
     /// When its last event was written.
@@ -120,6 +125,8 @@ pub struct NewTask {
     pub role: Option<String>,
     /// Ids of tasks in the same project that must be done first; they must exist.
     pub depends_on: Vec<String>,
+    /// The inbound messages it answers (see [`Task::messages`]).
+    pub messages: Vec<String>,
 }
 
 /// The lowest priority; anything above is refused rather than silently clamped.

@@ -7,7 +7,10 @@ mod common;
 use std::io::Write;
 
 use common::*;
-use pegasus_tasks::{TaskEvent, TaskState, RESTART_REASON};
+use pegasus_tasks::{
+    NewTask, Recovered, Recovery, TaskEvent, TaskState, CRASHED_TWICE_REASON, RERUN_REASON,
+    RESTART_REASON, SHUTDOWN_REASON,
+};
 
 #[test]
 fn restart_fails_running_and_verifying_and_leaves_the_rest() {
@@ -16,7 +19,9 @@ fn restart_fails_running_and_verifying_and_leaves_the_rest() {
         .into_iter()
         .map(|s| task_in(&store, s))
         .collect();
-    let mut failed = store.recover_after_restart().unwrap();
+    let recovered = store.recover_after_restart().unwrap();
+    assert!(recovered.iter().all(|r| r.action == Recovery::Failed));
+    let mut failed: Vec<String> = recovered.into_iter().map(|r| r.id).collect();
     failed.sort();
     let mut expected: Vec<String> = tasks
         .iter()
@@ -54,6 +59,131 @@ fn restart_fails_running_and_verifying_and_leaves_the_rest() {
     let listed = store.list().unwrap();
     assert!(listed.iter().all(|t| !t.state.is_interrupted_by_restart()));
     assert!(store.recover_after_restart().unwrap().is_empty());
+}
+
+/// A message's task: created running with its message ids, as the agent creates it.
+fn message_task(store: &pegasus_tasks::TaskStore, id: &str) -> pegasus_tasks::Task {
+    store
+        .create_frozen(
+            NewTask {
+                title: "hello".into(),
+                messages: vec![id.into()],
+                ..NewTask::default()
+            },
+            spec("answer hello"),
+            TaskState::Running,
+            "agent",
+            "a message",
+        )
+        .unwrap()
+}
+
+#[test]
+fn an_interrupted_message_task_runs_again_once_then_fails_as_crashed_twice() {
+    let (_dir, store) = project();
+    let plain = task_in(&store, TaskState::Running);
+    let m = message_task(&store, "m-1");
+    assert_eq!(m.messages, ["m-1"]);
+    let got = store.recover_after_restart().unwrap();
+    assert!(got.contains(&Recovered {
+        id: plain.id.clone(),
+        action: Recovery::Failed
+    }));
+    assert!(got.contains(&Recovered {
+        id: m.id.clone(),
+        action: Recovery::Rerun
+    }));
+    let after = store.get(&m.id).unwrap();
+    assert_eq!(after.state, TaskState::Ready);
+    let reasons: Vec<String> = store
+        .history(&m.id)
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e {
+            TaskEvent::Transition { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert!(reasons.ends_with(&[RESTART_REASON.to_string(), RERUN_REASON.to_string()]));
+    // Nothing more to do until it runs again.
+    assert!(store.recover_after_restart().unwrap().is_empty());
+    // It runs, and the worker dies again: the second time is the last.
+    store
+        .transition(
+            &m.id,
+            TaskState::Ready,
+            TaskState::Running,
+            "agent",
+            "started",
+        )
+        .unwrap();
+    assert_eq!(
+        store.recover_after_restart().unwrap(),
+        vec![Recovered {
+            id: m.id.clone(),
+            action: Recovery::CrashedTwice
+        }]
+    );
+    let after = store.get(&m.id).unwrap();
+    assert_eq!(after.state, TaskState::Failed);
+    assert_eq!(after.stop_reason.as_deref(), Some(CRASHED_TWICE_REASON));
+    assert!(store.recover_after_restart().unwrap().is_empty());
+}
+
+#[test]
+fn a_message_task_stopped_by_a_graceful_shutdown_runs_again_after_it() {
+    let (_dir, store) = project();
+    let m = message_task(&store, "m-2");
+    store
+        .transition(
+            &m.id,
+            TaskState::Running,
+            TaskState::Failed,
+            "agent",
+            SHUTDOWN_REASON,
+        )
+        .unwrap();
+    // A plain task stopped the same way stays failed (it is retried by hand).
+    let plain = task_in(&store, TaskState::Running);
+    store
+        .transition(
+            &plain.id,
+            TaskState::Running,
+            TaskState::Failed,
+            "agent",
+            SHUTDOWN_REASON,
+        )
+        .unwrap();
+    assert_eq!(
+        store.recover_after_restart().unwrap(),
+        vec![Recovered {
+            id: m.id.clone(),
+            action: Recovery::Rerun
+        }]
+    );
+    assert_eq!(store.get(&m.id).unwrap().state, TaskState::Ready);
+    assert_eq!(store.get(&plain.id).unwrap().state, TaskState::Failed);
+    // Stopped again after its re-run: it stays failed (no loop of re-runs).
+    store
+        .transition(
+            &m.id,
+            TaskState::Ready,
+            TaskState::Running,
+            "agent",
+            "started",
+        )
+        .unwrap();
+    store
+        .transition(
+            &m.id,
+            TaskState::Running,
+            TaskState::Failed,
+            "agent",
+            SHUTDOWN_REASON,
+        )
+        .unwrap();
+    assert!(store.recover_after_restart().unwrap().is_empty());
+    assert_eq!(store.get(&m.id).unwrap().state, TaskState::Failed);
 }
 
 #[test]

@@ -31,7 +31,7 @@ pub async fn run_jobs(
 ) {
     let stopping = agent.stop_flag();
     // A restarted worker picks up what was ready before it died (or was made ready meanwhile).
-    run_ready_tasks(&mut agent).await;
+    run_ready_tasks(&mut agent, &out).await;
     while let Some(job) = rx.recv().await {
         // Shutting down: no new work starts. Messages stay in the session (the agent sees them
         // next time); a phase already handed over still runs — its run resumes after a restart.
@@ -52,21 +52,21 @@ pub async fn run_jobs(
                 }
                 answer_messages(&mut agent, batch, &out).await;
                 for job in later {
-                    run_job(&mut agent, job).await;
+                    run_job(&mut agent, job, &out).await;
                 }
             }
-            other => run_job(&mut agent, other).await,
+            other => run_job(&mut agent, other, &out).await,
         }
     }
 }
 
-async fn run_job(agent: &mut Agent, job: Job) {
+async fn run_job(agent: &mut Agent, job: Job, out: &mpsc::UnboundedSender<FromWorker>) {
     match job {
         Job::Message(_) => {}
         Job::Barrier(done) => {
             let _ = done.send(());
         }
-        Job::ReadyTasks => run_ready_tasks(agent).await,
+        Job::ReadyTasks => run_ready_tasks(agent, out).await,
         Job::Phase {
             prompt,
             task_id,
@@ -109,8 +109,9 @@ async fn answer_messages(
 }
 
 /// Runs every ready task whose dependencies are done, highest priority and oldest first; a
-/// task waiting on others is skipped and says which.
-async fn run_ready_tasks(agent: &mut Agent) {
+/// task waiting on others is skipped and says which. A message's task (re-run after a
+/// restart) answers its messages like a fresh one.
+async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>) {
     loop {
         let tasks = match agent.tasks().list() {
             Ok(t) => t,
@@ -182,9 +183,23 @@ async fn run_ready_tasks(agent: &mut Agent) {
             None => None,
         };
         let id = task.id.clone();
-        match agent.run_existing(task, role).await {
-            Ok(o) => tracing::info!(task = %id, stop = ?o.stop, "task ran"),
-            Err(e) => tracing::error!(task = %id, "task failed: {e}"),
+        let messages = task.messages.clone();
+        let (text, answered) = match agent.run_existing(task, role).await {
+            Ok(o) => {
+                tracing::info!(task = %id, stop = ?o.stop, "task ran");
+                (o.text, o.stop == StopKind::Answered)
+            }
+            Err(e) => {
+                tracing::error!(task = %id, "task failed: {e}");
+                (format!("the project agent failed: {e}"), false)
+            }
+        };
+        for message_id in messages {
+            let _ = out.send(FromWorker::Reply {
+                message_id,
+                text: text.clone(),
+                answered,
+            });
         }
     }
 }

@@ -149,6 +149,12 @@ async fn serve(
             return Err(e);
         }
     };
+    let mut agent = agent;
+    // Messages acknowledged before a crash or a stop that no task took up become a task now,
+    // before any new message is recorded (the work queue runs it first).
+    if let Err(e) = agent.adopt_pending_messages() {
+        tracing::error!("cannot take up the messages left unanswered by the last run: {e}");
+    }
     let session = agent.session_handle();
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
     let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();

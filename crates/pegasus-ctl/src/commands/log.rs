@@ -39,6 +39,9 @@ fn render(record: &SessionRecord) -> String {
                 clip(summary, 400)
             )
         }
+        SessionRecord::Crash { reason, ts } => {
+            format!("# {} crash: {reason}\n", ts.format("%Y-%m-%d %H:%M:%S"))
+        }
         SessionRecord::Message(m) => {
             let who = match (&m.role, &m.from) {
                 (pegasus_store::Role::User, Some(from)) => format!("user ({from})"),
@@ -55,6 +58,11 @@ fn render(record: &SessionRecord) -> String {
                     ContentBlock::Text { text } => format!("  {}\n", text.replace('\n', "\n  ")),
                     ContentBlock::ToolUse { name, input, .. } => {
                         format!("  → {name} {}\n", clip(&input.to_string(), 200))
+                    }
+                    ContentBlock::ToolResult { content, .. }
+                        if content == pegasus_store::CANCELLED_TOOL_RESULT =>
+                    {
+                        "  ← cancelled: cut off when the process stopped\n".to_string()
                     }
                     ContentBlock::ToolResult {
                         content, is_error, ..

@@ -99,7 +99,7 @@ impl Routing {
         }
         for (_, to) in self.awaiting.drain() {
             if let ReplyTo::Waiter(tx) = to {
-                let _ = tx.send(Err(format!("{gone} answered; the message is in its session, and its agent sees it with the next message")));
+                let _ = tx.send(Err(format!("{gone} answered; the message is in its session and runs again when the worker is back (see `pegasusctl project log`)")));
             }
         }
     }
