@@ -605,3 +605,89 @@ fn transition_reasons(home: &Home, id: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// A role's `skills:` allowlist limits what its agent is shown and may load, and its
+/// `model.timeout_s` stops its loop, killing the command in flight (SPEC §8).
+#[test]
+fn a_role_is_held_to_its_skills_and_its_time_limit() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let marker = format!("sleep 39.{}", std::process::id());
+    let role = |m: Match| Match::All(vec![Match::SystemContains("# Your Task".into()), m]);
+    // The role agent: tries the skill it may not use, then the one it may, then a long command.
+    fake.add_rule(Rule::new(
+        role(Match::NoToolResultYet),
+        Reply::Tools(vec![ToolCall::new(
+            "use_skill",
+            json!({"name": "secret-skill"}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        role(Match::LastToolResultContains("may not use".into())),
+        Reply::Tools(vec![ToolCall::new(
+            "use_skill",
+            json!({"name": "open-skill"}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        role(Match::LastToolResultContains("OPEN-SKILL-BODY".into())),
+        Reply::Tools(vec![ToolCall::new("exec", json!({"command": marker}))]),
+    ));
+    fake.add_rule(
+        Rule::new(
+            user("delegate"),
+            Reply::Tools(vec![ToolCall::new(
+                "spawn_subagent",
+                json!({"task": "do the slow thing", "role": "slowpoke"}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("time limit of 1 s".into()),
+        Reply::Text("the slowpoke ran out of time".into()),
+    ));
+    let home = fake_home(&fake, "");
+    std::fs::create_dir_all(home.path().join("roles")).unwrap();
+    std::fs::write(
+        home.path().join("roles/slowpoke.md"),
+        "---\nid: slowpoke\nname: Slowpoke\ndescription: Takes its time.\n\
+         model: {timeout_s: 1}\ntools: [exec, use_skill]\nskills: [open-skill]\n---\n\
+         You are slow.\n",
+    )
+    .unwrap();
+    for (name, body) in [
+        ("open-skill", "OPEN-SKILL-BODY"),
+        ("secret-skill", "SECRET-BODY"),
+    ] {
+        let dir = home.path().join("skills").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: the {name}\n---\n{body}\n"),
+        )
+        .unwrap();
+    }
+    let _d = home.start_fake();
+    home.create("slow");
+    let answer = home.ctl_ok(&["project", "send", "slow", "please delegate", "--wait"]);
+    assert_eq!(answer.trim(), "the slowpoke ran out of time");
+    // The command in flight when time ran out was killed with the loop.
+    poll(
+        Duration::from_secs(5),
+        "the role's command to be killed",
+        || processes_with(&marker).is_empty().then_some(()),
+    );
+    let role_requests: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.body["system"].to_string().contains("# Your Task"))
+        .map(|r| r.body.to_string())
+        .collect();
+    assert_eq!(role_requests.len(), 3, "{role_requests:#?}");
+    // Shown only the skill it may use; refused the other; given the allowed one.
+    assert!(role_requests[0].contains("open-skill") && !role_requests[0].contains("secret-skill"));
+    assert!(!role_requests.iter().any(|r| r.contains("SECRET-BODY")));
+    assert!(role_requests[2].contains("OPEN-SKILL-BODY"));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

@@ -210,7 +210,7 @@ impl Agent {
     }
 
     /// Skill folders, project first.
-    fn skill_dirs(&self) -> Vec<PathBuf> {
+    pub fn skill_dirs(&self) -> Vec<PathBuf> {
         vec![self.dir.join("skills"), self.global_skills.clone()]
     }
 

@@ -15,6 +15,7 @@ use crate::tool::{ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 use crate::transcript::{assistant_record, push_user, tool_record};
 use pegasus_proto::{Stage, WorkerEvent};
+use tokio::time::Instant;
 
 /// What one loop works with.
 pub struct LoopSpec<'a> {
@@ -73,6 +74,17 @@ fn explain(stop: &StopKind, turns: u32, looped: &str, limit: u32) -> String {
         StopKind::Budget(msg) => format!("Stopped: {msg}"),
         StopKind::ModelError(msg) => format!("Stopped: the model call failed: {msg}"),
         StopKind::Cancelled => "Stopped: the task was cancelled.".to_string(),
+        StopKind::TimedOut(s) => {
+            format!("Stopped: the role's time limit of {s} s ran out (model.timeout_s).")
+        }
+    }
+}
+
+/// `f`, unless `deadline` passes first (`None`).
+async fn within<F: std::future::Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, f).await.ok(),
+        None => Some(f.await),
     }
 }
 
@@ -89,6 +101,10 @@ pub async fn run_loop(
     let ctx = spec.ctx;
     let settings = &ctx.settings;
     let mut guard = RepeatGuard::new(settings.loop_repeat_limit);
+    let deadline = settings
+        .run_timeout_s
+        .map(|s| Instant::now() + std::time::Duration::from_secs(s));
+    let timed_out = StopKind::TimedOut(settings.run_timeout_s.unwrap_or(0));
     let mut end = LoopEnd {
         text: String::new(),
         stop: StopKind::Answered,
@@ -100,6 +116,11 @@ pub async fn run_loop(
     loop {
         if spec.cancelled.is_some_and(|c| c()) {
             end.stop = StopKind::Cancelled;
+            end.text = explain(&end.stop, end.turns, "", 0);
+            return Ok(end);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            end.stop = timed_out;
             end.text = explain(&end.stop, end.turns, "", 0);
             return Ok(end);
         }
@@ -116,7 +137,12 @@ pub async fn run_loop(
             spec.tools.specs(),
             spec.role.clone(),
         );
-        let resp = match thinker::think(ctx.model.as_ref(), ctx, req).await {
+        // A model call cut off by the deadline is dropped (and cancelled at the supervisor);
+        // the transcript has nothing of it, so it stays valid.
+        let resp = match within(deadline, thinker::think(ctx.model.as_ref(), ctx, req))
+            .await
+            .unwrap_or(Err(timed_out.clone()))
+        {
             Ok(r) => r,
             Err(stop) => {
                 end.text = explain(&stop, end.turns, "", 0);
@@ -174,6 +200,7 @@ pub async fn run_loop(
             .iter()
             .find(|c| guard.observe(&c.name, &c.input_json))
             .map(|c| c.name.clone());
+        let mut out_of_time = false;
         let outputs = match &looped {
             // The calls are still answered, so the transcript stays valid for the next task.
             Some(_) => calls
@@ -184,7 +211,23 @@ pub async fn run_loop(
                 .collect(),
             None => {
                 stage(ctx, Stage::Acting);
-                act(&calls, spec.tools, ctx).await
+                // Tools cut off by the deadline are dropped (an `exec` kills its process
+                // group when dropped) and answered, so the transcript stays valid.
+                match within(deadline, act(&calls, spec.tools, ctx)).await {
+                    Some(outputs) => outputs,
+                    None => {
+                        out_of_time = true;
+                        calls
+                            .iter()
+                            .map(|_| {
+                                ToolOutput::error(format!(
+                                    "not finished: {}",
+                                    explain(&timed_out, 0, "", 0)
+                                ))
+                            })
+                            .collect()
+                    }
+                }
             }
         };
         let results: Vec<Block> = calls
@@ -195,6 +238,11 @@ pub async fn run_loop(
         push_user(transcript, results.clone());
         if let Some(session) = spec.session {
             persist(session, vec![tool_record(&results)], true).await?;
+        }
+        if out_of_time {
+            end.stop = timed_out;
+            end.text = explain(&end.stop, end.turns, "", 0);
+            return Ok(end);
         }
         if let Some(name) = looped {
             end.stop = StopKind::LoopCapped;

@@ -17,6 +17,8 @@ pub enum StopKind {
     ModelError(String),
     /// The task was cancelled from outside (seen at the top of a turn).
     Cancelled,
+    /// The role's time limit (`model.timeout_s`) ran out. Carries the limit in seconds.
+    TimedOut(u64),
 }
 
 impl StopKind {
@@ -32,6 +34,7 @@ impl StopKind {
             StopKind::Budget(_) => (TaskState::Blocked, Some("budget")),
             StopKind::ModelError(_) => (TaskState::Failed, Some("model_error")),
             StopKind::Cancelled => (TaskState::Cancelled, Some("cancelled")),
+            StopKind::TimedOut(_) => (TaskState::Failed, Some("timeout")),
         }
     }
 }

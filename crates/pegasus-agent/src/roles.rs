@@ -3,7 +3,7 @@
 
 use crate::{memory::memory_index, settings::AgentSettings, toolset::ToolSet};
 use pegasus_roles::{apply_assignment, build_prompt, find_role, Assignment, PromptParts, Thinking};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What changes when an agent works as a role.
 pub struct RoleRun {
@@ -19,7 +19,9 @@ pub struct RoleRun {
 
 /// Prepares `role_id` for one piece of work. The role comes from `settings.roles_dir` (user
 /// roles override the built-in ones); the project's assignment of it, if any, applies its
-/// overrides and fills its template variables. Errors are one line for the model or the user.
+/// overrides and fills its template variables. The prompt lists the skills of `skill_dirs`
+/// the role may load (its `skills:` allowlist, which `use_skill` enforces); the role's
+/// `model.timeout_s` bounds its loop. Errors are one line for the model or the user.
 #[allow(clippy::too_many_arguments)]
 pub fn prepare_role(
     role_id: &str,
@@ -28,6 +30,7 @@ pub fn prepare_role(
     tools: &ToolSet,
     overview: &str,
     memory_dir: &Path,
+    skill_dirs: &[PathBuf],
     task: &str,
     acceptance: &[String],
 ) -> Result<RoleRun, String> {
@@ -42,7 +45,7 @@ pub fn prepare_role(
         .into_iter()
         .map(|(path, first)| format!("- {path}: {first}\n"))
         .collect();
-    let system = build_prompt(&PromptParts {
+    let mut system = build_prompt(&PromptParts {
         role_prompt: &role_prompt,
         project_overview: overview,
         memory: &memory,
@@ -50,7 +53,22 @@ pub fn prepare_role(
         task,
         acceptance,
     });
+    let allowed = (!role.skills.is_empty()).then(|| role.skills.clone());
+    if role.allows_tool("use_skill") && tools.specs().iter().any(|t| t.name == "use_skill") {
+        let skills = crate::skills::discover(skill_dirs);
+        let listed: Vec<String> = skills
+            .values()
+            .filter(|k| role.allows_skill(&k.name))
+            .map(|k| format!("- {}: {}\n", k.name, k.description))
+            .collect();
+        if !listed.is_empty() {
+            system.push_str("\n\n## Skills (load one with use_skill)\n");
+            system.push_str(&listed.concat());
+        }
+    }
     let mut s = settings.clone();
+    s.skills = allowed;
+    s.run_timeout_s = role.model.timeout_s;
     if let Some(model) = &role.model.model {
         s.model = model.clone();
     }

@@ -41,6 +41,11 @@ pub struct AgentSettings {
     pub roles_dir: Option<std::path::PathBuf>,
     /// The project's role assignments (PROJECT.md `roles:`): overrides and template variables.
     pub role_assignments: Vec<pegasus_roles::Assignment>,
+    /// The skills `use_skill` may load (a role's `skills:` allowlist); `None` = every skill.
+    pub skills: Option<Vec<String>>,
+    /// Wall-clock limit of one loop (a role's `model.timeout_s`), in seconds; `None` = none
+    /// beyond the guards. Checked between turns and bounding each model call and tool batch.
+    pub run_timeout_s: Option<u64>,
 }
 
 impl AgentSettings {
@@ -70,6 +75,8 @@ impl AgentSettings {
             temperature: None,
             roles_dir: None,
             role_assignments: Vec::new(),
+            skills: None,
+            run_timeout_s: None,
         }
     }
 }

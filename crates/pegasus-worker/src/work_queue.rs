@@ -156,6 +156,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
                     &pegasus_agent::ToolSet::project_tools(),
                     agent.system_base(),
                     &agent.dir().join("memory"),
+                    &agent.skill_dirs(),
                     &spec.goal,
                     &spec.acceptance,
                 ) {

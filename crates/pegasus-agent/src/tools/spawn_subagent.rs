@@ -100,6 +100,7 @@ impl Tool for SpawnSubagent {
                     &tools,
                     &ctx.project_overview,
                     &ctx.memory_dir,
+                    &ctx.skill_dirs,
                     &args.task,
                     &[],
                 ) {

@@ -36,13 +36,25 @@ impl Tool for UseSkill {
                 Ok(a) => a,
                 Err(e) => return e,
             };
+            let allowed = |name: &str| {
+                ctx.settings
+                    .skills
+                    .as_ref()
+                    .is_none_or(|list| list.iter().any(|s| s == name))
+            };
             match skills::find(&ctx.skill_dirs, &args.name) {
-                Some(s) => ToolOutput::ok(s.body),
-                None => {
-                    let names: Vec<String> =
-                        skills::discover(&ctx.skill_dirs).into_keys().collect();
+                Some(s) if allowed(&s.name) => ToolOutput::ok(s.body),
+                found => {
+                    let names: Vec<String> = skills::discover(&ctx.skill_dirs)
+                        .into_keys()
+                        .filter(|n| allowed(n))
+                        .collect();
+                    let why = match found {
+                        Some(_) => "your role may not use the skill",
+                        None => "no skill named",
+                    };
                     ToolOutput::error(format!(
-                        "no skill named `{}`; available: {}",
+                        "{why} `{}`; available: {}",
                         args.name,
                         if names.is_empty() {
                             "(none)".to_string()
