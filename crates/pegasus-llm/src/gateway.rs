@@ -339,11 +339,15 @@ impl Gateway {
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| retry::parse_retry_after(v, SystemTime::now()));
-            let text = tokio::time::timeout_at(deadline, response.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
+            // Only the start of an error body is kept: its message is all we show.
+            let mut response = response;
+            let text =
+                tokio::time::timeout_at(deadline, read_capped(&mut response, ERROR_BODY_CAP))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+                    .unwrap_or_default();
             let message = reply::error_message(&text);
             return Err(if retry::is_retryable_status(status.as_u16()) {
                 AttemptError::Retry {
@@ -364,20 +368,49 @@ impl Gateway {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        let limit = self.inner.config.llm.max_response_bytes as usize;
+        let too_large = |what: &str| {
+            AttemptError::Fatal(LlmError::BadResponse {
+                provider: target.provider.clone(),
+                message: format!(
+                    "the {what} is larger than llm.max_response_bytes ({limit} bytes); \
+                     lower the role's or agent's max_tokens, or raise the limit in config.yml"
+                ),
+            })
+        };
+        if response.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(too_large("answer"));
+        }
         if stream && is_sse {
-            return match target.kind {
+            let read = match target.kind {
                 Kind::Anthropic => {
-                    sse::read(response, anthropic::Stream::default(), timeout, deltas).await
+                    sse::read(
+                        response,
+                        anthropic::Stream::default(),
+                        timeout,
+                        limit,
+                        deltas,
+                    )
+                    .await
                 }
                 Kind::OpenAi => {
-                    sse::read(response, openai::Stream::default(), timeout, deltas).await
+                    sse::read(response, openai::Stream::default(), timeout, limit, deltas).await
                 }
             };
+            return read.map_err(|e| match e {
+                sse::ReadError::TooLarge => too_large("streamed answer"),
+                sse::ReadError::Attempt(e) => e,
+            });
         }
-        let bytes = tokio::time::timeout_at(deadline, response.bytes())
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(transport_error)?;
+        let mut response = response;
+        let (bytes, complete) =
+            tokio::time::timeout_at(deadline, read_capped(&mut response, limit))
+                .await
+                .map_err(|_| timed_out())?
+                .map_err(transport_error)?;
+        if !complete {
+            return Err(too_large("answer"));
+        }
         let parsed = match target.kind {
             Kind::Anthropic => anthropic::parse_response(&bytes),
             Kind::OpenAi => openai::parse_response(&bytes),
@@ -455,6 +488,27 @@ impl Gateway {
 }
 
 /// A transport failure (connect, reset, TLS, body read) with its causes, all retryable.
+/// Bytes of a provider's error body kept for its message.
+const ERROR_BODY_CAP: usize = 64 * 1024;
+
+/// Reads a body chunk by chunk up to `limit` bytes, never holding more: the bytes, and whether
+/// the body ended within the limit (`false`: it is larger, and the rest was not read).
+async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut out = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if out.len() + chunk.len() > limit {
+            let room = limit - out.len();
+            out.extend_from_slice(&chunk[..room]);
+            return Ok((out, false));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, true))
+}
+
 fn transport_error(e: reqwest::Error) -> AttemptError {
     let mut message = e.to_string();
     let mut source = std::error::Error::source(&e);

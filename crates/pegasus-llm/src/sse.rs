@@ -31,38 +31,66 @@ pub trait StreamParser {
     fn finish(self) -> Result<ProviderReply, String>;
 }
 
-/// Drives `response`'s body through `parser`. `idle` bounds the silence between two chunks.
+/// Why a stream was not read to its end.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Its bytes passed the limit (`llm.max_response_bytes`); not worth a retry.
+    TooLarge,
+    /// Stalled, cut or unreadable: worth a retry (or fatal, as the parser says).
+    Attempt(AttemptError),
+}
+
+/// Drives `response`'s body through `parser`. `idle` bounds the silence between two chunks;
+/// `limit` the bytes of the whole body.
 pub async fn read<P: StreamParser>(
     response: reqwest::Response,
     mut parser: P,
     idle: Duration,
+    limit: usize,
     deltas: Option<&UnboundedSender<String>>,
-) -> Result<ProviderReply, AttemptError> {
-    let mut events = response.bytes_stream().eventsource();
+) -> Result<ProviderReply, ReadError> {
+    let mut total = 0usize;
+    let counted = response.bytes_stream().map(move |chunk| match chunk {
+        Ok(bytes) => {
+            total = total.saturating_add(bytes.len());
+            if total > limit {
+                Err(TOO_LARGE.to_string())
+            } else {
+                Ok(bytes)
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    });
+    let mut events = counted.eventsource();
+    let retry = |m: String| ReadError::Attempt(AttemptError::retry(m));
     loop {
         let next = tokio::time::timeout(idle, events.next())
             .await
             .map_err(|_| {
-                AttemptError::retry(format!(
+                retry(format!(
                     "stream stalled: nothing for {} s",
                     idle.as_secs_f64()
                 ))
             })?;
         match next {
             None => break,
-            Some(Err(e)) => return Err(AttemptError::retry(format!("stream broken: {e}"))),
+            Some(Err(eventsource_stream::EventStreamError::Transport(e))) if e == TOO_LARGE => {
+                return Err(ReadError::TooLarge)
+            }
+            Some(Err(e)) => return Err(retry(format!("stream broken: {e}"))),
             Some(Ok(ev)) => {
-                let done = parser
-                    .event(&ev.event, &ev.data, deltas)
-                    .map_err(AttemptError::retry)?;
+                let done = parser.event(&ev.event, &ev.data, deltas).map_err(retry)?;
                 if done {
                     break;
                 }
             }
         }
     }
-    parser.finish().map_err(AttemptError::retry)
+    parser.finish().map_err(retry)
 }
+
+/// The transport error a stream past its byte limit ends with.
+const TOO_LARGE: &str = "the stream passed its byte limit";
 
 /// Sends a text delta if anyone listens; a consumer that went away must not fail the call.
 pub fn forward(deltas: Option<&UnboundedSender<String>>, text: &str) {

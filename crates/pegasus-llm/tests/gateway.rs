@@ -192,6 +192,7 @@ both_formats!(
     unknown_price_is_recorded_as_null_not_zero,
     missing_usage_means_unknown_cost,
     dropped_call_frees_its_slot_and_writes_nothing,
+    an_answer_over_max_response_bytes_fails_once_without_growing,
 );
 
 async fn text_answer_is_priced_and_written_to_the_ledger(p: &str) {
@@ -837,4 +838,34 @@ async fn models_resolve_against_the_config() {
             .unwrap_err();
     assert_eq!(err, LlmError::BadModel("justamodel".into()));
     assert_eq!(w.fake.request_count(), 1);
+}
+
+async fn an_answer_over_max_response_bytes_fails_once_without_growing(p: &str) {
+    let w = world(|c| c.llm.max_response_bytes = 64 * 1024);
+    // 200 KB of text: over the limit in a plain body and in a stream alike.
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("x".repeat(200_000))));
+    for stream in [false, true] {
+        let mut req = request(&format!("{p}/m"), "say a lot");
+        req.stream = stream;
+        let before = w.fake.requests().len();
+        let err = w.gw.chat(req, None).await.unwrap_err();
+        match &err {
+            LlmError::BadResponse { message, .. } => {
+                assert!(message.contains("llm.max_response_bytes"), "{message}")
+            }
+            other => panic!("stream={stream}: {other:?}"),
+        }
+        // Not retried: a retry would be billed and as large.
+        assert_eq!(w.fake.requests().len(), before + 1, "stream={stream}");
+    }
+    // A normal answer under the limit still works.
+    w.fake.clear_rules();
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("short".into())));
+    let ok =
+        w.gw.chat(request(&format!("{p}/m"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(text_of(&ok.content), "short");
 }

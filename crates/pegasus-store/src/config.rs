@@ -105,7 +105,14 @@ pub struct LlmConfig {
     /// First retry delay in milliseconds; doubled per attempt, capped at 30 s, fully jittered
     /// (and never shorter than the provider's `retry-after`).
     pub retry_base_ms: u64,
+    /// Largest provider response body read, in bytes (streamed or not); a larger one fails
+    /// the call instead of growing the daemon's memory. 64 KiB to 12 MiB (an answer must also
+    /// fit in the frame that carries it to the worker).
+    pub max_response_bytes: u64,
 }
+
+/// Bounds of `llm.max_response_bytes`.
+pub const MAX_RESPONSE_BYTES_RANGE: std::ops::RangeInclusive<u64> = 64 * 1024..=12 * 1024 * 1024;
 
 impl Default for LlmConfig {
     fn default() -> Self {
@@ -114,6 +121,7 @@ impl Default for LlmConfig {
             timeout_s: 120,
             max_retries: 4,
             retry_base_ms: 1000,
+            max_response_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -373,6 +381,12 @@ impl Config {
         if self.llm.max_concurrency < 1 {
             return Err(err("llm.max_concurrency", "must be at least 1"));
         }
+        if !MAX_RESPONSE_BYTES_RANGE.contains(&self.llm.max_response_bytes) {
+            return Err(err(
+                "llm.max_response_bytes",
+                "must be between 65536 (64 KiB) and 12582912 (12 MiB)",
+            ));
+        }
         let a = &self.agent;
         for (key, v) in [
             ("agent.max_turns", a.max_turns as u64),
@@ -555,6 +569,17 @@ dashboard: {listen: 127.0.0.1:7474}
             .unwrap_err()
             .to_string();
         assert!(err.contains("shutdown_timeout_s"), "{err}");
+        for bytes in [0u64, 1000, 1 << 30] {
+            let err = parse(&format!("llm:\n  max_response_bytes: {bytes}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("config.yml:2: key `llm.max_response_bytes`"),
+                "{err}"
+            );
+        }
+        let c = parse("llm: {max_response_bytes: 1048576}\n").unwrap();
+        assert_eq!(c.llm.max_response_bytes, 1 << 20);
     }
 
     #[test]
