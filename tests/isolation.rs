@@ -149,3 +149,80 @@ fn a_reply_too_large_for_a_frame_fails_its_task_with_a_clear_error() {
     // The worker is still the same, healthy process.
     assert_eq!(home.json(&["project", "show", "flooded"])["restarts"], 0);
 }
+
+/// SPEC §6: a model-run command writes only beneath its workdir and private temp dir, cannot
+/// read the Pegasus home outside its own project (config, ledger, run/, other projects'
+/// sessions), and cannot signal pegasusd. Needs a kernel with Landlock; elsewhere the daemon
+/// says so once at start and this test checks that line instead.
+#[test]
+fn a_model_run_command_is_confined_to_its_workdir_and_cannot_read_the_home() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    let h = home.path().display().to_string();
+    let outside = std::env::temp_dir().join(format!("pegasus-escape-{}", std::process::id()));
+    let _ = std::fs::remove_file(&outside);
+    let o = outside.display();
+    script_exec(
+        &fake,
+        &format!(
+            "echo in > inside.txt && cat inside.txt; \
+             echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; \
+             echo out > {o}; echo write-outside-rc=$?; \
+             cat {h}/config.yml; echo read-config-rc=$?; \
+             cat {h}/projects/other/PROJECT.md; echo read-other-rc=$?; \
+             ls {h}/costs/; cat {h}/costs/*; echo read-costs-rc=$?; \
+             head -c 20 ../PROJECT.md; echo; echo read-own-rc=$?; \
+             head -c 4 /etc/passwd; echo; echo read-etc-rc=$?; \
+             pp=$(awk '{{print $4}}' /proc/$PPID/stat); kill -0 $pp; echo signal-rc=$?"
+        ),
+    );
+    let d = home.start_fake();
+    home.create("other");
+    home.create("jail");
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "jail", "attack", "--wait"])
+            .trim(),
+        "attack finished"
+    );
+    let seen = last_tool_result(&fake);
+    if pegasus_agent::sandbox::landlock_abi().is_none() {
+        let log = std::fs::read_to_string(
+            std::fs::read_dir(home.path().join("logs"))
+                .unwrap()
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().starts_with("pegasusd.log"))
+                .unwrap()
+                .path(),
+        )
+        .unwrap();
+        assert!(log.contains("this kernel has no Landlock"), "{log}");
+        eprintln!("skipped: this kernel has no Landlock");
+        drop(d);
+        return;
+    }
+    // Inside: the workdir and the private temp dir work, and so does reading the system and
+    // its own project folder.
+    assert!(seen.contains("in\\ntmp\\n"), "{seen}");
+    assert!(
+        seen.contains("read-own-rc=0") && seen.contains("read-etc-rc=0"),
+        "{seen}"
+    );
+    assert!(seen.contains("---"), "its own PROJECT.md: {seen}");
+    // Outside: refused.
+    assert!(!outside.exists(), "a command wrote outside its workdir");
+    for refused in [
+        "write-outside",
+        "read-config",
+        "read-other",
+        "read-costs",
+        "signal",
+    ] {
+        assert!(
+            seen.contains(&format!("{refused}-rc=")) && !seen.contains(&format!("{refused}-rc=0")),
+            "{refused}: {seen}"
+        );
+    }
+    assert!(seen.contains("kill: Operation not permitted"), "{seen}");
+    assert!(!seen.contains("default_model"), "the config leaked: {seen}");
+    assert!(seen.contains("Permission denied"), "{seen}");
+}

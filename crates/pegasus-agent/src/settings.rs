@@ -43,6 +43,9 @@ pub struct AgentSettings {
     pub role_assignments: Vec<pegasus_roles::Assignment>,
     /// The skills `use_skill` may load (a role's `skills:` allowlist); `None` = every skill.
     pub skills: Option<Vec<String>>,
+    /// How `exec` commands are confined (Landlock); `None` = not at all (tests, tools that
+    /// run outside a home).
+    pub sandbox: Option<crate::sandbox::SandboxPaths>,
     /// Wall-clock limit of one loop (a role's `model.timeout_s`), in seconds; `None` = none
     /// beyond the guards. Checked between turns and bounding each model call and tool batch.
     pub run_timeout_s: Option<u64>,
@@ -76,6 +79,7 @@ impl AgentSettings {
             roles_dir: None,
             role_assignments: Vec::new(),
             skills: None,
+            sandbox: None,
             run_timeout_s: None,
         }
     }

@@ -292,6 +292,9 @@ pub struct AgentConfig {
     /// The same tool call (name and arguments) this many times in a row stops the task as
     /// `loop_capped` (default 3).
     pub loop_repeat_limit: u32,
+    /// Absolute paths an `exec` command may write besides its workdir and private temp dir
+    /// (e.g. `/home/me/.cargo` for a build cache); Landlock confines the rest.
+    pub exec_writable: Vec<String>,
 }
 
 impl Default for AgentConfig {
@@ -306,6 +309,7 @@ impl Default for AgentConfig {
             max_tokens: 4096,
             reflection: true,
             loop_repeat_limit: 3,
+            exec_writable: Vec::new(),
         }
     }
 }
@@ -398,6 +402,12 @@ impl Config {
             if v < 1 {
                 return Err(err(key, "must be at least 1"));
             }
+        }
+        if let Some(p) = a.exec_writable.iter().find(|p| !Path::new(p).is_absolute()) {
+            return Err(err(
+                "agent.exec_writable",
+                &format!("`{p}` is not an absolute path, e.g. /home/me/.cargo"),
+            ));
         }
         let w = &self.workers;
         if !(w.shutdown_timeout_s.is_finite() && w.shutdown_timeout_s > 0.0) {

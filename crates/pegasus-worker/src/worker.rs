@@ -99,6 +99,17 @@ async fn serve(
                 Some(name.clone()),
             );
             settings.exec_registry = Some(home.exec_registry(&name));
+            settings.sandbox = Some(pegasus_agent::sandbox::SandboxPaths {
+                home: home.root().to_path_buf(),
+                own_dir: project_dir.clone(),
+                tmp_dir: project_dir.join("tmp"),
+                writable: config
+                    .agent
+                    .exec_writable
+                    .iter()
+                    .map(PathBuf::from)
+                    .collect(),
+            });
             settings.roles_dir = Some(home.roles_dir());
             settings.role_assignments = pegasus_roles::assignments_from_yaml(
                 project.get("roles").as_ref(),

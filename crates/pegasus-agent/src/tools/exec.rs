@@ -64,6 +64,7 @@ impl Tool for Exec {
                 Duration::from_secs(secs),
                 ctx.settings.exec_output_cap,
                 ctx.settings.exec_registry.as_deref(),
+                ctx.settings.sandbox.as_ref(),
             )
             .await
         })
@@ -128,8 +129,9 @@ pub async fn run_command(
     timeout: Duration,
     cap: usize,
     registry: Option<&Path>,
+    sandbox: Option<&crate::sandbox::SandboxPaths>,
 ) -> ToolOutput {
-    let out = run_command_contained(command, workdir, timeout, cap, registry).await;
+    let out = run_command_contained(command, workdir, timeout, cap, registry, sandbox).await;
     match tokio::task::spawn_blocking(pegasus_store::adopted::kill_adopted).await {
         Ok(0) | Err(_) => {}
         Ok(n) => tracing::info!(killed = n, "killed processes that escaped an exec command"),
@@ -144,6 +146,7 @@ async fn run_command_contained(
     timeout: Duration,
     cap: usize,
     registry: Option<&Path>,
+    sandbox: Option<&crate::sandbox::SandboxPaths>,
 ) -> ToolOutput {
     if command.trim().is_empty() {
         return ToolOutput::error("`command` is empty");
@@ -160,8 +163,19 @@ async fn run_command_contained(
         Ok(f) => f,
         Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
     };
+    // Built before the fork: the child only applies it (see `crate::sandbox`).
+    let mut confinement = match sandbox {
+        Some(paths) => match crate::sandbox::ruleset(paths, workdir) {
+            Ok(r) => Some(r),
+            Err(e) => return ToolOutput::error(e),
+        },
+        None => None,
+    };
     let parent = std::process::id();
     let mut cmd = tokio::process::Command::new("sh");
+    if let Some(paths) = sandbox {
+        cmd.env("TMPDIR", &paths.tmp_dir);
+    }
     cmd.arg("-c")
         .arg(command)
         .current_dir(workdir)
@@ -170,10 +184,15 @@ async fn run_command_contained(
         .stderr(Stdio::from(write_end2))
         .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: the closure runs in the forked child before exec and only makes two syscalls
-    // (prctl, getppid), both async-signal-safe; it allocates nothing.
+    // SAFETY: the closure runs in the forked child before exec and only makes syscalls (prctl,
+    // getppid, landlock_restrict_self), all async-signal-safe; it allocates nothing (the
+    // ruleset was built before the fork and is only applied here).
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(r) = confinement.take() {
+                r.restrict_self()
+                    .map_err(|_| std::io::Error::other("cannot confine the command"))?;
+            }
             // The signal fires when the thread that forked dies; tokio forks from a runtime
             // worker thread, which lives as long as the worker process does.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;

@@ -39,6 +39,18 @@ pub(crate) fn start(
         None,
     );
     settings.exec_registry = Some(sup.home.exec_registry("main"));
+    settings.sandbox = Some(pegasus_agent::sandbox::SandboxPaths {
+        home: sup.home.root().to_path_buf(),
+        own_dir: dir.clone(),
+        tmp_dir: dir.join("tmp"),
+        writable: sup
+            .config
+            .agent
+            .exec_writable
+            .iter()
+            .map(std::path::PathBuf::from)
+            .collect(),
+    });
     let (notices, mut notice_rx) = mpsc::unbounded_channel::<Notice>();
     let bus = sup.bus.clone();
     tokio::spawn(async move {
