@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
 use serde_json::json;
+use std::time::Duration;
 
 /// The model runs `cmd` with `exec` on "attack", then answers with the tool result it saw.
 fn script_exec(fake: &FakeLlm, cmd: &str) {
@@ -225,4 +226,34 @@ fn a_model_run_command_is_confined_to_its_workdir_and_cannot_read_the_home() {
     assert!(seen.contains("kill: Operation not permitted"), "{seen}");
     assert!(!seen.contains("default_model"), "the config leaked: {seen}");
     assert!(seen.contains("Permission denied"), "{seen}");
+}
+
+/// What a command started and hid in its own session (`setsid`) while pegasusd and its worker
+/// were killed had no subreaper left to catch it: it is killed when pegasusd starts again.
+#[test]
+fn an_escapee_that_outlived_a_dead_daemon_is_killed_when_it_comes_back() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    let marker = format!("sleep 43.{}", std::process::id());
+    script_exec(
+        &fake,
+        &format!("setsid {marker} >/dev/null 2>&1 </dev/null & sleep 30"),
+    );
+    let mut d = home.start_fake();
+    home.create("runaway");
+    home.ctl_ok(&["project", "send", "runaway", "attack"]);
+    // The sleep itself, not the shell whose command line also names it.
+    let escapee = poll(Duration::from_secs(10), "the escapee to run", || {
+        let number = marker.trim_start_matches("sleep ");
+        processes_with(number).into_iter().find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+        })
+    });
+    d.kill9();
+    // Nobody is left to sweep: it runs on, re-parented to init.
+    assert!(alive(escapee));
+    let _d = home.start_fake();
+    poll(Duration::from_secs(5), "the escapee to be killed", || {
+        (!alive(escapee)).then_some(())
+    });
 }

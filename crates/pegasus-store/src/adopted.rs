@@ -98,6 +98,49 @@ pub fn kill_adopted() -> usize {
     killed
 }
 
+/// The environment variable every model-run command starts with, naming the home whose
+/// worker ran it: what escaped while pegasusd was down (its subreapers gone, the escapee
+/// re-parented to init) is found by it when pegasusd starts again ([`kill_marked`]).
+pub const EXEC_MARK_ENV: &str = "PEGASUS_EXEC_HOME";
+
+/// Kills every process of this user (except this one) that started with
+/// `EXEC_MARK_ENV=<home>` in its environment, with its process group. For pegasusd at start,
+/// when no command of this home can still be running legitimately (workers die with the
+/// daemon, commands with their worker): what is found escaped its worker while nobody was
+/// there to sweep. A command that re-executed itself with an emptied environment is not
+/// found. Returns how many it killed.
+pub fn kill_marked(home: &std::path::Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let mark = format!("{EXEC_MARK_ENV}={}", home.display()).into_bytes();
+    let me = std::process::id();
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return 0;
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut killed = 0;
+    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        if pid == me
+            || std::fs::metadata(format!("/proc/{pid}"))
+                .map(|m| m.uid() != uid)
+                .unwrap_or(true)
+        {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if environ.split(|&b| b == 0).any(|var| var == mark.as_slice()) {
+            let p = Pid::from_raw(pid as i32);
+            let _ = killpg(p, Signal::SIGKILL);
+            let _ = kill(p, Signal::SIGKILL);
+            killed += 1;
+        }
+    }
+    killed
+}
+
 /// Waits a moment for a killed child to become a zombie, and reaps it.
 fn reap(pid: u32) {
     let deadline = Instant::now() + Duration::from_millis(200);

@@ -165,6 +165,15 @@ impl Supervisor {
 
     /// The restart scan: a worker for every active project, the invalid ones reported.
     pub fn restart_scan(self: &Arc<Self>) -> Result<(), pegasus_store::StoreError> {
+        // First what escaped its worker while no daemon was there to sweep (see
+        // `pegasus_store::adopted::kill_marked`).
+        match pegasus_store::adopted::kill_marked(self.home.root()) {
+            0 => {}
+            n => tracing::warn!(
+                killed = n,
+                "killed commands that outlived their worker while pegasusd was down"
+            ),
+        }
         let entries = pegasus_store::scan_projects(&self.home)?;
         let (mut active, mut invalid) = (0, 0);
         for entry in &entries {

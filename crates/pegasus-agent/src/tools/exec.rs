@@ -174,7 +174,8 @@ async fn run_command_contained(
     let parent = std::process::id();
     let mut cmd = tokio::process::Command::new("sh");
     if let Some(paths) = sandbox {
-        cmd.env("TMPDIR", &paths.tmp_dir);
+        cmd.env("TMPDIR", &paths.tmp_dir)
+            .env(pegasus_store::adopted::EXEC_MARK_ENV, &paths.home);
     }
     cmd.arg("-c")
         .arg(command)
