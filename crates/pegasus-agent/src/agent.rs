@@ -255,6 +255,20 @@ impl Agent {
         self.run_task(task.id, true, true, None).await
     }
 
+    /// Fails a ready task that cannot start (its role cannot be prepared): `ready → running →
+    /// failed` with `why`, each move reported like any other.
+    pub fn fail_unstartable(&self, id: &str, why: &str) {
+        if task_record::start(&self.tasks, &self.notices, id).is_err() {
+            return;
+        }
+        if let Ok(t) =
+            self.tasks
+                .transition(id, TaskState::Running, TaskState::Failed, "agent", why)
+        {
+            task_record::report(&self.notices, &t);
+        }
+    }
+
     /// Runs a task that was made elsewhere (replayed, retried, answered, a run's phase): its
     /// goal — with the answer to its question, when it was blocked on one — is recorded in the
     /// session as a message from `task`, then the task runs like a message's would. With a

@@ -163,20 +163,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
                     Ok(r) => Some(r),
                     Err(e) => {
                         tracing::warn!(task = %task.id, "role {role_id}: {e}");
-                        let _ = agent.tasks().transition(
-                            &task.id,
-                            TaskState::Ready,
-                            TaskState::Running,
-                            "agent",
-                            "started",
-                        );
-                        let _ = agent.tasks().transition(
-                            &task.id,
-                            TaskState::Running,
-                            TaskState::Failed,
-                            "agent",
-                            &e,
-                        );
+                        agent.fail_unstartable(&task.id, &format!("role {role_id}: {e}"));
                         continue;
                     }
                 }
