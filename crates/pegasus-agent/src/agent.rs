@@ -89,6 +89,13 @@ impl Agent {
         ] {
             std::fs::create_dir_all(&d).map_err(AgentError::io(&d))?;
         }
+        // Temp files of atomic writes cut short by a kill (older than any write in progress).
+        for d in [dir.to_path_buf(), dir.join("session"), dir.join("tasks")] {
+            let n = pegasus_store::remove_stale_temps(&d, std::time::Duration::from_secs(60));
+            if n > 0 {
+                tracing::info!(agent = name, dir = %d.display(), removed = n, "removed temp files left by a crash");
+            }
+        }
         let loaded = load_session(dir)?;
         if loaded.skipped > 0 || loaded.torn_tail || loaded.repaired_tool_uses > 0 {
             tracing::warn!(

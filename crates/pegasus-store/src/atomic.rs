@@ -92,6 +92,35 @@ pub fn replace_cache(path: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
+/// Removes the temp files [`write_atomic`] and [`replace_cache`] leave in `dir` when the
+/// process is killed between writing and renaming (`.<name>.tmp-<suffix>`), if older than
+/// `min_age` — a younger one may belong to a write in progress in another process. Returns
+/// how many it removed. For the start of a process that owns the folder.
+pub fn remove_stale_temps(dir: &Path, min_age: std::time::Duration) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with('.') && name.contains(".tmp-")) {
+            continue;
+        }
+        let old = e
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= min_age);
+        if old && fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Flushes a directory's entries (creations, renames, removals) to disk; without it a rename can
 /// be lost on power failure even though the file data was synced.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
@@ -137,6 +166,23 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("state.txt")]);
+    }
+
+    #[test]
+    fn stale_temp_files_are_removed_and_young_ones_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        fs::write(p.join(".index.jsonl.tmp-123-abc"), b"half").unwrap();
+        fs::write(p.join("index.jsonl"), b"real").unwrap();
+        fs::write(p.join(".hidden"), b"keep").unwrap();
+        // Young: kept (another process may be about to rename it).
+        assert_eq!(
+            remove_stale_temps(p, std::time::Duration::from_secs(3600)),
+            0
+        );
+        assert_eq!(remove_stale_temps(p, std::time::Duration::ZERO), 1);
+        assert!(!p.join(".index.jsonl.tmp-123-abc").exists());
+        assert!(p.join("index.jsonl").exists() && p.join(".hidden").exists());
     }
 
     #[test]
