@@ -161,7 +161,10 @@ pub async fn run_loop(
             .filter(|b| match b {
                 Block::ToolResult { .. } => false,
                 Block::Text { text } => !text.is_empty(),
-                Block::ToolUse { .. } => true,
+                // Thinking blocks go back to the provider unchanged within the tool loop.
+                Block::ToolUse { .. } | Block::Thinking { .. } | Block::RedactedThinking { .. } => {
+                    true
+                }
             })
             .cloned()
             .collect();

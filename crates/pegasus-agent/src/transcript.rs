@@ -75,10 +75,24 @@ impl Builder {
                     name: name.clone(),
                     input_json: input_json(input),
                 }),
+                ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                } => Some(Block::Thinking {
+                    thinking: thinking.clone(),
+                    signature: signature.clone(),
+                }),
+                ContentBlock::RedactedThinking { data } => {
+                    Some(Block::RedactedThinking { data: data.clone() })
+                }
                 _ => None,
             })
             .collect();
-        if blocks.is_empty() {
+        // Reasoning alone (an answer cut before any text) says nothing to send back.
+        if blocks
+            .iter()
+            .all(|b| matches!(b, Block::Thinking { .. } | Block::RedactedThinking { .. }))
+        {
             return;
         }
         self.close_calls();
@@ -283,6 +297,16 @@ pub fn to_content(blocks: &[Block]) -> Vec<ContentBlock> {
                 content: content.clone(),
                 is_error: *is_error,
             },
+            Block::Thinking {
+                thinking,
+                signature,
+            } => ContentBlock::Thinking {
+                thinking: thinking.clone(),
+                signature: signature.clone(),
+            },
+            Block::RedactedThinking { data } => {
+                ContentBlock::RedactedThinking { data: data.clone() }
+            }
         })
         .collect()
 }
@@ -367,6 +391,9 @@ pub fn check_valid(messages: &[Message]) -> Result<(), String> {
                         Block::ToolUse { .. } => {
                             return Err(format!("user message {i} holds a tool call"))
                         }
+                        Block::Thinking { .. } | Block::RedactedThinking { .. } => {
+                            return Err(format!("user message {i} holds a thinking block"))
+                        }
                         Block::Text { .. } => {}
                     }
                 }
@@ -417,6 +444,8 @@ pub fn render(messages: &[Message], max_chars: usize) -> String {
                     if *is_error { "error" } else { "result" },
                     clip(content, TOOL_CHARS)
                 )),
+                // Reasoning is the model's scratch work, not what happened.
+                (_, Block::Thinking { .. } | Block::RedactedThinking { .. }) => {}
             }
         }
     }
@@ -508,7 +537,7 @@ mod tests {
             .map(|b| match b {
                 Block::ToolResult { tool_use_id, .. } => tool_use_id.clone(),
                 Block::Text { text } => text.clone(),
-                Block::ToolUse { .. } => "?".into(),
+                _ => "?".into(),
             })
             .collect();
         assert_eq!(kinds, vec!["a", "b", "by the way"]);

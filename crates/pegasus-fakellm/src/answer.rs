@@ -28,6 +28,10 @@ pub(crate) struct Answer {
     pub tools: Vec<AnswerTool>,
     /// `None` means "send broken usage" ([`crate::Fault::WrongUsage`]).
     pub usage: Option<UsageSpec>,
+    /// Extended thinking (the request enabled it): a `thinking` block with its signature and
+    /// a `redacted_thinking` block, before the text and tool calls.
+    pub thinking: Option<(String, String)>,
+    pub redacted: Option<String>,
 }
 
 impl Answer {
@@ -73,7 +77,20 @@ impl Answer {
             text,
             tools,
             usage: Some(usage),
+            thinking: None,
+            redacted: None,
         }
+    }
+
+    /// Adds the thinking blocks a thinking-enabled request gets (Anthropic only).
+    pub fn with_thinking(mut self) -> Answer {
+        let text = format!(
+            "Reasoning about the request before answering ({}).",
+            self.id
+        );
+        self.thinking = Some((text.clone(), ids::thinking_signature(&text)));
+        self.redacted = Some(ids::redacted_data(&self.id));
+        self
     }
 
     /// Drops the usage so the renderers emit the broken variant.

@@ -60,6 +60,12 @@ fn stop_reason(a: &Answer) -> &'static str {
 /// The non-streaming `message` response body.
 pub(crate) fn message(a: &Answer) -> Value {
     let mut content = Vec::new();
+    if let Some((thinking, signature)) = &a.thinking {
+        content.push(json!({"type": "thinking", "thinking": thinking, "signature": signature}));
+    }
+    if let Some(data) = &a.redacted {
+        content.push(json!({"type": "redacted_thinking", "data": data}));
+    }
     if let Some(text) = &a.text {
         content.push(json!({"type": "text", "text": text}));
     }
@@ -106,6 +112,41 @@ pub(crate) fn events(a: &Answer) -> Vec<SseEvent> {
     let ping = || SseEvent::named("ping", &json!({"type": "ping"}));
     let mut pinged = false;
     let mut index = 0usize;
+
+    if let Some((thinking, signature)) = &a.thinking {
+        out.push(SseEvent::named(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        ));
+        out.push(ping());
+        pinged = true;
+        for piece in split_pieces(thinking, 3) {
+            out.push(SseEvent::named(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": piece}}),
+            ));
+        }
+        out.push(SseEvent::named(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": signature}}),
+        ));
+        out.push(SseEvent::named(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
+    if let Some(data) = &a.redacted {
+        out.push(SseEvent::named(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "redacted_thinking", "data": data}}),
+        ));
+        out.push(SseEvent::named(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        index += 1;
+    }
 
     if let Some(text) = &a.text {
         out.push(SseEvent::named(

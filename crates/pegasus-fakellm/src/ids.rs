@@ -55,6 +55,44 @@ pub(crate) fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// A per-process secret the fake signs thinking blocks with, so a signature cannot be made up
+/// by a client and an altered block is caught, as the real API does.
+fn secret() -> u64 {
+    static SECRET: OnceLock<u64> = OnceLock::new();
+    *SECRET.get_or_init(|| splitmix(seed() ^ 0x005E_C2E7))
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ secret();
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    splitmix(h)
+}
+
+/// The signature of a thinking block's text (what the real API puts in `signature`).
+pub(crate) fn thinking_signature(thinking: &str) -> String {
+    format!(
+        "fakesig{:016x}{:016x}",
+        fnv(thinking.as_bytes()),
+        fnv(b"v1")
+    )
+}
+
+/// An opaque `redacted_thinking` payload the fake will recognise as its own.
+pub(crate) fn redacted_data(seed_text: &str) -> String {
+    let body = format!("{:016x}", fnv(seed_text.as_bytes()));
+    format!("fakeredacted{body}{:016x}", fnv(body.as_bytes()))
+}
+
+/// Whether `data` is a redacted payload this process issued, unchanged.
+pub(crate) fn redacted_is_genuine(data: &str) -> bool {
+    data.strip_prefix("fakeredacted")
+        .and_then(|rest| Some((rest.get(..16)?, rest.get(16..)?)))
+        .is_some_and(|(body, mac)| format!("{:016x}", fnv(body.as_bytes())) == mac)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

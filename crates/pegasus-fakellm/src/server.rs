@@ -133,6 +133,8 @@ struct ReplyPlan {
     reply: Reply,
     usage: Option<UsageSpec>,
     input_chars: usize,
+    /// Anthropic extended thinking was enabled: answers start with thinking blocks.
+    thinking: bool,
 }
 
 fn error(format: Format, code: u16, message: impl Into<String>) -> Plan {
@@ -238,6 +240,8 @@ fn decide(shared: &Shared, req: Request) -> Plan {
         reply: slot.rule.reply.clone(),
         usage: slot.rule.usage,
         input_chars: transcript.char_count(),
+        thinking: format == Format::Anthropic
+            && body.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled"),
     })
 }
 
@@ -298,7 +302,12 @@ type BoxFuture<'a> = Pin<Box<dyn Future<Output = io::Result<()>> + Send + 'a>>;
 fn send_reply<'a>(stream: &'a mut TcpStream, p: &'a ReplyPlan, reply: Reply) -> BoxFuture<'a> {
     Box::pin(async move {
         let answer = |text: Option<String>, tools: &[ToolCall]| {
-            Answer::new(p.format, &p.model, text, tools, p.usage, p.input_chars)
+            let a = Answer::new(p.format, &p.model, text, tools, p.usage, p.input_chars);
+            if p.thinking {
+                a.with_thinking()
+            } else {
+                a
+            }
         };
         let placeholder = || answer(Some(PLACEHOLDER_TEXT.to_string()), &[]);
         match reply {

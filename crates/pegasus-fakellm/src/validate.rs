@@ -27,10 +27,12 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
             problems.push("system: must be a string or an array of text blocks".to_string());
         }
     }
+    let thinking = thinking_settings(body, &mut problems);
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         problems.push("messages: Field required (an array)".to_string());
         return problems;
     };
+    thinking_blocks(messages, thinking, &mut problems);
     if messages.is_empty() {
         problems.push("messages: at least one message is required".to_string());
         return problems;
@@ -150,6 +152,128 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
         }
     }
     problems
+}
+
+const THINKING_DOCS: &str =
+    "Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking";
+
+/// The `thinking` parameter's rules; returns whether thinking is enabled.
+fn thinking_settings(body: &Value, problems: &mut Vec<String>) -> bool {
+    let Some(t) = body.get("thinking") else {
+        return false;
+    };
+    match t.get("type").and_then(Value::as_str) {
+        Some("disabled") => false,
+        Some("enabled") => {
+            let budget = t.get("budget_tokens").and_then(Value::as_u64);
+            match budget {
+                None => problems.push("thinking.enabled.budget_tokens: Field required".into()),
+                Some(b) if b < 1024 => problems.push(
+                    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                        .into(),
+                ),
+                Some(b) => {
+                    let max = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(0);
+                    if max <= b {
+                        problems.push(format!(
+                            "`max_tokens` must be greater than `thinking.budget_tokens`. {THINKING_DOCS}#max-tokens-and-context-window-size"
+                        ));
+                    }
+                }
+            }
+            if body
+                .get("temperature")
+                .and_then(Value::as_f64)
+                .is_some_and(|x| x != 1.0)
+            {
+                problems.push(format!(
+                    "`temperature` may only be set to 1 when thinking is enabled. {THINKING_DOCS}#feature-compatibility"
+                ));
+            }
+            for key in ["top_k"] {
+                if body.get(key).is_some() {
+                    problems.push(format!(
+                        "`{key}` is not supported when thinking is enabled. {THINKING_DOCS}#feature-compatibility"
+                    ));
+                }
+            }
+            true
+        }
+        _ => {
+            problems.push("thinking.type: Input should be 'enabled' or 'disabled'".into());
+            false
+        }
+    }
+}
+
+/// Thinking blocks: only in assistant messages, signed by this server and unaltered; and with
+/// thinking on, the assistant turn of an open tool loop must start with one.
+fn thinking_blocks(messages: &[Value], enabled: bool, problems: &mut Vec<String>) {
+    for (i, msg) in messages.iter().enumerate() {
+        let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
+        let Some(blocks) = msg.get("content").and_then(Value::as_array) else {
+            continue;
+        };
+        for (j, b) in blocks.iter().enumerate() {
+            match b.get("type").and_then(Value::as_str) {
+                Some("thinking") => {
+                    if role != "assistant" {
+                        problems.push(format!("messages.{i}.content.{j}: thinking blocks are only allowed in assistant messages"));
+                    }
+                    let text = b.get("thinking").and_then(Value::as_str);
+                    let sig = b.get("signature").and_then(Value::as_str);
+                    match (text, sig) {
+                        (Some(t), Some(s)) if crate::ids::thinking_signature(t) == s => {}
+                        (Some(_), Some(_)) => problems.push(format!(
+                            "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                        )),
+                        _ => problems.push(format!(
+                            "messages.{i}.content.{j}.signature: Field required"
+                        )),
+                    }
+                }
+                Some("redacted_thinking") => {
+                    if role != "assistant" {
+                        problems.push(format!("messages.{i}.content.{j}: redacted_thinking blocks are only allowed in assistant messages"));
+                    }
+                    if !b
+                        .get("data")
+                        .and_then(Value::as_str)
+                        .is_some_and(crate::ids::redacted_is_genuine)
+                    {
+                        problems.push(format!(
+                            "messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if !enabled || messages.len() < 2 {
+        return;
+    }
+    let n = messages.len();
+    let continues = messages[n - 1]
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|b| {
+            b.iter()
+                .any(|x| x.get("type").and_then(Value::as_str) == Some("tool_result"))
+        });
+    if !continues {
+        return;
+    }
+    let first = messages[n - 2]
+        .pointer("/content/0/type")
+        .and_then(Value::as_str)
+        .unwrap_or("text");
+    if first != "thinking" && first != "redacted_thinking" {
+        problems.push(format!(
+            "messages.{}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. {THINKING_DOCS}",
+            n - 2
+        ));
+    }
 }
 
 /// Problems with an OpenAI Chat Completions request body.
@@ -275,6 +399,44 @@ mod tests {
         assert!(p.contains("alternate"));
         assert!(p.contains("zz"));
         assert!(p.contains("without `tool_result`"));
+    }
+
+    #[test]
+    fn anthropic_thinking_rules() {
+        let sig = crate::ids::thinking_signature("hm");
+        let loop_body = |first: Value, extra: Value| {
+            let mut b = json!({"model": "m", "max_tokens": 2048,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [first, {"type": "tool_use", "id": "a", "name": "t", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "ok"}]}
+            ]});
+            if let (Some(o), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+                o.extend(e.clone());
+            }
+            b
+        };
+        let good = json!({"type": "thinking", "thinking": "hm", "signature": sig});
+        assert!(anthropic(&loop_body(good.clone(), json!({}))).is_empty());
+        let p = anthropic(&loop_body(json!({"type": "text", "text": "x"}), json!({}))).join("\n");
+        assert!(p.contains("must start with a thinking block"), "{p}");
+        let forged = json!({"type": "thinking", "thinking": "hm!", "signature": sig});
+        let p = anthropic(&loop_body(forged, json!({}))).join("\n");
+        assert!(p.contains("Invalid `signature`"), "{p}");
+        let p = anthropic(&loop_body(good.clone(), json!({"temperature": 0.5}))).join("\n");
+        assert!(p.contains("`temperature` may only be set to 1"), "{p}");
+        let p = anthropic(&loop_body(good.clone(), json!({"max_tokens": 1024}))).join("\n");
+        assert!(p.contains("`max_tokens` must be greater than"), "{p}");
+        let p = anthropic(&loop_body(
+            good,
+            json!({"thinking": {"type": "enabled", "budget_tokens": 100}}),
+        ))
+        .join("\n");
+        assert!(p.contains("greater than or equal to 1024"), "{p}");
+        let bad_redacted = json!({"type": "redacted_thinking", "data": "made-up"});
+        let p = anthropic(&loop_body(bad_redacted, json!({}))).join("\n");
+        assert!(p.contains("Invalid `data`"), "{p}");
     }
 
     #[test]

@@ -33,7 +33,16 @@ fn thinking_budget(thinking: Option<&str>) -> Option<u32> {
 pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Value, LlmError> {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    let budget = thinking_budget(req.thinking.as_deref());
+    let mut budget = thinking_budget(req.thinking.as_deref());
+    if budget.is_some() && !continuation_can_think(&req.messages) {
+        // The API wants the assistant turn of an open tool loop to start with its thinking
+        // block when thinking is on; a turn made without thinking cannot grow one. Finish
+        // this loop without thinking rather than be refused with a 400.
+        tracing::info!(
+            "thinking off for this call: the tool loop it continues was started without thinking"
+        );
+        budget = None;
+    }
     // With thinking on, max_tokens must exceed the thinking budget; the caller's max_tokens is
     // what it wants for the answer itself, so the budget is added on top.
     let max_tokens = req.max_tokens.saturating_add(budget.unwrap_or(0));
@@ -41,7 +50,11 @@ pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Valu
     if !req.system.is_empty() {
         body.insert("system".into(), json!(req.system));
     }
-    let messages: Vec<Value> = req.messages.iter().map(message).collect();
+    let messages: Vec<Value> = req
+        .messages
+        .iter()
+        .map(|m| message(m, budget.is_some()))
+        .collect();
     body.insert("messages".into(), Value::Array(messages));
     if !req.tools.is_empty() {
         let tools = req
@@ -80,7 +93,29 @@ pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Valu
     Ok(Value::Object(body))
 }
 
-fn message(m: &crate::Message) -> Value {
+/// Whether a request may have thinking on: unless it continues a tool loop (the last message
+/// carries tool results) whose assistant turn does not start with a thinking block.
+fn continuation_can_think(messages: &[crate::Message]) -> bool {
+    let n = messages.len();
+    let continues = messages.last().is_some_and(|m| {
+        m.role == Role::User
+            && m.content
+                .iter()
+                .any(|b| matches!(b, Block::ToolResult { .. }))
+    });
+    if !continues || n < 2 {
+        return true;
+    }
+    messages[n - 2].role == Role::Assistant
+        && matches!(
+            messages[n - 2].content.first(),
+            Some(Block::Thinking { .. } | Block::RedactedThinking { .. })
+        )
+}
+
+/// One message on the wire. Thinking blocks are sent back unchanged (signature and all) when
+/// the call thinks, and left out when it does not.
+fn message(m: &crate::Message, thinking: bool) -> Value {
     let role = match m.role {
         Role::User => "user",
         Role::Assistant => "assistant",
@@ -88,8 +123,17 @@ fn message(m: &crate::Message) -> Value {
     let mut blocks: Vec<Value> = m
         .content
         .iter()
-        .filter(|b| !matches!(b, Block::Text { text } if text.is_empty()))
+        .filter(|b| match b {
+            Block::Text { text } => !text.is_empty(),
+            Block::Thinking { .. } | Block::RedactedThinking { .. } => thinking,
+            _ => true,
+        })
         .map(|b| match b {
+            Block::Thinking {
+                thinking,
+                signature,
+            } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+            Block::RedactedThinking { data } => json!({"type": "redacted_thinking", "data": data}),
             Block::Text { text } => json!({"type": "text", "text": text}),
             Block::ToolUse {
                 id,
@@ -184,7 +228,15 @@ enum WireBlock {
         name: String,
         input: Value,
     },
-    /// thinking, redacted_thinking, server tools...: not part of the neutral transcript.
+    #[serde(rename = "thinking")]
+    Thinking {
+        thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    #[serde(rename = "redacted_thinking")]
+    RedactedThinking { data: String },
+    /// Server tools, citations...: not part of the neutral transcript.
     #[serde(other)]
     Other,
 }
@@ -213,6 +265,14 @@ pub fn parse_response(body: &[u8]) -> Result<ProviderReply, String> {
                 name,
                 input_json: input.to_string(),
             }),
+            WireBlock::Thinking {
+                thinking,
+                signature,
+            } => Some(Block::Thinking {
+                thinking,
+                signature,
+            }),
+            WireBlock::RedactedThinking { data } => Some(Block::RedactedThinking { data }),
             WireBlock::Other => None,
         })
         .collect();
@@ -234,6 +294,11 @@ enum Partial {
         name: String,
         json: String,
     },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    Redacted(String),
     Ignored,
 }
 
@@ -281,6 +346,11 @@ impl StreamParser for Stream {
                         name: str_at(&b, "name"),
                         json: String::new(),
                     },
+                    Some("thinking") => Partial::Thinking {
+                        thinking: str_at(&b, "thinking"),
+                        signature: str_at(&b, "signature"),
+                    },
+                    Some("redacted_thinking") => Partial::Redacted(str_at(&b, "data")),
                     _ => Partial::Ignored,
                 };
                 self.blocks.insert(index, partial);
@@ -306,7 +376,19 @@ impl StreamParser for Stream {
                         }
                         _ => return Err(format!("tool input delta for non-tool block {index}")),
                     },
-                    // thinking_delta, signature_delta, citations...: not kept.
+                    Some("thinking_delta") => match self.blocks.get_mut(&index) {
+                        Some(Partial::Thinking { thinking, .. }) => {
+                            thinking.push_str(&str_at(&d, "thinking"))
+                        }
+                        _ => return Err(format!("thinking delta for non-thinking block {index}")),
+                    },
+                    Some("signature_delta") => match self.blocks.get_mut(&index) {
+                        Some(Partial::Thinking { signature, .. }) => {
+                            signature.push_str(&str_at(&d, "signature"))
+                        }
+                        _ => return Err(format!("signature delta for non-thinking block {index}")),
+                    },
+                    // citations and delta types newer than this code: not kept.
                     _ => {}
                 }
             }
@@ -351,6 +433,14 @@ impl StreamParser for Stream {
                         json
                     },
                 }),
+                Partial::Thinking {
+                    thinking,
+                    signature,
+                } => Some(Block::Thinking {
+                    thinking,
+                    signature,
+                }),
+                Partial::Redacted(data) => Some(Block::RedactedThinking { data }),
                 Partial::Ignored => None,
             })
             .collect();

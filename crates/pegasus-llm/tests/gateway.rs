@@ -869,3 +869,105 @@ async fn an_answer_over_max_response_bytes_fails_once_without_growing(p: &str) {
             .unwrap();
     assert_eq!(text_of(&ok.content), "short");
 }
+
+/// Anthropic extended thinking, as the real API wants it (the fake enforces each rule): the
+/// thinking and redacted_thinking blocks of a response come back as blocks and are sent back
+/// unchanged on the next request of the tool loop; an altered one is refused; a loop started
+/// without thinking finishes without it; temperature is left out when thinking is on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_blocks_round_trip_unchanged_within_the_tool_loop() {
+    for stream in [false, true] {
+        let w = world(|_| {});
+        w.fake.add_rule(Rule::new(
+            Match::LastToolResultContains("sunny".into()),
+            Reply::Text("It is sunny.".into()),
+        ));
+        w.fake.add_rule(Rule::new(
+            Match::NoToolResultYet,
+            Reply::Tools(vec![ToolCall::new("get_weather", json!({"city": "Paris"}))]),
+        ));
+        let mut first = request("fa/m", "weather in Paris?");
+        first.thinking = Some("low".into());
+        first.temperature = Some(0.3);
+        first.stream = stream;
+        first.tools = vec![ToolSpec {
+            name: "get_weather".into(),
+            description: "weather of a city".into(),
+            input_schema_json: r#"{"type":"object","properties":{"city":{"type":"string"}}}"#
+                .into(),
+        }];
+        let resp = w.gw.chat(first.clone(), None).await.unwrap();
+        assert!(
+            matches!(resp.content[0], Block::Thinking { ref signature, .. } if !signature.is_empty()),
+            "stream={stream}: {:?}",
+            resp.content
+        );
+        assert!(matches!(resp.content[1], Block::RedactedThinking { .. }));
+        let call_id = resp
+            .content
+            .iter()
+            .find_map(|b| match b {
+                Block::ToolUse { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .unwrap();
+        let sent = &w.fake.requests()[0].body;
+        assert!(sent.get("temperature").is_none(), "{sent}");
+        assert!(sent["max_tokens"].as_u64() > sent["thinking"]["budget_tokens"].as_u64());
+        let follow_up = |assistant: Vec<Block>| {
+            let mut r = first.clone();
+            r.messages.push(Message {
+                role: Role::Assistant,
+                content: assistant,
+            });
+            r.messages.push(Message {
+                role: Role::User,
+                content: vec![Block::ToolResult {
+                    tool_use_id: call_id.clone(),
+                    content: "sunny, 24 C".into(),
+                    is_error: false,
+                }],
+            });
+            r
+        };
+        // Unchanged: accepted, and the answer comes.
+        let answer =
+            w.gw.chat(follow_up(resp.content.clone()), None)
+                .await
+                .unwrap();
+        assert_eq!(text_of(&answer.content), "It is sunny.", "stream={stream}");
+        let sent = w.fake.requests().last().unwrap().body.clone();
+        assert_eq!(sent["messages"][1]["content"][0]["type"], "thinking");
+        assert_eq!(
+            sent["messages"][1]["content"][1]["type"],
+            "redacted_thinking"
+        );
+        assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+        // Altered: refused with the real API's 400, not retried.
+        let mut altered = resp.content.clone();
+        if let Block::Thinking { thinking, .. } = &mut altered[0] {
+            thinking.push_str(" (edited)");
+        }
+        match w.gw.chat(follow_up(altered), None).await.unwrap_err() {
+            LlmError::Refused {
+                status, message, ..
+            } => {
+                assert_eq!(status, 400);
+                assert!(message.contains("Invalid `signature`"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A loop whose assistant turn has no thinking block (made without thinking): this
+        // call goes without thinking instead of being refused.
+        let without: Vec<Block> = resp
+            .content
+            .iter()
+            .filter(|b| matches!(b, Block::ToolUse { .. }))
+            .cloned()
+            .collect();
+        let answer = w.gw.chat(follow_up(without), None).await.unwrap();
+        assert_eq!(text_of(&answer.content), "It is sunny.");
+        let sent = w.fake.requests().last().unwrap().body.clone();
+        assert!(sent.get("thinking").is_none(), "{sent}");
+    }
+}

@@ -73,6 +73,16 @@ pub enum Block {
         content: String,
         is_error: bool,
     },
+    /// The model's visible reasoning (Anthropic extended thinking), with the signature the
+    /// provider checks when it is sent back: kept in the transcript unchanged, in its place.
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    /// Reasoning the provider encrypted; sent back exactly as received.
+    RedactedThinking {
+        data: String,
+    },
 }
 
 /// A tool the model may call; `input_schema_json` is a JSON Schema object as text.

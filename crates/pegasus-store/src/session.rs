@@ -122,6 +122,19 @@ pub enum ContentBlock {
         #[serde(default)]
         is_error: bool,
     },
+    /// The model's reasoning (Anthropic extended thinking), kept with its signature so it can
+    /// be sent back unchanged.
+    Thinking {
+        /// The reasoning text.
+        thinking: String,
+        /// The provider's signature over it.
+        signature: String,
+    },
+    /// Reasoning the provider encrypted.
+    RedactedThinking {
+        /// The opaque payload, as received.
+        data: String,
+    },
 }
 
 /// An open session file that appends whole turns durably.
@@ -507,6 +520,9 @@ struct RawBlock {
     content: Option<String>,
     #[serde(default)]
     is_error: bool,
+    thinking: Option<String>,
+    signature: Option<String>,
+    data: Option<String>,
 }
 
 fn parse_record(line: &[u8]) -> Option<SessionRecord> {
@@ -541,6 +557,11 @@ fn parse_record(line: &[u8]) -> Option<SessionRecord> {
                         content: b.content?,
                         is_error: b.is_error,
                     },
+                    "thinking" => ContentBlock::Thinking {
+                        thinking: b.thinking?,
+                        signature: b.signature?,
+                    },
+                    "redacted_thinking" => ContentBlock::RedactedThinking { data: b.data? },
                     _ => return None,
                 });
             }
@@ -574,6 +595,8 @@ mod fast_parse_tests {
             r#"{"type":"message","role":"tool","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}],"model":null,"usage":null,"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"compaction","summary":"s","archived":"session/archive/1.jsonl","ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"crash","reason":"worker died","ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"message","role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"c2ln"},{"type":"redacted_thinking","data":"ZW5j"},{"type":"text","text":"x"}],"ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"message","role":"assistant","content":[{"type":"thinking","thinking":"no signature"}],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"crash","ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"user","content":[{"type":"image","text":"x"}],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"robot","content":[],"ts":"2026-11-21T10:00:00Z"}"#,

@@ -59,6 +59,10 @@ fn render(record: &SessionRecord) -> String {
                     ContentBlock::ToolUse { name, input, .. } => {
                         format!("  → {name} {}\n", clip(&input.to_string(), 200))
                     }
+                    ContentBlock::Thinking { thinking, .. } => {
+                        format!("  (thinking) {}\n", clip(thinking, 200))
+                    }
+                    ContentBlock::RedactedThinking { .. } => "  (thinking, redacted)\n".to_string(),
                     ContentBlock::ToolResult { content, .. }
                         if content == pegasus_store::CANCELLED_TOOL_RESULT =>
                     {
