@@ -28,6 +28,10 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
         }
     }
     let thinking = thinking_settings(body, &mut problems);
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("");
+    if thinking && !anthropic_model_thinks(model) {
+        problems.push(format!("'{model}' does not support thinking."));
+    }
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         problems.push("messages: Field required (an array)".to_string());
         return problems;
@@ -276,6 +280,42 @@ fn thinking_blocks(messages: &[Value], enabled: bool, problems: &mut Vec<String>
     }
 }
 
+/// Whether an Anthropic model supports extended thinking, as the real API decides: the
+/// Claude 3.5 models and the fake's `-nothink` models do not.
+pub(crate) fn anthropic_model_thinks(model: &str) -> bool {
+    !(model.contains("claude-3-5")
+        || model.contains("claude-3-haiku")
+        || model.ends_with("-nothink"))
+}
+
+/// Whether an OpenAI model is a reasoning model, as the real API decides (o-series, gpt-5),
+/// plus the fake's `-reasoning` models.
+pub(crate) fn openai_model_reasons(model: &str) -> bool {
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|p| model.starts_with(p))
+        || model.ends_with("-reasoning")
+}
+
+/// The parameters reasoning and non-reasoning models refuse, with OpenAI's messages.
+fn reasoning_params(body: &Value, problems: &mut Vec<String>) {
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("");
+    if openai_model_reasons(model) {
+        if body.get("max_tokens").is_some() {
+            problems.push("Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.".into());
+        }
+        if let Some(t) = body
+            .get("temperature")
+            .and_then(Value::as_f64)
+            .filter(|t| *t != 1.0)
+        {
+            problems.push(format!("Unsupported value: 'temperature' does not support {t} with this model. Only the default (1) value is supported."));
+        }
+    } else if body.get("reasoning_effort").is_some() {
+        problems.push("Unrecognized request argument supplied: reasoning_effort".into());
+    }
+}
+
 /// Problems with an OpenAI Chat Completions request body.
 pub(crate) fn openai(body: &Value) -> Vec<String> {
     let mut problems = Vec::new();
@@ -283,6 +323,7 @@ pub(crate) fn openai(body: &Value) -> Vec<String> {
         return vec!["request body must be a JSON object".to_string()];
     }
     check_model(body, &mut problems);
+    reasoning_params(body, &mut problems);
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         problems.push("messages: Missing required parameter: 'messages'".to_string());
         return problems;
@@ -399,6 +440,33 @@ mod tests {
         assert!(p.contains("alternate"));
         assert!(p.contains("zz"));
         assert!(p.contains("without `tool_result`"));
+    }
+
+    #[test]
+    fn openai_reasoning_rules() {
+        let body = |model: &str, extra: Value| {
+            let mut b = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+            if let (Some(o), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+                o.extend(e.clone());
+            }
+            b
+        };
+        assert!(openai(&body(
+            "o4-mini",
+            json!({"max_completion_tokens": 10, "reasoning_effort": "low"})
+        ))
+        .is_empty());
+        assert!(openai(&body(
+            "gpt-4o",
+            json!({"max_tokens": 10, "temperature": 0.2})
+        ))
+        .is_empty());
+        let p = openai(&body("o4-mini", json!({"max_tokens": 10}))).join("\n");
+        assert!(p.contains("Use 'max_completion_tokens' instead"), "{p}");
+        let p = openai(&body("o3", json!({"temperature": 0.2}))).join("\n");
+        assert!(p.contains("Only the default (1) value"), "{p}");
+        let p = openai(&body("gpt-4o", json!({"reasoning_effort": "high"}))).join("\n");
+        assert!(p.contains("reasoning_effort"), "{p}");
     }
 
     #[test]

@@ -578,6 +578,8 @@ mod tests {
     fn thinking_levels_set_a_budget_on_top_of_max_tokens() {
         for (level, budget) in [("low", 1024), ("medium", 4096), ("high", 16384)] {
             let mut r = request();
+            // A fresh request (this one's tool loop was started without thinking).
+            r.messages.truncate(1);
             r.thinking = Some(level.into());
             let body = request_body(&r, "m", false).unwrap();
             assert_eq!(
@@ -628,6 +630,10 @@ mod tests {
         assert_eq!(
             r.content,
             vec![
+                Block::Thinking {
+                    thinking: "hmm".into(),
+                    signature: "sig".into()
+                },
                 Block::Text {
                     text: "Let me check.".into()
                 },

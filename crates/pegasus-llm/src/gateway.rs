@@ -21,6 +21,7 @@ use pegasus_store::{validate_name, Config, Home, LedgerEntry, ProjectFile};
 
 use crate::budget::{self, Limits, MAIN_PROJECT};
 use crate::ledger::Ledger;
+use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
 use crate::provider::{self, Kind, Target};
 use crate::reply::{self, ProviderReply};
@@ -49,6 +50,9 @@ struct Inner {
     home: Home,
     config: Config,
     prices: PriceTable,
+    models: ModelTable,
+    /// Models already logged as running without the thinking a role asked for.
+    thinking_refused: Mutex<std::collections::HashSet<String>>,
     http: reqwest::Client,
     /// `llm.max_concurrency` slots shared by every caller.
     slots: Semaphore,
@@ -89,6 +93,7 @@ impl Gateway {
     /// the spend totals rebuilt from the existing ledger (which is created if missing).
     pub fn new(home: &Home, config: &Config) -> Result<Gateway, LlmError> {
         let prices = PriceTable::new(&config.prices)?;
+        let models = ModelTable::new(config)?;
         let ledger = Ledger::open(home)?;
         let http = reqwest::Client::builder()
             .user_agent(concat!("pegasus/", env!("CARGO_PKG_VERSION")))
@@ -99,6 +104,8 @@ impl Gateway {
                 home: home.clone(),
                 config: config.clone(),
                 prices,
+                models,
+                thinking_refused: Mutex::new(Default::default()),
                 http,
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
                 gates: Mutex::new(HashMap::new()),
@@ -136,9 +143,11 @@ impl Gateway {
             .unwrap_or_else(|| MAIN_PROJECT.to_string());
         self.check_budgets(&req.meta, &project)?;
         let key = provider::credential(&target)?;
+        let info = self.model_info(&target.full);
+        let req = self.adapt(req, &target.full, &info);
         let body = match target.kind {
             Kind::Anthropic => anthropic::request_body(&req, &target.model, req.stream)?,
-            Kind::OpenAi => openai::request_body(&req, &target.model, req.stream)?,
+            Kind::OpenAi => openai::request_body(&req, &target.model, req.stream, info.reasoning)?,
         };
         let timeout =
             Duration::from_secs(req.timeout_s.unwrap_or(inner.config.llm.timeout_s).max(1));
@@ -191,10 +200,41 @@ impl Gateway {
         })
     }
 
-    /// Context window of a model (empty = the default model) from the price table; the agent
-    /// compacts its session at 80% of it.
+    /// Context window of a model (empty = the default model) from the model table (or an
+    /// older `prices` entry, or `default_context_window`); the agent compacts its session at
+    /// 80% of it. Always known: an unknown model gets the conservative default.
     pub fn context_window(&self, model: &str) -> Option<u64> {
-        self.inner.prices.context_window(&self.resolve_model(model))
+        Some(self.model_info(&self.resolve_model(model)).context_window)
+    }
+
+    /// What a `provider/model` can do (SPEC §5 model table).
+    pub fn model_info(&self, model: &str) -> ModelInfo {
+        let inner = &*self.inner;
+        inner.models.info(model, inner.prices.context_window(model))
+    }
+
+    /// Fits a request to what its model can do: `max_tokens` capped by the model's output
+    /// limit; thinking asked of a model that neither thinks nor reasons is dropped (the call
+    /// runs without it and one log line per model says so, instead of a 400).
+    fn adapt(&self, mut req: ChatRequest, model: &str, info: &ModelInfo) -> ChatRequest {
+        req.max_tokens = req.max_tokens.clamp(1, info.max_output_tokens.max(1));
+        let wants = req
+            .thinking
+            .as_deref()
+            .is_some_and(|t| matches!(t, "low" | "medium" | "high"));
+        if wants && !(info.thinking || info.reasoning) {
+            req.thinking = None;
+            let first = self
+                .inner
+                .thinking_refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(model.to_string());
+            if first {
+                tracing::info!(%model, "the role asks for thinking, but this model has none (data/models.yml); running without it");
+            }
+        }
+        req
     }
 
     /// The model a request would use: `model`, or the config's `default_model` when empty.

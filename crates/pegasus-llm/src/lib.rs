@@ -22,6 +22,7 @@ pub mod anthropic;
 pub mod budget;
 pub mod gateway;
 pub mod ledger;
+pub mod models;
 pub mod openai;
 pub mod prices;
 pub mod provider;

@@ -18,8 +18,15 @@ use pegasus_proto::llm::{Block, ChatRequest, LlmError, Message, Role, StopReason
 use crate::reply::{without_empty_text, ProviderReply};
 use crate::sse::{forward, StreamParser};
 
-/// The JSON body of `POST /chat/completions` for `req`, addressed to `model`.
-pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Value, LlmError> {
+/// The JSON body of `POST /chat/completions` for `req`, addressed to `model`. A `reasoning`
+/// model (the model table says so) gets `max_completion_tokens`, `reasoning_effort` when the
+/// request thinks, and no temperature; any other model never gets `reasoning_effort`.
+pub fn request_body(
+    req: &ChatRequest,
+    model: &str,
+    stream: bool,
+    reasoning: bool,
+) -> Result<Value, LlmError> {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
     let mut messages = Vec::new();
@@ -52,12 +59,16 @@ pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Valu
             .collect::<Result<Vec<_>, LlmError>>()?;
         body.insert("tools".into(), Value::Array(tools));
     }
-    body.insert("max_tokens".into(), json!(req.max_tokens));
-    if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(effort @ ("low" | "medium" | "high")) = req.thinking.as_deref() {
-        body.insert("reasoning_effort".into(), json!(effort));
+    if reasoning {
+        body.insert("max_completion_tokens".into(), json!(req.max_tokens));
+        if let Some(effort @ ("low" | "medium" | "high")) = req.thinking.as_deref() {
+            body.insert("reasoning_effort".into(), json!(effort));
+        }
+    } else {
+        body.insert("max_tokens".into(), json!(req.max_tokens));
+        if let Some(t) = req.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
     }
     if stream {
         body.insert("stream".into(), json!(true));
@@ -459,8 +470,16 @@ mod tests {
     }
 
     #[test]
+    fn a_reasoning_model_gets_max_completion_tokens_and_effort_and_no_temperature() {
+        let body = request_body(&request(), "o4-mini", false, true).unwrap();
+        assert_eq!(body["max_completion_tokens"], json!(500));
+        assert_eq!(body["reasoning_effort"], json!("medium"));
+        assert!(body.get("max_tokens").is_none() && body.get("temperature").is_none());
+    }
+
+    #[test]
     fn request_body_matches_chat_completions() {
-        let body = request_body(&request(), "gpt-4o", true).unwrap();
+        let body = request_body(&request(), "gpt-4o", true, false).unwrap();
         assert_eq!(
             body,
             json!({
@@ -482,7 +501,6 @@ mod tests {
                 }}],
                 "max_tokens": 500,
                 "temperature": 0.25,
-                "reasoning_effort": "medium",
                 "stream": true,
                 "stream_options": {"include_usage": true}
             })
@@ -497,7 +515,7 @@ mod tests {
         r.temperature = None;
         r.thinking = Some("off".into());
         r.messages.truncate(1);
-        let body = request_body(&r, "llama3", false).unwrap();
+        let body = request_body(&r, "llama3", false, false).unwrap();
         assert_eq!(
             body,
             json!({

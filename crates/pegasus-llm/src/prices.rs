@@ -72,7 +72,7 @@ pub fn cost_of(p: &PriceConfig, usage: &Usage) -> f64 {
 }
 
 /// `*` matches any run of characters (including `/`); everything else is literal.
-fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let (first, rest) = match parts.split_first() {
         Some(x) => x,
@@ -94,7 +94,7 @@ fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 /// `x-20250929` -> `x`, `x-2024-08-06` -> `x`; `None` when there is no such suffix.
-fn strip_date_suffix(model: &str) -> Option<&str> {
+pub(crate) fn strip_date_suffix(model: &str) -> Option<&str> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if let Some((head, tail)) = model.rsplit_once('-') {
         if tail.len() == 8 && digits(tail) {

@@ -85,6 +85,19 @@ fn world(tweak: impl FnOnce(&mut Config)) -> World {
         ("fa/*".to_string(), fake_price()),
         ("fo/*".to_string(), fake_price()),
     ]);
+    // The test providers' capabilities, as a user would declare them in config.yml.
+    let caps = |thinking: bool, reasoning: bool| pegasus_store::ModelConfig {
+        context_window: Some(100_000),
+        max_output_tokens: Some(8192),
+        thinking,
+        reasoning,
+    };
+    config.models = BTreeMap::from([
+        ("fa/*".to_string(), caps(true, false)),
+        ("fa/*-nothink".to_string(), caps(false, false)),
+        ("fo/*".to_string(), caps(false, false)),
+        ("fo/*-reasoning".to_string(), caps(false, true)),
+    ]);
     tweak(&mut config);
     let gw = Gateway::new(&home, &config).unwrap();
     World {
@@ -707,7 +720,8 @@ async fn unknown_price_is_recorded_as_null_not_zero(p: &str) {
     let raw = std::fs::read_to_string(w.home.ledger_file()).unwrap();
     assert!(raw.contains("\"usd\":null"), "{raw}");
     assert_eq!(w.gw.spent_today(), 0.0);
-    assert_eq!(w.gw.context_window(&format!("{p}/x")), None);
+    // Unpriced is not unknown: the window comes from the model table.
+    assert_eq!(w.gw.context_window(&format!("{p}/x")), Some(100_000));
 }
 
 async fn missing_usage_means_unknown_cost(p: &str) {
@@ -970,4 +984,47 @@ async fn thinking_blocks_round_trip_unchanged_within_the_tool_loop() {
         let sent = w.fake.requests().last().unwrap().body.clone();
         assert!(sent.get("thinking").is_none(), "{sent}");
     }
+}
+
+/// The model table decides the wire (SPEC §5): a reasoning model gets max_completion_tokens and
+/// reasoning_effort and no temperature; any other model never gets reasoning_effort; a role's
+/// thinking on a model without it runs without it. The fake refuses each wrong shape with the
+/// real API's 400, so a pass here means the real API would take these requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_table_shapes_thinking_and_reasoning_requests() {
+    let w = world(|_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    let ask = |model: &str| {
+        let mut r = request(model, "think hard");
+        r.thinking = Some("high".into());
+        r.temperature = Some(0.3);
+        r.max_tokens = 100_000;
+        r
+    };
+    for model in ["fo/x-reasoning", "fo/plain", "fa/m-nothink", "fa/m"] {
+        let got = w.gw.chat(ask(model), None).await;
+        assert!(got.is_ok(), "{model}: {got:?}");
+    }
+    let bodies: Vec<serde_json::Value> = w.fake.requests().iter().map(|r| r.body.clone()).collect();
+    // Reasoning model.
+    assert_eq!(
+        bodies[0]["max_completion_tokens"], 8192,
+        "capped by max_output_tokens"
+    );
+    assert_eq!(bodies[0]["reasoning_effort"], "high");
+    assert!(bodies[0].get("max_tokens").is_none() && bodies[0].get("temperature").is_none());
+    // Plain OpenAI model.
+    assert!(bodies[1].get("reasoning_effort").is_none(), "{}", bodies[1]);
+    assert_eq!(bodies[1]["max_tokens"], 8192);
+    assert!((bodies[1]["temperature"].as_f64().unwrap() - 0.3).abs() < 1e-6);
+    // Anthropic model without thinking: none sent, temperature kept.
+    assert!(bodies[2].get("thinking").is_none(), "{}", bodies[2]);
+    assert!(bodies[2].get("temperature").is_some());
+    // Anthropic model with thinking: enabled, no temperature, budget below max_tokens.
+    assert_eq!(bodies[3]["thinking"]["type"], "enabled");
+    assert!(bodies[3].get("temperature").is_none());
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+    // An unknown model gets the conservative default window, never "unknown".
+    assert_eq!(w.gw.context_window("nobody/x"), Some(128_000));
 }

@@ -38,6 +38,29 @@ pub struct Config {
     pub watchdog: WatchdogConfig,
     /// Autonomous runs.
     pub runs: RunsConfig,
+    /// Model pattern -> what the model can do; extends the shipped table (`data/models.yml`).
+    pub models: BTreeMap<String, ModelConfig>,
+    /// Context window assumed for a model neither table knows, in tokens.
+    pub default_context_window: u64,
+}
+
+/// What a model can do (SPEC §5 model table): `data/models.yml`, extended by config.yml
+/// `models:`, keyed like `prices`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Tokens the model can see; the agent compacts at 80% of it.
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// Most tokens one answer may have; a call's `max_tokens` is capped by it.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Anthropic extended thinking (`thinking` blocks).
+    #[serde(default)]
+    pub thinking: bool,
+    /// An OpenAI reasoning model: `max_completion_tokens` and `reasoning_effort`.
+    #[serde(default)]
+    pub reasoning: bool,
 }
 
 impl Default for Config {
@@ -54,6 +77,8 @@ impl Default for Config {
             agent: AgentConfig::default(),
             watchdog: WatchdogConfig::default(),
             runs: RunsConfig::default(),
+            models: BTreeMap::new(),
+            default_context_window: 128_000,
         }
     }
 }
@@ -384,6 +409,22 @@ impl Config {
         };
         if self.llm.max_concurrency < 1 {
             return Err(err("llm.max_concurrency", "must be at least 1"));
+        }
+        if self.default_context_window < 1024 {
+            return Err(err(
+                "default_context_window",
+                "must be at least 1024 tokens (128000 is a safe guess for current models)",
+            ));
+        }
+        for (pattern, m) in &self.models {
+            if m.context_window.is_some_and(|w| w < 1024)
+                || m.max_output_tokens.is_some_and(|t| t < 1)
+            {
+                return Err(err(
+                    &format!("models.{pattern}"),
+                    "context_window must be at least 1024 and max_output_tokens at least 1",
+                ));
+            }
         }
         if !MAX_RESPONSE_BYTES_RANGE.contains(&self.llm.max_response_bytes) {
             return Err(err(
