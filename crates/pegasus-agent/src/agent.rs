@@ -52,6 +52,8 @@ pub struct Agent {
     queued: Vec<String>,
     /// The ids of those messages: the task lists them.
     queued_ids: Vec<String>,
+    /// Acknowledged messages (id, text) no task took up before the last stop, found at open.
+    untaken: Vec<(String, String)>,
     tasks: TaskStore,
     compaction_failures: u32,
     /// Set by the host when the process is asked to stop: a task stops at its next turn.
@@ -111,7 +113,16 @@ impl Agent {
         let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
         let recovered = tasks.recover_after_restart().map_err(AgentError::tasks)?;
         task_record::report_recovered(&notices, &recovered);
-        write_crash_record(&session, &loaded.repairs, &recovered)?;
+        write_crash_record(&session, &loaded, &recovered)?;
+        // A project's acknowledged messages that no task took up (see
+        // `adopt_pending_messages`), found in the session just loaded.
+        let untaken = match settings.project {
+            Some(_) => {
+                let listed = tasks.list().map_err(AgentError::tasks)?;
+                task_record::untaken_messages(&loaded.records, &listed)
+            }
+            None => Vec::new(),
+        };
         Ok(Agent {
             dir: dir.to_path_buf(),
             workdir: workdir.to_path_buf(),
@@ -126,6 +137,7 @@ impl Agent {
             transcript,
             queued: Vec::new(),
             queued_ids: Vec::new(),
+            untaken,
             tasks,
             compaction_failures: 0,
             stop_flag: Arc::default(),
@@ -156,12 +168,11 @@ impl Agent {
 
     /// Makes a task of every inbound message that was acknowledged (it is in the session) but
     /// never taken up by a task — the worker died, or was stopped, before it got to them —
-    /// so the work queue runs them like any ready task (SPEC §6). Call it once after
-    /// [`Agent::open`], before new messages are recorded. Returns the task made, if any.
+    /// so the work queue runs them like any ready task (SPEC §6). They were found by
+    /// [`Agent::open`] (a project's agent only); call this once after it, before new messages
+    /// are recorded. Returns the task made, if any.
     pub fn adopt_pending_messages(&mut self) -> Result<Option<Task>, AgentError> {
-        let loaded = load_session(&self.dir)?;
-        let tasks = self.tasks.list().map_err(AgentError::tasks)?;
-        let pending = task_record::untaken_messages(&loaded.records, &tasks);
+        let pending = std::mem::take(&mut self.untaken);
         if pending.is_empty() {
             return Ok(None);
         }
@@ -536,19 +547,13 @@ impl Agent {
 /// last process stopped cleanly.
 fn write_crash_record(
     session: &SessionHandle,
-    repairs: &[pegasus_store::SessionRecord],
+    loaded: &pegasus_store::LoadedSession,
     recovered: &[pegasus_tasks::Recovered],
 ) -> Result<(), AgentError> {
-    if repairs.is_empty() && recovered.is_empty() {
+    if loaded.repairs.is_empty() && recovered.is_empty() {
         return Ok(());
     }
-    let calls: usize = repairs
-        .iter()
-        .map(|r| match r {
-            pegasus_store::SessionRecord::Message(m) => m.content.len(),
-            _ => 0,
-        })
-        .sum();
+    let calls = loaded.repaired_tool_uses;
     let mut parts = vec!["the process stopped before finishing its work".to_string()];
     if calls > 0 {
         parts.push(format!(
@@ -557,14 +562,9 @@ fn write_crash_record(
         ));
     }
     for r in recovered {
-        let what = match r.action {
-            pegasus_tasks::Recovery::Failed => pegasus_tasks::RESTART_REASON,
-            pegasus_tasks::Recovery::Rerun => pegasus_tasks::RERUN_REASON,
-            pegasus_tasks::Recovery::CrashedTwice => pegasus_tasks::CRASHED_TWICE_REASON,
-        };
-        parts.push(format!("task {}: {what}", r.id));
+        parts.push(format!("task {}: {}", r.id, r.action.reason()));
     }
-    let mut records = repairs.to_vec();
+    let mut records = loaded.repairs.clone();
     records.push(pegasus_store::SessionRecord::Crash {
         reason: parts.join("; "),
         ts: chrono::Utc::now(),

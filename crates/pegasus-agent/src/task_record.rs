@@ -32,11 +32,11 @@ pub(crate) fn report(notices: &UnboundedSender<Notice>, task: &Task) {
 /// the worker twice is also told to the MainAgent (SPEC §6).
 pub(crate) fn report_recovered(notices: &UnboundedSender<Notice>, recovered: &[Recovered]) {
     for r in recovered {
-        let (state, reason) = match r.action {
-            Recovery::Failed => (TaskState::Failed, pegasus_tasks::RESTART_REASON),
-            Recovery::Rerun => (TaskState::Ready, pegasus_tasks::RERUN_REASON),
-            Recovery::CrashedTwice => (TaskState::Failed, pegasus_tasks::CRASHED_TWICE_REASON),
+        let state = match r.action {
+            Recovery::Rerun => TaskState::Ready,
+            Recovery::Failed | Recovery::CrashedTwice => TaskState::Failed,
         };
+        let reason = r.action.reason();
         send_event(
             notices,
             WorkerEvent::Task {

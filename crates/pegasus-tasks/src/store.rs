@@ -54,6 +54,17 @@ pub enum Recovery {
     CrashedTwice,
 }
 
+impl Recovery {
+    /// The reason recorded for it (and shown to the user).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Recovery::Failed => RESTART_REASON,
+            Recovery::Rerun => RERUN_REASON,
+            Recovery::CrashedTwice => CRASHED_TWICE_REASON,
+        }
+    }
+}
+
 /// One task the restart rule moved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovered {

@@ -58,14 +58,14 @@ impl Tool for Exec {
             };
             let max = ctx.settings.exec_timeout_s.max(1);
             let secs = args.timeout_s.unwrap_or(max).clamp(1, max);
-            run_command(
-                &args.command,
-                &ctx.workdir,
-                Duration::from_secs(secs),
-                ctx.settings.exec_output_cap,
-                ctx.settings.exec_registry.as_deref(),
-                ctx.settings.sandbox.as_ref(),
-            )
+            run_command(CommandSpec {
+                command: &args.command,
+                workdir: &ctx.workdir,
+                timeout: Duration::from_secs(secs),
+                output_cap: ctx.settings.exec_output_cap,
+                registry: ctx.settings.exec_registry.as_deref(),
+                sandbox: ctx.settings.sandbox.as_ref(),
+            })
             .await
         })
     }
@@ -120,18 +120,26 @@ impl Capped {
     }
 }
 
-/// Runs `command` in its own process group (see the module doc), then kills what escaped it: a process that
+/// One command to run: what, where, for how long, how much output is kept, and how it is
+/// contained.
+#[derive(Debug, Clone, Copy)]
+pub struct CommandSpec<'a> {
+    pub command: &'a str,
+    pub workdir: &'a Path,
+    pub timeout: Duration,
+    /// Bytes of output kept for the model.
+    pub output_cap: usize,
+    /// Where its process group is recorded for the supervisor's sweep.
+    pub registry: Option<&'a Path>,
+    /// Its Landlock confinement; `None` = unconfined.
+    pub sandbox: Option<&'a crate::sandbox::SandboxPaths>,
+}
+
+/// Runs a command in its own process group (see the module doc), then kills what escaped it: a process that
 /// left the command's group (`setsid cmd &`, a double fork) was re-parented to this process, a
 /// child subreaper, when its parent exited; nothing the command started outlives the call.
-pub async fn run_command(
-    command: &str,
-    workdir: &Path,
-    timeout: Duration,
-    cap: usize,
-    registry: Option<&Path>,
-    sandbox: Option<&crate::sandbox::SandboxPaths>,
-) -> ToolOutput {
-    let out = run_command_contained(command, workdir, timeout, cap, registry, sandbox).await;
+pub async fn run_command(spec: CommandSpec<'_>) -> ToolOutput {
+    let out = run_command_contained(spec).await;
     match tokio::task::spawn_blocking(pegasus_store::adopted::kill_adopted).await {
         Ok(0) | Err(_) => {}
         Ok(n) => tracing::info!(killed = n, "killed processes that escaped an exec command"),
@@ -139,15 +147,16 @@ pub async fn run_command(
     out
 }
 
-/// Runs `command` with `sh -c` in `workdir`; see the module doc for the process rules.
-async fn run_command_contained(
-    command: &str,
-    workdir: &Path,
-    timeout: Duration,
-    cap: usize,
-    registry: Option<&Path>,
-    sandbox: Option<&crate::sandbox::SandboxPaths>,
-) -> ToolOutput {
+/// Runs the command with `sh -c` in its workdir; see the module doc for the process rules.
+async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
+    let CommandSpec {
+        command,
+        workdir,
+        timeout,
+        output_cap: cap,
+        registry,
+        sandbox,
+    } = spec;
     if command.trim().is_empty() {
         return ToolOutput::error("`command` is empty");
     }
