@@ -11,7 +11,7 @@ use pegasus_store::{load_session, Session};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::agent_loop::{run_loop, LoopSpec};
-use crate::compaction::{self, compact, RunMark};
+use crate::compaction::{self, Compactor, RunMark};
 use crate::error::AgentError;
 use crate::model::ChatModel;
 use crate::outbox::{send_event, Notice};
@@ -26,9 +26,6 @@ use crate::tool::ToolCtx;
 use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
 use pegasus_tasks::{Task, TaskState, TaskStore};
-
-/// Compaction attempts that may fail in a row before the agent stops trying (SPEC §3).
-const MAX_COMPACTION_FAILURES: u32 = 3;
 
 /// The agent of one project (or of the MainAgent, with other tools and folder): owns the
 /// in-memory transcript, the session appender and the task log.
@@ -55,7 +52,6 @@ pub struct Agent {
     /// Acknowledged messages (id, text) no task took up before the last stop, found at open.
     untaken: Vec<(String, String)>,
     tasks: TaskStore,
-    compaction_failures: u32,
     /// Set by the host when the process is asked to stop: a task stops at its next turn.
     stop_flag: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -139,7 +135,6 @@ impl Agent {
             queued_ids: Vec::new(),
             untaken,
             tasks,
-            compaction_failures: 0,
             stop_flag: Arc::default(),
         })
     }
@@ -408,6 +403,7 @@ impl Agent {
                 .map(|t| t.state == TaskState::Cancelled)
                 .unwrap_or(false)
         };
+        let mut compactor = Compactor::new(&self.dir, &self.name, &self.session, mark);
         let spec = LoopSpec {
             system: &system,
             tools: &tools,
@@ -415,6 +411,7 @@ impl Agent {
             session: Some(&self.session),
             role: role_name,
             cancelled: tracked.then_some(&cancelled as &(dyn Fn() -> bool + Send + Sync)),
+            compactor: Some(&mut compactor),
         };
         let end = match run_loop(spec, &mut self.transcript).await {
             Ok(end) => end,
@@ -448,11 +445,15 @@ impl Agent {
             cost += r.cost_usd;
         }
 
+        // After the task: compact now if the next message would start near the window.
         if let Some(usage) = end.last_usage {
-            cost += self
-                .maybe_compact(&ctx, usage.input_tokens + usage.output_tokens, mark)
-                .await;
+            let used = usage.input_tokens + usage.output_tokens;
+            if compaction::needed(used, ctx.settings.context_window) {
+                cost += compactor.run(&ctx, &mut self.transcript, false).await.1;
+            }
         }
+        // A compaction replaced the transcript: all of it is this task's part now.
+        let task_start = if compactor.compacted() { 0 } else { task_start };
 
         let (mut state, mut reason) = end.stop.task_state(end.token_capped);
         let mut text = end.text;
@@ -499,46 +500,6 @@ impl Agent {
             turns: end.turns,
             cost_usd: cost,
         })
-    }
-
-    /// Compacts when `used` tokens pass 80% of the context window, unless the last attempts
-    /// all failed; returns what it cost.
-    async fn maybe_compact(&mut self, ctx: &ToolCtx, used: u64, mark: RunMark) -> f64 {
-        if !compaction::needed(used, self.settings.context_window) {
-            return 0.0;
-        }
-        if self.compaction_failures >= MAX_COMPACTION_FAILURES {
-            tracing::warn!(agent = %self.name, "context nearly full, but compaction failed {MAX_COMPACTION_FAILURES} times in a row; not trying again");
-            return 0.0;
-        }
-        let (result, cost) = compact(
-            &self.dir,
-            &self.name,
-            &self.session,
-            ctx,
-            &self.transcript,
-            mark,
-        )
-        .await;
-        match result {
-            Ok(c) => {
-                tracing::info!(agent = %self.name, archived = %c.archived.display(), "session compacted");
-                self.transcript = c.transcript;
-                self.compaction_failures = 0;
-                send_event(
-                    &self.notices,
-                    WorkerEvent::Compaction {
-                        task: ctx.task_id.clone(),
-                        archived: c.archived.to_string_lossy().into_owned(),
-                    },
-                );
-            }
-            Err(e) => {
-                self.compaction_failures += 1;
-                tracing::warn!(agent = %self.name, error = %e, failures = self.compaction_failures, "compaction failed");
-            }
-        }
-        cost
     }
 }
 

@@ -5,6 +5,8 @@
 use pegasus_proto::llm::{Block, Message, Role, StopReason, Usage};
 
 use crate::actor::{act, Call};
+use crate::compaction::Compactor;
+use crate::context;
 use crate::error::AgentError;
 use crate::guards::RepeatGuard;
 use crate::outbox::send_event;
@@ -18,7 +20,7 @@ use pegasus_proto::{Stage, WorkerEvent};
 use tokio::time::Instant;
 
 /// What one loop works with.
-pub struct LoopSpec<'a> {
+pub struct LoopSpec<'a, 'c> {
     /// The system prompt.
     pub system: &'a str,
     /// The tools the model may call.
@@ -31,6 +33,9 @@ pub struct LoopSpec<'a> {
     pub role: Option<String>,
     /// Asked at the top of every turn: has the task been cancelled from outside?
     pub cancelled: Option<&'a (dyn Fn() -> bool + Send + Sync)>,
+    /// Compacts the session when a request nears the context window or the provider refuses
+    /// one as too long; `None` (a subagent) never compacts.
+    pub compactor: Option<&'a mut Compactor<'c>>,
 }
 
 /// How a loop ended.
@@ -48,6 +53,8 @@ pub struct LoopEnd {
     pub last_usage: Option<Usage>,
     /// The answer was cut by `max_tokens`.
     pub token_capped: bool,
+    /// The transcript was compacted during the loop (it no longer holds the task's turns).
+    pub compacted: bool,
 }
 
 fn stage(ctx: &ToolCtx, stage: Stage) {
@@ -77,6 +84,9 @@ fn explain(stop: &StopKind, turns: u32, looped: &str, limit: u32) -> String {
         StopKind::TimedOut(s) => {
             format!("Stopped: the role's time limit of {s} s ran out (model.timeout_s).")
         }
+        StopKind::ContextTooLong(msg) => format!(
+            "Stopped: {msg}; shorten the request, or use a model with a larger context window."
+        ),
     }
 }
 
@@ -95,7 +105,7 @@ async fn within<F: std::future::Future>(deadline: Option<Instant>, f: F) -> Opti
 /// dangling call that the loader closes as cancelled; the turn's results are then persisted as
 /// one tool record.
 pub async fn run_loop(
-    spec: LoopSpec<'_>,
+    mut spec: LoopSpec<'_, '_>,
     transcript: &mut Vec<Message>,
 ) -> Result<LoopEnd, AgentError> {
     let ctx = spec.ctx;
@@ -112,6 +122,7 @@ pub async fn run_loop(
         cost_usd: 0.0,
         last_usage: None,
         token_capped: false,
+        compacted: false,
     };
     loop {
         if spec.cancelled.is_some_and(|c| c()) {
@@ -130,24 +141,56 @@ pub async fn run_loop(
             return Ok(end);
         }
         stage(ctx, Stage::Reasoning);
-        let req = thinker::request(
-            ctx,
-            spec.system,
-            transcript,
-            spec.tools.specs(),
-            spec.role.clone(),
-        );
+        let request = |t: &[Message]| {
+            thinker::request(ctx, spec.system, t, spec.tools.specs(), spec.role.clone())
+        };
+        let mut req = request(transcript);
+        // Compact first when the request nears the window (SPEC §6), so it is never sent to
+        // be refused.
+        if let Some(c) = spec.compactor.as_deref_mut() {
+            if context::needs_compaction(&req, settings.context_window) {
+                let (done, cost) = c.run(ctx, transcript, end.turns > 0).await;
+                end.cost_usd += cost;
+                if done {
+                    end.compacted = true;
+                    req = request(transcript);
+                }
+            }
+        }
         // A model call cut off by the deadline is dropped (and cancelled at the supervisor);
-        // the transcript has nothing of it, so it stays valid.
-        let resp = match within(deadline, thinker::think(ctx.model.as_ref(), ctx, req))
-            .await
-            .unwrap_or(Err(timed_out.clone()))
-        {
-            Ok(r) => r,
-            Err(stop) => {
-                end.text = explain(&stop, end.turns, "", 0);
-                end.stop = stop;
-                return Ok(end);
+        // the transcript has nothing of it, so it stays valid. A context-length refusal (the
+        // provider counts tokens its own way) compacts and tries once more.
+        let mut retried = false;
+        let resp = loop {
+            match within(deadline, thinker::think(ctx.model.as_ref(), ctx, req))
+                .await
+                .unwrap_or(Err(timed_out.clone()))
+            {
+                Ok(r) => break r,
+                Err(StopKind::ContextTooLong(msg)) if !retried && spec.compactor.is_some() => {
+                    retried = true;
+                    let mut done = false;
+                    if let Some(c) = spec.compactor.as_deref_mut() {
+                        let (d, cost) = c.run(ctx, transcript, end.turns > 0).await;
+                        end.cost_usd += cost;
+                        done = d;
+                    }
+                    if !done {
+                        end.stop = StopKind::ContextTooLong(msg);
+                        end.text = explain(&end.stop, end.turns, "", 0);
+                        return Ok(end);
+                    }
+                    tracing::info!(
+                        "the provider refused the request as too long; compacted, trying again"
+                    );
+                    end.compacted = true;
+                    req = request(transcript);
+                }
+                Err(stop) => {
+                    end.text = explain(&stop, end.turns, "", 0);
+                    end.stop = stop;
+                    return Ok(end);
+                }
             }
         };
         end.turns += 1;
@@ -233,10 +276,16 @@ pub async fn run_loop(
                 }
             }
         };
+        // No one result may fill the context window (SPEC §6).
         let results: Vec<Block> = calls
             .iter()
             .zip(outputs)
-            .map(|(c, out)| c.result(out))
+            .map(|(c, out)| {
+                c.result(ToolOutput {
+                    content: context::cap_tool_result(out.content, settings.max_tool_result_bytes),
+                    is_error: out.is_error,
+                })
+            })
             .collect();
         push_user(transcript, results.clone());
         if let Some(session) = spec.session {

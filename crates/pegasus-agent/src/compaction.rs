@@ -29,11 +29,23 @@ without the original: the goals, decisions made and why, the current state of th
 questions and promised next steps, names, paths and numbers that matter. Plain prose or \
 bullets, no preamble.";
 
-/// Characters of transcript sent to the summariser (the most recent part is kept).
+/// Characters of transcript sent to the summariser at most (the most recent part is kept);
+/// less for a small context window ([`crate::context::summary_input_chars`]).
 const SUMMARY_INPUT_CHARS: usize = 200_000;
 
 /// Compaction starts when a response's input+output tokens exceed this share of the window.
-pub const THRESHOLD: f64 = 0.8;
+pub const THRESHOLD: f64 = crate::context::THRESHOLD;
+
+/// Failed compactions in a row after which an agent stops trying (until one succeeds).
+pub const MAX_FAILURES: u32 = 3;
+
+/// Compactions one run may make; a run that needs more is making its context grow faster
+/// than summaries shrink it, and stops on the provider's refusal instead.
+pub const MAX_PER_RUN: u32 = 4;
+
+/// Told to the model after a compaction in the middle of its task.
+pub const MID_TASK_NOTE: &str = "(The conversation was compacted while you were working on \
+this request: the summary above says what was already done. Carry on from there.)";
 
 /// Whether a response of `used` tokens calls for compaction under `window`.
 pub fn needed(used: u64, window: Option<u64>) -> bool {
@@ -52,6 +64,8 @@ pub struct Compacted {
     pub archived: PathBuf,
     /// Cost of the summary call.
     pub cost_usd: f64,
+    /// The run's mark in the new file: user records after it arrived during the run.
+    pub mark: RunMark,
 }
 
 /// Why a compaction attempt failed; the session is unchanged in every case.
@@ -76,8 +90,9 @@ pub struct RunMark {
     pub request: Vec<String>,
 }
 
-/// Summarises `transcript` and swaps the session file of `dir` (see the module doc). The cost
-/// is returned even on failure, since the call may have been paid for.
+/// Summarises `transcript` and swaps the session file of `dir` (see the module doc). With
+/// `mid_task`, the kept request tells the model its work goes on. The cost is returned even on
+/// failure, since the call may have been paid for.
 pub async fn compact(
     dir: &Path,
     name: &str,
@@ -85,7 +100,10 @@ pub async fn compact(
     ctx: &ToolCtx,
     transcript: &[Message],
     mark: RunMark,
+    mid_task: bool,
 ) -> (Result<Compacted, CompactionError>, f64) {
+    let input_chars =
+        crate::context::summary_input_chars(ctx.settings.context_window, SUMMARY_INPUT_CHARS);
     let req = thinker::request(
         ctx,
         COMPACTION_SYSTEM,
@@ -94,7 +112,7 @@ pub async fn compact(
             content: vec![Block::Text {
                 text: format!(
                     "The conversation so far:\n\n{}\n\nWrite the summary now.",
-                    render(transcript, SUMMARY_INPUT_CHARS)
+                    render(transcript, input_chars)
                 ),
             }],
         }],
@@ -128,20 +146,106 @@ pub async fn compact(
     let dir = dir.to_path_buf();
     let name = name.to_string();
     let session = session.clone();
-    let swapped =
-        tokio::task::spawn_blocking(move || swap_files(&dir, &name, &session, summary, mark))
-            .await
-            .map_err(|e| AgentError::Background(e.to_string()))
-            .and_then(|r| r);
+    let swapped = tokio::task::spawn_blocking(move || {
+        swap_files(&dir, &name, &session, summary, mark, mid_task)
+    })
+    .await
+    .map_err(|e| AgentError::Background(e.to_string()))
+    .and_then(|r| r);
     let result = match swapped {
-        Ok((records, archived)) => Ok(Compacted {
+        Ok((records, archived, mark)) => Ok(Compacted {
             transcript: rebuild(&records),
             archived,
             cost_usd: cost,
+            mark,
         }),
         Err(e) => Err(CompactionError::Files(e)),
     };
     (result, cost)
+}
+
+/// Compacts one agent's session during one run: before a call that would not fit, after a
+/// provider's context-length refusal, and after the task. It carries the run's [`RunMark`]
+/// from one compaction to the next, so messages that arrive during the run are carried over
+/// by each of them.
+pub struct Compactor<'a> {
+    dir: &'a Path,
+    name: &'a str,
+    session: &'a SessionHandle,
+    mark: RunMark,
+    /// Compactions made in this run.
+    done: u32,
+    /// Failed attempts in this run.
+    failures: u32,
+}
+
+impl<'a> Compactor<'a> {
+    /// The compactor of a run of the agent of project `name` in `dir` that began at `mark`.
+    pub fn new(dir: &'a Path, name: &'a str, session: &'a SessionHandle, mark: RunMark) -> Self {
+        Compactor {
+            dir,
+            name,
+            session,
+            mark,
+            done: 0,
+            failures: 0,
+        }
+    }
+
+    /// Whether this run has compacted the session (the transcript was replaced).
+    pub fn compacted(&self) -> bool {
+        self.done > 0
+    }
+
+    /// Compacts the session and replaces `transcript` with the summary and the task's request
+    /// (and, `mid_task`, a note that the work goes on). Returns whether it did, and what the
+    /// summary cost. Gives up (returning `false`) after [`MAX_FAILURES`] failures or
+    /// [`MAX_PER_RUN`] compactions in this run.
+    pub async fn run(
+        &mut self,
+        ctx: &ToolCtx,
+        transcript: &mut Vec<Message>,
+        mid_task: bool,
+    ) -> (bool, f64) {
+        if self.failures >= MAX_FAILURES || self.done >= MAX_PER_RUN {
+            tracing::warn!(agent = %self.name, done = self.done, failures = self.failures,
+                "the context is nearly full, but this run will not compact again");
+            return (false, 0.0);
+        }
+        let (result, cost) = compact(
+            self.dir,
+            self.name,
+            self.session,
+            ctx,
+            transcript,
+            self.mark.clone(),
+            mid_task,
+        )
+        .await;
+        match result {
+            Ok(c) => {
+                tracing::info!(agent = %self.name, archived = %c.archived.display(), mid_task,
+                    "session compacted");
+                *transcript = c.transcript;
+                self.mark = c.mark;
+                self.done += 1;
+                crate::outbox::send_event(
+                    &ctx.notices,
+                    pegasus_proto::WorkerEvent::Compaction {
+                        task: ctx.task_id.clone(),
+                        archived: c.archived.to_string_lossy().into_owned(),
+                    },
+                );
+                (true, cost)
+            }
+            Err(e) => {
+                self.failures += 1;
+                tracing::warn!(agent = %self.name, error = %e, failures = self.failures,
+                    "compaction failed");
+                (false, cost)
+            }
+        }
+    }
 }
 
 /// User records appended to `path` after byte `offset`: messages that arrived during the run.
@@ -157,15 +261,17 @@ fn user_records_since(path: &Path, offset: u64) -> Result<Vec<SessionRecord>, Ag
 
 /// Archives `current.jsonl` and replaces it with meta + compaction + the task's request +
 /// the user messages recorded during the run. Returns the records the in-memory transcript is
-/// rebuilt from (without those late messages: the host enqueues them itself) and the archive
-/// path.
+/// rebuilt from (without those late messages: the host enqueues them itself), the archive
+/// path and the run's new mark (the late messages are after it, so a second compaction in
+/// the same run carries them over again).
 fn swap_files(
     dir: &Path,
     name: &str,
     session: &SessionHandle,
     summary: String,
     mark: RunMark,
-) -> Result<(Vec<SessionRecord>, PathBuf), AgentError> {
+    mid_task: bool,
+) -> Result<(Vec<SessionRecord>, PathBuf, RunMark), AgentError> {
     let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
     let current = session_file(dir);
     let late = user_records_since(&current, mark.file_len)?;
@@ -197,16 +303,22 @@ fn swap_files(
             .into_owned(),
         ts: now,
     }];
-    if !mark.request.is_empty() {
+    let mut request: Vec<ContentBlock> = mark
+        .request
+        .iter()
+        .map(|text| ContentBlock::Text { text: text.clone() })
+        .collect();
+    if mid_task {
+        request.push(ContentBlock::Text {
+            text: MID_TASK_NOTE.to_string(),
+        });
+    }
+    if !request.is_empty() {
         keep.push(SessionRecord::Message(SessionMessage {
             id: None,
             role: SRole::User,
             from: None,
-            content: mark
-                .request
-                .into_iter()
-                .map(|text| ContentBlock::Text { text })
-                .collect(),
+            content: request,
             model: None,
             usage: None,
             ts: now,
@@ -218,15 +330,26 @@ fn swap_files(
         created: now,
     };
     let mut text = String::new();
-    for r in std::iter::once(&meta).chain(&keep).chain(&late) {
+    let mut kept_len = 0;
+    for (i, r) in std::iter::once(&meta).chain(&keep).chain(&late).enumerate() {
+        if i == 1 + keep.len() {
+            kept_len = text.len();
+        }
         let line = serde_json::to_string(r).map_err(|e| AgentError::Background(e.to_string()))?;
         text.push_str(&line);
         text.push('\n');
     }
+    if late.is_empty() {
+        kept_len = text.len();
+    }
     write_atomic(&current, text.as_bytes())?;
     // The old appender points at the replaced inode; appends must go to the new file.
     *guard = Session::open(dir, name)?;
-    Ok((keep, archived))
+    let mark = RunMark {
+        file_len: kept_len as u64,
+        request: mark.request,
+    };
+    Ok((keep, archived, mark))
 }
 
 #[cfg(test)]

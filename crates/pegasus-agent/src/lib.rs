@@ -16,7 +16,8 @@
 //! Map: [`agent`] (the per-project agent and its runs), [`task_record`] (how a message becomes
 //! a task and how its states are recorded), [`session_writer`] (durable session appends),
 //! [`outbox`] (what the agent tells its host), [`agent_loop`] (the loop and its guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
-//! (session records ↔ a provider-valid transcript), [`compaction`], [`roles`],
+//! (session records ↔ a provider-valid transcript), [`compaction`], [`context`] (staying inside
+//! the context window), [`roles`],
 //! [`prompt`], [`skills`], [`memory`], [`paths`] (workdir confinement), [`tools`] (one file
 //! per tool).
 
@@ -24,6 +25,7 @@ pub mod actor;
 pub mod agent;
 pub mod agent_loop;
 pub mod compaction;
+pub mod context;
 pub mod error;
 pub mod guards;
 pub mod memory;

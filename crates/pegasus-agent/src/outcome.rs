@@ -19,6 +19,9 @@ pub enum StopKind {
     Cancelled,
     /// The role's time limit (`model.timeout_s`) ran out. Carries the limit in seconds.
     TimedOut(u64),
+    /// The request did not fit the model's context window, even after compacting. Carries
+    /// the provider's message.
+    ContextTooLong(String),
 }
 
 impl StopKind {
@@ -35,6 +38,7 @@ impl StopKind {
             StopKind::ModelError(_) => (TaskState::Failed, Some("model_error")),
             StopKind::Cancelled => (TaskState::Cancelled, Some("cancelled")),
             StopKind::TimedOut(_) => (TaskState::Failed, Some("timeout")),
+            StopKind::ContextTooLong(_) => (TaskState::Failed, Some("context_too_long")),
         }
     }
 }

@@ -16,6 +16,8 @@ pub struct AgentSettings {
     pub exec_timeout_s: u64,
     /// Bytes of `exec` output kept for the model.
     pub exec_output_cap: usize,
+    /// Bytes of any one tool result sent to the model (head and tail kept, the cut noted).
+    pub max_tool_result_bytes: usize,
     /// Subagents at this depth cannot spawn more.
     pub max_subagent_depth: u32,
     /// Subagents one task may spawn in all.
@@ -66,6 +68,7 @@ impl AgentSettings {
             max_parallel_tools: a.max_parallel_tools,
             exec_timeout_s: a.exec_timeout_s,
             exec_output_cap: a.exec_output_cap_bytes,
+            max_tool_result_bytes: a.max_tool_result_bytes,
             max_subagent_depth: a.max_subagent_depth,
             max_subagents_per_task: a.max_subagents_per_task,
             max_tokens: a.max_tokens,

@@ -58,6 +58,7 @@ pub async fn think(
             Ok(resp)
         }
         Err(e @ LlmError::BudgetExceeded { .. }) => Err(StopKind::Budget(e.to_string())),
+        Err(e @ LlmError::ContextTooLong { .. }) => Err(StopKind::ContextTooLong(e.to_string())),
         Err(e) => Err(StopKind::ModelError(e.to_string())),
     }
 }

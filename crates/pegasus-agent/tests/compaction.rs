@@ -5,10 +5,11 @@ mod common;
 
 use std::sync::{Arc, OnceLock};
 
-use common::{calls, send, settings, text, Fixture, ScriptedModel};
+use common::{calls, response, send, settings, text, Fixture, ScriptedModel};
 use pegasus_agent::transcript::{check_valid, SUMMARY_PREFIX};
 use pegasus_agent::{Agent, SessionHandle, Tool, ToolCtx, ToolFuture, ToolOutput, ToolSet};
 use pegasus_proto::llm::Block;
+use pegasus_proto::llm::{LlmError, StopReason};
 use pegasus_store::{load_session, SessionRecord};
 use serde_json::json;
 
@@ -36,6 +37,8 @@ fn open(fx: &Fixture, model: Arc<ScriptedModel>, window: u64) -> Agent {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut s = settings();
     s.context_window = Some(window);
+    // Small answers, so a request's own estimate stays far below the test windows.
+    s.max_tokens = 64;
     let tools = ToolSet::new(vec![Arc::new(Inbound(handle.clone()))]);
     let agent = Agent::open(
         &fx.dir,
@@ -53,6 +56,23 @@ fn open(fx: &Fixture, model: Arc<ScriptedModel>, window: u64) -> Agent {
     agent
 }
 
+/// A final answer whose usage reports `input` prompt tokens (the provider's count).
+fn used(t: &str, input: u64) -> Result<pegasus_proto::llm::ChatResponse, LlmError> {
+    let mut r = response(vec![Block::Text { text: t.into() }], StopReason::EndTurn);
+    r.usage.input_tokens = input;
+    Ok(r)
+}
+
+/// A turn of tool calls whose usage reports `input` prompt tokens.
+fn used_calls(
+    cs: &[(&str, &str, serde_json::Value)],
+    input: u64,
+) -> Result<pegasus_proto::llm::ChatResponse, LlmError> {
+    let mut r = calls(cs)?;
+    r.usage.input_tokens = input;
+    Ok(r)
+}
+
 fn archives(fx: &Fixture) -> Vec<std::path::PathBuf> {
     match std::fs::read_dir(fx.dir.join("session/archive")) {
         Ok(rd) => rd.map(|e| e.unwrap().path()).collect(),
@@ -65,11 +85,11 @@ async fn a_full_context_is_summarised_archived_and_restarted() {
     let fx = Fixture::new();
     let model = ScriptedModel::new();
     model
-        .push(calls(&[("i", "inbound", json!({}))]))
-        .push(text("answer one"));
+        .push(used_calls(&[("i", "inbound", json!({}))], 1900))
+        .push(used("answer one", 1900));
     model.push_for("compaction", text("SUMMARY OF ONE"));
-    // Each scripted response uses 120 tokens: over 80% of a 100-token window.
-    let mut agent = open(&fx, model.clone(), 100);
+    // The answer used 1920 tokens: over 80% of a 2000-token window.
+    let mut agent = open(&fx, model.clone(), 2000);
     send(&mut agent, "m1", "first question");
     let out = agent.run().await.unwrap();
     assert_eq!(out.text, "answer one");
@@ -127,7 +147,7 @@ async fn a_full_context_is_summarised_archived_and_restarted() {
     // The host enqueues the late message; the conversation goes on from the summary, and
     // appends land in the new file.
     agent.enqueue("late", "user", "late message");
-    model.push(text("answer two"));
+    model.push(used("answer two", 1900));
     send(&mut agent, "m2", "second question");
     agent.run().await.unwrap();
     let req = model.loop_requests().pop().unwrap();
@@ -138,7 +158,7 @@ async fn a_full_context_is_summarised_archived_and_restarted() {
     assert_eq!(archives(&fx).len(), 1);
     drop(agent);
 
-    let agent = open(&fx, model.clone(), 100);
+    let agent = open(&fx, model.clone(), 2000);
     let t = agent.transcript();
     check_valid(t).unwrap();
     assert_eq!(t.len(), 2);
@@ -147,22 +167,48 @@ async fn a_full_context_is_summarised_archived_and_restarted() {
 }
 
 #[tokio::test]
-async fn compaction_gives_up_after_three_failures_in_a_row() {
+async fn a_failed_compaction_changes_nothing_and_is_tried_again_by_the_next_task() {
     let fx = Fixture::new();
     let model = ScriptedModel::new();
-    let mut agent = open(&fx, model.clone(), 100);
-    for i in 0..5 {
-        model.push(text("a"));
+    let mut agent = open(&fx, model.clone(), 2000);
+    for i in 0..3 {
+        model.push(used("a", 1900));
         send(&mut agent, &format!("m{i}"), "q");
-        agent.run().await.unwrap();
+        let out = agent.run().await.unwrap();
+        assert_eq!(out.text, "a");
     }
     let attempts = model
         .requests()
         .iter()
         .filter(|r| r.system.contains("compaction"))
         .count();
-    assert_eq!(attempts, 3);
+    assert_eq!(attempts, 3, "one attempt after each task");
     assert!(archives(&fx).is_empty());
+    check_valid(agent.transcript()).unwrap();
+}
+
+#[tokio::test]
+async fn a_run_stops_trying_after_three_failed_compactions() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    // Every request of this run is over 80% of the window: each turn would compact first.
+    let mut agent = open(&fx, model.clone(), 160);
+    for n in 0..5 {
+        model.push(calls(&[(&format!("c{n}"), "inbound", json!({"n": n}))]));
+    }
+    model.push(text("done"));
+    send(&mut agent, "m", "q");
+    let out = agent.run().await.unwrap();
+    assert_eq!(out.text, "done");
+    let attempts = model
+        .requests()
+        .iter()
+        .filter(|r| r.system.contains("compaction"))
+        .count();
+    assert_eq!(
+        attempts, 3,
+        "no summary call after the third failure of the run"
+    );
 }
 
 #[tokio::test]
@@ -171,7 +217,189 @@ async fn no_compaction_below_the_threshold_or_without_a_window() {
     let model = ScriptedModel::new();
     model.push(text("a"));
     let mut agent = open(&fx, model.clone(), 1000);
+    // 120 tokens used of 1000, and a small request: no reason to compact.
     send(&mut agent, "m", "q");
     agent.run().await.unwrap();
     assert_eq!(model.requests().len(), 1);
+}
+
+/// A tool that returns `n` bytes.
+struct Big(usize);
+impl Tool for Big {
+    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
+        pegasus_proto::llm::ToolSpec {
+            name: "big".into(),
+            description: String::new(),
+            input_schema_json: "{}".into(),
+        }
+    }
+    fn call<'a>(&'a self, _input: serde_json::Value, _ctx: &'a ToolCtx) -> ToolFuture<'a> {
+        let n = self.0;
+        Box::pin(async move { ToolOutput::ok(format!("B{}E", "x".repeat(n))) })
+    }
+}
+
+fn open_big(
+    fx: &Fixture,
+    model: Arc<ScriptedModel>,
+    window: u64,
+    result_bytes: usize,
+    cap: usize,
+) -> Agent {
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut s = settings();
+    s.context_window = Some(window);
+    s.max_tokens = 64;
+    s.max_tool_result_bytes = cap;
+    Agent::open(
+        &fx.dir,
+        &fx.workdir,
+        "demo",
+        "base".into(),
+        fx.global_skills.clone(),
+        ToolSet::new(vec![Arc::new(Big(result_bytes))]),
+        model,
+        tx,
+        s,
+    )
+    .unwrap()
+}
+
+fn too_long() -> Result<pegasus_proto::llm::ChatResponse, LlmError> {
+    Err(LlmError::ContextTooLong {
+        provider: "fa".into(),
+        message: "prompt is too long: 210000 tokens > 200000 maximum".into(),
+    })
+}
+
+fn all_text(m: &pegasus_proto::llm::Message) -> String {
+    m.content
+        .iter()
+        .map(|b| match b {
+            Block::Text { text } => text.clone(),
+            Block::ToolResult { content, .. } => content.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+#[tokio::test]
+async fn a_request_nearing_the_window_is_compacted_before_it_is_sent_and_the_task_goes_on() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    model
+        .push(calls(&[("b", "big", json!({}))]))
+        .push(text("finished after the summary"));
+    model.push_for("compaction", text("SUMMARY: big was read, it is all x"));
+    // The 7,000-byte result (2,000 estimated tokens) takes the next request past 80% of 2,500.
+    let mut agent = open_big(&fx, model.clone(), 2500, 7000, 32 * 1024);
+    send(&mut agent, "m", "read the big thing");
+    let out = agent.run().await.unwrap();
+    assert_eq!(out.text, "finished after the summary");
+    assert_eq!(out.stop, pegasus_agent::StopKind::Answered);
+
+    let loop_reqs = model.loop_requests();
+    assert_eq!(loop_reqs.len(), 2);
+    let after = &loop_reqs[1];
+    check_valid(&after.messages).unwrap();
+    assert_eq!(after.messages.len(), 1, "{:?}", after.messages);
+    let text = all_text(&after.messages[0]);
+    assert!(text.contains("SUMMARY: big was read"), "{text}");
+    assert!(
+        text.contains("read the big thing"),
+        "the request is kept: {text}"
+    );
+    assert!(
+        text.contains(pegasus_agent::compaction::MID_TASK_NOTE),
+        "{text}"
+    );
+    assert!(!text.contains("xxxxxxxxxx"), "the big result is gone");
+    // The summary call itself fitted the window.
+    let summary = model
+        .requests()
+        .into_iter()
+        .find(|r| r.system.contains("compaction"))
+        .unwrap();
+    assert!(pegasus_agent::context::estimate_tokens(&summary) + 64 < 2500);
+
+    // On disk: the compaction, the request with the note, then the final answer.
+    assert_eq!(archives(&fx).len(), 1);
+    let records = load_session(&fx.dir).unwrap().records;
+    assert!(matches!(&records[1], SessionRecord::Compaction { .. }));
+    let reloaded = open_big(&fx, ScriptedModel::new(), 2500, 10, 32 * 1024);
+    let t = reloaded.transcript();
+    check_valid(t).unwrap();
+    assert_eq!(t.len(), 2);
+    assert!(all_text(&t[1]).contains("finished after the summary"));
+}
+
+#[tokio::test]
+async fn a_context_length_refusal_compacts_and_retries_once() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    model.push(too_long()).push(text("fits now"));
+    model.push_for("compaction", text("SUMMARY"));
+    // A large window: the estimate sees no problem, the provider does.
+    let mut agent = open_big(&fx, model.clone(), 1_000_000, 10, 32 * 1024);
+    send(&mut agent, "m", "hello");
+    let out = agent.run().await.unwrap();
+    assert_eq!(out.text, "fits now");
+    assert_eq!(model.loop_requests().len(), 2);
+    assert_eq!(archives(&fx).len(), 1);
+    let retry = &model.loop_requests()[1];
+    assert!(all_text(&retry.messages[0]).starts_with(SUMMARY_PREFIX));
+}
+
+#[tokio::test]
+async fn a_second_refusal_fails_the_task_with_what_to_do() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    model.push(too_long()).push(too_long());
+    model.push_for("compaction", text("SUMMARY"));
+    let mut agent = open_big(&fx, model.clone(), 1_000_000, 10, 32 * 1024);
+    send(&mut agent, "m", "hello");
+    let out = agent.run().await.unwrap();
+    assert!(matches!(
+        out.stop,
+        pegasus_agent::StopKind::ContextTooLong(_)
+    ));
+    assert!(out.text.contains("prompt is too long"), "{}", out.text);
+    assert!(out.text.contains("larger context window"), "{}", out.text);
+    assert_eq!(model.loop_requests().len(), 2, "one retry, no more");
+    let task = agent.tasks().get(&out.task_id).unwrap();
+    assert_eq!(task.state, pegasus_tasks::TaskState::Failed);
+    assert_eq!(task.stop_reason.as_deref(), Some("context_too_long"));
+    check_valid(agent.transcript()).unwrap();
+}
+
+#[tokio::test]
+async fn one_tool_result_is_capped_with_a_note() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    model
+        .push(calls(&[("b", "big", json!({}))]))
+        .push(text("ok"));
+    let mut agent = open_big(&fx, model.clone(), 1_000_000, 5 * 1024 * 1024, 4096);
+    send(&mut agent, "m", "read it");
+    agent.run().await.unwrap();
+    let req = &model.loop_requests()[1];
+    let result = req
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            Block::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(result.len() < 4096 + 400, "{}", result.len());
+    assert!(result.starts_with("Bxxx") && result.ends_with("xxxE"));
+    assert!(result.contains("bytes cut here"), "{result}");
+    assert!(result.contains("agent.max_tool_result_bytes"));
+    // The session holds the capped result, not 5 MB.
+    let size = std::fs::metadata(fx.dir.join("session/current.jsonl"))
+        .unwrap()
+        .len();
+    assert!(size < 64 * 1024, "{size}");
 }

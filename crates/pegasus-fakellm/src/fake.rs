@@ -121,6 +121,14 @@ impl FakeLlm {
         self.inner.shared.lock().api_key = key;
     }
 
+    /// Sets the context window of every model, in the fake's tokens (characters of the JSON
+    /// system prompt, messages and tools / 4). A longer prompt, or prompt plus `max_tokens`,
+    /// is refused with the provider's real 400 (Anthropic `prompt is too long: N tokens > M
+    /// maximum`; OpenAI `context_length_exceeded`). `None` restores the default, 200,000.
+    pub fn set_context_window(&self, tokens: Option<u64>) {
+        self.inner.shared.lock().context_window = tokens;
+    }
+
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.inner.shared.lock().requests.clone()

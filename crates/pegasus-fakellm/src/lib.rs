@@ -16,9 +16,11 @@
 //!   slow answers.
 //! * Catching client bugs the real APIs would reject: every request's
 //!   transcript is validated like the providers do (tool calls and tool
-//!   results must pair up, roles must alternate, ...). Problems are answered
-//!   with a 400 and listed by [`FakeLlm::violations`], as are requests no rule
-//!   answered.
+//!   results must pair up, roles must alternate, thinking blocks come back
+//!   signed and unchanged, thinking and reasoning parameters fit the model, the
+//!   prompt fits the context window ([`FakeLlm::set_context_window`])...).
+//!   Problems are answered with the provider's real 400 and listed by
+//!   [`FakeLlm::violations`], as are requests no rule answered.
 //! * The Pegasus demo, which runs a scripted agent session against it.
 //!
 //! ## What it is not for
@@ -27,7 +29,7 @@
 //!   counts are a crude estimate (characters / 4) unless scripted.
 //! * It is not a general HTTP server: one request per connection,
 //!   `Content-Length` bodies only, bound to 127.0.0.1, no TLS.
-//! * It does not cover the whole API surface: no images, thinking blocks,
+//! * It does not cover the whole API surface: no images,
 //!   batches, embeddings, `/v1/models`, or the OpenAI Responses API.
 //!
 //! ## Example

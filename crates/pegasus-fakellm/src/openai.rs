@@ -35,6 +35,18 @@ pub(crate) fn error_body(code: u16, message: &str) -> Value {
     })
 }
 
+/// OpenAI's answer to a prompt longer than the model's window.
+pub(crate) fn context_error_body(message: &str) -> Value {
+    json!({
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded"
+        }
+    })
+}
+
 fn usage_json(u: &UsageSpec) -> Value {
     let prompt = u.input + u.cache_read + u.cache_write;
     json!({

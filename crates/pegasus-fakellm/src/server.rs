@@ -50,6 +50,9 @@ impl Slot {
 pub(crate) struct State {
     pub rules: Vec<Slot>,
     pub api_key: Option<String>,
+    /// Context window of every model, in the fake's tokens ([`prompt_tokens`]); `None` =
+    /// [`DEFAULT_CONTEXT_WINDOW`].
+    pub context_window: Option<u64>,
     pub requests: Vec<Recorded>,
     pub violations: Vec<String>,
 }
@@ -123,6 +126,54 @@ enum Plan {
     },
     /// A scripted reply (possibly a fault).
     Reply(ReplyPlan),
+    /// The request is longer than the model's context window: the provider's 400.
+    ContextTooLong { format: Format, message: String },
+}
+
+/// The context window of every model unless a test sets another (the size `data/models.yml`
+/// gives `fake/*`).
+pub(crate) const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;
+
+/// The fake's token count of a request's prompt: the characters of its JSON system prompt,
+/// messages and tools, divided by 4 (rounded up). Real tokenizers differ, which is the point:
+/// a client must survive a provider that counts more than it estimated.
+pub(crate) fn prompt_tokens(body: &Value) -> u64 {
+    let chars: usize = ["system", "messages", "tools"]
+        .iter()
+        .filter_map(|k| body.get(*k))
+        .map(|v| v.to_string().chars().count())
+        .sum();
+    (chars as u64).div_ceil(4)
+}
+
+/// The provider's refusal of a request whose prompt, or prompt plus `max_tokens`, is larger
+/// than `window`, worded as the real API words it.
+fn context_overflow(format: Format, body: &Value, window: u64) -> Option<String> {
+    let prompt = prompt_tokens(body);
+    let max = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|k| body.get(*k).and_then(Value::as_u64))
+        .unwrap_or(0);
+    match format {
+        Format::Anthropic if prompt > window => Some(format!(
+            "prompt is too long: {prompt} tokens > {window} maximum"
+        )),
+        Format::Anthropic if prompt + max > window => Some(format!(
+            "input length and `max_tokens` exceed context limit: {prompt} + {max} > {window}, \
+             decrease input length or `max_tokens` and try again"
+        )),
+        Format::OpenAi if prompt > window => Some(format!(
+            "This model's maximum context length is {window} tokens. However, your messages \
+             resulted in {prompt} tokens. Please reduce the length of the messages."
+        )),
+        Format::OpenAi if prompt + max > window => Some(format!(
+            "This model's maximum context length is {window} tokens. However, you requested \
+             {} tokens ({prompt} in the messages, {max} in the completion). Please reduce the \
+             length of the messages or completion.",
+            prompt + max
+        )),
+        _ => None,
+    }
 }
 
 struct ReplyPlan {
@@ -209,6 +260,13 @@ fn decide(shared: &Shared, req: Request) -> Plan {
         return error(format, 400, problems.join("; "));
     }
 
+    let window = st.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
+    if let Some(message) = context_overflow(format, &body, window) {
+        st.violations
+            .push(format!("request #{nth}: context too long: {message}"));
+        return Plan::ContextTooLong { format, message };
+    }
+
     let transcript = Transcript::from_body(format, &body);
     let model = body.get("model").and_then(Value::as_str);
     let cx = MatchContext {
@@ -264,6 +322,20 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<()> {
             message,
             retry_after_s,
         } => send_error(stream, format, code, &message, retry_after_s).await,
+        Plan::ContextTooLong { format, message } => {
+            let body = match format {
+                Format::Anthropic => anthropic::error_body(400, &message),
+                Format::OpenAi => openai::context_error_body(&message),
+            };
+            http::write_full(
+                stream,
+                400,
+                "application/json",
+                &[],
+                body.to_string().as_bytes(),
+            )
+            .await
+        }
         Plan::Reply(p) => {
             let reply = p.reply.clone();
             send_reply(stream, &p, reply).await

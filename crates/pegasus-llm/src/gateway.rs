@@ -394,6 +394,11 @@ impl Gateway {
                     message: format!("HTTP {}: {message}", status.as_u16()),
                     retry_after,
                 }
+            } else if reply::is_context_overflow(status.as_u16(), &text) {
+                AttemptError::Fatal(LlmError::ContextTooLong {
+                    provider: target.provider.clone(),
+                    message,
+                })
             } else {
                 AttemptError::Fatal(LlmError::Refused {
                     provider: target.provider.clone(),

@@ -46,6 +46,29 @@ pub fn error_message(body: &str) -> String {
     }
 }
 
+/// Whether an error answer says the request is longer than the model's context window:
+/// Anthropic's `prompt is too long: N tokens > M maximum` and `input length and max_tokens
+/// exceed context limit` (400) or `request_too_large` (413); OpenAI's `context_length_exceeded`
+/// code and the "maximum context length" wording of compatible servers.
+pub fn is_context_overflow(status: u16, body: &str) -> bool {
+    if status == 413 {
+        return true;
+    }
+    if status != 400 {
+        return false;
+    }
+    let lower = body.to_ascii_lowercase();
+    [
+        "prompt is too long",
+        "exceed context limit",
+        "context_length_exceeded",
+        "maximum context length",
+        "context window",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
 /// Drops empty text blocks: providers emit them around tool calls, and Anthropic refuses
 /// empty text blocks when the transcript is sent back.
 pub fn without_empty_text(content: Vec<Block>) -> Vec<Block> {
@@ -80,5 +103,19 @@ mod tests {
         assert_eq!(error_message("  Bad Gateway \n"), "Bad Gateway");
         assert_eq!(error_message(""), "(empty response body)");
         assert_eq!(error_message(&"x".repeat(600)).len(), 503);
+    }
+
+    #[test]
+    fn context_overflow_answers_of_both_providers_are_recognised() {
+        let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert!(is_context_overflow(400, anthropic));
+        let openai = r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+        assert!(is_context_overflow(400, openai));
+        assert!(is_context_overflow(413, ""));
+        assert!(!is_context_overflow(
+            400,
+            r#"{"error":{"message":"max_tokens: Field required"}}"#
+        ));
+        assert!(!is_context_overflow(500, anthropic));
     }
 }

@@ -159,6 +159,12 @@ pub enum LlmError {
     },
     #[error("provider {provider} sent a response we cannot read: {message}")]
     BadResponse { provider: String, message: String },
+    /// The provider refused the request as longer than the model's context window; the
+    /// caller can make it shorter (compact) and try again.
+    #[error(
+        "the request does not fit the model's context window (provider {provider}): {message}"
+    )]
+    ContextTooLong { provider: String, message: String },
     #[error("the call was cancelled")]
     Cancelled,
     #[error("{0}")]

@@ -320,6 +320,9 @@ pub struct AgentConfig {
     /// Absolute paths an `exec` command may write besides its workdir and private temp dir
     /// (e.g. `/home/me/.cargo` for a build cache); Landlock confines the rest.
     pub exec_writable: Vec<String>,
+    /// Bytes of one tool result sent to the model; a longer result keeps its head and tail
+    /// with a note saying what was cut and how to read the rest (default 32768).
+    pub max_tool_result_bytes: usize,
 }
 
 impl Default for AgentConfig {
@@ -335,9 +338,13 @@ impl Default for AgentConfig {
             reflection: true,
             loop_repeat_limit: 3,
             exec_writable: Vec::new(),
+            max_tool_result_bytes: 32 * 1024,
         }
     }
 }
+
+/// Bounds of `agent.max_tool_result_bytes`.
+const TOOL_RESULT_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024;
 
 /// The largest config.yml read (1 MiB): far beyond any real one.
 const CONFIG_CAP: u64 = 1 << 20;
@@ -443,6 +450,12 @@ impl Config {
             if v < 1 {
                 return Err(err(key, "must be at least 1"));
             }
+        }
+        if !TOOL_RESULT_BYTES_RANGE.contains(&a.max_tool_result_bytes) {
+            return Err(err(
+                "agent.max_tool_result_bytes",
+                "must be between 1024 (1 KiB) and 1048576 (1 MiB)",
+            ));
         }
         if let Some(p) = a.exec_writable.iter().find(|p| !Path::new(p).is_absolute()) {
             return Err(err(

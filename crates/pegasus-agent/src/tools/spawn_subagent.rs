@@ -124,6 +124,7 @@ impl Tool for SpawnSubagent {
                 session: None,
                 role: args.role,
                 cancelled: None,
+                compactor: None,
             };
             match run_loop(spec, &mut transcript).await {
                 Ok(end) if end.stop == StopKind::Answered => ToolOutput::ok(end.text),
