@@ -227,12 +227,15 @@ pub const FAKE_KEY_ENV: &str = "PEGASUS_FAKE_KEY";
 pub const FAKE_KEY: &str = "sk-fake-common-7a3e91";
 
 /// A home whose config points provider `fa` (Anthropic wire format) at the fake server, with
-/// reflection off (each call must be scripted) and `extra` YAML appended.
+/// reflection off (each call must be scripted) and `extra` YAML appended. `fa` models think
+/// (extended thinking), so every role that asks for thinking sends it and the fake checks the
+/// thinking blocks come back signed and in place, as the real API does.
 pub fn fake_home(fake: &pegasus_fakellm::FakeLlm, extra: &str) -> Home {
     Home::with_config(&format!(
         "default_model: fa/test-model\n\
          providers:\n  fa: {{kind: anthropic, base_url: \"{a}\", api_key_env: {FAKE_KEY_ENV}}}\n\
          prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
+         models:\n  \"fa/*\": {{context_window: 200000, max_output_tokens: 16000, thinking: true}}\n\
          llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
          workers: {{shutdown_timeout_s: 5}}\n\
          agent: {{reflection: false}}\n\
