@@ -51,7 +51,10 @@ fn thinking_role_three_tool_calls(format: Format) {
     ));
     fake.add_rule(Rule::new(
         coder(Match::LastToolResultContains("echo $((6 * 7))".into())),
-        Reply::Tools(vec![ToolCall::new("exec", json!({"command": "sh calc.sh"}))]),
+        Reply::Tools(vec![ToolCall::new(
+            "exec",
+            json!({"command": "sh calc.sh"}),
+        )]),
     ));
     fake.add_rule(Rule::new(
         coder(Match::LastToolResultContains("42".into())),
@@ -101,13 +104,18 @@ fn thinking_role_three_tool_calls(format: Format) {
     }
     if format == Format::Anthropic {
         // Each continuation carries every earlier turn's thinking, signed and in its place.
-        let last = coder_requests[3].body["messages"].as_array().unwrap().clone();
+        let last = coder_requests[3].body["messages"]
+            .as_array()
+            .unwrap()
+            .clone();
         let assistant_turns: Vec<_> = last.iter().filter(|m| m["role"] == "assistant").collect();
         assert_eq!(assistant_turns.len(), 3);
         for turn in assistant_turns {
             let content = turn["content"].as_array().unwrap();
             assert_eq!(content[0]["type"], "thinking", "{turn}");
-            assert!(content[0]["signature"].as_str().is_some_and(|s| !s.is_empty()));
+            assert!(content[0]["signature"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty()));
             assert!(content.iter().any(|b| b["type"] == "redacted_thinking"));
         }
     }

@@ -491,6 +491,10 @@ impl Agent {
                 text: &end.text,
                 cost_usd: cost,
                 transcript: &self.transcript[task_start.min(self.transcript.len())..],
+                question: match &end.stop {
+                    StopKind::Question(q) => Some(q),
+                    _ => None,
+                },
             },
         )?;
         Ok(Outcome {

@@ -84,6 +84,7 @@ fn explain(stop: &StopKind, turns: u32, looped: &str, limit: u32) -> String {
         StopKind::TimedOut(s) => {
             format!("Stopped: the role's time limit of {s} s ran out (model.timeout_s).")
         }
+        StopKind::Question(q) => format!("Waiting for your answer: {q}"),
         StopKind::ContextTooLong(msg) => format!(
             "Stopped: {msg}; shorten the request, or use a model with a larger context window."
         ),
@@ -290,6 +291,20 @@ pub async fn run_loop(
         push_user(transcript, results.clone());
         if let Some(session) = spec.session {
             persist(session, vec![tool_record(&results)], true).await?;
+        }
+        // The clarification loop: a question asked ends the run; the task waits for it.
+        let asked = calls.iter().zip(&results).find_map(|(c, r)| match r {
+            Block::ToolResult {
+                is_error: false, ..
+            } if c.name == crate::tools::ask_user::NAME => {
+                crate::tools::ask_user::question_of(&c.input_json)
+            }
+            _ => None,
+        });
+        if let Some(question) = asked {
+            end.stop = StopKind::Question(question);
+            end.text = explain(&end.stop, end.turns, "", 0);
+            return Ok(end);
         }
         if out_of_time {
             end.stop = timed_out;

@@ -22,6 +22,8 @@ pub enum StopKind {
     /// The request did not fit the model's context window, even after compacting. Carries
     /// the provider's message.
     ContextTooLong(String),
+    /// The agent asked the user a question (`ask_user`); the task waits for the answer.
+    Question(String),
 }
 
 impl StopKind {
@@ -39,6 +41,7 @@ impl StopKind {
             StopKind::Cancelled => (TaskState::Cancelled, Some("cancelled")),
             StopKind::TimedOut(_) => (TaskState::Failed, Some("timeout")),
             StopKind::ContextTooLong(_) => (TaskState::Failed, Some("context_too_long")),
+            StopKind::Question(_) => (TaskState::Blocked, Some("question")),
         }
     }
 }

@@ -203,6 +203,8 @@ pub(crate) struct Finish<'a> {
     pub cost_usd: f64,
     /// The task's part of the transcript, for the files it changed.
     pub transcript: &'a [Message],
+    /// The question it waits on (`ask_user`), recorded on the task.
+    pub question: Option<&'a str>,
 }
 
 /// Records the end of a run on its task — files changed, summary, cost, a done task's stop
@@ -224,6 +226,9 @@ pub(crate) fn finish(
     updates.push(("cost", serde_json::json!(end.cost_usd)));
     if let Some(r) = end.reason.filter(|_| end.state == TaskState::Done) {
         updates.push(("stop_reason", serde_json::json!(r)));
+    }
+    if let Some(q) = end.question {
+        updates.push(("question", serde_json::json!(q)));
     }
     if end.state != TaskState::Cancelled {
         let moved = tasks.finish(

@@ -116,6 +116,32 @@ pub enum TaskCommand {
         #[arg(long)]
         board: bool,
     },
+    /// Add a task to a project; it runs when its dependencies are done, most urgent first.
+    Add {
+        /// The project.
+        name: String,
+        /// What must be achieved.
+        #[arg(long)]
+        goal: String,
+        /// One line for listings (default: the goal's first line).
+        #[arg(long)]
+        title: Option<String>,
+        /// The role that runs it (see `pegasusctl role list`).
+        #[arg(long)]
+        role: Option<String>,
+        /// A repo of the project (PROJECT.md `repos:` id) the task changes; repeatable.
+        #[arg(long = "repo", value_name = "ID")]
+        repos: Vec<String>,
+        /// A task of the same project that must be done first; repeatable.
+        #[arg(long = "depends-on", value_name = "ID")]
+        depends_on: Vec<String>,
+        /// 0 (most urgent) to 3.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=3))]
+        priority: u8,
+        /// How to tell the goal is met; repeatable.
+        #[arg(long = "acceptance", value_name = "TEXT")]
+        acceptance: Vec<String>,
+    },
     /// One task: its fields, frozen spec and every transition.
     Show { id: String },
     /// Cancel a task that has not ended.

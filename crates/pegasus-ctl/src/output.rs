@@ -187,7 +187,12 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
-pub fn task_table(tasks: &[pegasus_tasks::Task]) -> String {
+/// The task list; `waiting` gives, for a ready task whose dependencies are not done, what it
+/// waits on (shown as its reason).
+pub fn task_table(
+    tasks: &[pegasus_tasks::Task],
+    waiting: &std::collections::HashMap<String, String>,
+) -> String {
     if tasks.is_empty() {
         return "no tasks yet; a message to the project becomes one (`pegasusctl project send`)\n"
             .into();
@@ -201,7 +206,10 @@ pub fn task_table(tasks: &[pegasus_tasks::Task]) -> String {
                 t.kind.clone(),
                 format!("P{}", t.priority),
                 dash(t.role.as_ref()),
-                t.stop_reason.clone().unwrap_or_default(),
+                match waiting.get(&t.id) {
+                    Some(w) => format!("waits on {w}"),
+                    None => t.stop_reason.clone().unwrap_or_default(),
+                },
                 clip(&t.title, 50),
             ]
         })

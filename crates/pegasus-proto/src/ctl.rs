@@ -42,6 +42,9 @@ pub enum CtlRequest {
         id: String,
         verb: TaskVerb,
     },
+    /// `task add`: a new task for a project, frozen and ready (SPEC §10); answered with
+    /// [`CtlResponse::TaskAdded`].
+    TaskAdd(AddTask),
     /// `task answer`: the answer to a blocked task's question; the task goes back to ready.
     TaskAnswer {
         id: String,
@@ -136,6 +139,26 @@ impl RunAction {
     }
 }
 
+/// Arguments of `task add`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AddTask {
+    pub project: String,
+    /// What must be achieved.
+    pub goal: String,
+    /// One line for listings; `None` = the goal's first line.
+    pub title: Option<String>,
+    /// The role that runs it (its prompt, tools, model settings).
+    pub role: Option<String>,
+    /// Ids of the project's `repos` it changes (a code task).
+    pub repos: Vec<String>,
+    /// Tasks of the same project that must be done first.
+    pub depends_on: Vec<String>,
+    /// 0 (most urgent) to 3.
+    pub priority: u8,
+    /// How to tell the goal is met.
+    pub acceptance: Vec<String>,
+}
+
 /// Arguments of `project create`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateProject {
@@ -168,6 +191,11 @@ pub enum CtlResponse {
     },
     /// Done; a one-line human summary.
     Done {
+        message: String,
+    },
+    /// `task add` made task `id`.
+    TaskAdded {
+        id: String,
         message: String,
     },
     /// Refused or failed; one line that says what to do.
@@ -272,6 +300,16 @@ mod tests {
                 project: Some("web".into()),
             },
             CtlRequest::Stop,
+            CtlRequest::TaskAdd(AddTask {
+                project: "web".into(),
+                goal: "g".into(),
+                title: None,
+                role: Some("coder".into()),
+                repos: vec!["app".into()],
+                depends_on: vec!["t-1".into()],
+                priority: 1,
+                acceptance: vec!["tests pass".into()],
+            }),
         ];
         all.extend(LifecycleVerb::ALL.map(|verb| CtlRequest::ProjectLifecycle {
             name: "web".into(),
@@ -301,6 +339,7 @@ mod tests {
             CtlRequest::Chat { .. } => "chat",
             CtlRequest::TaskVerb { .. } => "task",
             CtlRequest::TaskAnswer { .. } => "answer",
+            CtlRequest::TaskAdd(_) => "add",
             CtlRequest::RoleAssign { .. } => "role",
             CtlRequest::RunStart { .. } => "run",
             CtlRequest::RunControl { .. } => "run-control",
@@ -313,7 +352,7 @@ mod tests {
     fn every_control_request_round_trips_through_the_codec() {
         let all = requests();
         let kinds: std::collections::HashSet<_> = all.iter().map(covered).collect();
-        assert_eq!(kinds.len(), 15, "one sample of every request");
+        assert_eq!(kinds.len(), 16, "one sample of every request");
         for req in all {
             assert_eq!(decode::<CtlRequest>(&encode(&req).unwrap()).unwrap(), req);
         }
@@ -366,6 +405,10 @@ mod tests {
                 message: "no".into(),
             },
             CtlResponse::Resync { missed: 3 },
+            CtlResponse::TaskAdded {
+                id: "t-1".into(),
+                message: "added".into(),
+            },
         ];
         for resp in all {
             match &resp {
@@ -376,6 +419,7 @@ mod tests {
                 | CtlResponse::Sent { .. }
                 | CtlResponse::Reply { .. }
                 | CtlResponse::Done { .. }
+                | CtlResponse::TaskAdded { .. }
                 | CtlResponse::Error { .. }
                 | CtlResponse::Event(_)
                 | CtlResponse::Resync { .. } => {}

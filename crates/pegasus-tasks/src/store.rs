@@ -619,6 +619,7 @@ impl TaskStore {
             stage: None,
             stop_reason: None,
             question: None,
+            answer: None,
             replay_of,
             cost_usd: None,
             messages: t.messages,

@@ -95,6 +95,9 @@ pub struct Task {
     /// The clarification asked while blocked; cleared when it leaves `blocked`.
     #[serde(default)]
     pub question: Option<String>,
+    /// The user's answer to the last question (`task answer`); its next run starts with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
     /// The task this one replays, if it is a replay.
     #[serde(default)]
     pub replay_of: Option<String>,
@@ -137,12 +140,13 @@ pub const STAGES: [&str; 3] = ["reasoning", "acting", "reflecting"];
 
 /// The fields [`Task::set_field`] accepts; the rest of a task is either fixed at creation or
 /// changed only by transitions and freezing, so the audit log stays meaningful.
-pub const UPDATABLE_FIELDS: [&str; 7] = [
+pub const UPDATABLE_FIELDS: [&str; 8] = [
     "result_summary",
     "files_changed",
     "artifacts",
     "stage",
     "question",
+    "answer",
     "stop_reason",
     "cost_usd",
 ];
@@ -154,6 +158,7 @@ impl Task {
         match field {
             "result_summary" => self.result_summary = opt_string(&self.id, field, value)?,
             "question" => self.question = opt_string(&self.id, field, value)?,
+            "answer" => self.answer = opt_string(&self.id, field, value)?,
             "stop_reason" => self.stop_reason = opt_string(&self.id, field, value)?,
             "files_changed" => self.files_changed = strings(&self.id, field, value)?,
             "artifacts" => self.artifacts = strings(&self.id, field, value)?,

@@ -7,6 +7,7 @@ use pegasus_proto::llm::ToolSpec;
 
 use crate::tool::Tool;
 
+pub mod ask_user;
 pub mod edit_file;
 pub mod exec;
 pub mod list_dir;
@@ -20,7 +21,7 @@ pub mod spawn_subagent;
 pub mod use_skill;
 pub mod write_file;
 
-/// The twelve built-in tools of a project agent, in the order the model sees them.
+/// The thirteen built-in tools of a project agent, in the order the model sees them.
 pub fn builtins() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(read_file::ReadFile),
@@ -35,6 +36,7 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(notify::Notify),
         Arc::new(spawn_subagent::SpawnSubagent),
         Arc::new(use_skill::UseSkill),
+        Arc::new(ask_user::AskUser),
     ]
 }
 

@@ -85,7 +85,8 @@ impl Tool for SpawnSubagent {
                     "this task already spawned {max} sub-agents (max_subagents_per_task); do the rest yourself"
                 ));
             }
-            let mut tools = ToolSet::project_tools();
+            // Only a task's own agent may ask the user (and block the task).
+            let mut tools = ToolSet::project_tools().without(crate::tools::ask_user::NAME);
             if depth >= s.max_subagent_depth {
                 tools = tools.without("spawn_subagent");
             }

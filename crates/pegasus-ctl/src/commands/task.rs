@@ -1,10 +1,10 @@
-//! `pegasusctl task ...`: list and show read the task files (no daemon needed); cancel,
+//! `pegasusctl task ...`: list and show read the task files (no daemon needed); add, cancel,
 //! retry, replay and answer go through the daemon, which tells the project's worker.
 
 use crate::{cli::TaskCommand, output, CtlError};
-use pegasus_proto::ctl::{CtlRequest, TaskVerb};
+use pegasus_proto::ctl::{AddTask, CtlRequest, CtlResponse, TaskVerb};
 use pegasus_store::Home;
-use pegasus_tasks::{board, find_task, TaskStore};
+use pegasus_tasks::{board, find_task, Readiness, TaskState, TaskStore};
 
 fn err(e: impl std::fmt::Display) -> CtlError {
     CtlError::Failed(e.to_string())
@@ -23,9 +23,8 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
                     "project {name} not found: see `pegasusctl project list`"
                 )));
             }
-            let tasks = TaskStore::open(&dir, &name)
-                .and_then(|s| s.list())
-                .map_err(err)?;
+            let store = TaskStore::open(&dir, &name).map_err(err)?;
+            let tasks = store.list().map_err(err)?;
             if json && as_board {
                 let columns: Vec<_> = board(&tasks)
                     .into_iter()
@@ -39,9 +38,54 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             if as_board {
                 print!("{}", output::task_board(&board(&tasks)));
             } else {
-                print!("{}", output::task_table(&tasks));
+                // A ready task the worker skips says what it waits on.
+                let waiting = tasks
+                    .iter()
+                    .filter(|t| t.state == TaskState::Ready && !t.depends_on.is_empty())
+                    .filter_map(|t| match store.readiness(&t.id) {
+                        Ok(Readiness::Skip { waiting_on }) => {
+                            Some((t.id.clone(), waiting_on.join(", ")))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                print!("{}", output::task_table(&tasks, &waiting));
             }
             Ok(())
+        }
+        TaskCommand::Add {
+            name,
+            goal,
+            title,
+            role,
+            repos,
+            depends_on,
+            priority,
+            acceptance,
+        } => {
+            let req = CtlRequest::TaskAdd(AddTask {
+                project: name,
+                goal,
+                title,
+                role,
+                repos,
+                depends_on,
+                priority,
+                acceptance,
+            });
+            let mut client = crate::client::Client::connect(home).await?;
+            match crate::client::ok(client.request(req).await?)? {
+                CtlResponse::TaskAdded { id, message } => {
+                    if json {
+                        let (_, store) = find_task(&home.projects_dir(), &id).map_err(err)?;
+                        let task = store.get(&id).map_err(err)?;
+                        return super::print_json(&task);
+                    }
+                    println!("{message}");
+                    Ok(())
+                }
+                other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
+            }
         }
         TaskCommand::Show { id } => {
             let (_, store) = find_task(&home.projects_dir(), &id).map_err(err)?;

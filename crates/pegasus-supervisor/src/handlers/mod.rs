@@ -56,6 +56,9 @@ pub(crate) async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlRespo
         CtlRequest::TaskVerb { id, verb } => blocking(sup, move |s| task::verb(s, &id, verb))
             .await
             .map(done),
+        CtlRequest::TaskAdd(add) => blocking(sup, move |s| task::add(s, add))
+            .await
+            .map(|(id, message)| CtlResponse::TaskAdded { id, message }),
         CtlRequest::TaskAnswer { id, text } => blocking(sup, move |s| task::answer(s, &id, &text))
             .await
             .map(done),

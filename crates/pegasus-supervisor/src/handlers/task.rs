@@ -1,10 +1,110 @@
-//! `pegasusctl task cancel|retry|replay|answer`: one verb on one task, found by id in any
-//! project. The task store's compare-and-set keeps these safe against the worker writing the
+//! `pegasusctl task add|cancel|retry|replay|answer`: a new task for a project, or one verb on
+//! one task, found by id in any project. The task store's compare-and-set keeps these safe against the worker writing the
 //! same task at the same time; the worker is nudged to look for ready tasks afterwards.
 
 use crate::{error::RequestError, supervisor::Supervisor};
-use pegasus_proto::{ctl::TaskVerb, worker::ToWorker};
-use pegasus_tasks::TaskState;
+use pegasus_proto::{
+    ctl::{AddTask, TaskVerb},
+    worker::ToWorker,
+};
+use pegasus_store::{ProjectFile, ProjectStatus};
+use pegasus_tasks::{NewTask, TaskSpec, TaskState, TaskStore};
+
+/// Longest title made from a goal.
+const TITLE_CHARS: usize = 80;
+
+/// `task add PROJECT --goal ...`: the task is created with its spec frozen (the repos' heads
+/// recorded) and made ready; the project's worker runs it when its dependencies are done, by
+/// priority. Returns the task's id and a one-line summary.
+pub(crate) fn add(sup: &Supervisor, req: AddTask) -> Result<(String, String), RequestError> {
+    pegasus_store::validate_name(&req.project)?;
+    let dir = sup.home.project_dir(&req.project);
+    if !dir.join("PROJECT.md").exists() {
+        return Err(RequestError::ProjectNotFound(req.project));
+    }
+    let file = ProjectFile::load(&dir)?;
+    if matches!(
+        file.status(),
+        ProjectStatus::Completed | ProjectStatus::Archived
+    ) {
+        return Err(RequestError::refused(format!(
+            "project {} is {}: a task can be added to an active or suspended project only",
+            req.project,
+            file.status()
+        )));
+    }
+    let goal = req.goal.trim().to_string();
+    if goal.is_empty() {
+        return Err(RequestError::refused(
+            "a task needs a goal: say what must be achieved with --goal",
+        ));
+    }
+    let role = match &req.role {
+        Some(r) => Some(pegasus_roles::find_role(&sup.home.roles_dir(), r)?.id),
+        None => None,
+    };
+    let declared = pegasus_tasks::project_repos(&dir)?;
+    let mut repos = Vec::new();
+    for id in &req.repos {
+        match declared.iter().find(|r| &r.id == id) {
+            Some(r) if !repos.contains(r) => repos.push(r.clone()),
+            Some(_) => {}
+            None => {
+                let known: Vec<&str> = declared.iter().map(|r| r.id.as_str()).collect();
+                return Err(RequestError::refused(format!(
+                    "project {} has no repo `{id}`: its repos are [{}] (PROJECT.md `repos:`)",
+                    req.project,
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    let title = match req.title.as_deref().map(str::trim) {
+        Some(t) if !t.is_empty() => t.to_string(),
+        _ => title_of(&goal),
+    };
+    let store = TaskStore::open(&dir, &req.project)?;
+    let task = store.create_frozen(
+        NewTask {
+            title,
+            kind: if repos.is_empty() { "task" } else { "code" }.to_string(),
+            priority: req.priority,
+            role: role.clone(),
+            depends_on: req.depends_on,
+            messages: Vec::new(),
+        },
+        TaskSpec {
+            goal,
+            constraints: Vec::new(),
+            acceptance: req.acceptance,
+            role,
+            model_policy: None,
+            repos,
+        },
+        TaskState::Ready,
+        "cli",
+        "added by the user",
+    )?;
+    sup.nudge(&req.project, ToWorker::TasksChanged);
+    let waits = if task.depends_on.is_empty() {
+        String::new()
+    } else {
+        format!("; it starts when {} are done", task.depends_on.join(", "))
+    };
+    Ok((
+        task.id.clone(),
+        format!("task {} added to {} (ready{waits})", task.id, req.project),
+    ))
+}
+
+/// A listing title from a goal: its first line, cut at [`TITLE_CHARS`] characters.
+fn title_of(goal: &str) -> String {
+    let line = goal.lines().next().unwrap_or_default().trim();
+    match line.char_indices().nth(TITLE_CHARS) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
+}
 
 /// `task cancel|retry|replay ID`.
 pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String, RequestError> {
@@ -70,4 +170,16 @@ pub(crate) fn answer(sup: &Supervisor, id: &str, text: &str) -> Result<String, R
     store.transition(id, TaskState::Blocked, TaskState::Ready, "cli", "answered")?;
     sup.nudge(&project, ToWorker::TasksChanged);
     Ok(format!("task {id} answered; it is ready again"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::title_of;
+
+    #[test]
+    fn titles_are_the_goals_first_line_cut_short() {
+        assert_eq!(title_of("Fix the login\nand more"), "Fix the login");
+        let long = "x".repeat(100);
+        assert_eq!(title_of(&long).chars().count(), 81);
+    }
 }

@@ -1,6 +1,7 @@
 //! The MainAgent's tools (SPEC §4), one file each. They hold a weak handle on the supervisor:
 //! the daemon owns the MainAgent, not the other way round.
 
+mod add_task;
 mod create_project;
 mod lifecycle;
 mod list_projects;
@@ -32,6 +33,7 @@ pub(crate) fn all(sup: Weak<Supervisor>) -> Vec<Arc<dyn Tool>> {
             sup: sup.clone(),
             verb: Verb::Archive,
         }),
+        Arc::new(add_task::AddTask(sup.clone())),
         Arc::new(reply::Reply(sup)),
     ]
 }

@@ -1,0 +1,66 @@
+//! `ask_user{question}`: the clarification loop (SPEC §6). The task stops after this turn,
+//! `blocked` with reason `question` and the question recorded on it; `pegasusctl task answer`
+//! puts it back to ready, and its next run starts with the answer.
+
+use serde::Deserialize;
+
+use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+
+/// Name of the tool; the loop stops a task after a successful call of it.
+pub const NAME: &str = "ask_user";
+
+/// Longest question recorded (characters).
+const MAX_CHARS: usize = 2000;
+
+pub struct AskUser;
+
+#[derive(Deserialize)]
+struct Args {
+    question: String,
+}
+
+/// The question of an `ask_user` call's arguments, if they hold a usable one.
+pub fn question_of(input_json: &str) -> Option<String> {
+    let args: Args = serde_json::from_str(input_json).ok()?;
+    let q = args.question.trim();
+    (!q.is_empty()).then(|| q.chars().take(MAX_CHARS).collect())
+}
+
+impl Tool for AskUser {
+    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
+        super::spec(
+            NAME,
+            "Ask the user a question you cannot answer yourself and that blocks the task (a \
+             missing requirement, a choice only they can make). The task pauses after this \
+             turn until they answer; you then continue with the answer. Do not use it for \
+             things you can find out with your other tools.",
+            serde_json::json!({
+                "type": "object",
+                "properties": {"question": {"type": "string"}},
+                "required": ["question"]
+            }),
+        )
+    }
+
+    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let args: Args = match parse_args(NAME, input) {
+                Ok(a) => a,
+                Err(e) => return e,
+            };
+            if args.question.trim().is_empty() {
+                return ToolOutput::error("`question` is empty: say what you need to know");
+            }
+            if ctx.task_id.is_none() || ctx.depth > 0 {
+                return ToolOutput::error(
+                    "only a task's own agent can ask the user; report what you need to know \
+                     in your answer instead",
+                );
+            }
+            ToolOutput::ok(
+                "Your question was sent to the user. This task now waits for the answer; end \
+                 your turn.",
+            )
+        })
+    }
+}

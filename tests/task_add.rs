@@ -1,0 +1,192 @@
+//! Tasks as a user creates them (`pegasusctl task add`, the MainAgent's `add_task`), the
+//! dependency order the worker keeps, and the clarification loop (`ask_user` → `task answer`),
+//! through the real daemon, worker and CLI with the fake LLM over real HTTP (SPEC §6, §7, §10).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn user(t: &str) -> Match {
+    Match::LastUserTextContains(t.into())
+}
+
+fn task(home: &Home, id: &str) -> Value {
+    home.json(&["task", "show", id])["task"].clone()
+}
+
+fn wait_state(home: &Home, id: &str, state: &str) -> Value {
+    poll(
+        Duration::from_secs(15),
+        &format!("task {id} {state}"),
+        || {
+            let t = task(home, id);
+            (t["state"] == state).then_some(t)
+        },
+    )
+}
+
+#[test]
+fn a_task_added_by_the_user_asks_a_question_and_its_dependent_waits_for_the_answer() {
+    let fake = FakeLlm::start().unwrap();
+    // The answer comes back in the task's next run.
+    fake.add_rule(Rule::new(
+        user("Answer to your question: blue"),
+        Reply::Text("alpha painted blue".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::All(vec![user("paint alpha"), Match::NoToolResultYet]),
+        Reply::Tools(vec![ToolCall::new(
+            "ask_user",
+            json!({"question": "Which colour should alpha be?"}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        user("polish beta"),
+        Reply::Text("beta polished".into()),
+    ));
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("tp");
+
+    let added = home.json(&[
+        "task",
+        "add",
+        "tp",
+        "--goal",
+        "paint alpha",
+        "--priority",
+        "1",
+        "--acceptance",
+        "alpha has a colour",
+    ]);
+    let alpha = added["id"].as_str().unwrap().to_string();
+    assert_eq!(added["priority"], 1);
+    assert_eq!(added["spec"]["goal"], "paint alpha");
+    assert_eq!(added["spec"]["acceptance"], json!(["alpha has a colour"]));
+
+    // The agent asks; the task blocks on the question, which `task show` gives.
+    let blocked = wait_state(&home, &alpha, "blocked");
+    assert_eq!(blocked["stop_reason"], "question");
+    assert_eq!(blocked["question"], "Which colour should alpha be?");
+    let shown = home.ctl_ok(&["task", "show", &alpha]);
+    assert!(shown.contains("Which colour should alpha be?"), "{shown}");
+
+    // A task that depends on it waits, and the list says on what.
+    let out = home.ctl_ok(&[
+        "task",
+        "add",
+        "tp",
+        "--goal",
+        "polish beta",
+        "--depends-on",
+        &alpha,
+    ]);
+    assert!(out.contains("added to tp"), "{out}");
+    let beta = home
+        .json(&["task", "list", "tp"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["title"] == "polish beta")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let list = home.ctl_ok(&["task", "list", "tp"]);
+    assert!(
+        list.contains(&format!("waits on {alpha} (blocked)")),
+        "{list}"
+    );
+    assert_eq!(task(&home, &beta)["state"], "ready");
+
+    // The answer puts alpha back; it finishes with it, then beta runs.
+    home.ctl_ok(&["task", "answer", &alpha, "blue"]);
+    let done = wait_state(&home, &alpha, "done");
+    assert_eq!(done["result_summary"], "alpha painted blue");
+    assert!(
+        done["question"].is_null(),
+        "the question is cleared: {done}"
+    );
+    wait_state(&home, &beta, "done");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+#[test]
+fn task_add_refuses_what_cannot_run_with_one_line_each() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("tp");
+    let refusals = [
+        (vec!["nope", "--goal", "x"], "project nope not found"),
+        (vec!["tp", "--goal", "x", "--role", "wizard"], "wizard"),
+        (vec!["tp", "--goal", "x", "--repo", "app"], "no repo `app`"),
+        (
+            vec!["tp", "--goal", "x", "--depends-on", "t-nope"],
+            "t-nope",
+        ),
+        (vec!["tp", "--goal", "  "], "needs a goal"),
+    ];
+    for (args, says) in refusals {
+        let mut full = vec!["task", "add"];
+        full.extend(args);
+        let e = home.ctl_fails(&full);
+        assert!(e.contains(says), "{e}");
+        assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    }
+    let usage = home.ctl(&["task", "add", "tp", "--goal", "x", "--priority", "7"]);
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(home
+        .json(&["task", "list", "tp"])
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn the_main_agent_adds_a_task_with_a_role() {
+    let fake = FakeLlm::start().unwrap();
+    let main = |m: Match| Match::All(vec![Match::SystemContains("MainAgent".into()), m]);
+    fake.add_rule(Rule::new(
+        main(Match::LastToolResultContains("added to tp".into())),
+        Reply::Text("queued for the researcher".into()),
+    ));
+    fake.add_rule(Rule::new(
+        main(user("queue gamma")),
+        Reply::Tools(vec![ToolCall::new(
+            "add_task",
+            json!({"project": "tp", "goal": "research gamma", "role": "researcher", "priority": 0}),
+        )]),
+    ));
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(
+        Match::SystemContains("# Your Task".into()),
+        Reply::Text("gamma researched".into()),
+    ));
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("tp");
+    let reply = home.ctl_ok(&["chat", "please queue gamma for tp"]);
+    assert!(reply.contains("queued for the researcher"), "{reply}");
+    let t = poll(
+        Duration::from_secs(15),
+        "the researcher's task done",
+        || {
+            home.json(&["task", "list", "tp"])
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["title"] == "research gamma" && t["state"] == "done")
+                .cloned()
+        },
+    );
+    assert_eq!(t["role"], "researcher");
+    assert_eq!(t["priority"], 0);
+    assert_eq!(t["result_summary"], "gamma researched");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
