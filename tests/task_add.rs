@@ -190,3 +190,31 @@ fn the_main_agent_adds_a_task_with_a_role() {
     assert_eq!(t["result_summary"], "gamma researched");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+#[test]
+fn a_preference_told_to_the_main_agent_reaches_every_project_prompt() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(user("hello"), Reply::Text("bonjour".into())));
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("tp");
+    home.ctl_ok(&["chat", "Preference: always answer in French"]);
+    let prefs = std::fs::read_to_string(home.path().join("preferences.md")).unwrap();
+    assert_eq!(prefs, "- always answer in French\n");
+    // The MainAgent's own answer already saw it.
+    let main_req = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.body["system"].to_string().contains("MainAgent"))
+        .unwrap();
+    assert!(main_req.body["system"]
+        .to_string()
+        .contains("always answer in French"));
+    home.ctl_ok(&["project", "send", "tp", "hello", "--wait"]);
+    let project_req = fake.requests().pop().unwrap();
+    let system = project_req.body["system"].to_string();
+    assert!(system.contains("## User preferences"), "{system}");
+    assert!(system.contains("always answer in French"), "{system}");
+}

@@ -231,6 +231,7 @@ impl Agent {
     pub fn system_prompt(&self) -> String {
         system_prompt(
             &self.system_base,
+            self.settings.preferences.as_deref(),
             &self.skill_dirs(),
             &self.dir.join("memory"),
         )

@@ -66,6 +66,9 @@ pub fn prepare_role(
             system.push_str(&listed.concat());
         }
     }
+    system.push_str(&crate::prompt::preferences_section(
+        settings.preferences.as_deref(),
+    ));
     let mut s = settings.clone();
     s.skills = allowed;
     s.run_timeout_s = role.model.timeout_s;

@@ -39,6 +39,9 @@ pub struct AgentSettings {
     pub thinking: Option<String>,
     /// Sampling temperature of every call; set from a role.
     pub temperature: Option<f32>,
+    /// `<home>/preferences.md`, the user's standing preferences shown in every system prompt;
+    /// `None` = none.
+    pub preferences: Option<std::path::PathBuf>,
     /// `<home>/roles`, where user roles override the built-in ones; `None` = built-ins only.
     pub roles_dir: Option<std::path::PathBuf>,
     /// The project's role assignments (PROJECT.md `roles:`): overrides and template variables.
@@ -79,6 +82,7 @@ impl AgentSettings {
             exec_registry: None,
             thinking: None,
             temperature: None,
+            preferences: None,
             roles_dir: None,
             role_assignments: Vec::new(),
             skills: None,

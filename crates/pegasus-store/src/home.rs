@@ -98,6 +98,11 @@ impl Home {
         self.root.join("skills")
     }
 
+    /// `preferences.md`: the user's standing preferences, in every agent's system prompt.
+    pub fn preferences_file(&self) -> PathBuf {
+        self.root.join("preferences.md")
+    }
+
     /// `roles/`: user roles overriding the built-in ones.
     pub fn roles_dir(&self) -> PathBuf {
         self.root.join("roles")

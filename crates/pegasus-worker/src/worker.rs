@@ -111,6 +111,7 @@ async fn serve(
                     .collect(),
             });
             settings.roles_dir = Some(home.roles_dir());
+            settings.preferences = Some(home.preferences_file());
             settings.role_assignments = pegasus_roles::assignments_from_yaml(
                 project.get("roles").as_ref(),
             )

@@ -39,6 +39,7 @@ pub(crate) fn start(
         None,
     );
     settings.exec_registry = Some(sup.home.exec_registry("main"));
+    settings.preferences = Some(sup.home.preferences_file());
     settings.sandbox = Some(pegasus_agent::sandbox::SandboxPaths {
         home: sup.home.root().to_path_buf(),
         own_dir: dir.clone(),
@@ -86,6 +87,7 @@ pub(crate) fn start(
             }
         };
         let session = agent.session_handle();
+        let prefs_file = agent.settings().preferences.clone().unwrap_or_default();
         let mut next = 0u64;
         // Runs started by projects alone (their replies, notifies, crashes) since the user last
         // spoke: capped, so a MainAgent and a project cannot talk to each other forever.
@@ -106,6 +108,16 @@ pub(crate) fn start(
             let mut waiters = Vec::new();
             let from_user = batch.iter().any(|i| !i.channel.starts_with("project/"));
             for input in batch {
+                // "Preference: ..." from the user is kept for every agent's prompt (SPEC §10),
+                // before the run, so this very answer already sees it.
+                if !input.channel.starts_with("project/") {
+                    if let Some(pref) = preference_of(&input.text) {
+                        match record_preference(&prefs_file, pref) {
+                            Ok(()) => tracing::info!("preference recorded: {pref}"),
+                            Err(e) => tracing::error!("cannot record a preference: {e}"),
+                        }
+                    }
+                }
                 next += 1;
                 let id = format!("main-{}-{next}", chrono::Utc::now().timestamp_millis());
                 if let Err(e) = record_inbound(&session, &id, &input.channel, &input.text) {
@@ -152,4 +164,75 @@ pub(crate) fn start(
         }
         tracing::debug!("MainAgent drained");
     })
+}
+
+/// The preference a user message states ("Preference: ..." at its start, any case), if any.
+fn preference_of(text: &str) -> Option<&str> {
+    let t = text.trim_start();
+    let head = t.get(..11)?;
+    if !head.eq_ignore_ascii_case("preference:") {
+        return None;
+    }
+    let pref = t[11..].trim();
+    (!pref.is_empty()).then_some(pref)
+}
+
+/// Bytes of preferences.md kept when adding one (older lines beyond it are dropped first).
+const PREFERENCES_KEEP: usize = 12 * 1024;
+
+/// Adds `pref` as a line of `path` (written atomically); an identical line is not repeated.
+fn record_preference(path: &std::path::Path, pref: &str) -> Result<(), pegasus_store::StoreError> {
+    let old = match pegasus_store::read_text_limited(path, 64 * 1024) {
+        Ok(t) => t,
+        Err(pegasus_store::ReadError::NotFound) => String::new(),
+        Err(e) => {
+            return Err(pegasus_store::StoreError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            })
+        }
+    };
+    let line = format!("- {}", pref.replace('\n', " "));
+    let mut lines: Vec<&str> = old.lines().filter(|l| *l != line).collect();
+    lines.push(&line);
+    while lines.iter().map(|l| l.len() + 1).sum::<usize>() > PREFERENCES_KEEP && lines.len() > 1 {
+        lines.remove(0);
+    }
+    let mut text = lines.join("\n");
+    text.push('\n');
+    pegasus_store::write_atomic(path, text.as_bytes())
+}
+
+#[cfg(test)]
+mod preference_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_preference_is_the_text_after_its_marker() {
+        assert_eq!(
+            preference_of("Preference: short answers"),
+            Some("short answers")
+        );
+        assert_eq!(
+            preference_of("  preference:  British spelling "),
+            Some("British spelling")
+        );
+        assert_eq!(preference_of("Preference:"), None);
+        assert_eq!(preference_of("my preference: x"), None);
+        assert_eq!(preference_of("é"), None);
+    }
+
+    #[test]
+    fn preferences_are_kept_once_each_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("preferences.md");
+        record_preference(&p, "short answers").unwrap();
+        record_preference(&p, "no emoji").unwrap();
+        record_preference(&p, "short answers").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "- no emoji\n- short answers\n"
+        );
+    }
 }
