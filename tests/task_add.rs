@@ -218,3 +218,77 @@ fn a_preference_told_to_the_main_agent_reaches_every_project_prompt() {
     assert!(system.contains("## User preferences"), "{system}");
     assert!(system.contains("always answer in French"), "{system}");
 }
+
+#[test]
+fn a_schedule_fires_once_after_a_missed_window_and_not_again_after_a_restart() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(
+        user("yearly review"),
+        Reply::Text("reviewed".into()),
+    ));
+    fake.add_rule(Rule::new(
+        user("planned review"),
+        Reply::Text("planned done".into()),
+    ));
+    let home = fake_home(&fake, "");
+    let mut d = home.start_fake();
+    home.create("tp");
+    home.ctl_ok(&["stop"]);
+    assert_eq!(d.wait_exit(Duration::from_secs(15)), Some(0));
+
+    // Both jobs last ran on 2025-01-01; the daemon "was down" over 2026-01-01.
+    std::fs::write(
+        home.path().join("schedules.yml"),
+        "- {name: yearly, cron: '0 0 1 1 *', project: tp, goal: yearly review, auto: true}\n\
+         - {name: planned, cron: '0 0 1 1 *', project: tp, goal: planned review}\n",
+    )
+    .unwrap();
+    let ran = json!({"since": "2024-06-01T00:00:00Z", "last_run": "2025-01-01T00:00:05Z",
+                     "last_attempt": "2025-01-01T00:00:05Z"});
+    std::fs::write(
+        home.path().join("schedules.state.json"),
+        json!({"yearly": ran, "planned": ran}).to_string(),
+    )
+    .unwrap();
+    let d = home.start_fake();
+    let find = |title: &str| -> Vec<Value> {
+        home.json(&["task", "list", "tp"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["title"] == title)
+            .cloned()
+            .collect()
+    };
+    let yearly = poll(Duration::from_secs(15), "the yearly task done", || {
+        let ts = find("yearly (scheduled)");
+        (ts.len() == 1 && ts[0]["state"] == "done").then(|| ts[0].clone())
+    });
+    assert_eq!(yearly["result_summary"], "reviewed");
+    let planned = poll(Duration::from_secs(15), "the planned task", || {
+        find("planned (scheduled)").into_iter().next()
+    });
+    assert_eq!(
+        planned["state"], "planned",
+        "without auto it waits for approval"
+    );
+    let id = planned["id"].as_str().unwrap().to_string();
+    home.ctl_ok(&["task", "approve", &id]);
+    poll(Duration::from_secs(15), "the approved task done", || {
+        (task(&home, &id)["state"] == "done").then_some(())
+    });
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join("schedules.state.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(state["yearly"]["last_run"].as_str().unwrap() > "2026-01-01");
+
+    // A restart finds nothing due: no second task.
+    drop(d);
+    let _d = home.start_fake();
+    home.ready_worker("tp", None);
+    home.ctl_ok(&["status"]);
+    assert_eq!(find("yearly (scheduled)").len(), 1);
+    assert_eq!(find("planned (scheduled)").len(), 1);
+}

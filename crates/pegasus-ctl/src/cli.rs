@@ -148,6 +148,8 @@ pub enum TaskCommand {
     Cancel { id: String },
     /// Send a failed task back to ready.
     Retry { id: String },
+    /// Let a planned task (e.g. one a schedule made) run.
+    Approve { id: String },
     /// A new task from this task's frozen spec.
     Replay { id: String },
     /// Answer a blocked task's question; it goes back to ready.

@@ -112,10 +112,17 @@ pub enum TaskVerb {
     Cancel,
     Retry,
     Replay,
+    /// A planned task (e.g. made by a schedule) may run: planned → ready.
+    Approve,
 }
 
 impl TaskVerb {
-    pub const ALL: [TaskVerb; 3] = [TaskVerb::Cancel, TaskVerb::Retry, TaskVerb::Replay];
+    pub const ALL: [TaskVerb; 4] = [
+        TaskVerb::Cancel,
+        TaskVerb::Retry,
+        TaskVerb::Replay,
+        TaskVerb::Approve,
+    ];
 }
 
 /// How `run cancel|pause|resume` steers a project's latest run.

@@ -103,6 +103,16 @@ impl Home {
         self.root.join("preferences.md")
     }
 
+    /// `schedules.yml`: the scheduled jobs (SPEC §10).
+    pub fn schedules_file(&self) -> PathBuf {
+        self.root.join("schedules.yml")
+    }
+
+    /// `schedules.state.json`: when each scheduled job last ran and last tried.
+    pub fn schedules_state_file(&self) -> PathBuf {
+        self.root.join("schedules.state.json")
+    }
+
     /// `roles/`: user roles overriding the built-in ones.
     pub fn roles_dir(&self) -> PathBuf {
         self.root.join("roles")

@@ -128,6 +128,7 @@ async fn serve(
         .map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
     let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
     sup.restart_scan()?;
+    let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
     let controls = tokio::spawn(control::serve(sup.clone(), control_listener));
     tracing::info!(pid = std::process::id(), home = %home.root().display(), "pegasusd serving");
 
@@ -147,7 +148,7 @@ async fn serve(
     }
     // What the last workers' commands left behind: one scan after they are all gone.
     crate::sweeper::sweep_now().await;
-    for task in [workers, controls, activity, watchdog, sweeper] {
+    for task in [workers, controls, activity, watchdog, sweeper, scheduler] {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }
     for path in [home.control_socket(), home.worker_socket()] {

@@ -22,6 +22,7 @@ mod main_agent;
 mod peer;
 mod pidlock;
 mod project_rows;
+mod scheduler;
 mod slot;
 mod spawn;
 mod supervisor;

@@ -21,6 +21,7 @@ pub mod id;
 mod index;
 mod lock;
 pub mod readiness;
+pub mod schedule;
 pub mod snapshot;
 pub mod state;
 pub mod store;

@@ -119,6 +119,17 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             )
             .await
         }
+        TaskCommand::Approve { id } => {
+            super::mutate(
+                home,
+                json,
+                CtlRequest::TaskVerb {
+                    id,
+                    verb: TaskVerb::Approve,
+                },
+            )
+            .await
+        }
         TaskCommand::Replay { id } => {
             super::mutate(
                 home,

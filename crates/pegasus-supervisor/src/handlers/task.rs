@@ -17,6 +17,17 @@ const TITLE_CHARS: usize = 80;
 /// recorded) and made ready; the project's worker runs it when its dependencies are done, by
 /// priority. Returns the task's id and a one-line summary.
 pub(crate) fn add(sup: &Supervisor, req: AddTask) -> Result<(String, String), RequestError> {
+    add_as(sup, req, TaskState::Ready, "cli")
+}
+
+/// [`add`] with the state the task starts in (`ready`, or `planned` to wait for
+/// `task approve`) and who adds it (`cli`, `schedule:<job>`, ...).
+pub(crate) fn add_as(
+    sup: &Supervisor,
+    req: AddTask,
+    to: TaskState,
+    actor: &str,
+) -> Result<(String, String), RequestError> {
     pegasus_store::validate_name(&req.project)?;
     let dir = sup.home.project_dir(&req.project);
     if !dir.join("PROJECT.md").exists() {
@@ -81,9 +92,9 @@ pub(crate) fn add(sup: &Supervisor, req: AddTask) -> Result<(String, String), Re
             model_policy: None,
             repos,
         },
-        TaskState::Ready,
-        "cli",
-        "added by the user",
+        to,
+        actor,
+        &format!("added by {actor}"),
     )?;
     sup.nudge(&req.project, ToWorker::TasksChanged);
     let waits = if task.depends_on.is_empty() {
@@ -91,9 +102,17 @@ pub(crate) fn add(sup: &Supervisor, req: AddTask) -> Result<(String, String), Re
     } else {
         format!("; it starts when {} are done", task.depends_on.join(", "))
     };
+    let how = if to == TaskState::Ready {
+        format!("ready{waits}")
+    } else {
+        format!(
+            "planned: start it with `pegasusctl task approve {}`",
+            task.id
+        )
+    };
     Ok((
         task.id.clone(),
-        format!("task {} added to {} (ready{waits})", task.id, req.project),
+        format!("task {} added to {} ({how})", task.id, req.project),
     ))
 }
 
@@ -126,6 +145,16 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
                 "cancelled by the user",
             )?;
             format!("task {id} cancelled (it stops at its next step)")
+        }
+        TaskVerb::Approve => {
+            store.transition(
+                id,
+                TaskState::Planned,
+                TaskState::Ready,
+                "cli",
+                "approved by the user",
+            )?;
+            format!("task {id} approved; it runs when its dependencies are done")
         }
         TaskVerb::Retry => {
             store.transition(
