@@ -292,3 +292,58 @@ fn a_schedule_fires_once_after_a_missed_window_and_not_again_after_a_restart() {
     assert_eq!(find("yearly (scheduled)").len(), 1);
     assert_eq!(find("planned (scheduled)").len(), 1);
 }
+
+#[test]
+fn a_maintenance_role_proposes_a_task_that_runs_once_approved() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let finder = |m: Match| Match::All(vec![Match::SystemContains("Duplicate finder".into()), m]);
+    fake.add_rule(Rule::new(
+        finder(Match::LastToolResultContains("proposed as task".into())),
+        Reply::Text("proposed one merge".into()),
+    ));
+    fake.add_rule(Rule::new(
+        finder(Match::NoToolResultYet),
+        Reply::Tools(vec![ToolCall::new(
+            "propose_task",
+            json!({"title": "merge the two parsers", "goal": "merge the two date parsers into one",
+                   "acceptance": ["one parser left"]}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        user("merge the two date parsers"),
+        Reply::Text("merged".into()),
+    ));
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("tp");
+    let run = home.json(&[
+        "task",
+        "add",
+        "tp",
+        "--goal",
+        "look for duplicates",
+        "--role",
+        "duplicate-finder",
+    ]);
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let done = wait_state(&home, &run_id, "done");
+    assert_eq!(done["result_summary"], "proposed one merge");
+    let proposed = home
+        .json(&["task", "list", "tp"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["title"] == "merge the two parsers")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        proposed["state"], "planned",
+        "a proposal waits for approval"
+    );
+    let id = proposed["id"].as_str().unwrap().to_string();
+    home.ctl_ok(&["task", "approve", &id]);
+    let merged = wait_state(&home, &id, "done");
+    assert_eq!(merged["result_summary"], "merged");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

@@ -32,7 +32,7 @@ impl ToolSet {
         }
     }
 
-    /// The thirteen built-in tools of a project agent (SPEC §6).
+    /// The built-in tools of a project agent (SPEC §6).
     pub fn project_tools() -> Self {
         ToolSet::new(tools::builtins())
     }

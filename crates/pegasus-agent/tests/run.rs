@@ -100,7 +100,7 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
         assert_eq!(r.meta.task.as_deref(), Some(out.task_id.as_str()));
         assert_eq!(r.meta.project.as_deref(), Some("demo"));
         assert_eq!(r.model, "fake/model");
-        assert_eq!(r.tools.len(), 13);
+        assert_eq!(r.tools.len(), 14);
         assert!(r
             .system
             .starts_with("You work on the demo project.\n\n## Skills\n"));

@@ -61,7 +61,7 @@ async fn nested_subagents_stop_at_the_depth_limit_and_bill_the_parent_task() {
     // Depth 2 = max: no spawn_subagent any more.
     assert!(reqs[2].system.starts_with("You are a focused sub-agent."));
     assert!(!has_tool(&reqs[2], "spawn_subagent"));
-    assert_eq!(reqs[2].tools.len(), 11);
+    assert_eq!(reqs[2].tools.len(), 12);
     // Results flow back up.
     assert!(
         matches!(&reqs[3].messages[2].content[0], Block::ToolResult { content, is_error: false, .. } if content == "deep result")

@@ -13,17 +13,19 @@ use crate::error::RoleError;
 use crate::role::{validate_id, Role, RoleSource};
 
 /// The ids of the built-in roles, in the order they are listed.
-pub const BUILTIN_IDS: [&str; 6] = [
+pub const BUILTIN_IDS: [&str; 8] = [
     "coder",
     "researcher",
     "reviewer",
     "designer",
     "devops",
     "tester",
+    "refactor-finder",
+    "duplicate-finder",
 ];
 
 /// The embedded built-in role files: id and text.
-const BUILTIN_FILES: [(&str, &str); 6] = [
+const BUILTIN_FILES: [(&str, &str); 8] = [
     ("coder", include_str!("../../../data/roles/coder.md")),
     (
         "researcher",
@@ -33,6 +35,14 @@ const BUILTIN_FILES: [(&str, &str); 6] = [
     ("designer", include_str!("../../../data/roles/designer.md")),
     ("devops", include_str!("../../../data/roles/devops.md")),
     ("tester", include_str!("../../../data/roles/tester.md")),
+    (
+        "refactor-finder",
+        include_str!("../../../data/roles/refactor-finder.md"),
+    ),
+    (
+        "duplicate-finder",
+        include_str!("../../../data/roles/duplicate-finder.md"),
+    ),
 ];
 
 fn parse_builtin(id: &str, text: &str) -> Result<Role, RoleError> {
@@ -254,6 +264,8 @@ mod tests {
                 "coder",
                 "designer",
                 "devops",
+                "duplicate-finder",
+                "refactor-finder",
                 "researcher",
                 "reviewer",
                 "tester",

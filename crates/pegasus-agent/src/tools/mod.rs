@@ -16,12 +16,14 @@ pub mod memory_list;
 pub mod memory_read;
 pub mod memory_write;
 pub mod notify;
+pub mod propose_task;
 pub mod read_file;
 pub mod spawn_subagent;
 pub mod use_skill;
 pub mod write_file;
 
-/// The thirteen built-in tools of a project agent, in the order the model sees them.
+/// The built-in tools of a project agent, in the order the model sees them. `ask_user` and
+/// `propose_task` reach a role only through its `tools:` allowlist (`data/roles/`).
 pub fn builtins() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(read_file::ReadFile),
@@ -37,6 +39,7 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(spawn_subagent::SpawnSubagent),
         Arc::new(use_skill::UseSkill),
         Arc::new(ask_user::AskUser),
+        Arc::new(propose_task::ProposeTask),
     ]
 }
 
