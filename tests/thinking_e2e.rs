@@ -86,7 +86,7 @@ fn thinking_role_three_tool_calls(format: Format) {
         .collect();
     assert_eq!(coder_requests.len(), 4, "three tool calls and the answer");
     for (n, r) in coder_requests.iter().enumerate() {
-        // STREAM-CHECK assert!(r.stream, "request {n} streams");
+        assert!(r.stream, "request {n} streams");
         match format {
             Format::Anthropic => {
                 assert_eq!(r.body["thinking"]["type"], "enabled", "request {n}");

@@ -26,7 +26,8 @@ pub fn request(
         temperature: ctx.settings.temperature,
         thinking: ctx.settings.thinking.clone(),
         timeout_s: None,
-        stream: false,
+        // Streamed from the provider (SPEC §5); only the loop's own calls forward the text.
+        stream: true,
         meta: CallMeta {
             project: ctx.settings.project.clone(),
             task: ctx.task_id.clone(),
@@ -42,7 +43,48 @@ pub async fn think(
     ctx: &ToolCtx,
     req: ChatRequest,
 ) -> Result<ChatResponse, StopKind> {
-    match model.chat(req).await {
+    report(ctx, model.chat(req).await)
+}
+
+/// [`think`] for a task's own agent (depth 0): the answer's text is sent as `text_delta`
+/// events while it arrives, for `log -f`, `send --wait` and `chat`. The deltas are never
+/// written to the session; the finished message is, once, by the loop.
+pub async fn think_streaming(
+    model: &dyn ChatModel,
+    ctx: &ToolCtx,
+    req: ChatRequest,
+) -> Result<ChatResponse, StopKind> {
+    if ctx.depth > 0 || !req.stream {
+        return think(model, ctx, req).await;
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let call = model.chat_streaming(req, tx);
+    tokio::pin!(call);
+    let forward = |text: String| {
+        send_event(
+            &ctx.notices,
+            WorkerEvent::TextDelta {
+                task: ctx.task_id.clone(),
+                text,
+            },
+        )
+    };
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(text) = rx.recv() => forward(text),
+            r = &mut call => break r,
+        }
+    };
+    // What arrived with the last chunk, before the answer was handed over.
+    while let Ok(text) = rx.try_recv() {
+        forward(text);
+    }
+    report(ctx, result)
+}
+
+fn report(ctx: &ToolCtx, result: Result<ChatResponse, LlmError>) -> Result<ChatResponse, StopKind> {
+    match result {
         Ok(resp) => {
             send_event(
                 &ctx.notices,

@@ -183,4 +183,16 @@ pub type ChatFuture<'a> = std::pin::Pin<
 pub trait ChatModel: Send + Sync {
     /// One model call. Budget refusals come back as [`LlmError::BudgetExceeded`].
     fn chat(&self, req: ChatRequest) -> ChatFuture<'_>;
+
+    /// One model call whose text is also sent to `deltas` as it arrives (with
+    /// `req.stream`). The deltas are a preview; the response is the authoritative text. A
+    /// model that cannot stream answers as [`ChatModel::chat`] and sends nothing.
+    fn chat_streaming(
+        &self,
+        req: ChatRequest,
+        deltas: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> ChatFuture<'_> {
+        drop(deltas);
+        self.chat(req)
+    }
 }

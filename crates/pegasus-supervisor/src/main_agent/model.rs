@@ -14,4 +14,12 @@ impl ChatModel for GatewayModel {
     ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
         Box::pin(self.0.chat(request, None))
     }
+
+    fn chat_streaming(
+        &self,
+        request: ChatRequest,
+        deltas: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
+        Box::pin(self.0.chat(request, Some(deltas)))
+    }
 }
