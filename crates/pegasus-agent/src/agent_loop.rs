@@ -163,9 +163,12 @@ pub async fn run_loop(
         // provider counts tokens its own way) compacts and tries once more.
         let mut retried = false;
         let resp = loop {
-            match within(deadline, thinker::think_streaming(ctx.model.as_ref(), ctx, req))
-                .await
-                .unwrap_or(Err(timed_out.clone()))
+            match within(
+                deadline,
+                thinker::think_streaming(ctx.model.as_ref(), ctx, req),
+            )
+            .await
+            .unwrap_or(Err(timed_out.clone()))
             {
                 Ok(r) => break r,
                 Err(StopKind::ContextTooLong(msg)) if !retried && spec.compactor.is_some() => {

@@ -34,7 +34,12 @@ pub enum Command {
     #[command(subcommand)]
     Run(RunCommand),
     /// Talk to the MainAgent (interactive when no TEXT is given).
-    Chat { text: Option<String> },
+    Chat {
+        text: Option<String>,
+        /// Print the answer's text as it arrives (the default on a terminal).
+        #[arg(long)]
+        stream: bool,
+    },
     /// LLM spending from the cost ledger (works without the daemon).
     Cost {
         /// Only this project (`main` = the MainAgent).
@@ -89,6 +94,9 @@ pub enum ProjectCommand {
         /// Wait for the agent's answer and print it.
         #[arg(long)]
         wait: bool,
+        /// With --wait: print the answer's text as it arrives (the default on a terminal).
+        #[arg(long)]
+        stream: bool,
     },
     /// Plan a brief into phases and run them autonomously (see `run status`).
     Run {

@@ -168,6 +168,9 @@ pub enum Fault {
     WrongUsage,
     /// Waits, then answers with the inner reply.
     Delay { ms: u64, then: Box<Reply> },
+    /// Answers with the inner reply, streaming it slowly: `gap_ms` between SSE events (a
+    /// plain answer is sent at once).
+    Paced { gap_ms: u64, then: Box<Reply> },
 }
 
 /// Token counts to report. Fields follow Anthropic's meaning: `input` excludes

@@ -338,7 +338,7 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<()> {
         }
         Plan::Reply(p) => {
             let reply = p.reply.clone();
-            send_reply(stream, &p, reply).await
+            send_reply(stream, &p, reply, None).await
         }
     }
 }
@@ -371,7 +371,12 @@ async fn send_error(
 type BoxFuture<'a> = Pin<Box<dyn Future<Output = io::Result<()>> + Send + 'a>>;
 
 /// Sends a reply; boxed because `Delay` recurses into its inner reply.
-fn send_reply<'a>(stream: &'a mut TcpStream, p: &'a ReplyPlan, reply: Reply) -> BoxFuture<'a> {
+fn send_reply<'a>(
+    stream: &'a mut TcpStream,
+    p: &'a ReplyPlan,
+    reply: Reply,
+    gap: Option<Duration>,
+) -> BoxFuture<'a> {
     Box::pin(async move {
         let answer = |text: Option<String>, tools: &[ToolCall]| {
             let a = Answer::new(p.format, &p.model, text, tools, p.usage, p.input_chars);
@@ -383,10 +388,10 @@ fn send_reply<'a>(stream: &'a mut TcpStream, p: &'a ReplyPlan, reply: Reply) -> 
         };
         let placeholder = || answer(Some(PLACEHOLDER_TEXT.to_string()), &[]);
         match reply {
-            Reply::Text(t) => send_answer(stream, p, &answer(Some(t), &[])).await,
-            Reply::Tools(tools) => send_answer(stream, p, &answer(None, &tools)).await,
+            Reply::Text(t) => send_answer(stream, p, &answer(Some(t), &[]), gap).await,
+            Reply::Tools(tools) => send_answer(stream, p, &answer(None, &tools), gap).await,
             Reply::TextThenTools(t, tools) => {
-                send_answer(stream, p, &answer(Some(t), &tools)).await
+                send_answer(stream, p, &answer(Some(t), &tools), gap).await
             }
             Reply::Fault(fault) => match fault {
                 Fault::Status {
@@ -396,11 +401,14 @@ fn send_reply<'a>(stream: &'a mut TcpStream, p: &'a ReplyPlan, reply: Reply) -> 
                 } => send_error(stream, p.format, code, &message, retry_after_s).await,
                 Fault::Delay { ms, then } => {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
-                    send_reply(stream, p, *then).await
+                    send_reply(stream, p, *then, gap).await
+                }
+                Fault::Paced { gap_ms, then } => {
+                    send_reply(stream, p, *then, Some(Duration::from_millis(gap_ms))).await
                 }
                 Fault::WrongUsage => {
                     let a = answer(Some(crate::WRONG_USAGE_TEXT.to_string()), &[]).without_usage();
-                    send_answer(stream, p, &a).await
+                    send_answer(stream, p, &a, gap).await
                 }
                 Fault::Stall => {
                     http::hold_until_client_leaves(stream).await;
@@ -487,10 +495,19 @@ fn json_body(p: &ReplyPlan, a: &Answer) -> String {
 }
 
 /// Sends a well-formed answer, streamed or not as the client asked.
-async fn send_answer(stream: &mut TcpStream, p: &ReplyPlan, a: &Answer) -> io::Result<()> {
+/// Sends an answer; a streamed one waits `gap` between its events (a slow model).
+async fn send_answer(
+    stream: &mut TcpStream,
+    p: &ReplyPlan,
+    a: &Answer,
+    gap: Option<Duration>,
+) -> io::Result<()> {
     if p.stream {
         http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked).await?;
-        for e in events(p, a) {
+        for (i, e) in events(p, a).into_iter().enumerate() {
+            if let (Some(gap), true) = (gap, i > 0) {
+                tokio::time::sleep(gap).await;
+            }
             http::write_chunk(stream, e.to_wire().as_bytes()).await?;
         }
         http::finish_chunks(stream).await

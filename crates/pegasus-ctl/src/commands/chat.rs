@@ -18,9 +18,21 @@ async fn ask(client: &mut Client, text: String) -> Result<String, CtlError> {
     }
 }
 
-pub async fn run(home: &Home, json: bool, text: Option<String>) -> Result<(), CtlError> {
+pub async fn run(
+    home: &Home,
+    json: bool,
+    text: Option<String>,
+    stream: bool,
+) -> Result<(), CtlError> {
     let mut client = Client::connect(home).await?;
+    let stream = super::wants_stream(stream, json);
     if let Some(text) = text {
+        if stream {
+            // The MainAgent's deltas are on the bus under `main`.
+            let (reply, streamed) = super::streaming(home, "main", ask(&mut client, text)).await;
+            super::finish_stream(&streamed, &reply?);
+            return Ok(());
+        }
         let reply = ask(&mut client, text).await?;
         if json {
             return super::print_json(&serde_json::json!({"reply": reply}));
@@ -49,6 +61,16 @@ pub async fn run(home: &Home, json: bool, text: Option<String>) -> Result<(), Ct
         }
         if matches!(text, "/quit" | "/exit") {
             return Ok(());
+        }
+        if stream {
+            print!("main> ");
+            let (reply, streamed) =
+                super::streaming(home, "main", ask(&mut client, text.to_string())).await;
+            match reply {
+                Ok(reply) => super::finish_stream(&streamed, &reply),
+                Err(e) => eprintln!("\npegasusctl: {e}"),
+            }
+            continue;
         }
         match ask(&mut client, text.to_string()).await {
             Ok(reply) => println!("main> {reply}"),

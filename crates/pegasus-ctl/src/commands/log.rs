@@ -4,12 +4,14 @@
 //! While the daemon runs, `-f` follows its event bus: an event of the project (a task moved, a
 //! tool call or a model call ended) is the cue to read what the worker appended, so new lines
 //! show as they land instead of on a polling tick. Without the daemon, or once it stops, the
-//! file is polled.
+//! file is polled. The model's text is printed as it streams (after `… `); the finished
+//! message then comes from the file, once.
 
 use crate::CtlError;
+use pegasus_proto::{ctl::CtlResponse, BusBody, BusEvent, WorkerEvent};
 use pegasus_store::{ContentBlock, Home, SessionRecord};
 use std::{
-    io::{Read, Seek, SeekFrom},
+    io::{Read, Seek, SeekFrom, Write as _},
     os::unix::fs::MetadataExt,
     path::Path,
     time::Duration,
@@ -119,6 +121,8 @@ pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<()
         },
         Err(_) => None,
     };
+    // Streamed text is being printed on the current line.
+    let mut streaming = false;
     loop {
         let Some(client) = bus.as_mut() else {
             tokio::time::sleep(POLL).await;
@@ -129,7 +133,26 @@ pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<()
         // read at the event and once more a moment later; and now and then with no event,
         // since not every append has one.
         match tokio::time::timeout(IDLE_READ, client.next_event()).await {
+            // The model's text as it arrives (not in --json: that prints the file's records).
+            // The finished message follows from the file, once.
+            Ok(Some(CtlResponse::Event(BusEvent {
+                body: BusBody::Worker(WorkerEvent::TextDelta { text, .. }),
+                ..
+            }))) => {
+                if !json {
+                    if !streaming {
+                        print!("… ");
+                        streaming = true;
+                    }
+                    print!("{text}");
+                    let _ = std::io::stdout().flush();
+                }
+                continue;
+            }
             Ok(Some(_event_or_resync)) => {
+                if std::mem::take(&mut streaming) {
+                    println!();
+                }
                 read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
                 tokio::time::sleep(SETTLE).await;
             }

@@ -22,7 +22,7 @@ pub async fn run(cli: Cli) -> Result<(), CtlError> {
         Command::Task(cmd) => task::run(&home, cli.json, cmd).await,
         Command::Role(cmd) => role::run(&home, cli.json, cmd).await,
         Command::Run(cmd) => run::run(&home, cli.json, cmd).await,
-        Command::Chat { text } => chat::run(&home, cli.json, text).await,
+        Command::Chat { text, stream } => chat::run(&home, cli.json, text, stream).await,
         Command::Cost { project, since } => cost::run(&home, cli.json, project, since),
         Command::Stop => stop::run(&home, cli.json).await,
     }
@@ -52,5 +52,67 @@ pub(crate) async fn mutate(
             }
         }
         other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
+    }
+}
+
+/// Whether an answer should be streamed: asked for, or stdout is a terminal (and not `--json`).
+pub(crate) fn wants_stream(asked: bool, json: bool) -> bool {
+    use std::io::IsTerminal as _;
+    !json && (asked || std::io::stdout().is_terminal())
+}
+
+/// Runs `work` while printing the text `project`'s agent streams (its `text_delta` events),
+/// as it arrives. Returns what `work` gave and the text printed. Without a daemon to follow,
+/// `work` just runs.
+pub(crate) async fn streaming<T>(
+    home: &Home,
+    project: &str,
+    work: impl std::future::Future<Output = T>,
+) -> (T, String) {
+    use pegasus_proto::{ctl::CtlResponse, BusBody, WorkerEvent};
+    use std::io::Write as _;
+    let mut printed = String::new();
+    let mut follower = match crate::client::Client::connect(home).await {
+        Ok(mut c) => match c.follow(Some(project.to_string())).await {
+            // The first frame says the subscription is in place: nothing sent after it is missed.
+            Ok(()) => match c.next_event().await {
+                Some(CtlResponse::Resync { .. }) => Some(c),
+                _ => None,
+            },
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
+    tokio::pin!(work);
+    let out = loop {
+        let Some(f) = follower.as_mut() else {
+            break work.await;
+        };
+        tokio::select! {
+            out = &mut work => break out,
+            ev = f.next_event() => match ev {
+                Some(CtlResponse::Event(e)) => {
+                    if let BusBody::Worker(WorkerEvent::TextDelta { text, .. }) = e.body {
+                        print!("{text}");
+                        let _ = std::io::stdout().flush();
+                        printed.push_str(&text);
+                    }
+                }
+                Some(_) => {}
+                None => follower = None,
+            },
+        }
+    };
+    (out, printed)
+}
+
+/// Prints an answer after its streamed text: a line end, and the answer itself unless the
+/// stream already showed it.
+pub(crate) fn finish_stream(streamed: &str, answer: &str) {
+    if !streamed.is_empty() {
+        println!();
+    }
+    if !streamed.contains(answer.trim()) {
+        println!("{answer}");
     }
 }

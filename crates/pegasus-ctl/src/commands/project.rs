@@ -45,13 +45,30 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
         ProjectCommand::Archive { name } => {
             lifecycle(home, json, name, LifecycleVerb::Archive, "archived").await
         }
-        ProjectCommand::Send { name, text, wait } => {
+        ProjectCommand::Send {
+            name,
+            text,
+            wait,
+            stream,
+        } => {
             let mut client = Client::connect(home).await?;
             let req = CtlRequest::ProjectSend {
                 name: name.clone(),
                 text,
                 wait,
             };
+            if wait && super::wants_stream(stream, json) {
+                let (resp, streamed) = super::streaming(home, &name, client.request(req)).await;
+                return match ok(resp?)? {
+                    CtlResponse::Reply { text, .. } => {
+                        super::finish_stream(&streamed, &text);
+                        Ok(())
+                    }
+                    other => Err(CtlError::Failed(format!(
+                        "unexpected answer to send: {other:?}"
+                    ))),
+                };
+            }
             match ok(client.request(req).await?)? {
                 CtlResponse::Sent { id } if json => {
                     super::print_json(&serde_json::json!({"project": name, "id": id}))
