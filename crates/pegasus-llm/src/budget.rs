@@ -53,6 +53,54 @@ pub fn check(
     Ok(())
 }
 
+/// The hard check made after the queue wait (SPEC §5): the spend so far, plus what the calls
+/// in flight reserved, plus this call's worst case `worst` must fit every cap. A cap already
+/// reached refuses as [`check`] does.
+pub fn admit(
+    totals: &Totals,
+    reserved: &crate::journal::Reserved,
+    limits: &Limits,
+    project: &str,
+    task: Option<&str>,
+    today: NaiveDate,
+    worst: f64,
+) -> Result<(), LlmError> {
+    check(totals, limits, project, task, today)?;
+    let over = |scope: String, limit: Option<f64>, spent: f64, held: f64| {
+        match limit {
+        Some(limit) if spent + held + worst > limit + 1e-9 => Err(LlmError::BudgetExceeded {
+            scope: format!(
+                "{scope} (this call could cost up to ${worst:.4}, ${held:.4} is held by calls in flight)"
+            ),
+            limit,
+            spent,
+        }),
+        _ => Ok(()),
+    }
+    };
+    over(
+        "daily".into(),
+        limits.daily,
+        totals.day(today),
+        reserved.day(today),
+    )?;
+    over(
+        format!("project {project}"),
+        limits.project,
+        totals.project(project),
+        reserved.project(project),
+    )?;
+    if let Some(task) = task {
+        over(
+            format!("task {task}"),
+            limits.task,
+            totals.task(task),
+            reserved.task(task),
+        )?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -131,6 +179,24 @@ mod tests {
     }
 
     #[test]
+    fn admission_counts_the_calls_in_flight_and_the_worst_case() {
+        let (t, today) = totals();
+        let limits = Limits {
+            daily: Some(4.0),
+            ..Limits::default()
+        };
+        let mut held = crate::journal::Reserved::default();
+        // 3.0 spent today: a call of up to 1.0 fits, one of 1.01 does not.
+        assert_eq!(admit(&t, &held, &limits, "a", None, today, 1.0), Ok(()));
+        assert!(admit(&t, &held, &limits, "a", None, today, 1.01).is_err());
+        // With 0.6 in flight, 0.5 no longer fits.
+        held.add(today, "b", None, 0.6);
+        let e = admit(&t, &held, &limits, "a", None, today, 0.5).unwrap_err();
+        assert!(e.to_string().contains("held by calls in flight"), "{e}");
+        assert_eq!(admit(&t, &held, &limits, "a", None, today, 0.4), Ok(()));
+    }
+
+    #[test]
     fn a_zero_limit_refuses_the_first_call() {
         let t = Totals::default();
         let limits = Limits {
@@ -157,6 +223,8 @@ mod tests {
             cache_write_tokens: 0,
             usd,
             request_id: None,
+            call: None,
+            estimated: false,
         };
         w.append(&entry("a", Some("t"), Some(0.25))).unwrap();
         w.append(&entry("a", None, None)).unwrap();

@@ -20,6 +20,7 @@ use pegasus_proto::llm::{CallMeta, ChatRequest, ChatResponse, LlmError};
 use pegasus_store::{validate_name, Config, Home, LedgerEntry, ProjectFile};
 
 use crate::budget::{self, Limits, MAIN_PROJECT};
+use crate::journal::{self, Journal, PendingCall, Reserved};
 use crate::ledger::Ledger;
 use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
@@ -59,6 +60,13 @@ struct Inner {
     /// Per provider: no request before this instant (set from `retry-after`).
     gates: Mutex<HashMap<String, Instant>>,
     ledger: Ledger,
+    /// Calls sent and not yet settled, on disk (hard budgets, SPEC §5).
+    journal: Journal,
+    /// What the calls in flight may cost at worst; admission reads it with the totals.
+    reserved: Mutex<Reserved>,
+    /// Numbers the calls of this process (with its pid and start, a unique call id).
+    call_seq: AtomicU64,
+    started_ms: i64,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     calls: AtomicU64,
@@ -94,7 +102,19 @@ impl Gateway {
     pub fn new(home: &Home, config: &Config) -> Result<Gateway, LlmError> {
         let prices = PriceTable::new(&config.prices)?;
         let models = ModelTable::new(config)?;
-        let ledger = Ledger::open(home)?;
+        let (ledger, settled) = Ledger::open(home)?;
+        // Calls journaled by an earlier pegasusd that died before recording them: the
+        // provider may have billed them, so they count at their worst case.
+        let (journal, unsettled) = Journal::recover(home, &settled)
+            .map_err(|e| LlmError::Other(format!("cannot read the call journal: {e}")))?;
+        for p in &unsettled {
+            tracing::warn!(call = %p.call, project = %p.project, model = %p.model, usd = ?p.usd,
+                "a call sent before pegasusd stopped has no ledger line; recording its worst case");
+            ledger.record_blocking(p.estimated_entry(None));
+        }
+        journal
+            .reset(home)
+            .map_err(|e| LlmError::Other(format!("cannot reset the call journal: {e}")))?;
         let http = reqwest::Client::builder()
             .user_agent(concat!("pegasus/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -110,6 +130,10 @@ impl Gateway {
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
                 gates: Mutex::new(HashMap::new()),
                 ledger,
+                journal,
+                reserved: Mutex::new(Reserved::default()),
+                call_seq: AtomicU64::new(0),
+                started_ms: Utc::now().timestamp_millis(),
                 in_flight: AtomicUsize::new(0),
                 max_in_flight: AtomicUsize::new(0),
                 calls: AtomicU64::new(0),
@@ -160,6 +184,10 @@ impl Gateway {
                 tokio::time::sleep(retry::retry_wait(base, n - 1, retry_after)).await;
             }
             let slot = self.slot(&target.provider).await?;
+            // Admitted only now, after the wait, against what is spent and held (SPEC §5).
+            let reservation = self.admit(&req.meta, &project, &target, &body, req.max_tokens)?;
+            self.journal_sent(&reservation.call).await?;
+            let mut billed = false;
             let sent = self
                 .attempt(
                     &target,
@@ -168,11 +196,25 @@ impl Gateway {
                     req.stream,
                     timeout,
                     deltas.as_ref(),
+                    &mut billed,
                 )
                 .await;
             drop(slot);
+            if billed && sent.is_err() {
+                // A 200 whose body we could not use: the provider billed it. Recorded at its
+                // worst case before anything else happens.
+                self.inner
+                    .ledger
+                    .record(reservation.call.estimated_entry(None))
+                    .await;
+            }
             match sent {
-                Ok(reply) => return Ok(self.settle(&req.meta, &target, project, reply).await),
+                Ok(reply) => {
+                    let call = reservation.call.call.clone();
+                    return Ok(self
+                        .settle(&req.meta, &target, project, reply, Some(call))
+                        .await);
+                }
                 Err(AttemptError::Fatal(e)) => return Err(e),
                 Err(AttemptError::Retry {
                     message,
@@ -268,6 +310,83 @@ impl Gateway {
         self.inner.ledger.with_totals(|t| t.task(task))
     }
 
+    /// Admits one attempt of a call (SPEC §5 hard budgets): its worst case — estimated input
+    /// plus `max_tokens` at the table price — must fit every cap together with what is spent
+    /// and what the calls in flight hold, checked and reserved under one lock. A model with no
+    /// price is refused unless `llm.allow_unpriced_models`.
+    fn admit(
+        &self,
+        meta: &CallMeta,
+        project: &str,
+        target: &Target,
+        body: &serde_json::Value,
+        max_tokens: u32,
+    ) -> Result<Reservation<'_>, LlmError> {
+        let inner = &*self.inner;
+        let usage = pegasus_proto::llm::Usage {
+            input_tokens: journal::estimate_input_tokens(body),
+            output_tokens: u64::from(max_tokens),
+            ..Default::default()
+        };
+        let worst = inner.prices.cost(&target.full, &usage);
+        if worst.is_none() && !inner.config.llm.allow_unpriced_models {
+            return Err(LlmError::Unpriced {
+                model: target.full.clone(),
+            });
+        }
+        let limits = Limits {
+            daily: inner.config.budget.daily_usd,
+            project: meta.project.as_deref().and_then(|p| self.project_budget(p)),
+            task: inner.config.budget.task_usd,
+        };
+        let today = Utc::now().date_naive();
+        let usd = worst.unwrap_or(0.0);
+        let mut reserved = inner.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        inner.ledger.with_totals(|t| {
+            budget::admit(
+                t,
+                &reserved,
+                &limits,
+                project,
+                meta.task.as_deref(),
+                today,
+                usd,
+            )
+        })?;
+        reserved.add(today, project, meta.task.as_deref(), usd);
+        drop(reserved);
+        let n = inner.call_seq.fetch_add(1, Ordering::Relaxed);
+        Ok(Reservation {
+            inner,
+            day: today,
+            call: PendingCall {
+                call: format!("c{}-{}-{n}", std::process::id(), inner.started_ms),
+                ts: Utc::now(),
+                project: project.to_string(),
+                task: meta.task.clone(),
+                role: meta.role.clone(),
+                model: target.full.clone(),
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                usd: worst,
+            },
+        })
+    }
+
+    /// Journals a call durably before it is sent (an fsync, off the async threads).
+    async fn journal_sent(&self, call: &PendingCall) -> Result<(), LlmError> {
+        let inner = self.inner.clone();
+        let call = call.clone();
+        tokio::task::spawn_blocking(move || inner.journal.sent(&call))
+            .await
+            .map_err(|e| LlmError::Other(format!("the call journal failed: {e}")))?
+            .map_err(|e| {
+                LlmError::Other(format!(
+                    "cannot journal the call, so it was not sent (no spend could be lost): {e}"
+                ))
+            })
+    }
+
     /// Refuses the call if the day, the project or the task has already spent its cap.
     fn check_budgets(&self, meta: &CallMeta, project: &str) -> Result<(), LlmError> {
         let config = &self.inner.config;
@@ -344,6 +463,7 @@ impl Gateway {
         stream: bool,
         timeout: Duration,
         deltas: Option<&UnboundedSender<String>>,
+        billed: &mut bool,
     ) -> Result<ProviderReply, AttemptError> {
         let http = &self.inner.http;
         let request = match target.kind {
@@ -407,6 +527,8 @@ impl Gateway {
                 })
             });
         }
+        // From here the provider answered 200: it billed the call whatever happens next.
+        *billed = true;
         // A server that ignores `stream: true` answers with plain JSON; read it as such.
         let is_sse = response
             .headers()
@@ -479,6 +601,7 @@ impl Gateway {
         target: &Target,
         project: String,
         reply: ProviderReply,
+        call: Option<String>,
     ) -> ChatResponse {
         let reported = if reply.model.is_empty() {
             target.model.as_str()
@@ -519,6 +642,8 @@ impl Gateway {
             cache_write_tokens: usage.cache_write_tokens,
             usd: cost,
             request_id: (!reply.id.is_empty()).then(|| reply.id.clone()),
+            call,
+            estimated: false,
         };
         self.inner.ledger.record(entry).await;
         ChatResponse {
@@ -532,7 +657,30 @@ impl Gateway {
     }
 }
 
-/// A transport failure (connect, reset, TLS, body read) with its causes, all retryable.
+/// One admitted attempt: what it holds of the budgets, released (and its journal entry
+/// closed) when it ends, however it ends — answered, failed or dropped.
+struct Reservation<'a> {
+    inner: &'a Inner,
+    day: chrono::NaiveDate,
+    call: PendingCall,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.inner
+            .reserved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(
+                self.day,
+                &self.call.project,
+                self.call.task.as_deref(),
+                self.call.usd.unwrap_or(0.0),
+            );
+        self.inner.journal.done(&self.call.call);
+    }
+}
+
 /// Bytes of a provider's error body kept for its message.
 const ERROR_BODY_CAP: usize = 64 * 1024;
 

@@ -20,8 +20,9 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Opens (creating if needed) the home's ledger and sums what it already holds.
-    pub fn open(home: &Home) -> Result<Ledger, LlmError> {
+    /// Opens (creating if needed) the home's ledger and sums what it already holds; also
+    /// returns the call ids its lines settle (for the journal's recovery).
+    pub fn open(home: &Home) -> Result<(Ledger, std::collections::HashSet<String>), LlmError> {
         let path = home.ledger_file();
         let read = pegasus_store::read_ledger(&path).map_err(|e| LlmError::Other(e.to_string()))?;
         if read.skipped > 0 || read.torn_tail {
@@ -33,11 +34,35 @@ impl Ledger {
             );
         }
         let totals = Totals::from_entries(&read.records);
+        let settled = read.records.iter().filter_map(|e| e.call.clone()).collect();
         let file = JsonlAppender::open(&path).map_err(|e| LlmError::Other(e.to_string()))?;
-        Ok(Ledger {
-            file: Arc::new(Mutex::new(file)),
-            totals: Arc::new(Mutex::new(totals)),
-        })
+        Ok((
+            Ledger {
+                file: Arc::new(Mutex::new(file)),
+                totals: Arc::new(Mutex::new(totals)),
+            },
+            settled,
+        ))
+    }
+
+    /// [`Ledger::record`] on the calling thread (start-up recovery).
+    pub fn record_blocking(&self, entry: LedgerEntry) {
+        Self::write(&self.file, &self.totals, entry);
+    }
+
+    fn write(file: &Mutex<JsonlAppender>, totals: &Mutex<Totals>, entry: LedgerEntry) {
+        // The totals are updated while the file lock is held, so two calls ending together
+        // are added in file order and the totals always equal a fresh read of the file.
+        let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = file.append_durable(&entry) {
+            tracing::error!(error = %e, model = %entry.model, usd = ?entry.usd,
+                "could not write the cost ledger line");
+        }
+        totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add_entry(&entry);
+        drop(file);
     }
 
     /// Appends `entry` durably and counts it. Runs on a blocking thread (fsync). A write error
@@ -45,21 +70,7 @@ impl Ledger {
     /// only make the caller pay for it again. The totals count it either way.
     pub async fn record(&self, entry: LedgerEntry) {
         let (file, totals) = (self.file.clone(), self.totals.clone());
-        let done = tokio::task::spawn_blocking(move || {
-            // The totals are updated while the file lock is held, so two calls ending together
-            // are added in file order and the totals always equal a fresh read of the file.
-            let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = file.append_durable(&entry) {
-                tracing::error!(error = %e, model = %entry.model, usd = ?entry.usd,
-                    "could not write the cost ledger line");
-            }
-            totals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .add_entry(&entry);
-            drop(file);
-        })
-        .await;
+        let done = tokio::task::spawn_blocking(move || Self::write(&file, &totals, entry)).await;
         if let Err(e) = done {
             tracing::error!(error = %e, "ledger writer task failed");
         }

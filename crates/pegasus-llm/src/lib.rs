@@ -21,6 +21,7 @@
 pub mod anthropic;
 pub mod budget;
 pub mod gateway;
+pub mod journal;
 pub mod ledger;
 pub mod models;
 pub mod openai;

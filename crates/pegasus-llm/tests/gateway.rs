@@ -203,6 +203,7 @@ both_formats!(
     key_goes_in_the_provider_header,
     semaphore_caps_calls_in_flight,
     unknown_price_is_recorded_as_null_not_zero,
+    an_unpriced_model_is_refused_unless_allowed,
     missing_usage_means_unknown_cost,
     dropped_call_frees_its_slot_and_writes_nothing,
     an_answer_over_max_response_bytes_fails_once_without_growing,
@@ -498,7 +499,15 @@ async fn cut_stream_is_retried(p: &str) {
     let r = w.gw.chat(req.clone(), None).await.unwrap();
     assert_eq!(text_of(&r.content), "complete answer");
     assert_eq!(w.fake.request_count(), 2);
-    assert_eq!(ledger(&w).len(), 1);
+    // The cut answer was a 200: billed, so recorded at its worst case before the retry.
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 2);
+    assert!(
+        lines[0].estimated && lines[0].usd.unwrap() > 0.0,
+        "{:?}",
+        lines[0]
+    );
+    assert!(!lines[1].estimated);
 
     // The same for a plain (non-streamed) body cut short.
     w.fake.clear_rules();
@@ -533,7 +542,10 @@ async fn malformed_body_is_retried(p: &str) {
     let r = w.gw.chat(req, None).await.unwrap();
     assert_eq!(text_of(&r.content), "good");
     assert_eq!(w.fake.request_count(), 5);
-    assert_eq!(ledger(&w).len(), 2);
+    // Three unreadable 200s (billed, estimated) and two answers.
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines.iter().filter(|l| l.estimated).count(), 3);
 }
 
 async fn stalled_call_times_out_quickly(p: &str) {
@@ -571,7 +583,11 @@ async fn stalled_call_times_out_quickly(p: &str) {
         started.elapsed()
     );
     assert_eq!(w.gw.stats().in_flight, 0);
-    assert!(ledger(&w).is_empty());
+    // The stream had begun (a 200): the call counts at its worst case; the stall before any
+    // answer does not.
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].estimated);
 }
 
 async fn daily_budget_reached_refuses_without_a_request(p: &str) {
@@ -703,8 +719,28 @@ async fn semaphore_caps_calls_in_flight(p: &str) {
     assert_eq!(ledger(&w).len(), 6);
 }
 
-async fn unknown_price_is_recorded_as_null_not_zero(p: &str) {
+async fn an_unpriced_model_is_refused_unless_allowed(p: &str) {
     let w = world(|c| c.prices.clear());
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("free?".into())));
+    let err =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap_err();
+    assert!(matches!(&err, LlmError::Unpriced { model } if model == &format!("{p}/x")));
+    let line = err.to_string();
+    assert!(
+        line.contains("prices:") && line.contains("allow_unpriced_models"),
+        "{line}"
+    );
+    assert_eq!(w.fake.request_count(), 0, "refused before any request");
+}
+
+async fn unknown_price_is_recorded_as_null_not_zero(p: &str) {
+    let w = world(|c| {
+        c.prices.clear();
+        c.llm.allow_unpriced_models = true;
+    });
     w.fake
         .add_rule(Rule::new(Match::Any, Reply::Text("free?".into())));
     let r =
@@ -1027,4 +1063,142 @@ async fn the_model_table_shapes_thinking_and_reasoning_requests() {
     assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
     // An unknown model gets the conservative default window, never "unknown".
     assert_eq!(w.gw.context_window("nobody/x"), Some(128_000));
+}
+
+/// SPEC §5 hard budgets: 20 calls at once against a daily budget that fits 3 of them; the
+/// admission after the queue wait, with the worst cases of the calls in flight held, keeps the
+/// spend within the budget, and the ledger file reproduces every total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_calls_never_overspend_a_budget_that_fits_three() {
+    let w = world(|c| {
+        c.llm.max_concurrency = 20;
+        c.llm.max_retries = 0;
+    });
+    w.fake.add_rule(
+        Rule::new(
+            Match::Any,
+            Reply::Fault(Fault::Delay {
+                ms: 300,
+                then: Box::new(Reply::Text("answer".into())),
+            }),
+        )
+        .usage(UsageSpec {
+            input: 50,
+            output: 256,
+            cache_read: 0,
+            cache_write: 0,
+        }),
+    );
+    // One call's worst case: its estimated input plus 256 output tokens, at $1/$2 per Mtok.
+    let one = {
+        let probe = world(|_| {});
+        probe.fake.add_rule(
+            Rule::new(Match::Any, Reply::Text("x".into())).usage(UsageSpec {
+                input: 50,
+                output: 256,
+                cache_read: 0,
+                cache_write: 0,
+            }),
+        );
+        probe.gw.chat(request("fa/x", "hi"), None).await.unwrap();
+        std::fs::read_to_string(probe.home.pending_calls_file()).unwrap()
+    };
+    let worst: f64 = one
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v["usd"].as_f64())
+        .unwrap();
+    let budget = 3.5 * worst;
+    let w = World {
+        gw: {
+            let mut c = w.config.clone();
+            c.budget.daily_usd = Some(budget);
+            Gateway::new(&w.home, &c).unwrap()
+        },
+        ..w
+    };
+    let calls = (0..20).map(|i| {
+        let gw = w.gw.clone();
+        async move { gw.chat(request("fa/x", &format!("call {i}")), None).await }
+    });
+    let results = futures_util::future::join_all(calls).await;
+    let answered = results.iter().filter(|r| r.is_ok()).count();
+    let refused = results
+        .iter()
+        .filter(|r| matches!(r, Err(LlmError::BudgetExceeded { .. })))
+        .count();
+    assert_eq!(answered + refused, 20, "{results:?}");
+    assert_eq!(answered, 3, "three worst cases fit, a fourth does not");
+    assert!(
+        w.gw.spent_today() <= budget,
+        "{} > {budget}",
+        w.gw.spent_today()
+    );
+    // The ledger on disk gives the same totals as the gateway's memory.
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 3);
+    let on_disk: f64 = lines.iter().filter_map(|l| l.usd).sum();
+    assert!((on_disk - w.gw.spent_today()).abs() < 1e-12);
+    assert!((w.gw.spent_by_task("t1") - on_disk).abs() < 1e-12);
+    assert!(lines.iter().all(|l| l.call.is_some() && !l.estimated));
+    assert_eq!(w.fake.request_count(), 3, "refused calls were never sent");
+}
+
+/// A call journaled by a pegasusd that died before its ledger line becomes one line at its
+/// worst case, flagged estimated, once; settled and finished calls add nothing.
+#[tokio::test]
+async fn calls_a_dead_daemon_sent_but_never_recorded_count_at_their_worst_case() {
+    let w = world(|_| {});
+    let pending = |call: &str| {
+        json!({"call": call, "ts": "2026-11-22T10:00:00Z", "project": "alpha", "task": "t9",
+               "role": null, "model": "fa/x", "input_tokens": 100, "output_tokens": 256,
+               "usd": 0.25})
+        .to_string()
+    };
+    let settled = LedgerEntry {
+        ts: chrono::Utc::now(),
+        project: "alpha".into(),
+        task: Some("t9".into()),
+        role: None,
+        model: "fa/x".into(),
+        input_tokens: 1,
+        output_tokens: 1,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        usd: Some(0.001),
+        request_id: None,
+        call: Some("c-settled".into()),
+        estimated: false,
+    };
+    std::fs::write(
+        w.home.ledger_file(),
+        format!("{}\n", serde_json::to_string(&settled).unwrap()),
+    )
+    .unwrap();
+    std::fs::write(
+        w.home.pending_calls_file(),
+        format!(
+            "{}\n{}\n{}\n{{\"done\":\"c-done\"}}\n",
+            pending("c-lost"),
+            pending("c-settled"),
+            pending("c-done")
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::new(&w.home, &w.config).unwrap();
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[1].call.as_deref(), Some("c-lost"));
+    assert!(lines[1].estimated);
+    assert_eq!(lines[1].usd, Some(0.25));
+    assert!((gw.spent_by_task("t9") - 0.251).abs() < 1e-12);
+    assert_eq!(
+        std::fs::read_to_string(w.home.pending_calls_file()).unwrap(),
+        ""
+    );
+    // A second start finds nothing more to record.
+    drop(gw);
+    let gw = Gateway::new(&w.home, &w.config).unwrap();
+    assert_eq!(ledger(&w).len(), 2);
+    assert!((gw.spent_by_task("t9") - 0.251).abs() < 1e-12);
 }

@@ -159,6 +159,9 @@ pub enum LlmError {
     },
     #[error("provider {provider} sent a response we cannot read: {message}")]
     BadResponse { provider: String, message: String },
+    /// The model has no price and `llm.allow_unpriced_models` is off: no budget could hold it.
+    #[error("model {model} has no price, so no budget could hold its spend: add it under prices: in config.yml, e.g. prices: {{\"{model}\": {{input: 3.0, output: 15.0}}}} (USD per million tokens), or set llm.allow_unpriced_models: true")]
+    Unpriced { model: String },
     /// The provider refused the request as longer than the model's context window; the
     /// caller can make it shorter (compact) and try again.
     #[error(

@@ -134,6 +134,9 @@ pub struct LlmConfig {
     /// the call instead of growing the daemon's memory. 64 KiB to 12 MiB (an answer must also
     /// fit in the frame that carries it to the worker).
     pub max_response_bytes: u64,
+    /// Allow calls to models that have no price (`prices:`); their tokens are recorded but
+    /// their cost is unknown, so no USD budget can hold them (default false: refused).
+    pub allow_unpriced_models: bool,
 }
 
 /// Bounds of `llm.max_response_bytes`.
@@ -147,6 +150,7 @@ impl Default for LlmConfig {
             max_retries: 4,
             retry_base_ms: 1000,
             max_response_bytes: 4 * 1024 * 1024,
+            allow_unpriced_models: false,
         }
     }
 }

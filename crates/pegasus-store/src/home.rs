@@ -88,6 +88,11 @@ impl Home {
         self.root.join("costs").join("ledger.jsonl")
     }
 
+    /// `costs/pending.jsonl`: the gateway's journal of calls sent and not yet settled.
+    pub fn pending_calls_file(&self) -> PathBuf {
+        self.root.join("costs").join("pending.jsonl")
+    }
+
     /// `main/`: the MainAgent's own session and memory.
     pub fn main_dir(&self) -> PathBuf {
         self.root.join("main")

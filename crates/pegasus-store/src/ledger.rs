@@ -51,6 +51,14 @@ pub struct LedgerEntry {
     /// The provider's request id, for disputes.
     #[serde(default)]
     pub request_id: Option<String>,
+    /// The gateway's id of the call (as in `costs/pending.jsonl`): a journaled call with a
+    /// ledger line is settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// The cost and tokens are the call's worst case, not what the provider reported: its
+    /// answer could not be read, or pegasusd died before it could record it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 /// Reads the whole ledger: every line that parses, in file order, and how many did not. A
@@ -149,6 +157,8 @@ mod tests {
             cache_write_tokens: 0,
             usd,
             request_id: None,
+            call: None,
+            estimated: false,
         }
     }
 

@@ -1,0 +1,246 @@
+//! Hard budgets (SPEC §5): what is reserved for calls in flight, and the journal that makes
+//! sure no billed call is missing from the ledger.
+//!
+//! A call is admitted only after its queue wait, under one lock, if the spend so far plus the
+//! reservations of the calls in flight plus its own worst case (estimated input + `max_tokens`
+//! at the table price) fit every cap; so overspend is bounded by what is in flight, and with
+//! exact estimates there is none. Before it is sent, a `pending` line is appended durably to
+//! `costs/pending.jsonl`; its ledger line carries the same call id, and a call that ends
+//! without a bill (refused, cancelled, failed before an answer) appends a `done` line. On
+//! start, every pending call with neither becomes a ledger line at its reserved cost, flagged
+//! `estimated` (pegasusd died between the provider's answer and the ledger), and the journal
+//! starts empty again. The recovery is idempotent: a crash during it leaves lines whose call
+//! ids are in the ledger, which the next start skips.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use pegasus_store::{Home, JsonlAppender, LedgerEntry};
+use serde::{Deserialize, Serialize};
+
+/// A call sent (or about to be) and what it may cost at worst.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingCall {
+    pub call: String,
+    pub ts: DateTime<Utc>,
+    pub project: String,
+    #[serde(default)]
+    pub task: Option<String>,
+    #[serde(default)]
+    pub role: Option<String>,
+    pub model: String,
+    /// Estimated prompt tokens.
+    pub input_tokens: u64,
+    /// The call's `max_tokens`.
+    pub output_tokens: u64,
+    /// The worst case at the table price; `None` for an unpriced model.
+    pub usd: Option<f64>,
+}
+
+impl PendingCall {
+    /// The ledger line of this call when only its worst case is known.
+    pub fn estimated_entry(&self, request_id: Option<String>) -> LedgerEntry {
+        LedgerEntry {
+            ts: Utc::now(),
+            project: self.project.clone(),
+            task: self.task.clone(),
+            role: self.role.clone(),
+            model: self.model.clone(),
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            usd: self.usd,
+            request_id,
+            call: Some(self.call.clone()),
+            estimated: true,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+enum Line {
+    Done { done: String },
+    Sent(PendingCall),
+}
+
+/// The journal file.
+pub struct Journal {
+    file: Mutex<JsonlAppender>,
+}
+
+impl Journal {
+    /// Opens the journal of `home`, returning it (emptied) and the calls it held that have
+    /// no ledger line (`settled`: the call ids the ledger has) and no `done` line.
+    pub fn recover(
+        home: &Home,
+        settled: &HashSet<String>,
+    ) -> Result<(Journal, Vec<PendingCall>), pegasus_store::StoreError> {
+        let path = home.pending_calls_file();
+        let read = pegasus_store::read_jsonl::<Line>(&path)?;
+        let done: HashSet<&str> = read
+            .records
+            .iter()
+            .filter_map(|l| match l {
+                Line::Done { done } => Some(done.as_str()),
+                Line::Sent(_) => None,
+            })
+            .collect();
+        let unsettled: Vec<PendingCall> = read
+            .records
+            .iter()
+            .filter_map(|l| match l {
+                Line::Sent(p) if !done.contains(p.call.as_str()) && !settled.contains(&p.call) => {
+                    Some(p.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        let file = JsonlAppender::open(&path)?;
+        Ok((
+            Journal {
+                file: Mutex::new(file),
+            },
+            unsettled,
+        ))
+    }
+
+    /// Empties the journal (after its unsettled calls were written to the ledger).
+    pub fn reset(&self, home: &Home) -> Result<(), pegasus_store::StoreError> {
+        let path = home.pending_calls_file();
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        pegasus_store::write_atomic(&path, b"")?;
+        *file = JsonlAppender::open(&path)?;
+        Ok(())
+    }
+
+    /// Records durably that `p` is about to be sent (blocking: an fsync).
+    pub fn sent(&self, p: &PendingCall) -> Result<(), pegasus_store::StoreError> {
+        self.file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append_durable(&Line::Sent(p.clone()))
+    }
+
+    /// Records that `call` ended without a bill, or with its ledger line written (not synced:
+    /// losing it only makes the next start count the call's worst case).
+    pub fn done(&self, call: &str) {
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = file.append(&Line::Done {
+            done: call.to_string(),
+        }) {
+            tracing::warn!(call, "cannot write to the call journal: {e}");
+        }
+    }
+}
+
+/// USD reserved by the calls in flight, by UTC day, project and task.
+#[derive(Debug, Default)]
+pub struct Reserved {
+    day: HashMap<NaiveDate, f64>,
+    projects: HashMap<String, f64>,
+    tasks: HashMap<String, f64>,
+}
+
+impl Reserved {
+    pub fn add(&mut self, day: NaiveDate, project: &str, task: Option<&str>, usd: f64) {
+        *self.day.entry(day).or_default() += usd;
+        *self.projects.entry(project.to_string()).or_default() += usd;
+        if let Some(t) = task {
+            *self.tasks.entry(t.to_string()).or_default() += usd;
+        }
+    }
+
+    pub fn remove(&mut self, day: NaiveDate, project: &str, task: Option<&str>, usd: f64) {
+        fn sub<K: std::hash::Hash + Eq>(m: &mut HashMap<K, f64>, k: &K, usd: f64) {
+            if let Some(v) = m.get_mut(k) {
+                *v -= usd;
+                if *v <= 1e-12 {
+                    m.remove(k);
+                }
+            }
+        }
+        sub(&mut self.day, &day, usd);
+        sub(&mut self.projects, &project.to_string(), usd);
+        if let Some(t) = task {
+            sub(&mut self.tasks, &t.to_string(), usd);
+        }
+    }
+
+    pub fn day(&self, day: NaiveDate) -> f64 {
+        self.day.get(&day).copied().unwrap_or(0.0)
+    }
+
+    pub fn project(&self, project: &str) -> f64 {
+        self.projects.get(project).copied().unwrap_or(0.0)
+    }
+
+    pub fn task(&self, task: &str) -> f64 {
+        self.tasks.get(task).copied().unwrap_or(0.0)
+    }
+}
+
+/// A conservative count of a request body's prompt tokens: 3 bytes of its JSON per token.
+pub fn estimate_input_tokens(body: &serde_json::Value) -> u64 {
+    (body.to_string().len() as u64).div_ceil(3)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pending(call: &str) -> PendingCall {
+        PendingCall {
+            call: call.into(),
+            ts: Utc::now(),
+            project: "p".into(),
+            task: Some("t".into()),
+            role: None,
+            model: "fa/m".into(),
+            input_tokens: 10,
+            output_tokens: 20,
+            usd: Some(0.5),
+        }
+    }
+
+    #[test]
+    fn only_calls_neither_done_nor_in_the_ledger_are_unsettled() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("costs")).unwrap();
+        let (j, none) = Journal::recover(&home, &HashSet::new()).unwrap();
+        assert!(none.is_empty());
+        for c in ["a", "b", "c"] {
+            j.sent(&pending(c)).unwrap();
+        }
+        j.done("b");
+        drop(j);
+        let settled = HashSet::from(["c".to_string()]);
+        let (j, unsettled) = Journal::recover(&home, &settled).unwrap();
+        assert_eq!(unsettled.len(), 1);
+        assert_eq!(unsettled[0].call, "a");
+        let e = unsettled[0].estimated_entry(None);
+        assert!(e.estimated && e.usd == Some(0.5) && e.call.as_deref() == Some("a"));
+        j.reset(&home).unwrap();
+        let (_, after) = Journal::recover(&home, &HashSet::new()).unwrap();
+        assert!(after.is_empty());
+    }
+
+    #[test]
+    fn reservations_add_up_and_release() {
+        let mut r = Reserved::default();
+        let d = Utc::now().date_naive();
+        r.add(d, "p", Some("t"), 1.0);
+        r.add(d, "q", None, 2.0);
+        assert_eq!(r.day(d), 3.0);
+        assert_eq!(r.project("p"), 1.0);
+        assert_eq!(r.task("t"), 1.0);
+        r.remove(d, "p", Some("t"), 1.0);
+        assert_eq!(r.day(d), 2.0);
+        assert_eq!(r.project("p"), 0.0);
+        assert_eq!(r.task("t"), 0.0);
+    }
+}
