@@ -455,6 +455,7 @@ impl Gateway {
 
     /// One HTTP attempt. `timeout` bounds the wait for the response headers and, for a plain
     /// response, the whole body; for a stream it bounds each silence between chunks.
+    #[allow(clippy::too_many_arguments)] // one attempt's whole context; a struct would only rename it
     async fn attempt(
         &self,
         target: &Target,
@@ -702,6 +703,7 @@ async fn read_capped(
     Ok((out, true))
 }
 
+/// A transport failure (connect, reset, TLS, body read) with its causes, all retryable.
 fn transport_error(e: reqwest::Error) -> AttemptError {
     let mut message = e.to_string();
     let mut source = std::error::Error::source(&e);
