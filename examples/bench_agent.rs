@@ -12,6 +12,9 @@
 //!     pointing here, and a first argument that is a project folder (it holds PROJECT.md)
 //!     switches to "worker mode" (handshake, Ready, timed `LlmRequest`s, timings written to
 //!     `<project>/bench-proxy.json`, exit 0).
+//! (a') Time to first token, streaming: the same two paths with `stream: true` and the fake
+//!     pacing its SSE events; from sending the request to the first text delta (at the worker:
+//!     the first `LlmDelta` frame; direct: the first delta on the gateway's channel).
 //! (b) Loading and repairing a 100,000-line session (dangling tool call, torn last line):
 //!     `load_session` + `transcript::rebuild`, median of 5.
 //! (c) Durable writes of one real turn: a real pegasusd and project-worker, the fake model
@@ -63,6 +66,12 @@ const STARVE_RATIO_MAX: f64 = 2.0;
 const KEY_ENV: &str = "PEGASUS_FAKE_KEY";
 const KEY: &str = "sk-bench-agent-5c2e";
 const PROXY_FILE: &str = "bench-proxy.json";
+/// (a') time-to-first-token timings of the worker, written before [`PROXY_FILE`].
+const TTFT_FILE: &str = "bench-ttft.json";
+/// (a') streamed calls per path, the fake pacing its SSE events, and the target.
+const TTFT_CALLS: usize = 50;
+const TTFT_GAP_MS: u64 = 5;
+const TTFT_ADDED_MAX_US: f64 = 1000.0;
 const PROXY_ERR: &str = "bench-proxy.err";
 
 fn main() -> ExitCode {
@@ -203,6 +212,16 @@ fn chat_request(model: &str, n: usize, project: Option<String>) -> ChatRequest {
     }
 }
 
+/// A streamed call of (a'): the fake answers it slowly, event by event.
+fn stream_request(model: &str, n: usize, project: Option<String>) -> ChatRequest {
+    let mut r = chat_request(model, n, project);
+    r.stream = true;
+    r.messages[0].content = vec![Block::Text {
+        text: format!("Stream call {n}: tell a short story."),
+    }];
+    r
+}
+
 fn tokio_rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -335,6 +354,7 @@ fn worker_mode(dir: &Path) -> Res<()> {
         .and_then(|n| n.to_str())
         .ok_or("bad project folder")?
         .to_string();
+    let ttft_file = dir.join(TTFT_FILE);
     let times = tokio_rt().block_on(async move {
         let socket = home.worker_socket();
         let stream = Stream::connect(socket.as_path().to_fs_name::<GenericFilePath>()?).await?;
@@ -381,6 +401,38 @@ fn worker_mode(dir: &Path) -> Res<()> {
                 times.push(us);
             }
         }
+        // (a') Time to the first streamed text.
+        let mut ttft = Vec::with_capacity(TTFT_CALLS);
+        for n in 0..WARMUP + TTFT_CALLS {
+            let id = (WARMUP + CALLS + n) as u64 + 1;
+            let frame = FromWorker::LlmRequest {
+                id,
+                request: stream_request(&init.model, n, None),
+            };
+            let t = Instant::now();
+            writer.write(&frame).await?;
+            let mut first = None;
+            loop {
+                match reader.read::<ToWorker>().await? {
+                    Some(ToWorker::LlmDelta { id: got, .. }) if got == id => {
+                        first.get_or_insert_with(|| t.elapsed().as_micros() as u64);
+                    }
+                    Some(ToWorker::LlmResponse { id: got, result }) if got == id => {
+                        result.map_err(|e| format!("stream call {n} failed: {e}"))?;
+                        break;
+                    }
+                    Some(ToWorker::Ping { nonce }) => {
+                        writer.write(&FromWorker::Pong { nonce }).await?;
+                    }
+                    Some(_) => {}
+                    None => return Err("pegasusd closed the connection".into()),
+                }
+            }
+            if n >= WARMUP {
+                ttft.push(first.ok_or("a streamed call sent no delta")?);
+            }
+        }
+        std::fs::write(&ttft_file, serde_json::to_vec(&ttft)?)?;
         Ok::<_, Box<dyn std::error::Error>>(times)
     })?;
     // Written whole, then renamed: the benchmark never reads half a file.
@@ -493,10 +545,21 @@ fn agent_sized_request() -> FromWorker {
 struct ProxyResult {
     proxy: Vec<f64>,
     direct: Vec<f64>,
+    ttft_proxy: Vec<f64>,
+    ttft_direct: Vec<f64>,
 }
 
 fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
     fake.clear_rules();
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("Stream call".into()),
+        Reply::Fault(Fault::Paced {
+            gap_ms: TTFT_GAP_MS,
+            then: Box::new(Reply::Text(
+                "Once upon a time a daemon streamed its answers, word by word.".into(),
+            )),
+        }),
+    ));
     fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
     // A long restart backoff: the worker's exit after its run must not start a crash loop.
     let home = fake_home(
@@ -526,6 +589,9 @@ fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
         drop(daemon);
         sorted(times.into_iter().map(|t| t as f64).collect())
     };
+    let ttft_proxy: Vec<u64> = serde_json::from_slice(&std::fs::read(
+        home.path().join("projects/bench").join(TTFT_FILE),
+    )?)?;
     // The same home, config and ledger, the daemon gone; meta.project set as pegasusd sets it
     // (so the gateway reads the project's budget from PROJECT.md on both paths).
     let config = Config::load(&home.path().join("config.yml"))?;
@@ -543,9 +609,28 @@ fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
         }
         Ok::<_, Box<dyn std::error::Error>>(times)
     })?;
+    let ttft_direct = tokio_rt().block_on(async {
+        let mut times = Vec::with_capacity(TTFT_CALLS);
+        for n in 0..WARMUP + TTFT_CALLS {
+            let req = stream_request(&model, n, Some("bench".into()));
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let gw = gw.clone();
+            let t = Instant::now();
+            let call = tokio::spawn(async move { gw.chat(req, Some(tx)).await });
+            rx.recv().await.ok_or("a streamed call sent no delta")?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            call.await??;
+            if n >= WARMUP {
+                times.push(us);
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error>>(times)
+    })?;
     Ok(ProxyResult {
         proxy,
         direct: sorted(direct),
+        ttft_proxy: sorted(ttft_proxy.into_iter().map(|t| t as f64).collect()),
+        ttft_direct: sorted(ttft_direct),
     })
 }
 
@@ -1075,6 +1160,14 @@ fn run() -> Res<bool> {
         added / rtt_med,
         PROXY_RTT_RATIO_MAX * rtt_med,
         verdict(ok_a)
+    ));
+
+    let (tp, td) = (median(&a.ttft_proxy), median(&a.ttft_direct));
+    let ok_ttft = tp - td <= TTFT_ADDED_MAX_US;
+    all &= ok_ttft;
+    report.push(format!(
+        "(a') {TTFT_CALLS} streamed calls ({TTFT_GAP_MS} ms between SSE events): time to first token          through the proxy median {:.0} µs (p90 {:.0}), direct Gateway median {:.0} µs (p90 {:.0});          added {:.0} µs (target ≤ {TTFT_ADDED_MAX_US:.0} µs)  {}",
+        tp, pct(&a.ttft_proxy, 90.0), td, pct(&a.ttft_direct, 90.0), tp - td, verdict(ok_ttft)
     ));
 
     eprintln!("(b) session load ...");

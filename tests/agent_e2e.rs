@@ -287,17 +287,29 @@ fn client_errors_are_not_retried_and_reach_the_user(format: Format) {
     assert_eq!(fake.request_count(), 1, "a 400 must not be retried");
 }
 
+/// A hard budget (SPEC §5): $0.012 fits the worst case of the first call (about $0.01: its
+/// estimated input and max_tokens), not that of a second on top of the first's $0.0052.
 fn a_budget_stops_calls_and_says_so(format: Format) {
     let fake = FakeLlm::start().unwrap();
     let home = llm_home(
         &fake,
         format,
         &format!(
-            "{}\nbudget: {{daily_usd: 0.000001, task_usd: null}}",
+            "{}\nbudget: {{daily_usd: 0.012, task_usd: null}}",
             agent_off()
         ),
     );
-    fake.add_rule(Rule::new(Match::Any, Reply::Text("first answer".into())));
+    // Each answer costs $0.0052 ($1/M input, $2/M output).
+    fake.add_rule(
+        Rule::new(Match::Any, Reply::Text("first answer".into())).usage(
+            pegasus_fakellm::UsageSpec {
+                input: 5000,
+                output: 100,
+                cache_read: 0,
+                cache_write: 0,
+            },
+        ),
+    );
     let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
     home.create("thrifty");
     assert_eq!(send_wait(&home, "thrifty", "one"), "first answer");
