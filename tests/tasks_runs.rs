@@ -419,12 +419,22 @@ fn a_looping_task_is_stopped_as_loop_capped_and_the_main_agent_is_told() {
 fn an_over_budget_task_is_blocked_for_budget_and_the_main_agent_is_told() {
     let fake = FakeLlm::start().unwrap();
     main_agent_rule(&fake);
-    fake.add_rule(Rule::new(
-        user("spend a lot"),
-        Reply::Tools(vec![ToolCall::new("list_dir", json!({"path": "."}))]),
-    ));
-    // One call costs about $0.0001 at $1/M input tokens: the second call of the task is over.
-    let home = fake_home(&fake, "budget: {daily_usd: null, task_usd: 0.00001}");
+    fake.add_rule(
+        Rule::new(
+            user("spend a lot"),
+            Reply::Tools(vec![ToolCall::new("list_dir", json!({"path": "."}))]),
+        )
+        .usage(pegasus_fakellm::UsageSpec {
+            input: 5000,
+            output: 100,
+            cache_read: 0,
+            cache_write: 0,
+        }),
+    );
+    // A hard cap per task: $0.012 fits one call's worst case (about $0.009: its estimated
+    // input and 4096 output tokens), so the first call runs and costs $0.0052; the second's
+    // worst case on top of that does not fit, and it is refused before it is sent.
+    let home = fake_home(&fake, "budget: {daily_usd: null, task_usd: 0.012}");
     let _d = home.start_fake();
     home.create("spender");
     let answer = home.ctl_fails(&["project", "send", "spender", "spend a lot", "--wait"]);
