@@ -1,0 +1,165 @@
+//! Boot recovery of one repository for one project: `git worktree prune`, every task or
+//! staging worktree of this project whose task is not live removed, branches of this project's
+//! dead tasks deleted when they hold nothing the base lacks and **kept** (and reported) when
+//! they hold unmerged commits. Worktrees and branches of other projects are left alone.
+
+use std::path::PathBuf;
+
+use crate::error::CodeError;
+use crate::git::{git, is_ancestor};
+use crate::repo::Repo;
+use crate::worktree::{lock_reason, remove_locked};
+
+/// What recovery knows of a task id it finds in a worktree or branch name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskFate {
+    /// A task of this project that may still use its worktree (not terminal).
+    Live,
+    /// A task of this project that is over (done, failed, cancelled).
+    Over,
+    /// Not a task of this project: someone else's, leave it.
+    Foreign,
+}
+
+/// A task branch kept because it has commits its base does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptBranch {
+    /// The repo's id.
+    pub repo: String,
+    /// `pegasus/task-<id>`.
+    pub branch: String,
+    /// The task's id.
+    pub task: String,
+}
+
+/// What recovery did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Worktree folders removed.
+    pub removed: Vec<PathBuf>,
+    /// Branches deleted (nothing unmerged on them).
+    pub deleted_branches: Vec<String>,
+    /// Branches kept with unmerged work.
+    pub kept: Vec<KeptBranch>,
+}
+
+/// Recovers `repo` for `project`; `fate` says what each task id found is. Staging worktrees of
+/// this project are always removed (no merge runs while a worker boots).
+pub fn recover(
+    repo: &Repo,
+    project: &str,
+    fate: &dyn Fn(&str) -> TaskFate,
+) -> Result<Recovery, CodeError> {
+    let _lock = repo.lock()?;
+    let mut report = Recovery::default();
+    git(&repo.root, &["worktree", "prune"])?;
+    let dir = repo.worktrees_dir();
+    let canon_dir = dir.canonicalize().unwrap_or(dir.clone());
+    let mut registered = Vec::new();
+    for w in repo.worktrees()? {
+        let Some(name) = w
+            .path
+            .strip_prefix(&canon_dir)
+            .or_else(|_| w.path.strip_prefix(&dir))
+            .ok()
+            .and_then(|p| p.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        registered.push(name.clone());
+        let (task, staging) = match (name.strip_prefix("task-"), name.strip_prefix("staging-")) {
+            (Some(t), _) => (t.to_string(), false),
+            (_, Some(t)) => (t.to_string(), true),
+            _ => continue,
+        };
+        // Only worktrees this project locked: another project's task may share the repo.
+        let ours = w.locked.as_deref() == Some(lock_reason(&task, project).as_str());
+        if !ours || fate(&task) == TaskFate::Foreign {
+            continue;
+        }
+        if staging || fate(&task) == TaskFate::Over {
+            remove_locked(repo, &w.path)?;
+            report.removed.push(w.path.clone());
+        }
+    }
+    // Folders under .pegasus/worktrees that git does not know (a crash mid-add, or after a
+    // prune): nothing refers to them.
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if registered.contains(&name) {
+                continue;
+            }
+            if let Some(t) = name
+                .strip_prefix("task-")
+                .or_else(|| name.strip_prefix("staging-"))
+            {
+                if fate(t) != TaskFate::Foreign {
+                    let p = e.path();
+                    std::fs::remove_dir_all(&p).map_err(CodeError::io(&p))?;
+                    report.removed.push(p);
+                }
+            }
+        }
+    }
+    let base = repo.base_ref();
+    let branches = git(
+        &repo.root,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/pegasus/",
+        ],
+    )?;
+    for branch in branches.lines() {
+        let Some(task) = branch.strip_prefix("pegasus/task-") else {
+            continue;
+        };
+        if fate(task) != TaskFate::Over {
+            continue;
+        }
+        if is_ancestor(&repo.root, branch, &base)? {
+            git(&repo.root, &["branch", "-D", "-q", branch])?;
+            report.deleted_branches.push(branch.to_string());
+        } else {
+            report.kept.push(KeptBranch {
+                repo: repo.id.clone(),
+                branch: branch.to_string(),
+                task: task.to_string(),
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// The task branches of this project's over tasks with unmerged commits, without changing
+/// anything (for `project show`).
+pub fn unmerged_branches(
+    repo: &Repo,
+    fate: &dyn Fn(&str) -> TaskFate,
+) -> Result<Vec<KeptBranch>, CodeError> {
+    let base = repo.base_ref();
+    let branches = git(
+        &repo.root,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/pegasus/",
+        ],
+    )?;
+    let mut out = Vec::new();
+    for branch in branches.lines() {
+        let Some(task) = branch.strip_prefix("pegasus/task-") else {
+            continue;
+        };
+        if fate(task) == TaskFate::Over && !is_ancestor(&repo.root, branch, &base)? {
+            out.push(KeptBranch {
+                repo: repo.id.clone(),
+                branch: branch.to_string(),
+                task: task.to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
