@@ -23,6 +23,14 @@ use crate::session_writer::SessionHandle;
 use crate::settings::AgentSettings;
 use crate::task_record;
 use crate::tool::ToolCtx;
+
+/// Where a code task works: its worktrees, `(repo id, folder)`, the first being the default
+/// for file tools and `exec` (SPEC §10).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Workspace {
+    /// The task's worktrees.
+    pub repos: Vec<(String, PathBuf)>,
+}
 use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
 use pegasus_tasks::{Task, TaskState, TaskStore};
@@ -266,7 +274,7 @@ impl Agent {
         let task =
             task_record::task_for_message(&self.tasks, &self.dir, goal, ids, TaskState::Running)?;
         task_record::report(&self.notices, &task);
-        self.run_task(task.id, true, true, None).await
+        self.run_task(task.id, true, true, None, None).await
     }
 
     /// Fails a ready task that cannot start (its role cannot be prepared): `ready → running →
@@ -317,7 +325,26 @@ impl Agent {
             crate::session_writer::record_inbound(&self.session, &task.id, "task", &text)?;
             push_user(&mut self.transcript, vec![Block::Text { text }]);
         }
-        self.run_task(task.id, true, false, role).await
+        self.run_task(task.id, true, false, role, None).await
+    }
+
+    /// Runs one attempt of a code task (SPEC §10) in its worktrees: `text` (the task, or what
+    /// came back from verify or a merge) is recorded in the session as a message from `task`,
+    /// then the agent works with file tools and `exec` inside `workspace`. An answered attempt
+    /// leaves the task `verifying` (not done): the caller commits, merges and verifies.
+    /// `started`: the task is already `running` (a later attempt).
+    pub async fn run_code(
+        &mut self,
+        task_id: &str,
+        text: String,
+        role: Option<RoleRun>,
+        workspace: &Workspace,
+        started: bool,
+    ) -> Result<Outcome, AgentError> {
+        crate::session_writer::record_inbound(&self.session, task_id, "task", &text)?;
+        push_user(&mut self.transcript, vec![Block::Text { text }]);
+        self.run_task(task_id.to_string(), true, started, role, Some(workspace))
+            .await
     }
 
     /// Runs a prompt that is not a task of this project's task list — a phase of an
@@ -337,7 +364,7 @@ impl Agent {
                 text: text.to_string(),
             }],
         );
-        self.run_task(ledger_task.to_string(), false, false, None)
+        self.run_task(ledger_task.to_string(), false, false, None, None)
             .await
     }
 
@@ -351,6 +378,7 @@ impl Agent {
         tracked: bool,
         started: bool,
         role: Option<RoleRun>,
+        workspace: Option<&Workspace>,
     ) -> Result<Outcome, AgentError> {
         if tracked && !started {
             if let Err(e) = task_record::start(&self.tasks, &self.notices, &task_id) {
@@ -374,8 +402,20 @@ impl Agent {
             ),
         };
 
+        let mut settings = settings;
+        let (workdir, repos) = match workspace {
+            Some(w) if !w.repos.is_empty() => {
+                // Commands may write in every worktree of the task, not only the first.
+                if let Some(sb) = settings.sandbox.as_mut() {
+                    sb.writable.extend(w.repos.iter().map(|(_, p)| p.clone()));
+                }
+                (w.repos[0].1.clone(), w.repos.clone())
+            }
+            _ => (self.workdir.clone(), Vec::new()),
+        };
         let ctx = ToolCtx {
-            workdir: self.workdir.clone(),
+            workdir,
+            repos,
             memory_dir: self.dir.join("memory"),
             skill_dirs: self.skill_dirs(),
             notices: self.notices.clone(),
@@ -457,6 +497,11 @@ impl Agent {
         let task_start = if compactor.compacted() { 0 } else { task_start };
 
         let (mut state, mut reason) = end.stop.task_state(end.token_capped);
+        // A code task's answer is where verification starts, not the end.
+        if workspace.is_some() && state == TaskState::Done {
+            state = TaskState::Verifying;
+            reason = Some("work finished: committing and verifying");
+        }
         let mut text = end.text;
         // A stop at a turn boundary that the user did not ask for: the process is shutting
         // down. The task can be retried; it is not cancelled.

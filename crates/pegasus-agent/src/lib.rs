@@ -47,7 +47,7 @@ pub mod tools;
 pub mod toolset;
 pub mod transcript;
 
-pub use agent::Agent;
+pub use agent::{Agent, Workspace};
 pub use error::AgentError;
 pub use model::{ChatFuture, ChatModel};
 pub use outbox::Notice;

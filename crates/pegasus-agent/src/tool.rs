@@ -85,6 +85,22 @@ pub struct ToolCtx {
     pub project_overview: String,
     /// Subagents spawned so far by this task, shared by every level so the count is per task.
     pub subagents_spawned: Arc<AtomicU32>,
+    /// A code task's worktrees, `(repo id, folder)`; the first is also `workdir`. A path
+    /// `id:rest` of a file tool resolves inside repo `id`'s worktree. Empty otherwise.
+    pub repos: Vec<(String, PathBuf)>,
+}
+
+impl ToolCtx {
+    /// Resolves a file tool's path: `repo-id:path` inside that repo's worktree (code tasks),
+    /// anything else inside the workdir. The error is a sentence for the model.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
+        if let Some((id, rest)) = path.split_once(':') {
+            if let Some((_, root)) = self.repos.iter().find(|(r, _)| r == id) {
+                return crate::paths::resolve_inside(root, rest, &format!("worktree of repo {id}"));
+            }
+        }
+        crate::paths::resolve_inside(&self.workdir, path, "workdir")
+    }
 }
 
 /// Parses a tool's arguments, or says to the model what was wrong with them.

@@ -17,11 +17,17 @@ use crate::task::RepoSnapshot;
 /// folder inside some unrelated repository (a dotfiles repo holding the Pegasus home, say)
 /// would be snapshotted with that repository's HEAD.
 pub fn repo_head(path: &Path) -> Option<String> {
+    repo_rev(path, "HEAD")
+}
+
+/// The commit `rev` names in the repository at `path` (same rules as [`repo_head`]).
+pub fn repo_rev(path: &Path, rev: &str) -> Option<String> {
     let ceiling = path.parent().unwrap_or(path);
+    let spec = format!("{rev}^{{commit}}");
     let out = Command::new("git")
         .arg("-C")
         .arg(path)
-        .args(["rev-parse", "--verify", "-q", "HEAD"])
+        .args(["rev-parse", "--verify", "-q", &spec])
         .env("GIT_CEILING_DIRECTORIES", ceiling)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
@@ -34,15 +40,20 @@ pub fn repo_head(path: &Path) -> Option<String> {
     (!head.is_empty() && head.chars().all(|c| c.is_ascii_hexdigit())).then_some(head)
 }
 
-/// Fills `head` of every repo from the working tree; relative paths are taken relative to the
-/// project folder, as PROJECT.md writes them.
+/// Fills `head` of every repo with the commit of its base branch (`branch`, default `main`;
+/// the checked-out HEAD only when no such branch exists, for repos that are mere context);
+/// relative paths are taken relative to the project folder, as PROJECT.md writes them.
 pub fn snapshot_repos(project_dir: &Path, repos: &mut [RepoSnapshot]) {
     for r in repos {
-        r.head = repo_head(&resolve(project_dir, &r.path));
+        let path = resolve(project_dir, &r.path);
+        let branch = r.branch.as_deref().unwrap_or("main");
+        r.head = repo_rev(&path, &format!("refs/heads/{branch}"))
+            .or_else(|| r.branch.is_none().then(|| repo_head(&path)).flatten());
     }
 }
 
-fn resolve(project_dir: &Path, path: &str) -> PathBuf {
+/// A repo path from PROJECT.md made absolute (relative to the project folder).
+pub fn resolve(project_dir: &Path, path: &str) -> PathBuf {
     let p = Path::new(path);
     if p.is_absolute() {
         p.to_path_buf()
@@ -51,11 +62,14 @@ fn resolve(project_dir: &Path, path: &str) -> PathBuf {
     }
 }
 
-/// A `repos` entry of PROJECT.md (`{id, path, role}`); role is not part of a snapshot.
+/// A `repos` entry of PROJECT.md (`{id, path, branch?, role?}`); role is not part of a
+/// snapshot.
 #[derive(Debug, Deserialize)]
 struct RepoEntry {
     id: String,
     path: String,
+    #[serde(default)]
+    branch: Option<String>,
 }
 
 /// The repos a project's PROJECT.md declares, ready to go into a [`crate::TaskSpec`] (heads
@@ -63,7 +77,18 @@ struct RepoEntry {
 pub fn project_repos(project_dir: &Path) -> Result<Vec<RepoSnapshot>, TaskError> {
     let file = ProjectFile::load(project_dir)?;
     let Some(value) = file.get("repos") else {
-        return Ok(Vec::new());
+        // A workdir that is a git repository is the project's one repo, `main`.
+        return Ok(match file.workdir() {
+            Some(w) if repo_head(&resolve(project_dir, &w.to_string_lossy())).is_some() => {
+                vec![RepoSnapshot {
+                    id: "main".to_string(),
+                    path: w.to_string_lossy().into_owned(),
+                    head: None,
+                    branch: None,
+                }]
+            }
+            _ => Vec::new(),
+        });
     };
     let entries: Vec<RepoEntry> = serde_norway::from_value(value).map_err(|e| {
         TaskError::Invalid(format!(
@@ -77,6 +102,7 @@ pub fn project_repos(project_dir: &Path) -> Result<Vec<RepoSnapshot>, TaskError>
             id: e.id,
             path: e.path,
             head: None,
+            branch: e.branch,
         })
         .collect())
 }

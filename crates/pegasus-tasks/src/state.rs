@@ -29,6 +29,9 @@ pub fn column(state: TaskState) -> BoardColumn {
 ///   verify, and forcing it through verifying/verified would only add noise to its log);
 /// * `running → failed`, `verifying → failed`, and `failed → ready` (an explicit retry);
 /// * `running → blocked` and `blocked → ready`;
+/// * for code tasks (SPEC §10): `verifying → running` (verify failed or the base conflicted:
+///   back to the agent), `verified → blocked` (the safe merge could not land) and
+///   `blocked → verified` (`task merge` after the user fixed what blocked it);
 /// * any non-terminal state `→ cancelled`.
 ///
 /// Nothing else, not even staying in the same state: a no-op transition would put a line in
@@ -48,7 +51,10 @@ pub fn check_transition(id: &str, from: TaskState, to: TaskState) -> Result<(), 
         | (Verifying, Failed)
         | (Failed, Ready)
         | (Running, Blocked)
-        | (Blocked, Ready) => true,
+        | (Blocked, Ready)
+        | (Verifying, Running)
+        | (Verified, Blocked)
+        | (Blocked, Verified) => true,
         (from, Cancelled) => !from.is_terminal(),
         _ => false,
     };
@@ -77,12 +83,12 @@ mod tests {
         /* planned   */ [0, 0, 1, 0, 0, 0, 0, 0, 1, 0],
         /* ready     */ [0, 0, 0, 1, 0, 0, 0, 0, 1, 0],
         /* running   */ [0, 0, 0, 0, 1, 0, 1, 1, 1, 1],
-        /* verifying */ [0, 0, 0, 0, 0, 1, 0, 1, 1, 0],
-        /* verified  */ [0, 0, 0, 0, 0, 0, 1, 0, 1, 0],
+        /* verifying */ [0, 0, 0, 1, 0, 1, 0, 1, 1, 0],
+        /* verified  */ [0, 0, 0, 0, 0, 0, 1, 0, 1, 1],
         /* done      */ [0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         /* failed    */ [0, 0, 1, 0, 0, 0, 0, 0, 1, 0],
         /* cancelled */ [0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-        /* blocked   */ [0, 0, 1, 0, 0, 0, 0, 0, 1, 0],
+        /* blocked   */ [0, 0, 1, 0, 0, 1, 0, 0, 1, 0],
     ];
 
     #[test]
@@ -108,8 +114,8 @@ mod tests {
                 }
             }
         }
-        // 12 listed moves + 8 non-terminal states that may be cancelled.
-        assert_eq!(allowed, 20);
+        // 15 listed moves + 8 non-terminal states that may be cancelled.
+        assert_eq!(allowed, 23);
     }
 
     #[test]

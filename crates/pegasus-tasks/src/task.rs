@@ -16,9 +16,13 @@ pub struct RepoSnapshot {
     /// Where it lives, as written in PROJECT.md (relative paths are relative to the project
     /// folder).
     pub path: String,
-    /// `git rev-parse HEAD` at freeze time; `None` when the path is not a git repository.
+    /// The commit of its base branch at freeze time (a code task's worktree starts there);
+    /// `None` when the path is not a git repository.
     #[serde(default)]
     pub head: Option<String>,
+    /// The base branch (PROJECT.md `branch`, default `main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 /// A frozen spec: what makes a run reproducible. Once a task is ready it never changes; a

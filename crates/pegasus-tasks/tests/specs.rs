@@ -74,6 +74,7 @@ fn replay_reproduces_the_frozen_spec_byte_for_byte() {
         id: "api".into(),
         path: "/nonexistent/api".into(),
         head: None,
+        branch: None,
     }];
     let src = store.freeze(&src.id, latest, "user").unwrap();
     let src = store
@@ -176,6 +177,7 @@ fn freeze_snapshots_the_head_of_every_repo_in_scope() {
             id: "docs".into(),
             path: plain.display().to_string(),
             head: None,
+            branch: None,
         },
     ];
     let t = store.freeze(&t.id, s, "user").unwrap();
@@ -211,12 +213,14 @@ fn project_repos_come_from_project_md() {
             RepoSnapshot {
                 id: "app".into(),
                 path: "app".into(),
-                head: None
+                head: None,
+                branch: None,
             },
             RepoSnapshot {
                 id: "infra".into(),
                 path: "/srv/infra".into(),
-                head: None
+                head: None,
+                branch: None,
             },
         ]
     );

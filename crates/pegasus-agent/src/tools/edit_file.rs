@@ -2,7 +2,6 @@
 
 use serde::Deserialize;
 
-use crate::paths::resolve_inside;
 use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 
 /// Replaces the one occurrence of `old` with `new`. Requiring exactly one occurrence makes the
@@ -40,7 +39,7 @@ impl Tool for EditFile {
                 Ok(a) => a,
                 Err(e) => return e,
             };
-            let path = match resolve_inside(&ctx.workdir, &args.path, "workdir") {
+            let path = match ctx.resolve(&args.path) {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e),
             };

@@ -2,7 +2,6 @@
 
 use serde::Deserialize;
 
-use crate::paths::resolve_inside;
 use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 
 /// Reads a file inside the workdir.
@@ -36,7 +35,7 @@ impl Tool for ReadFile {
                 Ok(a) => a,
                 Err(e) => return e,
             };
-            match resolve_inside(&ctx.workdir, &args.path, "workdir") {
+            match ctx.resolve(&args.path) {
                 Ok(p) => super::read_text(&p, &args.path),
                 Err(e) => ToolOutput::error(e),
             }

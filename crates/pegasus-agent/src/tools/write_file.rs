@@ -2,7 +2,6 @@
 
 use serde::Deserialize;
 
-use crate::paths::resolve_inside;
 use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 
 /// Writes a whole file inside the workdir (parent folders are created).
@@ -36,7 +35,7 @@ impl Tool for WriteFile {
                 Ok(a) => a,
                 Err(e) => return e,
             };
-            let path = match resolve_inside(&ctx.workdir, &args.path, "workdir") {
+            let path = match ctx.resolve(&args.path) {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e),
             };

@@ -212,6 +212,7 @@ pub fn ctx_with(
             model,
             project_overview: "Demo project.".into(),
             subagents_spawned: Arc::new(AtomicU32::new(0)),
+            repos: vec![],
         },
         rx,
     )
