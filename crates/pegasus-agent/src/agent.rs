@@ -277,6 +277,46 @@ impl Agent {
         self.run_task(task.id, true, true, None, None).await
     }
 
+    /// The project's name (or the MainAgent's).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The text a task starts from: its goal, acceptance criteria and the answer to its
+    /// question, if any.
+    pub fn task_request(&self, task: &Task) -> String {
+        task_record::request_of(&self.tasks, task)
+    }
+
+    /// Moves task `id` from `from` to `to` (actor `pegasus`), reported like every move.
+    pub fn move_task(
+        &self,
+        id: &str,
+        from: TaskState,
+        to: TaskState,
+        reason: &str,
+    ) -> Result<Task, AgentError> {
+        let t = self
+            .tasks
+            .transition(id, from, to, "pegasus", reason)
+            .map_err(AgentError::tasks)?;
+        task_record::report(&self.notices, &t);
+        Ok(t)
+    }
+
+    /// Records one field of task `id` (actor `pegasus`).
+    pub fn update_task(
+        &self,
+        id: &str,
+        field: &str,
+        value: serde_json::Value,
+    ) -> Result<(), AgentError> {
+        self.tasks
+            .update(id, field, value, "pegasus")
+            .map(|_| ())
+            .map_err(AgentError::tasks)
+    }
+
     /// Fails a ready task that cannot start (its role cannot be prepared): `ready → running →
     /// failed` with `why`, each move reported like any other.
     pub fn fail_unstartable(&self, id: &str, why: &str) {

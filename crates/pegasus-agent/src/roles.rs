@@ -6,6 +6,7 @@ use pegasus_roles::{apply_assignment, build_prompt, find_role, Assignment, Promp
 use std::path::{Path, PathBuf};
 
 /// What changes when an agent works as a role.
+#[derive(Clone)]
 pub struct RoleRun {
     /// The role's id, for the ledger and the task.
     pub role: String,

@@ -9,7 +9,9 @@ pub enum CodeError {
     #[error("cannot run git: {0}; install git 2.38 or newer")]
     NoGit(String),
     /// `git` is older than the commands used here need.
-    #[error("git {0} is too old: code projects need git 2.38 or newer (for `merge-tree --write-tree`)")]
+    #[error(
+        "git {0} is too old: code projects need git 2.38 or newer (for `merge-tree --write-tree`)"
+    )]
     OldGit(String),
     /// The repository is not usable as declared (not a repo, base branch missing, ...).
     #[error("repo {repo}: {msg}")]

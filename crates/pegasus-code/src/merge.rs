@@ -152,7 +152,10 @@ fn stage_all<'a>(
     let branch = task_branch(task);
     for repo in repos {
         let old = repo.base_commit()?.ok_or_else(|| {
-            CodeError::repo(&repo.id, format!("the base branch `{}` is gone", repo.branch))
+            CodeError::repo(
+                &repo.id,
+                format!("the base branch `{}` is gone", repo.branch),
+            )
         })?;
         let tip = rev(&repo.root, &format!("refs/heads/{branch}"))?.ok_or_else(|| {
             CodeError::repo(&repo.id, format!("the task branch `{branch}` is gone"))
@@ -331,7 +334,12 @@ fn advance(
     }
 }
 
-fn rollback(repo: &Repo, old: &str, new: &str, checked_out: Option<&Path>) -> Result<(), CodeError> {
+fn rollback(
+    repo: &Repo,
+    old: &str,
+    new: &str,
+    checked_out: Option<&Path>,
+) -> Result<(), CodeError> {
     match checked_out {
         None => git(&repo.root, &["update-ref", &repo.base_ref(), old, new]).map(|_| ()),
         Some(wt) => git(wt, &["reset", "--keep", "-q", old]).map(|_| ()),

@@ -75,13 +75,19 @@ impl Repo {
                 ),
             ));
         }
-        let common = git(&root, &["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
+        let common = git(
+            &root,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )?;
         let common = PathBuf::from(common);
         if git_output(&root, &["rev-parse", "--is-bare-repository"])
             .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
             .unwrap_or(false)
         {
-            return Err(CodeError::repo(id, "a bare repository has no work tree to change; use a clone with a checkout"));
+            return Err(CodeError::repo(
+                id,
+                "a bare repository has no work tree to change; use a clone with a checkout",
+            ));
         }
         let repo = Repo {
             id: id.to_string(),

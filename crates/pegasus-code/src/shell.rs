@@ -108,7 +108,11 @@ pub fn run_shell(command: &str, dir: &Path, timeout: Duration, cap: usize) -> Sh
     // Background jobs do not outlive the step.
     let _ = killpg(pgid, Signal::SIGKILL);
     let (kept, total) = rx
-        .recv_timeout(if timed_out { DRAIN_GRACE } else { timeout.max(DRAIN_GRACE) })
+        .recv_timeout(if timed_out {
+            DRAIN_GRACE
+        } else {
+            timeout.max(DRAIN_GRACE)
+        })
         .unwrap_or_default();
     let mut output = String::from_utf8_lossy(&kept).into_owned();
     if total > kept.len() {
@@ -137,16 +141,30 @@ mod tests {
     #[test]
     fn exit_codes_output_and_cap() {
         let dir = tempfile::tempdir().unwrap();
-        let r = run_shell("echo hi; echo err >&2", dir.path(), Duration::from_secs(10), 1000);
+        let r = run_shell(
+            "echo hi; echo err >&2",
+            dir.path(),
+            Duration::from_secs(10),
+            1000,
+        );
         assert!(r.ok);
         assert_eq!(r.status, "exit 0");
         assert!(r.output.contains("hi") && r.output.contains("err"));
         let r = run_shell("exit 3", dir.path(), Duration::from_secs(10), 1000);
         assert!(!r.ok);
         assert_eq!(r.status, "exit 3");
-        let r = run_shell("yes | head -c 100000", dir.path(), Duration::from_secs(10), 100);
+        let r = run_shell(
+            "yes | head -c 100000",
+            dir.path(),
+            Duration::from_secs(10),
+            100,
+        );
         assert!(r.ok);
-        assert!(r.output.contains("[output cut: 100 of 100000 bytes shown]"), "{}", r.output);
+        assert!(
+            r.output.contains("[output cut: 100 of 100000 bytes shown]"),
+            "{}",
+            r.output
+        );
     }
 
     #[test]

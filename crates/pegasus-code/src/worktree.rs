@@ -157,8 +157,10 @@ pub enum MergeIn {
 }
 
 /// Merges the base branch's current commit into the task worktree (`merge --no-edit`). On a
-/// conflict the merge is aborted, so the worktree is as it was, and the files are returned.
-pub fn merge_base_in(worktree: &Path, base_ref: &str) -> Result<MergeIn, CodeError> {
+/// conflict the files are returned and, with `abort`, the merge is aborted so the worktree is as
+/// it was; without, the conflict markers stay for the agent to resolve (the next
+/// [`commit_all`] concludes the merge).
+pub fn merge_base_in(worktree: &Path, base_ref: &str, abort: bool) -> Result<MergeIn, CodeError> {
     let args = ["merge", "--no-edit", "-q", base_ref];
     let out = git_output(worktree, &args)?;
     if out.status.success() {
@@ -166,10 +168,13 @@ pub fn merge_base_in(worktree: &Path, base_ref: &str) -> Result<MergeIn, CodeErr
     }
     let files = git(worktree, &["diff", "--name-only", "--diff-filter=U"])?;
     let files: Vec<String> = files.lines().map(str::to_string).collect();
-    let _ = git_output(worktree, &["merge", "--abort"]);
     if files.is_empty() {
         // Not a conflict: something else stopped the merge (a hook, a dirty file).
+        let _ = git_output(worktree, &["merge", "--abort"]);
         return Err(crate::git::failure(worktree, &args, &out));
+    }
+    if abort {
+        let _ = git_output(worktree, &["merge", "--abort"]);
     }
     Ok(MergeIn::Conflict(files))
 }
@@ -206,7 +211,10 @@ pub(crate) fn remove_locked(repo: &Repo, path: &Path) -> Result<(), CodeError> {
     let registered = repo.worktrees()?.iter().any(|w| same_path(&w.path, path));
     if registered {
         let _ = git_output(&repo.root, &["worktree", "unlock", &p]);
-        let out = git_output(&repo.root, &["worktree", "remove", "--force", "--force", &p])?;
+        let out = git_output(
+            &repo.root,
+            &["worktree", "remove", "--force", "--force", &p],
+        )?;
         if !out.status.success() && path.exists() {
             std::fs::remove_dir_all(path).map_err(CodeError::io(path))?;
         }

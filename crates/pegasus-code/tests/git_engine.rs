@@ -59,41 +59,81 @@ fn a_task_goes_from_worktree_to_merged_main_and_is_cleaned_up() {
     let tree = worktree::create(&repo, "t1", "proj", &start, ".env").unwrap();
     assert!(tree.created);
     assert_eq!(tree.branch, "pegasus/task-t1");
-    assert_eq!(tree.path, root.canonicalize().unwrap().join(".pegasus/worktrees/task-t1"));
+    assert_eq!(
+        tree.path,
+        root.canonicalize()
+            .unwrap()
+            .join(".pegasus/worktrees/task-t1")
+    );
     // Locked with a reason naming the task and project; .env linked; excludes in the common
     // dir, not in .gitignore.
     let list = sh(&root, "git worktree list --porcelain");
-    assert!(list.contains("locked pegasus task t1 project proj"), "{list}");
-    assert!(std::fs::symlink_metadata(tree.path.join(".env")).unwrap().file_type().is_symlink());
+    assert!(
+        list.contains("locked pegasus task t1 project proj"),
+        "{list}"
+    );
+    assert!(std::fs::symlink_metadata(tree.path.join(".env"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
     let exclude = std::fs::read_to_string(root.join(".git/info/exclude")).unwrap();
     assert!(exclude.contains("/.pegasus/") && exclude.contains("/.env"));
     assert!(!root.join(".gitignore").exists());
-    assert_eq!(sh(&root, "git status --porcelain"), "", "the main checkout stays clean");
+    assert_eq!(
+        sh(&root, "git status --porcelain"),
+        "",
+        "the main checkout stays clean"
+    );
 
     std::fs::write(tree.path.join("a.txt"), "one\ntwo\n").unwrap();
     let c = commit_all(&tree.path, "task t1").unwrap();
     assert!(c.is_some());
-    assert_eq!(commit_all(&tree.path, "again").unwrap(), None, "nothing left to commit");
+    assert_eq!(
+        commit_all(&tree.path, "again").unwrap(),
+        None,
+        "nothing left to commit"
+    );
     let files = sh(&tree.path, "git show --name-only --format= HEAD");
     assert_eq!(files, "a.txt", ".env never committed");
 
     // main moves meanwhile (another change, no conflict): merged in cleanly.
-    sh(&root, "printf 'bee\\nsee\\n' > b.txt && git commit -q -am 'user change'");
-    assert_eq!(merge_base_in(&tree.path, "refs/heads/main").unwrap(), MergeIn::Clean);
+    sh(
+        &root,
+        "printf 'bee\\nsee\\n' > b.txt && git commit -q -am 'user change'",
+    );
+    assert_eq!(
+        merge_base_in(&tree.path, "refs/heads/main", true).unwrap(),
+        MergeIn::Clean
+    );
 
-    let out = safe_merge(&[repo.clone()], "t1", "proj", "add two", &checks(&["grep -q two a.txt", "grep -q see b.txt"])).unwrap();
-    let MergeOutcome::Merged(m) = out else { panic!("{out:?}") };
+    let out = safe_merge(
+        std::slice::from_ref(&repo),
+        "t1",
+        "proj",
+        "add two",
+        &checks(&["grep -q two a.txt", "grep -q see b.txt"]),
+    )
+    .unwrap();
+    let MergeOutcome::Merged(m) = out else {
+        panic!("{out:?}")
+    };
     assert_eq!(m[0].0, "app");
     assert_eq!(head(&root, "main"), m[0].1);
     // main is checked out in the user's (clean) worktree: fast-forwarded, files updated, clean.
-    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "one\ntwo\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap(),
+        "one\ntwo\n"
+    );
     assert_eq!(sh(&root, "git status --porcelain"), "");
     assert!(!repo.staging_worktree("t1").exists());
 
     worktree::remove(&repo, "t1", true).unwrap();
     assert!(!tree.path.exists());
     assert_eq!(sh(&root, "git branch --list 'pegasus/*'"), "");
-    assert_eq!(sh(&root, "git worktree list --porcelain | grep -c '^worktree'"), "1");
+    assert_eq!(
+        sh(&root, "git worktree list --porcelain | grep -c '^worktree'"),
+        "1"
+    );
     // Idempotent: a cleanup resumed after a crash finds nothing to do.
     worktree::remove(&repo, "t1", true).unwrap();
 }
@@ -109,21 +149,59 @@ fn failing_verify_conflicts_and_a_dirty_main_leave_main_untouched() {
     let t = worktree::create(&repo, "v", "p", &start, ".env").unwrap();
     std::fs::write(t.path.join("a.txt"), "broken\n").unwrap();
     commit_all(&t.path, "v").unwrap();
-    let out = safe_merge(&[repo.clone()], "v", "p", "v", &checks(&["grep -q one a.txt"])).unwrap();
-    assert!(matches!(out, MergeOutcome::VerifyFailed { ref log, .. } if log.contains("exit 1")), "{out:?}");
+    let out = safe_merge(
+        std::slice::from_ref(&repo),
+        "v",
+        "p",
+        "v",
+        &checks(&["grep -q one a.txt"]),
+    )
+    .unwrap();
+    assert!(
+        matches!(out, MergeOutcome::VerifyFailed { ref log, .. } if log.contains("exit 1")),
+        "{out:?}"
+    );
     assert_eq!(head(&root, "main"), start);
 
     // Conflict: main changed the same line.
     let c = worktree::create(&repo, "c", "p", &start, ".env").unwrap();
     std::fs::write(c.path.join("a.txt"), "task\n").unwrap();
     commit_all(&c.path, "c").unwrap();
-    sh(&root, "printf 'user\\n' > a.txt && git commit -q -am 'user edit'");
+    sh(
+        &root,
+        "printf 'user\\n' > a.txt && git commit -q -am 'user edit'",
+    );
     let main_now = head(&root, "main");
-    let MergeIn::Conflict(files) = merge_base_in(&c.path, "refs/heads/main").unwrap() else { panic!() };
+    let MergeIn::Conflict(files) = merge_base_in(&c.path, "refs/heads/main", true).unwrap() else {
+        panic!()
+    };
     assert_eq!(files, vec!["a.txt"]);
     assert_eq!(sh(&c.path, "git status --porcelain"), "", "merge aborted");
-    let out = safe_merge(&[repo.clone()], "c", "p", "c", &checks(&[])).unwrap();
-    assert_eq!(out, MergeOutcome::Conflict { repo: "app".into(), files: vec!["a.txt".into()] });
+    // Left for the agent instead: markers in the file; resolving and committing concludes it.
+    let MergeIn::Conflict(_) = merge_base_in(&c.path, "refs/heads/main", false).unwrap() else {
+        panic!()
+    };
+    assert!(std::fs::read_to_string(c.path.join("a.txt"))
+        .unwrap()
+        .contains("<<<<<<<"));
+    std::fs::write(c.path.join("a.txt"), "user\ntask\n").unwrap();
+    commit_all(&c.path, "resolved").unwrap();
+    assert_eq!(
+        merge_base_in(&c.path, "refs/heads/main", true).unwrap(),
+        MergeIn::Clean
+    );
+    sh(
+        &c.path,
+        "git reset -q --hard HEAD~1 && git merge -q --abort 2>/dev/null; true",
+    );
+    let out = safe_merge(std::slice::from_ref(&repo), "c", "p", "c", &checks(&[])).unwrap();
+    assert_eq!(
+        out,
+        MergeOutcome::Conflict {
+            repo: "app".into(),
+            files: vec!["a.txt".into()]
+        }
+    );
     assert_eq!(head(&root, "main"), main_now);
 
     // Dirty checked-out main: blocked, nothing touched (the user's edit included).
@@ -131,13 +209,22 @@ fn failing_verify_conflicts_and_a_dirty_main_leave_main_untouched() {
     std::fs::write(d.path.join("new.txt"), "n\n").unwrap();
     commit_all(&d.path, "d").unwrap();
     std::fs::write(root.join("b.txt"), "local edit\n").unwrap();
-    let out = safe_merge(&[repo.clone()], "d", "p", "d", &checks(&[])).unwrap();
-    assert!(matches!(out, MergeOutcome::Blocked { ref reason, .. } if reason.contains("main worktree has local changes")), "{out:?}");
+    let out = safe_merge(std::slice::from_ref(&repo), "d", "p", "d", &checks(&[])).unwrap();
+    assert!(
+        matches!(out, MergeOutcome::Blocked { ref reason, .. } if reason.contains("main worktree has local changes")),
+        "{out:?}"
+    );
     assert_eq!(head(&root, "main"), main_now);
-    assert_eq!(std::fs::read_to_string(root.join("b.txt")).unwrap(), "local edit\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("b.txt")).unwrap(),
+        "local edit\n"
+    );
     // Cleaned: now it merges.
     sh(&root, "git checkout -q -- b.txt");
-    assert!(matches!(safe_merge(&[repo.clone()], "d", "p", "d", &checks(&[])).unwrap(), MergeOutcome::Merged(_)));
+    assert!(matches!(
+        safe_merge(std::slice::from_ref(&repo), "d", "p", "d", &checks(&[])).unwrap(),
+        MergeOutcome::Merged(_)
+    ));
     assert!(root.join("new.txt").exists());
 }
 
@@ -151,9 +238,22 @@ fn a_base_not_checked_out_moves_by_compare_and_set() {
     let t = worktree::create(&repo, "x", "p", &start, ".env").unwrap();
     std::fs::write(t.path.join("x.txt"), "x\n").unwrap();
     commit_all(&t.path, "x").unwrap();
-    let MergeOutcome::Merged(m) = safe_merge(&[repo.clone()], "x", "p", "x", &checks(&["test -f x.txt"])).unwrap() else { panic!() };
+    let MergeOutcome::Merged(m) = safe_merge(
+        std::slice::from_ref(&repo),
+        "x",
+        "p",
+        "x",
+        &checks(&["test -f x.txt"]),
+    )
+    .unwrap() else {
+        panic!()
+    };
     assert_eq!(head(&root, "main"), m[0].1);
-    assert_eq!(head(&root, "HEAD"), start, "the user's feature checkout is not touched");
+    assert_eq!(
+        head(&root, "HEAD"),
+        start,
+        "the user's feature checkout is not touched"
+    );
     assert!(!root.join("x.txt").exists());
     assert_eq!(sh(&root, "git status --porcelain"), "");
 }
@@ -172,17 +272,53 @@ fn multi_repo_tasks_merge_all_or_none() {
         commit_all(&t.path, "m").unwrap();
     }
     // Verify passes in a, fails in b: neither moves.
-    let out = safe_merge(&[ra.clone(), rb.clone()], "m", "p", "m", &checks(&["grep -q a m.txt"])).unwrap();
-    assert!(matches!(out, MergeOutcome::VerifyFailed { ref repo, .. } if repo == "b"), "{out:?}");
-    assert_eq!((head(&a, "main"), head(&b, "main")), (sa.clone(), sb.clone()));
+    let out = safe_merge(
+        &[ra.clone(), rb.clone()],
+        "m",
+        "p",
+        "m",
+        &checks(&["grep -q a m.txt"]),
+    )
+    .unwrap();
+    assert!(
+        matches!(out, MergeOutcome::VerifyFailed { ref repo, .. } if repo == "b"),
+        "{out:?}"
+    );
+    assert_eq!(
+        (head(&a, "main"), head(&b, "main")),
+        (sa.clone(), sb.clone())
+    );
     // Dirty b: neither moves either.
     std::fs::write(b.join("a.txt"), "dirty\n").unwrap();
-    let out = safe_merge(&[ra.clone(), rb.clone()], "m", "p", "m", &checks(&["test -f m.txt"])).unwrap();
-    assert!(matches!(out, MergeOutcome::Blocked { ref repo, .. } if repo == "b"), "{out:?}");
-    assert_eq!((head(&a, "main"), head(&b, "main")), (sa.clone(), sb.clone()));
+    let out = safe_merge(
+        &[ra.clone(), rb.clone()],
+        "m",
+        "p",
+        "m",
+        &checks(&["test -f m.txt"]),
+    )
+    .unwrap();
+    assert!(
+        matches!(out, MergeOutcome::Blocked { ref repo, .. } if repo == "b"),
+        "{out:?}"
+    );
+    assert_eq!(
+        (head(&a, "main"), head(&b, "main")),
+        (sa.clone(), sb.clone())
+    );
     sh(&b, "git checkout -q -- a.txt");
-    let out = safe_merge(&[ra.clone(), rb.clone()], "m", "p", "m", &checks(&["test -f m.txt"])).unwrap();
-    assert!(matches!(out, MergeOutcome::Merged(ref m) if m.len() == 2), "{out:?}");
+    let out = safe_merge(
+        &[ra.clone(), rb.clone()],
+        "m",
+        "p",
+        "m",
+        &checks(&["test -f m.txt"]),
+    )
+    .unwrap();
+    assert!(
+        matches!(out, MergeOutcome::Merged(ref m) if m.len() == 2),
+        "{out:?}"
+    );
     assert_ne!(head(&a, "main"), sa);
     assert_ne!(head(&b, "main"), sb);
 }
@@ -198,7 +334,13 @@ fn parallel_worktree_creation_in_one_repo_has_no_lock_errors_or_orphans() {
             let repo = repo.clone();
             let start = start.clone();
             std::thread::spawn(move || {
-                worktree::create(&repo, &format!("p{i}"), if i % 2 == 0 { "one" } else { "two" }, &start, ".env")
+                worktree::create(
+                    &repo,
+                    &format!("p{i}"),
+                    if i % 2 == 0 { "one" } else { "two" },
+                    &start,
+                    ".env",
+                )
             })
         })
         .collect();
@@ -248,9 +390,18 @@ fn resuming_after_a_crash_mid_create_and_boot_recovery() {
     assert!(live.path.exists() && other.path.exists());
     assert_eq!(rec.kept.len(), 1);
     assert_eq!(rec.kept[0].branch, "pegasus/task-r");
-    assert_eq!(rec.deleted_branches, vec!["pegasus/task-merged".to_string()]);
-    let branches = sh(&root, "git branch --list 'pegasus/*' --format='%(refname:short)' | sort | tr '\\n' ' '");
-    assert_eq!(branches, "pegasus/task-live pegasus/task-other pegasus/task-r");
+    assert_eq!(
+        rec.deleted_branches,
+        vec!["pegasus/task-merged".to_string()]
+    );
+    let branches = sh(
+        &root,
+        "git branch --list 'pegasus/*' --format='%(refname:short)' | sort | tr '\\n' ' '",
+    );
+    assert_eq!(
+        branches,
+        "pegasus/task-live pegasus/task-other pegasus/task-r"
+    );
 }
 
 #[test]
@@ -258,11 +409,16 @@ fn refusals_say_what_to_do() {
     let tmp = tempfile::tempdir().unwrap();
     let root = new_repo(tmp.path(), "app");
     let e = Repo::open("app", &root, "develop").unwrap_err().to_string();
-    assert!(e.contains("base branch `develop` does not exist") && e.contains("branch:"), "{e}");
+    assert!(
+        e.contains("base branch `develop` does not exist") && e.contains("branch:"),
+        "{e}"
+    );
     let plain = tmp.path().join("plain");
     std::fs::create_dir(&plain).unwrap();
     let e = Repo::open("x", &plain, "main").unwrap_err().to_string();
     assert!(e.contains("not a git repository"), "{e}");
-    let e = Repo::open("x", &tmp.path().join("missing"), "main").unwrap_err().to_string();
+    let e = Repo::open("x", &tmp.path().join("missing"), "main")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not usable"), "{e}");
 }

@@ -160,6 +160,9 @@ pub enum TaskCommand {
     Approve { id: String },
     /// A new task from this task's frozen spec.
     Replay { id: String },
+    /// Merge a verified code task into its base branch(es) (`merge: manual`, or after fixing
+    /// what blocked its merge).
+    Merge { id: String },
     /// Answer a blocked task's question; it goes back to ready.
     Answer { id: String, text: String },
 }

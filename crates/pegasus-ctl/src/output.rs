@@ -169,6 +169,9 @@ pub fn project_details(p: &ProjectInfo) -> String {
         field("completed", t.clone());
     }
     field("cost", money(p.cost_usd));
+    for b in &p.unmerged_branches {
+        field("unmerged", b.clone());
+    }
     if let Some(goal) = &p.goal {
         let _ = writeln!(out, "\ngoal:\n{goal}");
     }
@@ -267,6 +270,9 @@ pub fn task_details(t: &pegasus_tasks::Task, history: &[pegasus_tasks::TaskEvent
     }
     if let Some(s) = &t.result_summary {
         field("result", clip(s, 200));
+    }
+    for a in &t.artifacts {
+        field("artifact", a.clone());
     }
     if let Some(spec) = &t.spec {
         let _ = writeln!(
@@ -462,6 +468,7 @@ mod tests {
             error: None,
             task: Some("t-1".into()),
             stage: Some("acting".into()),
+            unmerged_branches: Vec::new(),
         };
         let s = DaemonStatus {
             pid: 1,

@@ -114,14 +114,17 @@ pub enum TaskVerb {
     Replay,
     /// A planned task (e.g. made by a schedule) may run: planned → ready.
     Approve,
+    /// A verified code task is merged (or a merge-blocked one tried again).
+    Merge,
 }
 
 impl TaskVerb {
-    pub const ALL: [TaskVerb; 4] = [
+    pub const ALL: [TaskVerb; 5] = [
         TaskVerb::Cancel,
         TaskVerb::Retry,
         TaskVerb::Replay,
         TaskVerb::Approve,
+        TaskVerb::Merge,
     ];
 }
 
@@ -257,6 +260,10 @@ pub struct ProjectInfo {
     /// `acting`, `reflecting`; SPEC §7).
     pub task: Option<String>,
     pub stage: Option<String>,
+    /// Code projects (`project show` only): branches of ended tasks kept because they hold
+    /// commits their base branch lacks, as `repo: branch (task ID)`.
+    #[serde(default)]
+    pub unmerged_branches: Vec<String>,
 }
 
 #[cfg(test)]
@@ -385,6 +392,7 @@ mod tests {
             error: None,
             task: Some("t".into()),
             stage: Some("acting".into()),
+            unmerged_branches: Vec::new(),
         };
         let all = vec![
             CtlResponse::Welcome {

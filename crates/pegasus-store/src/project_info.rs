@@ -28,6 +28,7 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         error: None,
         task: None,
         stage: None,
+        unmerged_branches: Vec::new(),
     };
     match &entry.project {
         Ok(p) => {

@@ -14,6 +14,7 @@
 //! small, and async callers wrap them in `spawn_blocking`.
 
 pub mod board;
+pub mod code;
 pub mod error;
 pub mod event;
 pub mod find;
@@ -28,6 +29,7 @@ pub mod store;
 pub mod task;
 
 pub use board::{board, BoardColumn};
+pub use code::unmerged_branches;
 pub use error::TaskError;
 pub use event::{fold, TaskEvent};
 pub use find::find_task;

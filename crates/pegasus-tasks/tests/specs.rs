@@ -172,6 +172,7 @@ fn freeze_snapshots_the_head_of_every_repo_in_scope() {
             id: "app".into(),
             path: "repo".into(),
             head: Some("stale".into()),
+            branch: None,
         },
         RepoSnapshot {
             id: "docs".into(),

@@ -30,6 +30,9 @@ pub async fn run_jobs(
     out: mpsc::UnboundedSender<FromWorker>,
 ) {
     let stopping = agent.stop_flag();
+    // Code projects: repos recovered and interrupted merges finished before anything runs.
+    let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
+    crate::code_task::boot(&mut agent, &dir, &name).await;
     // A restarted worker picks up what was ready before it died (or was made ready meanwhile).
     run_ready_tasks(&mut agent, &out).await;
     while let Some(job) = rx.recv().await {
@@ -112,6 +115,11 @@ async fn answer_messages(
 /// task waiting on others is skipped and says which. A message's task (re-run after a
 /// restart) answers its messages like a fresh one.
 async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>) {
+    let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
+    // Verified code tasks whose merge is due (`task merge`, or interrupted) go first.
+    if let Ok(code) = crate::code_task::CodeProject::load(&dir, &name) {
+        crate::code_task::merge_due(agent, &code).await;
+    }
     loop {
         let tasks = match agent.tasks().list() {
             Ok(t) => t,
@@ -172,6 +180,18 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
         };
         let id = task.id.clone();
         let messages = task.messages.clone();
+        if crate::code_task::is_code_task(&task) {
+            let (text, answered) = crate::code_task::run(agent, &dir, &name, task, role).await;
+            tracing::info!(task = %id, answered, "code task ran");
+            for message_id in messages {
+                let _ = out.send(FromWorker::Reply {
+                    message_id,
+                    text: text.clone(),
+                    answered,
+                });
+            }
+            continue;
+        }
         let (text, answered) = match agent.run_existing(task, role).await {
             Ok(o) => {
                 tracing::info!(task = %id, stop = ?o.stop, "task ran");

@@ -210,6 +210,8 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
                 "project {name} not found: see `pegasusctl project list`"
             ))
         })?;
+    let mut info = info;
+    info.unmerged_branches = pegasus_tasks::unmerged_branches(&home.project_dir(name), name);
     let counts = task_counts(home, name);
     if json {
         let mut value = serde_json::to_value(&info).map_err(|e| CtlError::Failed(e.to_string()))?;

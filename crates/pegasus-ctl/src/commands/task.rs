@@ -141,6 +141,17 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             )
             .await
         }
+        TaskCommand::Merge { id } => {
+            super::mutate(
+                home,
+                json,
+                CtlRequest::TaskVerb {
+                    id,
+                    verb: TaskVerb::Merge,
+                },
+            )
+            .await
+        }
         TaskCommand::Answer { id, text } => {
             super::mutate(home, json, CtlRequest::TaskAnswer { id, text }).await
         }

@@ -41,10 +41,12 @@ pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> 
 /// `project show NAME`.
 pub(crate) fn info(sup: &Supervisor, name: &str) -> Result<ProjectInfo, RequestError> {
     pegasus_store::validate_name(name)?;
-    infos(sup)?
+    let mut info = infos(sup)?
         .into_iter()
         .find(|p| p.name == name)
-        .ok_or_else(|| RequestError::ProjectNotFound(name.to_string()))
+        .ok_or_else(|| RequestError::ProjectNotFound(name.to_string()))?;
+    info.unmerged_branches = pegasus_tasks::unmerged_branches(&sup.home.project_dir(name), name);
+    Ok(info)
 }
 
 /// `project list [--status S]`; `invalid` lists the projects whose PROJECT.md does not load.

@@ -156,6 +156,35 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
             )?;
             format!("task {id} approved; it runs when its dependencies are done")
         }
+        TaskVerb::Merge => {
+            // The worker merges it (its project's work is serialized there); this records
+            // that the user asked.
+            match task.state {
+                TaskState::Verified => {}
+                TaskState::Blocked if blocked_from_verified(&store, id) =>                 {
+                    store.transition(
+                        id,
+                        TaskState::Blocked,
+                        TaskState::Verified,
+                        "cli",
+                        "merge asked for by the user",
+                    )?;
+                }
+                other => {
+                    return Err(RequestError::refused(format!(
+                        "task {id} is {}: only a verified code task (or one whose merge was blocked) can be merged",
+                        other.as_str()
+                    )))
+                }
+            }
+            store.update(
+                id,
+                "stop_reason",
+                serde_json::json!("merge requested"),
+                "cli",
+            )?;
+            format!("task {id}: merge requested; its project merges it now (see `pegasusctl task show {id}`)")
+        }
         TaskVerb::Retry => {
             store.transition(
                 id,
@@ -183,6 +212,25 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
     };
     sup.nudge(&project, ToWorker::TasksChanged);
     Ok(message)
+}
+
+/// Whether the task's last move into `blocked` came from `verified` (its merge could not land),
+/// as opposed to a question or a stop while it was still being worked on.
+fn blocked_from_verified(store: &pegasus_tasks::TaskStore, id: &str) -> bool {
+    store
+        .history(id)
+        .ok()
+        .and_then(|h| {
+            h.into_iter().rev().find_map(|e| match e {
+                pegasus_tasks::TaskEvent::Transition {
+                    from,
+                    to: TaskState::Blocked,
+                    ..
+                } => Some(from == TaskState::Verified),
+                _ => None,
+            })
+        })
+        .unwrap_or(false)
 }
 
 /// `task answer ID TEXT`: the answer is recorded on the task, which goes back to ready.

@@ -1,0 +1,39 @@
+//! Code projects seen from the task list: which task branches are kept with unmerged work.
+
+/// The kept branches of a code project's ended tasks (SPEC §10), `repo: branch (task ID)`.
+pub fn unmerged_branches(dir: &std::path::Path, name: &str) -> Vec<String> {
+    let Ok(repos) = crate::project_repos(dir) else {
+        return Vec::new();
+    };
+    if repos.is_empty() {
+        return Vec::new();
+    }
+    let Ok(store) = crate::TaskStore::open(dir, name) else {
+        return Vec::new();
+    };
+    let over: std::collections::HashSet<String> = store
+        .list()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.state.is_terminal() || t.state == crate::TaskState::Failed)
+        .map(|t| t.id)
+        .collect();
+    let fate = |id: &str| {
+        if over.contains(id) {
+            pegasus_code::TaskFate::Over
+        } else {
+            pegasus_code::TaskFate::Live
+        }
+    };
+    let mut out = Vec::new();
+    for r in repos {
+        let path = crate::snapshot::resolve(dir, &r.path);
+        let branch = r.branch.unwrap_or_else(|| "main".to_string());
+        if let Ok(repo) = pegasus_code::Repo::open(&r.id, &path, &branch) {
+            for k in pegasus_code::unmerged_branches(&repo, &fate).unwrap_or_default() {
+                out.push(format!("{}: {} (task {})", k.repo, k.branch, k.task));
+            }
+        }
+    }
+    out
+}

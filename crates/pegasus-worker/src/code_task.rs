@@ -1,0 +1,652 @@
+//! Code tasks (SPEC §10): a task whose spec names repos runs in its own worktrees; when the
+//! agent says it is finished, its work is committed, the base branch merged in, `verify` run
+//! (back to the agent on failure, a bounded number of times), and the verified result merged
+//! into the base branch through the safe merge of `pegasus-code` — or held for
+//! `pegasusctl task merge` when the project says `merge: manual`.
+//!
+//! Git and the project's commands block: they run on blocking threads, never on the runtime's.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pegasus_agent::{roles::RoleRun, Agent, StopKind, Workspace};
+use pegasus_code::worktree::{self, commit_all, merge_base_in};
+use pegasus_code::{
+    recover, run_checks, run_shell, safe_merge, Checks, CodeError, MergeIn, MergeOutcome, Repo,
+    TaskFate,
+};
+use pegasus_store::ProjectFile;
+use pegasus_tasks::{Task, TaskState};
+
+/// `stop_reason` of a verified task waiting for `pegasusctl task merge`.
+pub const MERGE_PENDING: &str = "merge pending";
+/// `stop_reason` set by `pegasusctl task merge`: the worker merges it next.
+pub const MERGE_REQUESTED: &str = "merge requested";
+
+/// Output kept per hydrate/verify command.
+const OUTPUT_CAP: usize = 64 * 1024;
+/// What of a failed verify goes back to the agent (the end of the log, where errors are).
+const FEEDBACK_CHARS: usize = 8 * 1024;
+
+/// A project's code settings, from PROJECT.md.
+#[derive(Debug, Clone)]
+pub struct CodeProject {
+    /// The project's name (worktree lock reasons name it).
+    pub name: String,
+    /// `(id, absolute path, base branch)` of every declared repo.
+    pub repos: Vec<(String, PathBuf, String)>,
+    /// hydrate / verify and their limits.
+    pub checks: Checks,
+    /// `merge: manual`.
+    pub manual: bool,
+    /// How many times the agent may try before a failing verify fails the task.
+    pub max_attempts: u32,
+}
+
+impl CodeProject {
+    /// Reads the code keys of PROJECT.md: `repos`, `hydrate`, `verify` (a command or a list),
+    /// `merge` (`auto` | `manual`), `env_file`, `verify_timeout_s` (default 600),
+    /// `max_attempts` (default 3). `Err` is one line naming the key to fix.
+    pub fn load(project_dir: &Path, name: &str) -> Result<CodeProject, String> {
+        let file = ProjectFile::load(project_dir).map_err(|e| e.to_string())?;
+        let where_ = project_dir.join("PROJECT.md").display().to_string();
+        let repos = pegasus_tasks::project_repos(project_dir)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|r| {
+                let path = pegasus_tasks::snapshot::resolve(project_dir, &r.path);
+                (r.id, path, r.branch.unwrap_or_else(|| "main".to_string()))
+            })
+            .collect();
+        let text = |key: &str| -> Result<Option<String>, String> {
+            match file.get(key) {
+                None => Ok(None),
+                Some(v) if v.is_null() => Ok(None),
+                Some(v) => v
+                    .as_str()
+                    .map(|s| Some(s.to_string()))
+                    .ok_or_else(|| format!("{where_}: key `{key}` must be a string")),
+            }
+        };
+        let number = |key: &str, default: u64, max: u64| -> Result<u64, String> {
+            match file.get(key) {
+                None => Ok(default),
+                Some(v) => match v.as_u64() {
+                    Some(n) if (1..=max).contains(&n) => Ok(n),
+                    _ => Err(format!(
+                        "{where_}: key `{key}` must be a whole number from 1 to {max}"
+                    )),
+                },
+            }
+        };
+        let verify = match file.get("verify") {
+            None => Vec::new(),
+            Some(v) if v.is_null() => Vec::new(),
+            Some(v) => match (v.as_str(), v.as_sequence()) {
+                (Some(s), _) => vec![s.to_string()],
+                (_, Some(list)) => list
+                    .iter()
+                    .map(|c| c.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| {
+                        format!("{where_}: key `verify` must be a command or a list of commands")
+                    })?,
+                _ => {
+                    return Err(format!(
+                        "{where_}: key `verify` must be a command or a list of commands"
+                    ))
+                }
+            },
+        };
+        let manual = match text("merge")?.as_deref() {
+            None | Some("auto") => false,
+            Some("manual") => true,
+            Some(other) => {
+                return Err(format!(
+                    "{where_}: key `merge` is `{other}`: use `auto` or `manual`"
+                ))
+            }
+        };
+        Ok(CodeProject {
+            name: name.to_string(),
+            repos,
+            checks: Checks {
+                hydrate: text("hydrate")?.filter(|s| !s.trim().is_empty()),
+                verify,
+                timeout: Duration::from_secs(number("verify_timeout_s", 600, 86_400)?),
+                output_cap: OUTPUT_CAP,
+                env_file: text("env_file")?.unwrap_or_else(|| ".env".to_string()),
+            },
+            manual,
+            max_attempts: number("max_attempts", 3, 100)? as u32,
+        })
+    }
+
+    /// Opens the repos of a task's spec (their declared path and branch; the spec's own when a
+    /// repo was removed from PROJECT.md since).
+    fn open_task_repos(&self, task: &Task) -> Result<Vec<(Repo, Option<String>)>, CodeError> {
+        let spec_repos = task
+            .spec
+            .as_ref()
+            .map(|s| s.repos.clone())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for r in spec_repos {
+            let (path, branch) = match self.repos.iter().find(|(id, _, _)| *id == r.id) {
+                Some((_, p, b)) => (p.clone(), b.clone()),
+                None => (
+                    PathBuf::from(&r.path),
+                    r.branch.clone().unwrap_or_else(|| "main".to_string()),
+                ),
+            };
+            out.push((Repo::open(&r.id, &path, &branch)?, r.head));
+        }
+        Ok(out)
+    }
+}
+
+/// Whether `task` is a code task: its frozen spec names at least one repo.
+pub fn is_code_task(task: &Task) -> bool {
+    task.spec.as_ref().is_some_and(|s| !s.repos.is_empty())
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("a git step panicked: {e}"))
+}
+
+fn tail(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// One line for a task's stop reason from a longer text.
+fn one_line(s: &str) -> String {
+    let line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    line.chars().take(300).collect()
+}
+
+/// Runs a ready code task to `verified` (and merged, unless the project merges by hand), or to
+/// failed / blocked. Returns the text for the task's messages and whether it was answered.
+pub async fn run(
+    agent: &mut Agent,
+    project_dir: &Path,
+    name: &str,
+    task: Task,
+    role: Option<RoleRun>,
+) -> (String, bool) {
+    let id = task.id.clone();
+    let code = match CodeProject::load(project_dir, name) {
+        Ok(c) => c,
+        Err(e) => {
+            agent.fail_unstartable(&id, &e);
+            return (e, false);
+        }
+    };
+    // Worktrees (created or resumed) and hydrate, before the agent starts.
+    let prepared = {
+        let code = code.clone();
+        let task = task.clone();
+        blocking(move || prepare(&code, &task)).await
+    };
+    let (repos, trees, warnings) = match prepared {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) | Err(e) => {
+            tracing::warn!(task = %id, "code task cannot start: {e}");
+            agent.fail_unstartable(&id, &e);
+            return (e, false);
+        }
+    };
+    let workspace = Workspace {
+        repos: trees
+            .iter()
+            .map(|t| (t.repo.clone(), t.path.clone()))
+            .collect(),
+    };
+    let mut text = format!(
+        "{}\n\n{}",
+        briefing(&code, &trees, &warnings),
+        agent.task_request(&task)
+    );
+    let mut started = false;
+    let mut attempt = 1;
+    let outcome_text = loop {
+        let outcome = match agent
+            .run_code(&id, text, role.clone(), &workspace, started)
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => return (format!("the project agent failed: {e}"), false),
+        };
+        started = true;
+        let state = agent.tasks().get(&id).map(|t| t.state);
+        if outcome.stop != StopKind::Answered || state.as_ref().ok() != Some(&TaskState::Verifying)
+        {
+            // Failed, blocked (a question), cancelled: keep what it did on its branch; a failed
+            // or cancelled task's worktree goes at the next boot, the branch stays.
+            let trees2 = trees.clone();
+            let _ = blocking(move || {
+                for t in &trees2 {
+                    let _ = commit_all(&t.path, "pegasus: work in progress (task stopped)");
+                }
+            })
+            .await;
+            return (outcome.text, outcome.stop == StopKind::Answered);
+        }
+        // Commit, merge the base in, verify.
+        let step = {
+            let (repos, trees, checks) = (repos.clone(), trees.clone(), code.checks.clone());
+            let message = format!("pegasus task {id}: {}", task.title);
+            blocking(move || commit_merge_verify(&repos, &trees, &checks, &message)).await
+        };
+        let feedback = match step {
+            Ok(Ok(Step::Passed(log))) => {
+                write_artifacts(agent, &task, &repos, &trees, &log, &outcome.text);
+                if let Err(e) = agent.move_task(
+                    &id,
+                    TaskState::Verifying,
+                    TaskState::Verified,
+                    "verify passed",
+                ) {
+                    return (format!("cannot record the verified task: {e}"), false);
+                }
+                break outcome.text;
+            }
+            Ok(Ok(Step::Back { reason, feedback })) => (reason, feedback),
+            Ok(Err(e)) | Err(e) => {
+                let _ = agent.move_task(
+                    &id,
+                    TaskState::Verifying,
+                    TaskState::Failed,
+                    &one_line(&format!("commit or merge failed: {e}")),
+                );
+                return (format!("The task failed: {e}"), false);
+            }
+        };
+        let (reason, feedback) = feedback;
+        if attempt >= code.max_attempts {
+            write_artifacts(agent, &task, &repos, &trees, &feedback, &outcome.text);
+            let _ = agent.move_task(
+                &id,
+                TaskState::Verifying,
+                TaskState::Failed,
+                &format!("{reason} (after {attempt} attempts)"),
+            );
+            return (
+                format!(
+                    "The task failed: {reason} after {attempt} attempts; the base branch was not touched."
+                ),
+                false,
+            );
+        }
+        attempt += 1;
+        if let Err(e) = agent.move_task(&id, TaskState::Verifying, TaskState::Running, &reason) {
+            return (
+                format!("cannot send the task back to the agent: {e}"),
+                false,
+            );
+        }
+        text = format!(
+            "{feedback}\n\n(Attempt {attempt} of {}.) Fix it in the worktree, then answer again.",
+            code.max_attempts
+        );
+    };
+    if code.manual {
+        let _ = agent.update_task(&id, "stop_reason", serde_json::json!(MERGE_PENDING));
+        return (
+            format!(
+                "{outcome_text}\n\nVerified; merge pending: `pegasusctl task merge {id}` merges it."
+            ),
+            true,
+        );
+    }
+    let merged = merge(agent, &code, &id).await;
+    (format!("{outcome_text}\n\n{merged}"), true)
+}
+
+/// Opens the task's repos and creates (or resumes) its worktrees; hydrates new ones.
+#[allow(clippy::type_complexity)]
+fn prepare(
+    code: &CodeProject,
+    task: &Task,
+) -> Result<(Vec<Repo>, Vec<worktree::TaskTree>, Vec<String>), String> {
+    let opened = code.open_task_repos(task).map_err(|e| e.to_string())?;
+    let mut repos = Vec::new();
+    let mut trees = Vec::new();
+    let mut warnings = Vec::new();
+    for (repo, head) in opened {
+        let start = match head {
+            Some(h) => h,
+            None => repo
+                .base_commit()
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default(),
+        };
+        let tree = worktree::create(&repo, &task.id, &code.name, &start, &code.checks.env_file)
+            .map_err(|e| e.to_string())?;
+        warnings.extend(tree.warnings.iter().cloned());
+        if tree.created {
+            if let Some(h) = &code.checks.hydrate {
+                let r = run_shell(h, &tree.path, code.checks.timeout, code.checks.output_cap);
+                if !r.ok {
+                    return Err(format!(
+                        "hydrate failed in repo {} ({}): {}",
+                        repo.id,
+                        r.status,
+                        one_line(tail(&r.output, 600))
+                    ));
+                }
+            }
+        }
+        repos.push(repo);
+        trees.push(tree);
+    }
+    Ok((repos, trees, warnings))
+}
+
+fn briefing(code: &CodeProject, trees: &[worktree::TaskTree], warnings: &[String]) -> String {
+    let mut s = String::from(
+        "This is a code task. You work in git worktrees made for it (file tools and `exec` act there):\n",
+    );
+    for (i, t) in trees.iter().enumerate() {
+        s.push_str(&format!(
+            "- repo `{}`: branch `{}`{}\n",
+            t.repo,
+            t.branch,
+            if i == 0 {
+                " (the default; other repos: prefix paths with `id:`)"
+            } else {
+                ""
+            }
+        ));
+    }
+    s.push_str("Do not commit, merge or switch branches: when you answer, Pegasus commits your changes, merges the base branch in");
+    if code.checks.verify.is_empty() {
+        s.push_str(" and merges the result.");
+    } else {
+        s.push_str(&format!(
+            ", runs the checks ({}) and merges only what passes.",
+            code.checks.verify.join("; ")
+        ));
+    }
+    for w in warnings {
+        s.push_str(&format!("\nNote: {w}"));
+    }
+    s
+}
+
+enum Step {
+    Passed(String),
+    /// Back to the agent: the reason (one line) and what it needs to see.
+    Back {
+        reason: String,
+        feedback: String,
+    },
+}
+
+fn commit_merge_verify(
+    repos: &[Repo],
+    trees: &[worktree::TaskTree],
+    checks: &Checks,
+    message: &str,
+) -> Result<Step, String> {
+    let mut log = String::new();
+    for (repo, tree) in repos.iter().zip(trees) {
+        // Conflict markers left from the last attempt's merge: not resolved yet.
+        let unresolved =
+            pegasus_code::git::git(&tree.path, &["diff", "--name-only", "--diff-filter=U"])
+                .map_err(|e| e.to_string())?;
+        if !unresolved.is_empty() {
+            return Ok(Step::Back {
+                reason: format!("merge conflict in {} not resolved", repo.id),
+                feedback: format!(
+                    "The merge of `{}` into your branch of repo `{}` still has unresolved files:\n{unresolved}\nEdit them to remove the conflict markers (<<<<<<< ======= >>>>>>>), keeping both changes where they belong.",
+                    repo.branch, repo.id
+                ),
+            });
+        }
+        commit_all(&tree.path, message).map_err(|e| e.to_string())?;
+        match merge_base_in(&tree.path, &repo.base_ref(), false).map_err(|e| e.to_string())? {
+            MergeIn::Clean => {}
+            MergeIn::Conflict(files) => {
+                return Ok(Step::Back {
+                    reason: format!(
+                        "merge conflict with {} in {}: {}",
+                        repo.branch,
+                        repo.id,
+                        files.join(", ")
+                    ),
+                    feedback: format!(
+                        "`{}` changed since your task started, and merging it into your branch of repo `{}` conflicts in:\n{}\nThe files now hold conflict markers (<<<<<<< yours, ======= , >>>>>>> theirs). Resolve them, keeping both changes where they belong.",
+                        repo.branch,
+                        repo.id,
+                        files.join("\n")
+                    ),
+                });
+            }
+        }
+        let run = run_checks(checks, &tree.path, false);
+        log.push_str(&format!("## repo {}\n{}", repo.id, run.log));
+        if !run.ok {
+            return Ok(Step::Back {
+                reason: format!("verify failed in {}", repo.id),
+                feedback: format!(
+                    "The checks failed in repo `{}`:\n{}",
+                    repo.id,
+                    tail(&run.log, FEEDBACK_CHARS)
+                ),
+            });
+        }
+    }
+    Ok(Step::Passed(log))
+}
+
+/// Keeps the task's outputs under `artifacts/<date>/<task-id>/`: the diff per repo, the checks'
+/// log and the agent's summary; records them on the task.
+fn write_artifacts(
+    agent: &Agent,
+    task: &Task,
+    repos: &[Repo],
+    trees: &[worktree::TaskTree],
+    log: &str,
+    summary: &str,
+) {
+    let Ok(day) = agent.tasks().artifacts_dir() else {
+        return;
+    };
+    let dir = day.join(&task.id);
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let project = agent.dir().to_path_buf();
+    let mut written = Vec::new();
+    let mut put = |name: String, body: &str| {
+        let path = dir.join(&name);
+        if pegasus_store::atomic::write_atomic(&path, body.as_bytes()).is_ok() {
+            written.push(
+                path.strip_prefix(&project)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    };
+    for ((repo, tree), head) in repos.iter().zip(trees).zip(
+        task.spec
+            .as_ref()
+            .map(|s| s.repos.iter().map(|r| r.head.clone()).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    ) {
+        let from = head.unwrap_or_else(|| repo.base_ref());
+        if let Ok(d) = worktree::diff(&tree.path, &from) {
+            put(format!("diff-{}.patch", repo.id), &d);
+        }
+    }
+    put("verify.log".to_string(), log);
+    put("summary.md".to_string(), summary);
+    let mut all = task.artifacts.clone();
+    for w in written {
+        if !all.contains(&w) {
+            all.push(w);
+        }
+    }
+    let _ = agent.update_task(&task.id, "artifacts", serde_json::json!(all));
+}
+
+/// The safe merge of a verified task, then cleanup (worktree, branch) and `done`; a merge
+/// that cannot land blocks the task saying why. Returns one line for the user.
+pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
+    let task = match agent.tasks().get(id) {
+        Ok(t) if t.state == TaskState::Verified => t,
+        Ok(t) => return format!("task {id} is {}, not verified: nothing to merge", t.state),
+        Err(e) => return e.to_string(),
+    };
+    let result = {
+        let (code, task) = (code.clone(), task.clone());
+        blocking(move || -> Result<(MergeOutcome, Vec<Repo>), String> {
+            let repos: Vec<Repo> = code
+                .open_task_repos(&task)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect();
+            let out = safe_merge(&repos, &task.id, &code.name, &task.title, &code.checks)
+                .map_err(|e| e.to_string())?;
+            Ok((out, repos))
+        })
+        .await
+    };
+    let block = |agent: &Agent, reason: String| {
+        let _ = agent.move_task(
+            id,
+            TaskState::Verified,
+            TaskState::Blocked,
+            &one_line(&reason),
+        );
+        format!("Not merged: {reason}")
+    };
+    match result {
+        Ok(Ok((MergeOutcome::Merged(heads), repos))) => {
+            let cleanup = {
+                let (repos, id) = (repos.clone(), id.to_string());
+                blocking(move || {
+                    for r in &repos {
+                        worktree::remove(r, &id, true).map_err(|e| e.to_string())?;
+                    }
+                    Ok::<(), String>(())
+                })
+                .await
+            };
+            if let Ok(Err(e)) | Err(e) = cleanup {
+                tracing::warn!(task = %id, "merged, but cleanup failed (boot recovery retries): {e}");
+            }
+            let at: Vec<String> = heads
+                .iter()
+                .map(|(r, sha)| format!("{r} at {}", &sha[..sha.len().min(12)]))
+                .collect();
+            let line = format!("merged ({})", at.join(", "));
+            let _ = agent.move_task(id, TaskState::Verified, TaskState::Done, &line);
+            format!("Merged: {}.", at.join(", "))
+        }
+        Ok(Ok((MergeOutcome::Conflict { repo, files }, _))) => block(
+            agent,
+            format!(
+                "merge conflict in {repo}: {} (retry the task to let the agent merge the base in)",
+                files.join(", ")
+            ),
+        ),
+        Ok(Ok((MergeOutcome::VerifyFailed { repo, log }, _))) => block(
+            agent,
+            format!(
+                "verify failed on the merged result in {repo}: {}",
+                tail(&log, 200)
+            ),
+        ),
+        Ok(Ok((MergeOutcome::Blocked { repo, reason }, _))) => {
+            block(agent, format!("{repo}: {reason}"))
+        }
+        Ok(Err(e)) | Err(e) => block(agent, e),
+    }
+}
+
+/// At worker start: each repo recovered (prune, dead worktrees removed, unmerged branches of
+/// failed tasks kept and logged), then the merges a crash interrupted are done again.
+pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
+    let Ok(code) = CodeProject::load(project_dir, name) else {
+        return;
+    };
+    if code.repos.is_empty() {
+        return;
+    }
+    let fates: std::collections::HashMap<String, TaskFate> = agent
+        .tasks()
+        .list()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            let fate = if t.state.is_terminal() || t.state == TaskState::Failed {
+                TaskFate::Over
+            } else {
+                TaskFate::Live
+            };
+            (t.id, fate)
+        })
+        .collect();
+    let c = code.clone();
+    let recovered = blocking(move || {
+        let fate = |id: &str| fates.get(id).copied().unwrap_or(TaskFate::Foreign);
+        let mut lines = Vec::new();
+        for (id, path, branch) in &c.repos {
+            match Repo::open(id, path, branch).and_then(|r| recover(&r, &c.name, &fate)) {
+                Ok(rep) => {
+                    for p in rep.removed {
+                        lines.push(format!("removed the worktree {}", p.display()));
+                    }
+                    for k in rep.kept {
+                        lines.push(format!(
+                            "kept branch {} of repo {} (task {} ended with unmerged commits)",
+                            k.branch, k.repo, k.task
+                        ));
+                    }
+                }
+                Err(e) => lines.push(format!("cannot recover repo {id}: {e}")),
+            }
+        }
+        lines
+    })
+    .await
+    .unwrap_or_default();
+    for l in recovered {
+        tracing::info!("code recovery: {l}");
+    }
+    merge_due(agent, &code).await;
+}
+
+/// Merges every verified task that should be: automatically merged ones interrupted by a crash,
+/// and the ones `pegasusctl task merge` asked for.
+pub async fn merge_due(agent: &mut Agent, code: &CodeProject) {
+    let due: Vec<String> = agent
+        .tasks()
+        .list()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.state == TaskState::Verified)
+        .filter(|t| match t.stop_reason.as_deref() {
+            Some(MERGE_REQUESTED) => true,
+            Some(MERGE_PENDING) => false,
+            _ => !code.manual,
+        })
+        .map(|t| t.id)
+        .collect();
+    for id in due {
+        let line = merge(agent, code, &id).await;
+        tracing::info!(task = %id, "{line}");
+    }
+}
