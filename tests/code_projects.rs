@@ -254,6 +254,11 @@ fn manual_merge_waits_and_a_dirty_main_or_a_conflict_blocks_it() {
     let id = add(&home, "cp", "change alpha", &["app"]);
     let verified = wait_state(&home, &id, "verified");
     assert_eq!(verified["stop_reason"], "merge pending");
+    let status = home.ctl_ok(&["status"]);
+    assert!(
+        status.contains(&format!("task {id} is verified, merge pending")),
+        "{status}"
+    );
     let before = sh(&app, "git rev-parse main");
 
     // A dirty checked-out main: blocked, saying so; the user's edit is untouched.

@@ -74,6 +74,18 @@ fn a_task_added_by_the_user_asks_a_question_and_its_dependent_waits_for_the_answ
     assert_eq!(blocked["question"], "Which colour should alpha be?");
     let shown = home.ctl_ok(&["task", "show", &alpha]);
     assert!(shown.contains("Which colour should alpha be?"), "{shown}");
+    // `status` says what waits for the user.
+    let status = home.ctl_ok(&["status"]);
+    assert!(
+        status.contains(&format!(
+            "tp: task {alpha} asks: Which colour should alpha be?"
+        )),
+        "{status}"
+    );
+    assert_eq!(
+        home.json(&["status"])["waiting"][0],
+        format!("tp: task {alpha} asks: Which colour should alpha be? (answer with `pegasusctl task answer {alpha} TEXT`)")
+    );
 
     // A task that depends on it waits, and the list says on what.
     let out = home.ctl_ok(&[

@@ -37,3 +37,36 @@ pub fn unmerged_branches(dir: &std::path::Path, name: &str) -> Vec<String> {
     }
     out
 }
+
+/// What of a project waits for the user, one line each: blocked tasks with their question (or
+/// reason) and verified tasks whose merge is pending (`status` and the MainAgent show these).
+pub fn waiting_on_user(dir: &std::path::Path, name: &str) -> Vec<String> {
+    let Ok(store) = crate::TaskStore::open(dir, name) else {
+        return Vec::new();
+    };
+    let mut tasks = store.list().unwrap_or_default();
+    tasks.sort_by_key(|t| t.created);
+    tasks
+        .into_iter()
+        .filter_map(|t| match t.state {
+            crate::TaskState::Blocked => Some(match (&t.question, &t.stop_reason) {
+                (Some(q), _) => format!(
+                    "{name}: task {} asks: {q} (answer with `pegasusctl task answer {} TEXT`)",
+                    t.id, t.id
+                ),
+                (None, r) => format!(
+                    "{name}: task {} is blocked: {}",
+                    t.id,
+                    r.as_deref().unwrap_or("no reason recorded")
+                ),
+            }),
+            crate::TaskState::Verified if t.stop_reason.as_deref() == Some("merge pending") => {
+                Some(format!(
+                    "{name}: task {} is verified, merge pending (`pegasusctl task merge {}`)",
+                    t.id, t.id
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}

@@ -12,7 +12,7 @@ impl Tool for ListProjects {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "list_projects".into(),
-            description: "List every project with its status, worker state, model and cost.".into(),
+            description: "List every project with its status, worker state, model and cost, and what waits for the user (questions of blocked tasks, pending merges).".into(),
             input_schema_json: r#"{"type":"object","properties":{}}"#.into(),
         }
     }
@@ -33,7 +33,23 @@ impl Tool for ListProjects {
             };
             match crate::handlers::project::infos(&sup).map_err(|e| e.to_string()) {
                 Ok(list) => ToolOutput::ok(
-                    serde_json::Value::Array(list.iter().map(project_json).collect()).to_string(),
+                    serde_json::Value::Array(
+                        list.iter()
+                            .map(|p| {
+                                let mut v = project_json(p);
+                                let waiting = pegasus_tasks::waiting_on_user(
+                                    &sup.home.project_dir(&p.name),
+                                    &p.name,
+                                );
+                                if let (Some(obj), false) = (v.as_object_mut(), waiting.is_empty())
+                                {
+                                    obj.insert("waiting".into(), serde_json::json!(waiting));
+                                }
+                                v
+                            })
+                            .collect(),
+                    )
+                    .to_string(),
                 ),
                 Err(e) => ToolOutput::error(e),
             }
