@@ -558,7 +558,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
         Ok(Ok((MergeOutcome::Conflict { repo, files }, _))) => block(
             agent,
             format!(
-                "merge conflict in {repo}: {} (retry the task to let the agent merge the base in)",
+                "merge conflict in {repo}: {}; to let the agent merge the base in and resolve it: `pegasusctl task answer {id} \"resolve the conflict\"`",
                 files.join(", ")
             ),
         ),
