@@ -277,6 +277,17 @@ impl Agent {
         self.run_task(task.id, true, true, None, None).await
     }
 
+    /// The tools the agent offers (built-ins, plus MCP tools once added).
+    pub fn tools(&self) -> &ToolSet {
+        &self.tools
+    }
+
+    /// Offers MCP servers' tools (`mcp__NAME__TOOL`, SPEC §13) from now on besides the
+    /// agent's own; replaces the MCP tools given before.
+    pub fn set_mcp_tools(&mut self, mcp: Vec<Arc<dyn crate::tool::Tool>>) {
+        self.tools = self.tools.only(|n| !n.starts_with("mcp__")).with(mcp);
+    }
+
     /// The project's name (or the MainAgent's).
     pub fn name(&self) -> &str {
         &self.name

@@ -33,6 +33,15 @@ impl ToolSet {
     }
 
     /// The built-in tools of a project agent (SPEC §6).
+    /// This set with `extra` added (a tool of the same name is replaced).
+    pub fn with(&self, extra: Vec<Arc<dyn Tool>>) -> Self {
+        let mut set = self.clone();
+        for t in extra {
+            set.insert(t);
+        }
+        set
+    }
+
     pub fn project_tools() -> Self {
         ToolSet::new(tools::builtins())
     }

@@ -258,11 +258,15 @@ impl Role {
         Ok(fill(&self.template, &values))
     }
 
-    /// Whether the role lets its agent see and call `tool` (no allowlist = every tool).
+    /// Whether the role lets its agent see and call `tool` (no allowlist = every tool). An
+    /// entry ending in `*` allows every tool with that prefix (`mcp__github__*`).
     pub fn allows_tool(&self, tool: &str) -> bool {
         match &self.tools {
             None => true,
-            Some(list) => list.iter().any(|t| t == tool),
+            Some(list) => list.iter().any(|t| match t.strip_suffix('*') {
+                Some(prefix) => tool.starts_with(prefix),
+                None => t == tool,
+            }),
         }
     }
 

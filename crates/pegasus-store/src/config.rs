@@ -42,6 +42,8 @@ pub struct Config {
     pub models: BTreeMap<String, ModelConfig>,
     /// Context window assumed for a model neither table knows, in tokens.
     pub default_context_window: u64,
+    /// MCP servers every project gets (SPEC §13); a project's entry of the same name wins.
+    pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
 }
 
 /// What a model can do (SPEC §5 model table): `data/models.yml`, extended by config.yml
@@ -79,6 +81,7 @@ impl Default for Config {
             runs: RunsConfig::default(),
             models: BTreeMap::new(),
             default_context_window: 128_000,
+            mcp_servers: BTreeMap::new(),
         }
     }
 }
@@ -420,6 +423,14 @@ impl Config {
         };
         if self.llm.max_concurrency < 1 {
             return Err(err("llm.max_concurrency", "must be at least 1"));
+        }
+        if let Err(m) = crate::mcp::check_mcp_servers(&self.mcp_servers) {
+            let key = m
+                .split(&[':', ' '][..])
+                .next()
+                .unwrap_or("mcp_servers")
+                .to_string();
+            return Err(err(&key, &m));
         }
         if self.default_context_window < 1024 {
             return Err(err(

@@ -23,6 +23,7 @@ pub mod home;
 pub mod jsonl;
 pub mod ledger;
 pub mod lifecycle;
+pub mod mcp;
 pub mod project;
 pub mod project_info;
 pub mod read;
@@ -39,6 +40,7 @@ pub use home::{home_of_project, Home};
 pub use jsonl::*;
 pub use ledger::{project_costs, read_ledger, LedgerEntry, LedgerTotals};
 pub use lifecycle::{transition, Verb};
+pub use mcp::{McpServerConfig, DEFAULT_MCP_TIMEOUT_S};
 pub use project::{
     create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
     PROJECT_SUBDIRS,

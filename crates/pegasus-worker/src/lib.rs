@@ -14,6 +14,7 @@ pub mod code_task;
 mod connection;
 pub mod error;
 mod logging;
+pub mod mcp;
 mod proxy;
 mod work_queue;
 mod worker;

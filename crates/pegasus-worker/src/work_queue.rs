@@ -8,6 +8,9 @@ use pegasus_runs::{ExecError, ExecuteFuture, PhaseExecutor};
 use pegasus_tasks::{Readiness, TaskState};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::mcp::McpHub;
+use std::sync::Arc;
+
 /// One piece of work for the agent.
 pub enum Job {
     Message(InboundMessage),
@@ -28,8 +31,13 @@ pub async fn run_jobs(
     mut agent: Agent,
     mut rx: mpsc::UnboundedReceiver<Job>,
     out: mpsc::UnboundedSender<FromWorker>,
+    mcp: Arc<McpHub>,
 ) {
     let stopping = agent.stop_flag();
+    if !mcp.is_empty() {
+        mcp.write_status().await;
+        mcp.start_eager().await;
+    }
     // Code projects: repos recovered and interrupted merges finished before anything runs.
     let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
     crate::code_task::boot(&mut agent, &dir, &name).await;
@@ -42,6 +50,11 @@ pub async fn run_jobs(
             && matches!(job, Job::Message(_) | Job::ReadyTasks)
         {
             continue;
+        }
+        // MCP servers start at first use: the first job that runs the agent.
+        if !mcp.is_empty() && !matches!(job, Job::Barrier(_)) {
+            let tools = mcp.tools().await;
+            agent.set_mcp_tools(tools);
         }
         match job {
             Job::Message(first) => {
@@ -161,7 +174,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
                     role_id,
                     &agent.settings().role_assignments,
                     agent.settings(),
-                    &pegasus_agent::ToolSet::project_tools(),
+                    &agent.tools().clone(),
                     agent.system_base(),
                     &agent.dir().join("memory"),
                     &agent.skill_dirs(),

@@ -1,5 +1,6 @@
 //! The worker's life: handshake, load, serve, stop.
 
+use crate::mcp::McpHub;
 use crate::{
     connection, logging,
     proxy::ProxyModel,
@@ -148,9 +149,23 @@ async fn serve(
                 notices,
                 settings,
             )?;
-            Ok((runs, agent))
+            let servers =
+                pegasus_store::mcp::parse_mcp_servers(project.get("mcp_servers").as_ref())
+                    .map_err(|e| {
+                        WorkerError::Config(format!(
+                            "{}: key `mcp_servers` {e}",
+                            project_dir.join("PROJECT.md").display()
+                        ))
+                    })?;
+            let mcp = McpHub::new(
+                pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, &servers),
+                &project_dir,
+                &workdir,
+                Some(home.exec_registry(&name)),
+            );
+            Ok((runs, agent, mcp))
         });
-    let (run_settings, agent) = match loaded {
+    let (run_settings, agent, mcp) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
             let _ = writer
@@ -171,7 +186,7 @@ async fn serve(
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
     let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();
     let stop_flag = agent.stop_flag();
-    let mut agent_task = tokio::spawn(run_jobs(agent, job_rx, out.clone()));
+    let mut agent_task = tokio::spawn(run_jobs(agent, job_rx, out.clone(), mcp));
     let mut barrier: Option<tokio::sync::oneshot::Receiver<()>> = None;
     let mut notices_open = true;
     let run_store = RunStore::open(&project_dir).map_err(|e| WorkerError::Config(e.to_string()))?;

@@ -213,14 +213,29 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
     let mut info = info;
     info.unmerged_branches = pegasus_tasks::unmerged_branches(&home.project_dir(name), name);
     let counts = task_counts(home, name);
+    let mcp = pegasus_store::mcp::read_mcp_status(&home.project_dir(name));
     if json {
         let mut value = serde_json::to_value(&info).map_err(|e| CtlError::Failed(e.to_string()))?;
         if let Some(obj) = value.as_object_mut() {
             obj.insert("tasks".into(), serde_json::json!(counts));
+            obj.insert("mcp_servers".into(), serde_json::json!(mcp));
         }
         return super::print_json(&value);
     }
     print!("{}", output::project_details(&info));
+    for s in &mcp {
+        let tools = if s.tools.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", s.tools.join(", "))
+        };
+        let error = s
+            .error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        println!("{:<12} {}: {}{error}{tools}", "mcp", s.name, s.state);
+    }
     let summary: Vec<String> = counts
         .iter()
         .map(|(state, n)| format!("{n} {state}"))

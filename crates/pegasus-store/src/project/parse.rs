@@ -170,6 +170,9 @@ impl Ctx<'_> {
                 }
             },
         };
+        if let Err(m) = crate::mcp::parse_mcp_servers(map.get("mcp_servers")) {
+            return Err(self.err("mcp_servers", m));
+        }
         Ok(Known {
             name,
             status,
