@@ -58,6 +58,8 @@ pub struct McpHub {
     status_path: PathBuf,
     workdir: PathBuf,
     registry: Option<PathBuf>,
+    /// What `mcp.json` holds now: it is written only when the state changes, never per call.
+    written: Mutex<String>,
 }
 
 impl McpHub {
@@ -82,6 +84,7 @@ impl McpHub {
             status_path: project_dir.join(STATUS_FILE),
             workdir: workdir.to_path_buf(),
             registry,
+            written: Mutex::new(String::new()),
         });
         if hub.servers.is_empty() {
             let _ = std::fs::remove_file(&hub.status_path);
@@ -363,7 +366,8 @@ impl McpHub {
         out
     }
 
-    /// Writes `mcp.json` (atomically); a failure is only logged.
+    /// Writes `mcp.json` (atomically) when the state differs from what it holds; a failure is
+    /// only logged.
     pub async fn write_status(&self) {
         if self.servers.is_empty() {
             return;
@@ -372,8 +376,13 @@ impl McpHub {
         let Ok(text) = serde_json::to_string_pretty(&status) else {
             return;
         };
-        if let Err(e) = pegasus_store::write_atomic(&self.status_path, text.as_bytes()) {
-            tracing::warn!("cannot write {}: {e}", self.status_path.display());
+        let mut written = self.written.lock().await;
+        if *written == text {
+            return;
+        }
+        match pegasus_store::write_atomic(&self.status_path, text.as_bytes()) {
+            Ok(()) => *written = text,
+            Err(e) => tracing::warn!("cannot write {}: {e}", self.status_path.display()),
         }
     }
 }
