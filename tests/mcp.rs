@@ -252,3 +252,50 @@ fn bad_mcp_entries_are_refused_naming_the_key() {
     assert!(!out.status.success());
     assert!(err.contains("mcp_servers.a__b"), "{err}");
 }
+
+#[test]
+fn servers_that_cannot_start_or_hang_at_the_handshake_are_down_and_the_project_still_works() {
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(user("hello"), Reply::Text("hi there".into())));
+    let home = fake_home(
+        &fake,
+        &format!(
+            "mcp_servers:\n  gone: {{command: /nonexistent/mcp-server}}\n  mute: {{command: '{}', args: [tag-mute], env: {{MCP_TEST_NO_HANDSHAKE: '1'}}, timeout_s: 1}}\n",
+            server_bin().display()
+        ),
+    );
+    let _d = home.start_fake();
+    home.create("m");
+    assert!(send_wait(&home, "m", "hello").contains("hi there"));
+    let servers = show(&home, "m")["mcp_servers"].clone();
+    let by_name = |n: &str| {
+        servers
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    let gone = by_name("gone");
+    assert_eq!(gone["state"], "down");
+    assert!(
+        gone["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot run `/nonexistent/mcp-server`"),
+        "{gone}"
+    );
+    let mute = by_name("mute");
+    assert_eq!(mute["state"], "down");
+    assert!(
+        mute["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer to the handshake within 1 s"),
+        "{mute}"
+    );
+    poll(Duration::from_secs(5), "the mute server killed", || {
+        processes_with("tag-mute").is_empty().then_some(())
+    });
+}
