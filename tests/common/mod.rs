@@ -239,6 +239,7 @@ pub fn fake_home(fake: &pegasus_fakellm::FakeLlm, extra: &str) -> Home {
          llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
          workers: {{shutdown_timeout_s: 5}}\n\
          agent: {{reflection: false}}\n\
+         dashboard: {{listen: \"127.0.0.1:0\"}}\n\
          {extra}\n",
         a = fake.anthropic_base_url(),
     ))

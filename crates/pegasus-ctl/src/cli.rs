@@ -51,6 +51,12 @@ pub enum Command {
     },
     /// Stop the daemon gracefully (every worker first).
     Stop,
+    /// Print the web dashboard's URL with its access token.
+    Dashboard,
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff); e.g. `pegasusctl man > ~/.local/share/man/man1/pegasusctl.1`.
+    Man,
 }
 
 #[derive(Debug, Subcommand)]

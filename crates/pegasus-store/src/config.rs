@@ -288,14 +288,21 @@ impl Default for TelegramConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DashboardConfig {
-    /// Address to listen on; loopback by default since it has no authentication.
+    /// Address to listen on (`IP:PORT`; port 0 = any free port); loopback unless
+    /// `allow_remote`. Every request needs the token in `run/dashboard.token`.
     pub listen: String,
+    /// Allow a non-loopback `listen` (the dashboard is plain HTTP: put TLS in front of it).
+    pub allow_remote: bool,
+    /// Serve the dashboard at all.
+    pub enabled: bool,
 }
 
 impl Default for DashboardConfig {
     fn default() -> Self {
         DashboardConfig {
             listen: "127.0.0.1:7474".into(),
+            allow_remote: false,
+            enabled: true,
         }
     }
 }
@@ -423,6 +430,21 @@ impl Config {
         };
         if self.llm.max_concurrency < 1 {
             return Err(err("llm.max_concurrency", "must be at least 1"));
+        }
+        match self.dashboard.listen.parse::<std::net::SocketAddr>() {
+            Err(_) => {
+                return Err(err(
+                    "dashboard.listen",
+                    "must be IP:PORT, e.g. 127.0.0.1:7474",
+                ))
+            }
+            Ok(a) if !a.ip().is_loopback() && !self.dashboard.allow_remote => {
+                return Err(err(
+                    "dashboard.listen",
+                    "is not a loopback address: the dashboard is plain HTTP; set `dashboard.allow_remote: true` to serve it anyway (behind TLS)",
+                ))
+            }
+            Ok(_) => {}
         }
         if let Err(m) = crate::mcp::check_mcp_servers(&self.mcp_servers) {
             let key = m

@@ -73,6 +73,17 @@ impl Home {
         self.run_dir().join("pegasusd.sock")
     }
 
+    /// `run/dashboard.token`: the web dashboard's access token (0600; made by pegasusd once).
+    pub fn dashboard_token_file(&self) -> PathBuf {
+        self.run_dir().join("dashboard.token")
+    }
+
+    /// `run/dashboard.addr`: the address the running dashboard listens on (written by pegasusd
+    /// after binding, removed when it stops).
+    pub fn dashboard_addr_file(&self) -> PathBuf {
+        self.run_dir().join("dashboard.addr")
+    }
+
     /// `run/w.sock`: the one listener every project worker connects to.
     pub fn worker_socket(&self) -> PathBuf {
         self.run_dir().join("w.sock")

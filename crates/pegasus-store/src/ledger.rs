@@ -6,7 +6,7 @@
 //! runs, by `pegasusctl cost` and by the daemon-less listings. Lines it cannot use are skipped:
 //! a damaged ledger must never stop the daemon.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
@@ -136,6 +136,73 @@ impl LedgerTotals {
 /// skipped). A missing ledger is an empty map.
 pub fn project_costs(home: &Home) -> Result<HashMap<String, f64>> {
     Ok(LedgerTotals::load(&home.ledger_file())?.projects)
+}
+
+/// The ledger summed for `pegasusctl cost` and the dashboard's `/api/costs` (one shape for both).
+#[derive(Debug, Default, Serialize)]
+pub struct CostBucket {
+    pub calls: u64,
+    pub usd: f64,
+    pub unpriced_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+impl CostBucket {
+    pub fn add(&mut self, e: &LedgerEntry) {
+        self.calls += 1;
+        // The same rule as every other sum of the ledger (`LedgerTotals`): only a finite
+        // price >= 0 counts; anything else is an unpriced call.
+        match e.usd.filter(|u| u.is_finite() && *u >= 0.0) {
+            Some(usd) => self.usd += usd,
+            None => self.unpriced_calls += 1,
+        }
+        self.input_tokens += e.input_tokens;
+        self.output_tokens += e.output_tokens;
+        self.cache_read_tokens += e.cache_read_tokens;
+        self.cache_write_tokens += e.cache_write_tokens;
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct CostReport {
+    pub total: CostBucket,
+    pub by_project: BTreeMap<String, CostBucket>,
+    pub by_day: BTreeMap<String, CostBucket>,
+    pub by_model: BTreeMap<String, CostBucket>,
+    pub skipped_lines: usize,
+}
+
+/// Sums `ledger` (optionally one project's lines, from one UTC day on).
+pub fn cost_report(
+    ledger: &std::path::Path,
+    project: Option<&str>,
+    since: Option<chrono::NaiveDate>,
+) -> crate::Result<CostReport> {
+    let read = read_ledger(ledger)?;
+    let mut report = CostReport {
+        skipped_lines: read.skipped,
+        ..CostReport::default()
+    };
+    for e in read.records.iter().filter(|e| {
+        project.is_none_or(|p| e.project == p) && since.is_none_or(|d| e.ts.date_naive() >= d)
+    }) {
+        report.total.add(e);
+        report
+            .by_project
+            .entry(e.project.clone())
+            .or_default()
+            .add(e);
+        report
+            .by_day
+            .entry(e.ts.date_naive().to_string())
+            .or_default()
+            .add(e);
+        report.by_model.entry(e.model.clone()).or_default().add(e);
+    }
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -38,7 +38,9 @@ pub use exec_groups::{kill_exec_groups, record_exec_group};
 pub use frontmatter::{split_frontmatter, strip_bom, Frontmatter, FrontmatterError};
 pub use home::{home_of_project, Home};
 pub use jsonl::*;
-pub use ledger::{project_costs, read_ledger, LedgerEntry, LedgerTotals};
+pub use ledger::{
+    cost_report, project_costs, read_ledger, CostBucket, CostReport, LedgerEntry, LedgerTotals,
+};
 pub use lifecycle::{transition, Verb};
 pub use mcp::{McpServerConfig, DEFAULT_MCP_TIMEOUT_S};
 pub use project::{

@@ -130,6 +130,7 @@ async fn serve(
     sup.restart_scan()?;
     let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
     let controls = tokio::spawn(control::serve(sup.clone(), control_listener));
+    let dashboard = tokio::spawn(crate::dashboard::serve(sup.clone()));
     tracing::info!(pid = std::process::id(), home = %home.root().display(), "pegasusd serving");
 
     tokio::select! {
@@ -148,7 +149,9 @@ async fn serve(
     }
     // What the last workers' commands left behind: one scan after they are all gone.
     crate::sweeper::sweep_now().await;
-    for task in [workers, controls, activity, watchdog, sweeper, scheduler] {
+    for task in [
+        workers, controls, activity, watchdog, sweeper, scheduler, dashboard,
+    ] {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }
     for path in [home.control_socket(), home.worker_socket()] {

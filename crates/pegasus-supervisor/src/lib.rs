@@ -14,6 +14,7 @@ mod activity;
 mod bus;
 mod control;
 mod daemon;
+mod dashboard;
 pub mod error;
 mod handlers;
 mod llm_proxy;

@@ -2,6 +2,7 @@
 
 mod chat;
 mod cost;
+mod dashboard;
 mod log;
 mod project;
 mod role;
@@ -15,8 +16,25 @@ use pegasus_store::Home;
 
 /// Runs one parsed command line.
 pub async fn run(cli: Cli) -> Result<(), CtlError> {
+    // These need no home.
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut cmd, "pegasusctl", &mut std::io::stdout());
+            return Ok(());
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            return clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map_err(|e| CtlError::Failed(format!("cannot write the manual: {e}")));
+        }
+        _ => {}
+    }
     let home = Home::resolve(cli.home)?;
     match cli.command {
+        Command::Completions { .. } | Command::Man => Ok(()),
+        Command::Dashboard => dashboard::run(&home, cli.json).await,
         Command::Status => status::run(&home, cli.json).await,
         Command::Project(cmd) => project::run(&home, cli.json, cmd).await,
         Command::Task(cmd) => task::run(&home, cli.json, cmd).await,

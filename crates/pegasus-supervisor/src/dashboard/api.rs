@@ -1,0 +1,352 @@
+//! `/api/...`: JSON in the shapes `pegasusctl --json` prints. Changes go through the same
+//! handlers as the control socket; reads of files (tasks, session, roles, costs) use the same
+//! readers as the CLI. Errors are `{"error": "..."}` with 400, 404 or 500.
+
+use super::auth::error;
+use super::Dash;
+use crate::handlers::dispatch;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use pegasus_proto::ctl::{
+    AddTask, CreateProject, CtlRequest, CtlResponse, LifecycleVerb, TaskVerb,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// The one mapping from a daemon answer to HTTP.
+fn answer(resp: CtlResponse) -> Response {
+    match resp {
+        CtlResponse::Status(s) => Json(s).into_response(),
+        CtlResponse::Project(p) => Json(*p).into_response(),
+        CtlResponse::Projects(list) => Json(list).into_response(),
+        CtlResponse::Sent { id } => Json(json!({"id": id})).into_response(),
+        CtlResponse::Reply { id, text } => Json(json!({"id": id, "reply": text})).into_response(),
+        CtlResponse::Done { message } => {
+            Json(json!({"ok": true, "message": message})).into_response()
+        }
+        CtlResponse::TaskAdded { id, message } => {
+            Json(json!({"id": id, "message": message})).into_response()
+        }
+        CtlResponse::Error { message } => {
+            let status = if message.contains("not found") || message.contains("no task") {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            error(status, &message)
+        }
+        other => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("unexpected answer {other:?}"),
+        ),
+    }
+}
+
+async fn call(d: &Dash, req: CtlRequest) -> Response {
+    answer(dispatch(&d.sup, req).await)
+}
+
+fn bad(e: impl std::fmt::Display) -> Response {
+    error(StatusCode::BAD_REQUEST, &e.to_string())
+}
+
+#[allow(clippy::result_large_err)] // a Response is what the caller returns anyway
+fn project_dir(d: &Dash, name: &str) -> Result<std::path::PathBuf, Response> {
+    pegasus_store::validate_name(name).map_err(bad)?;
+    let dir = d.sup.home.project_dir(name);
+    if !dir.join("PROJECT.md").exists() {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            &format!("project {name} not found"),
+        ));
+    }
+    Ok(dir)
+}
+
+pub(super) async fn status(State(d): State<Dash>) -> Response {
+    let resp = dispatch(&d.sup, CtlRequest::Status).await;
+    let CtlResponse::Status(status) = resp else {
+        return answer(resp);
+    };
+    let waiting: Vec<String> = status
+        .projects
+        .iter()
+        .filter(|p| p.error.is_none())
+        .flat_map(|p| pegasus_tasks::waiting_on_user(&d.sup.home.project_dir(&p.name), &p.name))
+        .collect();
+    let mut v = serde_json::to_value(&status).unwrap_or(Value::Null);
+    v["waiting"] = json!(waiting);
+    Json(v).into_response()
+}
+
+#[derive(Deserialize)]
+pub(super) struct ListQuery {
+    status: Option<String>,
+}
+
+pub(super) async fn projects(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Response {
+    call(&d, CtlRequest::ProjectList { status: q.status }).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct NewProject {
+    name: String,
+    goal: String,
+    background: Option<String>,
+    constraints: Option<String>,
+    model: Option<String>,
+    workdir: Option<String>,
+}
+
+pub(super) async fn create_project(State(d): State<Dash>, Json(p): Json<NewProject>) -> Response {
+    call(
+        &d,
+        CtlRequest::ProjectCreate(CreateProject {
+            name: p.name,
+            goal: p.goal,
+            background: p.background,
+            constraints: p.constraints,
+            model: p.model,
+            workdir: p.workdir,
+        }),
+    )
+    .await
+}
+
+/// `project show --json`: the project, its task counts, MCP servers and kept branches.
+pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> Response {
+    let resp = dispatch(&d.sup, CtlRequest::ProjectShow { name: name.clone() }).await;
+    let CtlResponse::Project(info) = resp else {
+        return answer(resp);
+    };
+    let dir = d.sup.home.project_dir(&name);
+    let mut counts = std::collections::BTreeMap::new();
+    if let Ok(store) = pegasus_tasks::TaskStore::open(&dir, &name) {
+        for t in store.list().unwrap_or_default() {
+            *counts.entry(t.state.as_str().to_string()).or_insert(0u64) += 1;
+        }
+    }
+    let mut v = serde_json::to_value(&*info).unwrap_or(Value::Null);
+    v["tasks"] = json!(counts);
+    v["mcp_servers"] = json!(pegasus_store::mcp::read_mcp_status(&dir));
+    Json(v).into_response()
+}
+
+pub(super) async fn lifecycle(
+    State(d): State<Dash>,
+    Path((name, verb)): Path<(String, String)>,
+) -> Response {
+    let verb = match verb.as_str() {
+        "suspend" => LifecycleVerb::Suspend,
+        "resume" => LifecycleVerb::Resume,
+        "complete" => LifecycleVerb::Complete,
+        "archive" => LifecycleVerb::Archive,
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                &format!("no action `{other}`: use suspend, resume, complete or archive"),
+            )
+        }
+    };
+    call(&d, CtlRequest::ProjectLifecycle { name, verb }).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct Text {
+    text: String,
+}
+
+pub(super) async fn send(
+    State(d): State<Dash>,
+    Path(name): Path<String>,
+    Json(t): Json<Text>,
+) -> Response {
+    call(
+        &d,
+        CtlRequest::ProjectSend {
+            name,
+            text: t.text,
+            wait: false,
+        },
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub(super) struct Since {
+    since: Option<usize>,
+}
+
+/// The session's records from index `since` on, and the index to ask from next time.
+pub(super) async fn session(
+    State(d): State<Dash>,
+    Path(name): Path<String>,
+    Query(q): Query<Since>,
+) -> Response {
+    let dir = match project_dir(&d, &name) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let loaded = tokio::task::spawn_blocking(move || pegasus_store::load_session(&dir)).await;
+    match loaded {
+        Ok(Ok(s)) => {
+            let from = q.since.unwrap_or(0).min(s.records.len());
+            Json(json!({"records": &s.records[from..], "next": s.records.len()})).into_response()
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+pub(super) async fn tasks(State(d): State<Dash>, Path(name): Path<String>) -> Response {
+    let dir = match project_dir(&d, &name) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    match pegasus_tasks::TaskStore::open(&dir, &name).and_then(|s| s.list()) {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct NewTask {
+    goal: String,
+    title: Option<String>,
+    role: Option<String>,
+    #[serde(default)]
+    repos: Vec<String>,
+    #[serde(default)]
+    depends_on: Vec<String>,
+    #[serde(default = "default_priority")]
+    priority: u8,
+    #[serde(default)]
+    acceptance: Vec<String>,
+}
+
+fn default_priority() -> u8 {
+    2
+}
+
+pub(super) async fn add_task(
+    State(d): State<Dash>,
+    Path(name): Path<String>,
+    Json(t): Json<NewTask>,
+) -> Response {
+    let resp = dispatch(
+        &d.sup,
+        CtlRequest::TaskAdd(AddTask {
+            project: name.clone(),
+            goal: t.goal,
+            title: t.title,
+            role: t.role,
+            repos: t.repos,
+            depends_on: t.depends_on,
+            priority: t.priority,
+            acceptance: t.acceptance,
+        }),
+    )
+    .await;
+    match resp {
+        // `task add --json` prints the task.
+        CtlResponse::TaskAdded { id, .. } => {
+            match pegasus_tasks::find_task(&d.sup.home.projects_dir(), &id)
+                .and_then(|(_, store)| store.get(&id))
+            {
+                Ok(task) => (StatusCode::CREATED, Json(task)).into_response(),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            }
+        }
+        other => answer(other),
+    }
+}
+
+/// `task show --json`: `{task, history}`.
+pub(super) async fn task(State(d): State<Dash>, Path(id): Path<String>) -> Response {
+    match pegasus_tasks::find_task(&d.sup.home.projects_dir(), &id)
+        .and_then(|(_, store)| Ok((store.get(&id)?, store.history(&id)?)))
+    {
+        Ok((task, history)) => Json(json!({"task": task, "history": history})).into_response(),
+        Err(e) => error(StatusCode::NOT_FOUND, &e.to_string()),
+    }
+}
+
+pub(super) async fn task_verb(
+    State(d): State<Dash>,
+    Path((id, verb)): Path<(String, String)>,
+    body: Option<Json<Text>>,
+) -> Response {
+    let req = match verb.as_str() {
+        "cancel" => CtlRequest::TaskVerb {
+            id,
+            verb: TaskVerb::Cancel,
+        },
+        "retry" => CtlRequest::TaskVerb {
+            id,
+            verb: TaskVerb::Retry,
+        },
+        "approve" => CtlRequest::TaskVerb {
+            id,
+            verb: TaskVerb::Approve,
+        },
+        "replay" => CtlRequest::TaskVerb {
+            id,
+            verb: TaskVerb::Replay,
+        },
+        "merge" => CtlRequest::TaskVerb {
+            id,
+            verb: TaskVerb::Merge,
+        },
+        "answer" => match body {
+            Some(Json(t)) if !t.text.trim().is_empty() => {
+                CtlRequest::TaskAnswer { id, text: t.text }
+            }
+            _ => return bad("an answer needs a body {\"text\": \"...\"}"),
+        },
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "no action `{other}`: use cancel, retry, approve, replay, answer or merge"
+                ),
+            )
+        }
+    };
+    call(&d, req).await
+}
+
+pub(super) async fn roles(State(d): State<Dash>) -> Response {
+    match pegasus_roles::load_roles(&d.sup.home.roles_dir()) {
+        Ok(roles) => Json(roles).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct CostQuery {
+    since: Option<String>,
+    project: Option<String>,
+}
+
+pub(super) async fn costs(State(d): State<Dash>, Query(q): Query<CostQuery>) -> Response {
+    let since = match q.since.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => match chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+            Ok(d) => Some(d),
+            Err(_) => return bad(format!("bad since `{s}`: use YYYY-MM-DD")),
+        },
+    };
+    let ledger = d.sup.home.ledger_file();
+    let project = q.project.filter(|p| !p.is_empty());
+    match tokio::task::spawn_blocking(move || {
+        pegasus_store::cost_report(&ledger, project.as_deref(), since)
+    })
+    .await
+    {
+        Ok(Ok(r)) => Json(r).into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}

@@ -1,0 +1,111 @@
+//! The web dashboard and REST API (SPEC §11), served by pegasusd on `dashboard.listen`.
+//!
+//! * [`auth`]: the token in `run/dashboard.token`, the session cookie it is exchanged for, the
+//!   `Host` check (DNS rebinding) and the `Origin` check on mutations; everything else is 401.
+//! * [`api`]: `/api/...`, JSON in the shapes `pegasusctl --json` prints; every change goes
+//!   through the same handlers as the control socket ([`crate::handlers::dispatch`]).
+//! * [`events`]: `GET /api/events`, the event bus as Server-Sent Events, resumable from a ring
+//!   buffer with `Last-Event-ID`; a client that falls behind gets `resync` and is dropped.
+//! * [`pages`]: server-rendered HTML (maud: every value escaped), one small script, no build
+//!   step, nothing fetched from elsewhere.
+
+mod api;
+mod auth;
+mod events;
+mod pages;
+
+use crate::supervisor::Supervisor;
+use axum::routing::{get, post};
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// What every request handler may use.
+#[derive(Clone)]
+pub(crate) struct Dash {
+    pub sup: Arc<Supervisor>,
+    pub token: Arc<String>,
+    /// Session ids handed out as cookies (in memory: a daemon restart logs browsers out).
+    pub sessions: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// The bound address, for the `Host` and `Origin` checks.
+    pub addr: SocketAddr,
+    pub ring: Arc<events::Ring>,
+}
+
+/// Serves the dashboard until the daemon's shutdown token fires. A dashboard that cannot bind
+/// (the port is taken) is logged and skipped: the daemon runs on without it.
+pub(crate) async fn serve(sup: Arc<Supervisor>) {
+    if !sup.config.dashboard.enabled {
+        return;
+    }
+    let home = sup.home.clone();
+    let want = sup.config.dashboard.listen.clone();
+    let listener = match tokio::net::TcpListener::bind(&want).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("the dashboard cannot listen on {want}: {e}; running without it (set `dashboard.listen` in config.yml)");
+            return;
+        }
+    };
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => return tracing::warn!("the dashboard has no address: {e}"),
+    };
+    let token = match auth::ensure_token(&home.dashboard_token_file()) {
+        Ok(t) => t,
+        Err(e) => return tracing::warn!("the dashboard has no token, so it does not start: {e}"),
+    };
+    if let Err(e) =
+        pegasus_store::write_atomic(&home.dashboard_addr_file(), addr.to_string().as_bytes())
+    {
+        tracing::warn!("cannot write {}: {e}", home.dashboard_addr_file().display());
+    }
+    let ring = Arc::new(events::Ring::default());
+    tokio::spawn(events::fill(sup.clone(), ring.clone()));
+    let dash = Dash {
+        sup: sup.clone(),
+        token: Arc::new(token),
+        sessions: Arc::default(),
+        addr,
+        ring,
+    };
+    let app = Router::new()
+        .route("/", get(pages::projects))
+        .route("/projects/{name}", get(pages::project))
+        .route("/costs", get(pages::costs))
+        .route("/crashes", get(pages::crashes))
+        .route("/static/app.js", get(pages::script))
+        .route("/api/session", post(auth::session))
+        .route("/api/status", get(api::status))
+        .route(
+            "/api/projects",
+            get(api::projects).post(api::create_project),
+        )
+        .route("/api/projects/{name}", get(api::project))
+        .route("/api/projects/{name}/{verb}", post(api::lifecycle))
+        .route("/api/projects/{name}/messages", post(api::send))
+        .route("/api/projects/{name}/session", get(api::session))
+        .route(
+            "/api/projects/{name}/tasks",
+            get(api::tasks).post(api::add_task),
+        )
+        .route("/api/tasks/{id}", get(api::task))
+        .route("/api/tasks/{id}/{verb}", post(api::task_verb))
+        .route("/api/roles", get(api::roles))
+        .route("/api/costs", get(api::costs))
+        .route("/api/events", get(events::stream))
+        .layer(axum::middleware::from_fn_with_state(
+            dash.clone(),
+            auth::guard,
+        ))
+        .with_state(dash);
+    tracing::info!(%addr, "dashboard listening");
+    let stop = sup.shutdown.clone();
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+    {
+        tracing::warn!("the dashboard stopped: {e}");
+    }
+    let _ = std::fs::remove_file(home.dashboard_addr_file());
+}

@@ -1,0 +1,494 @@
+//! The web dashboard and REST API (SPEC §11) through the real daemon over real HTTP: auth
+//! (token, cookie exchange, Host and Origin checks), the JSON API in the CLI's shapes, escaping
+//! of model output, the SSE event stream with `Last-Event-ID`, and the CLI's `dashboard`,
+//! `completions` and `man`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_fakellm::{FakeLlm, Match, Reply, Rule};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request, by hand, so every header is exactly what the test says.
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    match body {
+        Some(b) => req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )),
+        None => req.push_str("Content-Length: 0\r\n\r\n"),
+    }
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+struct Dash {
+    addr: String,
+    token: String,
+}
+
+impl Dash {
+    fn of(home: &Home) -> Dash {
+        let addr = poll(Duration::from_secs(10), "the dashboard address", || {
+            std::fs::read_to_string(home.path().join("run/dashboard.addr")).ok()
+        });
+        let token = std::fs::read_to_string(home.path().join("run/dashboard.token")).unwrap();
+        Dash {
+            addr: addr.trim().to_string(),
+            token: token.trim().to_string(),
+        }
+    }
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+    fn get(&self, path: &str) -> Resp {
+        http(
+            &self.addr,
+            "GET",
+            path,
+            &[("Authorization", &self.auth())],
+            None,
+        )
+    }
+    fn post(&self, path: &str, body: Option<Value>) -> Resp {
+        let b = body.map(|b| b.to_string());
+        http(
+            &self.addr,
+            "POST",
+            path,
+            &[("Authorization", &self.auth())],
+            b.as_deref(),
+        )
+    }
+}
+
+fn user(t: &str) -> Match {
+    Match::LastUserTextContains(t.into())
+}
+
+#[test]
+fn only_the_token_holder_on_this_host_and_origin_gets_in() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    let d = Dash::of(&home);
+    // The token file is private.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(home.path().join("run/dashboard.token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(d.token.len() >= 32);
+
+    // No token: 401 with a JSON error for the API, the login page for pages.
+    let r = http(&d.addr, "GET", "/api/status", &[], None);
+    assert_eq!(r.status, 401);
+    assert!(r.json()["error"].as_str().unwrap().contains("token"));
+    let r = http(&d.addr, "GET", "/", &[], None);
+    assert_eq!(r.status, 401);
+    assert!(r.body.contains("pegasusctl dashboard") && !r.body.contains(&d.token));
+    let r = http(
+        &d.addr,
+        "GET",
+        "/api/status",
+        &[("Authorization", "Bearer nope")],
+        None,
+    );
+    assert_eq!(r.status, 401);
+    // A foreign Host (DNS rebinding): 403 even with the token.
+    let r = http(
+        &d.addr,
+        "GET",
+        "/api/status",
+        &[("Host", "evil.example:80"), ("Authorization", &d.auth())],
+        None,
+    );
+    assert_eq!(r.status, 403);
+    let port = d.addr.rsplit(':').next().unwrap();
+    let r = http(
+        &d.addr,
+        "GET",
+        "/api/status",
+        &[
+            ("Host", &format!("localhost:{port}")),
+            ("Authorization", &d.auth()),
+        ],
+        None,
+    );
+    assert_eq!(r.status, 200);
+
+    // Bearer works; the JSON has the CLI's keys.
+    let s = d.get("/api/status").json();
+    assert!(
+        s["pid"].as_u64().is_some() && s["projects"].is_array(),
+        "{s}"
+    );
+
+    // The token is exchanged once for an HttpOnly SameSite=Strict cookie.
+    let r = d.post("/api/session", None);
+    assert_eq!(r.status, 200);
+    let cookie = r.header("set-cookie").unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let r = http(&d.addr, "GET", "/api/projects", &[("Cookie", &pair)], None);
+    assert_eq!(r.status, 200);
+    // A cookie-borne change must come from the dashboard's own origin.
+    let body = json!({"name": "web", "goal": "a site"}).to_string();
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects",
+        &[("Cookie", &pair)],
+        Some(&body),
+    );
+    assert_eq!(r.status, 403);
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects",
+        &[("Cookie", &pair), ("Origin", "http://evil.example")],
+        Some(&body),
+    );
+    assert_eq!(r.status, 403);
+    let origin = format!("http://{}", d.addr);
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects",
+        &[("Cookie", &pair), ("Origin", &origin)],
+        Some(&body),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["name"], "web");
+}
+
+#[test]
+fn the_api_drives_projects_and_tasks_in_the_clis_shapes_and_escapes_model_output() {
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        user("say something nasty"),
+        Reply::Text("<script>alert('x')</script> & done".into()),
+    ));
+    fake.add_rule(Rule::new(user("a task"), Reply::Text("task done".into())));
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "");
+    let _daemon = home.start_fake();
+    let d = Dash::of(&home);
+    let r = d.post(
+        "/api/projects",
+        Some(json!({"name": "api", "goal": "Try the API"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    home.ready_worker("api", None);
+    // The list and the project have the CLI's --json keys.
+    let list = d.get("/api/projects").json();
+    let cli = home.json(&["project", "list"]);
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&list[0]), keys(&cli[0]));
+    let shown = d.get("/api/projects/api").json();
+    assert_eq!(keys(&shown), keys(&home.json(&["project", "show", "api"])));
+    assert_eq!(d.get("/api/projects/nope").status, 404);
+
+    // A message; its reply lands in the session.
+    let id = d
+        .post(
+            "/api/projects/api/messages",
+            Some(json!({"text": "say something nasty"})),
+        )
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!id.is_empty());
+    poll(Duration::from_secs(20), "the reply in the session", || {
+        let s = d.get("/api/projects/api/session?since=0").json();
+        s.to_string().contains("alert('x')").then_some(())
+    });
+    // The page shows it as text: escaped, never markup.
+    let page = d.get("/projects/api");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body
+            .contains("&lt;script&gt;alert('x')&lt;/script&gt; &amp; done"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("<script>alert"));
+    assert!(page.body.contains("<script src=\"/static/app.js\""));
+
+    // Tasks: add, list, show, in the CLI's shapes.
+    let r = d.post(
+        "/api/projects/api/tasks",
+        Some(json!({"goal": "a task", "priority": 1})),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let task = r.json();
+    let tid = task["id"].as_str().unwrap().to_string();
+    assert_eq!(task["priority"], 1);
+    poll(Duration::from_secs(20), "the task done", || {
+        (d.get(&format!("/api/tasks/{tid}")).json()["task"]["state"] == "done").then_some(())
+    });
+    let shown = d.get(&format!("/api/tasks/{tid}")).json();
+    assert!(shown["history"].as_array().unwrap().len() >= 3);
+    assert_eq!(keys(&shown), keys(&home.json(&["task", "show", &tid])));
+    assert!(
+        d.get("/api/projects/api/tasks")
+            .json()
+            .as_array()
+            .unwrap()
+            .len()
+            >= 2
+    );
+    let r = d.post(&format!("/api/tasks/{tid}/retry"), None);
+    assert_eq!(r.status, 400, "a done task cannot be retried: {}", r.body);
+    assert!(r.json()["error"].as_str().unwrap().contains(&tid));
+
+    // Lifecycle.
+    let r = d.post("/api/projects/api/suspend", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["status"], "suspended");
+    assert_eq!(
+        d.post("/api/projects/api/resume", None).json()["status"],
+        "active"
+    );
+    assert_eq!(d.post("/api/projects/api/explode", None).status, 404);
+
+    // Roles, costs (the same report as `pegasusctl cost --json`).
+    assert!(d.get("/api/roles").json().as_array().unwrap().len() >= 8);
+    let costs = d.get("/api/costs").json();
+    assert_eq!(keys(&costs), keys(&home.json(&["cost"])));
+    assert!(costs["total"]["calls"].as_u64().unwrap() >= 2);
+    assert_eq!(d.get("/api/costs?since=yesterday").status, 400);
+    // Pages render.
+    for p in ["/", "/costs", "/crashes"] {
+        let r = d.get(p);
+        assert_eq!(r.status, 200, "{p}");
+        assert!(r.body.contains("<header>"), "{p}");
+    }
+    let r = d.get("/static/app.js");
+    assert!(
+        r.body.contains("EventSource") && r.header("content-type").unwrap().contains("javascript")
+    );
+}
+
+/// Reads SSE events (id, event, data) from an open `/api/events` response until `until` says
+/// stop or the deadline passes.
+fn sse_events(
+    d: &Dash,
+    last_id: Option<u64>,
+    until: impl Fn(&[(u64, String, Value)]) -> bool,
+) -> Vec<(u64, String, Value)> {
+    let mut s = TcpStream::connect(&d.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let last = last_id
+        .map(|i| format!("Last-Event-ID: {i}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET /api/events HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\n{last}\r\n",
+        d.addr,
+        d.auth()
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let mut events = Vec::new();
+    let (mut id, mut ev, mut data) = (0u64, String::new(), String::new());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return events;
+        }
+        let l = line.trim_end();
+        if let Some(v) = l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")) {
+            id = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = l
+            .strip_prefix("event: ")
+            .or_else(|| l.strip_prefix("event:"))
+        {
+            ev = v.trim().to_string();
+        } else if let Some(v) = l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")) {
+            data = v.to_string();
+        } else if l.is_empty() && !ev.is_empty() {
+            events.push((
+                id,
+                std::mem::take(&mut ev),
+                serde_json::from_str(&data).unwrap_or(Value::Null),
+            ));
+            if until(&events) {
+                return events;
+            }
+        }
+    }
+}
+
+#[test]
+fn events_stream_live_and_resume_from_last_event_id() {
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        user("stream please"),
+        Reply::Text("streamed answer".into()),
+    ));
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "");
+    let _daemon = home.start_fake();
+    let d = Dash::of(&home);
+    home.create("ev");
+    let addr = d.addr.clone();
+    let token = d.token.clone();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let d = Dash { addr, token };
+        d.post(
+            "/api/projects/ev/messages",
+            Some(json!({"text": "stream please"})),
+        );
+    });
+    let live = sse_events(&d, None, |e| {
+        e.iter()
+            .any(|(_, k, v)| k == "task" && v["state"] == "done")
+    });
+    sender.join().unwrap();
+    let text: String = live
+        .iter()
+        .filter(|(_, k, _)| k == "text_delta")
+        .map(|(_, _, v)| v["text"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(text, "streamed answer", "{live:?}");
+    assert!(live
+        .iter()
+        .all(|(_, _, v)| v["project"] == "ev" || v["project"] == "main"));
+    // Ids increase; a client that reconnects with the id of an early event gets the rest again.
+    let ids: Vec<u64> = live.iter().map(|(i, _, _)| *i).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let from = ids[0];
+    let want = ids.len() - 1;
+    let again = sse_events(&d, Some(from), |e| e.len() >= want);
+    assert_eq!(
+        again.iter().map(|(i, _, _)| *i).collect::<Vec<_>>(),
+        ids[1..].to_vec()
+    );
+}
+
+#[test]
+fn the_cli_prints_the_dashboard_url_completions_and_a_manual() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    // No daemon: exit 3.
+    assert_eq!(home.ctl(&["dashboard"]).status.code(), Some(3));
+    let _d = home.start_fake();
+    let d = Dash::of(&home);
+    let url = home.ctl_ok(&["dashboard"]);
+    assert_eq!(url.trim(), format!("http://{}/#token={}", d.addr, d.token));
+    let bash = home.ctl_ok(&["completions", "bash"]);
+    assert!(
+        bash.contains("pegasusctl") && bash.contains("complete"),
+        "{bash}"
+    );
+    let zsh = home.ctl_ok(&["completions", "zsh"]);
+    assert!(zsh.contains("#compdef pegasusctl"));
+    let man = home.ctl_ok(&["man"]);
+    assert!(man.contains(".TH") && man.contains("pegasusctl"), "{man}");
+}
+
+#[test]
+fn a_non_loopback_listen_is_refused_unless_allowed() {
+    let home = Home::with_config("dashboard: {listen: \"0.0.0.0:0\"}\n");
+    let out = std::process::Command::new(PEGASUSD)
+        .arg("--home")
+        .arg(home.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("dashboard.listen") && err.contains("allow_remote"),
+        "{err}"
+    );
+}
