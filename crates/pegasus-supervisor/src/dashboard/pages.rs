@@ -249,7 +249,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
         div .cols #board data-live="" {
             @for (col, ts) in board(&tasks) {
                 div .col data-column=(format!("{col:?}").to_lowercase()) {
-                    h3 { (format!("{col:?}")) }
+                    h3 { (match format!("{col:?}").as_str() { "InProgress" => "In progress", "Todo" => "To do", other => other }.to_string()) }
                     @for t in ts { (task_card(t)) }
                 }
             }
