@@ -61,12 +61,14 @@ mod record;
 mod script;
 mod server;
 mod sse;
+pub mod telegram;
 mod transcript;
 mod validate;
 
 pub use fake::FakeLlm;
 pub use record::{Format, Recorded};
 pub use script::{Fault, Match, Reply, Rule, ToolCall, UsageSpec};
+pub use telegram::{FakeTelegram, SentMessage};
 
 /// The text of the reply sent for [`Fault::WrongUsage`], so tests can check
 /// that the content still got through even though the usage was broken.

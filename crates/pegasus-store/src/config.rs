@@ -266,12 +266,16 @@ impl Default for WorkersConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelegramConfig {
-    /// Environment variable holding the bot token.
+    /// Environment variable holding the bot token (read by pegasusd at start, then removed
+    /// from its environment); the adapter runs only when it is set.
+    #[serde(alias = "bot_token_env")]
     pub token_env: String,
     /// Bot API base URL (overridable for tests).
     pub base_url: String,
     /// Chats allowed to talk to Pegasus; empty = none.
     pub allowed_chats: Vec<i64>,
+    /// Seconds one `getUpdates` long poll may wait.
+    pub poll_timeout_s: u64,
 }
 
 impl Default for TelegramConfig {
@@ -280,6 +284,7 @@ impl Default for TelegramConfig {
             token_env: "TELEGRAM_BOT_TOKEN".into(),
             base_url: "https://api.telegram.org".into(),
             allowed_chats: Vec::new(),
+            poll_timeout_s: 30,
         }
     }
 }
@@ -445,6 +450,12 @@ impl Config {
                 ))
             }
             Ok(_) => {}
+        }
+        if !(1..=50).contains(&self.telegram.poll_timeout_s) {
+            return Err(err(
+                "telegram.poll_timeout_s",
+                "must be from 1 to 50 seconds (Telegram's long-poll limit)",
+            ));
         }
         if let Err(m) = crate::mcp::check_mcp_servers(&self.mcp_servers) {
             let key = m

@@ -62,7 +62,14 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     if let Err(e) = pegasus_store::adopted::become_subreaper() {
         eprintln!("pegasusd: cannot become a child subreaper ({e}); commands that escape with setsid may outlive their worker");
     }
-    let taken = pegasus_llm::take_keys_from_env(&config);
+    let mut taken = pegasus_llm::take_keys_from_env(&config);
+    // The Telegram bot token, likewise: read once, then gone from the environment.
+    let telegram_token = std::env::var(&config.telegram.token_env)
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    if telegram_token.is_some() {
+        taken.push(config.telegram.token_env.clone());
+    }
     for name in &taken {
         scrub_env(name);
     }
@@ -80,7 +87,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         .enable_all()
         .build()
         .map_err(|e| SupervisorError::io("cannot start the runtime in", home.root(), e))?;
-    runtime.block_on(serve(home, config, config_path, worker_bin))
+    runtime.block_on(serve(home, config, config_path, worker_bin, telegram_token))
 }
 
 fn listen(path: &Path) -> Result<Listener, SupervisorError> {
@@ -105,6 +112,7 @@ async fn serve(
     config: Config,
     config_path: PathBuf,
     worker_bin: PathBuf,
+    telegram_token: Option<String>,
 ) -> Result<(), SupervisorError> {
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
@@ -131,6 +139,7 @@ async fn serve(
     let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
     let controls = tokio::spawn(control::serve(sup.clone(), control_listener));
     let dashboard = tokio::spawn(crate::dashboard::serve(sup.clone()));
+    let telegram = telegram_token.map(|t| tokio::spawn(crate::telegram::run(sup.clone(), t)));
     tracing::info!(pid = std::process::id(), home = %home.root().display(), "pegasusd serving");
 
     tokio::select! {
@@ -151,7 +160,10 @@ async fn serve(
     crate::sweeper::sweep_now().await;
     for task in [
         workers, controls, activity, watchdog, sweeper, scheduler, dashboard,
-    ] {
+    ]
+    .into_iter()
+    .chain(telegram)
+    {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }
     for path in [home.control_socket(), home.worker_socket()] {

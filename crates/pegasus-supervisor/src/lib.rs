@@ -28,6 +28,7 @@ mod slot;
 mod spawn;
 mod supervisor;
 mod sweeper;
+mod telegram;
 mod watchdog;
 mod worker_server;
 
