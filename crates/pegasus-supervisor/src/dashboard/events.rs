@@ -83,11 +83,26 @@ pub(crate) fn event_json(e: &BusEvent) -> serde_json::Value {
     v
 }
 
+/// The JSON text of the last event sent, shared by every follower: with many followers an
+/// event is serialized once, not once per follower.
+static LAST: Mutex<Option<(u64, Arc<str>)>> = Mutex::new(None);
+
 fn sse(e: &BusEvent) -> Event {
+    let data = {
+        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+        match last.as_ref() {
+            Some((seq, text)) if *seq == e.seq => text.clone(),
+            _ => {
+                let text: Arc<str> = event_json(e).to_string().into();
+                *last = Some((e.seq, text.clone()));
+                text
+            }
+        }
+    };
     Event::default()
         .id(e.seq.to_string())
         .event(e.body.kind())
-        .data(event_json(e).to_string())
+        .data(&*data)
 }
 
 fn resync(why: &str) -> Event {
