@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule};
 
+/// Per follower: (event seq, ms from publication to arrival) of every text delta.
+type Arrivals = Arc<Mutex<Vec<Vec<(i64, f64)>>>>;
+
 fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
@@ -156,8 +159,7 @@ fn main() {
     }
     const FOLLOWERS: usize = 100;
     const MESSAGES: usize = 34;
-    let arrivals: Arc<Mutex<Vec<Vec<(i64, f64)>>>> =
-        Arc::new(Mutex::new(vec![Vec::new(); FOLLOWERS]));
+    let arrivals: Arrivals = Arc::new(Mutex::new(vec![Vec::new(); FOLLOWERS]));
     let ready = Arc::new(Barrier::new(FOLLOWERS + 1));
     let mut threads = Vec::new();
     for f in 0..FOLLOWERS {
