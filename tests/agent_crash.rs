@@ -332,6 +332,16 @@ fn kill_9_of_pegasusd_during_a_call_loses_nothing_and_bills_nothing_twice() {
     let estimated: Vec<_> = lines.iter().filter(|l| l["estimated"] == true).collect();
     assert_eq!(estimated.len(), 1, "{lines:?}");
     assert!(estimated[0]["usd"].as_f64().unwrap() > 0.0);
+    // `pegasusctl cost` counts it and says so.
+    let cost = home.json(&["cost"]);
+    assert_eq!(cost["total"]["estimated_calls"], 1, "{cost}");
+    assert_eq!(
+        cost["total"]["calls"].as_u64().unwrap() as usize,
+        lines.len()
+    );
+    assert!(home
+        .ctl_ok(&["cost"])
+        .contains("1 call is counted at an estimated (worst-case) cost"));
     let mut ids: Vec<&str> = lines
         .iter()
         .filter(|l| l["estimated"] != true)

@@ -144,6 +144,9 @@ pub struct CostBucket {
     pub calls: u64,
     pub usd: f64,
     pub unpriced_calls: u64,
+    /// Calls whose cost is an estimate (worst case), not the provider's usage: cut off by a
+    /// crash after being sent, or answered with a body that could not be read.
+    pub estimated_calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
@@ -153,6 +156,9 @@ pub struct CostBucket {
 impl CostBucket {
     pub fn add(&mut self, e: &LedgerEntry) {
         self.calls += 1;
+        if e.estimated {
+            self.estimated_calls += 1;
+        }
         // The same rule as every other sum of the ledger (`LedgerTotals`): only a finite
         // price >= 0 counts; anything else is an unpriced call.
         match e.usd.filter(|u| u.is_finite() && *u >= 0.0) {

@@ -26,6 +26,15 @@ pub fn run(
         "total ${:.4} over {} calls ({} input, {} output, {} cache-read, {} cache-write tokens)",
         t.usd, t.calls, t.input_tokens, t.output_tokens, t.cache_read_tokens, t.cache_write_tokens
     );
+    if t.estimated_calls > 0 {
+        let (n, verb) = match t.estimated_calls {
+            1 => ("1 call".to_string(), "is"),
+            n => (format!("{n} calls"), "are"),
+        };
+        println!(
+            "{n} {verb} counted at an estimated (worst-case) cost: the provider's usage was lost (a crash after sending, or an unreadable answer)"
+        );
+    }
     if t.unpriced_calls > 0 {
         println!(
             "{} calls used a model with no known price: add it under prices: in config.yml",
