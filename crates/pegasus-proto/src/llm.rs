@@ -126,10 +126,19 @@ pub struct ChatResponse {
     pub cost_usd: Option<f64>,
 }
 
+/// Dollars with the precision small amounts need (`$5.00`, `$0.0030`).
+pub fn usd(x: f64) -> String {
+    if x != 0.0 && x.abs() < 1.0 {
+        format!("${x:.4}")
+    } else {
+        format!("${x:.2}")
+    }
+}
+
 /// Why a call failed. Each is one line a user can act on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 pub enum LlmError {
-    #[error("budget exceeded: {scope} limit ${limit:.2} reached (spent ${spent:.2}); raise it in config.yml or PROJECT.md")]
+    #[error("budget exceeded: {scope} limit {} has no room left for this call (spent {} so far, calls in flight counted at their worst case); raise it in config.yml or PROJECT.md", usd(*.limit), usd(*.spent))]
     BudgetExceeded {
         scope: String,
         limit: f64,
@@ -197,5 +206,25 @@ pub trait ChatModel: Send + Sync {
     ) -> ChatFuture<'_> {
         drop(deltas);
         self.chat(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_refusals_show_small_amounts_and_do_not_claim_the_limit_was_reached() {
+        let e = LlmError::BudgetExceeded {
+            scope: "task t1".into(),
+            limit: 0.003,
+            spent: 0.0012,
+        };
+        assert_eq!(
+            e.to_string(),
+            "budget exceeded: task t1 limit $0.0030 has no room left for this call (spent $0.0012 so far, calls in flight counted at their worst case); raise it in config.yml or PROJECT.md"
+        );
+        assert_eq!(usd(5.0), "$5.00");
+        assert_eq!(usd(0.0), "$0.00");
     }
 }
