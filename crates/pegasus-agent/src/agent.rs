@@ -315,6 +315,24 @@ impl Agent {
         Ok(t)
     }
 
+    /// Like [`Agent::move_task`], with field updates written in the same step (one write
+    /// under the task lock, so nobody sees the move without them).
+    pub fn move_task_with(
+        &self,
+        id: &str,
+        from: TaskState,
+        to: TaskState,
+        reason: &str,
+        updates: &[(&str, serde_json::Value)],
+    ) -> Result<Task, AgentError> {
+        let t = self
+            .tasks
+            .finish(id, updates, Some((from, to, reason)), "pegasus")
+            .map_err(AgentError::tasks)?;
+        task_record::report(&self.notices, &t);
+        Ok(t)
+    }
+
     /// Records one field of task `id` (actor `pegasus`).
     pub fn update_task(
         &self,

@@ -249,11 +249,17 @@ pub async fn run(
         let feedback = match step {
             Ok(Ok(Step::Passed(log))) => {
                 write_artifacts(agent, &task, &repos, &trees, &log, &outcome.text);
-                if let Err(e) = agent.move_task(
+                // With `merge: manual`, "merge pending" is written with the move, so a
+                // `task merge` that comes right after can never be overwritten by it.
+                let pending = [("stop_reason", serde_json::json!(MERGE_PENDING))];
+                let updates: &[(&str, serde_json::Value)] =
+                    if code.manual { &pending } else { &[] };
+                if let Err(e) = agent.move_task_with(
                     &id,
                     TaskState::Verifying,
                     TaskState::Verified,
                     "verify passed",
+                    updates,
                 ) {
                     return (format!("cannot record the verified task: {e}"), false);
                 }
@@ -299,7 +305,6 @@ pub async fn run(
         );
     };
     if code.manual {
-        let _ = agent.update_task(&id, "stop_reason", serde_json::json!(MERGE_PENDING));
         return (
             format!(
                 "{outcome_text}\n\nVerified; merge pending: `pegasusctl task merge {id}` merges it."
