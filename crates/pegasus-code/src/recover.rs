@@ -103,30 +103,15 @@ pub fn recover(
             }
         }
     }
-    let base = repo.base_ref();
-    let branches = git(
-        &repo.root,
-        &[
-            "for-each-ref",
-            "--format=%(refname:short)",
-            "refs/heads/pegasus/",
-        ],
-    )?;
-    for branch in branches.lines() {
-        let Some(task) = branch.strip_prefix("pegasus/task-") else {
-            continue;
-        };
-        if fate(task) != TaskFate::Over {
-            continue;
-        }
-        if is_ancestor(&repo.root, branch, &base)? {
-            git(&repo.root, &["branch", "-D", "-q", branch])?;
-            report.deleted_branches.push(branch.to_string());
+    for (branch, task, merged) in over_branches(repo, fate)? {
+        if merged {
+            git(&repo.root, &["branch", "-D", "-q", &branch])?;
+            report.deleted_branches.push(branch);
         } else {
             report.kept.push(KeptBranch {
                 repo: repo.id.clone(),
-                branch: branch.to_string(),
-                task: task.to_string(),
+                branch,
+                task,
             });
         }
     }
@@ -139,6 +124,22 @@ pub fn unmerged_branches(
     repo: &Repo,
     fate: &dyn Fn(&str) -> TaskFate,
 ) -> Result<Vec<KeptBranch>, CodeError> {
+    Ok(over_branches(repo, fate)?
+        .into_iter()
+        .filter(|(_, _, merged)| !merged)
+        .map(|(branch, task, _)| KeptBranch {
+            repo: repo.id.clone(),
+            branch,
+            task,
+        })
+        .collect())
+}
+
+/// `(branch, task id, already in the base)` of every `pegasus/task-*` branch whose task is over.
+fn over_branches(
+    repo: &Repo,
+    fate: &dyn Fn(&str) -> TaskFate,
+) -> Result<Vec<(String, String, bool)>, CodeError> {
     let base = repo.base_ref();
     let branches = git(
         &repo.root,
@@ -153,12 +154,9 @@ pub fn unmerged_branches(
         let Some(task) = branch.strip_prefix("pegasus/task-") else {
             continue;
         };
-        if fate(task) == TaskFate::Over && !is_ancestor(&repo.root, branch, &base)? {
-            out.push(KeptBranch {
-                repo: repo.id.clone(),
-                branch: branch.to_string(),
-                task: task.to_string(),
-            });
+        if fate(task) == TaskFate::Over {
+            let merged = is_ancestor(&repo.root, branch, &base)?;
+            out.push((branch.to_string(), task.to_string(), merged));
         }
     }
     Ok(out)
