@@ -91,7 +91,8 @@ async fn the_dashboard_works_in_a_real_browser() {
     fake.add_rule(Rule::new(
         Match::LastUserTextContains("hello browser".into()),
         Reply::Fault(Fault::Paced {
-            gap_ms: 40,
+            // Slow enough that the half-streamed text is on screen for most of a second.
+            gap_ms: 400,
             then: Box::new(Reply::Text("streamed to the browser, word by word".into())),
         }),
     ));
