@@ -75,7 +75,11 @@ struct RepoEntry {
 /// The repos a project's PROJECT.md declares, ready to go into a [`crate::TaskSpec`] (heads
 /// are filled in when the spec is frozen). None declared is an empty list.
 pub fn project_repos(project_dir: &Path) -> Result<Vec<RepoSnapshot>, TaskError> {
-    let file = ProjectFile::load(project_dir)?;
+    repos_in(&ProjectFile::load(project_dir)?, project_dir)
+}
+
+/// [`project_repos`] of a PROJECT.md already loaded from `project_dir`.
+pub fn repos_in(file: &ProjectFile, project_dir: &Path) -> Result<Vec<RepoSnapshot>, TaskError> {
     let Some(value) = file.get("repos") else {
         // A workdir that is a git repository is the project's one repo, `main`.
         return Ok(match file.workdir() {

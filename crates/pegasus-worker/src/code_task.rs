@@ -50,7 +50,7 @@ impl CodeProject {
     pub fn load(project_dir: &Path, name: &str) -> Result<CodeProject, String> {
         let file = ProjectFile::load(project_dir).map_err(|e| e.to_string())?;
         let where_ = project_dir.join("PROJECT.md").display().to_string();
-        let repos = pegasus_tasks::project_repos(project_dir)
+        let repos = pegasus_tasks::snapshot::repos_in(&file, project_dir)
             .map_err(|e| e.to_string())?
             .into_iter()
             .map(|r| {
@@ -582,7 +582,8 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
 }
 
 /// At worker start: each repo recovered (prune, dead worktrees removed, unmerged branches of
-/// failed tasks kept and logged), then the merges a crash interrupted are done again.
+/// failed tasks kept and logged). The merges a crash interrupted are done again by the first
+/// [`merge_due`], which runs right after.
 pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
     let Ok(code) = CodeProject::load(project_dir, name) else {
         return;
@@ -631,18 +632,28 @@ pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
     for l in recovered {
         tracing::info!("code recovery: {l}");
     }
-    merge_due(agent, &code).await;
 }
 
 /// Merges every verified task that should be: automatically merged ones interrupted by a crash,
-/// and the ones `pegasusctl task merge` asked for.
-pub async fn merge_due(agent: &mut Agent, code: &CodeProject) {
-    let due: Vec<String> = agent
+/// and the ones `pegasusctl task merge` asked for. PROJECT.md is read only when a verified task
+/// exists (this runs at every nudge).
+pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
+    let verified: Vec<Task> = agent
         .tasks()
         .list()
         .unwrap_or_default()
         .into_iter()
         .filter(|t| t.state == TaskState::Verified)
+        .collect();
+    if verified.is_empty() {
+        return;
+    }
+    let code = match CodeProject::load(project_dir, name) {
+        Ok(c) => c,
+        Err(e) => return tracing::warn!("verified tasks wait: {e}"),
+    };
+    let due: Vec<String> = verified
+        .into_iter()
         .filter(|t| match t.stop_reason.as_deref() {
             Some(MERGE_REQUESTED) => true,
             Some(MERGE_PENDING) => false,
@@ -651,7 +662,7 @@ pub async fn merge_due(agent: &mut Agent, code: &CodeProject) {
         .map(|t| t.id)
         .collect();
     for id in due {
-        let line = merge(agent, code, &id).await;
+        let line = merge(agent, &code, &id).await;
         tracing::info!(task = %id, "{line}");
     }
 }

@@ -147,7 +147,7 @@ impl McpHub {
                 _ => {
                     let why = "the server exited".to_string();
                     tracing::warn!(server = %s.name, "MCP server is down: {why}");
-                    self.mark_down(s, st, why);
+                    self.mark_down(st, why);
                 }
             }
         }
@@ -181,13 +181,13 @@ impl McpHub {
             }
             Err(e) => {
                 tracing::warn!(server = %s.name, "MCP server cannot start: {e}");
-                self.mark_down(s, st, e.clone());
+                self.mark_down(st, e.clone());
                 Err(format!("MCP server {} cannot start: {e}", s.name))
             }
         }
     }
 
-    fn mark_down(&self, _s: &Server, st: &mut State, why: String) {
+    fn mark_down(&self, st: &mut State, why: String) {
         if let Some(mut r) = st.running.take() {
             kill_group(&mut r.child);
         }
@@ -333,7 +333,7 @@ impl McpHub {
             let mut st = s.state.lock().await;
             if st.running.as_ref().map(|r| r.generation) == Some(generation) {
                 tracing::warn!(server = %s.name, "MCP server is down: {failure}");
-                self.mark_down(s, &mut st, failure.clone());
+                self.mark_down(&mut st, failure.clone());
             }
         }
         self.write_status().await;

@@ -130,9 +130,7 @@ async fn answer_messages(
 async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>) {
     let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
     // Verified code tasks whose merge is due (`task merge`, or interrupted) go first.
-    if let Ok(code) = crate::code_task::CodeProject::load(&dir, &name) {
-        crate::code_task::merge_due(agent, &code).await;
-    }
+    crate::code_task::merge_due(agent, &dir, &name).await;
     loop {
         let tasks = match agent.tasks().list() {
             Ok(t) => t,

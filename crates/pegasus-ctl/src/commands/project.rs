@@ -211,7 +211,7 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
             ))
         })?;
     let mut info = info;
-    info.unmerged_branches = pegasus_tasks::unmerged_branches(&home.project_dir(name), name);
+    info.unmerged_branches = pegasus_tasks::unmerged_branches(&home.project_dir(name));
     let counts = task_counts(home, name);
     let mcp = pegasus_store::mcp::read_mcp_status(&home.project_dir(name));
     if json {

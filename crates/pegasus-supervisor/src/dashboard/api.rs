@@ -278,34 +278,23 @@ pub(super) async fn task_verb(
     Path((id, verb)): Path<(String, String)>,
     body: Option<Json<Text>>,
 ) -> Response {
-    let req = match verb.as_str() {
-        "cancel" => CtlRequest::TaskVerb {
-            id,
-            verb: TaskVerb::Cancel,
-        },
-        "retry" => CtlRequest::TaskVerb {
-            id,
-            verb: TaskVerb::Retry,
-        },
-        "approve" => CtlRequest::TaskVerb {
-            id,
-            verb: TaskVerb::Approve,
-        },
-        "replay" => CtlRequest::TaskVerb {
-            id,
-            verb: TaskVerb::Replay,
-        },
-        "merge" => CtlRequest::TaskVerb {
-            id,
-            verb: TaskVerb::Merge,
-        },
-        "answer" => match body {
+    let simple = match verb.as_str() {
+        "cancel" => Some(TaskVerb::Cancel),
+        "retry" => Some(TaskVerb::Retry),
+        "approve" => Some(TaskVerb::Approve),
+        "replay" => Some(TaskVerb::Replay),
+        "merge" => Some(TaskVerb::Merge),
+        _ => None,
+    };
+    let req = match (simple, verb.as_str()) {
+        (Some(verb), _) => CtlRequest::TaskVerb { id, verb },
+        (None, "answer") => match body {
             Some(Json(t)) if !t.text.trim().is_empty() => {
                 CtlRequest::TaskAnswer { id, text: t.text }
             }
             _ => return bad("an answer needs a body {\"text\": \"...\"}"),
         },
-        other => {
+        (None, other) => {
             return error(
                 StatusCode::NOT_FOUND,
                 &format!(

@@ -45,7 +45,7 @@ pub(crate) fn info(sup: &Supervisor, name: &str) -> Result<ProjectInfo, RequestE
         .into_iter()
         .find(|p| p.name == name)
         .ok_or_else(|| RequestError::ProjectNotFound(name.to_string()))?;
-    info.unmerged_branches = pegasus_tasks::unmerged_branches(&sup.home.project_dir(name), name);
+    info.unmerged_branches = pegasus_tasks::unmerged_branches(&sup.home.project_dir(name));
     Ok(info)
 }
 
