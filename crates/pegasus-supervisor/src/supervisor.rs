@@ -43,6 +43,9 @@ pub(crate) struct Supervisor {
     pub shutdown: CancellationToken,
     /// The LLM gateway: every model call of every worker and of the MainAgent goes through it.
     pub gateway: Gateway,
+    /// The link thread's runtime (see [`crate::daemon`]): worker connections, their frame
+    /// readers and writers and their model calls run there, one thread, no hand-offs.
+    pub link: tokio::runtime::Handle,
     /// Every event of every worker, for every consumer.
     pub bus: EventBus,
     /// What each worker is doing now (from the bus), for `status`.
@@ -76,10 +79,12 @@ impl Supervisor {
         config_path: PathBuf,
         worker_bin: PathBuf,
         gateway: Gateway,
+        link: tokio::runtime::Handle,
         main_tx: mpsc::UnboundedSender<MainInput>,
     ) -> Arc<Self> {
         Arc::new(Supervisor {
             gateway,
+            link,
             main_tx,
             watchdogs: Watchdogs::new(&config.watchdog),
             home,

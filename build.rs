@@ -1,0 +1,3 @@
+fn main() {
+    println!("cargo::rustc-link-arg-bin=project-worker=-Wl,-z,pack-relative-relocs");
+}
