@@ -9,9 +9,18 @@ use crate::tools;
 
 /// An ordered set of tools. The order is the order the model sees them in; names are unique
 /// (a later tool with the same name replaces the earlier one), because a call is routed by name.
+///
+/// Each tool's spec is built once, when it joins the set: a spec is a JSON schema made from a
+/// `serde_json::Value`, and looking tools up by name must not rebuild it every time.
 #[derive(Clone, Default)]
 pub struct ToolSet {
-    tools: Vec<Arc<dyn Tool>>,
+    tools: Vec<Entry>,
+}
+
+#[derive(Clone)]
+struct Entry {
+    spec: ToolSpec,
+    tool: Arc<dyn Tool>,
 }
 
 impl ToolSet {
@@ -25,10 +34,17 @@ impl ToolSet {
     }
 
     fn insert(&mut self, tool: Arc<dyn Tool>) {
-        let name = tool.spec().name;
-        match self.tools.iter().position(|t| t.spec().name == name) {
-            Some(i) => self.tools[i] = tool,
-            None => self.tools.push(tool),
+        let entry = Entry {
+            spec: tool.spec(),
+            tool,
+        };
+        match self
+            .tools
+            .iter()
+            .position(|t| t.spec.name == entry.spec.name)
+        {
+            Some(i) => self.tools[i] = entry,
+            None => self.tools.push(entry),
         }
     }
 
@@ -48,12 +64,15 @@ impl ToolSet {
 
     /// The specs to send with a model call.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.iter().map(|t| t.spec()).collect()
+        self.tools.iter().map(|t| t.spec.clone()).collect()
     }
 
     /// The tool called `name`, if the set has it.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.spec().name == name).cloned()
+        self.tools
+            .iter()
+            .find(|t| t.spec.name == name)
+            .map(|t| t.tool.clone())
     }
 
     /// The same set without the tool called `name` (e.g. a role's allowlist, or no
@@ -63,7 +82,7 @@ impl ToolSet {
             tools: self
                 .tools
                 .iter()
-                .filter(|t| t.spec().name != name)
+                .filter(|t| t.spec.name != name)
                 .cloned()
                 .collect(),
         }
@@ -76,7 +95,7 @@ impl ToolSet {
             tools: self
                 .tools
                 .iter()
-                .filter(|t| keep(&t.spec().name))
+                .filter(|t| keep(&t.spec.name))
                 .cloned()
                 .collect(),
         }
@@ -84,7 +103,7 @@ impl ToolSet {
 
     /// Tool names, in order.
     pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.spec().name).collect()
+        self.tools.iter().map(|t| t.spec.name.clone()).collect()
     }
 
     /// Number of tools.

@@ -1,8 +1,8 @@
 //! Where a worker's model calls go: the LLM proxy of one worker connection. A worker sends
 //! `LlmRequest{id, request}`; the proxy runs it through the gateway (which owns the keys, the
-//! semaphore, the budgets and the ledger) on its own task, and that task writes the answer —
-//! and any streamed deltas — straight to the worker's frame writer, so an answer crosses one
-//! task hop in pegasusd, not four.
+//! semaphore, the budgets and the ledger) on its own task, and that task hands the answer — and
+//! any streamed deltas — to the connection's frame writer. Reader, call and writer all run on
+//! pegasusd's link thread (see `crate::daemon`): no hop to another thread on the way.
 //!
 //! The worker's project pays for every call, whatever the request claims. A call is refused up
 //! front when the watchdog stopped its task. Every start and end is published on the bus (with

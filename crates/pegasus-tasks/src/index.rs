@@ -41,6 +41,25 @@ pub(crate) fn read_index(path: &Path) -> Result<Vec<IndexLine>, TaskError> {
 /// the event files are the durable truth and a lost or stale index is rebuilt from them, so
 /// the index costs no fdatasync per transition.
 pub(crate) fn write_index(path: &Path, lines: &[IndexLine]) -> Result<(), TaskError> {
+    replace_cache(path, &index_text(lines)?)?;
+    Ok(())
+}
+
+/// [`write_index`], unless the file already holds exactly these lines (a worker's start
+/// refolds every task and usually finds nothing changed: no new file, no rename then).
+pub(crate) fn write_index_if_changed(path: &Path, lines: &[IndexLine]) -> Result<(), TaskError> {
+    let text = index_text(lines)?;
+    // One byte over: a longer file reads as different. A FIFO or device there is refused by
+    // `read_capped` without blocking, and then simply replaced.
+    let old = pegasus_store::read_capped(path, text.len() as u64 + 1);
+    if old.is_ok_and(|old| old.bytes == text) {
+        return Ok(());
+    }
+    replace_cache(path, &text)?;
+    Ok(())
+}
+
+fn index_text(lines: &[IndexLine]) -> Result<Vec<u8>, TaskError> {
     let mut text = Vec::new();
     for l in lines {
         serde_json::to_writer(&mut text, l).map_err(|e| {
@@ -51,6 +70,5 @@ pub(crate) fn write_index(path: &Path, lines: &[IndexLine]) -> Result<(), TaskEr
         })?;
         text.push(b'\n');
     }
-    replace_cache(path, &text)?;
-    Ok(())
+    Ok(text)
 }

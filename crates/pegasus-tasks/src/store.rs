@@ -17,7 +17,7 @@ use pegasus_store::{create_dir_all_durable, read_jsonl, JsonlAppender};
 use crate::error::TaskError;
 use crate::event::{apply, fold, TaskEvent};
 use crate::id::{date_dir_of, is_safe_id, new_task_id};
-use crate::index::{read_index, write_index, IndexLine};
+use crate::index::{read_index, write_index, write_index_if_changed, IndexLine};
 use crate::lock::ProjectLock;
 use crate::readiness::{readiness_of, Readiness};
 use crate::snapshot::snapshot_repos;
@@ -542,7 +542,7 @@ impl TaskStore {
                 action,
             });
         }
-        write_index(&self.index_path(), &lines)?;
+        write_index_if_changed(&self.index_path(), &lines)?;
         Ok(done)
     }
 

@@ -30,8 +30,6 @@ mod parse;
 pub use create::{create_project, NewProject};
 pub use parse::validate_name;
 
-use parse::frontmatter_mapping;
-
 /// The file name of a project definition inside its folder.
 pub const PROJECT_FILE: &str = "PROJECT.md";
 
@@ -121,6 +119,8 @@ pub struct ProjectFile {
     /// Byte offset where the body starts (after the closing `---` line).
     body_start: usize,
     known: Known,
+    /// The frontmatter as YAML, parsed once (every edit re-parses the whole file).
+    mapping: serde_norway::Mapping,
 }
 
 impl ProjectFile {
@@ -234,10 +234,7 @@ impl ProjectFile {
 
     /// Value of any frontmatter key (known or unknown) as YAML.
     pub fn get(&self, key: &str) -> Option<Value> {
-        frontmatter_mapping(self.frontmatter(), Path::new(PROJECT_FILE))
-            .ok()?
-            .get(key)
-            .cloned()
+        self.mapping.get(key).cloned()
     }
 }
 

@@ -235,6 +235,7 @@ impl ProjectFile {
             fm_end: split.yaml_end,
             body_start: split.body_start,
             known,
+            mapping: map,
         })
     }
 
