@@ -186,7 +186,10 @@ async fn serve(
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
     let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();
     let stop_flag = agent.stop_flag();
-    let mut agent_task = tokio::spawn(run_jobs(agent, job_rx, out.clone(), mcp));
+    // Boxed before it is spawned: the agent's future is ~11 KB, and `tokio::spawn` moves its
+    // argument through several frames, each a copy on the main stack — pages that an idle
+    // worker would then keep resident for its whole life (~60 KB of stack).
+    let mut agent_task = tokio::spawn(Box::pin(run_jobs(agent, job_rx, out.clone(), mcp)));
     let mut barrier: Option<tokio::sync::oneshot::Receiver<()>> = None;
     let mut notices_open = true;
     let run_store = RunStore::open(&project_dir).map_err(|e| WorkerError::Config(e.to_string()))?;
