@@ -6,12 +6,14 @@
 //!
 //! (raw) Unix-socket round trip: ping-pongs of the exact `LlmRequest` / `LlmResponse` frames of
 //!       (a) between two threads over a socket pair, with pegasus_proto's FrameWriter/FrameReader.
-//! (a) Proxy overhead: the same chat calls (instant text reply) once from a real worker process
-//!     through a real pegasusd, and once from a `Gateway` built here with the same config and
-//!     home. The worker is this very executable: pegasusd is started with `PEGASUS_WORKER_BIN`
-//!     pointing here, and a first argument that is a project folder (it holds PROJECT.md)
-//!     switches to "worker mode" (handshake, Ready, timed `LlmRequest`s, timings written to
-//!     `<project>/bench-proxy.json`, exit 0).
+//! (a) Proxy overhead: the same chat calls (instant text reply) from a real worker process
+//!     through a real pegasusd, and from a `Gateway` built in that same worker process (same
+//!     config and PROJECT.md, on a shadow home), alternating call by call so that both paths
+//!     see the same machine at the same moment. The worker is this very executable: pegasusd
+//!     is started with `PEGASUS_WORKER_BIN` pointing here, and a first argument that is a
+//!     project folder (it holds PROJECT.md) switches to "worker mode" (handshake, Ready, timed
+//!     calls, timings written to `<project>/bench-proxy.json` and `bench-direct.json`, exit 0).
+//!     The time to first token (a') compares with a direct gateway here, after the daemon.
 //! (a') Time to first token, streaming: the same two paths with `stream: true` and the fake
 //!     pacing its SSE events; from sending the request to the first text delta (at the worker:
 //!     the first `LlmDelta` frame; direct: the first delta on the gateway's channel).
@@ -73,6 +75,8 @@ const TTFT_CALLS: usize = 50;
 const TTFT_GAP_MS: u64 = 5;
 const TTFT_ADDED_MAX_US: f64 = 1000.0;
 const PROXY_ERR: &str = "bench-proxy.err";
+/// (a) the direct calls' timings, made by the worker between its proxied calls.
+const DIRECT_FILE: &str = "bench-direct.json";
 
 fn main() -> ExitCode {
     let first = std::env::args_os().nth(1).map(PathBuf::from);
@@ -355,6 +359,8 @@ fn worker_mode(dir: &Path) -> Res<()> {
         .ok_or("bad project folder")?
         .to_string();
     let ttft_file = dir.join(TTFT_FILE);
+    let direct_file = dir.join(DIRECT_FILE);
+    let project_md = dir.join("PROJECT.md");
     let times = tokio_rt().block_on(async move {
         let socket = home.worker_socket();
         let stream = Stream::connect(socket.as_path().to_fs_name::<GenericFilePath>()?).await?;
@@ -374,8 +380,38 @@ fn worker_mode(dir: &Path) -> Res<()> {
             other => return Err(format!("expected init, got {other:?}").into()),
         };
         writer.write(&FromWorker::Ready).await?;
+        // The direct path, measured here between the proxied calls (same process, same
+        // thread, same moment): a Gateway on a shadow home with this home's config and this
+        // project's PROJECT.md (so it reads the same budget), its own ledger and journal.
+        // Beside the real home, on the same file system (pegasusd cleared our environment, so
+        // `PEGASUS_BENCH_HOME_DIR` is not here to say where that is).
+        let shadow = tempfile::Builder::new()
+            .prefix("pgb-direct")
+            .tempdir_in(home.root().parent().ok_or("the home has no parent")?)?;
+        let shadow_home = Home::new(shadow.path());
+        shadow_home.ensure_layout()?;
+        std::fs::copy(
+            home.root().join("config.yml"),
+            shadow.path().join("config.yml"),
+        )?;
+        let shadow_project = shadow_home.project_dir(&name);
+        std::fs::create_dir_all(&shadow_project)?;
+        std::fs::copy(&project_md, shadow_project.join("PROJECT.md"))?;
+        // pegasusd starts workers with a clean environment: the key comes from this binary.
+        std::env::set_var(KEY_ENV, KEY);
+        let config = Config::load(&shadow.path().join("config.yml"))?;
+        let gw = Gateway::new(&shadow_home, &config)?;
+        let direct_model = gw.resolve_model("");
         let mut times = Vec::with_capacity(CALLS);
+        let mut direct = Vec::with_capacity(CALLS);
         for n in 0..WARMUP + CALLS {
+            let t = Instant::now();
+            gw.chat(chat_request(&direct_model, n, Some(name.clone())), None)
+                .await
+                .map_err(|e| format!("direct call {n} failed: {e}"))?;
+            if n >= WARMUP {
+                direct.push(t.elapsed().as_micros() as u64);
+            }
             let id = n as u64 + 1;
             let frame = FromWorker::LlmRequest {
                 id,
@@ -433,6 +469,7 @@ fn worker_mode(dir: &Path) -> Res<()> {
             }
         }
         std::fs::write(&ttft_file, serde_json::to_vec(&ttft)?)?;
+        std::fs::write(&direct_file, serde_json::to_vec(&direct)?)?;
         Ok::<_, Box<dyn std::error::Error>>(times)
     })?;
     // Written whole, then renamed: the benchmark never reads half a file.
@@ -545,6 +582,8 @@ fn agent_sized_request() -> FromWorker {
 struct ProxyResult {
     proxy: Vec<f64>,
     direct: Vec<f64>,
+    /// Proxy minus direct, call by call (they alternate), sorted.
+    paired: Vec<f64>,
     ttft_proxy: Vec<f64>,
     ttft_direct: Vec<f64>,
 }
@@ -587,28 +626,20 @@ fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
             Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
         })??;
         drop(daemon);
-        sorted(times.into_iter().map(|t| t as f64).collect())
+        times.into_iter().map(|t| t as f64).collect::<Vec<f64>>()
     };
     let ttft_proxy: Vec<u64> = serde_json::from_slice(&std::fs::read(
         home.path().join("projects/bench").join(TTFT_FILE),
     )?)?;
+    let direct: Vec<u64> = serde_json::from_slice(&std::fs::read(
+        home.path().join("projects/bench").join(DIRECT_FILE),
+    )?)?;
+    let direct: Vec<f64> = direct.into_iter().map(|t| t as f64).collect();
     // The same home, config and ledger, the daemon gone; meta.project set as pegasusd sets it
     // (so the gateway reads the project's budget from PROJECT.md on both paths).
     let config = Config::load(&home.path().join("config.yml"))?;
     let gw = Gateway::new(&Home::new(home.path()), &config)?;
     let model = gw.resolve_model("");
-    let direct = tokio_rt().block_on(async {
-        let mut times = Vec::with_capacity(CALLS);
-        for n in 0..WARMUP + CALLS {
-            let req = chat_request(&model, n, Some("bench".into()));
-            let t = Instant::now();
-            gw.chat(req, None).await?;
-            if n >= WARMUP {
-                times.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-        Ok::<_, Box<dyn std::error::Error>>(times)
-    })?;
     let ttft_direct = tokio_rt().block_on(async {
         let mut times = Vec::with_capacity(TTFT_CALLS);
         for n in 0..WARMUP + TTFT_CALLS {
@@ -626,8 +657,10 @@ fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
         }
         Ok::<_, Box<dyn std::error::Error>>(times)
     })?;
+    let paired = sorted(proxy.iter().zip(&direct).map(|(p, d)| p - d).collect());
     Ok(ProxyResult {
-        proxy,
+        proxy: sorted(proxy),
+        paired,
         direct: sorted(direct),
         ttft_proxy: sorted(ttft_proxy.into_iter().map(|t| t as f64).collect()),
         ttft_direct: sorted(ttft_direct),
@@ -1140,7 +1173,9 @@ fn run() -> Res<bool> {
     let fake = FakeLlm::start()?;
     let a = proxy_vs_direct(&bins, &fake)?;
     let (pm, dm) = (median(&a.proxy), median(&a.direct));
-    let added = pm - dm;
+    // The verdict is on the median of the call-by-call differences (the calls alternate, so
+    // each pair saw the same moment); the difference of the two medians is shown beside it.
+    let added = median(&a.paired);
     let ok_a = added <= PROXY_RTT_RATIO_MAX * rtt_med;
     all &= ok_a;
     report.push(format!(
@@ -1155,11 +1190,15 @@ fn run() -> Res<bool> {
         dm, pct(&a.direct, 10.0), pct(&a.direct, 90.0), pct(&a.direct, 99.0)
     ));
     report.push(format!(
-        "    added latency {:.0} µs = {:.2}x raw RTT (target ≤ {PROXY_RTT_RATIO_MAX}x = {:.0} µs)  {}",
+        "    added latency (median of the {CALLS} paired differences) {:.0} µs = {:.2}x raw RTT \
+         (target ≤ {PROXY_RTT_RATIO_MAX}x = {:.0} µs)  {}; p25 {:.0}, p75 {:.0}; difference of the medians {:.0} µs",
         added,
         added / rtt_med,
         PROXY_RTT_RATIO_MAX * rtt_med,
-        verdict(ok_a)
+        verdict(ok_a),
+        pct(&a.paired, 25.0),
+        pct(&a.paired, 75.0),
+        pm - dm,
     ));
 
     let (tp, td) = (median(&a.ttft_proxy), median(&a.ttft_direct));
