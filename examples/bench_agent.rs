@@ -18,7 +18,7 @@
 //!     pacing its SSE events; from sending the request to the first text delta (at the worker:
 //!     the first `LlmDelta` frame; direct: the first delta on the gateway's channel).
 //! (b) Loading and repairing a 100,000-line session (dangling tool call, torn last line):
-//!     `load_session` + `transcript::rebuild`, median of 5.
+//!     `load_session` + `transcript::rebuild_owned` (what `Agent::open` runs), median of 5.
 //! (c) Durable writes of one real turn: a real pegasusd and project-worker, the fake model
 //!     answering one message with a `list_dir` call then text; `strace -f -y` attached to the
 //!     worker (and to pegasusd) counts fdatasync/fsync calls by file.
@@ -825,14 +825,17 @@ fn session_load() -> Res<LoadResult> {
     let mut last = None;
     for _ in 0..LOADS {
         let t = Instant::now();
-        let loaded = pegasus_store::load_session(dir.path())?;
+        let mut loaded = pegasus_store::load_session(dir.path())?;
         let t_load = t.elapsed();
-        let transcript = pegasus_agent::transcript::rebuild(&loaded.records);
+        // As a worker's start does (`Agent::open`): the records move into the transcript.
+        let records = std::mem::take(&mut loaded.records);
+        let record_count = records.len();
+        let transcript = pegasus_agent::transcript::rebuild_owned(records);
         let total = t.elapsed();
         times.push(total.as_secs_f64() * 1e3);
         loads.push(t_load.as_secs_f64() * 1e3);
         rebuilds.push((total - t_load).as_secs_f64() * 1e3);
-        last = Some((loaded, transcript.len()));
+        last = Some((loaded, record_count, transcript.len()));
     }
     let path = pegasus_store::session_file(dir.path());
     let (mut typed, mut untyped) = (Vec::new(), Vec::new());
@@ -846,7 +849,7 @@ fn session_load() -> Res<LoadResult> {
         untyped.push(t.elapsed().as_secs_f64() * 1e3);
         drop(r);
     }
-    let (loaded, messages) = last.ok_or("no load")?;
+    let (loaded, records, messages) = last.ok_or("no load")?;
     Ok(LoadResult {
         bytes,
         times_ms: sorted(times),
@@ -854,7 +857,7 @@ fn session_load() -> Res<LoadResult> {
         rebuild_ms: median(&sorted(rebuilds)),
         typed_parse_ms: median(&sorted(typed)),
         value_parse_ms: median(&sorted(untyped)),
-        records: loaded.records.len(),
+        records,
         messages,
         torn: loaded.torn_tail,
         repaired: loaded.repaired_tool_uses,

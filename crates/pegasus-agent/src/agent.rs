@@ -112,7 +112,6 @@ impl Agent {
                 "session repaired on load"
             );
         }
-        let transcript = rebuild(&loaded.records);
         let session = Arc::new(Mutex::new(Session::open(dir, name)?));
         let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
         let recovered = tasks.recover_after_restart().map_err(AgentError::tasks)?;
@@ -127,6 +126,8 @@ impl Agent {
             }
             None => Vec::new(),
         };
+        // Last: the records move into the transcript.
+        let transcript = crate::transcript::rebuild_owned(loaded.records);
         Ok(Agent {
             dir: dir.to_path_buf(),
             workdir: workdir.to_path_buf(),

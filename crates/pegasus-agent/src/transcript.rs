@@ -23,6 +23,12 @@ const LOST_START: &str = "(the start of this conversation is not available)";
 
 /// Builds the provider transcript from session records (see the module doc for the rules).
 pub fn rebuild(records: &[SessionRecord]) -> Vec<Message> {
+    rebuild_owned(records.iter().cloned())
+}
+
+/// [`rebuild`] from records the caller no longer needs: their text moves into the transcript
+/// instead of being copied (a worker's start, where this is a sixth of a long session's load).
+pub fn rebuild_owned(records: impl IntoIterator<Item = SessionRecord>) -> Vec<Message> {
     let mut b = Builder::default();
     for r in records {
         match r {
@@ -55,36 +61,32 @@ impl Builder {
         self.calls.iter().any(|(_, done)| !done)
     }
 
-    fn message(&mut self, m: &SessionMessage) {
+    fn message(&mut self, m: SessionMessage) {
         match m.role {
             SRole::Assistant => self.assistant(m),
             SRole::User | SRole::Tool => self.user(m),
         }
     }
 
-    fn assistant(&mut self, m: &SessionMessage) {
+    fn assistant(&mut self, m: SessionMessage) {
         let blocks: Vec<Block> = m
             .content
-            .iter()
+            .into_iter()
             .filter_map(|b| match b {
-                ContentBlock::Text { text } if !text.is_empty() => {
-                    Some(Block::Text { text: text.clone() })
-                }
+                ContentBlock::Text { text } if !text.is_empty() => Some(Block::Text { text }),
                 ContentBlock::ToolUse { id, name, input } => Some(Block::ToolUse {
-                    id: id.clone(),
-                    name: name.clone(),
+                    id,
+                    name,
                     input_json: input_json(input),
                 }),
                 ContentBlock::Thinking {
                     thinking,
                     signature,
                 } => Some(Block::Thinking {
-                    thinking: thinking.clone(),
-                    signature: signature.clone(),
+                    thinking,
+                    signature,
                 }),
-                ContentBlock::RedactedThinking { data } => {
-                    Some(Block::RedactedThinking { data: data.clone() })
-                }
+                ContentBlock::RedactedThinking { data } => Some(Block::RedactedThinking { data }),
                 _ => None,
             })
             .collect();
@@ -122,22 +124,20 @@ impl Builder {
         }
     }
 
-    fn user(&mut self, m: &SessionMessage) {
+    fn user(&mut self, m: SessionMessage) {
         let mut texts = Vec::new();
-        for b in &m.content {
+        for b in m.content {
             match b {
                 ContentBlock::ToolResult {
                     tool_use_id,
                     content,
                     is_error,
                 } => self.result(Block::ToolResult {
-                    tool_use_id: tool_use_id.clone(),
-                    content: content.clone(),
-                    is_error: *is_error,
+                    tool_use_id,
+                    content,
+                    is_error,
                 }),
-                ContentBlock::Text { text } if !text.is_empty() => {
-                    texts.push(Block::Text { text: text.clone() })
-                }
+                ContentBlock::Text { text } if !text.is_empty() => texts.push(Block::Text { text }),
                 _ => {}
             }
         }
@@ -260,9 +260,9 @@ pub fn tool_use_ids(blocks: &[Block]) -> Vec<String> {
 /// Tool input as the JSON text a provider expects. A model's unparsable arguments were stored
 /// as a JSON string (tool inputs are objects, so a string cannot be a real input): give back
 /// the raw text.
-fn input_json(input: &serde_json::Value) -> String {
+fn input_json(input: serde_json::Value) -> String {
     match input {
-        serde_json::Value::String(raw) => raw.clone(),
+        serde_json::Value::String(raw) => raw,
         other => other.to_string(),
     }
 }
