@@ -175,6 +175,28 @@ mod tests {
     }
 
     #[test]
+    fn only_events_at_or_above_the_level_reach_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::sync::Arc::new(FileLog {
+            level: LevelFilter::WARN,
+            file: Mutex::new(tracing_appender::rolling::never(dir.path(), "w.log")),
+            next_span: AtomicU64::new(1),
+        });
+        tracing::subscriber::with_default(log, || {
+            tracing::info!("not written");
+            let span = tracing::info_span!("a span", x = 1);
+            let _inside = span.enter();
+            tracing::warn!(n = 2, "written");
+            tracing::error!("also written");
+        });
+        let text = std::fs::read_to_string(dir.path().join("w.log")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].ends_with(" WARN pegasus_worker::logging::tests: written n=2"));
+        assert!(lines[1].ends_with("ERROR pegasus_worker::logging::tests: also written"));
+    }
+
+    #[test]
     fn the_level_comes_from_pegasus_log_and_defaults_to_info() {
         assert_eq!(parse_level("debug"), LevelFilter::DEBUG);
         assert_eq!(parse_level(" WARN "), LevelFilter::WARN);
