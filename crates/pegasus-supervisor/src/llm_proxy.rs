@@ -112,19 +112,18 @@ impl LlmProxy {
             // sent the request's journal line to disk), not before: waking the bus's consumers
             // on the main runtime then overlaps the call instead of delaying it. The end is
             // published by this same task, so a consumer always sees start before end.
-            let mut start = Some((bus.clone(), project.clone(), task.clone(), in_flight));
+            let (start_bus, start_project, start_task) =
+                (bus.clone(), project.clone(), task.clone());
             let publish_start = move || {
-                if let Some((bus, project, task, in_flight)) = start.take() {
-                    bus.publish(
-                        &project,
-                        BusBody::LlmCall {
-                            task,
-                            ended: false,
-                            in_flight,
-                            cost_usd: None,
-                        },
-                    );
-                }
+                start_bus.publish(
+                    &start_project,
+                    BusBody::LlmCall {
+                        task: start_task,
+                        ended: false,
+                        in_flight,
+                        cost_usd: None,
+                    },
+                );
             };
             // Deltas go out in order and before the answer: the call and its deltas are
             // drained on this one task.
