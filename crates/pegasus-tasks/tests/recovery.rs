@@ -273,3 +273,34 @@ fn an_event_file_left_empty_by_a_crash_is_ignored_by_list() {
     let err = store.get("t-20260101-0a0b0c");
     assert!(err.is_err());
 }
+
+/// A start that finds nothing to recover leaves the index file as it is (no new file, no
+/// rename); one whose index is stale or garbage gets it rewritten from the event files.
+#[test]
+fn restart_rewrites_the_index_only_when_it_changed() {
+    use std::os::unix::fs::MetadataExt;
+    let (dir, store) = project();
+    let done = task_in(&store, TaskState::Done);
+    let index = dir.path().join("tasks").join("index.jsonl");
+    store.recover_after_restart().unwrap();
+    let before = std::fs::read(&index).unwrap();
+    let inode = std::fs::metadata(&index).unwrap().ino();
+    assert!(store.recover_after_restart().unwrap().is_empty());
+    assert_eq!(
+        std::fs::metadata(&index).unwrap().ino(),
+        inode,
+        "rewritten though unchanged"
+    );
+    assert_eq!(std::fs::read(&index).unwrap(), before);
+
+    std::fs::write(&index, b"{\"not\": \"an index line\"}\n").unwrap();
+    assert!(store.recover_after_restart().unwrap().is_empty());
+    assert_eq!(std::fs::read(&index).unwrap(), before);
+    // A longer file with the right lines as its start is different too.
+    let mut longer = before.clone();
+    longer.extend_from_slice(b"\n");
+    std::fs::write(&index, &longer).unwrap();
+    store.recover_after_restart().unwrap();
+    assert_eq!(std::fs::read(&index).unwrap(), before);
+    assert_eq!(store.get(&done.id).unwrap().state, TaskState::Done);
+}
