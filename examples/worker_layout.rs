@@ -66,11 +66,15 @@ fn run() -> Res<()> {
             .status()
             .is_ok();
         if !found {
-            return Err(format!("{tool} not found: install valgrind (apt-get install valgrind)").into());
+            return Err(
+                format!("{tool} not found: install valgrind (apt-get install valgrind)").into(),
+            );
         }
     }
 
-    let tmp = tempfile::Builder::new().prefix("pegasus-layout-").tempdir()?;
+    let tmp = tempfile::Builder::new()
+        .prefix("pegasus-layout-")
+        .tempdir()?;
     let home = tmp.path().join("home");
     std::fs::create_dir(&home)?;
     let out_prefix = tmp.path().join("callgrind");
@@ -259,7 +263,11 @@ fn dump_idle_worker(p: &Paths, create: bool) -> Res<String> {
     }
     let stopped = ctl(&["stop"])?;
     if !stopped.status.success() {
-        return Err(format!("pegasusctl stop failed: {}", String::from_utf8_lossy(&stopped.stderr)).into());
+        return Err(format!(
+            "pegasusctl stop failed: {}",
+            String::from_utf8_lossy(&stopped.stderr)
+        )
+        .into());
     }
     daemon.wait(Duration::from_secs(60));
     Ok(format!("{}.{pid}.1", p.out_prefix.display()))
