@@ -17,14 +17,19 @@
 //! with the script (`--script`); lld and GNU ld understand its `INSERT AFTER .init`, gold does
 //! not (set `PEGASUS_WORKER_TEXT_LAYOUT=0` to build without it).
 //!
-//! Run after changes to what a worker does at start (needs valgrind):
+//! Run after changes to what a worker does at start (needs valgrind), on the binaries as
+//! `cargo install` builds them (building the examples in the same command would unify the
+//! dev-dependencies' features into the binaries and change every symbol hash):
 //!
 //! ```sh
-//! cargo build --release --bins --examples && target/release/examples/worker_layout
+//! cargo build --release --bins && cargo build --release --examples
+//! target/release/examples/worker_layout          # or `--add`: keep the names already there
 //! ```
 //!
 //! then rebuild and check `bench_foundation` (c) and (a). It writes the file in the source tree
-//! this example was built from.
+//! this example was built from. With `--add` the exact names of the file are kept beside the
+//! new ones, so one script can serve two builds (say, after running it once more on a
+//! `cargo build --release --bins --examples` build).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -51,6 +56,13 @@ fn main() {
 }
 
 fn run() -> Res<()> {
+    let add = match std::env::args().nth(1).as_deref() {
+        None => false,
+        Some("--add") => true,
+        Some(other) => {
+            return Err(format!("unknown argument {other}; the only one is --add").into())
+        }
+    };
     let bins = std::env::current_exe()?
         .parent()
         .and_then(Path::parent)
@@ -124,21 +136,22 @@ fn run() -> Res<()> {
         )
         .into());
     }
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("bin/project-worker.ld");
     let mut script = String::from(HEADER);
     // First the functions exactly as this build names them, so that the ones run are packed
     // tight; then, by pattern, their other instantiations and whatever a later build renames
     // (a different hash), so the layout degrades slowly as the code changes.
-    let exact: BTreeSet<&str> = functions
-        .iter()
-        .map(String::as_str)
-        .filter(|f| linkable(f))
-        .collect();
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("bin/project-worker.ld");
+    let mut exact: BTreeSet<String> = functions.iter().filter(|f| linkable(f)).cloned().collect();
+    if add {
+        // Another build's names (other features give other hashes), kept beside this one's.
+        let old = std::fs::read_to_string(&target).unwrap_or_default();
+        exact.extend(exact_names(&old));
+    }
     script.push_str("SECTIONS\n{\n  .text :\n  {\n");
     for f in &exact {
         script.push_str(&format!("    *(.text.{f} .text.unlikely.{f})\n"));
     }
-    for p in patterns.iter().filter(|p| !exact.contains(p.as_str())) {
+    for p in patterns.iter().filter(|p| !exact.contains(*p)) {
         script.push_str(&format!("    *(.text.{p} .text.unlikely.{p})\n"));
     }
     script.push_str(TRAILER);
@@ -347,6 +360,20 @@ fn pattern(symbol: &str) -> Option<String> {
     }
 }
 
+/// The exact (glob-free) names of a script this example wrote.
+fn exact_names(script: &str) -> Vec<String> {
+    // Only the idle functions' lines: not the default rules of the trailer.
+    let first_default = TRAILER.lines().next().unwrap_or_default();
+    script
+        .lines()
+        .take_while(|l| *l != first_default)
+        .filter_map(|l| l.trim().strip_prefix("*(.text."))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter(|name| !name.contains('*') && linkable(name))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Whether `symbol` is a symbol name a linker script can take unquoted as a section name (not
 /// callgrind's `(below main)` or a bare address).
 fn linkable(symbol: &str) -> bool {
@@ -423,6 +450,14 @@ mod tests {
         assert_eq!(pattern("main").as_deref(), Some("main"));
         assert_eq!(pattern("(below main)"), None);
         assert_eq!(pattern("0x0000000000121ba0"), None);
+    }
+
+    #[test]
+    fn exact_names_are_read_back_without_the_patterns() {
+        let script = format!(
+            "{HEADER}SECTIONS\n{{\n  .text :\n  {{\n    *(.text._ZN1a1b17h0123456789abcdefE .text.unlikely._ZN1a1b17h0123456789abcdefE)\n    *(.text._ZN1a1b17h* .text.unlikely._ZN1a1b17h*)\n{TRAILER}"
+        );
+        assert_eq!(exact_names(&script), ["_ZN1a1b17h0123456789abcdefE"]);
     }
 
     #[test]
