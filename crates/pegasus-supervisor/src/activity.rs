@@ -1,13 +1,10 @@
 //! What each project's worker is doing now — the task it runs and that task's cognitive stage —
 //! kept from the event bus for `status` and listings (SPEC §7).
 //!
-//! It is a bus consumer like any other: if it lags, it forgets stages (the next stage event
-//! restores them) and re-reads which task is running from the task files.
+//! It observes the event bus (see `crate::bus`): every event is folded in inside `publish`, in
+//! bus order, so it never lags and never needs a task of its own.
 
-use crate::{
-    bus::{self, Received},
-    supervisor::{lock, Supervisor},
-};
+use crate::supervisor::{lock, Supervisor};
 use pegasus_proto::{ctl::ProjectInfo, BusBody, BusEvent, TaskState, WorkerEvent};
 use std::{
     collections::HashMap,
@@ -69,67 +66,16 @@ impl Activity {
             }
         }
     }
-
-    /// After a lag: stages are dropped, running tasks re-read from the projects' task files.
-    fn resync(&self, running: HashMap<String, String>) {
-        let mut now = lock(&self.now);
-        now.clear();
-        for (project, task) in running {
-            now.insert(
-                project,
-                Doing {
-                    task: Some(task),
-                    stage: None,
-                },
-            );
-        }
-    }
 }
 
-/// The consumer task: runs until the daemon stops.
-pub(crate) async fn run(sup: Arc<Supervisor>) {
-    let mut rx = sup.bus.subscribe();
-    loop {
-        let got = tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
-            got = bus::next(&mut rx) => got,
-        };
-        match got {
-            None => return,
-            Some(Received::Event(event)) => sup.activity.apply(&event),
-            Some(Received::Lagged(missed)) => {
-                tracing::debug!(missed, "activity tracker lagged; re-reading running tasks");
-                let home = sup.home.clone();
-                let running = tokio::task::spawn_blocking(move || running_tasks(&home))
-                    .await
-                    .unwrap_or_default();
-                sup.activity.resync(running);
-            }
+/// Makes the tracker an observer of the bus.
+pub(crate) fn observe(sup: &Arc<Supervisor>) {
+    let weak = Arc::downgrade(sup);
+    sup.bus.observe(move |event| {
+        if let Some(sup) = weak.upgrade() {
+            sup.activity.apply(event);
         }
-    }
-}
-
-/// The running task of every project, from the task files (off the async runtime).
-fn running_tasks(home: &pegasus_store::Home) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    let Ok(entries) = pegasus_store::scan_projects(home) else {
-        return out;
-    };
-    for entry in entries {
-        let dir = home.project_dir(&entry.name);
-        let Ok(store) = pegasus_tasks::TaskStore::open(&dir, &entry.name) else {
-            continue;
-        };
-        if let Some(task) = store
-            .list()
-            .unwrap_or_default()
-            .into_iter()
-            .find(|t| t.state == TaskState::Running)
-        {
-            out.insert(entry.name, task.id);
-        }
-    }
-    out
+    });
 }
 
 #[cfg(test)]

@@ -3,13 +3,23 @@
 //! the activity tracker behind `status`, the watchdog, `pegasusctl ... -f` followers, and next
 //! the dashboard's SSE stream and Telegram.
 //!
-//! Why a broadcast channel: publishing never waits. A consumer that falls behind loses the
-//! oldest events (it is told how many, and resyncs from the files), so a slow follower can never
-//! block a worker or the daemon.
+//! Two kinds of consumer. *Observers* (the activity tracker, the watchdogs, the dashboard's
+//! replay ring) keep in-memory state: they are called inside `publish`, in bus order, and never
+//! lag. They cost the publisher a few lock-protected map updates and no wake-up of another
+//! thread, which matters because the busiest publisher is the link thread (two events per model
+//! call): waking three consumer tasks on the main runtime per event put two more threads on the
+//! 2 vCPUs right when the worker was being answered. *Subscribers* (`pegasusctl ... -f`, the
+//! dashboard's SSE clients, Telegram) get a broadcast channel: publishing never waits for them;
+//! one that falls behind loses the oldest events (it is told how many, and resyncs from the
+//! files), so a slow follower can never block a worker or the daemon.
 
 use pegasus_proto::{BusBody, BusEvent};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
+
+/// An observer: called with every event, in bus order, while the bus's lock is held. It must be
+/// quick and must not publish.
+pub(crate) type Observer = Box<dyn Fn(&Arc<BusEvent>) + Send + Sync>;
 
 /// How many events a consumer may fall behind before it lags and must resync.
 pub(crate) const CAPACITY: usize = 4096;
@@ -20,6 +30,7 @@ pub(crate) struct EventBus {
     tx: broadcast::Sender<Arc<BusEvent>>,
     /// The last sequence number given; held while sending so that bus order is seq order.
     seq: Arc<Mutex<u64>>,
+    observers: Arc<RwLock<Vec<Observer>>>,
 }
 
 impl EventBus {
@@ -27,20 +38,37 @@ impl EventBus {
         EventBus {
             tx: broadcast::channel(CAPACITY).0,
             seq: Arc::new(Mutex::new(0)),
+            observers: Arc::default(),
         }
+    }
+
+    /// Adds an observer: from now on it sees every event, before any subscriber does.
+    pub fn observe(&self, observer: impl Fn(&Arc<BusEvent>) + Send + Sync + 'static) {
+        self.observers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(observer));
     }
 
     /// Publishes one event about `project`; never blocks, and nobody listening is fine.
     pub fn publish(&self, project: &str, body: BusBody) {
         let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;
-        let event = BusEvent {
+        let event = Arc::new(BusEvent {
             seq: *seq,
             ts_ms: chrono::Utc::now().timestamp_millis(),
             project: project.to_string(),
             body,
-        };
-        let _ = self.tx.send(Arc::new(event));
+        });
+        for observe in self
+            .observers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            observe(&event);
+        }
+        let _ = self.tx.send(event);
     }
 
     /// A new consumer: it sees every event published from now on.
@@ -89,6 +117,29 @@ mod tests {
             Some(Received::Event(e)) => assert_eq!(e.seq, 11),
             _ => panic!("expected the oldest kept event"),
         }
+    }
+
+    #[tokio::test]
+    async fn observers_see_every_later_event_in_order_before_any_subscriber() {
+        let bus = EventBus::new();
+        let mut rx = bus.subscribe();
+        bus.publish(
+            "p",
+            BusBody::Notify {
+                text: "before".into(),
+            },
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        bus.observe(move |e| log.lock().unwrap().push(e.seq));
+        // An observer runs inside publish: nothing to await, nothing to lag.
+        for _ in 0..(CAPACITY + 10) {
+            bus.publish("p", BusBody::Crash { reason: "x".into() });
+        }
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, (2..=(CAPACITY as u64 + 11)).collect::<Vec<_>>());
+        // The subscriber, meanwhile, lagged.
+        assert!(matches!(next(&mut rx).await, Some(Received::Lagged(_))));
     }
 
     #[tokio::test]

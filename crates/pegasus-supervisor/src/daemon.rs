@@ -191,7 +191,8 @@ async fn serve(
         main_tx,
     );
     let main_agent = crate::main_agent::start(&sup, main_rx);
-    let activity = tokio::spawn(crate::activity::run(sup.clone()));
+    crate::activity::observe(&sup);
+    crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
     let sweeper = tokio::spawn(crate::sweeper::run(sup.clone()));
     let mut sigterm = signal(SignalKind::terminate())
@@ -212,7 +213,7 @@ async fn serve(
         _ = sup.shutdown.cancelled() => {}
     }
     // One token stops everything that takes new work (accept loops, idle connections,
-    // followers, the MainAgent after its current run, the bus consumers); then every worker
+    // followers, the MainAgent after its current run, the watchdog's timer); then every worker
     // is stopped gracefully, in parallel.
     sup.shutdown.cancel();
     let drain = Duration::from_secs_f64(sup.config.workers.shutdown_timeout_s);
@@ -222,11 +223,9 @@ async fn serve(
     }
     // What the last workers' commands left behind: one scan after they are all gone.
     crate::sweeper::sweep_now().await;
-    for task in [
-        workers, controls, activity, watchdog, sweeper, scheduler, dashboard,
-    ]
-    .into_iter()
-    .chain(telegram)
+    for task in [workers, controls, watchdog, sweeper, scheduler, dashboard]
+        .into_iter()
+        .chain(telegram)
     {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }

@@ -1,7 +1,8 @@
 //! The watchdog (SPEC §2, §5; seed 003): it notices a busy worker that went silent and a task
 //! that spends too fast.
 //!
-//! It is a consumer of the event bus and sees what the bus carries of each worker: its agent
+//! It observes the event bus (every event is folded in inside `publish`, see `crate::bus`) and
+//! sees what the bus carries of each worker: its agent
 //! events (task states, model answers, tool calls), its state, and the start, end and cost of
 //! every gateway call it makes. A busy worker waiting on the gateway is not silent: a slow
 //! provider is bounded by the gateway's own timeout. Budgets per task, turn caps and
@@ -11,7 +12,6 @@
 //! MainAgent is told.
 
 use crate::{
-    bus::{self, Received},
     slot::SlotCmd,
     supervisor::{lock, Supervisor},
 };
@@ -153,6 +153,11 @@ impl Watchdog {
 pub(crate) struct Watchdogs {
     config: WatchdogConfig,
     by_project: Mutex<HashMap<String, Watched>>,
+    /// The deadline the timer task sleeps until (`None`: it waits for a wake-up). Locked after
+    /// `by_project`, never before.
+    armed: Mutex<Option<Instant>>,
+    /// Wakes the timer task when an event brings a deadline before the armed one.
+    wake: tokio::sync::Notify,
 }
 
 /// One project's watchdog and what the bus said about its worker.
@@ -165,11 +170,24 @@ struct Watched {
     in_flight: u32,
 }
 
+impl Watched {
+    /// When this worker becomes silent, if it is ready, busy and has no model call pending.
+    fn deadline(&self) -> Option<Instant> {
+        if self.ready_pid.is_some() && self.in_flight == 0 {
+            self.dog.silent_deadline()
+        } else {
+            None
+        }
+    }
+}
+
 impl Watchdogs {
     pub fn new(config: &WatchdogConfig) -> Self {
         Watchdogs {
             config: config.clone(),
             by_project: Mutex::new(HashMap::new()),
+            armed: Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
         }
     }
 
@@ -187,6 +205,17 @@ impl Watchdogs {
             ready_pid: None,
             in_flight: 0,
         });
+        let line = self.fold(w, event);
+        // Only an earlier deadline needs the timer now; a later one is found when it wakes.
+        if let Some(due) = w.deadline() {
+            if lock(&self.armed).is_none_or(|armed| due < armed) {
+                self.wake.notify_one();
+            }
+        }
+        line
+    }
+
+    fn fold(&self, w: &mut Watched, event: &BusEvent) -> Option<String> {
         match &event.body {
             BusBody::Worker(e) => w.dog.on_event(e).map(|stop| {
                 format!(
@@ -234,21 +263,13 @@ impl Watchdogs {
         }
     }
 
-    /// After a lag nothing can be trusted to be stale: every clock starts again (the safe
-    /// side: a watchdog that misses events gives more time, never kills early).
-    fn touch_all(&self) {
-        for w in lock(&self.by_project).values_mut() {
-            w.dog.touch();
-        }
-    }
-
-    /// The earliest moment a ready, busy worker with no model call pending becomes silent.
-    fn next_deadline(&self) -> Option<Instant> {
-        lock(&self.by_project)
-            .values()
-            .filter(|w| w.ready_pid.is_some() && w.in_flight == 0)
-            .filter_map(|w| w.dog.silent_deadline())
-            .min()
+    /// The earliest moment a ready, busy worker with no model call pending becomes silent,
+    /// recorded as the deadline the timer task now sleeps until.
+    fn arm(&self) -> Option<Instant> {
+        let all = lock(&self.by_project);
+        let next = all.values().filter_map(Watched::deadline).min();
+        *lock(&self.armed) = next;
+        next
     }
 
     /// The silent ones now: (project, pid, task); each is no longer watched.
@@ -267,25 +288,26 @@ impl Watchdogs {
     }
 }
 
-/// The watchdog's consumer task: runs until the daemon stops.
+/// Makes the watchdogs an observer of the bus.
+pub(crate) fn observe(sup: &Arc<Supervisor>) {
+    let weak = Arc::downgrade(sup);
+    sup.bus.observe(move |event| {
+        if let Some(sup) = weak.upgrade() {
+            if let Some(line) = sup.watchdogs.apply(event) {
+                sup.to_main(&format!("project/{}", event.project), line);
+            }
+        }
+    });
+}
+
+/// The watchdog's timer task: stops silent tasks when they are due, until the daemon stops.
 pub(crate) async fn run(sup: Arc<Supervisor>) {
-    let mut rx = sup.bus.subscribe();
     loop {
-        let deadline = sup.watchdogs.next_deadline();
+        let deadline = sup.watchdogs.arm();
         tokio::select! {
             _ = sup.shutdown.cancelled() => return,
-            got = bus::next(&mut rx) => match got {
-                None => return,
-                Some(Received::Event(event)) => {
-                    if let Some(line) = sup.watchdogs.apply(&event) {
-                        sup.to_main(&format!("project/{}", event.project), line);
-                    }
-                }
-                Some(Received::Lagged(missed)) => {
-                    tracing::debug!(missed, "watchdog lagged; restarting its clocks");
-                    sup.watchdogs.touch_all();
-                }
-            },
+            // A permit stored by an event between `arm` and here is taken at once.
+            _ = sup.watchdogs.wake.notified() => {}
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 for (project, pid, task) in sup.watchdogs.take_silent() {
                     stop_silent(&sup, &project, pid, &task).await;

@@ -40,19 +40,10 @@ impl Ring {
     }
 }
 
-/// Keeps the ring filled from the bus while the daemon runs.
-pub(crate) async fn fill(sup: Arc<crate::supervisor::Supervisor>, ring: Arc<Ring>) {
-    let mut rx = sup.bus.subscribe();
-    loop {
-        tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
-            got = bus::next(&mut rx) => match got {
-                Some(Received::Event(e)) => ring.push(e),
-                Some(Received::Lagged(_)) => {}
-                None => return,
-            }
-        }
-    }
+/// Keeps the ring filled: it observes the bus, so it holds every event up to the last one
+/// published (a subscriber reading it never misses what falls between the two).
+pub(crate) fn observe(bus: &bus::EventBus, ring: Arc<Ring>) {
+    bus.observe(move |e| ring.push(e.clone()));
 }
 
 /// The JSON of one event: where, what, and the fields a page needs without digging.

@@ -61,7 +61,7 @@ pub(crate) async fn serve(sup: Arc<Supervisor>) {
         tracing::warn!("cannot write {}: {e}", home.dashboard_addr_file().display());
     }
     let ring = Arc::new(events::Ring::default());
-    tokio::spawn(events::fill(sup.clone(), ring.clone()));
+    events::observe(&sup.bus, ring.clone());
     let dash = Dash {
         sup: sup.clone(),
         token: Arc::new(token),
