@@ -14,7 +14,7 @@ demo:
 
 # Benchmarks; results go to docs/PERFORMANCE.md by hand.
 bench:
-    cargo build --release --bins --examples
+    cargo build --release --bins
     cargo run --release --example bench_foundation
 
 # Format and lint exactly as the merge bar does.

@@ -1,9 +1,12 @@
 //! Foundation benchmark: worker spawn latency, restart scan, idle worker memory, `project list`.
 //!
-//! Run with `cargo build --release --bins --examples && cargo run --release --example
+//! Run with `cargo build --release --bins && cargo run --release --example
 //! bench_foundation`. It uses the release binaries `pegasusd`, `pegasusctl` and
 //! `project-worker` from the same target directory as itself, in temporary homes under /tmp,
-//! and prints one report with a PASS/MISS per target. See docs/PERFORMANCE.md.
+//! and prints one report with a PASS/MISS per target. See docs/PERFORMANCE.md. Build the
+//! binaries on their own, as `cargo install` does: `--bins --examples` in one command would turn
+//! the dev-dependencies' features on in them too, and the worker's text layout
+//! (`bin/project-worker.ld`) names the functions of the installed build.
 //!
 //! (a) spawn→Ready: the benchmark acts as the supervisor itself (binds `<home>/run/w.sock`,
 //!     spawns the worker the way `pegasus_supervisor::spawn` does, answers `Hello` with `Init`)

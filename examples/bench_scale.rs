@@ -1,6 +1,6 @@
 //! Scale benchmark: 1,000 active projects on one daemon.
 //!
-//! Run with `cargo build --release --bins --examples && cargo run --release --example
+//! Run with `cargo build --release --bins && cargo run --release --example
 //! bench_scale`. It uses the release `pegasusd` and `pegasusctl` beside itself (the daemon finds
 //! `project-worker` beside itself too), in a temporary home under /tmp, and prints one report
 //! with a PASS/MISS per target. See docs/PERFORMANCE.md.
