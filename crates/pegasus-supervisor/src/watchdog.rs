@@ -378,6 +378,63 @@ mod tests {
         })
     }
 
+    fn bus(body: BusBody) -> BusEvent {
+        BusEvent {
+            seq: 0,
+            ts_ms: 0,
+            project: "p".into(),
+            body,
+        }
+    }
+
+    fn call(ended: bool, in_flight: u32) -> BusEvent {
+        bus(BusBody::LlmCall {
+            task: Some("t1".into()),
+            ended,
+            in_flight,
+            cost_usd: None,
+        })
+    }
+
+    /// Whether the timer task would be woken (takes the stored permit).
+    fn woken(ws: &Watchdogs) -> bool {
+        use futures_util::FutureExt as _;
+        ws.wake.notified().now_or_never().is_some()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_is_woken_only_for_a_deadline_before_the_armed_one() {
+        let ws = Watchdogs::new(&WatchdogConfig {
+            silent_timeout_s: 60,
+            max_usd_per_minute: None,
+        });
+        ws.apply(&bus(BusBody::WorkerState {
+            state: "ready".into(),
+            pid: Some(7),
+        }));
+        assert!(!woken(&ws), "an idle worker has no deadline");
+        ws.apply(&bus(BusBody::Worker(task("t1", TaskState::Running, None))));
+        assert!(woken(&ws), "the first deadline wakes a timer that had none");
+        let armed = ws.arm().unwrap();
+        // Model calls: the watch pauses, then restarts later than the armed deadline.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        ws.apply(&call(false, 1));
+        ws.apply(&call(true, 0));
+        assert!(!woken(&ws), "a later deadline waits for the timer");
+        // Which, when it fires at the old deadline, finds nobody silent and re-arms later.
+        tokio::time::advance(Duration::from_secs(55)).await;
+        assert!(ws.take_silent().is_empty());
+        assert!(ws.arm().unwrap() > armed);
+        // With no deadline armed (the only busy worker in a call), its end wakes the timer.
+        ws.apply(&call(false, 1));
+        assert_eq!(ws.arm(), None);
+        ws.apply(&call(true, 0));
+        assert!(woken(&ws));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let silent = ws.take_silent();
+        assert_eq!(silent, vec![("p".to_string(), 7, "t1".to_string())]);
+    }
+
     #[test]
     fn only_a_busy_worker_can_be_silent() {
         let mut w = dog(None);
