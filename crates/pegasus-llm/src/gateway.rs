@@ -165,7 +165,8 @@ impl Gateway {
             .project
             .clone()
             .unwrap_or_else(|| MAIN_PROJECT.to_string());
-        self.check_budgets(&req.meta, &project)?;
+        // PROJECT.md is read once here; a retry, which may come much later, reads it again.
+        let mut limits = Some(self.check_budgets(&req.meta, &project)?);
         let key = provider::credential(&target)?;
         let info = self.model_info(&target.full);
         let req = self.adapt(req, &target.full, &info);
@@ -185,7 +186,9 @@ impl Gateway {
             }
             let slot = self.slot(&target.provider).await?;
             // Admitted only now, after the wait, against what is spent and held (SPEC §5).
-            let reservation = self.admit(&req.meta, &project, &target, &body, req.max_tokens)?;
+            let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
+            let reservation =
+                self.admit(&req.meta, &project, &limits, &target, &body, req.max_tokens)?;
             self.journal_sent(&reservation.call).await?;
             let mut billed = false;
             let sent = self
@@ -318,6 +321,7 @@ impl Gateway {
         &self,
         meta: &CallMeta,
         project: &str,
+        limits: &Limits,
         target: &Target,
         body: &serde_json::Value,
         max_tokens: u32,
@@ -334,11 +338,6 @@ impl Gateway {
                 model: target.full.clone(),
             });
         }
-        let limits = Limits {
-            daily: inner.config.budget.daily_usd,
-            project: meta.project.as_deref().and_then(|p| self.project_budget(p)),
-            task: inner.config.budget.task_usd,
-        };
         let today = Utc::now().date_naive();
         let usd = worst.unwrap_or(0.0);
         let mut reserved = inner.reserved.lock().unwrap_or_else(|p| p.into_inner());
@@ -346,7 +345,7 @@ impl Gateway {
             budget::admit(
                 t,
                 &reserved,
-                &limits,
+                limits,
                 project,
                 meta.task.as_deref(),
                 today,
@@ -387,18 +386,26 @@ impl Gateway {
             })
     }
 
-    /// Refuses the call if the day, the project or the task has already spent its cap.
-    fn check_budgets(&self, meta: &CallMeta, project: &str) -> Result<(), LlmError> {
-        let config = &self.inner.config;
-        let limits = Limits {
-            daily: config.budget.daily_usd,
-            project: meta.project.as_deref().and_then(|p| self.project_budget(p)),
-            task: config.budget.task_usd,
-        };
+    /// Refuses the call if the day, the project or the task has already spent its cap;
+    /// returns the caps it checked.
+    fn check_budgets(&self, meta: &CallMeta, project: &str) -> Result<Limits, LlmError> {
+        let limits = self.limits(meta);
         let today = Utc::now().date_naive();
         self.inner
             .ledger
-            .with_totals(|t| budget::check(t, &limits, project, meta.task.as_deref(), today))
+            .with_totals(|t| budget::check(t, &limits, project, meta.task.as_deref(), today))?;
+        Ok(limits)
+    }
+
+    /// The caps of a call: the day's and a task's from the config, the project's from its
+    /// PROJECT.md.
+    fn limits(&self, meta: &CallMeta) -> Limits {
+        let config = &self.inner.config;
+        Limits {
+            daily: config.budget.daily_usd,
+            project: meta.project.as_deref().and_then(|p| self.project_budget(p)),
+            task: config.budget.task_usd,
+        }
     }
 
     /// The project's `budget_usd`, read from PROJECT.md at each call so an edit applies at
