@@ -18,8 +18,9 @@
 //! not (set `PEGASUS_WORKER_TEXT_LAYOUT=0` to build without it).
 //!
 //! Run after changes to what a worker does at start (needs valgrind), on the binaries as
-//! `cargo install` builds them (building the examples in the same command would unify the
-//! dev-dependencies' features into the binaries and change every symbol hash):
+//! `cargo install --locked` builds them (building the examples in the same command would unify
+//! the dev-dependencies' features into the binaries and change every symbol hash; installing
+//! without `--locked` takes the newest dependency versions, with other hashes too):
 //!
 //! ```sh
 //! cargo build --release --bins && cargo build --release --examples
