@@ -48,6 +48,9 @@ use std::{
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// The idle time before each ping of the informative "(raw) after idle" round trips: about
+/// one direct call, which is what separates two proxied calls in (a).
+const RTT_IDLE: Duration = Duration::from_micros(300);
 /// Timed calls per path in (a) and ping-pongs in (raw), after `WARMUP` untimed ones.
 const CALLS: usize = 200;
 const WARMUP: usize = 10;
@@ -503,7 +506,7 @@ fn sample_response(id: u64) -> ToWorker {
 
 /// Round trips (µs) of `req` out and a response frame back over a socket pair between two
 /// threads, each with its own current-thread runtime (as the worker has).
-fn raw_rtt(req: FromWorker, n: usize) -> Res<Vec<f64>> {
+fn raw_rtt(req: FromWorker, n: usize, idle: Option<Duration>) -> Res<Vec<f64>> {
     let (a, b) = std::os::unix::net::UnixStream::pair()?;
     a.set_nonblocking(true)?;
     b.set_nonblocking(true)?;
@@ -525,6 +528,10 @@ fn raw_rtt(req: FromWorker, n: usize) -> Res<Vec<f64>> {
         let (mut r, mut w) = (FrameReader::new(r), FrameWriter::new(w));
         let mut times = Vec::with_capacity(n);
         for i in 0..WARMUP + n {
+            if let Some(idle) = idle {
+                // Both threads idle first, as pegasusd and a worker are between two calls.
+                std::thread::sleep(idle);
+            }
             let t = Instant::now();
             w.write(&req).await?;
             r.read::<ToWorker>().await?.ok_or("echo closed")?;
@@ -1166,10 +1173,11 @@ fn run() -> Res<bool> {
     };
     let req_bytes = pegasus_proto::encode(&typical)?.len();
     let resp_bytes = pegasus_proto::encode(&sample_response(1))?.len();
-    let rtt = raw_rtt(typical, CALLS)?;
+    let rtt = raw_rtt(typical.clone(), CALLS, None)?;
+    let rtt_idle = raw_rtt(typical, CALLS, Some(RTT_IDLE))?;
     let big = agent_sized_request();
     let big_bytes = pegasus_proto::encode(&big)?.len();
-    let rtt_big = raw_rtt(big, CALLS)?;
+    let rtt_big = raw_rtt(big, CALLS, None)?;
     let rtt_med = median(&rtt);
 
     eprintln!("(a) proxy vs direct ...");
@@ -1185,6 +1193,14 @@ fn run() -> Res<bool> {
         "raw RTT ({CALLS} ping-pongs, {req_bytes} B request / {resp_bytes} B response frame): \
          median {:.1} µs, p90 {:.1}, p99 {:.1}, min {:.1}; agent-sized {big_bytes} B request: median {:.1} µs",
         rtt_med, pct(&rtt, 90.0), pct(&rtt, 99.0), rtt[0], median(&rtt_big)
+    ));
+    report.push(format!(
+        "    (info) the same round trip after {} µs with both threads idle (a proxied call's \
+         situation: the worker and pegasusd each wait out the direct call): median {:.1} µs, \
+         p90 {:.1}",
+        RTT_IDLE.as_micros(),
+        median(&rtt_idle),
+        pct(&rtt_idle, 90.0)
     ));
     report.push(format!(
         "(a) {CALLS} calls, instant fake reply: proxy (worker→pegasusd→fake) median {:.0} µs \
