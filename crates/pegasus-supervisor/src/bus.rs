@@ -1,7 +1,7 @@
 //! The daemon's one event bus: every worker's agent events, worker state changes, crashes,
 //! model calls and notifies are published here once, and every consumer reads them from here —
-//! the activity tracker behind `status`, the watchdog, `pegasusctl ... -f` followers, and next
-//! the dashboard's SSE stream and Telegram.
+//! the activity tracker behind `status`, the watchdog, `pegasusctl ... -f` followers, the
+//! dashboard and Telegram.
 //!
 //! Two kinds of consumer. *Observers* (the activity tracker, the watchdogs, the dashboard's
 //! replay ring) keep in-memory state: they are called inside `publish`, in bus order, and never
@@ -21,7 +21,7 @@ use tokio::sync::broadcast;
 /// quick and must not publish.
 pub(crate) type Observer = Box<dyn Fn(&Arc<BusEvent>) + Send + Sync>;
 
-/// How many events a consumer may fall behind before it lags and must resync.
+/// How many events a subscriber may fall behind before it lags and must resync.
 pub(crate) const CAPACITY: usize = 4096;
 
 /// The sending side; cheap to clone.
