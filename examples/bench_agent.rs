@@ -41,6 +41,7 @@ use pegasus_store::{Config, ContentBlock, Home, SessionMessage, SessionRecord};
 use std::{
     collections::BTreeMap,
     io::{BufRead, Write},
+    os::fd::AsFd,
     path::{Path, PathBuf},
     process::{Child, Command, ExitCode, Stdio},
     time::{Duration, Instant},
@@ -82,6 +83,15 @@ const PROXY_ERR: &str = "bench-proxy.err";
 const DIRECT_FILE: &str = "bench-direct.json";
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == ECHO_ARG) {
+        return match echo_mode() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench_agent echo mode: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let first = std::env::args_os().nth(1).map(PathBuf::from);
     if let Some(dir) = first.filter(|d| d.join("PROJECT.md").is_file()) {
         return match worker_mode(&dir) {
@@ -504,24 +514,58 @@ fn sample_response(id: u64) -> ToWorker {
     }
 }
 
-/// Round trips (µs) of `req` out and a response frame back over a socket pair between two
-/// threads, each with its own current-thread runtime (as the worker has).
-fn raw_rtt(req: FromWorker, n: usize, idle: Option<Duration>) -> Res<Vec<f64>> {
+/// The first argument that makes this executable the echo process of [`raw_rtt`].
+const ECHO_ARG: &str = "--rtt-echo";
+
+/// Where the echo end of [`raw_rtt`]'s socket pair runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Echo {
+    /// A second thread of this process.
+    Thread,
+    /// A second process (this executable with [`ECHO_ARG`], the socket as its stdin), as
+    /// pegasusd is to a worker.
+    Process,
+}
+
+/// Answers every `LlmRequest` frame on `s` with [`sample_response`] until it closes.
+async fn echo(s: std::os::unix::net::UnixStream) -> Res<()> {
+    s.set_nonblocking(true)?;
+    let s = tokio::net::UnixStream::from_std(s)?;
+    let (r, w) = tokio::io::split(s);
+    let (mut r, mut w) = (FrameReader::new(r), FrameWriter::new(w));
+    while let Some(FromWorker::LlmRequest { id, .. }) = r.read::<FromWorker>().await? {
+        w.write(&sample_response(id)).await?;
+    }
+    Ok(())
+}
+
+/// The echo process of [`Echo::Process`]: its stdin is its end of the socket pair.
+fn echo_mode() -> Res<()> {
+    let fd = std::io::stdin().as_fd().try_clone_to_owned()?;
+    tokio_rt().block_on(echo(std::os::unix::net::UnixStream::from(fd)))
+}
+
+/// Round trips (µs) of `req` out and a response frame back over a socket pair between this
+/// thread and an echo thread or process, each with its own current-thread runtime (as the
+/// worker and pegasusd's link thread have).
+fn raw_rtt(req: FromWorker, n: usize, idle: Option<Duration>, peer: Echo) -> Res<Vec<f64>> {
     let (a, b) = std::os::unix::net::UnixStream::pair()?;
     a.set_nonblocking(true)?;
-    b.set_nonblocking(true)?;
-    let echo = std::thread::spawn(move || {
-        tokio_rt().block_on(async move {
-            let s = tokio::net::UnixStream::from_std(b).expect("socket");
-            let (r, w) = tokio::io::split(s);
-            let (mut r, mut w) = (FrameReader::new(r), FrameWriter::new(w));
-            while let Ok(Some(FromWorker::LlmRequest { id, .. })) = r.read::<FromWorker>().await {
-                if w.write(&sample_response(id)).await.is_err() {
-                    break;
-                }
-            }
-        })
-    });
+    enum Peer {
+        Thread(std::thread::JoinHandle<Result<(), String>>),
+        Process(Child),
+    }
+    let echo = match peer {
+        Echo::Thread => Peer::Thread(std::thread::spawn(move || {
+            tokio_rt().block_on(echo(b)).map_err(|e| e.to_string())
+        })),
+        Echo::Process => Peer::Process(
+            Command::new(std::env::current_exe()?)
+                .arg(ECHO_ARG)
+                .stdin(Stdio::from(std::os::fd::OwnedFd::from(b)))
+                .spawn()?,
+        ),
+    };
     let times = tokio_rt().block_on(async move {
         let s = tokio::net::UnixStream::from_std(a)?;
         let (r, w) = tokio::io::split(s);
@@ -541,7 +585,18 @@ fn raw_rtt(req: FromWorker, n: usize, idle: Option<Duration>) -> Res<Vec<f64>> {
         }
         Ok::<_, Box<dyn std::error::Error>>(times)
     })?;
-    echo.join().map_err(|_| "echo thread panicked")?;
+    match echo {
+        Peer::Thread(t) => t
+            .join()
+            .map_err(|_| "echo thread panicked")?
+            .map_err(|e| format!("echo thread: {e}"))?,
+        Peer::Process(mut c) => {
+            let status = c.wait()?;
+            if !status.success() {
+                return Err(format!("echo process: {status}").into());
+            }
+        }
+    }
     Ok(sorted(times))
 }
 
@@ -1173,11 +1228,13 @@ fn run() -> Res<bool> {
     };
     let req_bytes = pegasus_proto::encode(&typical)?.len();
     let resp_bytes = pegasus_proto::encode(&sample_response(1))?.len();
-    let rtt = raw_rtt(typical.clone(), CALLS, None)?;
-    let rtt_idle = raw_rtt(typical, CALLS, Some(RTT_IDLE))?;
+    let rtt = raw_rtt(typical.clone(), CALLS, None, Echo::Thread)?;
+    let rtt_idle = raw_rtt(typical.clone(), CALLS, Some(RTT_IDLE), Echo::Thread)?;
+    let rtt_proc = raw_rtt(typical.clone(), CALLS, None, Echo::Process)?;
+    let rtt_proc_idle = raw_rtt(typical, CALLS, Some(RTT_IDLE), Echo::Process)?;
     let big = agent_sized_request();
     let big_bytes = pegasus_proto::encode(&big)?.len();
-    let rtt_big = raw_rtt(big, CALLS, None)?;
+    let rtt_big = raw_rtt(big, CALLS, None, Echo::Thread)?;
     let rtt_med = median(&rtt);
 
     eprintln!("(a) proxy vs direct ...");
@@ -1201,6 +1258,15 @@ fn run() -> Res<bool> {
         RTT_IDLE.as_micros(),
         median(&rtt_idle),
         pct(&rtt_idle, 90.0)
+    ));
+    report.push(format!(
+        "    (info) the same round trip with the echo in a second process (as pegasusd is to a \
+         worker): median {:.1} µs, p90 {:.1}; after {} µs idle: median {:.1} µs, p90 {:.1}",
+        median(&rtt_proc),
+        pct(&rtt_proc, 90.0),
+        RTT_IDLE.as_micros(),
+        median(&rtt_proc_idle),
+        pct(&rtt_proc_idle, 90.0)
     ));
     report.push(format!(
         "(a) {CALLS} calls, instant fake reply: proxy (worker→pegasusd→fake) median {:.0} µs \

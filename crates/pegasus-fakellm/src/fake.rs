@@ -144,6 +144,12 @@ impl FakeLlm {
         self.inner.shared.lock().requests.len()
     }
 
+    /// TCP connections accepted so far. Connections persist as the real APIs' do, so a client
+    /// that pools them makes fewer connections than requests.
+    pub fn connection_count(&self) -> usize {
+        self.inner.shared.lock().connections
+    }
+
     /// Transcript-validity problems and unmatched requests seen so far
     /// (empty = all good). Tests should usually end by asserting this is empty.
     pub fn violations(&self) -> Vec<String> {

@@ -1,11 +1,15 @@
-//! A deliberately minimal HTTP/1.1 server side: one request per connection.
+//! A deliberately minimal HTTP/1.1 server side.
 //!
 //! The fake only needs to talk to well-behaved HTTP clients (reqwest, the
 //! provider SDKs), so it supports exactly one shape of request: a request
 //! line, headers, and an optional `Content-Length` body. Anything else
-//! (`Transfer-Encoding`, oversized heads, garbage) is refused with a 400.
-//! Every response carries `Connection: close` and the connection is closed
-//! afterwards, which keeps the server free of keep-alive bookkeeping.
+//! (`Transfer-Encoding`, oversized heads, garbage) is refused with a 400
+//! that carries `Connection: close`, and the connection is closed.
+//! Connections are persistent, as the real APIs' are: after a complete
+//! response the next request is read from the same connection, unless the
+//! client asked to close it (`Connection: close`, or HTTP/1.0 without
+//! `Connection: keep-alive`). A client's connection pool is thus exercised
+//! as against a real provider.
 //!
 //! Streaming responses use chunked transfer encoding so that a connection
 //! cut before the terminating chunk is seen by the client as a broken body,
@@ -30,6 +34,8 @@ pub(crate) struct Request {
     /// Header names are lowercased; values are trimmed.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The client keeps the connection for another request after this one.
+    pub keep_alive: bool,
 }
 
 impl Request {
@@ -54,12 +60,34 @@ fn bad(msg: impl Into<String>) -> HttpError {
     HttpError::Bad(msg.into())
 }
 
-/// Reads one request (head and `Content-Length` body) from the stream.
-pub(crate) async fn read_request(stream: &mut TcpStream) -> Result<Request, HttpError> {
-    let mut buf: Vec<u8> = Vec::with_capacity(8 * 1024);
+/// One client connection: the stream and the bytes read from it beyond the last request.
+pub(crate) struct Conn {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream) -> Conn {
+        let _ = stream.set_nodelay(true);
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads the next request; [`HttpError::Closed`] when the client closed the connection
+    /// between requests (or in the middle of one).
+    pub async fn read_request(&mut self) -> Result<Request, HttpError> {
+        read_request(&mut self.stream, &mut self.buf).await
+    }
+}
+
+/// Reads one request (head and `Content-Length` body) from the stream; `buf` holds what was
+/// read past the previous request and keeps what is read past this one.
+async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Request, HttpError> {
     let mut chunk = [0u8; 8 * 1024];
     let head_end = loop {
-        if let Some(p) = find(&buf, b"\r\n\r\n") {
+        if let Some(p) = find(buf, b"\r\n\r\n") {
             break p;
         }
         if buf.len() > MAX_HEAD {
@@ -72,8 +100,11 @@ pub(crate) async fn read_request(stream: &mut TcpStream) -> Result<Request, Http
         buf.extend_from_slice(&chunk[..n]);
     };
 
-    let head =
-        std::str::from_utf8(&buf[..head_end]).map_err(|_| bad("request head is not UTF-8"))?;
+    // What follows the head is the body, and maybe the start of the next request.
+    let mut body = buf.split_off(head_end + 4);
+    let head_bytes = std::mem::take(buf);
+    let head = std::str::from_utf8(&head_bytes[..head_end])
+        .map_err(|_| bad("request head is not UTF-8"))?;
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or("");
     let mut parts = request_line.split(' ');
@@ -84,6 +115,7 @@ pub(crate) async fn read_request(stream: &mut TcpStream) -> Result<Request, Http
     if !version.starts_with("HTTP/1.") {
         return Err(bad(format!("unsupported HTTP version {version:?}")));
     }
+    let http10 = version == "HTTP/1.0";
 
     let mut headers = Vec::new();
     for line in lines {
@@ -112,8 +144,20 @@ pub(crate) async fn read_request(stream: &mut TcpStream) -> Result<Request, Http
     if len > MAX_BODY {
         return Err(bad("request body too large"));
     }
+    // `Connection` is a comma-separated list of options (RFC 9110 §7.6.1).
+    let connection = |option: &str| {
+        headers
+            .iter()
+            .filter(|(n, _)| n == "connection")
+            .flat_map(|(_, v)| v.split(','))
+            .any(|o| o.trim().eq_ignore_ascii_case(option))
+    };
+    let keep_alive = if http10 {
+        connection("keep-alive")
+    } else {
+        !connection("close")
+    };
 
-    let mut body = buf[head_end + 4..].to_vec();
     let expects_continue = headers
         .iter()
         .any(|(n, v)| n == "expect" && v.eq_ignore_ascii_case("100-continue"));
@@ -122,8 +166,10 @@ pub(crate) async fn read_request(stream: &mut TcpStream) -> Result<Request, Http
         stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         stream.flush().await?;
     }
-    // Pipelined extra bytes are not supported; ignore anything past the body.
-    body.truncate(len);
+    // Bytes past the body belong to the next request.
+    if body.len() > len {
+        *buf = body.split_off(len);
+    }
     while body.len() < len {
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
@@ -131,6 +177,7 @@ pub(crate) async fn read_request(stream: &mut TcpStream) -> Result<Request, Http
         }
         let want = (len - body.len()).min(n);
         body.extend_from_slice(&chunk[..want]);
+        buf.extend_from_slice(&chunk[want..n]);
     }
 
     Ok(Request {
@@ -138,6 +185,7 @@ pub(crate) async fn read_request(stream: &mut TcpStream) -> Result<Request, Http
         target: target.to_string(),
         headers,
         body,
+        keep_alive,
     })
 }
 
@@ -174,7 +222,8 @@ pub(crate) enum Framing {
     Chunked,
 }
 
-/// Writes the status line and headers (always adding `Connection: close`).
+/// Writes the status line and headers. No `Connection` header: an HTTP/1.1 connection is
+/// persistent unless one side says otherwise (see [`write_refusal`]).
 pub(crate) async fn write_head(
     stream: &mut TcpStream,
     code: u16,
@@ -195,12 +244,12 @@ pub(crate) async fn write_head(
     for (name, value) in extra {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
-    head.push_str("connection: close\r\n\r\n");
+    head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await?;
     stream.flush().await
 }
 
-/// Writes a complete response with a `Content-Length` body, then half-closes.
+/// Writes a complete response with a `Content-Length` body.
 pub(crate) async fn write_full(
     stream: &mut TcpStream,
     code: u16,
@@ -217,6 +266,24 @@ pub(crate) async fn write_full(
     )
     .await?;
     stream.write_all(body).await?;
+    stream.flush().await
+}
+
+/// Refuses a request that could not be read (400 in the Anthropic error shape, which the
+/// OpenAI clients read as well) with `Connection: close`, and closes: what follows a bad
+/// request on the connection cannot be trusted to start a new one.
+pub(crate) async fn write_refusal(stream: &mut TcpStream, message: &str) -> io::Result<()> {
+    let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": message}})
+        .to_string();
+    write_head(
+        stream,
+        400,
+        "application/json",
+        &[("connection", "close".to_string())],
+        Framing::Length(body.len()),
+    )
+    .await?;
+    stream.write_all(body.as_bytes()).await?;
     stream.flush().await?;
     stream.shutdown().await
 }
@@ -233,11 +300,10 @@ pub(crate) async fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> io::Resu
     stream.flush().await
 }
 
-/// Terminates a chunked body properly and half-closes the connection.
+/// Terminates a chunked body properly.
 pub(crate) async fn finish_chunks(stream: &mut TcpStream) -> io::Result<()> {
     stream.write_all(b"0\r\n\r\n").await?;
-    stream.flush().await?;
-    stream.shutdown().await
+    stream.flush().await
 }
 
 /// Holds the connection open, doing nothing, until the client goes away

@@ -55,6 +55,8 @@ pub(crate) struct State {
     pub context_window: Option<u64>,
     pub requests: Vec<Recorded>,
     pub violations: Vec<String>,
+    /// Connections accepted so far.
+    pub connections: usize,
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +82,7 @@ pub(crate) async fn serve(
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    shared.lock().connections += 1;
                     let shared = Arc::clone(&shared);
                     tokio::spawn(async move { handle(shared, stream).await });
                 }
@@ -90,27 +93,38 @@ pub(crate) async fn serve(
     }
 }
 
-async fn handle(shared: Arc<Shared>, mut stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let request = match http::read_request(&mut stream).await {
-        Ok(r) => r,
-        Err(HttpError::Bad(msg)) => {
-            let body =
-                serde_json::json!({"error": {"type": "invalid_request_error", "message": msg}});
-            let _ = http::write_full(
-                &mut stream,
-                400,
-                "application/json",
-                &[],
-                body.to_string().as_bytes(),
-            )
-            .await;
-            return;
+/// Serves the requests of one connection, one after another, until the client closes it,
+/// asks to, or an answer ends it (a cut or stalled stream).
+async fn handle(shared: Arc<Shared>, stream: TcpStream) {
+    let mut conn = http::Conn::new(stream);
+    loop {
+        let request = match conn.read_request().await {
+            Ok(r) => r,
+            Err(HttpError::Bad(msg)) => {
+                let _ = http::write_refusal(&mut conn.stream, &msg).await;
+                return;
+            }
+            Err(_) => return,
+        };
+        let keep_alive = request.keep_alive;
+        let plan = decide(&shared, request);
+        match execute(&mut conn.stream, plan).await {
+            Ok(Next::Request) if keep_alive => {}
+            Ok(_) => {
+                let _ = conn.stream.shutdown().await;
+                return;
+            }
+            Err(_) => return,
         }
-        Err(_) => return,
-    };
-    let plan = decide(&shared, request);
-    let _ = execute(&mut stream, plan).await;
+    }
+}
+
+/// What becomes of a connection after an answer.
+enum Next {
+    /// The answer was complete: the connection can carry another request.
+    Request,
+    /// The answer broke it off (a cut body, a stall the client gave up on): close.
+    Close,
 }
 
 /// What to send back, decided under the lock.
@@ -303,7 +317,7 @@ fn decide(shared: &Shared, req: Request) -> Plan {
     })
 }
 
-async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<()> {
+async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<Next> {
     match plan {
         Plan::NotFound(what) => {
             let body = serde_json::json!({"error": {"type": "not_found_error", "message": format!("fake-llm: no endpoint {what}")}});
@@ -314,14 +328,18 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<()> {
                 &[],
                 body.to_string().as_bytes(),
             )
-            .await
+            .await?;
+            Ok(Next::Request)
         }
         Plan::Error {
             format,
             code,
             message,
             retry_after_s,
-        } => send_error(stream, format, code, &message, retry_after_s).await,
+        } => {
+            send_error(stream, format, code, &message, retry_after_s).await?;
+            Ok(Next::Request)
+        }
         Plan::ContextTooLong { format, message } => {
             let body = match format {
                 Format::Anthropic => anthropic::error_body(400, &message),
@@ -334,7 +352,8 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<()> {
                 &[],
                 body.to_string().as_bytes(),
             )
-            .await
+            .await?;
+            Ok(Next::Request)
         }
         Plan::Reply(p) => {
             let reply = p.reply.clone();
@@ -368,7 +387,7 @@ async fn send_error(
     .await
 }
 
-type BoxFuture<'a> = Pin<Box<dyn Future<Output = io::Result<()>> + Send + 'a>>;
+type BoxFuture<'a> = Pin<Box<dyn Future<Output = io::Result<Next>> + Send + 'a>>;
 
 /// Sends a reply; boxed because `Delay` recurses into its inner reply.
 fn send_reply<'a>(
@@ -387,6 +406,7 @@ fn send_reply<'a>(
             }
         };
         let placeholder = || answer(Some(PLACEHOLDER_TEXT.to_string()), &[]);
+        let done = Ok(Next::Request);
         match reply {
             Reply::Text(t) => send_answer(stream, p, &answer(Some(t), &[]), gap).await,
             Reply::Tools(tools) => send_answer(stream, p, &answer(None, &tools), gap).await,
@@ -398,7 +418,10 @@ fn send_reply<'a>(
                     code,
                     message,
                     retry_after_s,
-                } => send_error(stream, p.format, code, &message, retry_after_s).await,
+                } => {
+                    send_error(stream, p.format, code, &message, retry_after_s).await?;
+                    done
+                }
                 Fault::Delay { ms, then } => {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     send_reply(stream, p, *then, gap).await
@@ -412,7 +435,7 @@ fn send_reply<'a>(
                 }
                 Fault::Stall => {
                     http::hold_until_client_leaves(stream).await;
-                    Ok(())
+                    Ok(Next::Close)
                 }
                 Fault::StallStream => {
                     if p.stream {
@@ -424,7 +447,7 @@ fn send_reply<'a>(
                         }
                     }
                     http::hold_until_client_leaves(stream).await;
-                    Ok(())
+                    Ok(Next::Close)
                 }
                 Fault::CutStream => {
                     if p.stream {
@@ -449,7 +472,7 @@ fn send_reply<'a>(
                         stream.flush().await?;
                     }
                     // Close without finishing the body.
-                    stream.shutdown().await
+                    Ok(Next::Close)
                 }
                 Fault::MalformedJson => {
                     let a = placeholder();
@@ -465,15 +488,16 @@ fn send_reply<'a>(
                             http::write_chunk(stream, first.to_wire().as_bytes()).await?;
                         }
                         http::write_chunk(stream, bad.to_wire().as_bytes()).await?;
-                        http::finish_chunks(stream).await
+                        http::finish_chunks(stream).await?;
                     } else {
                         let body = match p.format {
                             Format::Anthropic => anthropic::malformed_body(&a),
                             Format::OpenAi => openai::malformed_body(&a),
                         };
                         http::write_full(stream, 200, "application/json", &[], body.as_bytes())
-                            .await
+                            .await?;
                     }
+                    done
                 }
             },
         }
@@ -494,14 +518,14 @@ fn json_body(p: &ReplyPlan, a: &Answer) -> String {
     }
 }
 
-/// Sends a well-formed answer, streamed or not as the client asked.
-/// Sends an answer; a streamed one waits `gap` between its events (a slow model).
+/// Sends a well-formed answer, streamed or not as the client asked; a streamed one waits `gap`
+/// between its events (a slow model).
 async fn send_answer(
     stream: &mut TcpStream,
     p: &ReplyPlan,
     a: &Answer,
     gap: Option<Duration>,
-) -> io::Result<()> {
+) -> io::Result<Next> {
     if p.stream {
         http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked).await?;
         for (i, e) in events(p, a).into_iter().enumerate() {
@@ -510,7 +534,7 @@ async fn send_answer(
             }
             http::write_chunk(stream, e.to_wire().as_bytes()).await?;
         }
-        http::finish_chunks(stream).await
+        http::finish_chunks(stream).await?;
     } else {
         http::write_full(
             stream,
@@ -519,6 +543,7 @@ async fn send_answer(
             &[],
             json_body(p, a).as_bytes(),
         )
-        .await
+        .await?;
     }
+    Ok(Next::Request)
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Notify};
 
-use crate::http::{read_request, write_full};
+use crate::http::{write_full, write_refusal, Conn, HttpError};
 
 /// A message the bot sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,12 +153,29 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: oneshot::Re
         tokio::select! {
             _ = &mut stop => return,
             got = listener.accept() => {
-                let Ok((mut stream, _)) = got else { continue };
+                let Ok((stream, _)) = got else { continue };
                 let shared = shared.clone();
+                // Persistent connections, as the Bot API's are.
                 tokio::spawn(async move {
-                    let Ok(req) = read_request(&mut stream).await else { return };
-                    let (code, body) = handle(&shared, &req.target, &req.body).await;
-                    let _ = write_full(&mut stream, code, "application/json", &[], body.to_string().as_bytes()).await;
+                    let mut conn = Conn::new(stream);
+                    loop {
+                        let req = match conn.read_request().await {
+                            Ok(req) => req,
+                            Err(HttpError::Bad(msg)) => {
+                                let _ = write_refusal(&mut conn.stream, &msg).await;
+                                return;
+                            }
+                            Err(_) => return,
+                        };
+                        let (code, body) = handle(&shared, &req.target, &req.body).await;
+                        let body = body.to_string();
+                        let wrote =
+                            write_full(&mut conn.stream, code, "application/json", &[], body.as_bytes())
+                                .await;
+                        if wrote.is_err() || !req.keep_alive {
+                            return;
+                        }
+                    }
                 });
             }
         }

@@ -553,7 +553,7 @@ async fn large_body_with_expect_continue() {
     let body = anthropic_body(&"x".repeat(200_000), false).to_string();
     let mut s = tokio::net::TcpStream::connect(fake.addr()).await.unwrap();
     let head = format!(
-        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
@@ -567,4 +567,108 @@ async fn large_body_with_expect_continue() {
     assert!(out.contains("big ok"));
     let usage_in = fake.requests().len();
     assert_eq!(usage_in, 1);
+}
+
+/// Reads one response with a `content-length` body from `s` (no more): its head and body.
+async fn read_response(s: &mut tokio::net::TcpStream) -> (String, String) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).await.unwrap(), 1, "closed mid-head");
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .expect("a content-length")
+        .trim()
+        .parse()
+        .unwrap();
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.unwrap();
+    (head, String::from_utf8(body).unwrap())
+}
+
+#[tokio::test]
+async fn connections_persist_as_the_real_apis_do() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        Match::Nth(2),
+        fault(Fault::Status {
+            code: 529,
+            message: "busy".into(),
+            retry_after_s: None,
+        }),
+    ));
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("kept".into())));
+    let body = anthropic_body("hi", false).to_string();
+    let request = |close: bool| {
+        format!(
+            "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n{}\r\n{body}",
+            body.len(),
+            if close { "connection: close\r\n" } else { "" }
+        )
+    };
+    let mut s = tokio::net::TcpStream::connect(fake.addr()).await.unwrap();
+    // One answer, then an error answer, on the same connection: neither closes it.
+    s.write_all(request(false).as_bytes()).await.unwrap();
+    let (head, text) = read_response(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(text.contains("kept"));
+    s.write_all(request(false).as_bytes()).await.unwrap();
+    let (head, _) = read_response(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 529 "), "{head}");
+    // Two requests written at once (pipelined): both answered, in order; the second asks to
+    // close, and the server does after answering it.
+    let two = format!("{}{}", request(false), request(true));
+    s.write_all(two.as_bytes()).await.unwrap();
+    let (head, text) = read_response(&mut s).await;
+    assert!(
+        head.starts_with("HTTP/1.1 200 OK\r\n") && text.contains("kept"),
+        "{head}"
+    );
+    let (head, text) = read_response(&mut s).await;
+    assert!(
+        head.starts_with("HTTP/1.1 200 OK\r\n") && text.contains("kept"),
+        "{head}"
+    );
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "nothing after the last answer");
+    assert_eq!(fake.request_count(), 4);
+    assert_eq!(fake.connection_count(), 1);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+#[tokio::test]
+async fn a_pooling_client_reuses_its_connection() {
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("pooled".into())));
+    // One client, several calls, streamed and not: all answered over pooled connections.
+    let client = client();
+    for stream in [false, true, false] {
+        let resp = client
+            .post(format!("{}/v1/messages", fake.base_url()))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .json(&anthropic_body("hi", stream))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let text = resp.text().await.unwrap();
+        let end = if stream { "message_stop" } else { "pooled" };
+        assert!(text.contains(end), "{text}");
+    }
+    assert_eq!(fake.request_count(), 3);
+    assert_eq!(fake.connection_count(), 1, "one connection, reused");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }

@@ -207,7 +207,43 @@ both_formats!(
     missing_usage_means_unknown_cost,
     dropped_call_frees_its_slot_and_writes_nothing,
     an_answer_over_max_response_bytes_fails_once_without_growing,
+    calls_reuse_the_providers_connection,
 );
+
+/// The provider's connection is kept between calls, as against the real APIs (whose servers
+/// keep it alive, as the fake's do): plain, streamed, and after an error status answer all use
+/// one; an answer cut mid-body costs that connection, and the retry opens another.
+async fn calls_reuse_the_providers_connection(p: &str) {
+    let w = world(|_| {});
+    w.fake.add_rule(Rule::new(
+        Match::Nth(3),
+        status(500, "internal error", None),
+    ));
+    w.fake
+        .add_rule(Rule::new(Match::Nth(5), Reply::Fault(Fault::CutStream)));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("again".into())));
+    let model = format!("{p}/x");
+    for stream in [false, true, false] {
+        let mut req = request(&model, "hi");
+        req.stream = stream;
+        let r = w.gw.chat(req, None).await.unwrap();
+        assert_eq!(text_of(&r.content), "again");
+    }
+    // Requests 3 (500, retried as 4) and 4 were the third call.
+    assert_eq!(w.fake.request_count(), 4);
+    assert_eq!(
+        w.fake.connection_count(),
+        1,
+        "one connection for every call"
+    );
+    // Request 5 is cut mid-body: the retry (6) needs a new connection.
+    let r = w.gw.chat(request(&model, "hi"), None).await.unwrap();
+    assert_eq!(text_of(&r.content), "again");
+    assert_eq!(w.fake.request_count(), 6);
+    assert_eq!(w.fake.connection_count(), 2);
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+}
 
 async fn text_answer_is_priced_and_written_to_the_ledger(p: &str) {
     let w = world(|_| {});
