@@ -1219,9 +1219,13 @@ fn machine() -> String {
 /// before it halts: at 0 every wake-up of an idle vCPU is a halt exit and an IPI through the
 /// host (15–40 µs on the machine of docs/PERFORMANCE.md), which decides (a) more than the code.
 fn idle_setup() -> String {
-    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
-    let driver = read("/sys/devices/system/cpu/cpuidle/current_driver")
-        .unwrap_or_else(|| "no".into());
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let driver =
+        read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|| "no".into());
     match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
         Some(ns) if driver == "haltpoll" => format!("cpuidle haltpoll (guest_halt_poll_ns {ns})"),
         _ => format!("cpuidle {driver}"),

@@ -27,8 +27,9 @@
 //!
 //! * It is not a model: replies are exactly what the script says; token
 //!   counts are a crude estimate (characters / 4) unless scripted.
-//! * It is not a general HTTP server: one request per connection,
-//!   `Content-Length` bodies only, bound to 127.0.0.1, no TLS.
+//! * It is not a general HTTP server: HTTP/1.1 with persistent connections
+//!   (as the real APIs keep them), `Content-Length` request bodies only,
+//!   bound to 127.0.0.1, no TLS.
 //! * It does not cover the whole API surface: no images,
 //!   batches, embeddings, `/v1/models`, or the OpenAI Responses API.
 //!
