@@ -269,9 +269,9 @@ pub(crate) async fn write_full(
     stream.flush().await
 }
 
-/// Refuses a request that could not be read (400 in the Anthropic error shape, which the
-/// OpenAI clients read as well) with `Connection: close`, and closes: what follows a bad
-/// request on the connection cannot be trusted to start a new one.
+/// Refuses a request that could not be read (400, an `invalid_request_error` naming the
+/// problem) with `Connection: close`, and closes: what follows a bad request on the
+/// connection cannot be trusted to start a new one.
 pub(crate) async fn write_refusal(stream: &mut TcpStream, message: &str) -> io::Result<()> {
     let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": message}})
         .to_string();
