@@ -230,7 +230,7 @@ async fn calls_reuse_the_providers_connection(p: &str) {
         let r = w.gw.chat(req, None).await.unwrap();
         assert_eq!(text_of(&r.content), "again");
     }
-    // Requests 3 (500, retried as 4) and 4 were the third call.
+    // The third call took two requests: a 500 (request 3), then its retry (request 4).
     assert_eq!(w.fake.request_count(), 4);
     assert_eq!(
         w.fake.connection_count(),
