@@ -672,3 +672,45 @@ async fn a_pooling_client_reuses_its_connection() {
     assert_eq!(fake.connection_count(), 1, "one connection, reused");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// A small answer is sent as a real server sends it, head and body in one write: the first
+/// read after the socket turns readable returns all of it. (Written in two, a client woken for
+/// the head alone pays a second wake-up for the body, which the benchmarks would count as the
+/// client's cost.)
+#[tokio::test]
+async fn a_small_answer_arrives_in_one_piece() {
+    use tokio::io::AsyncWriteExt;
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("whole".into())));
+    let body = anthropic_body("hi", false).to_string();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(fake.addr()).await.unwrap();
+    for _ in 0..20 {
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = loop {
+            s.readable().await.unwrap();
+            match s.try_read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => panic!("read failed: {e}"),
+            }
+        };
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let (head, rest) = got.split_once("\r\n\r\n").expect("a whole head");
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .expect("a content-length")
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(rest.len(), len, "the body came with the head: {got}");
+        assert!(rest.contains("whole"), "{got}");
+    }
+    assert_eq!(fake.connection_count(), 1);
+}
