@@ -569,6 +569,16 @@ async fn large_body_with_expect_continue() {
     assert_eq!(usage_in, 1);
 }
 
+/// The `content-length` of a response head.
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .expect("a content-length")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// Reads one response with a `content-length` body from `s` (no more): its head and body.
 async fn read_response(s: &mut tokio::net::TcpStream) -> (String, String) {
     use tokio::io::AsyncReadExt;
@@ -579,13 +589,7 @@ async fn read_response(s: &mut tokio::net::TcpStream) -> (String, String) {
         buf.push(byte[0]);
     }
     let head = String::from_utf8(buf).unwrap();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .expect("a content-length")
-        .trim()
-        .parse()
-        .unwrap();
+    let len = content_length(&head);
     let mut body = vec![0u8; len];
     s.read_exact(&mut body).await.unwrap();
     (head, String::from_utf8(body).unwrap())
@@ -702,13 +706,7 @@ async fn a_small_answer_arrives_in_one_piece() {
         };
         let got = String::from_utf8_lossy(&buf[..n]).into_owned();
         let (head, rest) = got.split_once("\r\n\r\n").expect("a whole head");
-        let len: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length: "))
-            .expect("a content-length")
-            .trim()
-            .parse()
-            .unwrap();
+        let len = content_length(head);
         assert_eq!(rest.len(), len, "the body came with the head: {got}");
         assert!(rest.contains("whole"), "{got}");
     }
