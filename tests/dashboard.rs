@@ -328,6 +328,13 @@ fn the_api_drives_projects_and_tasks_in_the_clis_shapes_and_escapes_model_output
     let r = d.post(&format!("/api/tasks/{tid}/retry"), None);
     assert_eq!(r.status, 400, "a done task cannot be retried: {}", r.body);
     assert!(r.json()["error"].as_str().unwrap().contains(&tid));
+    // A refusal's status comes from its kind (above: refused, 400), never its wording: what
+    // does not exist is a 404.
+    let r = d.post("/api/tasks/t-20200101-abcdef/retry", None);
+    assert_eq!(r.status, 404, "no such task: {}", r.body);
+    let r = d.post("/api/projects/nope/suspend", None);
+    assert_eq!(r.status, 404, "no such project: {}", r.body);
+    assert_eq!(d.get("/projects/nope").status, 404);
 
     // Lifecycle.
     let r = d.post("/api/projects/api/suspend", None);

@@ -100,7 +100,9 @@ impl Client {
 /// Turns an error response into an error, anything else passes.
 pub fn ok(resp: CtlResponse) -> Result<CtlResponse, CtlError> {
     match resp {
-        CtlResponse::Error { message } => Err(CtlError::Failed(message)),
+        CtlResponse::Error { message } | CtlResponse::Failed { message, .. } => {
+            Err(CtlError::Failed(message))
+        }
         other => Ok(other),
     }
 }

@@ -208,7 +208,10 @@ pub enum CtlResponse {
         id: String,
         message: String,
     },
-    /// Refused or failed; one line that says what to do.
+    /// The connection itself is refused (before or at hello: another protocol version, a
+    /// process started by pegasusd); one line that says what to do. Its shape never changes,
+    /// so a client of any build can read why it was dropped. A refused *request* is
+    /// [`CtlResponse::Failed`].
     Error {
         message: String,
     },
@@ -219,6 +222,43 @@ pub enum CtlResponse {
     Resync {
         missed: u64,
     },
+    /// A request was refused or failed: what kind (the one thing clients decide on, e.g. the
+    /// dashboard's HTTP status) and one line for the user that says what to do.
+    Failed {
+        kind: ErrorKind,
+        message: String,
+    },
+}
+
+/// Why a request was refused or failed, as a client acts on it; the text is for people only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The project, task, role or run it names does not exist.
+    NotFound,
+    /// The request itself is wrong (a bad name, a missing or unknown argument).
+    Invalid,
+    /// Understood, but not allowed now (the thing is in another state, already exists, or the
+    /// daemon is stopping).
+    Refused,
+    /// A budget refused the model call it needed.
+    BudgetExceeded,
+    /// Something it needs is not running or went away (a worker, the MainAgent, a model).
+    Unavailable,
+    /// pegasusd could not do its part: a file it could not read, write or parse (the message
+    /// names it), or a failure of its own (its log says more).
+    Internal,
+}
+
+impl ErrorKind {
+    /// Every kind, for tests that must cover them all.
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::NotFound,
+        ErrorKind::Invalid,
+        ErrorKind::Refused,
+        ErrorKind::BudgetExceeded,
+        ErrorKind::Unavailable,
+        ErrorKind::Internal,
+    ];
 }
 
 /// What `status` shows.
@@ -373,6 +413,28 @@ mod tests {
     }
 
     #[test]
+    fn every_error_kind_round_trips_through_the_codec() {
+        for kind in ErrorKind::ALL {
+            match kind {
+                ErrorKind::NotFound
+                | ErrorKind::Invalid
+                | ErrorKind::Refused
+                | ErrorKind::BudgetExceeded
+                | ErrorKind::Unavailable
+                | ErrorKind::Internal => {}
+            }
+            let resp = CtlResponse::Failed {
+                kind,
+                message: format!("{kind:?}"),
+            };
+            assert_eq!(
+                decode::<CtlResponse>(&encode(&resp).unwrap()).unwrap(),
+                resp
+            );
+        }
+    }
+
+    #[test]
     fn every_control_response_round_trips_through_the_codec() {
         let info = ProjectInfo {
             name: "web".into(),
@@ -420,6 +482,10 @@ mod tests {
                 message: "no".into(),
             },
             CtlResponse::Resync { missed: 3 },
+            CtlResponse::Failed {
+                kind: ErrorKind::BudgetExceeded,
+                message: "over".into(),
+            },
             CtlResponse::TaskAdded {
                 id: "t-1".into(),
                 message: "added".into(),
@@ -437,7 +503,8 @@ mod tests {
                 | CtlResponse::TaskAdded { .. }
                 | CtlResponse::Error { .. }
                 | CtlResponse::Event(_)
-                | CtlResponse::Resync { .. } => {}
+                | CtlResponse::Resync { .. }
+                | CtlResponse::Failed { .. } => {}
             }
             assert_eq!(
                 decode::<CtlResponse>(&encode(&resp).unwrap()).unwrap(),

@@ -1,5 +1,10 @@
 //! The one error type of the supervisor crate.
 
+use pegasus_proto::ctl::ErrorKind;
+use pegasus_roles::RoleError;
+use pegasus_runs::RunError;
+use pegasus_store::StoreError;
+use pegasus_tasks::TaskError;
 use std::path::PathBuf;
 
 /// Why pegasusd cannot start or go on. Each message is one line that says what to do.
@@ -10,7 +15,7 @@ pub enum SupervisorError {
     #[error("cannot start the LLM gateway: {0}")]
     Llm(pegasus_proto::llm::LlmError),
     #[error(transparent)]
-    Store(#[from] pegasus_store::StoreError),
+    Store(#[from] StoreError),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -50,22 +55,74 @@ pub enum RequestError {
     #[error("{0}")]
     Unavailable(String),
     #[error(transparent)]
-    Store(#[from] pegasus_store::StoreError),
+    Store(#[from] StoreError),
     #[error(transparent)]
-    Task(#[from] pegasus_tasks::TaskError),
+    Task(#[from] TaskError),
     #[error(transparent)]
-    Role(#[from] pegasus_roles::RoleError),
+    Role(#[from] RoleError),
     #[error(transparent)]
-    Run(#[from] pegasus_runs::RunError),
+    Run(#[from] RunError),
 }
 
 impl RequestError {
+    /// What kind of refusal this is, for the client to act on (the text is for people).
+    pub(crate) fn kind(&self) -> ErrorKind {
+        match self {
+            RequestError::ProjectNotFound(_) => ErrorKind::NotFound,
+            RequestError::Refused(_) => ErrorKind::Refused,
+            RequestError::BudgetExceeded(_) => ErrorKind::BudgetExceeded,
+            RequestError::Unavailable(_) => ErrorKind::Unavailable,
+            RequestError::Store(e) => store_kind(e),
+            RequestError::Task(e) => match e {
+                TaskError::NotFound(_) => ErrorKind::NotFound,
+                TaskError::Invalid(_) => ErrorKind::Invalid,
+                TaskError::InvalidTransition { .. }
+                | TaskError::Conflict { .. }
+                | TaskError::NotFrozen(_)
+                | TaskError::Frozen(_)
+                | TaskError::Waiting { .. } => ErrorKind::Refused,
+                TaskError::Store(e) => store_kind(e),
+                TaskError::Corrupt { .. } | TaskError::Io { .. } => ErrorKind::Internal,
+            },
+            RequestError::Role(e) => match e {
+                RoleError::NotFound(_) => ErrorKind::NotFound,
+                RoleError::UndeclaredPlaceholder { .. }
+                | RoleError::MissingVariable { .. }
+                | RoleError::UnknownVariable { .. }
+                | RoleError::BadId(_)
+                | RoleError::ToolNotAllowed { .. }
+                | RoleError::Assignment { .. } => ErrorKind::Invalid,
+                RoleError::Io { .. } | RoleError::Parse { .. } => ErrorKind::Internal,
+            },
+            RequestError::Run(e) => match e {
+                RunError::NotFound(_) => ErrorKind::NotFound,
+                RunError::Invalid(_) => ErrorKind::Invalid,
+                RunError::Refused(_) => ErrorKind::Refused,
+                RunError::Store(e) => store_kind(e),
+                RunError::Corrupt { .. }
+                | RunError::Transition { .. }
+                | RunError::PhaseTransition { .. }
+                | RunError::Background(_) => ErrorKind::Internal,
+            },
+        }
+    }
+
     pub(crate) fn refused(line: impl Into<String>) -> Self {
         RequestError::Refused(line.into())
     }
 
     pub(crate) fn unavailable(line: impl Into<String>) -> Self {
         RequestError::Unavailable(line.into())
+    }
+}
+
+/// The kind of a store error met while serving a request.
+fn store_kind(e: &StoreError) -> ErrorKind {
+    match e {
+        StoreError::NotFound(_) => ErrorKind::NotFound,
+        StoreError::Invalid(_) => ErrorKind::Invalid,
+        StoreError::Transition { .. } | StoreError::Exists(_) => ErrorKind::Refused,
+        StoreError::Io { .. } | StoreError::Parse { .. } => ErrorKind::Internal,
     }
 }
 
@@ -76,6 +133,74 @@ impl From<pegasus_proto::llm::LlmError> for RequestError {
                 RequestError::BudgetExceeded(e)
             }
             e => RequestError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_classed_by_its_type_never_its_wording() {
+        let cases: Vec<(RequestError, ErrorKind)> = vec![
+            (
+                RequestError::ProjectNotFound("p".into()),
+                ErrorKind::NotFound,
+            ),
+            (StoreError::NotFound("p".into()).into(), ErrorKind::NotFound),
+            (
+                TaskError::NotFound("t-1".into()).into(),
+                ErrorKind::NotFound,
+            ),
+            (
+                RoleError::NotFound("coder".into()).into(),
+                ErrorKind::NotFound,
+            ),
+            (RunError::NotFound("r-1".into()).into(), ErrorKind::NotFound),
+            // Wording that once decided a 404 no longer does.
+            (
+                RequestError::refused("project x not found"),
+                ErrorKind::Refused,
+            ),
+            (StoreError::Exists("p".into()).into(), ErrorKind::Refused),
+            (
+                TaskError::Store(StoreError::NotFound("p".into())).into(),
+                ErrorKind::NotFound,
+            ),
+            (
+                TaskError::Invalid("bad id".into()).into(),
+                ErrorKind::Invalid,
+            ),
+            (RoleError::BadId("X".into()).into(), ErrorKind::Invalid),
+            (
+                RunError::Refused("running".into()).into(),
+                ErrorKind::Refused,
+            ),
+            (
+                pegasus_proto::llm::LlmError::BudgetExceeded {
+                    scope: "daily".into(),
+                    limit: 1.0,
+                    spent: 2.0,
+                }
+                .into(),
+                ErrorKind::BudgetExceeded,
+            ),
+            (
+                RequestError::unavailable("no worker"),
+                ErrorKind::Unavailable,
+            ),
+            (
+                StoreError::Io {
+                    path: "/x".into(),
+                    source: std::io::ErrorKind::PermissionDenied.into(),
+                }
+                .into(),
+                ErrorKind::Internal,
+            ),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error}");
         }
     }
 }

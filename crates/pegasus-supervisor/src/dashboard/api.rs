@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pegasus_proto::ctl::{
-    AddTask, CreateProject, CtlRequest, CtlResponse, LifecycleVerb, TaskVerb,
+    AddTask, CreateProject, CtlRequest, CtlResponse, ErrorKind, LifecycleVerb, TaskVerb,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -29,18 +29,25 @@ fn answer(resp: CtlResponse) -> Response {
         CtlResponse::TaskAdded { id, message } => {
             Json(json!({"id": id, "message": message})).into_response()
         }
-        CtlResponse::Error { message } => {
-            let status = if message.contains("not found") || message.contains("no task") {
-                StatusCode::NOT_FOUND
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            error(status, &message)
-        }
+        CtlResponse::Failed { kind, message } => error(status_of(kind), &message),
+        CtlResponse::Error { message } => error(StatusCode::BAD_REQUEST, &message),
         other => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("unexpected answer {other:?}"),
         ),
+    }
+}
+
+/// The HTTP status of a refused request, from its kind (never its text): 404 for what does
+/// not exist, 500 for pegasusd's own failures, 400 for the rest.
+pub(super) fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Invalid
+        | ErrorKind::Refused
+        | ErrorKind::BudgetExceeded
+        | ErrorKind::Unavailable => StatusCode::BAD_REQUEST,
     }
 }
 

@@ -167,12 +167,14 @@ fn task_card(t: &Task) -> Markup {
 pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> Response {
     let info = match dispatch(&d.sup, CtlRequest::ProjectShow { name: name.clone() }).await {
         CtlResponse::Project(p) => *p,
-        CtlResponse::Error { message } => {
-            return (
-                StatusCode::NOT_FOUND,
-                page("Not found", None, html! { p .bad { (message) } }),
-            )
-                .into_response()
+        CtlResponse::Failed { kind, message } => {
+            let status = super::api::status_of(kind);
+            let title = if status == StatusCode::NOT_FOUND {
+                "Not found"
+            } else {
+                "Cannot show the project"
+            };
+            return (status, page(title, None, html! { p .bad { (message) } })).into_response();
         }
         _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };

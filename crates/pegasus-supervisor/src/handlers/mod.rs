@@ -83,7 +83,8 @@ pub(crate) async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlRespo
         }
         CtlRequest::Stop => Ok(done(stop::stop(sup))),
     };
-    result.unwrap_or_else(|e| CtlResponse::Error {
+    result.unwrap_or_else(|e| CtlResponse::Failed {
+        kind: e.kind(),
         message: e.to_string(),
     })
 }
