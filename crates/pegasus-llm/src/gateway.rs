@@ -17,13 +17,14 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use pegasus_proto::llm::{CallMeta, ChatRequest, ChatResponse, LlmError};
-use pegasus_store::{validate_name, Config, Home, LedgerEntry, ProjectFile};
+use pegasus_store::{Config, Home, LedgerEntry};
 
 use crate::budget::{self, Limits, MAIN_PROJECT};
 use crate::journal::{self, Journal, PendingCall, Reserved};
 use crate::ledger::Ledger;
 use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
+use crate::project_budget::ProjectBudgets;
 use crate::provider::{self, Kind, Target};
 use crate::reply::{self, ProviderReply};
 use crate::retry::{self, AttemptError};
@@ -60,6 +61,8 @@ struct Inner {
     /// Per provider: no request before this instant (set from `retry-after`).
     gates: Mutex<HashMap<String, Instant>>,
     ledger: Ledger,
+    /// Each project's `budget_usd`, parsed from PROJECT.md when the file changed.
+    budgets: ProjectBudgets,
     /// Calls sent and not yet settled, on disk (hard budgets, SPEC §5).
     journal: Journal,
     /// What the calls in flight may cost at worst; admission reads it with the totals.
@@ -130,6 +133,7 @@ impl Gateway {
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
                 gates: Mutex::new(HashMap::new()),
                 ledger,
+                budgets: ProjectBudgets::default(),
                 journal,
                 reserved: Mutex::new(Reserved::default()),
                 call_seq: AtomicU64::new(0),
@@ -408,17 +412,10 @@ impl Gateway {
         }
     }
 
-    /// The project's `budget_usd`, read from PROJECT.md at each call so an edit applies at
-    /// once (a small file; cheaper than keeping a cache coherent with the supervisor's writes).
+    /// The project's `budget_usd` as its PROJECT.md says at this call (an edit applies at
+    /// once; the file is parsed again only when it changed, see [`ProjectBudgets`]).
     fn project_budget(&self, name: &str) -> Option<f64> {
-        validate_name(name).ok()?;
-        match ProjectFile::load(&self.inner.home.project_dir(name)) {
-            Ok(p) => p.budget_usd(),
-            Err(e) => {
-                tracing::debug!(project = name, error = %e, "no project budget readable");
-                None
-            }
-        }
+        self.inner.budgets.get(&self.inner.home, name)
     }
 
     /// Waits for the provider's rate gate, then for a semaphore slot. Re-checks the gate after

@@ -1,0 +1,210 @@
+//! A project's `budget_usd` for each model call: read from its PROJECT.md so that an edit
+//! applies at the very next call, yet parsed only when the file changed.
+//!
+//! Every call stats the file (one syscall); the parsed budget is reused while the file's
+//! identity and times are those it was parsed from. Opening, reading and parsing the YAML on
+//! every call cost 20–35 µs of the link thread's time per model call (docs/PERFORMANCE.md).
+//!
+//! What counts as "unchanged": the same device, inode, size, modification and status-change
+//! times. An atomic replace (how Pegasus writes the file) is a new inode; an edit in place moves
+//! the status-change time, which no user can set back. A file changed less than
+//! [`SETTLE`] before it was read is not kept: on a file system whose clock ticks coarsely, a
+//! second edit within the same tick could leave every field the same (git's "racy" files), so
+//! such a file is read again at each call until it has settled.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pegasus_store::{validate_name, Home, ProjectFile};
+
+/// How long a file must have been left alone before its parse is kept.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// What identifies one content of PROJECT.md, short of reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether both times lie at least [`SETTLE`] before `now`.
+    fn settled(&self, now: SystemTime) -> bool {
+        let Ok(now) = now.duration_since(UNIX_EPOCH) else {
+            return false;
+        };
+        let limit = now.saturating_sub(SETTLE);
+        let at = |(s, ns): (i64, i64)| {
+            u64::try_from(s)
+                .ok()
+                .map(|s| Duration::new(s, u32::try_from(ns).unwrap_or(0)))
+        };
+        [self.mtime, self.ctime]
+            .into_iter()
+            .all(|t| at(t).is_some_and(|t| t <= limit))
+    }
+}
+
+/// The budgets of the projects, each with the stamp of the file it was read from.
+#[derive(Default)]
+pub(crate) struct ProjectBudgets {
+    known: Mutex<HashMap<String, (Stamp, Option<f64>)>>,
+    /// How many times a PROJECT.md was read and parsed (for tests).
+    #[cfg(test)]
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl ProjectBudgets {
+    /// The `budget_usd` of project `name` as its PROJECT.md says now; `None` when it sets none
+    /// or the file cannot be read (a missing or broken file caps nothing, as before).
+    pub fn get(&self, home: &Home, name: &str) -> Option<f64> {
+        self.get_at(home, name, SystemTime::now())
+    }
+
+    fn get_at(&self, home: &Home, name: &str, now: SystemTime) -> Option<f64> {
+        validate_name(name).ok()?;
+        let dir = home.project_dir(name);
+        let stamp = match std::fs::metadata(dir.join("PROJECT.md")) {
+            Ok(meta) => Stamp::of(&meta),
+            Err(e) => {
+                tracing::debug!(project = name, error = %e, "no project budget readable");
+                self.lock().remove(name);
+                return None;
+            }
+        };
+        if let Some((known, budget)) = self.lock().get(name) {
+            if *known == stamp {
+                return *budget;
+            }
+        }
+        // Read after the stat: if the file changes in between, the next call's stamp differs
+        // from the one kept here and it is read again.
+        let budget = self.read(&dir, name);
+        let mut known = self.lock();
+        if stamp.settled(now) {
+            known.insert(name.to_string(), (stamp, budget));
+        } else {
+            known.remove(name);
+        }
+        budget
+    }
+
+    fn read(&self, dir: &Path, name: &str) -> Option<f64> {
+        #[cfg(test)]
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match ProjectFile::load(dir) {
+            Ok(p) => p.budget_usd(),
+            Err(e) => {
+                tracing::debug!(project = name, error = %e, "no project budget readable");
+                None
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Stamp, Option<f64>)>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    fn project_md(budget: &str) -> String {
+        format!("---\nname: p\nstatus: active\ncreated: 2026-02-28T10:00:00Z\n{budget}---\n\n## Goal\nG\n")
+    }
+
+    fn home() -> (tempfile::TempDir, Home) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        std::fs::create_dir_all(home.project_dir("p")).unwrap();
+        (dir, home)
+    }
+
+    fn write(home: &Home, text: &str) {
+        std::fs::write(home.project_dir("p").join("PROJECT.md"), text).unwrap();
+    }
+
+    /// A moment when every file written by the test has settled.
+    fn later() -> SystemTime {
+        SystemTime::now() + SETTLE + Duration::from_secs(1)
+    }
+
+    #[test]
+    fn a_settled_file_is_parsed_once_and_an_edit_applies_at_the_next_call() {
+        let (_d, home) = home();
+        let b = ProjectBudgets::default();
+        write(&home, &project_md("budget_usd: 5\n"));
+        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
+        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
+        assert_eq!(
+            b.reads.load(Ordering::Relaxed),
+            1,
+            "the second call only stats"
+        );
+        // An edit in place (a test cannot rely on the times alone: the file system's clock may
+        // tick coarser than this test runs, which is what the settle rule covers).
+        write(&home, &project_md("budget_usd: 7.5\n"));
+        assert_eq!(b.get_at(&home, "p", later()), Some(7.5));
+        // An atomic replace (a new inode), and a budget removed.
+        let tmp = home.project_dir("p").join("PROJECT.md.tmp");
+        std::fs::write(&tmp, project_md("")).unwrap();
+        std::fs::rename(&tmp, home.project_dir("p").join("PROJECT.md")).unwrap();
+        assert_eq!(b.get_at(&home, "p", later()), None);
+        assert_eq!(b.reads.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_file_changed_just_now_is_read_at_every_call_until_it_settles() {
+        let (_d, home) = home();
+        let b = ProjectBudgets::default();
+        write(&home, &project_md("budget_usd: 5\n"));
+        assert_eq!(b.get(&home, "p"), Some(5.0));
+        assert_eq!(b.get(&home, "p"), Some(5.0));
+        assert_eq!(
+            b.reads.load(Ordering::Relaxed),
+            2,
+            "not kept while it may still change"
+        );
+        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
+        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
+        assert_eq!(b.reads.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_missing_or_broken_file_caps_nothing() {
+        let (_d, home) = home();
+        let b = ProjectBudgets::default();
+        assert_eq!(b.get_at(&home, "p", later()), None);
+        assert_eq!(b.get_at(&home, "../p", later()), None);
+        write(&home, "---\nname: [unclosed\n");
+        assert_eq!(b.get_at(&home, "p", later()), None);
+        write(&home, &project_md("budget_usd: 2.5\n"));
+        assert_eq!(b.get_at(&home, "p", later()), Some(2.5));
+        std::fs::remove_file(home.project_dir("p").join("PROJECT.md")).unwrap();
+        assert_eq!(
+            b.get_at(&home, "p", later()),
+            None,
+            "a removed file is not remembered"
+        );
+    }
+}
