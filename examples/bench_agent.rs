@@ -1216,7 +1216,7 @@ fn machine() -> String {
 }
 
 /// The cpuidle driver, and for a KVM guest's `haltpoll` driver how long an idle vCPU polls
-/// before it halts: at 0 every wake-up of an idle vCPU is a halt exit and an IPI through the
+/// before it halts (and the kernel's `sched*` boot parameters): at 0 every wake-up of an idle vCPU is a halt exit and an IPI through the
 /// host (15–40 µs on the machine of docs/PERFORMANCE.md), which decides (a) more than the code.
 fn idle_setup() -> String {
     let read = |p: &str| {
@@ -1226,9 +1226,23 @@ fn idle_setup() -> String {
     };
     let driver =
         read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_else(|| "no".into());
-    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+    let idle = match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
         Some(ns) if driver == "haltpoll" => format!("cpuidle haltpoll (guest_halt_poll_ns {ns})"),
         _ => format!("cpuidle {driver}"),
+    };
+    // Scheduler settings a guest kernel was booted with (e.g. `sched_vcpu_pack`, which packs
+    // a waker and its wakee on one vCPU: the link thread and the fake LLM, in (a)).
+    let sched: Vec<String> = read("/proc/cmdline")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take_while(|w| *w != "--")
+        .filter(|w| w.starts_with("sched"))
+        .map(str::to_string)
+        .collect();
+    if sched.is_empty() {
+        idle
+    } else {
+        format!("{idle}, {}", sched.join(" "))
     }
 }
 
