@@ -208,6 +208,15 @@ fn script(fake: &FakeLlm) {
         )
         .times(1),
     );
+    // After a crash the worker re-runs the cut-off turn with a note saying so; a model answers
+    // the note (what was cut off is cancelled in the session) before the next message.
+    fake.add_rule(Rule::new(
+        user("Pegasus restarted before the message"),
+        Reply::Text(
+            "The build was cut off by the restart and did not finish; say the word and I run it again."
+                .into(),
+        ),
+    ));
     fake.add_rule(Rule::new(
         user("back"),
         Reply::Text(

@@ -10,7 +10,9 @@
 //! the status-change time, which no user can set back. A file changed less than
 //! [`SETTLE`] before it was read is not kept: on a file system whose clock ticks coarsely, a
 //! second edit within the same tick could leave every field the same (git's "racy" files), so
-//! such a file is read again at each call until it has settled.
+//! such a file is read again at each call until it has settled. (That rule reads this machine's
+//! clock: a home on a network file system whose server clock lags by more than [`SETTLE`], or
+//! whose client caches attributes, can see an edit of PROJECT.md apply a little later.)
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -18,7 +20,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pegasus_store::{validate_name, Home, ProjectFile};
+use pegasus_store::{validate_name, Home, ProjectFile, StoreError};
 
 /// How long a file must have been left alone before its parse is kept.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -61,6 +63,13 @@ impl Stamp {
     }
 }
 
+/// Whether what a read of PROJECT.md gave may stand for the file until it changes: its content
+/// or its content's fault, yes; a failure to read it (out of file descriptors, an I/O error),
+/// no: that says nothing about the file, and kept it would lift the project's cap for good.
+fn worth_keeping(loaded: &Result<ProjectFile, StoreError>) -> bool {
+    !matches!(loaded, Err(StoreError::Io { .. }))
+}
+
 /// The budgets of the projects, each with the stamp of the file it was read from.
 #[derive(Default)]
 pub(crate) struct ProjectBudgets {
@@ -95,9 +104,17 @@ impl ProjectBudgets {
         }
         // Read after the stat: if the file changes in between, the next call's stamp differs
         // from the one kept here and it is read again.
-        let budget = self.read(&dir, name);
+        let loaded = self.read(&dir);
+        let keep = stamp.settled(now) && worth_keeping(&loaded);
+        let budget = match loaded {
+            Ok(p) => p.budget_usd(),
+            Err(e) => {
+                tracing::debug!(project = name, error = %e, "no project budget readable");
+                None
+            }
+        };
         let mut known = self.lock();
-        if stamp.settled(now) {
+        if keep {
             known.insert(name.to_string(), (stamp, budget));
         } else {
             known.remove(name);
@@ -105,17 +122,11 @@ impl ProjectBudgets {
         budget
     }
 
-    fn read(&self, dir: &Path, name: &str) -> Option<f64> {
+    fn read(&self, dir: &Path) -> Result<ProjectFile, StoreError> {
         #[cfg(test)]
         self.reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match ProjectFile::load(dir) {
-            Ok(p) => p.budget_usd(),
-            Err(e) => {
-                tracing::debug!(project = name, error = %e, "no project budget readable");
-                None
-            }
-        }
+        ProjectFile::load(dir)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Stamp, Option<f64>)>> {
@@ -173,6 +184,59 @@ mod tests {
         assert_eq!(b.reads.load(Ordering::Relaxed), 3);
     }
 
+    /// Sets the file's modification time `secs` into the past, so that only its status-change
+    /// time is recent (a test cannot wait for a file to settle, nor rely on the file system's
+    /// clock being finer than the test).
+    fn age(home: &Home, secs: u64) {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(home.project_dir("p").join("PROJECT.md"))
+            .unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(secs))
+            .unwrap();
+    }
+
+    #[test]
+    fn an_edit_that_keeps_the_size_is_seen_too() {
+        let (_d, home) = home();
+        let b = ProjectBudgets::default();
+        write(&home, &project_md("budget_usd: 5\n"));
+        age(&home, 60);
+        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
+        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
+        assert_eq!(b.reads.load(Ordering::Relaxed), 1);
+        // In place, same size: the modification time moves.
+        write(&home, &project_md("budget_usd: 6\n"));
+        assert_eq!(b.get_at(&home, "p", later()), Some(6.0));
+        age(&home, 60);
+        assert_eq!(b.get_at(&home, "p", later()), Some(6.0));
+        // Replaced by a file of the same size with the same modification time: a new inode.
+        let path = home.project_dir("p").join("PROJECT.md");
+        let tmp = home.project_dir("p").join("PROJECT.md.tmp");
+        std::fs::write(&tmp, project_md("budget_usd: 4\n")).unwrap();
+        let old = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        assert_eq!(b.get_at(&home, "p", later()), Some(4.0));
+        assert_eq!(b.reads.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_failed_read_is_never_kept() {
+        let io = StoreError::Io {
+            path: "/h/projects/p/PROJECT.md".into(),
+            source: std::io::Error::from_raw_os_error(24), // EMFILE
+        };
+        assert!(!worth_keeping(&Err(io)), "it says nothing about the file");
+        assert!(worth_keeping(&Err(StoreError::Invalid("bad".into()))));
+        assert!(worth_keeping(&Err(StoreError::NotFound("p".into()))));
+    }
+
     #[test]
     fn a_file_changed_just_now_is_read_at_every_call_until_it_settles() {
         let (_d, home) = home();
@@ -204,7 +268,8 @@ mod tests {
         assert_eq!(
             b.get_at(&home, "p", later()),
             None,
-            "a removed file is not remembered"
+            "a removed file caps nothing"
         );
+        assert!(b.lock().is_empty(), "and is forgotten");
     }
 }

@@ -237,12 +237,13 @@ pub enum ErrorKind {
     NotFound,
     /// The request itself is wrong (a bad name, a missing or unknown argument).
     Invalid,
-    /// Understood, but not allowed now (the thing is in another state, already exists, or the
-    /// daemon is stopping).
+    /// Understood, but not done: the thing is in another state or already exists, or an
+    /// argument does not fit it.
     Refused,
     /// A budget refused the model call it needed.
     BudgetExceeded,
-    /// Something it needs is not running or went away (a worker, the MainAgent, a model).
+    /// Something it needs is not running or went away (a worker, the MainAgent, a model), or
+    /// the daemon is stopping.
     Unavailable,
     /// pegasusd could not do its part: a file it could not read, write or parse (the message
     /// names it), or a failure of its own (its log says more).

@@ -54,6 +54,9 @@ pub enum RequestError {
     /// Something the request needed is not running (a worker, the MainAgent) or went away.
     #[error("{0}")]
     Unavailable(String),
+    /// pegasusd failed at its own part (a handler that panicked); its log says more.
+    #[error("{0}")]
+    Internal(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -72,6 +75,7 @@ impl RequestError {
             RequestError::Refused(_) => ErrorKind::Refused,
             RequestError::BudgetExceeded(_) => ErrorKind::BudgetExceeded,
             RequestError::Unavailable(_) => ErrorKind::Unavailable,
+            RequestError::Internal(_) => ErrorKind::Internal,
             RequestError::Store(e) => store_kind(e),
             RequestError::Task(e) => match e {
                 TaskError::NotFound(_) => ErrorKind::NotFound,
@@ -113,6 +117,11 @@ impl RequestError {
 
     pub(crate) fn unavailable(line: impl Into<String>) -> Self {
         RequestError::Unavailable(line.into())
+    }
+
+    /// A handler's work on the blocking pool did not finish (it panicked).
+    pub(crate) fn failed_inside(what: &str, e: tokio::task::JoinError) -> Self {
+        RequestError::Internal(format!("{what} failed inside pegasusd ({e}); see its log"))
     }
 }
 

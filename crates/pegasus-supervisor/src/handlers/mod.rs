@@ -98,9 +98,5 @@ async fn blocking<T: Send + 'static>(
     let sup = sup.clone();
     tokio::task::spawn_blocking(move || f(&sup))
         .await
-        .unwrap_or_else(|e| {
-            Err(RequestError::unavailable(format!(
-                "the request failed inside pegasusd ({e}); see its log"
-            )))
-        })
+        .unwrap_or_else(|e| Err(RequestError::failed_inside("the request", e)))
 }

@@ -17,14 +17,10 @@ use tokio::sync::oneshot;
 async fn off_runtime<T: Send + 'static>(
     f: impl FnOnce() -> pegasus_store::Result<T> + Send + 'static,
 ) -> Result<T, RequestError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| {
-            Err(pegasus_store::StoreError::Invalid(format!(
-                "the write failed inside pegasusd ({e}); see its log"
-            )))
-        })
-        .map_err(RequestError::from)
+    match tokio::task::spawn_blocking(f).await {
+        Ok(done) => done.map_err(RequestError::from),
+        Err(e) => Err(RequestError::failed_inside("the write", e)),
+    }
 }
 
 /// Every project as listings show it: the files, the live worker and its activity, the spend.
