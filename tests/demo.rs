@@ -4,18 +4,9 @@
 //! every request the fake model saw matched by its script.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+mod common;
+use common::example_bin;
 use std::process::Command;
-
-/// `target/<profile>/examples/demo`, beside this test's `deps/` folder.
-fn demo_exe() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from target/<profile>/deps");
-    profile_dir.join("examples").join("demo")
-}
 
 /// Builds the example as it is now: `cargo test --workspace` builds examples, but a run of
 /// this test alone (`cargo test --test demo`) does not, and would find an old build.
@@ -23,7 +14,7 @@ fn build_demo() {
     let Some(cargo) = std::env::var_os("CARGO") else {
         return;
     };
-    let release = demo_exe()
+    let release = example_bin("demo")
         .parent()
         .and_then(|e| e.parent())
         .is_some_and(|p| p.ends_with("release"));
@@ -39,7 +30,7 @@ fn build_demo() {
 #[test]
 fn the_readme_demo_runs_to_the_end() {
     build_demo();
-    let demo = demo_exe();
+    let demo = example_bin("demo");
     assert!(
         demo.is_file(),
         "{} is missing: `cargo test` builds the examples",

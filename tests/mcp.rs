@@ -12,12 +12,7 @@ use std::time::Duration;
 
 /// The test server binary, built by `cargo test` with the other examples.
 fn server_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples/mcp_test_server");
+    let bin = example_bin("mcp_test_server");
     assert!(
         bin.exists(),
         "{} is missing: run `cargo build --example mcp_test_server` (plain `cargo test` builds it)",

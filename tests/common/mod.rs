@@ -11,6 +11,17 @@ use std::{
 pub const PEGASUSD: &str = env!("CARGO_BIN_EXE_pegasusd");
 pub const PEGASUSCTL: &str = env!("CARGO_BIN_EXE_pegasusctl");
 
+/// An example's binary, `target/<profile>/examples/<name>`, beside this test's `deps/` folder
+/// (`cargo test` builds the examples with the tests).
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("a test runs from target/<profile>/deps")
+        .join("examples")
+        .join(name)
+}
+
 /// Polls `f` every 20 ms until it returns `Some` or `timeout` passes; then fails naming `what`.
 pub fn poll<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
