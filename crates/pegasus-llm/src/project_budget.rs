@@ -5,63 +5,16 @@
 //! identity and times are those it was parsed from. Opening, reading and parsing the YAML on
 //! every call cost 20–35 µs of the link thread's time per model call (docs/PERFORMANCE.md).
 //!
-//! What counts as "unchanged": the same device, inode, size, modification and status-change
-//! times. An atomic replace (how Pegasus writes the file) is a new inode; an edit in place moves
-//! the status-change time, which no user can set back. A file changed less than
-//! [`SETTLE`] before it was read is not kept: on a file system whose clock ticks coarsely, a
-//! second edit within the same tick could leave every field the same (git's "racy" files), so
-//! such a file is read again at each call until it has settled. (That rule reads this machine's
-//! clock: a home on a network file system whose server clock lags by more than [`SETTLE`], or
-//! whose client caches attributes, can see an edit of PROJECT.md apply a little later.)
+//! "Unchanged" is a [`FileStamp`] like the one the file was parsed from; a file changed so
+//! recently that a second edit could keep its stamp (not yet [`FileStamp::settled`]) is read
+//! again at each call until it has settled.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use pegasus_store::{validate_name, Home, ProjectFile, StoreError};
-
-/// How long a file must have been left alone before its parse is kept.
-const SETTLE: Duration = Duration::from_secs(2);
-
-/// What identifies one content of PROJECT.md, short of reading it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    fn of(meta: &std::fs::Metadata) -> Stamp {
-        Stamp {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-        }
-    }
-
-    /// Whether both times lie at least [`SETTLE`] before `now`.
-    fn settled(&self, now: SystemTime) -> bool {
-        let Ok(now) = now.duration_since(UNIX_EPOCH) else {
-            return false;
-        };
-        let limit = now.saturating_sub(SETTLE);
-        let at = |(s, ns): (i64, i64)| {
-            u64::try_from(s)
-                .ok()
-                .map(|s| Duration::new(s, u32::try_from(ns).unwrap_or(0)))
-        };
-        [self.mtime, self.ctime]
-            .into_iter()
-            .all(|t| at(t).is_some_and(|t| t <= limit))
-    }
-}
+use pegasus_store::{validate_name, FileStamp, Home, ProjectFile, StoreError};
 
 /// Whether what a read of PROJECT.md gave may stand for the file until it changes: its content
 /// or its content's fault, yes; a failure to read it (out of file descriptors, an I/O error),
@@ -73,7 +26,7 @@ fn worth_keeping(loaded: &Result<ProjectFile, StoreError>) -> bool {
 /// The budgets of the projects, each with the stamp of the file it was read from.
 #[derive(Default)]
 pub(crate) struct ProjectBudgets {
-    known: Mutex<HashMap<String, (Stamp, Option<f64>)>>,
+    known: Mutex<HashMap<String, (FileStamp, Option<f64>)>>,
     /// How many times a PROJECT.md was read and parsed (for tests).
     #[cfg(test)]
     reads: std::sync::atomic::AtomicU64,
@@ -90,7 +43,7 @@ impl ProjectBudgets {
         validate_name(name).ok()?;
         let dir = home.project_dir(name);
         let stamp = match std::fs::metadata(dir.join("PROJECT.md")) {
-            Ok(meta) => Stamp::of(&meta),
+            Ok(meta) => FileStamp::of(&meta),
             Err(e) => {
                 tracing::debug!(project = name, error = %e, "no project budget readable");
                 self.lock().remove(name);
@@ -129,7 +82,7 @@ impl ProjectBudgets {
         ProjectFile::load(dir)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Stamp, Option<f64>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (FileStamp, Option<f64>)>> {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -138,7 +91,9 @@ impl ProjectBudgets {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use pegasus_store::stamp::SETTLE;
     use std::sync::atomic::Ordering;
+    use std::time::Duration;
 
     fn project_md(budget: &str) -> String {
         format!("---\nname: p\nstatus: active\ncreated: 2026-02-28T10:00:00Z\n{budget}---\n\n## Goal\nG\n")
@@ -160,30 +115,6 @@ mod tests {
         SystemTime::now() + SETTLE + Duration::from_secs(1)
     }
 
-    #[test]
-    fn a_settled_file_is_parsed_once_and_an_edit_applies_at_the_next_call() {
-        let (_d, home) = home();
-        let b = ProjectBudgets::default();
-        write(&home, &project_md("budget_usd: 5\n"));
-        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
-        assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
-        assert_eq!(
-            b.reads.load(Ordering::Relaxed),
-            1,
-            "the second call only stats"
-        );
-        // An edit in place (a test cannot rely on the times alone: the file system's clock may
-        // tick coarser than this test runs, which is what the settle rule covers).
-        write(&home, &project_md("budget_usd: 7.5\n"));
-        assert_eq!(b.get_at(&home, "p", later()), Some(7.5));
-        // An atomic replace (a new inode), and a budget removed.
-        let tmp = home.project_dir("p").join("PROJECT.md.tmp");
-        std::fs::write(&tmp, project_md("")).unwrap();
-        std::fs::rename(&tmp, home.project_dir("p").join("PROJECT.md")).unwrap();
-        assert_eq!(b.get_at(&home, "p", later()), None);
-        assert_eq!(b.reads.load(Ordering::Relaxed), 3);
-    }
-
     /// Sets the file's modification time `secs` into the past, so that only its status-change
     /// time is recent (a test cannot wait for a file to settle, nor rely on the file system's
     /// clock being finer than the test).
@@ -197,14 +128,18 @@ mod tests {
     }
 
     #[test]
-    fn an_edit_that_keeps_the_size_is_seen_too() {
+    fn a_settled_file_is_parsed_once_and_every_edit_applies_at_the_next_call() {
         let (_d, home) = home();
         let b = ProjectBudgets::default();
         write(&home, &project_md("budget_usd: 5\n"));
         age(&home, 60);
         assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
         assert_eq!(b.get_at(&home, "p", later()), Some(5.0));
-        assert_eq!(b.reads.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            b.reads.load(Ordering::Relaxed),
+            1,
+            "the second call only stats"
+        );
         // In place, same size: the modification time moves.
         write(&home, &project_md("budget_usd: 6\n"));
         assert_eq!(b.get_at(&home, "p", later()), Some(6.0));
@@ -223,7 +158,11 @@ mod tests {
             .unwrap();
         std::fs::rename(&tmp, &path).unwrap();
         assert_eq!(b.get_at(&home, "p", later()), Some(4.0));
-        assert_eq!(b.reads.load(Ordering::Relaxed), 4);
+        // Replaced by one that sets no budget.
+        std::fs::write(&tmp, project_md("")).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        assert_eq!(b.get_at(&home, "p", later()), None);
+        assert_eq!(b.reads.load(Ordering::Relaxed), 5);
     }
 
     #[test]

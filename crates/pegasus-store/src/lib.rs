@@ -29,6 +29,7 @@ pub mod project_info;
 pub mod read;
 pub mod scan;
 pub mod session;
+pub mod stamp;
 mod yaml;
 
 pub use atomic::*;
@@ -50,3 +51,4 @@ pub use project::{
 pub use read::{read_capped, read_text_limited, Capped, ReadError};
 pub use scan::{scan_projects, ScanEntry};
 pub use session::*;
+pub use stamp::FileStamp;

@@ -1,28 +1,19 @@
 //! The listing rows of every project, kept between requests: `status` and `project list` used
 //! to re-read and re-parse every PROJECT.md each time (1,000 reads per `status`). A row is
-//! reused while its PROJECT.md has the same inode, size and modification time — every write
-//! Pegasus makes is a rename of a new file (a new inode), and an edit by hand changes the
-//! mtime — and is read again otherwise. The folder is still listed on every request, so a new
+//! reused while its PROJECT.md has the same [`FileStamp`] (every write Pegasus makes is a
+//! rename of a new file, a new inode; an edit by hand moves its times) and is read again
+//! otherwise. The folder is still listed on every request, so a new
 //! or removed project shows at once.
 
 use crate::supervisor::lock;
 use pegasus_proto::ctl::ProjectInfo;
-use pegasus_store::{Home, ProjectFile, ScanEntry, StoreError};
-use std::{collections::HashMap, os::unix::fs::MetadataExt, sync::Mutex};
-
-/// What identifies one version of a PROJECT.md without reading it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct FileKey {
-    ino: u64,
-    len: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
+use pegasus_store::{FileStamp, Home, ProjectFile, ScanEntry, StoreError};
+use std::{collections::HashMap, sync::Mutex};
 
 /// The cached rows, by project name.
 #[derive(Default)]
 pub(crate) struct ProjectRows {
-    rows: Mutex<HashMap<String, (FileKey, ProjectInfo)>>,
+    rows: Mutex<HashMap<String, (FileStamp, ProjectInfo)>>,
 }
 
 impl ProjectRows {
@@ -54,12 +45,7 @@ impl ProjectRows {
                     continue;
                 }
             };
-            let key = FileKey {
-                ino: meta.ino(),
-                len: meta.len(),
-                mtime: meta.mtime(),
-                mtime_nsec: meta.mtime_nsec(),
-            };
+            let key = FileStamp::of(&meta);
             let row = match cache.get(&name) {
                 Some((k, row)) if *k == key => row.clone(),
                 _ => {

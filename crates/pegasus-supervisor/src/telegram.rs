@@ -272,7 +272,7 @@ async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
 
 fn describe(resp: CtlResponse) -> String {
     match resp {
-        CtlResponse::Error { message } | CtlResponse::Failed { message, .. } => message,
+        CtlResponse::Failed { message, .. } => message,
         CtlResponse::Done { message } => message,
         other => format!("{other:?}"),
     }

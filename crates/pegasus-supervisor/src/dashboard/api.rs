@@ -30,7 +30,6 @@ fn answer(resp: CtlResponse) -> Response {
             Json(json!({"id": id, "message": message})).into_response()
         }
         CtlResponse::Failed { kind, message } => error(status_of(kind), &message),
-        CtlResponse::Error { message } => error(StatusCode::BAD_REQUEST, &message),
         other => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("unexpected answer {other:?}"),
