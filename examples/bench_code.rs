@@ -63,11 +63,12 @@ fn pegasus_round(repo: &Repo, n: usize) -> Duration {
         timeout: Duration::from_secs(60),
         output_cap: 64 * 1024,
         env_file: ".env".into(),
+        sandbox: None,
     };
     let t = Instant::now();
     let start = repo.base_commit().unwrap().unwrap();
     let tree = worktree::create(repo, &id, "bench", &start, ".env").unwrap();
-    assert!(run_shell("true", &tree.path, checks.timeout, checks.output_cap).ok);
+    assert!(run_shell("true", &tree.path, checks.timeout, checks.output_cap, None).ok);
     std::fs::write(tree.path.join(format!("d000/new-{id}.txt")), "x\n").unwrap();
     commit_all(&tree.path, "task").unwrap().unwrap();
     merge_base_in(&tree.path, &repo.base_ref(), true).unwrap();

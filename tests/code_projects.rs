@@ -395,8 +395,6 @@ fn two_projects_change_one_repo_at_once_without_lock_errors_or_orphans() {
 fn kill_9_of_the_worker_mid_verify_and_of_the_daemon_mid_merge() {
     let tmp = tempfile::tempdir().unwrap();
     let app = repo(tmp.path(), "app");
-    let marks = tmp.path().join("marks");
-    std::fs::create_dir(&marks).unwrap();
     let fake = FakeLlm::start().unwrap();
     answer_after_writes(&fake);
     fake.add_rule(Rule::new(user("slow verify"), write("v.txt", "v\n")));
@@ -404,6 +402,10 @@ fn kill_9_of_the_worker_mid_verify_and_of_the_daemon_mid_merge() {
     let home = fake_home(&fake, "");
     let mut d = home.start_fake();
     let pid = home.create("cp");
+    // Verify is confined like `exec`: besides its worktree it may write only the project's
+    // temp dir, so its marks go there.
+    let marks = home.project_dir("cp").join("tmp");
+    std::fs::create_dir_all(&marks).unwrap();
     // Verify hangs (once) in the task worktree of the first task, and in the staging worktree
     // of the second: the places to be killed in.
     let m = marks.display();

@@ -186,7 +186,7 @@ fn a_model_run_command_is_confined_to_its_workdir_and_cannot_read_the_home() {
         "attack finished"
     );
     let seen = last_tool_result(&fake);
-    if pegasus_agent::sandbox::landlock_abi().is_none() {
+    if pegasus_sandbox::landlock_abi().is_none() {
         let log = std::fs::read_to_string(
             std::fs::read_dir(home.path().join("logs"))
                 .unwrap()

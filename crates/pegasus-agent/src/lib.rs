@@ -36,7 +36,6 @@ pub mod paths;
 pub mod prompt;
 pub mod reflector;
 pub mod roles;
-pub mod sandbox;
 pub mod session_writer;
 pub mod settings;
 pub mod skills;

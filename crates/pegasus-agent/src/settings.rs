@@ -50,7 +50,7 @@ pub struct AgentSettings {
     pub skills: Option<Vec<String>>,
     /// How `exec` commands are confined (Landlock); `None` = not at all (tests, tools that
     /// run outside a home).
-    pub sandbox: Option<crate::sandbox::SandboxPaths>,
+    pub sandbox: Option<pegasus_sandbox::SandboxPaths>,
     /// Wall-clock limit of one loop (a role's `model.timeout_s`), in seconds; `None` = none
     /// beyond the guards. Checked between turns and bounding each model call and tool batch.
     pub run_timeout_s: Option<u64>,

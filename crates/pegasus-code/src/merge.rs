@@ -26,6 +26,9 @@ pub struct Checks {
     pub output_cap: usize,
     /// The env file linked into worktrees (`env_file`, default `.env`).
     pub env_file: String,
+    /// The Landlock rules hydrate and verify run under (those of `exec`); `None`: namespaces
+    /// only.
+    pub sandbox: Option<pegasus_sandbox::SandboxPaths>,
 }
 
 /// The result of running the checks in one worktree.
@@ -46,7 +49,13 @@ pub fn run_checks(checks: &Checks, dir: &Path, with_hydrate: bool) -> CheckRun {
         .map(|h| ("hydrate", h))
         .chain(checks.verify.iter().map(|v| ("verify", v)));
     for (kind, cmd) in steps {
-        let r = run_shell(cmd, dir, checks.timeout, checks.output_cap);
+        let r = run_shell(
+            cmd,
+            dir,
+            checks.timeout,
+            checks.output_cap,
+            checks.sandbox.as_ref(),
+        );
         log.push_str(&format!("$ {cmd}    ({kind}: {})\n{}", r.status, r.output));
         if !log.ends_with('\n') {
             log.push('\n');

@@ -1,15 +1,17 @@
-//! Running a project's own commands (`hydrate`, `verify`): `sh -c` in a given folder, in its
-//! own process group (killed as one on timeout and when the shell ends, so nothing it started
-//! outlives the step), dying with the worker (`PR_SET_PDEATHSIG`), output cut at a cap.
+//! Running a project's own commands (`hydrate`, `verify`): `sh -c` in a given folder, contained
+//! as `exec` is ([`pegasus_sandbox::confine`]: own process group and PID namespace, killed as
+//! one on timeout and when the shell ends, so nothing it started outlives the step; dying with
+//! the worker by the kernel's hand; the same Landlock rules), output cut at a cap.
 
 use std::io::Read;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
+use pegasus_sandbox::SandboxPaths;
 
 /// How one command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,9 +27,15 @@ pub struct ShellResult {
 /// How long output may keep flowing after the group was killed (an escapee holding the pipe).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-/// Runs `command` with `sh -c` in `dir`. Never fails: a command that cannot start is a failed
-/// result saying why.
-pub fn run_shell(command: &str, dir: &Path, timeout: Duration, cap: usize) -> ShellResult {
+/// Runs `command` with `sh -c` in `dir`, confined by `sandbox` (`None`: namespaces only).
+/// Never fails: a command that cannot start is a failed result saying why.
+pub fn run_shell(
+    command: &str,
+    dir: &Path,
+    timeout: Duration,
+    cap: usize,
+    sandbox: Option<&SandboxPaths>,
+) -> ShellResult {
     let failed = |why: String| ShellResult {
         ok: false,
         status: why,
@@ -50,19 +58,15 @@ pub fn run_shell(command: &str, dir: &Path, timeout: Duration, cap: usize) -> Sh
         .stderr(Stdio::from(write_end2))
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .process_group(0);
-    let parent = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
-    // syscalls (prctl, getppid); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            if nix::unistd::getppid().as_raw() as u32 != parent {
-                return Err(std::io::Error::other("parent exited"));
-            }
-            Ok(())
-        });
+        .env_remove("GIT_INDEX_FILE");
+    if let Err(e) = pegasus_sandbox::confine(
+        &mut cmd,
+        pegasus_sandbox::Confinement {
+            sandbox,
+            workdir: dir,
+        },
+    ) {
+        return failed(e);
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -146,11 +150,12 @@ mod tests {
             dir.path(),
             Duration::from_secs(10),
             1000,
+            None,
         );
         assert!(r.ok);
         assert_eq!(r.status, "exit 0");
         assert!(r.output.contains("hi") && r.output.contains("err"));
-        let r = run_shell("exit 3", dir.path(), Duration::from_secs(10), 1000);
+        let r = run_shell("exit 3", dir.path(), Duration::from_secs(10), 1000, None);
         assert!(!r.ok);
         assert_eq!(r.status, "exit 3");
         let r = run_shell(
@@ -158,6 +163,7 @@ mod tests {
             dir.path(),
             Duration::from_secs(10),
             100,
+            None,
         );
         assert!(r.ok);
         assert!(
@@ -172,7 +178,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("late");
         let cmd = format!("(sleep 1; touch {}) & sleep 30", marker.display());
-        let r = run_shell(&cmd, dir.path(), Duration::from_millis(300), 1000);
+        let r = run_shell(&cmd, dir.path(), Duration::from_millis(300), 1000, None);
         assert!(!r.ok);
         assert!(r.status.starts_with("timed out"), "{}", r.status);
         // The background job was killed with the group: the marker never appears. Watch past

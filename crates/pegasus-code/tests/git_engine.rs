@@ -43,6 +43,7 @@ fn checks(verify: &[&str]) -> Checks {
         timeout: Duration::from_secs(30),
         output_cap: 10_000,
         env_file: ".env".into(),
+        sandbox: None,
     }
 }
 

@@ -99,9 +99,9 @@ pub fn kill_adopted() -> usize {
 }
 
 /// The environment variable every model-run command starts with, naming the home whose
-/// worker ran it: what escaped while pegasusd was down (its subreapers gone, the escapee
-/// re-parented to init) is found by it when pegasusd starts again ([`kill_marked`]).
-pub const EXEC_MARK_ENV: &str = "PEGASUS_EXEC_HOME";
+/// worker ran it: what escaped while pegasusd was down (where there are no namespaces to end
+/// it) is found by it when pegasusd starts again ([`kill_marked`]).
+pub use pegasus_sandbox::EXEC_MARK_ENV;
 
 /// Kills every process of this user (except this one) that started with
 /// `EXEC_MARK_ENV=<home>` in its environment, with its process group. For pegasusd at start,

@@ -87,7 +87,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     if !taken.is_empty() {
         tracing::info!(variables = ?taken, "API keys read and removed from the environment");
     }
-    pegasus_agent::sandbox::warn_if_unsupported();
+    pegasus_sandbox::warn_if_unsupported();
     let worker_bin = spawn::worker_binary();
     if !worker_bin.is_file() {
         return Err(SupervisorError::WorkerBinary(worker_bin));

@@ -15,6 +15,7 @@ use pegasus_code::{
     recover, run_checks, run_shell, safe_merge, Checks, CodeError, MergeIn, MergeOutcome, Repo,
     TaskFate,
 };
+use pegasus_sandbox::SandboxPaths;
 use pegasus_store::ProjectFile;
 use pegasus_tasks::{Task, TaskState};
 
@@ -47,7 +48,12 @@ impl CodeProject {
     /// Reads the code keys of PROJECT.md: `repos`, `hydrate`, `verify` (a command or a list),
     /// `merge` (`auto` | `manual`), `env_file`, `verify_timeout_s` (default 600),
     /// `max_attempts` (default 3). `Err` is one line naming the key to fix.
-    pub fn load(project_dir: &Path, name: &str) -> Result<CodeProject, String> {
+    /// `sandbox` confines hydrate and verify as `exec` is confined.
+    pub fn load(
+        project_dir: &Path,
+        name: &str,
+        sandbox: Option<SandboxPaths>,
+    ) -> Result<CodeProject, String> {
         let file = ProjectFile::load(project_dir).map_err(|e| e.to_string())?;
         let where_ = project_dir.join("PROJECT.md").display().to_string();
         let repos = pegasus_tasks::snapshot::repos_in(&file, project_dir)
@@ -116,6 +122,7 @@ impl CodeProject {
                 timeout: Duration::from_secs(number("verify_timeout_s", 600, 86_400)?),
                 output_cap: OUTPUT_CAP,
                 env_file: text("env_file")?.unwrap_or_else(|| ".env".to_string()),
+                sandbox,
             },
             manual,
             max_attempts: number("max_attempts", 3, 100)? as u32,
@@ -183,7 +190,7 @@ pub async fn run(
     role: Option<RoleRun>,
 ) -> (String, bool) {
     let id = task.id.clone();
-    let code = match CodeProject::load(project_dir, name) {
+    let code = match CodeProject::load(project_dir, name, agent.settings().sandbox.clone()) {
         Ok(c) => c,
         Err(e) => {
             agent.fail_unstartable(&id, &e);
@@ -339,7 +346,13 @@ fn prepare(
         warnings.extend(tree.warnings.iter().cloned());
         if tree.created {
             if let Some(h) = &code.checks.hydrate {
-                let r = run_shell(h, &tree.path, code.checks.timeout, code.checks.output_cap);
+                let r = run_shell(
+                    h,
+                    &tree.path,
+                    code.checks.timeout,
+                    code.checks.output_cap,
+                    code.checks.sandbox.as_ref(),
+                );
                 if !r.ok {
                     return Err(format!(
                         "hydrate failed in repo {} ({}): {}",
@@ -585,7 +598,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
 /// failed tasks kept and logged). The merges a crash interrupted are done again by the first
 /// [`merge_due`], which runs right after.
 pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
-    let Ok(code) = CodeProject::load(project_dir, name) else {
+    let Ok(code) = CodeProject::load(project_dir, name, agent.settings().sandbox.clone()) else {
         return;
     };
     if code.repos.is_empty() {
@@ -648,7 +661,7 @@ pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
     if verified.is_empty() {
         return;
     }
-    let code = match CodeProject::load(project_dir, name) {
+    let code = match CodeProject::load(project_dir, name, agent.settings().sandbox.clone()) {
         Ok(c) => c,
         Err(e) => return tracing::warn!("verified tasks wait: {e}"),
     };

@@ -100,7 +100,7 @@ async fn serve(
                 Some(name.clone()),
             );
             settings.exec_registry = Some(home.exec_registry(&name));
-            settings.sandbox = Some(pegasus_agent::sandbox::SandboxPaths {
+            settings.sandbox = Some(pegasus_sandbox::SandboxPaths {
                 home: home.root().to_path_buf(),
                 own_dir: project_dir.clone(),
                 tmp_dir: project_dir.join("tmp"),

@@ -1,10 +1,11 @@
 //! `exec{command, timeout_s?}`: a shell command in the workdir.
 //!
-//! The command runs as `sh -c` in its own process group, so everything it starts can be killed
-//! as one: on timeout, when the call is cancelled (its future dropped, e.g. the worker is told
-//! to stop), and when the shell exits (background jobs do not outlive the call; nobody would be
-//! left to watch them). `PR_SET_PDEATHSIG` makes the shell die with the worker even under
-//! `kill -9`, where no destructor runs.
+//! The command runs as `sh -c` in its own process group and PID namespace
+//! ([`pegasus_sandbox::confine`]), so everything it starts can be killed as one: on timeout,
+//! when the call is cancelled (its future dropped, e.g. the worker is told to stop), and when
+//! the shell exits (background jobs do not outlive the call; nobody would be left to watch
+//! them). The kernel kills the namespace when the worker dies, even under `kill -9`, where no
+//! destructor runs.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
@@ -132,7 +133,7 @@ pub struct CommandSpec<'a> {
     /// Where its process group is recorded for the supervisor's sweep.
     pub registry: Option<&'a Path>,
     /// Its Landlock confinement; `None` = unconfined.
-    pub sandbox: Option<&'a crate::sandbox::SandboxPaths>,
+    pub sandbox: Option<&'a pegasus_sandbox::SandboxPaths>,
 }
 
 /// Runs a command in its own process group (see the module doc), then kills what escaped it: a process that
@@ -172,46 +173,20 @@ async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
         Ok(f) => f,
         Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
     };
-    // Built before the fork: the child only applies it (see `crate::sandbox`).
-    let mut confinement = match sandbox {
-        Some(paths) => match crate::sandbox::ruleset(paths, workdir) {
-            Ok(r) => Some(r),
-            Err(e) => return ToolOutput::error(e),
-        },
-        None => None,
-    };
-    let parent = std::process::id();
     let mut cmd = tokio::process::Command::new("sh");
-    if let Some(paths) = sandbox {
-        cmd.env("TMPDIR", &paths.tmp_dir)
-            .env(pegasus_store::adopted::EXEC_MARK_ENV, &paths.home);
-    }
     cmd.arg("-c")
         .arg(command)
         .current_dir(workdir)
         .stdin(Stdio::null())
         .stdout(Stdio::from(write_end))
         .stderr(Stdio::from(write_end2))
-        .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: the closure runs in the forked child before exec and only makes syscalls (prctl,
-    // getppid, landlock_restrict_self), all async-signal-safe; it allocates nothing (the
-    // ruleset was built before the fork and is only applied here).
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(r) = confinement.take() {
-                r.restrict_self()
-                    .map_err(|_| std::io::Error::other("cannot confine the command"))?;
-            }
-            // The signal fires when the thread that forked dies; tokio forks from a runtime
-            // worker thread, which lives as long as the worker process does.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            // The worker may have died before the prctl: then nobody would kill us later.
-            if nix::unistd::getppid().as_raw() as u32 != parent {
-                return Err(std::io::Error::other("parent exited"));
-            }
-            Ok(())
-        });
+    // Its own process group, PID namespace and Landlock rules; it dies with this process.
+    if let Err(e) = pegasus_sandbox::confine(
+        cmd.as_std_mut(),
+        pegasus_sandbox::Confinement { sandbox, workdir },
+    ) {
+        return ToolOutput::error(e);
     }
     let spawned = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id());
     // Our copies of the write end must close, or the pipe never reports end-of-file.

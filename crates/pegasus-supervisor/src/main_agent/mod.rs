@@ -40,7 +40,7 @@ pub(crate) fn start(
     );
     settings.exec_registry = Some(sup.home.exec_registry("main"));
     settings.preferences = Some(sup.home.preferences_file());
-    settings.sandbox = Some(pegasus_agent::sandbox::SandboxPaths {
+    settings.sandbox = Some(pegasus_sandbox::SandboxPaths {
         home: sup.home.root().to_path_buf(),
         own_dir: dir.clone(),
         tmp_dir: dir.join("tmp"),

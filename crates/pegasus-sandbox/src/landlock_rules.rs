@@ -12,9 +12,9 @@
 //! the contents — of the home's entries be listed. Entries created in those folders after the
 //! command started are not readable by it.
 //!
-//! The ruleset is built in the worker before the fork (opening paths allocates); the forked
-//! child only calls `landlock_restrict_self` before it executes the shell. Where the kernel has
-//! no Landlock the command runs unconfined, and [`warn_if_unsupported`] says so once.
+//! The ruleset is built before the fork (opening paths allocates); the forked child only
+//! calls `landlock_restrict_self` (see [`crate::contain`]). Where the kernel has no Landlock
+//! the command runs without it, and [`crate::warn_if_unsupported`] says so once.
 
 use std::path::{Path, PathBuf};
 
@@ -52,16 +52,6 @@ pub fn landlock_abi() -> Option<i64> {
         )
     };
     (v > 0).then_some(v)
-}
-
-/// Logs one warning when the kernel cannot confine commands; call once at start.
-pub fn warn_if_unsupported() {
-    if landlock_abi().is_none() {
-        tracing::warn!(
-            "this kernel has no Landlock: model-run commands can write anywhere this user can \
-             and read the Pegasus home (use a kernel >= 5.13 with landlock in its LSM list)"
-        );
-    }
 }
 
 /// The ruleset that confines one command running in `workdir`, ready for

@@ -1,0 +1,711 @@
+//! Kernel-enforced lifetime of everything a model can start (SPEC §12): each command runs as
+//! the first process after the init of a PID namespace of its own, so when the command's
+//! launcher dies — its worker was killed, or pegasusd was, and the worker with it — the kernel
+//! kills everything in that namespace, whatever it did to get away (`setsid`, a double fork,
+//! `env -i`, a daemonizing server). No sweep by pegasusd is needed, even while it is down.
+//!
+//! The process tree of one confined command (`confine` installs it on a `Command`):
+//!
+//! ```text
+//! worker ─ launcher (own process group; dies with the worker: PR_SET_PDEATHSIG)
+//!            └─ init, pid 1 of a new PID + mount namespace (dies with the launcher)
+//!                 └─ the command (sh -c …, an MCP server), pid 2, and all it starts
+//! ```
+//!
+//! The launcher is what the caller sees as its child: it exits with the command's status
+//! (a signal N shows as exit code 128+N). Inside the namespace `/proc` is mounted anew, so the
+//! command sees only its own processes — not pegasusd's or a worker's `/proc/PID/environ` —,
+//! the `.git` of the folder it may write (and of the task worktrees below it) is bound
+//! read-only, so it cannot point git at a configuration of its own, and the Landlock rules of
+//! [`crate::landlock_rules`] confine what it may write and read. As root the namespaces need
+//! nothing more; as another user they come with a user namespace that maps only that user.
+//! Where the kernel refuses both, the command runs with Landlock alone (today's behaviour)
+//! and [`warn_if_unsupported`] has said so once.
+//!
+//! Everything runs between `fork` and `exec`, so the child code makes raw system calls only:
+//! what needs memory (paths, the Landlock ruleset) is prepared before the fork.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use landlock::RulesetCreated;
+use nix::libc;
+
+use crate::landlock_rules::{ruleset, SandboxPaths};
+
+/// What a confined command may touch.
+#[derive(Debug, Clone, Copy)]
+pub struct Confinement<'a> {
+    /// The Landlock rules (home hidden, writes only to the workdir, tmp and extras); `None`:
+    /// namespaces only.
+    pub sandbox: Option<&'a SandboxPaths>,
+    /// The folder the command runs in and may write.
+    pub workdir: &'a Path,
+}
+
+/// The environment variable every sandboxed command starts with, naming the home whose worker
+/// ran it (a last resort where there are no namespaces: pegasusd kills such processes at
+/// start, see `pegasus_store::adopted::kill_marked`).
+pub const EXEC_MARK_ENV: &str = "PEGASUS_EXEC_HOME";
+
+/// Installs the containment on `cmd`: `TMPDIR` (its private temp dir), its own process group, the death signal, the
+/// namespaces, the read-only `.git`, Landlock. `Err` is one line (the sandbox could not be
+/// prepared); the command must not run then.
+pub fn confine(cmd: &mut std::process::Command, c: Confinement<'_>) -> Result<(), String> {
+    let mut prepared = Prepared::new(c)?;
+    cmd.process_group(0);
+    if let Some(paths) = c.sandbox {
+        cmd.env("TMPDIR", &paths.tmp_dir)
+            .env(EXEC_MARK_ENV, &paths.home);
+    }
+    // SAFETY: `enter` runs in the forked child before exec and makes only raw system calls
+    // (prctl, unshare, pipe2, clone, mount, open, landlock, waitpid, _exit): nothing that
+    // allocates or takes a lock. Everything it needs was built by `Prepared::new`.
+    unsafe {
+        cmd.pre_exec(move || prepared.enter());
+    }
+    Ok(())
+}
+
+/// Read access of Landlock ABI 1 (execute, read file, read dir): always handled when Landlock
+/// is, so a rule with it is never refused.
+const READ_V1: u64 = (1 << 0) | (1 << 2) | (1 << 3);
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const RULE_PATH_BENEATH: libc::c_int = 1;
+
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// Everything the child needs, made before the fork.
+struct Prepared {
+    parent: u32,
+    root: bool,
+    ruleset: Option<RulesetCreated>,
+    /// A second handle on the ruleset (the same kernel object): the rule for the new `/proc`
+    /// is added through it after the mount.
+    ruleset_fd: Option<OwnedFd>,
+    /// Paths bound read-only, with the mount flags that must be kept on the remount.
+    read_only: Vec<(CString, libc::c_ulong)>,
+    proc_: CString,
+    proc_dir: CString,
+    root_dir: CString,
+    setgroups: CString,
+    uid_map: (CString, Vec<u8>),
+    gid_map: (CString, Vec<u8>),
+}
+
+fn cstring(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| format!("{}: a NUL in the path", p.display()))
+}
+
+fn fixed(s: &str) -> CString {
+    CString::new(s).unwrap_or_default()
+}
+
+impl Prepared {
+    fn new(c: Confinement<'_>) -> Result<Prepared, String> {
+        let (ruleset, ruleset_fd) = match c.sandbox {
+            Some(paths) => {
+                let r = ruleset(paths, c.workdir)?;
+                let fd = r
+                    .try_clone()
+                    .map_err(|e| format!("cannot set up the command's sandbox: {e}"))?;
+                (Some(r), Option::<OwnedFd>::from(fd))
+            }
+            None => (None, None),
+        };
+        let mut read_only = Vec::new();
+        for path in git_dirs(c.workdir) {
+            read_only.push((cstring(&path)?, kept_flags(&path)));
+        }
+        // SAFETY: these calls only read the process's credentials.
+        let (uid, gid, euid) = unsafe { (libc::getuid(), libc::getgid(), libc::geteuid()) };
+        Ok(Prepared {
+            parent: std::process::id(),
+            root: euid == 0,
+            ruleset,
+            ruleset_fd,
+            read_only,
+            proc_: fixed("proc"),
+            proc_dir: fixed("/proc"),
+            root_dir: fixed("/"),
+            setgroups: fixed("/proc/self/setgroups"),
+            uid_map: (
+                fixed("/proc/self/uid_map"),
+                format!("{uid} {uid} 1\n").into_bytes(),
+            ),
+            gid_map: (
+                fixed("/proc/self/gid_map"),
+                format!("{gid} {gid} 1\n").into_bytes(),
+            ),
+        })
+    }
+
+    /// In the forked child: see the module doc. Returns `Ok` in the process that goes on to
+    /// exec the command.
+    fn enter(&mut self) -> io::Result<()> {
+        set_pdeathsig()?;
+        // The worker may have died before the prctl: then nobody would kill us later.
+        if nix::unistd::getppid().as_raw() as u32 != self.parent {
+            return Err(io::Error::other("parent exited"));
+        }
+        if !self.unshare()? {
+            return self.restrict();
+        }
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: pipe2 writes two fds into the array it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (alive_r, alive_w) = (fds[0], fds[1]);
+        let init = raw_fork()?;
+        if init > 0 {
+            // The launcher: keeps `alive_w` open for as long as it lives, drops every other
+            // descriptor (above all the one std waits on for the exec), waits for init.
+            // SAFETY: plain descriptor calls on descriptors this process owns.
+            unsafe {
+                libc::close(alive_r);
+                if alive_w != 3 {
+                    libc::dup2(alive_w, 3);
+                }
+            }
+            close_from(4);
+            let code = wait_for(init);
+            // SAFETY: ends this process without running anything of the parent's.
+            unsafe { libc::_exit(code) }
+        }
+        // Init of the new namespaces.
+        // SAFETY: closing our copy of the launcher's end.
+        unsafe { libc::close(alive_w) };
+        set_pdeathsig()?;
+        if launcher_gone(alive_r) {
+            // SAFETY: as above.
+            unsafe { libc::_exit(127) }
+        }
+        // SAFETY: as above.
+        unsafe { libc::close(alive_r) };
+        self.mount();
+        self.restrict()?;
+        let command = raw_fork()?;
+        if command == 0 {
+            return Ok(());
+        }
+        COMMAND.store(command, Ordering::SeqCst);
+        forward_signals();
+        close_from(3);
+        // SAFETY: as above.
+        unsafe { libc::_exit(reap_until(command)) }
+    }
+
+    /// Enters new PID and mount namespaces; `false` when the kernel allows neither way.
+    fn unshare(&self) -> io::Result<bool> {
+        let ns = libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+        // SAFETY: unshare takes flags only.
+        if self.root && unsafe { libc::unshare(ns) } == 0 {
+            return Ok(true);
+        }
+        // SAFETY: as above.
+        if unsafe { libc::unshare(ns | libc::CLONE_NEWUSER) } != 0 {
+            return Ok(false);
+        }
+        // Inside a fresh user namespace: map just this user, or every file would be nobody's.
+        write_file(&self.setgroups, b"deny");
+        if !write_file(&self.uid_map.0, &self.uid_map.1)
+            || !write_file(&self.gid_map.0, &self.gid_map.1)
+        {
+            return Err(io::Error::other(
+                "cannot map the user into the command's namespace",
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Makes the namespace's mounts private, mounts its own `/proc`, binds `.git` read-only.
+    /// Each step is best effort, but none is tried after the first fails (a mount while the
+    /// tree still propagates would reach the parent's namespace).
+    fn mount(&self) {
+        let null = std::ptr::null::<libc::c_char>();
+        // SAFETY: mount with NUL-terminated strings made before the fork, or NULL where the
+        // call takes none.
+        unsafe {
+            if libc::mount(
+                null,
+                self.root_dir.as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return;
+            }
+            libc::mount(
+                self.proc_.as_ptr(),
+                self.proc_dir.as_ptr(),
+                self.proc_.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            );
+            for (path, keep) in &self.read_only {
+                if libc::mount(
+                    path.as_ptr(),
+                    path.as_ptr(),
+                    null,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ) == 0
+                {
+                    libc::mount(
+                        null,
+                        path.as_ptr(),
+                        null,
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                        std::ptr::null(),
+                    );
+                }
+            }
+        }
+        // The ruleset was made before the new /proc existed: grant reading it.
+        if let Some(fd) = &self.ruleset_fd {
+            // SAFETY: open of a fixed path; the attr lives across the call.
+            unsafe {
+                let proc_fd = libc::open(self.proc_dir.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                if proc_fd >= 0 {
+                    let attr = PathBeneathAttr {
+                        allowed_access: READ_V1,
+                        parent_fd: proc_fd,
+                    };
+                    libc::syscall(
+                        libc::SYS_landlock_add_rule,
+                        fd.as_raw_fd(),
+                        RULE_PATH_BENEATH,
+                        &attr as *const PathBeneathAttr,
+                        0u32,
+                    );
+                    libc::close(proc_fd);
+                }
+            }
+        }
+    }
+
+    fn restrict(&mut self) -> io::Result<()> {
+        if let Some(r) = self.ruleset.take() {
+            r.restrict_self()
+                .map_err(|_| io::Error::other("cannot confine the command"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The `.git` entries a command in `workdir` could otherwise rewrite: the workdir's own and
+/// those of Pegasus's task worktrees below it. Symbolic links are left out (a bind would
+/// follow them).
+fn git_dirs(workdir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut push = |p: PathBuf| {
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.file_type().is_symlink()) {
+            out.push(p);
+        }
+    };
+    push(workdir.join(".git"));
+    if let Ok(entries) = std::fs::read_dir(workdir.join(".pegasus/worktrees")) {
+        for e in entries.flatten() {
+            push(e.path().join(".git"));
+        }
+    }
+    out
+}
+
+/// The flags of the mount holding `path` that a read-only remount must keep (a user
+/// namespace may not drop them).
+fn kept_flags(path: &Path) -> libc::c_ulong {
+    use nix::sys::statvfs::FsFlags;
+    let Ok(st) = nix::sys::statvfs::statvfs(path) else {
+        return 0;
+    };
+    let f = st.flags();
+    let mut out = 0;
+    for (have, keep) in [
+        (FsFlags::ST_NOSUID, libc::MS_NOSUID),
+        (FsFlags::ST_NODEV, libc::MS_NODEV),
+        (FsFlags::ST_NOEXEC, libc::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, libc::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if f.contains(have) {
+            out |= keep;
+        }
+    }
+    out
+}
+
+fn set_pdeathsig() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fork` as the bare system call: glibc's wrapper runs the process's atfork handlers, which a
+/// child of a multi-threaded process must not.
+fn raw_fork() -> io::Result<libc::pid_t> {
+    // SAFETY: clone with SIGCHLD and no stack or tid pointers is fork: the child continues on
+    // a copy of this stack.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pid as libc::pid_t)
+}
+
+fn write_file(path: &CString, bytes: &[u8]) -> bool {
+    // SAFETY: open/write/close with a NUL-terminated path and a live buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        libc::close(fd);
+        n == bytes.len() as isize
+    }
+}
+
+/// Whether the launcher is gone (its end of the pipe closed).
+fn launcher_gone(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n != 0 && (n < 0 || p.revents != 0)
+}
+
+fn close_from(first: u32) {
+    // SAFETY: close_range takes integers; the fallback closes descriptors one by one.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) == 0 {
+            return;
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as i32
+        } else {
+            4096
+        };
+        for fd in first as i32..max {
+            libc::close(fd);
+        }
+    }
+}
+
+/// An exit code for a wait status: the code, or 128 + the signal, as shells report it.
+fn exit_code(status: libc::c_int) -> libc::c_int {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+fn wait_for(pid: libc::pid_t) -> libc::c_int {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into a local.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return exit_code(status);
+        }
+        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 1;
+        }
+    }
+}
+
+/// As init: reaps every orphan of the namespace until the command itself ends.
+fn reap_until(command: libc::pid_t) -> libc::c_int {
+    let mut status = 0;
+    loop {
+        // SAFETY: as in `wait_for`.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == command {
+            return exit_code(status);
+        }
+        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 1;
+        }
+    }
+}
+
+/// The command init forwards signals to (init of a namespace gets only the signals it
+/// handles).
+static COMMAND: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = COMMAND.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+fn forward_signals() {
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ] {
+        // SAFETY: installs a handler that only calls kill; the struct is zeroed, then filled.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// What this kernel and user allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    /// The Landlock ABI, when the kernel enforces it.
+    pub landlock: Option<i64>,
+    /// Commands run in a PID namespace of their own (die with their worker).
+    pub namespaces: bool,
+}
+
+/// Runs one confined command to see what holds (a few milliseconds).
+pub fn probe() -> Support {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "echo $$"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let namespaces = confine(
+        &mut cmd,
+        Confinement {
+            sandbox: None,
+            workdir: Path::new("/"),
+        },
+    )
+    .is_ok()
+        && cmd
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "2");
+    Support {
+        landlock: crate::landlock_rules::landlock_abi(),
+        namespaces,
+    }
+}
+
+/// Logs one warning for each containment this kernel cannot give; call once at start.
+pub fn warn_if_unsupported() -> Support {
+    let s = probe();
+    if s.landlock.is_none() {
+        tracing::warn!(
+            "this kernel has no Landlock: model-run commands can write anywhere this user can \
+             and read the Pegasus home (use a kernel >= 5.13 with landlock in its LSM list)"
+        );
+    }
+    if !s.namespaces {
+        tracing::warn!(
+            "commands a model runs cannot get a PID namespace of their own here: what they \
+             start in the background is killed by pegasusd's sweeps instead of by the kernel, \
+             and they can read other processes' /proc (run pegasusd as root, or allow \
+             unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 and \
+             user.max_user_namespaces > 0)"
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    fn confined(script: &str, dir: &Path, sandbox: Option<&SandboxPaths>) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script])
+            .current_dir(dir)
+            .stdin(Stdio::null());
+        confine(
+            &mut cmd,
+            Confinement {
+                sandbox,
+                workdir: dir,
+            },
+        )
+        .unwrap();
+        cmd
+    }
+
+    fn alive(pid: i32) -> bool {
+        // A zombie is dead for our purpose.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                !s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn exit_codes_pass_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = confined("echo hi; exit 3", dir.path(), None)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+        let out = confined("kill -9 $$", dir.path(), None).output().unwrap();
+        assert_eq!(out.status.code(), Some(137));
+    }
+
+    #[test]
+    fn a_missing_program_is_a_spawn_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("/nonexistent/program");
+        confine(
+            &mut cmd,
+            Confinement {
+                sandbox: None,
+                workdir: dir.path(),
+            },
+        )
+        .unwrap();
+        assert!(cmd.output().is_err());
+    }
+
+    /// The heart of it: a process that left the command's group and session, with an emptied
+    /// environment, dies with the command's launcher — killed by the kernel, nobody sweeping.
+    #[test]
+    fn what_a_command_started_dies_with_its_launcher() {
+        if !probe().namespaces {
+            eprintln!("skipped: no PID namespaces for this user here");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("escapee");
+        // The escapee reports its pid as seen from outside: the namespace's /proc is its own,
+        // so it names itself by a marker in its argv and we look it up from here.
+        let script = "setsid env -i sh -c 'exec sleep 3600' pegasus-escapee-marker >/dev/null 2>&1 & echo started; sleep 3600".to_string();
+        let mut child = confined(&script, dir.path(), None)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let escapee = loop {
+            if let Some(pid) = find_sleeper(&child.id()) {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the escapee never started");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = std::fs::write(&pidfile, escapee.to_string());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while alive(escapee) {
+            assert!(
+                Instant::now() < deadline,
+                "the escapee {escapee} outlived its launcher by more than 1 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A `sleep 3600` below the launcher `root` (by parent links), other than the shell's own.
+    fn find_sleeper(root: &u32) -> Option<i32> {
+        let parent_of = |pid: i32| -> Option<i32> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        };
+        for e in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline != b"sleep\x003600\x00" {
+                continue;
+            }
+            // Its session differs from ours (setsid), and it descends from the launcher.
+            let mut p = pid;
+            for _ in 0..8 {
+                match parent_of(p) {
+                    Some(q) if q as u32 == *root => {
+                        let sid = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(pid)));
+                        let ours = nix::unistd::getsid(None);
+                        if sid.ok() != ours.ok() {
+                            return Some(pid);
+                        }
+                        break;
+                    }
+                    Some(q) if q > 1 => p = q,
+                    _ => break,
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_command_sees_only_its_own_processes_and_cannot_write_git() {
+        if !probe().namespaces {
+            eprintln!("skipped: no PID namespaces for this user here");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        std::fs::write(dir.path().join(".git/config"), "[core]\n").unwrap();
+        let me = std::process::id();
+        let script = format!(
+            "test -e /proc/{me} && echo visible; echo x >> .git/config || echo git-refused; echo ok > file && echo wrote"
+        );
+        let out = confined(&script, dir.path(), None).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("visible"), "{text}");
+        assert!(text.contains("git-refused"), "{text}");
+        assert!(text.contains("wrote"), "{text}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+    }
+}

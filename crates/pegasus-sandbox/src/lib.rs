@@ -1,0 +1,13 @@
+//! Containment of every command a model can cause (SPEC §6, §12): `exec`, `hydrate`,
+//! `verify` and MCP servers.
+//!
+//! * [`contain`]: each command in PID and mount namespaces of its own, so the kernel kills all
+//!   it started when its worker dies; its own `/proc`; the `.git` it could rewrite read-only.
+//! * [`landlock_rules`]: what it may write (its workdir, its temp dir, configured extras) and
+//!   read (everything but the Pegasus home, except its own project folder).
+
+pub mod contain;
+pub mod landlock_rules;
+
+pub use contain::{confine, probe, warn_if_unsupported, Confinement, Support, EXEC_MARK_ENV};
+pub use landlock_rules::{landlock_abi, SandboxPaths};
