@@ -71,11 +71,18 @@ fn a_model_run_command_cannot_drive_the_control_socket() {
 fn a_model_cannot_read_the_api_key_from_pegasusd() {
     let fake = FakeLlm::start().unwrap();
     let home = fake_home(&fake, "");
+    let d = home.start_fake();
+    // Every environment it can see, and pegasusd's by its pid (its parent's parent's, where
+    // commands shared pegasusd's PID namespace).
     script_exec(
         &fake,
-        "pp=$(awk '{print $4}' /proc/$PPID/stat); echo parent=$pp; tr '\\0' '\\n' </proc/$pp/environ; cat /proc/$pp/cmdline",
+        &format!(
+            "for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' <$e; done 2>/dev/null; \
+             echo visible=$(ls -d /proc/[0-9]* | wc -l); \
+             cat /proc/{pid}/environ /proc/{pid}/maps >/dev/null; echo direct-rc=$?",
+            pid = d.pid
+        ),
     );
-    let d = home.start_fake();
     home.create("snoop");
     assert_eq!(
         home.ctl_ok(&["project", "send", "snoop", "attack", "--wait"])
@@ -83,15 +90,24 @@ fn a_model_cannot_read_the_api_key_from_pegasusd() {
         "attack finished"
     );
     let seen = last_tool_result(&fake);
-    assert!(seen.contains(&format!("parent={}", d.pid)), "{seen}");
-    assert!(
-        seen.contains("pegasusd"),
-        "the read reached pegasusd: {seen}"
-    );
     assert!(
         !seen.contains(FAKE_KEY),
         "the key reached the model: {seen}"
     );
+    if pegasus_sandbox::probe().namespaces {
+        // Its own PID namespace: pegasusd is not even there to be read.
+        assert!(
+            seen.contains("direct-rc=") && !seen.contains("direct-rc=0"),
+            "{seen}"
+        );
+        let visible: usize = seen
+            .rsplit("visible=")
+            .next()
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count: {seen}"));
+        assert!(visible <= 6, "it sees {visible} processes: {seen}");
+    }
     // Not in pegasusd's environment either, for anybody who can read it.
     let environ = std::fs::read(format!("/proc/{}/environ", d.pid)).unwrap_or_default();
     assert!(!String::from_utf8_lossy(&environ).contains(FAKE_KEY));
@@ -163,6 +179,7 @@ fn a_model_run_command_is_confined_to_its_workdir_and_cannot_read_the_home() {
     let outside = std::env::temp_dir().join(format!("pegasus-escape-{}", std::process::id()));
     let _ = std::fs::remove_file(&outside);
     let o = outside.display();
+    let d = home.start_fake();
     script_exec(
         &fake,
         &format!(
@@ -174,10 +191,10 @@ fn a_model_run_command_is_confined_to_its_workdir_and_cannot_read_the_home() {
              ls {h}/costs/; cat {h}/costs/*; echo read-costs-rc=$?; \
              head -c 20 ../PROJECT.md; echo; echo read-own-rc=$?; \
              head -c 4 /etc/passwd; echo; echo read-etc-rc=$?; \
-             pp=$(awk '{{print $4}}' /proc/$PPID/stat); kill -0 $pp; echo signal-rc=$?"
+             kill -0 {pid}; echo signal-rc=$?",
+            pid = d.pid
         ),
     );
-    let d = home.start_fake();
     home.create("other");
     home.create("jail");
     assert_eq!(
@@ -223,37 +240,59 @@ fn a_model_run_command_is_confined_to_its_workdir_and_cannot_read_the_home() {
             "{refused}: {seen}"
         );
     }
-    assert!(seen.contains("kill: Operation not permitted"), "{seen}");
+    // Not there to be signalled (its own PID namespace), or refused by Landlock's scope.
+    assert!(
+        seen.contains("kill: No such process") || seen.contains("kill: Operation not permitted"),
+        "{seen}"
+    );
     assert!(!seen.contains("default_model"), "the config leaked: {seen}");
     assert!(seen.contains("Permission denied"), "{seen}");
 }
 
-/// What a command started and hid in its own session (`setsid`) while pegasusd and its worker
-/// were killed had no subreaper left to catch it: it is killed when pegasusd starts again.
+/// Issue 22 (high): a command that dropped the exec marker (`env -i`) and left its group and
+/// session (`setsid`) survived a kill -9 of pegasusd, and the next pegasusd answered its
+/// `pegasusctl` (it was no longer a descendant). Now it lives in the PID namespace of its
+/// command: refused by the control socket while it lives, and dead within a second of its
+/// worker, pegasusd down and nobody sweeping.
 #[test]
-fn an_escapee_that_outlived_a_dead_daemon_is_killed_when_it_comes_back() {
+fn a_marker_less_survivor_dies_with_its_worker_and_never_drives_a_daemon() {
     let fake = FakeLlm::start().unwrap();
     let home = fake_home(&fake, "");
-    let marker = format!("sleep 43.{}", std::process::id());
+    let ctl = env!("CARGO_BIN_EXE_pegasusctl");
+    let h = home.path().display().to_string();
+    let log = home.project_dir("runaway").join("tmp").join("survivor.log");
+    let l = log.display();
     script_exec(
         &fake,
-        &format!("setsid {marker} >/dev/null 2>&1 </dev/null & sleep 30"),
+        &format!(
+            "env -i setsid sh -c 'while :; do {ctl} --home {h} status >> {l} 2>&1; echo rc=$? >> {l}; sleep 0.1; done' </dev/null >/dev/null 2>&1 & sleep 30"
+        ),
     );
     let mut d = home.start_fake();
     home.create("runaway");
     home.ctl_ok(&["project", "send", "runaway", "attack"]);
-    // The sleep itself, not the shell whose command line also names it.
-    let escapee = poll(Duration::from_secs(10), "the escapee to run", || {
-        let number = marker.trim_start_matches("sleep ");
-        processes_with(number).into_iter().find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
-        })
+    let text = poll(Duration::from_secs(20), "the survivor to try twice", || {
+        let t = std::fs::read_to_string(&log).ok()?;
+        (t.matches("rc=").count() >= 2).then_some(t)
     });
+    assert!(
+        text.contains("cannot be used from inside a Pegasus project") && !text.contains("rc=0"),
+        "{text}"
+    );
+    let survivors: Vec<u32> = processes_with("survivor.log")
+        .into_iter()
+        .filter(|p| std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|e| e.is_empty()))
+        .collect();
+    assert!(!survivors.is_empty(), "the marker-less loop was not found");
     d.kill9();
-    // Nobody is left to sweep: it runs on, re-parented to init.
-    assert!(alive(escapee));
+    // No pegasusd, no sweep: the kernel ends the namespace when the worker dies.
+    poll(
+        Duration::from_secs(1),
+        "the survivor to die within 1 s of its worker",
+        || survivors.iter().all(|p| !alive(*p)).then_some(()),
+    );
     let _d = home.start_fake();
-    poll(Duration::from_secs(5), "the escapee to be killed", || {
-        (!alive(escapee)).then_some(())
-    });
+    home.ready_worker("runaway", None);
+    let after = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!after.contains("rc=0"), "a survivor drove the daemon: {after}");
 }

@@ -38,8 +38,11 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
     let mut writer = FrameWriter::new(send);
     let hello = tokio::time::timeout(HELLO_TIMEOUT, reader.read::<CtlRequest>()).await;
     // Refused after its hello, so the client reads why instead of a bare hang-up.
-    if let Some(pid) = peer.filter(|p| crate::peer::descends_from(*p, std::process::id())) {
-        tracing::warn!(peer = pid, "refusing a control connection from a process started by pegasusd (a model-run command)");
+    if let Some((pid, why)) = peer.and_then(|p| Some((p, crate::peer::refusal(p)?))) {
+        tracing::warn!(
+            peer = pid,
+            "refusing a control connection from a process {why}"
+        );
         let message = "pegasusctl cannot be used from inside a Pegasus project: a project talks to other projects through the MainAgent (notify)".to_string();
         let _ = writer.write(&CtlResponse::Error { message }).await;
         return;
