@@ -294,3 +294,180 @@ fn servers_that_cannot_start_or_hang_at_the_handshake_are_down_and_the_project_s
         processes_with("tag-mute").is_empty().then_some(())
     });
 }
+
+/// A project with hostile servers beside a good one: `huge` lists 5,000 tools with 4 KB
+/// descriptions in one message (about 20 MB, past `MAX_FRAME`); `wide` lists the same in pages
+/// of 2 MB (each page readable, the whole past `MAX_FRAME`: before the limits the worker put it
+/// in every model call, could not send that frame and stopped answering); `many` lists 5,000
+/// small tools in pages; `fat` offers one tool past the size of one tool; `t` offers names that
+/// collide once cleaned.
+#[test]
+fn a_server_with_a_huge_tool_list_fails_alone_and_the_worker_keeps_answering() {
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(user("hello"), Reply::Text("hi there".into())));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("tool do.it answered".into()),
+        Reply::Text("the renamed tool answered".into()),
+    ));
+    let bin = server_bin();
+    let bin = bin.display();
+    let home = fake_home(
+        &fake,
+        &format!(
+            "mcp_servers:\n  \
+             huge: {{command: '{bin}', args: [tag-huge], timeout_s: 30, env: {{MCP_TEST_TOOLS: '5000', MCP_TEST_DESC_BYTES: '4000'}}}}\n  \
+             many: {{command: '{bin}', args: [tag-many], timeout_s: 30, env: {{MCP_TEST_TOOLS: '5000', MCP_TEST_PAGE: '1000'}}}}\n  \
+             wide: {{command: '{bin}', args: [tag-wide], timeout_s: 30, env: {{MCP_TEST_TOOLS: '5000', MCP_TEST_DESC_BYTES: '4000', MCP_TEST_PAGE: '500'}}}}\n  \
+             fat: {{command: '{bin}', args: [tag-fat], timeout_s: 30, env: {{MCP_TEST_TOOLS: '1', MCP_TEST_DESC_BYTES: '40000'}}}}\n  \
+             t: {{command: '{bin}', args: [tag-names], timeout_s: 30, env: {{MCP_TEST_NAMES: 'do.it,do_it'}}}}\n"
+        ),
+    );
+    let _d = home.start_fake();
+    let pid = home.create("m");
+
+    assert!(send_wait(&home, "m", "hello").contains("hi there"));
+    let s = show(&home, "m");
+    assert_eq!(s["worker_pid"], pid, "the worker lives on");
+    assert_eq!(s["restarts"], 0, "{s}");
+    assert!(s["last_crash"].is_null(), "{s}");
+    let servers = s["mcp_servers"].as_array().unwrap().clone();
+    let by_name = |n: &str| servers.iter().find(|s| s["name"] == n).unwrap().clone();
+    let error = |n: &str| by_name(n)["error"].as_str().unwrap_or("").to_string();
+    for (name, why) in [
+        ("huge", "it sent a message of more than 8 MiB"),
+        ("many", "it lists more than 500 tools"),
+        ("wide", "its tool list passes 524288 bytes"),
+    ] {
+        assert_eq!(by_name(name)["state"], "down", "{name}: {s}");
+        assert!(error(name).contains(why), "{name}: {}", error(name));
+        assert_eq!(error(name).lines().count(), 1);
+        assert!(by_name(name)["tools"].as_array().unwrap().is_empty());
+    }
+    // One tool too large: refused by name, the server's other tools offered.
+    assert_eq!(by_name("fat")["state"], "running");
+    assert!(
+        error("fat").contains("1 tool not offered: `gen_0` (")
+            && error("fat").contains("at most 32768"),
+        "{}",
+        error("fat")
+    );
+    assert!(by_name("fat")["tools"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("mcp__fat__echo")));
+    // Names that collide once cleaned: both offered.
+    let t_tools: Vec<String> = by_name("t")["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        t_tools.contains(&"mcp__t__do_it".to_string()),
+        "{t_tools:?}"
+    );
+    let renamed = t_tools
+        .iter()
+        .find(|n| n.starts_with("mcp__t__do_it_"))
+        .unwrap_or_else(|| panic!("do.it offered under its own name: {t_tools:?}"))
+        .clone();
+    // The text view says it too, one line per server.
+    let text = home.ctl_ok(&["project", "show", "m"]);
+    assert!(
+        text.contains("huge: down (it sent a message of more than 8 MiB"),
+        "{text}"
+    );
+    // What the model is sent stays small: no tool of a failed server.
+    let last = fake.requests().last().unwrap().body.to_string();
+    assert!(last.contains("mcp__fat__echo") && !last.contains("mcp__huge__"));
+    assert!(last.len() < 1 << 20, "{} bytes", last.len());
+
+    // The renamed tool is reachable.
+    fake.add_rule(Rule::new(
+        user("call the renamed one"),
+        call(&renamed, json!({})),
+    ));
+    assert!(send_wait(&home, "m", "call the renamed one").contains("the renamed tool answered"));
+    // And the project keeps answering; the worker never restarted.
+    assert!(send_wait(&home, "m", "hello").contains("hi there"));
+    let s = show(&home, "m");
+    assert_eq!(s["worker_pid"], pid);
+    assert_eq!(s["restarts"], 0);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    for tag in ["tag-huge", "tag-many", "tag-wide"] {
+        poll(Duration::from_secs(5), "the failed servers stopped", || {
+            processes_with(tag).is_empty().then_some(())
+        });
+    }
+}
+
+/// A tool result of 2 MB is cut like any tool result; one of 20 MB (past one message) stops
+/// that server with the reason, for the model and in `project show`; the worker lives on and
+/// the server comes back at next use.
+#[test]
+fn a_huge_tool_result_fails_that_server_and_a_large_one_is_cut() {
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("more than 8 MiB".into()),
+        Reply::Text("the server flooded".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::LastToolResultContains("bytes cut here".into()),
+            Match::LastToolResultContains("end of big".into()),
+        ]),
+        Reply::Text("the result was cut".into()),
+    ));
+    rules(&fake);
+    fake.add_rule(Rule::new(
+        user("big it"),
+        call("mcp__t__big", json!({"bytes": 2_000_000})),
+    ));
+    fake.add_rule(Rule::new(
+        user("flood it"),
+        call("mcp__t__big", json!({"bytes": 20_000_000})),
+    ));
+    let tag = "tag-flood";
+    let home = fake_home(
+        &fake,
+        &format!(
+            "mcp_servers:\n  t: {{command: '{}', args: ['{tag}'], timeout_s: 30}}\n",
+            server_bin().display()
+        ),
+    );
+    let _d = home.start_fake();
+    let pid = home.create("m");
+
+    assert!(send_wait(&home, "m", "big it").contains("the result was cut"));
+    assert_eq!(show(&home, "m")["mcp_servers"][0]["state"], "running");
+
+    assert!(send_wait(&home, "m", "flood it").contains("the server flooded"));
+    let s = show(&home, "m");
+    assert_eq!(s["worker_pid"], pid, "the worker lives on");
+    assert_eq!(s["restarts"], 0, "{s}");
+    let server = s["mcp_servers"][0].clone();
+    assert_eq!(server["state"], "down", "{server}");
+    let error = server["error"].as_str().unwrap();
+    assert!(
+        error.contains("it sent a message of more than 8 MiB") && error.lines().count() == 1,
+        "{error}"
+    );
+    // The model was told in one line.
+    let told = fake.requests().iter().any(|r| {
+        let body = r.body.to_string();
+        body.contains("MCP server t: it sent a message of more than 8 MiB")
+    });
+    assert!(told, "the model got the reason");
+    poll(
+        Duration::from_secs(5),
+        "the flooding server stopped",
+        || processes_with(tag).is_empty().then_some(()),
+    );
+    // Next use (after its backoff): started again, answers.
+    poll(Duration::from_secs(20), "the server to come back", || {
+        send_wait(&home, "m", "use echo")
+            .contains("server said echo: hello")
+            .then_some(())
+    });
+    assert_eq!(show(&home, "m")["worker_pid"], pid);
+}

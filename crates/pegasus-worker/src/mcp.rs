@@ -5,32 +5,95 @@
 //! the agent as `mcp__NAME__TOOL`. A server that fails to start, hangs past its timeout or
 //! dies is marked down, its error kept for `project show`, and started again at the next use
 //! after a backoff that doubles (1 s … 60 s). Its state is written to `<project>/mcp.json`.
+//!
+//! What a server sends is bounded like any other input (SPEC §12), so no server can make the
+//! worker buffer without end or send pegasusd a frame past `MAX_FRAME` (tool specs travel in
+//! every `LlmRequest`):
+//! - one message (a line of JSON-RPC) is at most [`MAX_MESSAGE_BYTES`]: a longer one stops
+//!   that server (marked down with the reason; a call waiting for it gets that reason);
+//! - one server lists at most [`MAX_TOOLS_PER_SERVER`] tools in at most [`MAX_LIST_PAGES`]
+//!   pages, [`MAX_SERVER_TOOLS_BYTES`] of names, descriptions and schemas in all: past any of
+//!   these the server fails to start, with the reason in `project show`;
+//! - one tool's name, description and schema together are at most [`MAX_TOOL_BYTES`]: a
+//!   longer tool is refused by name (in `project show`), the server's other tools are offered;
+//! - all servers of a project together offer at most [`MAX_PROJECT_TOOLS_BYTES`]: a server
+//!   whose tools would pass it is not offered (in `project show`);
+//! - a tool result is cut like every tool result (`agent.max_tool_result_bytes`, head and tail
+//!   kept around a note).
+//!
+//! Tool names are cleaned to what providers accept ([`tool_name`]); tools whose cleaned names
+//! collide all stay reachable: each one whose name changed gets a suffix made from its own name
+//! (see [`offered_names`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use pegasus_agent::{Tool, ToolCtx, ToolOutput};
 use pegasus_proto::llm::ToolSpec;
 use pegasus_store::mcp::{McpServerStatus as ServerStatus, MCP_STATUS_FILE as STATUS_FILE};
 use pegasus_store::McpServerConfig;
-use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::model::{CallToolRequestParams, ContentBlock, PaginatedRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceExt};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::sync::Mutex;
 
 /// The longest wait before a down server is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// Most characters of a tool's answer kept (the agent caps results again).
-const MAX_RESULT_CHARS: usize = 256 * 1024;
+/// The longest message (one line of JSON-RPC) read from a server: room for a large image in a
+/// tool result, far below `MAX_FRAME`. A longer line stops the server.
+pub const MAX_MESSAGE_BYTES: usize = 8 << 20;
+/// The most tools one server may list.
+pub const MAX_TOOLS_PER_SERVER: usize = 500;
+/// The most pages a server's tool list may come in.
+pub const MAX_LIST_PAGES: usize = 100;
+/// The most bytes of one tool's name, description and input schema (JSON) together.
+pub const MAX_TOOL_BYTES: usize = 32 << 10;
+/// The most bytes of name, description and schema of all the tools one server offers.
+pub const MAX_SERVER_TOOLS_BYTES: usize = 512 << 10;
+/// The most bytes of name, description and schema of all the MCP tools of a project (as sent
+/// with every model call): an eighth of `MAX_FRAME`, the rest left to the conversation.
+pub const MAX_PROJECT_TOOLS_BYTES: usize = 2 << 20;
+const _: () = assert!(MAX_PROJECT_TOOLS_BYTES <= pegasus_proto::MAX_FRAME / 8);
+/// The most characters of a server's own words (an error message, a tool name) quoted in a
+/// status line or an error.
+const MAX_QUOTE_CHARS: usize = 200;
+/// The most refused tools named in a status line (the rest are counted).
+const MAX_REFUSED_NAMED: usize = 5;
+/// The most bytes of one line of a server's stderr logged.
+const MAX_STDERR_LINE: usize = 500;
 
 struct Running {
     service: RunningService<RoleClient, ()>,
     child: tokio::process::Child,
     /// Increases with every start, so a failure is only acted on for the process it hit.
     generation: u64,
+    /// Set when the server sent a message longer than [`MAX_MESSAGE_BYTES`] (the connection
+    /// was cut there).
+    oversized: Arc<AtomicBool>,
+}
+
+/// One tool as the agent is offered it.
+#[derive(Clone)]
+struct Offered {
+    /// The server's own name for it (what a call sends).
+    tool: String,
+    spec: ToolSpec,
+    /// Bytes of its name, description and schema (what it adds to every model call).
+    bytes: usize,
+}
+
+/// A server's tool list, checked.
+#[derive(Default)]
+struct Listing {
+    offered: Vec<Offered>,
+    /// Tools not offered, each `` `NAME` (why) ``.
+    refused: Vec<String>,
 }
 
 #[derive(Default)]
@@ -39,7 +102,11 @@ struct State {
     generation: u64,
     /// The tools of its last successful listing (kept while it is down, so the model can
     /// still call them and a call starts it again).
-    tools: Vec<rmcp::model::Tool>,
+    tools: Vec<Offered>,
+    /// The tools of that listing that are not offered, each `` `NAME` (why) ``.
+    refused: Vec<String>,
+    /// Why its tools are not offered although listed (the project's budget), set by `tools`.
+    withheld: Option<String>,
     started_once: bool,
     error: Option<String>,
     failures: u32,
@@ -109,29 +176,48 @@ impl McpHub {
     }
 
     /// The tools to offer: every server is started if it never was (first use), and its listed
-    /// tools become `mcp__NAME__TOOL`.
+    /// tools become `mcp__NAME__TOOL`. Servers are taken in name order; one whose tools would
+    /// take the project past [`MAX_PROJECT_TOOLS_BYTES`], or that offers a name an earlier
+    /// server offers, is withheld (with the reason in `project show`).
     pub async fn tools(self: &Arc<Self>) -> Vec<Arc<dyn Tool>> {
         let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+        let mut total = 0usize;
+        let mut taken: HashMap<String, String> = HashMap::new();
         for s in &self.servers {
             let mut st = s.state.lock().await;
             if !st.started_once {
                 let _ = self.ensure_running(s, &mut st).await;
             }
+            let bytes: usize = st.tools.iter().map(|t| t.bytes).sum();
+            st.withheld = if total + bytes > MAX_PROJECT_TOOLS_BYTES {
+                Some(format!(
+                    "its tools are not offered: their {bytes} bytes would take the project's MCP \
+                     tools past {MAX_PROJECT_TOOLS_BYTES} bytes (all servers together); remove a \
+                     server from mcp_servers or have this one offer fewer tools"
+                ))
+            } else {
+                st.tools
+                    .iter()
+                    .find_map(|t| taken.get(&t.spec.name).map(|other| (t, other)))
+                    .map(|(t, other)| {
+                        format!(
+                            "its tools are not offered: `{}` is also a tool of server {other}; \
+                             rename one of the servers",
+                            t.spec.name
+                        )
+                    })
+            };
+            if st.withheld.is_some() {
+                continue;
+            }
+            total += bytes;
             for t in &st.tools {
+                taken.insert(t.spec.name.clone(), s.name.clone());
                 out.push(Arc::new(McpTool {
                     hub: self.clone(),
                     server: s.clone(),
-                    tool: t.name.to_string(),
-                    spec: ToolSpec {
-                        name: tool_name(&s.name, &t.name),
-                        description: format!(
-                            "[MCP server {}] {}",
-                            s.name,
-                            t.description.as_deref().unwrap_or("")
-                        ),
-                        input_schema_json: serde_json::Value::Object((*t.input_schema).clone())
-                            .to_string(),
-                    },
+                    tool: t.tool.clone(),
+                    spec: t.spec.clone(),
                 }));
             }
         }
@@ -145,7 +231,11 @@ impl McpHub {
             match r.child.try_wait() {
                 Ok(None) if !r.service.is_closed() => return Ok(()),
                 _ => {
-                    let why = "the server exited".to_string();
+                    let why = if r.oversized.load(Ordering::SeqCst) {
+                        oversized_reason()
+                    } else {
+                        "the server exited".to_string()
+                    };
                     tracing::warn!(server = %s.name, "MCP server is down: {why}");
                     self.mark_down(st, why);
                 }
@@ -165,14 +255,16 @@ impl McpHub {
         }
         st.started_once = true;
         match self.start(s).await {
-            Ok((service, child, tools)) => {
+            Ok((service, child, listing, oversized)) => {
                 st.generation += 1;
                 st.running = Some(Running {
                     service,
                     child,
                     generation: st.generation,
+                    oversized,
                 });
-                st.tools = tools;
+                st.tools = listing.offered;
+                st.refused = listing.refused;
                 st.error = None;
                 st.failures = 0;
                 st.retry_at = None;
@@ -205,7 +297,8 @@ impl McpHub {
         (
             RunningService<RoleClient, ()>,
             tokio::process::Child,
-            Vec<rmcp::model::Tool>,
+            Listing,
+            Arc<AtomicBool>,
         ),
         String,
     > {
@@ -243,31 +336,35 @@ impl McpHub {
             }
         }
         if let Some(err) = child.stderr.take() {
-            let name = s.name.clone();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(err).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    tracing::info!(server = %name, "mcp stderr: {}", l.chars().take(500).collect::<String>());
-                }
-            });
+            tokio::spawn(log_stderr(s.name.clone(), err));
         }
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             kill_group(&mut child);
             return Err("no stdio pipes".into());
         };
         let timeout = s.cfg.timeout();
+        let oversized = Arc::new(AtomicBool::new(false));
+        let stdout = BoundedLines::new(stdout, MAX_MESSAGE_BYTES, oversized.clone());
+        // `Err((true, why))`: the handshake failed; `Err((false, why))`: its tools are refused.
         let started = tokio::time::timeout(timeout, async {
-            let service = ().serve((stdout, stdin)).await.map_err(|e| e.to_string())?;
-            let tools = service.list_all_tools().await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((service, tools))
+            let service =
+                ().serve((stdout, stdin))
+                    .await
+                    .map_err(|e| (true, quote(&e.to_string())))?;
+            let listing = list_tools(&s.name, service.peer())
+                .await
+                .map_err(|why| (false, why))?;
+            Ok::<_, (bool, String)>((service, listing))
         })
         .await;
         match started {
-            Ok(Ok((service, tools))) => Ok((service, child, tools)),
-            Ok(Err(e)) => {
+            Ok(Ok((service, listing))) => Ok((service, child, listing, oversized)),
+            Ok(Err((handshake, e))) => {
                 kill_group(&mut child);
                 let status = child.try_wait().ok().flatten();
                 Err(match status {
+                    _ if oversized.load(Ordering::SeqCst) => oversized_reason(),
+                    _ if !handshake => e,
                     Some(st) => format!("it exited ({st}) during the handshake: {e}"),
                     None => format!("the handshake failed: {e}"),
                 })
@@ -283,7 +380,13 @@ impl McpHub {
     }
 
     /// One tool call: the server is (re)started if needed, the call bounded by its timeout.
-    async fn call(&self, s: &Server, tool: &str, input: serde_json::Value) -> ToolOutput {
+    async fn call(
+        &self,
+        s: &Server,
+        tool: &str,
+        input: serde_json::Value,
+        max_bytes: usize,
+    ) -> ToolOutput {
         let args = match input {
             serde_json::Value::Object(m) => m,
             serde_json::Value::Null => serde_json::Map::new(),
@@ -293,7 +396,7 @@ impl McpHub {
                 ))
             }
         };
-        let (peer, generation): (Peer<RoleClient>, u64) = {
+        let (peer, generation, oversized): (Peer<RoleClient>, u64, Arc<AtomicBool>) = {
             let mut st = s.state.lock().await;
             if let Err(e) = self.ensure_running(s, &mut st).await {
                 drop(st);
@@ -301,7 +404,7 @@ impl McpHub {
                 return ToolOutput::error(e);
             }
             match st.running.as_ref() {
-                Some(r) => (r.service.peer().clone(), r.generation),
+                Some(r) => (r.service.peer().clone(), r.generation, r.oversized.clone()),
                 None => return ToolOutput::error(format!("MCP server {} is not running", s.name)),
             }
         };
@@ -313,17 +416,25 @@ impl McpHub {
             Ok(Ok(r)) => {
                 let text = render(&r.content, r.structured_content.as_ref());
                 return if r.is_error == Some(true) {
-                    ToolOutput::error(format!("MCP tool {tool} failed: {text}"))
+                    ToolOutput::error(pegasus_agent::context::cap_tool_result(
+                        format!("MCP tool {} failed: {text}", quote(tool)),
+                        max_bytes,
+                    ))
                 } else {
-                    ToolOutput::ok(text)
+                    ToolOutput::ok(pegasus_agent::context::cap_tool_result(text, max_bytes))
                 };
             }
             // A protocol-level error from a live server (unknown tool, bad arguments): the
             // server stays up.
             Ok(Err(rmcp::ServiceError::McpError(e))) => {
-                return ToolOutput::error(format!("MCP server {} refused the call: {}", s.name, e.message))
+                return ToolOutput::error(format!(
+                    "MCP server {} refused the call: {}",
+                    s.name,
+                    quote(&e.message)
+                ))
             }
-            Ok(Err(e)) => format!("the server stopped answering: {e}"),
+            Ok(Err(_)) if oversized.load(Ordering::SeqCst) => oversized_reason(),
+            Ok(Err(e)) => format!("the server stopped answering: {}", quote(&e.to_string())),
             Err(_) => format!(
                 "no answer within {} s (timeout_s); the server was stopped and restarts at next use",
                 timeout.as_secs()
@@ -352,15 +463,19 @@ impl McpHub {
             } else {
                 "not started"
             };
+            let mut notes: Vec<String> = st.error.iter().chain(&st.withheld).cloned().collect();
+            if !st.refused.is_empty() {
+                notes.push(refused_note(&st.refused));
+            }
             out.push(ServerStatus {
                 name: s.name.clone(),
                 state: state.to_string(),
-                tools: st
-                    .tools
-                    .iter()
-                    .map(|t| tool_name(&s.name, &t.name))
-                    .collect(),
-                error: st.error.clone(),
+                tools: if st.withheld.is_some() {
+                    Vec::new()
+                } else {
+                    st.tools.iter().map(|t| t.spec.name.clone()).collect()
+                },
+                error: (!notes.is_empty()).then(|| notes.join("; ")),
             });
         }
         out
@@ -415,6 +530,272 @@ pub fn tool_name(server: &str, tool: &str) -> String {
     name
 }
 
+/// The names the agent is offered for a server's tools (given in listing order), in that
+/// order: [`tool_name`] for each, except where cleaning makes names collide. Then the one tool
+/// whose name needed no change (if any) keeps it, and every other gets `_` and six hex digits of
+/// a hash of its own name (cut to leave room: still 64 characters at most), so each stays
+/// reachable whatever the listing order. `Err` (a reason naming the tool) only for a tool whose
+/// name is still taken after that (the same name listed twice, or a crafted hash clash).
+pub fn offered_names(server: &str, tools: &[&str]) -> Vec<Result<String, String>> {
+    let bases: Vec<String> = tools.iter().map(|t| tool_name(server, t)).collect();
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for b in &bases {
+        *count.entry(b.as_str()).or_default() += 1;
+    }
+    // A name kept as it is: no collision, or the one tool of a collision that needed no change.
+    let candidates: Vec<(bool, String)> = tools
+        .iter()
+        .zip(bases.iter())
+        .map(|(t, b)| {
+            if count.get(b.as_str()) == Some(&1) || *b == format!("mcp__{server}__{t}") {
+                (true, b.clone())
+            } else {
+                let mut n = b.clone();
+                n.truncate(64 - 7);
+                (
+                    false,
+                    format!("{n}_{:06x}", fnv1a(t.as_bytes()) & 0xff_ffff),
+                )
+            }
+        })
+        .collect();
+    let mut out: Vec<Result<String, String>> =
+        candidates.iter().map(|(_, n)| Ok(n.clone())).collect();
+    // Kept names are taken first, so a suffixed name never takes a kept one's place.
+    let kept = (0..tools.len()).filter(|i| candidates[*i].0);
+    let suffixed = (0..tools.len()).filter(|i| !candidates[*i].0);
+    let mut taken: HashSet<&str> = HashSet::new();
+    for i in kept.chain(suffixed) {
+        let name = candidates[i].1.as_str();
+        if !taken.insert(name) {
+            out[i] = Err(format!(
+                "`{}` (its name as offered, {name}, is taken by another tool of the server; \
+                 rename one of them)",
+                quote(tools[i])
+            ));
+        }
+    }
+    out
+}
+
+/// FNV-1a, 64 bits: a hash that is the same in every build (the suffix of a renamed tool must
+/// not change between runs: sessions and role allowlists name it).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Lists a server's tools page by page, checking each page against the limits before asking
+/// for the next. `Err` is one line saying what was too much.
+async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Listing, String> {
+    let mut kept: Vec<(String, String, String)> = Vec::new();
+    let mut refused = Vec::new();
+    let (mut count, mut bytes) = (0usize, 0usize);
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut cursor = None;
+    for page in 0.. {
+        if page == MAX_LIST_PAGES {
+            return Err(format!(
+                "its tool list comes in more than {MAX_LIST_PAGES} pages (the most Pegasus \
+                 reads); configure the server to offer fewer tools"
+            ));
+        }
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let result = peer
+            .list_tools(Some(params))
+            .await
+            .map_err(|e| format!("listing its tools failed: {}", quote(&e.to_string())))?;
+        for t in result.tools {
+            count += 1;
+            if count > MAX_TOOLS_PER_SERVER {
+                return Err(format!(
+                    "it lists more than {MAX_TOOLS_PER_SERVER} tools (the most one server may \
+                     offer); configure it to offer fewer, or split it into several servers"
+                ));
+            }
+            let name = t.name.to_string();
+            let description = t.description.as_deref().unwrap_or("");
+            let schema = serde_json::to_string(&*t.input_schema).unwrap_or_else(|_| "{}".into());
+            let size = name.len() + description.len() + schema.len();
+            if size > MAX_TOOL_BYTES {
+                refused.push(format!(
+                    "`{}` ({size} bytes of name, description and schema; at most {MAX_TOOL_BYTES})",
+                    quote(&name)
+                ));
+                continue;
+            }
+            if !seen.insert(name.clone()) {
+                refused.push(format!("`{}` (listed twice)", quote(&name)));
+                continue;
+            }
+            bytes += size;
+            if bytes > MAX_SERVER_TOOLS_BYTES {
+                return Err(format!(
+                    "its tool list passes {MAX_SERVER_TOOLS_BYTES} bytes of names, descriptions \
+                     and schemas (the most one server may offer); configure it to offer fewer \
+                     tools"
+                ));
+            }
+            kept.push((name, description.to_string(), schema));
+        }
+        cursor = result.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let names: Vec<&str> = kept.iter().map(|(n, _, _)| n.as_str()).collect();
+    let offered_as = offered_names(server, &names);
+    let mut offered = Vec::new();
+    for ((tool, description, schema), name) in kept.iter().zip(offered_as) {
+        let name = match name {
+            Ok(n) => n,
+            Err(why) => {
+                refused.push(why);
+                continue;
+            }
+        };
+        let origin = if name == format!("mcp__{server}__{tool}") {
+            format!("[MCP server {server}]")
+        } else {
+            format!("[MCP server {server}, tool `{tool}`]")
+        };
+        let description = format!("{origin} {description}");
+        offered.push(Offered {
+            tool: tool.clone(),
+            bytes: name.len() + description.len() + schema.len(),
+            spec: ToolSpec {
+                name,
+                description,
+                input_schema_json: schema.clone(),
+            },
+        });
+    }
+    Ok(Listing { offered, refused })
+}
+
+/// Why a server that sent too long a message was stopped.
+fn oversized_reason() -> String {
+    format!(
+        "it sent a message of more than {} MiB (the most Pegasus reads from an MCP server); it \
+         was stopped and restarts at next use: have its tools answer less at a time",
+        MAX_MESSAGE_BYTES >> 20
+    )
+}
+
+/// The status line of refused tools: the first few named, the rest counted.
+fn refused_note(refused: &[String]) -> String {
+    let mut named = refused[..refused.len().min(MAX_REFUSED_NAMED)].join(", ");
+    if refused.len() > MAX_REFUSED_NAMED {
+        named.push_str(&format!(" and {} more", refused.len() - MAX_REFUSED_NAMED));
+    }
+    format!(
+        "{} tool{} not offered: {named}",
+        refused.len(),
+        if refused.len() == 1 { "" } else { "s" }
+    )
+}
+
+/// A server's own words, fit for one status or error line: control characters (newlines
+/// included) become spaces, at most [`MAX_QUOTE_CHARS`] characters.
+fn quote(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(MAX_QUOTE_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().nth(MAX_QUOTE_CHARS).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Logs a server's stderr line by line, each cut at [`MAX_STDERR_LINE`] bytes (a line with no
+/// end is never buffered whole).
+async fn log_stderr(name: String, mut err: impl AsyncRead + Unpin) {
+    let mut buf = vec![0u8; 8192];
+    let mut line: Vec<u8> = Vec::new();
+    let emit = |line: &[u8]| {
+        tracing::info!(server = %name, "mcp stderr: {}", String::from_utf8_lossy(line));
+    };
+    loop {
+        let n = match err.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                emit(&line);
+                line.clear();
+            } else if line.len() < MAX_STDERR_LINE {
+                line.push(b);
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit(&line);
+    }
+}
+
+/// A server's stdout as rmcp reads it, ended (an error, and `tripped` set) at the first line
+/// longer than `max` bytes: rmcp alone would drop such a line and leave its caller waiting
+/// until the timeout.
+struct BoundedLines<R> {
+    inner: R,
+    /// Bytes of the line read so far.
+    line: usize,
+    max: usize,
+    tripped: Arc<AtomicBool>,
+}
+
+impl<R> BoundedLines<R> {
+    fn new(inner: R, max: usize, tripped: Arc<AtomicBool>) -> Self {
+        BoundedLines {
+            inner,
+            line: 0,
+            max,
+            tripped,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let too_long = || {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "an MCP message longer than the limit",
+            )
+        };
+        if self.tripped.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(too_long()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        let mut line = self.line;
+        for (i, segment) in buf.filled()[before..].split(|b| *b == b'\n').enumerate() {
+            if i > 0 {
+                line = 0;
+            }
+            line += segment.len();
+            if line > self.max {
+                self.tripped.store(true, Ordering::SeqCst);
+                buf.set_filled(before);
+                return Poll::Ready(Err(too_long()));
+            }
+        }
+        self.line = line;
+        Poll::Ready(Ok(()))
+    }
+}
+
 fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> String {
     let mut parts = Vec::new();
     for c in content {
@@ -432,16 +813,7 @@ fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> S
             parts.push(v.to_string());
         }
     }
-    let mut text = parts.join("\n");
-    if text.len() > MAX_RESULT_CHARS {
-        let mut cut = MAX_RESULT_CHARS;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str("\n[cut]");
-    }
-    text
+    parts.join("\n")
 }
 
 struct McpTool {
@@ -459,14 +831,20 @@ impl Tool for McpTool {
     fn call<'a>(
         &'a self,
         input: serde_json::Value,
-        _ctx: &'a ToolCtx,
+        ctx: &'a ToolCtx,
     ) -> pegasus_agent::tool::ToolFuture<'a> {
-        Box::pin(async move { self.hub.call(&self.server, &self.tool, input).await })
+        let max_bytes = ctx.settings.max_tool_result_bytes;
+        Box::pin(async move {
+            self.hub
+                .call(&self.server, &self.tool, input, max_bytes)
+                .await
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]
@@ -474,5 +852,174 @@ mod tests {
         assert_eq!(tool_name("gh", "create_issue"), "mcp__gh__create_issue");
         assert_eq!(tool_name("gh", "a.b/c d"), "mcp__gh__a_b_c_d");
         assert_eq!(tool_name("s", &"x".repeat(100)).len(), 64);
+    }
+
+    fn names(server: &str, tools: &[&str]) -> Vec<String> {
+        offered_names(server, tools)
+            .into_iter()
+            .map(|n| n.unwrap())
+            .collect()
+    }
+
+    fn provider_ok(n: &str) -> bool {
+        n.len() <= 64
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }
+
+    #[test]
+    fn names_that_collide_once_cleaned_all_stay_reachable_whatever_the_order() {
+        let tools = ["a.b", "a_b", "a b", "c"];
+        let got = names("s", &tools);
+        // The one that needed no cleaning keeps its name; the others get a suffix of their own.
+        assert_eq!(got[1], "mcp__s__a_b");
+        assert_eq!(got[3], "mcp__s__c");
+        assert!(got[0].starts_with("mcp__s__a_b_") && got[0].len() == "mcp__s__a_b_".len() + 6);
+        assert!(got[2].starts_with("mcp__s__a_b_"));
+        assert_eq!(got.iter().collect::<HashSet<_>>().len(), 4, "{got:?}");
+        assert!(got.iter().all(|n| provider_ok(n)), "{got:?}");
+        // Deterministic: the listing order changes nothing, nor does running again.
+        let rev: Vec<&str> = tools.iter().rev().copied().collect();
+        let mut back = names("s", &rev);
+        back.reverse();
+        assert_eq!(back, got);
+        assert_eq!(names("s", &tools), got);
+        // No collision: names unchanged.
+        assert_eq!(names("s", &["x.y"]), vec!["mcp__s__x_y"]);
+    }
+
+    #[test]
+    fn long_names_cut_to_the_same_64_characters_are_told_apart() {
+        let stem = "a".repeat(70);
+        let (one, two) = (format!("{stem}_one"), format!("{stem}_two"));
+        let got = names("srv", &[&one, &two]);
+        assert_ne!(got[0], got[1]);
+        assert!(got.iter().all(|n| provider_ok(n)), "{got:?}");
+        assert!(
+            got.iter().all(|n| n.starts_with("mcp__srv__aaaa")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn a_name_still_taken_after_the_suffix_is_refused_by_name() {
+        // A tool crafted to carry exactly the name `a.b` would be renamed to.
+        let renamed = names("s", &["a.b", "a_b"])[0].clone();
+        let crafted = renamed.trim_start_matches("mcp__s__").to_string();
+        let got = offered_names("s", &["a.b", "a_b", &crafted]);
+        assert_eq!(got[1].as_deref(), Ok("mcp__s__a_b"));
+        assert_eq!(got[2].as_deref(), Ok(renamed.as_str()));
+        let why = got[0].clone().unwrap_err();
+        assert!(why.starts_with("`a.b`") && why.contains("rename"), "{why}");
+        assert_eq!(why.lines().count(), 1);
+        // The same name listed twice: the second is refused.
+        let twice = offered_names("s", &["x", "x"]);
+        assert!(twice[0].is_ok() && twice[1].is_err(), "{twice:?}");
+    }
+
+    #[test]
+    fn refusals_and_quotes_are_one_bounded_line() {
+        let q = quote(&format!("bad\nthing{}", "y".repeat(1000)));
+        assert!(
+            !q.contains('\n') && q.chars().count() == MAX_QUOTE_CHARS + 1,
+            "{q}"
+        );
+        let refused: Vec<String> = (0..8).map(|i| format!("`t{i}` (why)")).collect();
+        let note = refused_note(&refused);
+        assert!(
+            note.starts_with("8 tools not offered: `t0` (why)"),
+            "{note}"
+        );
+        assert!(
+            note.ends_with("and 3 more") && !note.contains("t5"),
+            "{note}"
+        );
+        assert_eq!(
+            refused_note(&refused[..1]),
+            "1 tool not offered: `t0` (why)"
+        );
+        assert!(!oversized_reason().contains('\n'));
+    }
+
+    async fn read_all(input: &[u8], max: usize) -> (Result<Vec<u8>, std::io::Error>, bool) {
+        let tripped = Arc::new(AtomicBool::new(false));
+        // A small buffer, so lines span reads.
+        let mut r =
+            tokio::io::BufReader::with_capacity(3, BoundedLines::new(input, max, tripped.clone()));
+        let mut out = Vec::new();
+        let res = r.read_to_end(&mut out).await.map(|_| out);
+        (res, tripped.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_limit_ends_the_stream_and_says_so() {
+        let ok = b"12345\n1234\n\n12345";
+        let (res, tripped) = read_all(ok, 5).await;
+        assert_eq!(res.unwrap(), ok.to_vec());
+        assert!(!tripped);
+        for bad in [&b"123456\n"[..], b"12\n1234567", b"1\n2\n123456789\n1\n"] {
+            let (res, tripped) = read_all(bad, 5).await;
+            assert!(res.is_err() && tripped, "{bad:?}");
+        }
+    }
+
+    fn offered(server: &str, tool: &str, bytes: usize) -> Offered {
+        Offered {
+            tool: tool.into(),
+            spec: ToolSpec {
+                name: tool_name(server, tool),
+                description: String::new(),
+                input_schema_json: "{}".into(),
+            },
+            bytes,
+        }
+    }
+
+    #[tokio::test]
+    async fn servers_past_the_projects_budget_or_reusing_a_name_are_withheld_and_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = |c: &str| McpServerConfig {
+            command: c.into(),
+            args: vec![],
+            env: BTreeMap::new(),
+            timeout_s: None,
+            eager: false,
+        };
+        let servers: BTreeMap<String, McpServerConfig> = ["a", "a_", "b", "c"]
+            .into_iter()
+            .map(|n| (n.to_string(), cfg("/nonexistent")))
+            .collect();
+        let hub = McpHub::new(servers, dir.path(), dir.path(), None);
+        let half = MAX_PROJECT_TOOLS_BYTES / 2;
+        let listed = [
+            ("a", vec![offered("a", "_x", 10), offered("a", "y", half)]),
+            // `mcp__a___x` again, from another server.
+            ("a_", vec![offered("a_", "x", 10)]),
+            ("b", vec![offered("b", "z", half - 100)]),
+            ("c", vec![offered("c", "w", 200)]),
+        ];
+        for (s, (_, tools)) in hub.servers.iter().zip(listed) {
+            let mut st = s.state.lock().await;
+            st.started_once = true;
+            st.tools = tools;
+        }
+        let tools = hub.tools().await;
+        let got: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
+        assert_eq!(got, vec!["mcp__a___x", "mcp__a__y", "mcp__b__z"]);
+        let status = hub.status().await;
+        let err = |i: usize| status[i].error.clone().unwrap_or_default();
+        assert!(
+            err(1).contains("`mcp__a___x` is also a tool of server a"),
+            "{status:?}"
+        );
+        assert!(status[1].tools.is_empty());
+        assert!(err(2).is_empty(), "{status:?}");
+        assert!(
+            err(3).contains(&format!("past {MAX_PROJECT_TOOLS_BYTES} bytes")),
+            "{status:?}"
+        );
+        // The status file holds the same.
+        let file = pegasus_store::mcp::read_mcp_status(dir.path());
+        assert_eq!(file, status);
     }
 }
