@@ -47,16 +47,33 @@ fn http(
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if body.is_some()
+        && !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
+        req.push_str("Content-Type: application/json\r\n");
+    }
     match body {
-        Some(b) => req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
-            b.len()
-        )),
+        Some(b) => req.push_str(&format!("Content-Length: {}\r\n\r\n{b}", b.len())),
         None => req.push_str("Content-Length: 0\r\n\r\n"),
     }
-    s.write_all(req.as_bytes()).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+    // A server may answer before reading all of a body it refuses (413) and close: the write
+    // then fails, and the read may end in a reset after the answer. The answer is what counts.
+    let wrote = s.write_all(req.as_bytes());
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    let mut buf = [0u8; 16384];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if raw.is_empty() => {
+                panic!("{method} {path}: no answer ({e}; write: {wrote:?})")
+            }
+            Err(_) => break,
+        }
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, rest) = text.split_once("\r\n\r\n").unwrap();
     let mut lines = head.lines();
@@ -242,6 +259,143 @@ fn only_the_token_holder_on_this_host_and_origin_gets_in() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["name"], "web");
+}
+
+/// Asserts `r` is a JSON error with `status`, and returns its message.
+fn json_error(r: &Resp, status: u16, what: &str) -> String {
+    assert_eq!(r.status, status, "{what}: {}", r.body);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json"),
+        "{what}: {}",
+        r.body
+    );
+    let v: Value =
+        serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("{what}: {e}: {}", r.body));
+    let msg = v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no `error` string: {}", r.body))
+        .to_string();
+    assert!(
+        !msg.trim().is_empty() && !msg.contains('\n'),
+        "{what}: one line: {msg:?}"
+    );
+    msg
+}
+
+#[test]
+fn every_api_error_is_json_with_a_fitting_status() {
+    let fake = FakeLlm::start().unwrap();
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    let d = Dash::of(&home);
+    let auth = d.auth();
+    let with_auth = [("Authorization", auth.as_str())];
+
+    // A body that is not JSON.
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects",
+        &with_auth,
+        Some("{\"name\": \"x\", "),
+    );
+    let msg = json_error(&r, 400, "malformed JSON");
+    assert!(msg.contains("JSON"), "{msg}");
+    // JSON under another content type.
+    let body = json!({"name": "web", "goal": "a site"}).to_string();
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects",
+        &[("Authorization", &auth), ("Content-Type", "text/plain")],
+        Some(&body),
+    );
+    let msg = json_error(&r, 415, "wrong content type");
+    assert!(msg.contains("Content-Type: application/json"), "{msg}");
+    // No content type at all.
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects/web/messages",
+        &[("Authorization", &auth), ("Content-Type", "")],
+        Some("{\"text\": \"hi\"}"),
+    );
+    json_error(&r, 415, "no content type");
+    // A missing field, a field of the wrong type.
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects",
+        &with_auth,
+        Some("{\"name\": \"web\"}"),
+    );
+    let msg = json_error(&r, 422, "missing field");
+    assert!(msg.contains("goal"), "{msg}");
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects",
+        &with_auth,
+        Some("{\"name\": 5, \"goal\": \"g\"}"),
+    );
+    json_error(&r, 422, "wrong field type");
+    let r = http(&d.addr, "POST", "/api/projects", &with_auth, Some("[1, 2]"));
+    json_error(&r, 422, "not an object");
+    // A body over the limit.
+    let big = json!({"name": "big", "goal": "x".repeat(3 << 20)}).to_string();
+    let r = http(&d.addr, "POST", "/api/projects", &with_auth, Some(&big));
+    json_error(&r, 413, "oversized body");
+    // A query string that does not fit.
+    let r = d.get("/api/projects/web/session?since=yesterday");
+    let msg = json_error(&r, 400, "bad query string");
+    assert!(msg.contains("since"), "{msg}");
+    // Unknown routes.
+    for path in ["/api/nope", "/api/projects/web/tasks/x/y", "/api"] {
+        let msg = json_error(&d.get(path), 404, path);
+        assert!(msg.contains("/api/status"), "{msg}");
+    }
+    // A method the route does not take: 405, naming the ones it does.
+    let r = http(&d.addr, "DELETE", "/api/status", &with_auth, None);
+    let msg = json_error(&r, 405, "DELETE /api/status");
+    assert!(msg.contains("GET"), "{msg}");
+    assert!(r.header("allow").is_some_and(|a| a.contains("GET")));
+    let r = http(&d.addr, "PUT", "/api/projects", &with_auth, Some(&body));
+    json_error(&r, 405, "PUT /api/projects");
+    let r = http(
+        &d.addr,
+        "GET",
+        "/api/projects/web/messages",
+        &with_auth,
+        None,
+    );
+    json_error(&r, 405, "GET /api/projects/web/messages");
+    // The guard's refusals were JSON already; they stay so, on unknown routes too.
+    json_error(
+        &http(&d.addr, "GET", "/api/nope", &[], None),
+        401,
+        "no token",
+    );
+    json_error(
+        &http(
+            &d.addr,
+            "GET",
+            "/api/status",
+            &[("Host", "evil.example"), ("Authorization", &auth)],
+            None,
+        ),
+        403,
+        "foreign Host",
+    );
+    // Nothing above created anything, and the API still answers.
+    assert_eq!(d.get("/api/projects").json(), json!([]));
+    // Pages keep their HTML: the login page, a project page's "not found".
+    let r = http(&d.addr, "GET", "/", &[], None);
+    assert_eq!(r.status, 401);
+    assert!(r.header("content-type").unwrap().contains("text/html"));
+    let r = d.get("/projects/nope");
+    assert_eq!(r.status, 404);
+    assert!(r.header("content-type").unwrap().contains("text/html"));
 }
 
 #[test]

@@ -4,7 +4,11 @@
 //! (empty = nobody), answers `/status`, `/projects`, `/send NAME TEXT`, gives any other text to
 //! the MainAgent, and pushes project notifications and crashes to the allowed chats. Replies are
 //! split at 4,000 characters; a `429` is waited out (`retry_after`) and the same part sent
-//! again, so nothing is sent twice. The token is part of every URL, so no URL is ever logged.
+//! again, so nothing is sent twice. An answer to `getUpdates` the poller cannot use (no answer,
+//! not JSON, `ok: false`, a `result` that is not a list, nothing new in it, an empty list at
+//! once) is waited out: 1 s doubling to 60 s (or the server's `retry_after` when longer), back
+//! to 1 s with the first good answer, and logged once per distinct failure, never once per poll.
+//! The token is part of every URL, so no URL is ever logged.
 
 use crate::bus::{self, Received};
 use crate::handlers::dispatch;
@@ -13,7 +17,7 @@ use pegasus_proto::ctl::{CtlRequest, CtlResponse};
 use pegasus_proto::BusBody;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest part of a reply; Telegram's limit is 4,096.
 const PART: usize = 4000;
@@ -24,6 +28,10 @@ struct Bot {
     http: reqwest::Client,
     /// `{base_url}/bot{token}`: never logged.
     api: String,
+    /// The token itself, only to blank it out of anything the server says.
+    token: String,
+    /// Where the token comes from, for the refusal that says to fix it.
+    token_env: String,
     allowed: Vec<i64>,
 }
 
@@ -40,6 +48,8 @@ pub(crate) async fn run(sup: Arc<Supervisor>, token: String) {
     let bot = Arc::new(Bot {
         http,
         api: format!("{}/bot{token}", cfg.base_url.trim_end_matches('/')),
+        token,
+        token_env: cfg.token_env.clone(),
         allowed: cfg.allowed_chats.clone(),
     });
     if bot.allowed.is_empty() {
@@ -52,50 +62,165 @@ pub(crate) async fn run(sup: Arc<Supervisor>, token: String) {
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);
-    let mut backoff = Duration::from_secs(1);
+    let mut pacing = Pacing::default();
     loop {
         let body = json!({"offset": offset, "timeout": cfg.poll_timeout_s, "allowed_updates": ["message"]});
+        let asked = Instant::now();
         let got = tokio::select! {
             _ = sup.shutdown.cancelled() => return,
             got = bot.call("getUpdates", &body) => got,
         };
-        let updates = match got {
-            Ok(v) => {
-                backoff = Duration::from_secs(1);
-                v.as_array().cloned().unwrap_or_default()
+        let updates = match got.and_then(|result| new_updates(result, offset, asked.elapsed())) {
+            Ok(updates) => {
+                pacing.recovered();
+                updates
             }
             Err(e) => {
-                tracing::warn!("telegram: getUpdates failed: {e}; retrying in {backoff:?}");
+                let wait = pacing.failed(&e);
                 tokio::select! {
                     _ = sup.shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(60));
                 continue;
             }
         };
-        for u in updates {
-            let Some(id) = u["update_id"].as_i64() else {
-                continue;
-            };
-            if id < offset {
-                continue;
-            }
+        for (id, message) in updates {
             offset = id + 1;
             // Durable before handling: a crash now loses this update rather than repeating it.
             if let Err(e) = pegasus_store::write_atomic(&offset_file, offset.to_string().as_bytes())
             {
                 tracing::warn!("telegram: cannot save the update offset: {e}");
             }
-            handle(&sup, &bot, &u["message"]);
+            handle(&sup, &bot, &message);
         }
     }
 }
 
+/// The updates of a `getUpdates` result that are new (`update_id` at or above `offset`, in
+/// increasing order), with their messages. An answer the poller cannot use is an error, so the
+/// caller waits before asking again instead of asking again at once: a result that is not a
+/// list, a list with nothing new in it (asking again with the same offset gets the same list),
+/// and an empty list that came back at once (a server ignoring the long-poll timeout).
+fn new_updates(result: Value, offset: i64, took: Duration) -> Result<Vec<(i64, Value)>, CallError> {
+    let Value::Array(list) = result else {
+        return Err(CallError::Other(format!(
+            "getUpdates answered `ok` with a `result` that is not a list of updates but {}",
+            kind_of(&result)
+        )));
+    };
+    if list.is_empty() {
+        if took < EAGER {
+            return Err(CallError::Other(
+                "getUpdates answered an empty list at once instead of waiting for updates (the server ignores the long-poll `timeout`)".into(),
+            ));
+        }
+        return Ok(Vec::new());
+    }
+    let total = list.len();
+    let mut next = offset;
+    let mut fresh = Vec::new();
+    for mut u in list {
+        // `id + 1` is the next offset, so the largest id is not usable either.
+        let Some(id) = u["update_id"]
+            .as_i64()
+            .filter(|id| *id >= next && *id < i64::MAX)
+        else {
+            continue;
+        };
+        next = id + 1;
+        fresh.push((id, u["message"].take()));
+    }
+    if fresh.is_empty() {
+        return Err(CallError::Other(format!(
+            "getUpdates answered {total} updates and none is new (each lacks an `update_id` at or above the offset it was given)"
+        )));
+    }
+    Ok(fresh)
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null (or missing)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// An empty `getUpdates` answer sooner than this did not wait (`poll_timeout_s` is at least 1).
+const EAGER: Duration = Duration::from_millis(500);
+/// The first wait after an unusable answer; it doubles with each one after it, up to
+/// [`MAX_WAIT`], and starts over with the first good answer.
+const FIRST_WAIT: Duration = Duration::from_secs(1);
+const MAX_WAIT: Duration = Duration::from_secs(60);
+/// Distinct failures remembered (so each is logged once) between two good answers.
+const REMEMBERED: usize = 16;
+/// The largest Bot API answer read; 100 updates of a few KiB each are far below it.
+const MAX_ANSWER: usize = 16 << 20;
+
+/// How long the poller waits after unusable answers, and which of them it has logged.
+struct Pacing {
+    next: Duration,
+    failures: u64,
+    logged: Vec<String>,
+}
+
+impl Default for Pacing {
+    fn default() -> Pacing {
+        Pacing {
+            next: FIRST_WAIT,
+            failures: 0,
+            logged: Vec::new(),
+        }
+    }
+}
+
+impl Pacing {
+    /// Counts an unusable answer, logs it when it is new since the last good answer, and
+    /// returns how long to wait: the backoff, or the server's `retry_after` when longer.
+    fn failed(&mut self, e: &CallError) -> Duration {
+        let mut wait = self.next;
+        if let CallError::RetryAfter(s) = e {
+            wait = wait.max(Duration::from_secs((*s).clamp(1, 3600)));
+        }
+        self.next = (self.next * 2).min(MAX_WAIT);
+        self.failures += 1;
+        let key = match e {
+            // Telegram counts `retry_after` down: one failure, whatever the number.
+            CallError::RetryAfter(_) => "rate limited".to_string(),
+            CallError::Refused(m) | CallError::Other(m) => m.clone(),
+        };
+        if !self.logged.contains(&key) {
+            tracing::warn!(
+                "telegram: getUpdates failed: {e}; retrying in {} s, then less and less often (at most every {} s) until it answers well again; this failure is not logged again until then",
+                wait.as_secs(),
+                MAX_WAIT.as_secs()
+            );
+            if self.logged.len() < REMEMBERED {
+                self.logged.push(key);
+            }
+        }
+        wait
+    }
+
+    /// A good answer: the next failure waits [`FIRST_WAIT`] again and is logged again.
+    fn recovered(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(
+                "telegram: getUpdates answers well again after {} unusable answers",
+                self.failures
+            );
+        }
+        *self = Pacing::default();
+    }
+}
+
 impl Bot {
-    /// One Bot API call; the `result` on success. Errors never contain the URL.
+    /// One Bot API call; the `result` on success. Errors never contain the URL or the token.
     async fn call(&self, method: &str, body: &Value) -> Result<Value, CallError> {
-        let resp = self
+        let mut resp = self
             .http
             .post(format!("{}/{method}", self.api))
             .json(body)
@@ -103,24 +228,75 @@ impl Bot {
             .await
             .map_err(|e| CallError::Other(e.without_url().to_string()))?;
         let status = resp.status().as_u16();
-        let v: Value = resp
-            .json()
-            .await
-            .map_err(|e| CallError::Other(format!("HTTP {status}: {}", e.without_url())))?;
-        if v["ok"].as_bool() == Some(true) {
+        let json_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|t| t.contains("json"));
+        let mut raw = Vec::new();
+        loop {
+            let chunk = resp.chunk().await.map_err(|e| {
+                CallError::Other(format!(
+                    "HTTP {status}: the answer broke off: {}",
+                    e.without_url()
+                ))
+            })?;
+            let Some(chunk) = chunk else { break };
+            if raw.len() + chunk.len() > MAX_ANSWER {
+                return Err(CallError::Other(format!(
+                    "HTTP {status}: the answer is larger than {} MiB",
+                    MAX_ANSWER >> 20
+                )));
+            }
+            raw.extend_from_slice(&chunk);
+        }
+        let v: Value = match serde_json::from_slice(&raw) {
+            Ok(v) => v,
+            Err(_) if !json_type => {
+                return Err(CallError::Other(format!(
+                    "HTTP {status}: the answer is not JSON (a proxy's error page?)"
+                )))
+            }
+            Err(e) => {
+                return Err(CallError::Other(format!(
+                    "HTTP {status}: the answer is malformed JSON ({e})"
+                )))
+            }
+        };
+        let Some(ok) = v["ok"].as_bool() else {
+            return Err(CallError::Other(format!(
+                "HTTP {status}: the answer has no `ok` field, so it is not a Bot API answer"
+            )));
+        };
+        if ok {
             return Ok(v["result"].clone());
         }
-        let desc = v["description"]
-            .as_str()
-            .unwrap_or("no description")
-            .to_string();
+        let desc = self.redact(v["description"].as_str().unwrap_or("no description"));
         match (status, v["parameters"]["retry_after"].as_u64()) {
-            (429, Some(after)) => Err(CallError::RetryAfter(after)),
+            (_, Some(after)) => Err(CallError::RetryAfter(after)),
+            (401, _) => Err(CallError::Refused(format!(
+                "HTTP 401: {desc}: the bot token is wrong or revoked; put the one @BotFather gave you in ${} and restart pegasusd",
+                self.token_env
+            ))),
             (400..=499, _) if status != 429 => {
                 Err(CallError::Refused(format!("HTTP {status}: {desc}")))
             }
             _ => Err(CallError::Other(format!("HTTP {status}: {desc}"))),
         }
+    }
+
+    /// What the server said, fit for one log line: the token blanked out (a server may echo
+    /// it), control characters as spaces, at most 300 characters.
+    fn redact(&self, text: &str) -> String {
+        let text = if self.token.is_empty() {
+            text.to_string()
+        } else {
+            text.replace(&self.token, "<token>")
+        };
+        text.chars()
+            .take(300)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
     }
 
     /// Sends `text` to `chat` in parts of at most [`PART`] characters, each exactly once.
@@ -321,5 +497,61 @@ mod tests {
         assert_eq!(parts.concat(), lines);
         let wide = "é".repeat(5000);
         assert!(split(&wide).iter().all(|p| p.chars().count() <= PART));
+    }
+
+    #[test]
+    fn only_new_updates_in_a_list_are_usable() {
+        let slow = Duration::from_secs(1);
+        let msg = |id: Value| json!({"update_id": id, "message": {"text": "x"}});
+        for bad in [json!({"update_id": 5}), json!(null), json!("[]"), json!(3)] {
+            let e = new_updates(bad.clone(), 0, slow)
+                .err()
+                .map(|e| e.to_string());
+            assert!(e.is_some_and(|e| e.contains("not a list")), "{bad}");
+        }
+        // An empty list after the long poll waited is fine; at once, it is not.
+        assert!(new_updates(json!([]), 0, slow).is_ok_and(|u| u.is_empty()));
+        assert!(new_updates(json!([]), 0, Duration::ZERO).is_err());
+        // Nothing at or above the offset, no id, an id with no next offset: nothing new.
+        for stale in [
+            json!([msg(json!(3)), msg(json!(9))]),
+            json!([{"message": {}}, msg(json!("11"))]),
+            json!([msg(json!(i64::MAX))]),
+        ] {
+            let e = new_updates(stale.clone(), 10, slow)
+                .err()
+                .map(|e| e.to_string());
+            assert!(e.is_some_and(|e| e.contains("none is new")), "{stale}");
+        }
+        // New ones are taken in order, older or repeated ones between them skipped.
+        let got = new_updates(
+            json!([
+                msg(json!(10)),
+                msg(json!(4)),
+                msg(json!(12)),
+                msg(json!(12))
+            ]),
+            10,
+            slow,
+        )
+        .ok()
+        .map(|u| u.into_iter().map(|(id, _)| id).collect::<Vec<_>>());
+        assert_eq!(got, Some(vec![10, 12]));
+    }
+
+    #[test]
+    fn unusable_answers_wait_longer_and_longer_honour_retry_after_and_start_over() {
+        let mut p = Pacing::default();
+        let other = || CallError::Other("not JSON".into());
+        let waits: Vec<u64> = (0..8).map(|_| p.failed(&other()).as_secs()).collect();
+        assert_eq!(waits, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(p.logged, vec!["not JSON".to_string()], "logged once");
+        p.recovered();
+        assert_eq!(p.failed(&CallError::RetryAfter(5)).as_secs(), 5);
+        assert_eq!(p.failed(&CallError::RetryAfter(0)).as_secs(), 2);
+        assert_eq!(p.failed(&CallError::RetryAfter(u64::MAX)).as_secs(), 3600);
+        assert_eq!(p.logged.len(), 1, "rate limits are one failure");
+        p.recovered();
+        assert_eq!(p.failed(&other()).as_secs(), 1);
     }
 }

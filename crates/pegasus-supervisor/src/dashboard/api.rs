@@ -1,12 +1,14 @@
 //! `/api/...`: JSON in the shapes `pegasusctl --json` prints. Changes go through the same
 //! handlers as the control socket; reads of files (tasks, session, roles, costs) use the same
-//! readers as the CLI. Errors are `{"error": "..."}` with 400, 404 or 500.
+//! readers as the CLI. Errors are `{"error": "..."}` with 400, 404 or 500, and [`json_errors`]
+//! makes every other error answer JSON too.
 
 use super::auth::error;
 use super::Dash;
 use crate::handlers::dispatch;
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pegasus_proto::ctl::{
@@ -34,6 +36,94 @@ fn answer(resp: CtlResponse) -> Response {
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("unexpected answer {other:?}"),
         ),
+    }
+}
+
+/// The middleware around everything (the auth guard included): every error answer is
+/// `{"error": "..."}` with `Content-Type: application/json` (SPEC §11). What the handlers and
+/// the guard answer already is; what axum answers by itself is plain text or empty — a body
+/// that is not JSON (400), a wrong field (422), no JSON content type (415), a body over the
+/// limit (413), a bad query string or path (400), an unknown route (404), a method the route
+/// does not take (405) — and is rewritten here with its status, its text and what to do.
+/// Outside `/api/` an HTML page (the login page, a page's "not found") stays a page.
+pub(super) async fn json_errors(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !status.is_client_error() && !status.is_server_error() {
+        return resp;
+    }
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let api = path.starts_with("/api/") || path == "/api";
+    if content_type.starts_with("application/json")
+        || (content_type.starts_with("text/html") && !api)
+    {
+        return resp;
+    }
+    let allow = resp.headers().get(header::ALLOW).cloned();
+    let text = if content_type.starts_with("text/plain") {
+        match axum::body::to_bytes(resp.into_body(), 4096).await {
+            Ok(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" "),
+            Err(_) => String::new(),
+        }
+    } else {
+        String::new()
+    };
+    let mut out = error(
+        status,
+        &what_went_wrong(status, &method, &path, api, allow.as_ref(), &text),
+    );
+    if let Some(allow) = allow {
+        out.headers_mut().insert(header::ALLOW, allow);
+    }
+    out
+}
+
+/// One line for an error axum answered by itself: its own text when it has one, and what to do.
+fn what_went_wrong(
+    status: StatusCode,
+    method: &Method,
+    path: &str,
+    api: bool,
+    allow: Option<&HeaderValue>,
+    text: &str,
+) -> String {
+    let text = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text.to_string()
+    };
+    match status {
+        StatusCode::NOT_FOUND if api => format!(
+            "no API route {method} {path}: the routes are /api/status, /api/projects[/NAME[/tasks|/session|/messages|/ACTION]], /api/tasks/ID[/ACTION], /api/roles, /api/costs and /api/events"
+        ),
+        StatusCode::NOT_FOUND => format!(
+            "no page {path}: the pages are /, /projects/NAME, /costs and /crashes"
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            match allow.and_then(|a| a.to_str().ok()).filter(|a| !a.is_empty()) {
+                Some(a) => format!("{method} is not allowed on {path}: use {a}"),
+                None => format!("{method} is not allowed on {path}"),
+            }
+        }
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            "the body must be JSON, sent with `Content-Type: application/json`".to_string()
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            format!("{text}: the request body is over the limit (2 MiB); send less")
+        }
+        _ => text,
     }
 }
 

@@ -3,7 +3,8 @@
 //! * [`auth`]: the token in `run/dashboard.token`, the session cookie it is exchanged for, the
 //!   `Host` check (DNS rebinding) and the `Origin` check on mutations; everything else is 401.
 //! * [`api`]: `/api/...`, JSON in the shapes `pegasusctl --json` prints; every change goes
-//!   through the same handlers as the control socket ([`crate::handlers::dispatch`]).
+//!   through the same handlers as the control socket ([`crate::handlers::dispatch`]). Every
+//!   error answer is `{"error": "..."}` ([`api::json_errors`], around everything).
 //! * [`events`]: `GET /api/events`, the event bus as Server-Sent Events, resumable from a ring
 //!   buffer with `Last-Event-ID`; a client that falls behind gets `resync` and is dropped.
 //! * [`pages`]: server-rendered HTML (maud: every value escaped), one small script, no build
@@ -99,6 +100,12 @@ pub(crate) async fn serve(sup: Arc<Supervisor>) {
             auth::guard,
         ))
         .with_state(dash);
+    // Around the whole router, so every answer passes through it: the guard's, and axum's own
+    // (an unknown route, a wrong method with its `Allow` header, a body or query it cannot
+    // read), which a layer on the routes would see only in part.
+    let app = Router::new()
+        .fallback_service(app)
+        .layer(axum::middleware::from_fn(api::json_errors));
     tracing::info!(%addr, "dashboard listening");
     let stop = sup.shutdown.clone();
     if let Err(e) = axum::serve(listener, app)
