@@ -469,3 +469,145 @@ fn kill_9_of_the_worker_mid_verify_and_of_the_daemon_mid_merge() {
     assert_eq!(branches(&app), format!("pegasus/task-{t1}"));
     assert_eq!(sh(&app, "git status --porcelain"), "");
 }
+
+fn exec(command: &str) -> Reply {
+    Reply::Tools(vec![ToolCall::new("exec", json!({ "command": command }))])
+}
+
+/// Issue 22 (high): in its worktree the model replaced `.git` (a gitfile naming a repository
+/// it wrote, or a new repository in its place) configured to run its programs, and Pegasus's
+/// own `git add` / `commit` / `merge` ran them unconfined. Now `write_file` refuses `.git`, the
+/// command's `.git` is read-only, git never finds its repository through `.git`, runs no hook,
+/// fsmonitor or filter of the repository's, and a `.git` that changed fails the task.
+#[test]
+fn a_model_cannot_turn_pegasus_git_against_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let pwned = tmp.path().join("pwned");
+    let p = pwned.display();
+    let fake = FakeLlm::start().unwrap();
+    let attack = format!(
+        "E=$TMPDIR/evil; git init -q $E; printf '#!/bin/sh\\ntouch {p}\\ncat\\n' > $E/run.sh; chmod +x $E/run.sh; \
+         cp $E/run.sh $E/pre-commit; cp $E/run.sh $E/post-merge; \
+         git -C $E config core.fsmonitor $E/run.sh; git -C $E config core.hooksPath $E; \
+         git -C $E config filter.x.clean $E/run.sh; echo '* filter=x' > .gitattributes; \
+         rm -f .git; echo rm-rc=$?; printf 'gitdir: %s/.git\\n' $E > .git; echo swap-rc=$?; \
+         rm -rf .git; mkdir .git; echo dir-rc=$?; echo attack-done"
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![user("swap git"), Match::NoToolResultYet]),
+            Reply::Tools(vec![
+                ToolCall::new(
+                    "write_file",
+                    json!({"path": ".git", "content": "gitdir: /tmp\n"}),
+                ),
+                ToolCall::new(
+                    "write_file",
+                    json!({"path": "sub/../.GIT/config", "content": "x"}),
+                ),
+                ToolCall::new("exec", json!({ "command": attack })),
+            ]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("attack-done".into()),
+        Reply::Text("swapped".into()),
+    ));
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("cp");
+    // A hook and a filter of the repository's own: Pegasus runs neither on the model's files.
+    sh(
+        &app,
+        &format!("printf '#!/bin/sh\\ntouch {p}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; git config filter.x.clean 'sh -c \"touch {p}; cat\"'"),
+    );
+    configure(&home, "cp", &repos_yaml(&[("app", &app)]));
+    let id = add(&home, "cp", "swap git", &["app"]);
+    let end = poll(Duration::from_secs(30), "the task to end", || {
+        let t = task(&home, &id);
+        matches!(t["state"].as_str(), Some("done" | "failed")).then_some(t)
+    });
+    assert!(!pwned.exists(), "a program the model chose ran: {end}");
+    let sent = fake.requests();
+    let results: String = sent.iter().map(|r| r.body.to_string()).collect();
+    assert!(
+        results.contains("the file tools do not write there"),
+        "{results}"
+    );
+    if pegasus_sandbox::probe().namespaces {
+        // The swap itself failed: the worktree's .git was read-only for the command.
+        assert!(!results.contains("swap-rc=0"), "{results}");
+        assert_eq!(end["state"], "done", "{end}");
+    } else {
+        // Without namespaces the swap succeeds, and the task fails instead of running it.
+        assert!(
+            end["state"] == "done"
+                || end["stop_reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("tampered"),
+            "{end}"
+        );
+    }
+    // main holds no .git of the model's, and the user's repository config is as it was.
+    let tree = sh(&app, "git ls-tree -r --name-only main");
+    assert!(!tree.to_lowercase().contains(".git/"), "{tree}");
+    assert_eq!(sh(&app, "git config --get core.hooksPath || true"), "");
+    assert_eq!(sh(&app, "git config --get core.fsmonitor || true"), "");
+}
+
+/// Issue 22 (medium): a task committed links to `/etc/passwd` and the user's config, verify
+/// passed, and main fast-forwarded to them. Now such links never reach a commit: the task goes
+/// back to the agent with the reason, and merges once they are gone.
+#[test]
+fn links_out_of_the_repository_go_back_to_the_agent_and_never_reach_main() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![user("add links"), Match::NoToolResultYet]),
+            exec("ln -s /etc/passwd passwd && ln -s ../../../../../config.yml cfg && ln -s a.txt fine && mkdir -p d && ln -s ../.git/config d/g && echo made"),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("made".into()),
+        Reply::Text("linked".into()),
+    ));
+    fake.add_rule(
+        Rule::new(
+            user("does not commit such links"),
+            exec("rm passwd cfg d/g && echo removed"),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("removed".into()),
+        Reply::Text("removed them".into()),
+    ));
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("cp");
+    configure(&home, "cp", &repos_yaml(&[("app", &app)]));
+    let id = add(&home, "cp", "add links", &["app"]);
+    wait_state(&home, &id, "done");
+    let h = history(&home, &id);
+    assert!(
+        h.iter()
+            .any(|(_, _, r)| r.contains("symbolic links leave repo app")),
+        "{h:?}"
+    );
+    let tree = sh(&app, "git ls-tree -r main --format='%(objectmode) %(path)'");
+    assert!(
+        tree.contains("120000 fine"),
+        "the link inside stays: {tree}"
+    );
+    for gone in ["passwd", "cfg", "d/g"] {
+        assert!(!tree.contains(&format!(" {gone}")), "{gone}: {tree}");
+    }
+}

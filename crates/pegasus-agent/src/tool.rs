@@ -101,6 +101,24 @@ impl ToolCtx {
         }
         crate::paths::resolve_inside(&self.workdir, path, "workdir")
     }
+
+    /// [`ToolCtx::resolve`] for a tool that writes: a path into a `.git` (a repository's own
+    /// folder or a worktree's `.git` file, whatever the spelling or the links on the way) is
+    /// refused, so a model can never hand git a configuration of its own.
+    pub fn resolve_for_write(&self, path: &str) -> Result<PathBuf, String> {
+        let resolved = self.resolve(path)?;
+        let inside_git = resolved.components().any(|c| {
+            c.as_os_str()
+                .to_str()
+                .is_some_and(|s| s.eq_ignore_ascii_case(".git"))
+        });
+        if inside_git {
+            return Err(format!(
+                "{path}: `.git` belongs to git and Pegasus, and the file tools do not write there (Pegasus commits your work when you answer)"
+            ));
+        }
+        Ok(resolved)
+    }
 }
 
 /// Parses a tool's arguments, or says to the model what was wrong with them.

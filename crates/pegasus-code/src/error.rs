@@ -31,6 +31,13 @@ pub enum CodeError {
         /// Its error output (trimmed, cut when long).
         stderr: String,
     },
+    /// The `.git` of a folder Pegasus pinned is no longer the one it made (replaced by a
+    /// directory, a gitfile pointing elsewhere, a link): nothing more runs there.
+    #[error("tampered: the .git of {} was replaced since Pegasus made it; git will not run there again (the task's work is on its branch up to the last commit)", dir.display())]
+    Tampered {
+        /// The folder.
+        dir: PathBuf,
+    },
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {

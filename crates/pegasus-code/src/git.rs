@@ -1,10 +1,25 @@
 //! The one place that runs `git`: fixed locale, no prompts, Pegasus's identity for the commits
-//! it makes, LFS filters turned off when git-lfs is missing, and the variables that could point
-//! git somewhere else removed. Everything else in the crate calls [`git`] or [`git_output`].
-
-use std::path::Path;
+//! it makes, LFS filters turned off when git-lfs is missing, a clean environment. Everything
+//! else in the crate calls [`git`] or [`git_output`].
+//!
+//! A model writes the files of the worktrees git runs in, so git must never run a program the
+//! model chose (SPEC §12):
+//! * **Pinned repositories.** A folder Pegasus opened ([`pin`]: a repo's root, a task or staging
+//!   worktree it made) is always run with `--git-dir` and `--work-tree` given, so git never
+//!   looks at the folder's `.git` to find its repository; and before every command that `.git`
+//!   is checked to be the very one Pegasus saw (same file, same content), else the command is
+//!   refused as [`CodeError::Tampered`].
+//! * **Nothing the repository configures runs.** Hooks and fsmonitor are off for every command;
+//!   external diff and textconv are off for `diff`; signing is off; and every program-running
+//!   key of the repository's own configuration (`filter.*`, `merge.*.driver`,
+//!   `submodule.*.update`, `core.sshCommand`, credential helpers, including what it includes)
+//!   is overridden on the command line. The user's global and system configuration stay as
+//!   they are (git-lfs keeps working).
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::CodeError;
 
@@ -30,11 +45,166 @@ fn lfs_missing() -> bool {
     })
 }
 
-fn command(dir: &Path, args: &[&str]) -> Command {
+/// Set on every command: no hook, no fsmonitor daemon, no signing program, no submodule
+/// recursion.
+const ALWAYS: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "merge.verifySignatures=false",
+    "submodule.recurse=false",
+    "protocol.ext.allow=never",
+];
+
+/// What `.git` of a pinned folder was when Pegasus pinned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    dir: bool,
+    /// A gitfile's content (`gitdir: …`).
+    content: Option<Vec<u8>>,
+}
+
+impl Stamp {
+    fn read(dir: &Path) -> Option<Stamp> {
+        let dot = dir.join(".git");
+        let meta = std::fs::symlink_metadata(&dot).ok()?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            return None;
+        }
+        let content = if ft.is_file() {
+            Some(std::fs::read(&dot).ok()?)
+        } else {
+            None
+        };
+        Some(Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            dir: ft.is_dir(),
+            content,
+        })
+    }
+}
+
+/// A folder whose repository Pegasus fixed.
+#[derive(Debug)]
+struct Pin {
+    git_dir: PathBuf,
+    stamp: Option<Stamp>,
+    /// `-c` values that neutralise the repository's own program-running keys.
+    overrides: Vec<String>,
+}
+
+static PINS: Mutex<Option<HashMap<PathBuf, Arc<Pin>>>> = Mutex::new(None);
+
+fn pins() -> std::sync::MutexGuard<'static, Option<HashMap<PathBuf, Arc<Pin>>>> {
+    PINS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn canonical(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn pinned(dir: &Path) -> Option<Arc<Pin>> {
+    let guard = pins();
+    let map = guard.as_ref()?;
+    map.get(dir).or_else(|| map.get(&canonical(dir))).cloned()
+}
+
+/// Fixes the repository of `work_tree` to `git_dir` for every later command run there, and
+/// remembers its `.git` as it is now (see the module doc).
+pub fn pin(work_tree: &Path, git_dir: &Path) -> Result<(), CodeError> {
+    let overrides = repository_overrides(work_tree, git_dir)?;
+    let entry = Arc::new(Pin {
+        git_dir: git_dir.to_path_buf(),
+        stamp: Stamp::read(work_tree),
+        overrides,
+    });
+    pins()
+        .get_or_insert_with(HashMap::new)
+        .insert(canonical(work_tree), entry);
+    Ok(())
+}
+
+/// Forgets a folder (its worktree was removed).
+pub fn unpin(work_tree: &Path) {
+    if let Some(map) = pins().as_mut() {
+        map.remove(&canonical(work_tree));
+        map.remove(work_tree);
+    }
+}
+
+/// The `-c` overrides for the program-running keys of the repository's own configuration
+/// (local and worktree scope, includes followed).
+fn repository_overrides(work_tree: &Path, git_dir: &Path) -> Result<Vec<String>, CodeError> {
+    let mut cmd = base_command(work_tree);
+    cmd.arg(format!("--git-dir={}", git_dir.display()))
+        .arg(format!("--work-tree={}", work_tree.display()))
+        .args([
+            "config",
+            "--includes",
+            "--show-scope",
+            "--name-only",
+            "--get-regexp",
+            r"^(filter\..*\.(clean|smudge|process|required)|merge\..*\.driver|submodule\..*\.update|core\.sshcommand|credential\..*helper)$",
+        ]);
+    let out = cmd.output().map_err(|e| CodeError::NoGit(e.to_string()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut overrides = Vec::new();
+    for line in text.lines() {
+        let Some((scope, key)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        if !matches!(scope, "local" | "worktree") {
+            continue;
+        }
+        let value = if key.ends_with(".required") {
+            "false"
+        } else if key.starts_with("merge.") {
+            // Every file of that driver conflicts: the safe answer, never a silent merge.
+            "false"
+        } else if key.starts_with("submodule.") {
+            "checkout"
+        } else if key == "core.sshcommand" {
+            "ssh"
+        } else {
+            ""
+        };
+        let o = format!("{key}={value}");
+        if !overrides.contains(&o) {
+            overrides.push(o);
+        }
+    }
+    Ok(overrides)
+}
+
+/// git with the fixed settings and a clean environment, before any argument of the command.
+fn base_command(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
-    cmd.arg("-C")
-        .arg(dir)
-        .args(["-c", &format!("user.name={AUTHOR_NAME}")])
+    cmd.env_clear();
+    for key in ["PATH", "HOME", "XDG_CONFIG_HOME", "TMPDIR"] {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.env("LC_ALL", "C")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_EDITOR", "true")
+        .env("GIT_MERGE_AUTOEDIT", "no")
+        .stdin(Stdio::null());
+    cmd.arg("-C").arg(dir);
+    for c in ALWAYS {
+        cmd.args(["-c", c]);
+    }
+    cmd
+}
+
+fn command(dir: &Path, args: &[&str]) -> Result<Command, CodeError> {
+    let mut cmd = base_command(dir);
+    cmd.args(["-c", &format!("user.name={AUTHOR_NAME}")])
         .args(["-c", &format!("user.email={AUTHOR_EMAIL}")]);
     if lfs_missing() {
         // A repo using LFS cannot even check out without git-lfs; the pointer files are
@@ -48,24 +218,35 @@ fn command(dir: &Path, args: &[&str]) -> Command {
             "filter.lfs.required=false",
         ]);
     }
-    cmd.args(args)
-        .env("LC_ALL", "C")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_EDITOR", "true")
-        .env("GIT_MERGE_AUTOEDIT", "no")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .env_remove("GIT_COMMON_DIR")
-        .env_remove("GIT_OBJECT_DIRECTORY")
-        .stdin(Stdio::null());
-    cmd
+    if let Some(pin) = pinned(dir) {
+        if pin.stamp.is_some() && Stamp::read(dir) != pin.stamp {
+            return Err(CodeError::Tampered {
+                dir: dir.to_path_buf(),
+            });
+        }
+        for o in &pin.overrides {
+            cmd.args(["-c", o]);
+        }
+        cmd.arg(format!("--git-dir={}", pin.git_dir.display()))
+            .arg(format!("--work-tree={}", dir.display()));
+    }
+    match args.split_first() {
+        // External diff programs and textconv filters are the repository's programs.
+        Some((&"diff", rest)) => {
+            cmd.args(["diff", "--no-ext-diff", "--no-textconv"])
+                .args(rest);
+        }
+        _ => {
+            cmd.args(args);
+        }
+    }
+    Ok(cmd)
 }
 
 /// Runs git and returns its output whatever the exit status (for commands whose failure is an
 /// answer, like `merge-tree` or `merge-base --is-ancestor`).
 pub fn git_output(dir: &Path, args: &[&str]) -> Result<Output, CodeError> {
-    command(dir, args)
+    command(dir, args)?
         .output()
         .map_err(|e| CodeError::NoGit(e.to_string()))
 }

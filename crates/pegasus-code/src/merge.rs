@@ -179,6 +179,23 @@ fn stage_all<'a>(
             });
             continue;
         }
+        // What reaches the base never holds a link out of the repository, whoever committed
+        // it on the task branch.
+        let raw = git(
+            &repo.root,
+            &["diff", "--raw", "-z", "--no-renames", &old, &tip],
+        )?;
+        let links = crate::worktree::links_leaving(&repo.root, &raw)?;
+        if !links.is_empty() {
+            let list: Vec<String> = links.iter().map(ToString::to_string).collect();
+            return Ok(Some(AdvanceStop::Outcome(MergeOutcome::Blocked {
+                repo: repo.id.clone(),
+                reason: format!(
+                    "the task branch holds symbolic links that leave the repository ({}); nothing was merged",
+                    list.join(", ")
+                ),
+            })));
+        }
         // A conflict check that touches no worktree.
         let args = [
             "merge-tree",
@@ -211,6 +228,7 @@ fn stage_all<'a>(
             git(&repo.root, &["worktree", "add", "--detach", &p, &old])?;
             let reason = lock_reason(task, project);
             git(&repo.root, &["worktree", "lock", "--reason", &reason, &p])?;
+            repo.pin_worktree(&staging)?;
         }
         staged.push(Staged {
             repo,

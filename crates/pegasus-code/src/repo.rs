@@ -80,6 +80,8 @@ impl Repo {
             &["rev-parse", "--path-format=absolute", "--git-common-dir"],
         )?;
         let common = PathBuf::from(common);
+        let git_dir = git(&root, &["rev-parse", "--absolute-git-dir"])?;
+        crate::git::pin(&root, Path::new(&git_dir))?;
         if git_output(&root, &["rev-parse", "--is-bare-repository"])
             .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
             .unwrap_or(false)
@@ -172,6 +174,36 @@ impl Repo {
         write_atomic(&path, next.as_bytes())
     }
 
+    /// Pins the linked worktree at `path` to its administrative folder in this repository's
+    /// common dir (see [`crate::git`]): the one whose `gitdir` names `path/.git`, and which
+    /// `path/.git` names back. A `.git` that names anything else is [`CodeError::Tampered`].
+    pub fn pin_worktree(&self, path: &Path) -> Result<(), CodeError> {
+        let dot = canonical_or(&path.join(".git"));
+        let admin_root = self.common.join("worktrees");
+        let admin = std::fs::read_dir(&admin_root)
+            .map_err(CodeError::io(&admin_root))?
+            .flatten()
+            .map(|e| e.path())
+            .find(|a| {
+                std::fs::read_to_string(a.join("gitdir"))
+                    .is_ok_and(|g| canonical_or(Path::new(g.trim())) == dot)
+            });
+        let tampered = || CodeError::Tampered {
+            dir: path.to_path_buf(),
+        };
+        let admin = admin.ok_or_else(tampered)?;
+        let meta = std::fs::symlink_metadata(path.join(".git")).map_err(|_| tampered())?;
+        let text = std::fs::read_to_string(path.join(".git")).map_err(|_| tampered())?;
+        let named = text
+            .trim()
+            .strip_prefix("gitdir: ")
+            .map(|g| canonical_or(&path.join(g)));
+        if !meta.file_type().is_file() || named != Some(canonical_or(&admin)) {
+            return Err(tampered());
+        }
+        crate::git::pin(path, &admin)
+    }
+
     /// Every worktree git knows of for this repository.
     pub fn worktrees(&self) -> Result<Vec<WorktreeEntry>, CodeError> {
         let out = git(&self.root, &["worktree", "list", "--porcelain", "-z"])?;
@@ -186,6 +218,10 @@ impl Repo {
             .find(|w| w.branch.as_deref() == Some(branch_ref))
             .map(|w| w.path))
     }
+}
+
+fn canonical_or(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// Parses `git worktree list --porcelain -z`: records separated by an empty field.

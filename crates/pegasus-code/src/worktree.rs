@@ -88,6 +88,9 @@ pub fn create(
                 git(&repo.root, &["worktree", "lock", "--reason", &reason, &p])?;
             }
         }
+        // From here on git runs there only with its repository given, never found through
+        // the worktree's `.git` (a resumed worktree's `.git` must still name its own).
+        repo.pin_worktree(&path)?;
     }
     if path.join(".gitmodules").exists() {
         let out = git_output(&path, &["submodule", "update", "--init", "--recursive"])?;
@@ -127,6 +130,34 @@ pub(crate) fn link_env(root: &Path, worktree: &Path, env_file: &str) -> Option<S
         .map(|e| format!("cannot link {} into the worktree: {e}", source.display()))
 }
 
+#[cfg(test)]
+mod tests {
+    use super::leaves_repo;
+
+    #[test]
+    fn links_that_leave_the_repository() {
+        for (path, target) in [
+            ("a", "/etc/passwd"),
+            ("a", "../x"),
+            ("d/a", "../../x"),
+            ("d/a", "../.git/config"),
+            ("a", ".GIT/hooks"),
+            ("a", ""),
+            ("d/e/a", "../../../../home"),
+        ] {
+            assert!(leaves_repo(path, target), "{path} -> {target}");
+        }
+        for (path, target) in [
+            ("a", "b"),
+            ("d/a", "../b"),
+            ("d/e/a", "../../x/./y"),
+            ("a", "d/.."),
+        ] {
+            assert!(!leaves_repo(path, target), "{path} -> {target}");
+        }
+    }
+}
+
 fn same_path(a: &Path, b: &Path) -> bool {
     a == b
         || match (a.canonicalize(), b.canonicalize()) {
@@ -136,15 +167,94 @@ fn same_path(a: &Path, b: &Path) -> bool {
 }
 
 /// Commits everything in the worktree (`add -A`; excluded files stay out) as one commit with
-/// `message`. Returns the new commit, or `None` when there was nothing to commit.
+/// `message`, except symbolic links that leave the repository ([`escaping_links`]: they stay
+/// in the worktree, uncommitted). Returns the new commit, or `None` when there was nothing to
+/// commit.
 pub fn commit_all(worktree: &Path, message: &str) -> Result<Option<String>, CodeError> {
-    git(worktree, &["add", "-A"])?;
+    let refused = escaping_links(worktree)?;
+    if !refused.is_empty() {
+        let mut args = vec!["reset", "-q", "--"];
+        args.extend(refused.iter().map(|l| l.path.as_str()));
+        git(worktree, &args)?;
+    }
     let staged = git_output(worktree, &["diff", "--cached", "--quiet"])?;
     if staged.status.success() {
         return Ok(None);
     }
     git(worktree, &["commit", "-q", "-m", message])?;
     rev(worktree, "HEAD")
+}
+
+/// A symbolic link whose target leaves its repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EscapingLink {
+    /// The link, relative to the repository's top.
+    pub path: String,
+    /// Where it points.
+    pub target: String,
+}
+
+impl std::fmt::Display for EscapingLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} -> {}", self.path, self.target)
+    }
+}
+
+/// Stages everything (`add -A`) and returns the staged symbolic links, new or changed since
+/// `HEAD`, whose target leaves the repository: an absolute target, one that climbs above the
+/// top with `..`, or one into a `.git`. Committed and merged, such a link would put
+/// `/etc/passwd` or the user's keys a `tar -h` away in the user's checkout.
+pub fn escaping_links(worktree: &Path) -> Result<Vec<EscapingLink>, CodeError> {
+    git(worktree, &["add", "-A"])?;
+    let raw = git(
+        worktree,
+        &["diff", "--cached", "--raw", "-z", "--no-renames", "HEAD"],
+    )?;
+    links_leaving(worktree, &raw)
+}
+
+/// The links that leave the repository among the changes of `git diff --raw -z` output.
+pub(crate) fn links_leaving(dir: &Path, raw: &str) -> Result<Vec<EscapingLink>, CodeError> {
+    let mut out = Vec::new();
+    let mut fields = raw.split('\0');
+    while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {
+        // ":old_mode new_mode old_sha new_sha status"
+        let parts: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        let (Some(&"120000"), Some(sha)) = (parts.get(1), parts.get(3)) else {
+            continue;
+        };
+        let target = git(dir, &["cat-file", "blob", sha])?;
+        if leaves_repo(path, &target) {
+            out.push(EscapingLink {
+                path: path.to_string(),
+                target,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a link at `path` (relative to the top) pointing at `target` leaves the repository
+/// or points into a `.git`.
+fn leaves_repo(path: &str, target: &str) -> bool {
+    if target.starts_with('/') || target.is_empty() {
+        return true;
+    }
+    let mut depth: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    depth.pop();
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if depth.pop().is_none() {
+                    return true;
+                }
+            }
+            c if c.eq_ignore_ascii_case(".git") => return true,
+            c => depth.push(c),
+        }
+    }
+    false
 }
 
 /// The outcome of bringing a task branch up to date with its base.
@@ -207,6 +317,7 @@ pub fn remove(repo: &Repo, task: &str, delete_branch: bool) -> Result<(), CodeEr
 
 /// Removes one worktree folder and its registration; the caller holds the lock.
 pub(crate) fn remove_locked(repo: &Repo, path: &Path) -> Result<(), CodeError> {
+    crate::git::unpin(path);
     let p = path.to_string_lossy().into_owned();
     let registered = repo.worktrees()?.iter().any(|w| same_path(&w.path, path));
     if registered {

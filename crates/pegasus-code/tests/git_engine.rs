@@ -423,3 +423,68 @@ fn refusals_say_what_to_do() {
         .to_string();
     assert!(e.contains("not usable"), "{e}");
 }
+
+/// Issue 22: whatever the worktree's files say, git runs none of the model's programs, and a
+/// `.git` that is no longer the one Pegasus made stops git there (`tampered`).
+#[test]
+fn git_runs_no_program_of_the_worktree_and_a_swapped_git_is_tampered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = new_repo(tmp.path(), "app");
+    let pwned = tmp.path().join("pwned");
+    let script = tmp.path().join("run.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\ntouch {}\ncat\n", pwned.display()),
+    )
+    .unwrap();
+    sh(tmp.path(), "chmod +x run.sh");
+    let s = script.display();
+    // The repository's own configuration names programs: none of them runs for Pegasus.
+    sh(
+        &root,
+        &format!(
+            "cp {s} .git/hooks/pre-commit; cp {s} .git/hooks/post-checkout; \
+             git config core.fsmonitor {s}; git config filter.x.clean {s}; git config filter.x.required true; \
+             git config diff.external {s}; git config merge.x.driver {s}"
+        ),
+    );
+    let repo = Repo::open("app", &root, "main").unwrap();
+    let tree = worktree::create(&repo, "t1", "proj", &head(&root, "main"), ".env").unwrap();
+    std::fs::write(
+        tree.path.join(".gitattributes"),
+        "* filter=x diff=x merge=x\n",
+    )
+    .unwrap();
+    std::fs::write(tree.path.join("a.txt"), "changed\n").unwrap();
+    assert!(commit_all(&tree.path, "t").unwrap().is_some());
+    let _ = worktree::changed_files(&tree.path, &head(&root, "main")).unwrap();
+    let _ = worktree::diff(&tree.path, &head(&root, "main")).unwrap();
+    assert!(
+        !pwned.exists(),
+        "a program of the repository's configuration ran"
+    );
+
+    // The model replaces the worktree's .git with a gitfile naming a repository of its own.
+    let evil = tmp.path().join("evil");
+    sh(
+        tmp.path(),
+        &format!("git init -q evil && git -C evil config core.fsmonitor {s} && git -C evil config core.hooksPath {}", tmp.path().display()),
+    );
+    std::fs::remove_file(tree.path.join(".git")).unwrap();
+    std::fs::write(
+        tree.path.join(".git"),
+        format!("gitdir: {}/.git\n", evil.display()),
+    )
+    .unwrap();
+    std::fs::write(tree.path.join("b.txt"), "again\n").unwrap();
+    let err = commit_all(&tree.path, "t2").unwrap_err();
+    assert!(err.to_string().starts_with("tampered:"), "{err}");
+    assert!(!pwned.exists(), "the model's repository ran its program");
+
+    // A directory in its place, after a restart (a new pin): refused too.
+    std::fs::remove_file(tree.path.join(".git")).unwrap();
+    std::fs::create_dir(tree.path.join(".git")).unwrap();
+    let err = worktree::create(&repo, "t1", "proj", &head(&root, "main"), ".env").unwrap_err();
+    assert!(err.to_string().starts_with("tampered:"), "{err}");
+    assert!(!pwned.exists());
+}

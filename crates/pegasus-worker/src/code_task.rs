@@ -274,11 +274,17 @@ pub async fn run(
             }
             Ok(Ok(Step::Back { reason, feedback })) => (reason, feedback),
             Ok(Err(e)) | Err(e) => {
+                // A replaced `.git` is named as such (`tampered: …`), not as a git failure.
+                let reason = if e.starts_with("tampered:") {
+                    e.clone()
+                } else {
+                    format!("commit or merge failed: {e}")
+                };
                 let _ = agent.move_task(
                     &id,
                     TaskState::Verifying,
                     TaskState::Failed,
-                    &one_line(&format!("commit or merge failed: {e}")),
+                    &one_line(&reason),
                 );
                 return (format!("The task failed: {e}"), false);
             }
@@ -427,6 +433,18 @@ fn commit_merge_verify(
                 feedback: format!(
                     "The merge of `{}` into your branch of repo `{}` still has unresolved files:\n{unresolved}\nEdit them to remove the conflict markers (<<<<<<< ======= >>>>>>>), keeping both changes where they belong.",
                     repo.branch, repo.id
+                ),
+            });
+        }
+        let links = worktree::escaping_links(&tree.path).map_err(|e| e.to_string())?;
+        if !links.is_empty() {
+            let list: Vec<String> = links.iter().map(ToString::to_string).collect();
+            return Ok(Step::Back {
+                reason: format!("symbolic links leave repo {}", repo.id),
+                feedback: format!(
+                    "These symbolic links in repo `{}` point outside the repository (or into .git), and Pegasus does not commit such links:\n{}\nReplace each with a real file or a link to a path inside the repository, or delete it.",
+                    repo.id,
+                    list.join("\n")
                 ),
             });
         }

@@ -39,7 +39,7 @@ impl Tool for EditFile {
                 Ok(a) => a,
                 Err(e) => return e,
             };
-            let path = match ctx.resolve(&args.path) {
+            let path = match ctx.resolve_for_write(&args.path) {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e),
             };
