@@ -294,5 +294,8 @@ fn a_marker_less_survivor_dies_with_its_worker_and_never_drives_a_daemon() {
     let _d = home.start_fake();
     home.ready_worker("runaway", None);
     let after = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(!after.contains("rc=0"), "a survivor drove the daemon: {after}");
+    assert!(
+        !after.contains("rc=0"),
+        "a survivor drove the daemon: {after}"
+    );
 }
