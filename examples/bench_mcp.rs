@@ -66,9 +66,10 @@ fn main() {
                 env: BTreeMap::new(),
                 timeout_s: Some(30),
                 eager: false,
+                writable: vec![],
             },
         );
-        let hub = pegasus_worker::mcp::McpHub::new(servers, dir.path(), dir.path(), None);
+        let hub = pegasus_worker::mcp::McpHub::new(servers, dir.path(), dir.path(), None, None);
         let t0 = Instant::now();
         let tools = ToolSet::project_tools().with(hub.tools().await);
         let start = t0.elapsed();

@@ -48,6 +48,12 @@ struct BigArgs {
     bytes: usize,
 }
 
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct PathArgs {
+    /// The file to try.
+    path: String,
+}
+
 #[derive(Debug, Clone)]
 struct TestServer {
     /// The tools of `MCP_TEST_TOOLS` and `MCP_TEST_NAMES`.
@@ -125,6 +131,22 @@ impl TestServer {
     #[tool(description = "The server's process id")]
     fn pid(&self) -> String {
         std::process::id().to_string()
+    }
+
+    #[tool(description = "Try to write a file; says `wrote` or the error")]
+    fn write(&self, Parameters(PathArgs { path }): Parameters<PathArgs>) -> String {
+        match std::fs::write(&path, "mcp\n") {
+            Ok(()) => format!("wrote {path}"),
+            Err(e) => format!("cannot write {path}: {e}"),
+        }
+    }
+
+    #[tool(description = "Try to read a file; says `read` or the error")]
+    fn read(&self, Parameters(PathArgs { path }): Parameters<PathArgs>) -> String {
+        match std::fs::read(&path) {
+            Ok(b) => format!("read {path}: {} bytes", b.len()),
+            Err(e) => format!("cannot read {path}: {e}"),
+        }
     }
 
     #[tool(description = "Answer with this many bytes")]

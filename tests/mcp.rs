@@ -471,3 +471,79 @@ fn a_huge_tool_result_fails_that_server_and_a_large_one_is_cut() {
     });
     assert_eq!(show(&home, "m")["worker_pid"], pid);
 }
+
+/// Issue 22: an MCP server is a program a model drives, so it is confined as `exec` is: its own
+/// PID namespace (pegasusd out of sight, dead with its worker), writes only to the workdir, the
+/// project's temp dir and the `writable` paths of its entry, nothing read from the home but its
+/// project.
+#[test]
+fn an_mcp_server_is_confined_like_exec_plus_its_writable_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = tmp.path().join("extra");
+    std::fs::create_dir(&extra).unwrap();
+    let outside = tmp.path().join("outside");
+    let fake = FakeLlm::start().unwrap();
+    let home = mcp_home(
+        &fake,
+        "tag-confined",
+        &format!(", writable: ['{}']", extra.display()),
+    );
+    let workdir = home.project_dir("jail").join("workdir");
+    let config = home.path().join("config.yml");
+    let steps = [
+        ("probe pid", call("mcp__t__pid", json!({}))),
+        (
+            "probe workdir",
+            call("mcp__t__write", json!({"path": workdir.join("in.txt")})),
+        ),
+        (
+            "probe extra",
+            call("mcp__t__write", json!({"path": extra.join("x.txt")})),
+        ),
+        (
+            "probe outside",
+            call("mcp__t__write", json!({"path": outside})),
+        ),
+        (
+            "probe config",
+            call("mcp__t__read", json!({"path": config})),
+        ),
+    ];
+    // A turn that ends in a tool result is answered; a probe message calls its tool.
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains(String::new()),
+        Reply::Text("probed".into()),
+    ));
+    for (text, reply) in &steps {
+        fake.add_rule(Rule::new(user(text), reply.clone()));
+    }
+    let d = home.start_fake();
+    home.create("jail");
+    let mut results = Vec::new();
+    for (text, _) in &steps {
+        send_wait(&home, "jail", text);
+        // The tool result the model was shown last.
+        let body = fake.last_request().unwrap().body.clone();
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let result = last["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["type"] == "tool_result")
+            .map(|b| b["content"].to_string())
+            .unwrap_or_default();
+        results.push(result);
+    }
+    let [pid, inside, extra_w, out, cfg] = &results[..] else {
+        unreachable!()
+    };
+    assert!(inside.contains("wrote"), "{inside}");
+    assert!(extra_w.contains("wrote"), "{extra_w}");
+    assert!(!outside.exists(), "the server wrote outside: {out}");
+    assert!(cfg.contains("cannot read"), "{cfg}");
+    if pegasus_sandbox::probe().namespaces {
+        // The server is pid 2 of its own namespace (after its init), not a pid of the host.
+        assert_eq!(pid.trim_matches('"'), "2", "{pid}");
+    }
+    drop(d);
+}

@@ -1,5 +1,5 @@
 //! MCP server declarations (SPEC §13): `mcp_servers: {NAME: {command, args?, env?, timeout_s?,
-//! eager?}}` in config.yml (every project gets them) and in PROJECT.md (an entry of the same
+//! eager?, writable?}}` in config.yml (every project gets them) and in PROJECT.md (an entry of the same
 //! name wins). One type and one check for both files.
 
 use std::collections::BTreeMap;
@@ -25,6 +25,10 @@ pub struct McpServerConfig {
     /// Start with the worker instead of at first use.
     #[serde(default)]
     pub eager: bool,
+    /// Paths the server may write besides the project's workdir and temp dir (it is confined
+    /// as `exec` is); relative ones are taken from the workdir.
+    #[serde(default)]
+    pub writable: Vec<String>,
 }
 
 /// A call's time limit when `timeout_s` is not given.
@@ -81,7 +85,7 @@ pub fn parse_mcp_servers(
     let servers = match value {
         None | Some(serde_norway::Value::Null) => BTreeMap::new(),
         Some(v) => serde_norway::from_value(v.clone()).map_err(|e| {
-            format!("must map server names to {{command, args?, env?, timeout_s?, eager?}}: {e}")
+            format!("must map server names to {{command, args?, env?, timeout_s?, eager?, writable?}}: {e}")
         })?,
     };
     check_mcp_servers(&servers)?;

@@ -125,6 +125,8 @@ pub struct McpHub {
     status_path: PathBuf,
     workdir: PathBuf,
     registry: Option<PathBuf>,
+    /// The confinement of `exec`, which servers share (plus their own `writable` paths).
+    sandbox: Option<pegasus_sandbox::SandboxPaths>,
     /// What `mcp.json` holds now: it is written only when the state changes, never per call.
     written: Mutex<String>,
 }
@@ -136,6 +138,7 @@ impl McpHub {
         project_dir: &Path,
         workdir: &Path,
         registry: Option<PathBuf>,
+        sandbox: Option<pegasus_sandbox::SandboxPaths>,
     ) -> Arc<McpHub> {
         let hub = Arc::new(McpHub {
             servers: servers
@@ -151,6 +154,7 @@ impl McpHub {
             status_path: project_dir.join(STATUS_FILE),
             workdir: workdir.to_path_buf(),
             registry,
+            sandbox,
             written: Mutex::new(String::new()),
         });
         if hub.servers.is_empty() {
@@ -309,25 +313,28 @@ impl McpHub {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
+            .kill_on_drop(true);
         for key in ["PATH", "HOME", "LANG"] {
             if let Some(v) = std::env::var_os(key) {
                 cmd.env(key, v);
             }
         }
         cmd.envs(&s.cfg.env);
-        let parent = std::process::id();
-        // SAFETY: runs in the forked child before exec; only async-signal-safe syscalls.
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-                if nix::unistd::getppid().as_raw() as u32 != parent {
-                    return Err(std::io::Error::other("parent exited"));
-                }
-                Ok(())
-            });
-        }
+        // Contained as `exec` is (own PID namespace, dies with the worker, Landlock), with the
+        // server's own `writable` paths added.
+        let sandbox = self.sandbox.clone().map(|mut paths| {
+            paths
+                .writable
+                .extend(s.cfg.writable.iter().map(|w| self.workdir.join(w)));
+            paths
+        });
+        pegasus_sandbox::confine(
+            cmd.as_std_mut(),
+            pegasus_sandbox::Confinement {
+                sandbox: sandbox.as_ref(),
+                workdir: &self.workdir,
+            },
+        )?;
         let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())
             .map_err(|e| format!("cannot run `{}`: {e}", s.cfg.command))?;
         if let (Some(registry), Some(pid)) = (&self.registry, child.id()) {
@@ -984,12 +991,13 @@ mod tests {
             env: BTreeMap::new(),
             timeout_s: None,
             eager: false,
+            writable: vec![],
         };
         let servers: BTreeMap<String, McpServerConfig> = ["a", "a_", "b", "c"]
             .into_iter()
             .map(|n| (n.to_string(), cfg("/nonexistent")))
             .collect();
-        let hub = McpHub::new(servers, dir.path(), dir.path(), None);
+        let hub = McpHub::new(servers, dir.path(), dir.path(), None, None);
         let half = MAX_PROJECT_TOOLS_BYTES / 2;
         let listed = [
             ("a", vec![offered("a", "_x", 10), offered("a", "y", half)]),

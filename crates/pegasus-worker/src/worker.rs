@@ -162,6 +162,7 @@ async fn serve(
                 &project_dir,
                 &workdir,
                 Some(home.exec_registry(&name)),
+                agent.settings().sandbox.clone(),
             );
             Ok((runs, agent, mcp))
         });
