@@ -567,7 +567,7 @@ impl TaskStore {
         replay_of: Option<String>,
     ) -> Result<(PathBuf, Task), TaskError> {
         let (path, task, created) = self.new_task_locked(t, replay_of)?;
-        append_events(&path, &[created])?;
+        write_new_events(&path, &[created])?;
         Ok((path, task))
     }
 
@@ -828,6 +828,24 @@ impl TaskStore {
 }
 
 /// Appends `events` in order and makes them durable with one fdatasync.
+/// Writes a new task's event file whole (temp file, fsync, rename, fsync of its folder): a
+/// crash leaves either no file or one that starts with its `created` event, never an empty or
+/// headless file the index does not know.
+fn write_new_events(path: &Path, events: &[TaskEvent]) -> Result<(), TaskError> {
+    if let Some(dir) = path.parent() {
+        create_dir_all_durable(dir)?;
+    }
+    let mut bytes = Vec::new();
+    for event in events {
+        serde_json::to_writer(&mut bytes, event).map_err(|e| {
+            TaskError::Invalid(format!("{}: cannot serialize an event: {e}", path.display()))
+        })?;
+        bytes.push(b'\n');
+    }
+    pegasus_store::write_atomic(path, &bytes)?;
+    Ok(())
+}
+
 fn append_events(path: &Path, events: &[TaskEvent]) -> Result<(), TaskError> {
     let mut log = JsonlAppender::open(path)?;
     for event in events {
@@ -843,6 +861,8 @@ struct Batch<'a> {
     path: &'a Path,
     task: &'a mut Task,
     events: Vec<TaskEvent>,
+    /// The batch creates the event file (it starts with `created`).
+    new: bool,
 }
 
 impl<'a> Batch<'a> {
@@ -851,6 +871,7 @@ impl<'a> Batch<'a> {
         Batch {
             path,
             task,
+            new: created.is_some(),
             events: created.into_iter().collect(),
         }
     }
@@ -874,7 +895,11 @@ impl<'a> Batch<'a> {
     }
 
     fn commit(self) -> Result<(), TaskError> {
-        append_events(self.path, &self.events)
+        if self.new {
+            write_new_events(self.path, &self.events)
+        } else {
+            append_events(self.path, &self.events)
+        }
     }
 }
 
