@@ -1,13 +1,19 @@
-//! The kill -9 campaign (issue 8): random `kill -9` of workers and of the daemon while projects
-//! run tool calls and model calls, with the invariants checked after every kill and at the end:
+//! The kill -9 campaign (issues 8 and 22): random `kill -9` of workers and of the daemon while
+//! projects run tool calls and model calls, code tasks (worktree, hydrate, verify, the staging
+//! merge) and MCP calls, with the invariants checked after every kill and at the end:
 //!
-//! * every project is back (a ready worker) within 5 s of a kill;
+//! * nothing a model started (every descendant of the killed worker, or of the killed daemon:
+//!   commands, what they started in the background, MCP servers) is alive 1 s after its
+//!   worker died — also while the daemon stays down (some daemon kills wait 5 s to restart);
+//! * every project is back (a ready worker) within 5 s of a kill (or of the restart);
 //! * every acknowledged message is in its project's session;
 //! * every JSONL file (sessions, task logs, the ledger) loads, with nothing skipped but a torn
 //!   last line;
 //! * after a clean restart no task is left `running`/`verifying` without a worker;
 //! * the ledger sums equal what `pegasusctl cost` and `project list` report;
-//! * no process a model started outlives its worker.
+//! * no process a model started outlives its worker;
+//! * no task file without its `created` record; the code project's repository has a clean
+//!   checkout, no leftover worktree of a finished task, and a `main` whose every commit passed.
 //!
 //! The short form (30 kills) runs in `cargo test`. The long form is run by hand and recorded in
 //! `docs/RELIABILITY.md`:
@@ -25,7 +31,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-const PROJECTS: [&str; 3] = ["alpha", "bravo", "charlie"];
+const PROJECTS: [&str; 4] = ["alpha", "bravo", "code", "mcp"];
 /// A string only the campaign's commands carry, to find their processes.
 const MARKER: &str = "chaos-7f3e";
 
@@ -42,6 +48,97 @@ impl Rng {
 
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// Every process below `root` (by parent links), with its start time (so a reused pid is not
+/// taken for it).
+fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let mut procs = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if let (Some(ppid), Some(start)) = (
+            f.get(1).and_then(|p| p.parse::<u32>().ok()),
+            f.get(19).and_then(|s| s.parse::<u64>().ok()),
+        ) {
+            procs.push((pid, ppid, start));
+        }
+    }
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid, start) in &procs {
+            if ppid == parent && !out.iter().any(|(p, _)| *p == pid) {
+                out.push((pid, start));
+                frontier.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Those of `procs` still running (same pid, same start time, not a zombie).
+fn still_running(procs: &[(u32, u64)]) -> Vec<u32> {
+    procs
+        .iter()
+        .filter(|(pid, start)| {
+            alive(*pid)
+                && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.rsplit_once(')')?
+                            .1
+                            .split_whitespace()
+                            .nth(19)?
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    == Some(*start)
+        })
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// Waits for `dead` (the killed processes) to be gone, then gives what they had started 1 s;
+/// a violation names what outlived them. Returns how long the last one took after its worker.
+fn outlived(
+    dead: &[u32],
+    started: &[(u32, u64)],
+    what: &str,
+    violations: &mut Vec<String>,
+) -> Duration {
+    poll(
+        Duration::from_secs(5),
+        "the killed processes to die",
+        || dead.iter().all(|p| !alive(*p)).then_some(()),
+    );
+    let died = Instant::now();
+    loop {
+        let left = still_running(started);
+        if left.is_empty() {
+            return died.elapsed();
+        }
+        if died.elapsed() > Duration::from_secs(1) {
+            let names: Vec<String> = left
+                .iter()
+                .map(|p| {
+                    let c = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                    format!("{p} {}", String::from_utf8_lossy(&c).replace('\0', " "))
+                })
+                .collect();
+            violations.push(format!("alive 1 s after {what}: {names:?}"));
+            return died.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -112,15 +209,34 @@ fn kill_9_campaign_keeps_every_invariant() {
     let mut rng = Rng(seed);
 
     let fake = FakeLlm::start().unwrap();
-    // Every message: one exec call (a short command that a kill may cut), then an answer.
+    // A turn that ends in a tool result is answered; each new message (its session holds the
+    // tool results of the messages before it) makes one call.
+    for ran in ["job-ran", "slept 1 s"] {
+        fake.add_rule(Rule::new(
+            Match::LastToolResultContains(ran.into()),
+            Reply::Text("job done".into()),
+        ));
+    }
+    // A code task: the agent writes a file of its own (a kill may cut it), then answers.
     fake.add_rule(Rule::new(
-        Match::All(vec![
-            Match::LastUserTextContains("job".into()),
-            Match::NoToolResultYet,
-        ]),
+        Match::LastUserTextContains("code job".into()),
         Reply::Tools(vec![ToolCall::new(
             "exec",
-            json!({"command": format!("sleep 0.0$((RANDOM % 9 + 1)) # {MARKER}; echo ok")}),
+            json!({"command": format!("date +%s%N > f-$(date +%s%N).txt; sleep 0.0$((RANDOM % 9 + 1)); true {MARKER}; echo job-ran")}),
+        )]),
+    ));
+    // An MCP call that a kill may cut mid-call.
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("mcp job".into()),
+        Reply::Tools(vec![ToolCall::new("mcp__t__sleep", json!({"seconds": 1}))]),
+    ));
+    // Every other message: one exec call (a short command that a kill may cut, leaving one
+    // process in its own session behind it, as a daemonizing command would), then an answer.
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("job".into()),
+        Reply::Tools(vec![ToolCall::new(
+            "exec",
+            json!({"command": format!("setsid sh -c 'sleep 30; true {MARKER}' >/dev/null 2>&1 & sleep 0.0$((RANDOM % 9 + 1)); true {MARKER}; echo job-ran")}),
         )]),
     ));
     fake.add_rule(Rule::new(Match::Any, Reply::Text("job done".into())));
@@ -133,22 +249,63 @@ fn kill_9_campaign_keeps_every_invariant() {
          prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
          llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
          workers: {{shutdown_timeout_s: 5, restart_backoff_ms: 20, crash_loop_max: 1000, crash_loop_window_s: 1}}\n\
-         agent: {{reflection: false}}\n",
+         agent: {{reflection: false}}\n\
+         mcp_servers:\n  t: {{command: '{mcp}', args: ['{MARKER}'], timeout_s: 10}}\n",
         a = fake.anthropic_base_url(),
+        mcp = example_bin("mcp_test_server").display(),
     ));
+    let repos = tempfile::tempdir().unwrap();
+    let app = repo(repos.path(), "app");
     let mut daemon = home.start_fake();
     for p in PROJECTS {
         home.create(p);
     }
+    // The code project hydrates and verifies with short commands a kill may cut, in the task's
+    // worktree and again in the staging worktree of the merge.
+    configure(
+        &home,
+        "code",
+        &format!(
+            "{}hydrate: \"sleep 0.0$((RANDOM % 5 + 1)); true {MARKER}\"\nverify:\n  - \"sleep 0.$((RANDOM % 3)); test -f a.txt; true {MARKER}\"\n",
+            repos_yaml(&[("app", &app)])
+        ),
+    );
 
     let mut acked: HashMap<&str, Vec<String>> = HashMap::new();
+    let mut code_tasks = Vec::new();
+    let mut violations = Vec::new();
     let mut worst_back = Duration::ZERO;
+    let mut worst_death = Duration::ZERO;
     let mut daemon_kills = 0;
+    let mut long_downs = 0;
     for round in 0..kills {
-        // Some work in flight: a few messages, acknowledged (durably persisted) or refused.
+        // Some work in flight: a few messages, acknowledged (durably persisted) or refused,
+        // and now and then a code task.
         for _ in 0..1 + rng.below(3) {
             let p = PROJECTS[rng.below(PROJECTS.len() as u64) as usize];
-            let out = home.ctl(&["--json", "project", "send", p, &format!("job {round}")]);
+            if p == "code" {
+                let out = home.ctl(&[
+                    "--json",
+                    "task",
+                    "add",
+                    "code",
+                    "--goal",
+                    &format!("code job {round}"),
+                    "--repo",
+                    "app",
+                ]);
+                if out.status.success() {
+                    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                    code_tasks.push(v["id"].as_str().unwrap().to_string());
+                }
+                continue;
+            }
+            let text = if p == "mcp" {
+                format!("mcp job {round}")
+            } else {
+                format!("job {round}")
+            };
+            let out = home.ctl(&["--json", "project", "send", p, &text]);
             if out.status.success() {
                 let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
                 acked
@@ -161,21 +318,62 @@ fn kill_9_campaign_keeps_every_invariant() {
         let started = Instant::now();
         if rng.below(8) == 0 {
             daemon_kills += 1;
+            let before = descendants(daemon.pid);
+            let workers: Vec<u32> = home.json(&["status"])["projects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["worker_pid"].as_u64().map(|p| p as u32))
+                .collect();
             daemon.kill9();
+            let mut dead = workers;
+            dead.push(daemon.pid);
+            let took = outlived(&dead, &before, "the daemon was killed", &mut violations);
+            worst_death = worst_death.max(took);
+            // Now and then the daemon stays down for 5 s: nobody is there to sweep.
+            let mut back_from = started;
+            if rng.below(3) == 0 {
+                long_downs += 1;
+                let down = Duration::from_secs(5).saturating_sub(started.elapsed());
+                std::thread::sleep(down);
+                if !still_running(&before).is_empty() {
+                    violations.push(
+                        "something a model started lived on while the daemon was down".into(),
+                    );
+                }
+                back_from = Instant::now();
+            }
             daemon = home.start_fake();
+            all_ready(
+                &home,
+                Duration::from_secs(5),
+                "every project back within 5 s",
+            );
+            worst_back = worst_back.max(back_from.elapsed());
+            continue;
         } else {
             let p = PROJECTS[rng.below(PROJECTS.len() as u64) as usize];
             if let Some(pid) = home.json(&["project", "show", p])["worker_pid"].as_u64() {
+                let pid = pid as u32;
+                let before = descendants(pid);
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid as i32),
                     nix::sys::signal::Signal::SIGKILL,
                 );
+                let took = outlived(
+                    &[pid],
+                    &before,
+                    &format!("the worker of {p} was killed"),
+                    &mut violations,
+                );
+                worst_death = worst_death.max(took);
                 poll(
                     Duration::from_secs(5),
                     "the killed worker to be replaced",
                     || {
-                        (home.json(&["project", "show", p])["worker_pid"].as_u64() != Some(pid))
-                            .then_some(())
+                        (home.json(&["project", "show", p])["worker_pid"].as_u64()
+                            != Some(pid as u64))
+                        .then_some(())
                     },
                 );
             }
@@ -202,10 +400,20 @@ fn kill_9_campaign_keeps_every_invariant() {
                 .then_some(())
         },
     );
+    // Code tasks end (done, or failed by a kill) before the daemon stops.
+    for id in &code_tasks {
+        poll(Duration::from_secs(60), "the code tasks to end", || {
+            let t = &home.json(&["task", "show", id])["task"];
+            matches!(
+                t["state"].as_str(),
+                Some("done" | "failed" | "cancelled" | "blocked")
+            )
+            .then_some(())
+        });
+    }
     home.ctl_ok(&["stop"]);
     daemon.wait_exit(Duration::from_secs(30));
 
-    let mut violations = Vec::new();
     // Acknowledged messages are in their sessions.
     for (p, ids) in &acked {
         let history = session_history(&home, p);
@@ -238,6 +446,36 @@ fn kill_9_campaign_keeps_every_invariant() {
     let strays = processes_with(MARKER);
     if !strays.is_empty() {
         violations.push(format!("commands outlived their workers: {strays:?}"));
+    }
+    // No task file without its created record (a kill right after an acknowledgement once
+    // left an empty one that no index knew).
+    for p in PROJECTS {
+        let mut files = Vec::new();
+        jsonl_files(&home.project_dir(p).join("tasks"), &mut files);
+        for f in files.iter().filter(|f| !f.ends_with("index.jsonl")) {
+            let first = std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .next()
+                .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+            if first.as_ref().map(|v| v["type"].clone()) != Some(json!("created")) {
+                violations.push(format!("{}: no created record first", f.display()));
+            }
+        }
+    }
+    // The user's checkout is clean; main moved only by merges whose checks passed (every
+    // commit on main is the initial one or a merge of a task branch).
+    let status = sh(&app, "git status --porcelain");
+    if !status.is_empty() {
+        violations.push(format!("the main checkout is dirty: {status}"));
+    }
+    let subjects = sh(&app, "git log --first-parent --format=%s main");
+    for s in subjects.lines().filter(|l| *l != "init") {
+        if !s.starts_with("Merge pegasus/task-") {
+            violations.push(format!(
+                "main has a commit that was not a verified merge: {s}"
+            ));
+        }
     }
     // After a clean restart, nothing is left running without a worker; the ledger adds up.
     let _d = home.start_fake();
@@ -277,9 +515,36 @@ fn kill_9_campaign_keeps_every_invariant() {
         eprintln!("chaos: {} tasks stuck before ready: {stuck:?}", stuck.len());
     }
     let sent: usize = acked.values().map(Vec::len).sum();
+    let mut ends: HashMap<String, usize> = HashMap::new();
+    for id in &code_tasks {
+        let t = &home.json(&["task", "show", id])["task"];
+        let end = format!(
+            "{} {}",
+            t["state"].as_str().unwrap_or("?"),
+            t["stop_reason"].as_str().unwrap_or("")
+        );
+        *ends.entry(end.trim().to_string()).or_default() += 1;
+    }
+    eprintln!("chaos: code tasks ended {ends:?}");
+    let merged = sh(
+        &app,
+        "git log --first-parent --format=%s main | grep -c '^Merge' || true",
+    );
+    // The worktrees of ended tasks go when their worker boots again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sh(&app, "git worktree list | wc -l") != "1" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let leftovers = sh(&app, "git worktree list");
+    if leftovers.lines().count() != 1 {
+        violations.push(format!("worktrees left after a clean restart: {leftovers}"));
+    }
     eprintln!(
-        "chaos: {kills} kills ({daemon_kills} of the daemon), {sent} acknowledged messages, \
-         {} model calls, worst recovery {worst_back:?}, {} violations",
+        "chaos: {kills} kills ({daemon_kills} of the daemon, {long_downs} down for 5 s), \
+         {sent} acknowledged messages, {} code tasks ({merged} merged), {} model calls, \
+         worst recovery {worst_back:?}, worst death of what a model started {worst_death:?}, \
+         {} violations",
+        code_tasks.len(),
         fake.request_count(),
         violations.len()
     );

@@ -270,3 +270,50 @@ pub fn main_agent_rule(fake: &pegasus_fakellm::FakeLlm) {
         pegasus_fakellm::Reply::Text("noted".into()),
     ));
 }
+
+// Code projects: real repositories for the tests that change them.
+
+/// Runs `cmd` with `sh -c` in `dir` as a user with a git identity; its stdout, trimmed.
+pub fn sh(dir: &Path, cmd: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "u")
+        .env("GIT_AUTHOR_EMAIL", "u@x")
+        .env("GIT_COMMITTER_NAME", "u")
+        .env("GIT_COMMITTER_EMAIL", "u@x")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repo with `main` checked out: a.txt = "alpha", b.txt = "beta".
+pub fn repo(parent: &Path, name: &str) -> PathBuf {
+    let root = parent.join(name);
+    std::fs::create_dir_all(&root).unwrap();
+    sh(&root, "git init -q -b main && echo alpha > a.txt && echo beta > b.txt && git add -A && git commit -q -m init");
+    root
+}
+
+/// Adds code keys to a project's PROJECT.md frontmatter (before its closing `---`).
+pub fn configure(home: &Home, name: &str, keys: &str) {
+    let path = home.project_dir(name).join("PROJECT.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let end = text[4..].find("\n---").unwrap() + 4;
+    let next = format!("{}\n{}{}", &text[..end], keys.trim_end(), &text[end..]);
+    std::fs::write(&path, next).unwrap();
+}
+
+pub fn repos_yaml(repos: &[(&str, &Path)]) -> String {
+    let mut s = String::from("repos:\n");
+    for (id, p) in repos {
+        s.push_str(&format!("  - {{id: {id}, path: '{}'}}\n", p.display()));
+    }
+    s
+}
