@@ -17,6 +17,7 @@
 //!   they are (git-lfs keeps working).
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -93,6 +94,8 @@ impl Stamp {
 #[derive(Debug)]
 struct Pin {
     git_dir: PathBuf,
+    /// A linked worktree of Pegasus's own (task or staging): git there dies with the worker.
+    linked: bool,
     stamp: Option<Stamp>,
     /// `-c` values that neutralise the repository's own program-running keys.
     overrides: Vec<String>,
@@ -118,8 +121,13 @@ fn pinned(dir: &Path) -> Option<Arc<Pin>> {
 /// remembers its `.git` as it is now (see the module doc).
 pub fn pin(work_tree: &Path, git_dir: &Path) -> Result<(), CodeError> {
     let overrides = repository_overrides(work_tree, git_dir)?;
+    let linked = git_dir
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "worktrees");
     let entry = Arc::new(Pin {
         git_dir: git_dir.to_path_buf(),
+        linked,
         stamp: Stamp::read(work_tree),
         overrides,
     });
@@ -226,6 +234,22 @@ fn command(dir: &Path, args: &[&str]) -> Result<Command, CodeError> {
         }
         for o in &pin.overrides {
             cmd.args(["-c", o]);
+        }
+        if pin.linked {
+            // Nobody else writes a task's worktree: git there dies with its worker, so a lock
+            // it leaves is known to be stale when the task resumes (see `worktree::create`).
+            // The user's own checkout is not one: a fast-forward there runs to its end.
+            let parent = std::process::id();
+            // SAFETY: prctl and getppid only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+                    if nix::unistd::getppid().as_raw() as u32 != parent {
+                        return Err(std::io::Error::other("parent exited"));
+                    }
+                    Ok(())
+                });
+            }
         }
         cmd.arg(format!("--git-dir={}", pin.git_dir.display()))
             .arg(format!("--work-tree={}", dir.display()));

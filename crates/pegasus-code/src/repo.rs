@@ -177,7 +177,7 @@ impl Repo {
     /// Pins the linked worktree at `path` to its administrative folder in this repository's
     /// common dir (see [`crate::git`]): the one whose `gitdir` names `path/.git`, and which
     /// `path/.git` names back. A `.git` that names anything else is [`CodeError::Tampered`].
-    pub fn pin_worktree(&self, path: &Path) -> Result<(), CodeError> {
+    pub fn pin_worktree(&self, path: &Path) -> Result<PathBuf, CodeError> {
         let dot = canonical_or(&path.join(".git"));
         let admin_root = self.common.join("worktrees");
         let admin = std::fs::read_dir(&admin_root)
@@ -201,7 +201,8 @@ impl Repo {
         if !meta.file_type().is_file() || named != Some(canonical_or(&admin)) {
             return Err(tampered());
         }
-        crate::git::pin(path, &admin)
+        crate::git::pin(path, &admin)?;
+        Ok(admin)
     }
 
     /// Every worktree git knows of for this repository.

@@ -90,7 +90,18 @@ pub fn create(
         }
         // From here on git runs there only with its repository given, never found through
         // the worktree's `.git` (a resumed worktree's `.git` must still name its own).
-        repo.pin_worktree(&path)?;
+        let admin = repo.pin_worktree(&path)?;
+        // Locks a killed worker's git left behind (git in a task worktree dies with its
+        // worker, and only this task's worker uses it): stale, or the task could never commit.
+        for stale in [
+            admin.join("index.lock"),
+            admin.join("HEAD.lock"),
+            repo.common.join(format!("{branch_ref}.lock")),
+        ] {
+            if std::fs::remove_file(&stale).is_ok() {
+                tracing::warn!(lock = %stale.display(), "removed a lock left by a killed git");
+            }
+        }
     }
     if path.join(".gitmodules").exists() {
         let out = git_output(&path, &["submodule", "update", "--init", "--recursive"])?;
