@@ -94,6 +94,12 @@ struct Prepared {
     ruleset_fd: Option<OwnedFd>,
     /// Paths bound read-only, with the mount flags that must be kept on the remount.
     read_only: Vec<(CString, libc::c_ulong)>,
+    /// Sockets and socket folders of other daemons (the user's systemd and D-Bus, docker,
+    /// tmux, X): hidden, or a command could ask one of them to start a process outside its
+    /// namespace. Folders get an empty tmpfs, sockets `/dev/null`.
+    hidden: Vec<(CString, bool)>,
+    tmpfs: CString,
+    dev_null: CString,
     proc_: CString,
     proc_dir: CString,
     root_dir: CString,
@@ -128,10 +134,21 @@ impl Prepared {
             read_only.push((cstring(&path)?, kept_flags(&path)));
         }
         // SAFETY: these calls only read the process's credentials.
-        let (uid, gid, euid) = unsafe { (libc::getuid(), libc::getgid(), libc::geteuid()) };
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let mut hidden = Vec::new();
+        for path in daemon_sockets(uid) {
+            if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                if !meta.file_type().is_symlink() {
+                    hidden.push((cstring(&path)?, meta.is_dir()));
+                }
+            }
+        }
         Ok(Prepared {
+            hidden,
+            tmpfs: fixed("tmpfs"),
+            dev_null: fixed("/dev/null"),
             parent: std::process::id(),
-            root: euid == 0,
+            root: uid == 0,
             ruleset,
             ruleset_fd,
             read_only,
@@ -156,7 +173,7 @@ impl Prepared {
         set_pdeathsig()?;
         // The worker may have died before the prctl: then nobody would kill us later.
         if nix::unistd::getppid().as_raw() as u32 != self.parent {
-            return Err(io::Error::other("parent exited"));
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
         if !self.unshare()? {
             return self.restrict();
@@ -194,10 +211,12 @@ impl Prepared {
         // SAFETY: as above.
         unsafe { libc::close(alive_r) };
         self.mount();
-        self.restrict()?;
         let command = raw_fork()?;
         if command == 0 {
-            return Ok(());
+            // Landlock on the command alone: init stays outside its domain, so the command
+            // cannot read init's memory (a copy of the worker's) through /proc/1/mem, even as
+            // root.
+            return self.restrict();
         }
         COMMAND.store(command, Ordering::SeqCst);
         forward_signals();
@@ -254,6 +273,25 @@ impl Prepared {
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             );
+            for (path, dir) in &self.hidden {
+                if *dir {
+                    libc::mount(
+                        self.tmpfs.as_ptr(),
+                        path.as_ptr(),
+                        self.tmpfs.as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        std::ptr::null(),
+                    );
+                } else {
+                    libc::mount(
+                        self.dev_null.as_ptr(),
+                        path.as_ptr(),
+                        null,
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    );
+                }
+            }
             for (path, keep) in &self.read_only {
                 if libc::mount(
                     path.as_ptr(),
@@ -262,14 +300,16 @@ impl Prepared {
                     libc::MS_BIND,
                     std::ptr::null(),
                 ) == 0
-                {
-                    libc::mount(
+                    && libc::mount(
                         null,
                         path.as_ptr(),
                         null,
                         libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
                         std::ptr::null(),
-                    );
+                    ) != 0
+                {
+                    // A bind left writable would only look protected.
+                    libc::umount2(path.as_ptr(), libc::MNT_DETACH);
                 }
             }
         }
@@ -299,7 +339,7 @@ impl Prepared {
     fn restrict(&mut self) -> io::Result<()> {
         if let Some(r) = self.ruleset.take() {
             r.restrict_self()
-                .map_err(|_| io::Error::other("cannot confine the command"))?;
+                .map_err(|_| io::Error::from_raw_os_error(libc::EACCES))?;
         }
         Ok(())
     }
@@ -322,6 +362,29 @@ fn git_dirs(workdir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The sockets through which a command could have another daemon start a process for it, out
+/// of its namespace and its Landlock domain (Landlock does not govern `connect` to a named
+/// socket): the user's systemd (`systemd-run --user`) and session bus under
+/// `/run/user/<uid>`, the system bus, systemd's private socket, docker, containerd and podman,
+/// tmux, screen and X. DNS (`/run/systemd/resolve`) and the rest of `/run` stay.
+fn daemon_sockets(uid: u32) -> Vec<PathBuf> {
+    [
+        format!("/run/user/{uid}"),
+        "/run/dbus".to_string(),
+        "/run/systemd/private".to_string(),
+        "/run/docker.sock".to_string(),
+        "/run/docker".to_string(),
+        "/run/containerd".to_string(),
+        "/run/podman".to_string(),
+        "/run/screen".to_string(),
+        format!("/tmp/tmux-{uid}"),
+        "/tmp/.X11-unix".to_string(),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .collect()
 }
 
 /// The flags of the mount holding `path` that a read-only remount must keep (a user
@@ -507,7 +570,7 @@ pub struct Support {
 /// Runs one confined command to see what holds (a few milliseconds).
 pub fn probe() -> Support {
     let mut cmd = std::process::Command::new("sh");
-    cmd.args(["-c", "echo $$"])
+    cmd.args(["-c", "echo $$ $(readlink /proc/self)"])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let namespaces = confine(
@@ -520,7 +583,7 @@ pub fn probe() -> Support {
     .is_ok()
         && cmd
             .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "2");
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "2 2");
     Support {
         landlock: crate::landlock_rules::landlock_abi(),
         namespaces,
@@ -683,6 +746,63 @@ mod tests {
             }
         }
         None
+    }
+
+    /// A daemon's socket would let a command have a process started outside its namespace
+    /// (`systemd-run --user`, `docker run`, a tmux server): the known ones are hidden.
+    #[test]
+    fn daemon_sockets_are_out_of_reach() {
+        if !probe().namespaces {
+            eprintln!("skipped: no PID namespaces for this user here");
+            return;
+        }
+        // SAFETY: reads the process's credentials.
+        let uid = unsafe { libc::geteuid() };
+        let dir = PathBuf::from(format!("/tmp/tmux-{uid}"));
+        let made = std::fs::create_dir(&dir).is_ok();
+        let sock = dir.join(format!("pegasus-test-{}", std::process::id()));
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let script = format!("test -S {} && echo visible || echo hidden", sock.display());
+        let out = confined(&script, work.path(), None).output().unwrap();
+        drop(listener);
+        let _ = std::fs::remove_file(&sock);
+        if made {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hidden");
+    }
+
+    /// Init is a fork of the worker: its memory is the worker's. The command's Landlock domain
+    /// keeps it out, root or not.
+    #[test]
+    fn the_command_cannot_read_its_init() {
+        if !probe().namespaces || crate::landlock_abi().is_none() {
+            eprintln!("skipped: no namespaces or no Landlock here");
+            return;
+        }
+        let base = tempfile::tempdir().unwrap();
+        let home = base.path().join("home");
+        let own = home.join("projects/p");
+        std::fs::create_dir_all(&own).unwrap();
+        let work = base.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let paths = SandboxPaths {
+            home: home.clone(),
+            own_dir: own.clone(),
+            tmp_dir: own.join("tmp"),
+            writable: vec![],
+        };
+        let script = "head -c 1 /proc/1/mem >/dev/null 2>&1 && echo mem-read; \
+                      cat /proc/1/environ >/dev/null 2>&1 && echo env-read; \
+                      cat /proc/self/status >/dev/null && echo self-ok";
+        let out = confined(script, &work, Some(&paths)).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains("mem-read") && !text.contains("env-read"),
+            "{text}"
+        );
+        assert!(text.contains("self-ok"), "{text}");
     }
 
     #[test]

@@ -38,7 +38,12 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
     let mut writer = FrameWriter::new(send);
     let hello = tokio::time::timeout(HELLO_TIMEOUT, reader.read::<CtlRequest>()).await;
     // Refused after its hello, so the client reads why instead of a bare hang-up.
-    if let Some((pid, why)) = peer.and_then(|p| Some((p, crate::peer::refusal(p)?))) {
+    // A peer whose credentials cannot be read cannot be told from a model-run command.
+    let refused = match peer {
+        Some(p) => crate::peer::refusal(p).map(|why| (p, why)),
+        None => Some((0, "whose credentials cannot be read")),
+    };
+    if let Some((pid, why)) = refused {
         tracing::warn!(
             peer = pid,
             "refusing a control connection from a process {why}"
