@@ -525,7 +525,9 @@ fn links_out_of_the_repository_go_back_to_the_agent_and_never_reach_main() {
     fake.add_rule(
         Rule::new(
             Match::All(vec![user("add links"), Match::NoToolResultYet]),
-            exec("ln -s /etc/passwd passwd && ln -s ../../../../../config.yml cfg && ln -s a.txt fine && mkdir -p d && ln -s ../.git/config d/g && echo made"),
+            exec("ln -s /etc/passwd passwd && ln -s ../../../../../config.yml cfg && ln -s a.txt fine && mkdir -p d && ln -s ../.git/config d/g \
+                  && mkdir -p d1/d2/d3 && ln -s ../../.. d1/d2/d3/up && ln -s d1/d2/d3/up/../../../etc/passwd esc \
+                  && git init -q nested && git -C nested -c user.name=m -c user.email=m@x commit -q --allow-empty -m n && echo made"),
         )
         .times(1),
     );
@@ -535,8 +537,8 @@ fn links_out_of_the_repository_go_back_to_the_agent_and_never_reach_main() {
     ));
     fake.add_rule(
         Rule::new(
-            user("does not commit such links"),
-            exec("rm passwd cfg d/g && echo removed"),
+            user("Pegasus does not commit these"),
+            exec("rm -rf passwd cfg d/g esc nested && echo removed"),
         )
         .times(1),
     );
@@ -554,7 +556,7 @@ fn links_out_of_the_repository_go_back_to_the_agent_and_never_reach_main() {
     let h = history(&home, &id);
     assert!(
         h.iter()
-            .any(|(_, _, r)| r.contains("symbolic links leave repo app")),
+            .any(|(_, _, r)| r.contains("entries Pegasus does not commit in repo app")),
         "{h:?}"
     );
     let tree = sh(&app, "git ls-tree -r main --format='%(objectmode) %(path)'");
@@ -562,7 +564,20 @@ fn links_out_of_the_repository_go_back_to_the_agent_and_never_reach_main() {
         tree.contains("120000 fine"),
         "the link inside stays: {tree}"
     );
-    for gone in ["passwd", "cfg", "d/g"] {
+    assert!(
+        tree.contains("120000 d1/d2/d3/up"),
+        "a link to the top stays: {tree}"
+    );
+    // What the agent was told names each refused entry.
+    let told: String = fake.requests().iter().map(|r| r.body.to_string()).collect();
+    for named in [
+        "esc (a link to",
+        "nested (a nested git repository)",
+        "passwd (a link to /etc/passwd",
+    ] {
+        assert!(told.contains(named), "{named}");
+    }
+    for gone in ["passwd", "cfg", "d/g", "esc", "nested"] {
         assert!(!tree.contains(&format!(" {gone}")), "{gone}: {tree}");
     }
 }

@@ -35,9 +35,9 @@ const MIN_VERSION: (u32, u32) = (2, 38);
 fn lfs_missing() -> bool {
     static MISSING: OnceLock<bool> = OnceLock::new();
     *MISSING.get_or_init(|| {
-        !Command::new("git")
+        // Never in a repository: an `alias.lfs` of the current folder's would run.
+        !base_command(Path::new("/"))
             .args(["lfs", "version"])
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -47,7 +47,8 @@ fn lfs_missing() -> bool {
 }
 
 /// Set on every command: no hook, no fsmonitor daemon, no signing program, no submodule
-/// recursion.
+/// recursion, no password prompt program, no background maintenance (which outlives the
+/// command).
 const ALWAYS: &[&str] = &[
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
@@ -56,6 +57,9 @@ const ALWAYS: &[&str] = &[
     "merge.verifySignatures=false",
     "submodule.recurse=false",
     "protocol.ext.allow=never",
+    "core.askPass=",
+    "maintenance.auto=false",
+    "gc.auto=0",
 ];
 
 /// What `.git` of a pinned folder was when Pegasus pinned it.
@@ -97,8 +101,11 @@ struct Pin {
     /// A linked worktree of Pegasus's own (task or staging): git there dies with the worker.
     linked: bool,
     stamp: Option<Stamp>,
-    /// `-c` values that neutralise the repository's own program-running keys.
-    overrides: Vec<String>,
+    /// Settings that neutralise the repository's own program-running keys.
+    overrides: Vec<(String, String)>,
+    /// The submodule paths of a linked worktree (its gitlinks): their `.git` files must stay
+    /// what git made (naming `<common>/modules/…`).
+    submodules: Vec<String>,
 }
 
 static PINS: Mutex<Option<HashMap<PathBuf, Arc<Pin>>>> = Mutex::new(None);
@@ -125,9 +132,15 @@ pub fn pin(work_tree: &Path, git_dir: &Path) -> Result<(), CodeError> {
         .parent()
         .and_then(Path::file_name)
         .is_some_and(|n| n == "worktrees");
+    let submodules = if linked {
+        gitlinks(work_tree, git_dir)
+    } else {
+        Vec::new()
+    };
     let entry = Arc::new(Pin {
         git_dir: git_dir.to_path_buf(),
         linked,
+        submodules,
         stamp: Stamp::read(work_tree),
         overrides,
     });
@@ -145,9 +158,60 @@ pub fn unpin(work_tree: &Path) {
     }
 }
 
+/// The gitlinks (submodules) of the commit checked out in a worktree.
+fn gitlinks(work_tree: &Path, git_dir: &Path) -> Vec<String> {
+    let mut cmd = base_command(work_tree);
+    cmd.arg(format!("--git-dir={}", git_dir.display()))
+        .arg(format!("--work-tree={}", work_tree.display()))
+        .args(["ls-tree", "-r", "-z", "HEAD"]);
+    let Ok(out) = cmd.output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split('\0')
+        .filter_map(|e| {
+            let (meta, path) = e.split_once('\t')?;
+            meta.starts_with("160000 ").then(|| path.to_string())
+        })
+        .collect()
+}
+
+/// Whether every populated submodule of a linked worktree still has the `.git` file git made:
+/// one naming a folder under the repository's `modules/`, where the model cannot write. A
+/// submodule git runs in (`status`, `merge`) reads its configuration from there.
+fn submodules_intact(dir: &Path, pin: &Pin) -> bool {
+    let Some(common) = pin.git_dir.parent().and_then(Path::parent) else {
+        return false;
+    };
+    // A worktree's submodules live under its own admin folder; the main checkout's under the
+    // common dir. Both are git's, out of the model's reach.
+    let modules: [PathBuf; 2] = [
+        canonical(&pin.git_dir.join("modules")),
+        canonical(&common.join("modules")),
+    ];
+    pin.submodules.iter().all(|sub| {
+        let dot = dir.join(sub).join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&dot) else {
+            return true; // not populated: git does not go in
+        };
+        if !meta.file_type().is_file() {
+            return false;
+        }
+        std::fs::read_to_string(&dot).is_ok_and(|t| {
+            t.trim().strip_prefix("gitdir: ").is_some_and(|g| {
+                let real = canonical(&dot.parent().unwrap_or(dir).join(g));
+                modules.iter().any(|m| real.starts_with(m))
+            })
+        })
+    })
+}
+
 /// The `-c` overrides for the program-running keys of the repository's own configuration
 /// (local and worktree scope, includes followed).
-fn repository_overrides(work_tree: &Path, git_dir: &Path) -> Result<Vec<String>, CodeError> {
+fn repository_overrides(
+    work_tree: &Path,
+    git_dir: &Path,
+) -> Result<Vec<(String, String)>, CodeError> {
     let mut cmd = base_command(work_tree);
     cmd.arg(format!("--git-dir={}", git_dir.display()))
         .arg(format!("--work-tree={}", work_tree.display()))
@@ -157,7 +221,7 @@ fn repository_overrides(work_tree: &Path, git_dir: &Path) -> Result<Vec<String>,
             "--show-scope",
             "--name-only",
             "--get-regexp",
-            r"^(filter\..*\.(clean|smudge|process|required)|merge\..*\.driver|submodule\..*\.update|core\.sshcommand|credential\..*helper)$",
+            r"^(filter\..*\.(clean|smudge|process|required)|merge\..*\.driver|submodule\..*\.update|core\.(sshcommand|gitproxy|askpass)|credential\..*helper|remote\..*\.(uploadpack|receivepack|vcs)|gc\.recentobjectshook)$",
         ]);
     let out = cmd.output().map_err(|e| CodeError::NoGit(e.to_string()))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -181,7 +245,7 @@ fn repository_overrides(work_tree: &Path, git_dir: &Path) -> Result<Vec<String>,
         } else {
             ""
         };
-        let o = format!("{key}={value}");
+        let o = (key.to_string(), value.to_string());
         if !overrides.contains(&o) {
             overrides.push(o);
         }
@@ -212,40 +276,42 @@ fn base_command(dir: &Path) -> Command {
 
 fn command(dir: &Path, args: &[&str]) -> Result<Command, CodeError> {
     let mut cmd = base_command(dir);
-    cmd.args(["-c", &format!("user.name={AUTHOR_NAME}")])
-        .args(["-c", &format!("user.email={AUTHOR_EMAIL}")]);
+    // Beyond the fixed `ALWAYS` (given as `-c`), settings go through GIT_CONFIG_COUNT/KEY/VALUE:
+    // no parsing ambiguity for the repository's own key names (a subsection may hold `=`),
+    // and the gits git starts itself (in submodules) get them too.
+    let mut config: Vec<(String, String)> = vec![
+        ("user.name".into(), AUTHOR_NAME.into()),
+        ("user.email".into(), AUTHOR_EMAIL.into()),
+    ];
     if lfs_missing() {
         // A repo using LFS cannot even check out without git-lfs; the pointer files are
         // checked out instead (design note: PostHog/code #1729, vscode #325591).
-        cmd.args([
-            "-c",
-            "filter.lfs.smudge=",
-            "-c",
-            "filter.lfs.process=",
-            "-c",
-            "filter.lfs.required=false",
-        ]);
+        for (k, v) in [
+            ("filter.lfs.smudge", ""),
+            ("filter.lfs.process", ""),
+            ("filter.lfs.required", "false"),
+        ] {
+            config.push((k.to_string(), v.to_string()));
+        }
     }
     if let Some(pin) = pinned(dir) {
-        if pin.stamp.is_some() && Stamp::read(dir) != pin.stamp {
+        if pin.stamp.is_some() && Stamp::read(dir) != pin.stamp || !submodules_intact(dir, &pin) {
             return Err(CodeError::Tampered {
                 dir: dir.to_path_buf(),
             });
         }
-        for o in &pin.overrides {
-            cmd.args(["-c", o]);
-        }
+        config.extend(pin.overrides.iter().cloned());
         if pin.linked {
             // Nobody else writes a task's worktree: git there dies with its worker, so a lock
             // it leaves is known to be stale when the task resumes (see `worktree::create`).
             // The user's own checkout is not one: a fast-forward there runs to its end.
             let parent = std::process::id();
-            // SAFETY: prctl and getppid only, between fork and exec.
+            // SAFETY: prctl and getppid only, between fork and exec; the error is an errno.
             unsafe {
                 cmd.pre_exec(move || {
                     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
                     if nix::unistd::getppid().as_raw() as u32 != parent {
-                        return Err(std::io::Error::other("parent exited"));
+                        return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
                     }
                     Ok(())
                 });
@@ -254,11 +320,26 @@ fn command(dir: &Path, args: &[&str]) -> Result<Command, CodeError> {
         cmd.arg(format!("--git-dir={}", pin.git_dir.display()))
             .arg(format!("--work-tree={}", dir.display()));
     }
+    cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
+    for (i, (k, v)) in config.iter().enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
+            .env(format!("GIT_CONFIG_VALUE_{i}"), v);
+    }
     match args.split_first() {
-        // External diff programs and textconv filters are the repository's programs.
+        // External diff programs and textconv filters are the repository's programs, and a
+        // submodule's status runs git inside it (`.gitmodules` can ask for that whatever the
+        // configuration says): off, as flags.
         Some((&"diff", rest)) => {
-            cmd.args(["diff", "--no-ext-diff", "--no-textconv"])
-                .args(rest);
+            cmd.args([
+                "diff",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--ignore-submodules=all",
+            ])
+            .args(rest);
+        }
+        Some((&"status", rest)) => {
+            cmd.args(["status", "--ignore-submodules=all"]).args(rest);
         }
         _ => {
             cmd.args(args);
@@ -317,9 +398,8 @@ pub fn failure(dir: &Path, args: &[&str], out: &Output) -> CodeError {
 pub fn check_version() -> Result<String, CodeError> {
     static CHECKED: OnceLock<Result<String, String>> = OnceLock::new();
     let r = CHECKED.get_or_init(|| {
-        let out = Command::new("git")
+        let out = base_command(Path::new("/"))
             .arg("--version")
-            .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("nogit:{e}"))?;
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();

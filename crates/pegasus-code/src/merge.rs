@@ -179,23 +179,6 @@ fn stage_all<'a>(
             });
             continue;
         }
-        // What reaches the base never holds a link out of the repository, whoever committed
-        // it on the task branch.
-        let raw = git(
-            &repo.root,
-            &["diff", "--raw", "-z", "--no-renames", &old, &tip],
-        )?;
-        let links = crate::worktree::links_leaving(&repo.root, &raw)?;
-        if !links.is_empty() {
-            let list: Vec<String> = links.iter().map(ToString::to_string).collect();
-            return Ok(Some(AdvanceStop::Outcome(MergeOutcome::Blocked {
-                repo: repo.id.clone(),
-                reason: format!(
-                    "the task branch holds symbolic links that leave the repository ({}); nothing was merged",
-                    list.join(", ")
-                ),
-            })));
-        }
         // A conflict check that touches no worktree.
         let args = [
             "merge-tree",
@@ -248,6 +231,32 @@ fn stage_all<'a>(
             return Ok(Some(AdvanceStop::Outcome(MergeOutcome::Conflict {
                 repo: repo.id.clone(),
                 files: files.lines().map(str::to_string).collect(),
+            })));
+        }
+        // What reaches the base never holds a link out of the repository or a nested
+        // repository, whoever committed it on the task branch (checked on the merged tree, so
+        // a link is followed through the others).
+        let raw = git(
+            &staging,
+            &[
+                "diff",
+                "--raw",
+                "-z",
+                "--no-renames",
+                "--ignore-submodules=none",
+                &old,
+                "HEAD",
+            ],
+        )?;
+        let refused = crate::worktree::refused_in(&staging, &raw)?;
+        if !refused.is_empty() {
+            let list: Vec<String> = refused.iter().map(ToString::to_string).collect();
+            return Ok(Some(AdvanceStop::Outcome(MergeOutcome::Blocked {
+                repo: repo.id.clone(),
+                reason: format!(
+                    "the task branch holds what Pegasus does not merge: {}; nothing was merged",
+                    list.join(", ")
+                ),
             })));
         }
         let _ = link_env(&repo.root, &staging, &checks.env_file);

@@ -186,7 +186,7 @@ impl Repo {
             .map(|e| e.path())
             .find(|a| {
                 std::fs::read_to_string(a.join("gitdir"))
-                    .is_ok_and(|g| canonical_or(Path::new(g.trim())) == dot)
+                    .is_ok_and(|g| canonical_or(&a.join(g.trim())) == dot)
             });
         let tampered = || CodeError::Tampered {
             dir: path.to_path_buf(),

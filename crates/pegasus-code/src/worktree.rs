@@ -3,6 +3,7 @@
 //! submodules initialised, the env file linked; then committed, brought up to date with the
 //! base branch, and removed again.
 
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use crate::error::CodeError;
@@ -103,7 +104,8 @@ pub fn create(
             }
         }
     }
-    if path.join(".gitmodules").exists() {
+    // Submodules of the base's own `.gitmodules`, once, in a worktree no model has touched yet.
+    if created && path.join(".gitmodules").exists() {
         let out = git_output(&path, &["submodule", "update", "--init", "--recursive"])?;
         if !out.status.success() {
             warnings.push(format!(
@@ -144,9 +146,16 @@ pub(crate) fn link_env(root: &Path, worktree: &Path, env_file: &str) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::leaves_repo;
+    use std::collections::HashMap;
 
     #[test]
     fn links_that_leave_the_repository() {
+        let one = |path: &str, target: &str| {
+            let links: HashMap<String, String> = [(path.to_string(), target.to_string())]
+                .into_iter()
+                .collect();
+            leaves_repo(&links, path)
+        };
         for (path, target) in [
             ("a", "/etc/passwd"),
             ("a", "../x"),
@@ -156,7 +165,7 @@ mod tests {
             ("a", ""),
             ("d/e/a", "../../../../home"),
         ] {
-            assert!(leaves_repo(path, target), "{path} -> {target}");
+            assert!(one(path, target), "{path} -> {target}");
         }
         for (path, target) in [
             ("a", "b"),
@@ -164,8 +173,27 @@ mod tests {
             ("d/e/a", "../../x/./y"),
             ("a", "d/.."),
         ] {
-            assert!(!leaves_repo(path, target), "{path} -> {target}");
+            assert!(!one(path, target), "{path} -> {target}");
         }
+        // A chain: `up` is the top, so three more `..` after it climb out, whatever the text
+        // of `esc` alone says.
+        let chain: HashMap<String, String> = [
+            ("d1/d2/d3/up", "../../.."),
+            ("esc", "d1/d2/d3/up/../../../etc/passwd"),
+            ("fine", "d1/d2/d3/up/a.txt"),
+            ("loop1", "loop2"),
+            ("loop2", "loop1/x"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert!(!leaves_repo(&chain, "d1/d2/d3/up"));
+        assert!(leaves_repo(&chain, "esc"));
+        assert!(!leaves_repo(&chain, "fine"));
+        assert!(
+            leaves_repo(&chain, "loop1"),
+            "a loop is refused, not followed forever"
+        );
     }
 }
 
@@ -178,13 +206,12 @@ fn same_path(a: &Path, b: &Path) -> bool {
 }
 
 /// Commits everything in the worktree (`add -A`; excluded files stay out) as one commit with
-/// `message`, except symbolic links that leave the repository ([`escaping_links`]: they stay
-/// in the worktree, uncommitted). Returns the new commit, or `None` when there was nothing to
-/// commit.
+/// `message`, except what [`refused_entries`] refuses (it stays in the worktree, uncommitted).
+/// Returns the new commit, or `None` when there was nothing to commit.
 pub fn commit_all(worktree: &Path, message: &str) -> Result<Option<String>, CodeError> {
-    let refused = escaping_links(worktree)?;
+    let refused = refused_entries(worktree)?;
     if !refused.is_empty() {
-        let mut args = vec!["reset", "-q", "--"];
+        let mut args = vec!["--literal-pathspecs", "reset", "-q", "--"];
         args.extend(refused.iter().map(|l| l.path.as_str()));
         git(worktree, &args)?;
     }
@@ -196,76 +223,140 @@ pub fn commit_all(worktree: &Path, message: &str) -> Result<Option<String>, Code
     rev(worktree, "HEAD")
 }
 
-/// A symbolic link whose target leaves its repository.
+/// A change Pegasus does not commit or merge.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EscapingLink {
-    /// The link, relative to the repository's top.
+pub struct RefusedEntry {
+    /// The entry, relative to the repository's top.
     pub path: String,
-    /// Where it points.
-    pub target: String,
+    /// Why, for the agent: where a link points, or that it is a nested repository.
+    pub why: String,
 }
 
-impl std::fmt::Display for EscapingLink {
+impl std::fmt::Display for RefusedEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} -> {}", self.path, self.target)
+        write!(f, "{} ({})", self.path, self.why)
     }
 }
 
-/// Stages everything (`add -A`) and returns the staged symbolic links, new or changed since
-/// `HEAD`, whose target leaves the repository: an absolute target, one that climbs above the
-/// top with `..`, or one into a `.git`. Committed and merged, such a link would put
-/// `/etc/passwd` or the user's keys a `tar -h` away in the user's checkout.
-pub fn escaping_links(worktree: &Path) -> Result<Vec<EscapingLink>, CodeError> {
+/// Stages everything (`add -A`) and returns the staged changes since `HEAD` that must not be
+/// committed: symbolic links whose target leaves the repository (absolute, climbing above the
+/// top, through other links, or into a `.git`) — committed and merged, they would put
+/// `/etc/passwd` or the user's keys a `tar -h` away in the user's checkout — and nested
+/// repositories (gitlinks), inside which git would read a configuration the model wrote.
+pub fn refused_entries(worktree: &Path) -> Result<Vec<RefusedEntry>, CodeError> {
     git(worktree, &["add", "-A"])?;
+    // Index against a commit: no submodule is entered, so gitlinks may be listed (the
+    // `--ignore-submodules=all` every diff gets would hide a new one).
     let raw = git(
         worktree,
-        &["diff", "--cached", "--raw", "-z", "--no-renames", "HEAD"],
+        &[
+            "diff",
+            "--cached",
+            "--raw",
+            "-z",
+            "--no-renames",
+            "--ignore-submodules=none",
+            "HEAD",
+        ],
     )?;
-    links_leaving(worktree, &raw)
+    refused_in(worktree, &raw)
 }
 
-/// The links that leave the repository among the changes of `git diff --raw -z` output.
-pub(crate) fn links_leaving(dir: &Path, raw: &str) -> Result<Vec<EscapingLink>, CodeError> {
+/// What must not be committed among the changes of `git diff --raw -z` output, whose new side
+/// is in the index of `dir`.
+pub(crate) fn refused_in(dir: &Path, raw: &str) -> Result<Vec<RefusedEntry>, CodeError> {
     let mut out = Vec::new();
+    let mut links: Option<HashMap<String, String>> = None;
     let mut fields = raw.split('\0');
     while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {
         // ":old_mode new_mode old_sha new_sha status"
         let parts: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
-        let (Some(&"120000"), Some(sha)) = (parts.get(1), parts.get(3)) else {
-            continue;
-        };
-        let target = git(dir, &["cat-file", "blob", sha])?;
-        if leaves_repo(path, &target) {
-            out.push(EscapingLink {
+        match parts.get(1) {
+            Some(&"160000") => out.push(RefusedEntry {
                 path: path.to_string(),
-                target,
-            });
+                why: "a nested git repository".into(),
+            }),
+            Some(&"120000") => {
+                if links.is_none() {
+                    links = Some(index_links(dir)?);
+                }
+                let Some(links) = links.as_ref() else {
+                    continue;
+                };
+                if let Some(target) = links.get(path) {
+                    if leaves_repo(links, path) {
+                        out.push(RefusedEntry {
+                            path: path.to_string(),
+                            why: format!("a link to {target}, outside the repository"),
+                        });
+                    }
+                }
+            }
+            _ => {}
         }
     }
     Ok(out)
 }
 
-/// Whether a link at `path` (relative to the top) pointing at `target` leaves the repository
-/// or points into a `.git`.
-fn leaves_repo(path: &str, target: &str) -> bool {
-    if target.starts_with('/') || target.is_empty() {
-        return true;
+/// Every symbolic link of the index of `dir`, with its target.
+fn index_links(dir: &Path) -> Result<HashMap<String, String>, CodeError> {
+    let listed = git(dir, &["ls-files", "-s", "-z"])?;
+    let mut links = HashMap::new();
+    for entry in listed.split('\0') {
+        let Some((meta, path)) = entry.split_once('\t') else {
+            continue;
+        };
+        let mut m = meta.split(' ');
+        if let (Some("120000"), Some(sha)) = (m.next(), m.next()) {
+            links.insert(path.to_string(), git(dir, &["cat-file", "blob", sha])?);
+        }
     }
-    let mut depth: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-    depth.pop();
-    for c in target.split('/') {
-        match c {
+    Ok(links)
+}
+
+/// Whether the link at `path` leaves the repository, resolved inside the tree itself: each
+/// link met on the way is followed (a chain of links is a chain, whatever folder the tree is
+/// checked out in), and the path may not climb above the top, turn absolute or enter a
+/// `.git`.
+fn leaves_repo(links: &HashMap<String, String>, path: &str) -> bool {
+    let mut stack: Vec<String> = path.split('/').map(str::to_string).collect();
+    stack.pop();
+    let Some(mut todo) = links.get(path).and_then(|t| target_parts(t)) else {
+        return true;
+    };
+    let mut hops = 0;
+    while let Some(c) = todo.pop_front() {
+        match c.as_str() {
             "" | "." => {}
             ".." => {
-                if depth.pop().is_none() {
+                if stack.pop().is_none() {
                     return true;
                 }
             }
             c if c.eq_ignore_ascii_case(".git") => return true,
-            c => depth.push(c),
+            _ => {
+                stack.push(c);
+                if let Some(next) = links.get(&stack.join("/")) {
+                    hops += 1;
+                    let Some(mut parts) = target_parts(next).filter(|_| hops <= 40) else {
+                        return true;
+                    };
+                    stack.pop();
+                    parts.extend(todo);
+                    todo = parts;
+                }
+            }
         }
     }
     false
+}
+
+/// The components of a relative link target; `None` for an absolute or empty one.
+fn target_parts(target: &str) -> Option<VecDeque<String>> {
+    if target.is_empty() || target.starts_with('/') {
+        return None;
+    }
+    Some(target.split('/').map(str::to_string).collect())
 }
 
 /// The outcome of bringing a task branch up to date with its base.

@@ -488,3 +488,43 @@ fn git_runs_no_program_of_the_worktree_and_a_swapped_git_is_tampered() {
     assert!(err.to_string().starts_with("tampered:"), "{err}");
     assert!(!pwned.exists());
 }
+
+/// Issue 22 (review): a submodule's `.git` file in the task worktree is the model's to write;
+/// pointed at a repository of its own, git entering the submodule would run that
+/// repository's configuration. Every git step first checks each populated submodule still
+/// names git's own folder.
+#[test]
+fn a_submodule_whose_git_file_was_redirected_is_tampered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sub = new_repo(tmp.path(), "sub");
+    let root = new_repo(tmp.path(), "app");
+    sh(
+        &root,
+        &format!(
+            "git -c protocol.file.allow=always submodule add -q {} sub && git commit -q -m sub",
+            sub.display()
+        ),
+    );
+    let repo = Repo::open("app", &root, "main").unwrap();
+    let tree = worktree::create(&repo, "t1", "proj", &head(&root, "main"), ".env").unwrap();
+    sh(
+        &tree.path,
+        "git -c protocol.file.allow=always submodule update -q --init",
+    );
+    std::fs::write(tree.path.join("a.txt"), "two\n").unwrap();
+    assert!(
+        commit_all(&tree.path, "with a populated submodule")
+            .unwrap()
+            .is_some(),
+        "git's own submodule .git file is fine"
+    );
+    sh(tmp.path(), "git init -q evil");
+    std::fs::write(
+        tree.path.join("sub/.git"),
+        format!("gitdir: {}/evil/.git\n", tmp.path().display()),
+    )
+    .unwrap();
+    std::fs::write(tree.path.join("a.txt"), "three\n").unwrap();
+    let err = commit_all(&tree.path, "t").unwrap_err();
+    assert!(err.to_string().starts_with("tampered:"), "{err}");
+}

@@ -838,7 +838,10 @@ fn write_new_events(path: &Path, events: &[TaskEvent]) -> Result<(), TaskError> 
     let mut bytes = Vec::new();
     for event in events {
         serde_json::to_writer(&mut bytes, event).map_err(|e| {
-            TaskError::Invalid(format!("{}: cannot serialize an event: {e}", path.display()))
+            TaskError::Invalid(format!(
+                "{}: cannot serialize an event: {e}",
+                path.display()
+            ))
         })?;
         bytes.push(b'\n');
     }

@@ -436,13 +436,13 @@ fn commit_merge_verify(
                 ),
             });
         }
-        let links = worktree::escaping_links(&tree.path).map_err(|e| e.to_string())?;
-        if !links.is_empty() {
-            let list: Vec<String> = links.iter().map(ToString::to_string).collect();
+        let refused = worktree::refused_entries(&tree.path).map_err(|e| e.to_string())?;
+        if !refused.is_empty() {
+            let list: Vec<String> = refused.iter().map(ToString::to_string).collect();
             return Ok(Step::Back {
-                reason: format!("symbolic links leave repo {}", repo.id),
+                reason: format!("entries Pegasus does not commit in repo {}", repo.id),
                 feedback: format!(
-                    "These symbolic links in repo `{}` point outside the repository (or into .git), and Pegasus does not commit such links:\n{}\nReplace each with a real file or a link to a path inside the repository, or delete it.",
+                    "Pegasus does not commit these in repo `{}`:\n{}\nSymbolic links must point inside the repository (not into .git), and nested git repositories are not allowed: replace each with real files, or delete it.",
                     repo.id,
                     list.join("\n")
                 ),
