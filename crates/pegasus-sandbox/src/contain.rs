@@ -62,6 +62,20 @@ pub fn confine(cmd: &mut std::process::Command, c: Confinement<'_>) -> Result<()
     if let Some(paths) = c.sandbox {
         cmd.env("TMPDIR", &paths.tmp_dir)
             .env(EXEC_MARK_ENV, &paths.home);
+        // Package managers write caches under the home folder, which is not writable here:
+        // give them the project's own, unless told otherwise.
+        let cache = paths.tmp_dir.join("cache");
+        let told: Vec<std::ffi::OsString> = cmd.get_envs().map(|(k, _)| k.to_owned()).collect();
+        for key in [
+            "XDG_CACHE_HOME",
+            "npm_config_cache",
+            "UV_CACHE_DIR",
+            "PIP_CACHE_DIR",
+        ] {
+            if !told.iter().any(|k| k == key) {
+                cmd.env(key, &cache);
+            }
+        }
     }
     // SAFETY: `enter` runs in the forked child before exec and makes only raw system calls
     // (prctl, unshare, pipe2, clone, mount, open, landlock, waitpid, _exit): nothing that
@@ -130,7 +144,11 @@ impl Prepared {
             None => (None, None),
         };
         let mut read_only = Vec::new();
-        for path in git_dirs(c.workdir) {
+        let mut roots = vec![c.workdir.to_path_buf()];
+        if let Some(paths) = c.sandbox {
+            roots.extend(paths.writable.iter().cloned());
+        }
+        for path in git_dirs(&roots) {
             read_only.push((cstring(&path)?, kept_flags(&path)));
         }
         // SAFETY: these calls only read the process's credentials.
@@ -345,20 +363,28 @@ impl Prepared {
     }
 }
 
-/// The `.git` entries a command in `workdir` could otherwise rewrite: the workdir's own and
-/// those of Pegasus's task worktrees below it. Symbolic links are left out (a bind would
-/// follow them).
-fn git_dirs(workdir: &Path) -> Vec<PathBuf> {
+/// The `.git` entries a command could otherwise rewrite below the folders it may write: each
+/// folder's own, those of its immediate subfolders (repos side by side in a workdir) and those
+/// of Pegasus's task worktrees. Symbolic links are left out (a bind would follow them).
+fn git_dirs(roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut push = |p: PathBuf| {
-        if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.file_type().is_symlink()) {
+        if !out.contains(&p)
+            && std::fs::symlink_metadata(&p).is_ok_and(|m| !m.file_type().is_symlink())
+        {
             out.push(p);
         }
     };
-    push(workdir.join(".git"));
-    if let Ok(entries) = std::fs::read_dir(workdir.join(".pegasus/worktrees")) {
-        for e in entries.flatten() {
-            push(e.path().join(".git"));
+    for root in roots {
+        push(root.join(".git"));
+        for sub in [root.clone(), root.join(".pegasus/worktrees")] {
+            if let Ok(entries) = std::fs::read_dir(&sub) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        push(e.path().join(".git"));
+                    }
+                }
+            }
         }
     }
     out

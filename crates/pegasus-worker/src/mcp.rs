@@ -323,9 +323,14 @@ impl McpHub {
         // Contained as `exec` is (own PID namespace, dies with the worker, Landlock), with the
         // server's own `writable` paths added.
         let sandbox = self.sandbox.clone().map(|mut paths| {
-            paths
-                .writable
-                .extend(s.cfg.writable.iter().map(|w| self.workdir.join(w)));
+            paths.writable.extend(s.cfg.writable.iter().map(|w| {
+                match w.strip_prefix("~/") {
+                    Some(rest) => std::env::var_os("HOME")
+                        .map(|h| PathBuf::from(h).join(rest))
+                        .unwrap_or_else(|| self.workdir.join(w)),
+                    None => self.workdir.join(w),
+                }
+            }));
             paths
         });
         pegasus_sandbox::confine(
