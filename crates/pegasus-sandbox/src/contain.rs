@@ -364,8 +364,9 @@ impl Prepared {
 }
 
 /// The `.git` entries a command could otherwise rewrite below the folders it may write: each
-/// folder's own, those of its immediate subfolders (repos side by side in a workdir) and those
-/// of Pegasus's task worktrees. Symbolic links are left out (a bind would follow them).
+/// folder's own and, unless the folder is a task worktree, those of its immediate subfolders
+/// (repos side by side in a workdir) and of Pegasus's task worktrees in it. Symbolic links are
+/// left out (a bind would follow them).
 fn git_dirs(roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut push = |p: PathBuf| {
@@ -377,7 +378,16 @@ fn git_dirs(roots: &[PathBuf]) -> Vec<PathBuf> {
     };
     for root in roots {
         push(root.join(".git"));
-        for sub in [root.clone(), root.join(".pegasus/worktrees")] {
+        // A task worktree (its `.git` is a file) is left out of the subfolder scan: a nested
+        // repository there is the model's own, never committed nor entered by Pegasus's git,
+        // and the model must be able to delete it.
+        let worktree = std::fs::symlink_metadata(root.join(".git")).is_ok_and(|m| m.is_file());
+        let scans = if worktree {
+            vec![]
+        } else {
+            vec![root.clone(), root.join(".pegasus/worktrees")]
+        };
+        for sub in scans {
             if let Ok(entries) = std::fs::read_dir(&sub) {
                 for e in entries.flatten() {
                     if e.file_type().is_ok_and(|t| t.is_dir()) {
