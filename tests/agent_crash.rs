@@ -222,7 +222,12 @@ fn a_message_that_crashes_the_worker_twice_is_failed_and_the_main_agent_told() {
                 // The command runs below its launcher, in the launcher's process group.
                 let group = |p: &u32| -> Option<u32> {
                     let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-                    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+                    stat.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(2)?
+                        .parse()
+                        .ok()
                 };
                 pids.iter()
                     .filter_map(group)

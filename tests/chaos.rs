@@ -304,6 +304,11 @@ fn kill_9_campaign_keeps_every_invariant() {
         // and now and then a code task.
         for _ in 0..1 + rng.below(3) {
             let p = PROJECTS[rng.below(PROJECTS.len() as u64) as usize];
+            // A code task takes seconds (worktree, hydrate, verify, staging merge): one round
+            // in three adds one, so they do not pile up behind the kills.
+            if p == "code" && round % 3 != 0 {
+                continue;
+            }
             if p == "code" {
                 let out = home.ctl(&[
                     "--json",

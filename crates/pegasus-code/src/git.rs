@@ -320,6 +320,22 @@ fn command(dir: &Path, args: &[&str]) -> Result<Command, CodeError> {
         cmd.arg(format!("--git-dir={}", pin.git_dir.display()))
             .arg(format!("--work-tree={}", dir.display()));
     }
+    if !pinned(dir).is_some_and(|p| p.linked) {
+        // In the repository itself: the git inherits the repository's lock (when held), so a
+        // worker killed now leaves it to finish, lock held, instead of to a racing successor.
+        let held = crate::lock::held_here();
+        if !held.is_empty() {
+            // SAFETY: fcntl on descriptors of this process, between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for fd in &held {
+                        nix::libc::fcntl(*fd, nix::libc::F_SETFD, 0);
+                    }
+                    Ok(())
+                });
+            }
+        }
+    }
     cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
     for (i, (k, v)) in config.iter().enumerate() {
         cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)

@@ -3,8 +3,14 @@
 //! to several projects) and several threads of one worker exclude each other alike: the file
 //! is opened afresh for each acquisition and flock belongs to the open file description. The
 //! kernel releases it when its holder dies, so a `kill -9` never leaves it held.
+//!
+//! The git commands run while it is held inherit it ([`held_here`]): a worker killed while its
+//! git changes the repository leaves that git to finish (it holds the lock until it exits), so
+//! the next worker waits for it instead of racing it, and no git lock file is left behind.
 
+use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -18,7 +24,24 @@ pub const LOCK_FILE: &str = "pegasus.lock";
 /// Held while one repository is being changed; dropping it unlocks.
 #[derive(Debug)]
 pub struct RepoLock {
-    _lock: Flock<File>,
+    lock: Flock<File>,
+}
+
+thread_local! {
+    /// The descriptors of the locks this thread holds.
+    static HELD: RefCell<Vec<RawFd>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The lock descriptors this thread holds now, for the git it is about to start.
+pub(crate) fn held_here() -> Vec<RawFd> {
+    HELD.with(|h| h.borrow().clone())
+}
+
+impl Drop for RepoLock {
+    fn drop(&mut self) {
+        let fd = self.lock.as_raw_fd();
+        HELD.with(|h| h.borrow_mut().retain(|f| *f != fd));
+    }
 }
 
 impl RepoLock {
@@ -33,7 +56,10 @@ impl RepoLock {
             .map_err(CodeError::io(&path))?;
         loop {
             match Flock::lock(file, FlockArg::LockExclusive) {
-                Ok(lock) => return Ok(RepoLock { _lock: lock }),
+                Ok(lock) => {
+                    HELD.with(|h| h.borrow_mut().push(lock.as_raw_fd()));
+                    return Ok(RepoLock { lock });
+                }
                 Err((f, Errno::EINTR)) => file = f,
                 Err((_, errno)) => {
                     return Err(CodeError::Io {

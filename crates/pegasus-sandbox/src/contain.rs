@@ -626,9 +626,17 @@ pub fn probe() -> Support {
     }
 }
 
+static SUPPORT: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
+
+/// Whether commands get their own PID namespace here (probed once per process): then the
+/// kernel ends what they start, and no sweep of escaped processes is needed.
+pub fn kernel_contains() -> bool {
+    SUPPORT.get_or_init(probe).namespaces
+}
+
 /// Logs one warning for each containment this kernel cannot give; call once at start.
 pub fn warn_if_unsupported() -> Support {
-    let s = probe();
+    let s = *SUPPORT.get_or_init(probe);
     if s.landlock.is_none() {
         tracing::warn!(
             "this kernel has no Landlock: model-run commands can write anywhere this user can \

@@ -66,6 +66,41 @@ fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// What to do with the children this process did not start on purpose: where the kernel
+/// contains every command (its own PID namespace), nothing a model started can be among them
+/// — they are the orphans of Pegasus's own dead workers (a `git` finishing its change of a
+/// repository, holding its lock), so the exited ones are only reaped; elsewhere they are
+/// escapees and are killed ([`kill_adopted`]). Returns how many were killed.
+pub fn sweep_adopted() -> usize {
+    if pegasus_sandbox::kernel_contains() {
+        reap_adopted();
+        0
+    } else {
+        kill_adopted()
+    }
+}
+
+/// Reaps the adopted children that have exited (zombies), without waiting for the others. A
+/// `git` this process runs itself is left to the thread that waits for it.
+fn reap_adopted() {
+    let me = std::process::id();
+    let guard = known();
+    let empty = HashSet::new();
+    let ours = guard.as_ref().unwrap_or(&empty).clone();
+    drop(guard);
+    for pid in children_of(me).into_iter().filter(|p| !ours.contains(p)) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let zombie = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if zombie && !stat.contains("(git)") {
+            let _ = waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG));
+        }
+    }
+}
+
 /// Kills and reaps every child of this process that it did not start on purpose, and the
 /// process group each one leads; repeats while killing them orphans more. Returns how many.
 pub fn kill_adopted() -> usize {
