@@ -322,7 +322,11 @@ fn command(dir: &Path, args: &[&str]) -> Result<Command, CodeError> {
     }
     if !pinned(dir).is_some_and(|p| p.linked) {
         // In the repository itself: the git inherits the repository's lock (when held), so a
-        // worker killed now leaves it to finish, lock held, instead of to a racing successor.
+        // worker killed now leaves it to finish, lock held, instead of to a racing successor;
+        // in a process group of its own, so the kill of the worker's group spares it (a
+        // fast-forward of the user's checkout cut between its index and its ref would leave
+        // the checkout dirty).
+        cmd.process_group(0);
         let held = crate::lock::held_here();
         if !held.is_empty() {
             // SAFETY: fcntl on descriptors of this process, between fork and exec.
