@@ -23,6 +23,10 @@ use pegasus_tasks::{Task, TaskState};
 pub const MERGE_PENDING: &str = "merge pending";
 /// `stop_reason` set by `pegasusctl task merge`: the worker merges it next.
 pub const MERGE_REQUESTED: &str = "merge requested";
+/// `stop_reason` of a verified task whose merge reached every base, written before the cleanup
+/// (worktree, branch) so a crash inside the cleanup finishes it instead of merging again (its
+/// branch may be gone by then).
+pub const MERGED_CLEANING: &str = "merged, cleaning up";
 
 /// Output kept per hydrate/verify command.
 const OUTPUT_CAP: usize = 64 * 1024;
@@ -544,6 +548,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
         Ok(t) => return format!("task {id} is {}, not verified: nothing to merge", t.state),
         Err(e) => return e.to_string(),
     };
+    let merged_before = task.stop_reason.as_deref() == Some(MERGED_CLEANING);
     let result = {
         let (code, task) = (code.clone(), task.clone());
         blocking(move || -> Result<(MergeOutcome, Vec<Repo>), String> {
@@ -553,6 +558,17 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
                 .into_iter()
                 .map(|(r, _)| r)
                 .collect();
+            if merged_before {
+                // Merged before a crash cut the cleanup: only the cleanup is left.
+                let heads = repos
+                    .iter()
+                    .map(|r| {
+                        let head = r.base_commit().ok().flatten().unwrap_or_default();
+                        (r.id.clone(), head)
+                    })
+                    .collect();
+                return Ok((MergeOutcome::Merged(heads), repos));
+            }
             let out = safe_merge(&repos, &task.id, &code.name, &task.title, &code.checks)
                 .map_err(|e| e.to_string())?;
             Ok((out, repos))
@@ -570,6 +586,16 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
     };
     match result {
         Ok(Ok((MergeOutcome::Merged(heads), repos))) => {
+            if !merged_before {
+                if let Err(e) = agent.tasks().update(
+                    id,
+                    "stop_reason",
+                    serde_json::json!(MERGED_CLEANING),
+                    "pegasus",
+                ) {
+                    tracing::warn!(task = %id, "cannot record the merge before its cleanup: {e}");
+                }
+            }
             let cleanup = {
                 let (repos, id) = (repos.clone(), id.to_string());
                 blocking(move || {
@@ -588,7 +614,14 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
                 .map(|(r, sha)| format!("{r} at {}", &sha[..sha.len().min(12)]))
                 .collect();
             let line = format!("merged ({})", at.join(", "));
-            let _ = agent.move_task(id, TaskState::Verified, TaskState::Done, &line);
+            // The merge marks (`merge requested`, `merged, cleaning up`) end with the task.
+            let _ = agent.move_task_with(
+                id,
+                TaskState::Verified,
+                TaskState::Done,
+                &line,
+                &[("stop_reason", serde_json::Value::Null)],
+            );
             format!("Merged: {}.", at.join(", "))
         }
         Ok(Ok((MergeOutcome::Conflict { repo, files }, _))) => block(
@@ -686,7 +719,7 @@ pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
     let due: Vec<String> = verified
         .into_iter()
         .filter(|t| match t.stop_reason.as_deref() {
-            Some(MERGE_REQUESTED) => true,
+            Some(MERGE_REQUESTED) | Some(MERGED_CLEANING) => true,
             Some(MERGE_PENDING) => false,
             _ => !code.manual,
         })
