@@ -243,6 +243,7 @@ impl Agent {
             self.settings.preferences.as_deref(),
             &self.skill_dirs(),
             &self.dir.join("memory"),
+            self.settings.context_window,
         )
     }
 
@@ -554,6 +555,9 @@ impl Agent {
             )
             .await;
             cost += r.cost_usd;
+            cost += crate::memory_compaction::condense_episodes(&ctx)
+                .await
+                .cost_usd;
         }
 
         // After the task: compact now if the next message would start near the window.

@@ -18,7 +18,8 @@
 //! [`outbox`] (what the agent tells its host), [`agent_loop`] (the loop and its guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
 //! (session records ↔ a provider-valid transcript), [`compaction`], [`context`] (staying inside
 //! the context window), [`roles`],
-//! [`prompt`], [`skills`], [`memory`], [`paths`] (workdir confinement), [`tools`] (one file
+//! [`prompt`], [`skills`], [`memory`], [`memory_compaction`] (old episodes condensed into
+//! facts), [`paths`] (workdir confinement), [`tools`] (one file
 //! per tool).
 
 pub mod actor;
@@ -29,6 +30,7 @@ pub mod context;
 pub mod error;
 pub mod guards;
 pub mod memory;
+pub mod memory_compaction;
 pub mod model;
 pub mod outbox;
 pub mod outcome;

@@ -30,6 +30,83 @@ pub fn memory_index(memory_dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// Bytes the memory index of a system prompt may take for a model with a context window of
+/// `window` tokens: a sixteenth of the window, at the context estimator's 3.5 bytes per token.
+/// `None` (window unknown) = no bound.
+pub fn index_budget(window: Option<u64>) -> Option<usize> {
+    window.map(|w| usize::try_from(w.saturating_mul(7) / 32).unwrap_or(usize::MAX))
+}
+
+/// One entry of the index as a prompt shows it.
+pub fn index_line(path: &str, first: &str) -> String {
+    format!("- {path}: {first}\n")
+}
+
+/// The line that ends an index cut short: how many files it leaves out and how to see them.
+pub fn index_more_line(omitted: usize) -> String {
+    format!(
+        "- ({omitted} more memory file{} not listed here: memory_list shows them all)\n",
+        if omitted == 1 { "" } else { "s" }
+    )
+}
+
+/// How an entry ranks when the index is cut: class (facts, other files, episodes), then newest.
+type Rank = (u8, std::cmp::Reverse<std::time::SystemTime>);
+
+/// Bytes kept free for [`index_more_line`] when the index is cut.
+const MORE_LINE_RESERVE: usize = 96;
+
+/// The memory index bounded to `max_bytes` of rendered [`index_line`]s: every file when they
+/// fit (as [`memory_index`]); otherwise the most relevant ones that fit with room for the
+/// [`index_more_line`] — fact files first, then the other files, then episodes, each newest
+/// first — sorted by path, and how many were left out.
+pub fn memory_index_bounded(
+    memory_dir: &Path,
+    max_bytes: Option<usize>,
+) -> (Vec<(String, String)>, usize) {
+    let all = memory_index(memory_dir);
+    let Some(max) = max_bytes else {
+        return (all, 0);
+    };
+    let size = |(p, l): &(String, String)| index_line(p, l).len();
+    if all.iter().map(size).sum::<usize>() <= max {
+        return (all, 0);
+    }
+    let total = all.len();
+    let mut ranked: Vec<(Rank, (String, String))> = all
+        .into_iter()
+        .map(|e| {
+            let class = if e.0.starts_with("facts/") {
+                0
+            } else if e.0.starts_with("episodes/") {
+                2
+            } else {
+                1
+            };
+            let mtime = std::fs::metadata(memory_dir.join(&e.0))
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            ((class, std::cmp::Reverse(mtime)), e)
+        })
+        .collect();
+    // Stable: equal ranks keep path order.
+    ranked.sort_by_key(|r| r.0);
+    let room = max.saturating_sub(MORE_LINE_RESERVE);
+    let mut used = 0;
+    let mut shown = Vec::new();
+    for (_, e) in ranked {
+        let n = size(&e);
+        if used + n > room {
+            break;
+        }
+        used += n;
+        shown.push(e);
+    }
+    shown.sort();
+    let omitted = total - shown.len();
+    (shown, omitted)
+}
+
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -136,6 +213,53 @@ mod tests {
                 ("notes.md".to_string(), String::new())
             ]
         );
+    }
+
+    #[test]
+    fn the_index_is_bounded_for_a_small_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let mem = dir.path();
+        std::fs::create_dir_all(mem.join("facts")).unwrap();
+        std::fs::create_dir_all(mem.join("episodes")).unwrap();
+        // Episode files modified in order, `2024-00` last (newest).
+        let base = std::time::SystemTime::now();
+        for i in 0..40u64 {
+            let p = mem.join(format!("episodes/2024-{i:02}.md"));
+            std::fs::write(&p, "- an episode\n").unwrap();
+            let at = base + std::time::Duration::from_secs(if i == 0 { 1000 } else { i });
+            let f = std::fs::File::options().append(true).open(&p).unwrap();
+            f.set_modified(at).unwrap();
+        }
+        std::fs::write(mem.join("facts/stack.md"), "Database: Postgres 16\n").unwrap();
+        std::fs::write(mem.join("notes.md"), "Notes\n").unwrap();
+
+        // No window, or a big one: everything, as before.
+        let full = memory_index(mem);
+        assert_eq!(memory_index_bounded(mem, None), (full.clone(), 0));
+        assert_eq!(
+            memory_index_bounded(mem, index_budget(Some(200_000))),
+            (full, 0)
+        );
+
+        // 2,000 tokens: 437 bytes for the index.
+        let budget = index_budget(Some(2_000)).unwrap();
+        assert_eq!(budget, 437);
+        let (shown, omitted) = memory_index_bounded(mem, Some(budget));
+        let text: String = shown
+            .iter()
+            .map(|(p, l)| index_line(p, l))
+            .collect::<String>()
+            + &index_more_line(omitted);
+        assert!(text.len() <= budget, "{}: {text}", text.len());
+        assert_eq!(shown.len() + omitted, 42);
+        assert!(omitted > 0);
+        // Facts and notes first, then the newest episodes.
+        assert_eq!(shown[0].0, "episodes/2024-00.md");
+        assert!(shown.iter().any(|(p, _)| p == "facts/stack.md"));
+        assert!(shown.iter().any(|(p, _)| p == "notes.md"));
+        assert!(shown.iter().any(|(p, _)| p == "episodes/2024-39.md"));
+        assert!(!shown.iter().any(|(p, _)| p == "episodes/2024-01.md"));
+        assert!(index_more_line(omitted).contains("memory_list shows them all"));
     }
 
     #[test]
