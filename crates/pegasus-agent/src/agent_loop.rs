@@ -149,6 +149,7 @@ pub async fn run_loop(
         // Compact first when the request nears the window (SPEC §6), so it is never sent to
         // be refused.
         if let Some(c) = spec.compactor.as_deref_mut() {
+            c.set_prompt_tokens(request(&[]).estimated_input_tokens());
             if context::needs_compaction(&req, settings.context_window) {
                 let (done, cost) = c.run(ctx, transcript, end.turns > 0).await;
                 end.cost_usd += cost;
@@ -286,7 +287,7 @@ pub async fn run_loop(
             .zip(outputs)
             .map(|(c, out)| {
                 c.result(ToolOutput {
-                    content: context::cap_tool_result(out.content, settings.max_tool_result_bytes),
+                    content: context::cap_tool_result(out.content, settings.tool_result_cap()),
                     is_error: out.is_error,
                 })
             })

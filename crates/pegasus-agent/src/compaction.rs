@@ -90,8 +90,160 @@ pub struct RunMark {
     pub request: Vec<String>,
 }
 
-/// Summarises `transcript` and swaps the session file of `dir` (see the module doc). With
-/// `mid_task`, the kept request tells the model its work goes on. The cost is returned even on
+/// What a compaction keeps after the summary besides the task's request (SPEC §6).
+#[derive(Debug, Clone, Default)]
+pub struct Keep {
+    /// The compaction happens in the middle of the task: the kept request says the work goes
+    /// on, with the task's newest tool results.
+    pub mid_task: bool,
+    /// Tokens the summary, the request and the results may take together (the part of 80% of
+    /// the window that the system prompt, the tools and the answer leave); `None` = unknown,
+    /// nothing is cut for it.
+    pub room: Option<u64>,
+    /// The task's tool results so far, newest first: (the call, its result).
+    pub results: Vec<(String, String)>,
+    /// The model's window, for the note on a cut request.
+    pub window: Option<u64>,
+}
+
+/// The tool results of the task in progress, newest first, each with its call (name and
+/// arguments): what the model already fetched, kept through a compaction so it need not fetch
+/// it again. The task began at the last user message that has text.
+pub fn task_results(transcript: &[Message]) -> Vec<(String, String)> {
+    let start = transcript
+        .iter()
+        .rposition(|m| {
+            m.role == Role::User && m.content.iter().any(|b| matches!(b, Block::Text { .. }))
+        })
+        .map_or(0, |i| i + 1);
+    let task = &transcript[start..];
+    let calls: std::collections::HashMap<&str, String> = task
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            Block::ToolUse {
+                id,
+                name,
+                input_json,
+            } => Some((id.as_str(), format!("{name} {input_json}"))),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<(String, String)> = task
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => Some((
+                calls
+                    .get(tool_use_id.as_str())
+                    .cloned()
+                    .unwrap_or_else(|| "a tool call".into()),
+                content.clone(),
+            )),
+            _ => None,
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
+/// Bytes per token when a token budget is turned into text (the estimator's rate).
+const BYTES_PER_TOKEN: u64 = 7;
+const TOKENS_PER: u64 = 2;
+
+fn bytes_for(tokens: u64) -> usize {
+    (tokens.saturating_mul(BYTES_PER_TOKEN) / TOKENS_PER) as usize
+}
+
+/// Fewest bytes of a cut request kept, however small the room.
+const MIN_REQUEST_BYTES: usize = 512;
+
+/// Fewest bytes worth keeping of a tool result.
+const MIN_RESULT_BYTES: usize = 256;
+
+/// Bytes a cut's note takes (it comes on top of what is kept of the text).
+const NOTE_BYTES: usize = 300;
+
+/// The text blocks of the kept request: the request (cut to fit `keep.room` when it does not,
+/// with a note), the task's newest tool results that still fit (cut, with a note), and with
+/// `mid_task` the note that the work goes on.
+fn kept_request(request: &[String], summary: &str, archived: &str, keep: &Keep) -> Vec<String> {
+    let room = keep.room.map(|r| {
+        bytes_for(r.saturating_sub(pegasus_proto::llm::tokens_of_bytes(summary.len()) + 64))
+    });
+    let asked: usize = request.iter().map(String::len).sum();
+    let fetched: usize = keep
+        .results
+        .iter()
+        .map(|(c, r)| c.len() + r.len() + 16)
+        .sum();
+    let (request_room, mut results_room) = match room {
+        None => (usize::MAX, usize::MAX),
+        Some(room) if asked + fetched <= room => (usize::MAX, usize::MAX),
+        Some(room) => {
+            let for_request = if fetched == 0 {
+                room
+            } else {
+                room.saturating_sub(fetched).max(room / 2)
+            };
+            let for_request = for_request.max(MIN_REQUEST_BYTES);
+            (for_request, room.saturating_sub(asked.min(for_request)))
+        }
+    };
+    let window = keep
+        .window
+        .map(|w| format!(" ({w} tokens)"))
+        .unwrap_or_default();
+    let mut left = request_room;
+    let mut out: Vec<String> = request
+        .iter()
+        .map(|text| {
+            let cap = left.saturating_sub(NOTE_BYTES).max(MIN_REQUEST_BYTES / 2);
+            left = left.saturating_sub(text.len().min(cap));
+            crate::context::cut_middle(text.clone(), cap, |cut, total| {
+                format!(
+                    "[... {cut} of {total} bytes of this message cut here: it is longer than \
+                     the model's context window{window} allows. The whole message is in \
+                     {archived}; ask for the part you need, or use a model with a larger window.]"
+                )
+            })
+        })
+        .collect();
+    // The notes that go with the results come out of their room.
+    results_room = results_room.saturating_sub(MID_TASK_NOTE.len() + 200);
+    if keep.mid_task && !keep.results.is_empty() && results_room >= MIN_RESULT_BYTES {
+        let mut kept = String::from(
+            "(What your tool calls in this task returned, newest first, kept through the \
+             compaction; a cut one says so. Do not fetch these again.)",
+        );
+        for (call, result) in &keep.results {
+            let cap = results_room.saturating_sub(call.len() + 16 + NOTE_BYTES);
+            if cap < MIN_RESULT_BYTES {
+                break;
+            }
+            let result = crate::context::cut_middle(result.clone(), cap, |cut, total| {
+                format!(
+                    "[... {cut} of {total} bytes of this result cut to fit the context \
+                     window{window}; read a smaller part if you need the middle ...]"
+                )
+            });
+            results_room = results_room.saturating_sub(call.len() + 16 + result.len());
+            kept.push_str(&format!("\n\n### {call}\n{result}"));
+        }
+        out.push(kept);
+    }
+    if keep.mid_task {
+        out.push(MID_TASK_NOTE.to_string());
+    }
+    out
+}
+
+/// Summarises `transcript` and swaps the session file of `dir` (see the module doc); what is
+/// kept besides the summary is as `keep` says. The cost is returned even on
 /// failure, since the call may have been paid for.
 pub async fn compact(
     dir: &Path,
@@ -100,7 +252,7 @@ pub async fn compact(
     ctx: &ToolCtx,
     transcript: &[Message],
     mark: RunMark,
-    mid_task: bool,
+    keep: Keep,
 ) -> (Result<Compacted, CompactionError>, f64) {
     let input_chars =
         crate::context::summary_input_chars(ctx.settings.context_window, SUMMARY_INPUT_CHARS);
@@ -146,12 +298,11 @@ pub async fn compact(
     let dir = dir.to_path_buf();
     let name = name.to_string();
     let session = session.clone();
-    let swapped = tokio::task::spawn_blocking(move || {
-        swap_files(&dir, &name, &session, summary, mark, mid_task)
-    })
-    .await
-    .map_err(|e| AgentError::Background(e.to_string()))
-    .and_then(|r| r);
+    let swapped =
+        tokio::task::spawn_blocking(move || swap_files(&dir, &name, &session, summary, mark, keep))
+            .await
+            .map_err(|e| AgentError::Background(e.to_string()))
+            .and_then(|r| r);
     let result = match swapped {
         Ok((records, archived, mark)) => Ok(Compacted {
             transcript: rebuild(&records),
@@ -177,6 +328,8 @@ pub struct Compactor<'a> {
     done: u32,
     /// Failed attempts in this run.
     failures: u32,
+    /// Estimated tokens of the system prompt and tool specs of the run's calls.
+    prompt_tokens: u64,
 }
 
 impl<'a> Compactor<'a> {
@@ -189,7 +342,14 @@ impl<'a> Compactor<'a> {
             mark,
             done: 0,
             failures: 0,
+            prompt_tokens: 0,
         }
+    }
+
+    /// Tells the compactor what the system prompt and the tools of the run's calls take, so
+    /// it keeps only what fits beside them.
+    pub fn set_prompt_tokens(&mut self, tokens: u64) {
+        self.prompt_tokens = tokens;
     }
 
     /// Whether this run has compacted the session (the transcript was replaced).
@@ -212,6 +372,20 @@ impl<'a> Compactor<'a> {
                 "the context is nearly full, but this run will not compact again");
             return (false, 0.0);
         }
+        let window = ctx.settings.context_window.filter(|w| *w > 0);
+        let keep = Keep {
+            mid_task,
+            room: window.map(|w| {
+                ((THRESHOLD * w as f64) as u64)
+                    .saturating_sub(self.prompt_tokens + u64::from(ctx.settings.answer_tokens()))
+            }),
+            results: if mid_task {
+                task_results(transcript)
+            } else {
+                Vec::new()
+            },
+            window,
+        };
         let (result, cost) = compact(
             self.dir,
             self.name,
@@ -219,7 +393,7 @@ impl<'a> Compactor<'a> {
             ctx,
             transcript,
             self.mark.clone(),
-            mid_task,
+            keep,
         )
         .await;
         match result {
@@ -270,7 +444,7 @@ fn swap_files(
     session: &SessionHandle,
     summary: String,
     mark: RunMark,
-    mid_task: bool,
+    keep: Keep,
 ) -> Result<(Vec<SessionRecord>, PathBuf, RunMark), AgentError> {
     let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
     let current = session_file(dir);
@@ -294,25 +468,24 @@ fn swap_files(
     fsync_dir(&archive_dir)?;
 
     let now = Utc::now();
+    let archived_rel = archived
+        .strip_prefix(dir)
+        .unwrap_or(&archived)
+        .to_string_lossy()
+        .into_owned();
+    let request: Vec<ContentBlock> = if mark.request.is_empty() && !keep.mid_task {
+        Vec::new()
+    } else {
+        kept_request(&mark.request, &summary, &archived_rel, &keep)
+            .into_iter()
+            .map(|text| ContentBlock::Text { text })
+            .collect()
+    };
     let mut keep = vec![SessionRecord::Compaction {
         summary,
-        archived: archived
-            .strip_prefix(dir)
-            .unwrap_or(&archived)
-            .to_string_lossy()
-            .into_owned(),
+        archived: archived_rel,
         ts: now,
     }];
-    let mut request: Vec<ContentBlock> = mark
-        .request
-        .iter()
-        .map(|text| ContentBlock::Text { text: text.clone() })
-        .collect();
-    if mid_task {
-        request.push(ContentBlock::Text {
-            text: MID_TASK_NOTE.to_string(),
-        });
-    }
     if !request.is_empty() {
         keep.push(SessionRecord::Message(SessionMessage {
             id: None,
@@ -355,6 +528,95 @@ fn swap_files(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(id: &str, path: &str) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: vec![Block::ToolUse {
+                id: id.into(),
+                name: "read_file".into(),
+                input_json: format!("{{\"path\":\"{path}\"}}"),
+            }],
+        }
+    }
+
+    fn result(id: &str, content: String) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![Block::ToolResult {
+                tool_use_id: id.into(),
+                content,
+                is_error: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_task_results_are_kept_newest_first_and_cut_to_the_room() {
+        let transcript = vec![
+            Message {
+                role: Role::User,
+                content: vec![Block::Text {
+                    text: "an older task".into(),
+                }],
+            },
+            call("0", "old.txt"),
+            result("0", "old".into()),
+            Message {
+                role: Role::User,
+                content: vec![Block::Text {
+                    text: "summarise big.txt and small.txt".into(),
+                }],
+            },
+            call("1", "big.txt"),
+            result("1", "B".repeat(50_000)),
+            call("2", "small.txt"),
+            result("2", "small file".into()),
+        ];
+        let results = task_results(&transcript);
+        assert_eq!(results.len(), 2, "only this task's results: {results:?}");
+        assert_eq!(results[0].0, r#"read_file {"path":"small.txt"}"#);
+        assert_eq!(results[1].0, r#"read_file {"path":"big.txt"}"#);
+        let keep = Keep {
+            mid_task: true,
+            room: Some(3_000),
+            results,
+            window: Some(8_000),
+        };
+        let request = vec!["summarise big.txt and small.txt".to_string()];
+        let kept = kept_request(&request, "the summary", "session/archive/x.jsonl", &keep);
+        assert_eq!(kept[0], request[0], "a request that fits is kept whole");
+        let results = &kept[1];
+        assert!(results.find("small.txt").unwrap() < results.find("big.txt").unwrap());
+        assert!(results.contains("small file"));
+        assert!(
+            results.contains("bytes of this result cut to fit the context window (8000 tokens)")
+        );
+        let bytes: usize = kept.iter().map(String::len).sum();
+        assert!(bytes <= 3_000 * 7 / 2 + 600, "{bytes}");
+        assert_eq!(kept.last().unwrap(), MID_TASK_NOTE);
+    }
+
+    #[test]
+    fn a_request_larger_than_the_window_is_cut_with_a_note() {
+        let keep = Keep {
+            mid_task: false,
+            room: Some(1_000),
+            results: Vec::new(),
+            window: Some(2_048),
+        };
+        let long = format!("{}{}", "head ".repeat(2_000), "tail".repeat(500));
+        let kept = kept_request(&[long.clone()], "s", "session/archive/x.jsonl", &keep);
+        assert_eq!(kept.len(), 1);
+        assert!(kept[0].len() < 1_000 * 7 / 2 + 400, "{}", kept[0].len());
+        assert!(kept[0].starts_with("head head"));
+        assert!(kept[0].ends_with("tail"));
+        assert!(kept[0].contains("longer than the model's context window (2048 tokens) allows"));
+        assert!(kept[0].contains("session/archive/x.jsonl"));
+        // An unknown window cuts nothing.
+        let keep = Keep { room: None, ..keep };
+        assert_eq!(kept_request(&[long.clone()], "s", "a", &keep), vec![long]);
+    }
 
     #[test]
     fn threshold_is_eighty_percent_of_a_known_window() {

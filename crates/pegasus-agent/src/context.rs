@@ -9,51 +9,15 @@
 //! pessimistic (3.5 bytes per token, where real tokenizers average about 4 on prose), because
 //! guessing low costs a refused call and guessing high only compacts a little early.
 
-use pegasus_proto::llm::{Block, ChatRequest};
+use pegasus_proto::llm::ChatRequest;
 
 /// Share of the context window at which the session is compacted before the next call.
 pub const THRESHOLD: f64 = 0.8;
 
-/// Tokens added per message and per tool for the wire format's structure.
-const OVERHEAD_TOKENS: u64 = 8;
-
-/// Tokens of `bytes` bytes of text, rounded up (3.5 bytes per token).
-fn tokens_of(bytes: usize) -> u64 {
-    (bytes as u64 * 2).div_ceil(7)
-}
-
-/// A pessimistic estimate of the prompt tokens of `req`: system prompt, every block of every
-/// message (thinking and its signature included: they are sent back) and the tool specs.
+/// A pessimistic estimate of the prompt tokens of `req` (the one estimator, shared with the
+/// gateway's estimated ledger lines: [`ChatRequest::estimated_input_tokens`]).
 pub fn estimate_tokens(req: &ChatRequest) -> u64 {
-    let mut tokens = tokens_of(req.system.len());
-    for m in &req.messages {
-        tokens += OVERHEAD_TOKENS;
-        for b in &m.content {
-            tokens += match b {
-                Block::Text { text } => tokens_of(text.len()),
-                Block::ToolUse {
-                    id,
-                    name,
-                    input_json,
-                } => tokens_of(id.len() + name.len() + input_json.len()) + OVERHEAD_TOKENS,
-                Block::ToolResult {
-                    tool_use_id,
-                    content,
-                    ..
-                } => tokens_of(tool_use_id.len() + content.len()) + OVERHEAD_TOKENS,
-                Block::Thinking {
-                    thinking,
-                    signature,
-                } => tokens_of(thinking.len() + signature.len()),
-                Block::RedactedThinking { data } => tokens_of(data.len()),
-            };
-        }
-    }
-    for t in &req.tools {
-        tokens += OVERHEAD_TOKENS
-            + tokens_of(t.name.len() + t.description.len() + t.input_schema_json.len());
-    }
-    tokens
+    req.estimated_input_tokens()
 }
 
 /// Whether `req` (its estimated prompt plus the answer it allows) reaches [`THRESHOLD`] of
@@ -81,6 +45,23 @@ pub fn summary_input_chars(window: Option<u64>, max: usize) -> usize {
 /// are kept, cut at character boundaries, around a note saying how much was cut and how to
 /// read the rest. Results within the cap are returned unchanged.
 pub fn cap_tool_result(content: String, cap: usize) -> String {
+    cut_middle(content, cap, |cut, total| {
+        format!(
+            "[... {cut} of {total} bytes cut here: a tool result shows at most {cap} bytes (a \
+             quarter of the model's context window, at most agent.max_tool_result_bytes). To see \
+             the middle, read less at a time: e.g. exec `sed -n 'START,ENDp' FILE`, \
+             `head -c`/`tail -c`, or `grep -n PATTERN` ...]"
+        )
+    })
+}
+
+/// Keeps the head (three quarters of `cap`) and the tail (the rest) of `content` around the
+/// note `note(cut, total)` makes; `content` within `cap` bytes is returned unchanged.
+pub fn cut_middle(
+    content: String,
+    cap: usize,
+    note: impl FnOnce(usize, usize) -> String,
+) -> String {
     if content.len() <= cap {
         return content;
     }
@@ -95,10 +76,9 @@ pub fn cap_tool_result(content: String, cap: usize) -> String {
     }
     let cut = tail_start - head_end;
     format!(
-        "{}\n\n[... {cut} of {total} bytes cut here: a tool result shows at most {cap} bytes \
-         (agent.max_tool_result_bytes). To see the middle, read less at a time: e.g. exec \
-         `sed -n 'START,ENDp' FILE`, `head -c`/`tail -c`, or `grep -n PATTERN` ...]\n\n{}",
+        "{}\n\n{}\n\n{}",
         &content[..head_end],
+        note(cut, total),
         &content[tail_start..]
     )
 }
@@ -106,7 +86,7 @@ pub fn cap_tool_result(content: String, cap: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pegasus_proto::llm::{CallMeta, Message, Role, ToolSpec};
+    use pegasus_proto::llm::{Block, CallMeta, Message, Role, ToolSpec};
 
     fn req(text: &str, max_tokens: u32) -> ChatRequest {
         ChatRequest {

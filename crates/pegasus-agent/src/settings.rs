@@ -92,9 +92,63 @@ impl AgentSettings {
     }
 }
 
+/// Bytes of text per token when a share of the window is turned into bytes: the estimator's
+/// own rate ([`pegasus_proto::llm::tokens_of_bytes`]), so a result of that many bytes is
+/// estimated at exactly that share.
+const BYTES_PER_TOKEN: f64 = 3.5;
+
+impl AgentSettings {
+    /// `max_tokens` of a call: the configured one, and at most a quarter of the window, so a
+    /// small local model's answer leaves room for the prompt (4,096 asked of a 2,048-token
+    /// model would not fit at all).
+    pub fn answer_tokens(&self) -> u32 {
+        match self.context_window {
+            Some(w) if w > 0 => self
+                .max_tokens
+                .min((w / 4).clamp(64, u64::from(u32::MAX)) as u32),
+            _ => self.max_tokens,
+        }
+    }
+
+    /// Bytes one tool result may have (SPEC §6): `max_tool_result_bytes`, and at most a quarter
+    /// of the model's window, so no one result can fill the context (32 KiB is more than a
+    /// whole 8,000-token window).
+    pub fn tool_result_cap(&self) -> usize {
+        match self.context_window {
+            Some(w) if w > 0 => self
+                .max_tool_result_bytes
+                .min(((w as f64 / 4.0) * BYTES_PER_TOKEN) as usize)
+                .max(1024),
+            _ => self.max_tool_result_bytes,
+        }
+    }
+}
+
 impl Default for AgentSettings {
     /// The config defaults with no model named (the gateway decides) and no project.
     fn default() -> Self {
         AgentSettings::from_config(&Config::default(), String::new(), None, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_and_tool_results_take_at_most_a_quarter_of_the_window() {
+        let mut s = AgentSettings {
+            max_tokens: 4096,
+            max_tool_result_bytes: 32 * 1024,
+            ..AgentSettings::default()
+        };
+        s.context_window = None;
+        assert_eq!((s.answer_tokens(), s.tool_result_cap()), (4096, 32 * 1024));
+        s.context_window = Some(200_000);
+        assert_eq!((s.answer_tokens(), s.tool_result_cap()), (4096, 32 * 1024));
+        s.context_window = Some(8_000);
+        assert_eq!((s.answer_tokens(), s.tool_result_cap()), (2000, 7000));
+        s.context_window = Some(2_048);
+        assert_eq!((s.answer_tokens(), s.tool_result_cap()), (512, 1792));
     }
 }

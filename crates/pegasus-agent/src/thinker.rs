@@ -22,7 +22,7 @@ pub fn request(
         system: system.to_string(),
         messages: messages.to_vec(),
         tools,
-        max_tokens: ctx.settings.max_tokens,
+        max_tokens: ctx.settings.answer_tokens(),
         temperature: ctx.settings.temperature,
         thinking: ctx.settings.thinking.clone(),
         timeout_s: None,

@@ -289,10 +289,15 @@ async fn a_request_nearing_the_window_is_compacted_before_it_is_sent_and_the_tas
     let fx = Fixture::new();
     let model = ScriptedModel::new();
     model
-        .push(calls(&[("b", "big", json!({}))]))
+        .push(calls(&[
+            ("b1", "big", json!({"part": 1})),
+            ("b2", "big", json!({"part": 2})),
+            ("b3", "big", json!({"part": 3})),
+        ]))
         .push(text("finished after the summary"));
     model.push_for("compaction", text("SUMMARY: big was read, it is all x"));
-    // The 7,000-byte result (2,000 estimated tokens) takes the next request past 80% of 2,500.
+    // Each 7,000-byte result is cut to a quarter of the 2,500-token window (SPEC §6); three of
+    // them take the next request past 80% of it.
     let mut agent = open_big(&fx, model.clone(), 2500, 7000, 32 * 1024);
     send(&mut agent, "m", "read the big thing");
     let out = agent.run().await.unwrap();
@@ -301,6 +306,11 @@ async fn a_request_nearing_the_window_is_compacted_before_it_is_sent_and_the_tas
 
     let loop_reqs = model.loop_requests();
     assert_eq!(loop_reqs.len(), 2);
+    let first = &loop_reqs[0];
+    assert!(
+        first.max_tokens <= 2500 / 4,
+        "the answer takes at most a quarter"
+    );
     let after = &loop_reqs[1];
     check_valid(&after.messages).unwrap();
     assert_eq!(after.messages.len(), 1, "{:?}", after.messages);
@@ -314,7 +324,18 @@ async fn a_request_nearing_the_window_is_compacted_before_it_is_sent_and_the_tas
         text.contains(pegasus_agent::compaction::MID_TASK_NOTE),
         "{text}"
     );
-    assert!(!text.contains("xxxxxxxxxx"), "the big result is gone");
+    // The task's newest results are kept, cut to what fits: the model need not fetch again.
+    assert!(text.contains("kept through the compaction"), "{text}");
+    assert!(
+        text.contains(r#"### big {"part":3}"#),
+        "the newest first: {text}"
+    );
+    assert!(
+        text.contains("cut to fit the context window (2500 tokens)"),
+        "{text}"
+    );
+    let fits = pegasus_agent::context::estimate_tokens(after) + u64::from(after.max_tokens);
+    assert!(fits as f64 <= 0.8 * 2500.0, "{fits}");
     // The summary call itself fitted the window.
     let summary = model
         .requests()

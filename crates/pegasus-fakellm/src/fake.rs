@@ -129,6 +129,14 @@ impl FakeLlm {
         self.inner.shared.lock().context_window = tokens;
     }
 
+    /// Answers from now on carry no usage at all, as many OpenAI-compatible servers, proxies
+    /// and gateways do when streaming (`stream_options.include_usage` is a request they may
+    /// ignore): no usage chunk, no `usage` in a body, none in Anthropic's `message_start` or
+    /// `message_delta`. `false` restores the real APIs' usage.
+    pub fn omit_usage(&self, omit: bool) {
+        self.inner.shared.lock().omit_usage = omit;
+    }
+
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.inner.shared.lock().requests.clone()

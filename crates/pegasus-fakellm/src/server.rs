@@ -53,6 +53,8 @@ pub(crate) struct State {
     /// Context window of every model, in the fake's tokens ([`prompt_tokens`]); `None` =
     /// [`DEFAULT_CONTEXT_WINDOW`].
     pub context_window: Option<u64>,
+    /// Answer without any usage, as many OpenAI-compatible servers and proxies do.
+    pub omit_usage: bool,
     pub requests: Vec<Recorded>,
     pub violations: Vec<String>,
     /// Connections accepted so far.
@@ -194,6 +196,8 @@ struct ReplyPlan {
     format: Format,
     stream: bool,
     include_usage: bool,
+    /// Send no usage at all (see [`crate::FakeLlm::omit_usage`]).
+    omit_usage: bool,
     model: String,
     reply: Reply,
     usage: Option<UsageSpec>,
@@ -289,6 +293,7 @@ fn decide(shared: &Shared, req: Request) -> Plan {
         nth,
         transcript: &transcript,
     };
+    let omit_usage = st.omit_usage;
     let Some(slot) = st
         .rules
         .iter_mut()
@@ -304,10 +309,13 @@ fn decide(shared: &Shared, req: Request) -> Plan {
     Plan::Reply(ReplyPlan {
         format,
         stream,
-        include_usage: body
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        // A server that omits usage ignores `stream_options.include_usage`: no usage chunk.
+        include_usage: !omit_usage
+            && body
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        omit_usage,
         model: model.unwrap_or_default().to_string(),
         reply: slot.rule.reply.clone(),
         usage: slot.rule.usage,
@@ -398,7 +406,10 @@ fn send_reply<'a>(
 ) -> BoxFuture<'a> {
     Box::pin(async move {
         let answer = |text: Option<String>, tools: &[ToolCall]| {
-            let a = Answer::new(p.format, &p.model, text, tools, p.usage, p.input_chars);
+            let mut a = Answer::new(p.format, &p.model, text, tools, p.usage, p.input_chars);
+            if p.omit_usage {
+                a = a.without_usage();
+            }
             if p.thinking {
                 a.with_thinking()
             } else {

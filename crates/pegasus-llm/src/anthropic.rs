@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
-use pegasus_proto::llm::{Block, ChatRequest, LlmError, Role, StopReason, Usage};
+use pegasus_proto::llm::{Block, ChatRequest, LlmError, Role, StopReason};
 
-use crate::reply::{without_empty_text, ProviderReply};
+use crate::reply::{without_empty_text, ProviderReply, SeenUsage};
 use crate::sse::{forward, StreamParser};
 
 /// The API version header every request carries.
@@ -205,15 +205,15 @@ impl WireUsage {
             .or(self.cache_creation_input_tokens);
     }
 
-    /// Known usage needs at least the input and output counts; cache counts default to 0
-    /// (the API leaves them out when caching was not involved).
-    fn usage(&self) -> Option<Usage> {
-        Some(Usage {
-            input_tokens: self.input_tokens?,
-            output_tokens: self.output_tokens?,
-            cache_read_tokens: self.cache_read_input_tokens.unwrap_or(0),
-            cache_write_tokens: self.cache_creation_input_tokens.unwrap_or(0),
-        })
+    /// The counts reported; cache counts default to 0 (the API leaves them out when caching
+    /// was not involved).
+    fn seen(&self) -> SeenUsage {
+        SeenUsage {
+            input: self.input_tokens,
+            output: self.output_tokens,
+            cache_read: self.cache_read_input_tokens.unwrap_or(0),
+            cache_write: self.cache_creation_input_tokens.unwrap_or(0),
+        }
     }
 }
 
@@ -281,7 +281,7 @@ pub fn parse_response(body: &[u8]) -> Result<ProviderReply, String> {
         model: m.model,
         content: without_empty_text(content),
         stop_reason: stop_reason(m.stop_reason.as_deref()),
-        usage: m.usage.and_then(|u| u.usage()),
+        usage: m.usage.map(|u| u.seen()).unwrap_or_default(),
     })
 }
 
@@ -313,6 +313,8 @@ pub struct Stream {
     usage: WireUsage,
     saw_usage: bool,
     stopped: bool,
+    /// Bytes of answer received, for an estimate if usage is missing.
+    received: u64,
 }
 
 impl StreamParser for Stream {
@@ -353,10 +355,20 @@ impl StreamParser for Stream {
                     Some("redacted_thinking") => Partial::Redacted(str_at(&b, "data")),
                     _ => Partial::Ignored,
                 };
+                self.received += match &partial {
+                    Partial::Text(t) => t.len(),
+                    Partial::Tool { id, name, .. } => id.len() + name.len(),
+                    _ => 0,
+                } as u64;
                 self.blocks.insert(index, partial);
             }
             "content_block_delta" => {
                 let d = v.get("delta").cloned().unwrap_or(Value::Null);
+                for key in ["text", "partial_json", "thinking", "signature"] {
+                    if let Some(piece) = d.get(key).and_then(Value::as_str) {
+                        self.received += piece.len() as u64;
+                    }
+                }
                 match d.get("type").and_then(Value::as_str) {
                     Some("text_delta") => {
                         let piece = str_at(&d, "text");
@@ -415,6 +427,10 @@ impl StreamParser for Stream {
         Ok(false)
     }
 
+    fn progress(&self) -> (u64, SeenUsage, &str) {
+        (self.received, self.usage.seen(), &self.id)
+    }
+
     fn finish(self) -> Result<ProviderReply, String> {
         if !self.stopped {
             return Err("stream ended before message_stop".into());
@@ -450,9 +466,9 @@ impl StreamParser for Stream {
             content: without_empty_text(content),
             stop_reason: stop_reason(self.stop_reason.as_deref()),
             usage: if self.saw_usage {
-                self.usage.usage()
+                self.usage.seen()
             } else {
-                None
+                SeenUsage::default()
             },
         })
     }
@@ -479,7 +495,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::sse::feed;
-    use pegasus_proto::llm::{CallMeta, Message, ToolSpec};
+    use pegasus_proto::llm::{CallMeta, Message, ToolSpec, Usage};
 
     fn request() -> ChatRequest {
         ChatRequest {
@@ -645,7 +661,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            r.usage,
+            r.usage.complete(),
             Some(Usage {
                 input_tokens: 100,
                 output_tokens: 20,
@@ -659,12 +675,16 @@ mod tests {
     fn missing_usage_is_unknown_not_zero() {
         let body = r#"{"id":"m","model":"x","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn"}"#;
         let r = parse_response(body.as_bytes()).unwrap();
-        assert_eq!(r.usage, None);
+        assert_eq!(r.usage.complete(), None);
         assert_eq!(r.stop_reason, StopReason::EndTurn);
         let body =
             r#"{"id":"m","content":[],"stop_reason":"max_tokens","usage":{"output_tokens":3}}"#;
         let r = parse_response(body.as_bytes()).unwrap();
-        assert_eq!(r.usage, None);
+        assert_eq!(r.usage.complete(), None);
+        // A partial report: the count given is kept, the missing one estimated.
+        let (u, estimated) = r.usage.or_estimate(40, 1);
+        assert!(estimated);
+        assert_eq!((u.input_tokens, u.output_tokens), (40, 3));
         assert_eq!(r.stop_reason, StopReason::MaxTokens);
         assert!(parse_response(b"{\"id\": ").is_err());
     }
@@ -731,7 +751,7 @@ data: {"type":"message_stop"}
             ]
         );
         assert_eq!(
-            r.usage,
+            r.usage.complete(),
             Some(Usage {
                 input_tokens: 25,
                 output_tokens: 42,
@@ -783,6 +803,6 @@ data: {"type":"message_stop"}
                 input_json: "{}".into()
             }]
         );
-        assert_eq!(r.usage.unwrap().output_tokens, 7);
+        assert_eq!(r.usage.complete().unwrap().output_tokens, 7);
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use pegasus_proto::llm::{CallMeta, ChatRequest, ChatResponse, LlmError};
+use pegasus_proto::llm::{tokens_of_bytes, CallMeta, ChatRequest, ChatResponse, LlmError, Usage};
 use pegasus_store::{Config, Home, LedgerEntry};
 
 use crate::budget::{self, Limits, MAIN_PROJECT};
@@ -26,7 +26,7 @@ use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
 use crate::project_budget::ProjectBudgets;
 use crate::provider::{self, Kind, Target};
-use crate::reply::{self, ProviderReply};
+use crate::reply::{self, answer_bytes, Progress, ProviderReply};
 use crate::retry::{self, AttemptError};
 use crate::{anthropic, openai, sse};
 
@@ -53,6 +53,12 @@ struct Inner {
     config: Config,
     prices: PriceTable,
     models: ModelTable,
+    /// Context windows learned from the serving software, for models no table knows, with
+    /// when a probe last failed (`None`: retried after [`PROBE_AGAIN`]).
+    learned: Mutex<HashMap<String, (Option<u64>, Instant)>>,
+    /// One probe at a time: a thousand workers starting on one unknown model ask its server
+    /// once.
+    probing: tokio::sync::Mutex<()>,
     /// Models already logged as running without the thinking a role asked for.
     thinking_refused: Mutex<std::collections::HashSet<String>>,
     http: reqwest::Client,
@@ -128,6 +134,8 @@ impl Gateway {
                 config: config.clone(),
                 prices,
                 models,
+                learned: Mutex::new(HashMap::new()),
+                probing: tokio::sync::Mutex::new(()),
                 thinking_refused: Mutex::new(Default::default()),
                 http,
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
@@ -182,6 +190,9 @@ impl Gateway {
             Duration::from_secs(req.timeout_s.unwrap_or(inner.config.llm.timeout_s).max(1));
         let base = Duration::from_millis(inner.config.llm.retry_base_ms);
         let attempts = inner.config.llm.max_retries.saturating_add(1);
+        // The one estimator (the agent's context check uses it too): an answer without usage
+        // is metered from it.
+        let input_estimate = req.estimated_input_tokens();
         let mut last = String::new();
         let mut retry_after = None;
         for n in 0..attempts {
@@ -191,10 +202,16 @@ impl Gateway {
             let slot = self.slot(&target.provider).await?;
             // Admitted only now, after the wait, against what is spent and held (SPEC §5).
             let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
-            let reservation =
-                self.admit(&req.meta, &project, &limits, &target, &body, req.max_tokens)?;
+            let mut reservation = self.admit(
+                &req.meta,
+                &project,
+                &limits,
+                &target,
+                &body,
+                req.max_tokens,
+                input_estimate,
+            )?;
             self.journal_sent(&reservation.call).await?;
-            let mut billed = false;
             let sent = self
                 .attempt(
                     &target,
@@ -203,30 +220,23 @@ impl Gateway {
                     req.stream,
                     timeout,
                     deltas.as_ref(),
-                    &mut billed,
+                    &reservation.progress,
                 )
                 .await;
             drop(slot);
-            if billed && sent.is_err() {
-                // A 200 whose body we could not use: the provider billed it. Recorded at its
-                // worst case before anything else happens.
-                self.inner
-                    .ledger
-                    .record(reservation.call.estimated_entry(None))
-                    .await;
-            }
+            let sent = match sent {
+                Ok(reply) => return Ok(self.settle(&target, reply, reservation).await),
+                Err(e) => e,
+            };
+            // An answer that began (200) and broke, or whose body was unusable: the provider
+            // billed it. Metered from what arrived before anything else happens.
+            reservation.bill_what_arrived().await;
             match sent {
-                Ok(reply) => {
-                    let call = reservation.call.call.clone();
-                    return Ok(self
-                        .settle(&req.meta, &target, project, reply, Some(call))
-                        .await);
-                }
-                Err(AttemptError::Fatal(e)) => return Err(e),
-                Err(AttemptError::Retry {
+                AttemptError::Fatal(e) => return Err(e),
+                AttemptError::Retry {
                     message,
                     retry_after: wait,
-                }) => {
+                } => {
                     if let Some(wait) = wait {
                         self.hold_provider(&target.provider, wait);
                     }
@@ -249,11 +259,75 @@ impl Gateway {
         })
     }
 
-    /// Context window of a model (empty = the default model) from the model table (or an
-    /// older `prices` entry, or `default_context_window`); the agent compacts its session at
-    /// 80% of it. Always known: an unknown model gets the conservative default.
+    /// Context window of a model (empty = the default model): the model table (or an older
+    /// `prices` entry), else what its server reported (see [`Gateway::learn_context_window`]),
+    /// else `default_context_window`; the agent compacts its session at 80% of it. Always
+    /// known: an unknown model gets the conservative default.
     pub fn context_window(&self, model: &str) -> Option<u64> {
-        Some(self.model_info(&self.resolve_model(model)).context_window)
+        let full = self.resolve_model(model);
+        let info = self.model_info(&full);
+        if !self.in_a_table(&full, &info) {
+            if let Some(w) = self.learned(&full) {
+                return Some(w);
+            }
+        }
+        Some(info.context_window)
+    }
+
+    /// [`Gateway::context_window`], asking the model's server first when no table knows the
+    /// model and it was not asked yet (llama.cpp `/props`, vLLM `/v1/models`, Ollama
+    /// `/api/show`; see [`crate::window`]). A server that does not say is asked again after a
+    /// minute at most.
+    pub async fn learn_context_window(&self, model: &str) -> Option<u64> {
+        let full = self.resolve_model(model);
+        let info = self.model_info(&full);
+        if self.in_a_table(&full, &info) {
+            return Some(info.context_window);
+        }
+        let Ok(target) = provider::resolve(&self.inner.config, &full) else {
+            return Some(info.context_window);
+        };
+        let _one = self.inner.probing.lock().await;
+        let asked = self
+            .inner
+            .learned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&full)
+            .copied();
+        match asked {
+            Some((Some(w), _)) => return Some(w),
+            Some((None, at)) if at.elapsed() < PROBE_AGAIN => return Some(info.context_window),
+            _ => {}
+        }
+        let key = provider::credential(&target).ok().flatten();
+        let found = crate::window::probe(&self.inner.http, &target, key.as_deref()).await;
+        match found {
+            Some(w) => tracing::info!(model = %full, window = w,
+                "context window as the model's server reports it"),
+            None => tracing::info!(model = %full, default = info.context_window,
+                "the model's server does not say its context window; using default_context_window"),
+        }
+        self.inner
+            .learned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(full, (found, Instant::now()));
+        Some(found.unwrap_or(info.context_window))
+    }
+
+    /// Whether the model table or a price entry gives `model`'s window.
+    fn in_a_table(&self, model: &str, info: &ModelInfo) -> bool {
+        info.known || self.inner.prices.context_window(model).is_some()
+    }
+
+    fn learned(&self, model: &str) -> Option<u64> {
+        self.inner
+            .learned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(model)
+            .and_then(|(w, _)| *w)
     }
 
     /// What a `provider/model` can do (SPEC §5 model table).
@@ -329,14 +403,15 @@ impl Gateway {
         target: &Target,
         body: &serde_json::Value,
         max_tokens: u32,
-    ) -> Result<Reservation<'_>, LlmError> {
+        input_estimate: u64,
+    ) -> Result<Reservation, LlmError> {
         let inner = &*self.inner;
         let usage = pegasus_proto::llm::Usage {
             input_tokens: journal::estimate_input_tokens(body),
             output_tokens: u64::from(max_tokens),
             ..Default::default()
         };
-        let worst = inner.prices.cost(&target.full, &usage);
+        let worst = self.price(target, None, &usage);
         if worst.is_none() && !inner.config.llm.allow_unpriced_models {
             return Err(LlmError::Unpriced {
                 model: target.full.clone(),
@@ -360,7 +435,11 @@ impl Gateway {
         drop(reserved);
         let n = inner.call_seq.fetch_add(1, Ordering::Relaxed);
         Ok(Reservation {
-            inner,
+            inner: self.inner.clone(),
+            target: target.clone(),
+            input_estimate,
+            progress: Arc::new(Progress::default()),
+            settled: false,
             day: today,
             call: PendingCall {
                 call: format!("c{}-{}-{n}", std::process::id(), inner.started_ms),
@@ -468,7 +547,7 @@ impl Gateway {
         stream: bool,
         timeout: Duration,
         deltas: Option<&UnboundedSender<String>>,
-        billed: &mut bool,
+        progress: &Progress,
     ) -> Result<ProviderReply, AttemptError> {
         let http = &self.inner.http;
         let request = match target.kind {
@@ -520,6 +599,17 @@ impl Gateway {
                     retry_after,
                 }
             } else if reply::is_context_overflow(status.as_u16(), &text) {
+                // llama.cpp names its window in the refusal: the next worker start uses it.
+                if let Some(w) = crate::window::from_refusal(&text) {
+                    let info = self.model_info(&target.full);
+                    if !self.in_a_table(&target.full, &info) {
+                        self.inner
+                            .learned
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(target.full.clone(), (Some(w), Instant::now()));
+                    }
+                }
                 AttemptError::Fatal(LlmError::ContextTooLong {
                     provider: target.provider.clone(),
                     message,
@@ -533,7 +623,7 @@ impl Gateway {
             });
         }
         // From here the provider answered 200: it billed the call whatever happens next.
-        *billed = true;
+        progress.answered();
         // A server that ignores `stream: true` answers with plain JSON; read it as such.
         let is_sse = response
             .headers()
@@ -562,11 +652,20 @@ impl Gateway {
                         timeout,
                         limit,
                         deltas,
+                        progress,
                     )
                     .await
                 }
                 Kind::OpenAi => {
-                    sse::read(response, openai::Stream::default(), timeout, limit, deltas).await
+                    sse::read(
+                        response,
+                        openai::Stream::default(),
+                        timeout,
+                        limit,
+                        deltas,
+                        progress,
+                    )
+                    .await
                 }
             };
             return read.map_err(|e| match e {
@@ -580,6 +679,8 @@ impl Gateway {
                 .await
                 .map_err(|_| timed_out())?
                 .map_err(transport_error)?;
+        // Unparsed, the body's size is all that is known of the answer.
+        progress.update(bytes.len() as u64, Default::default(), "");
         if !complete {
             return Err(too_large("answer"));
         }
@@ -599,61 +700,64 @@ impl Gateway {
         Ok(reply)
     }
 
-    /// Prices a successful answer, writes its ledger line and builds the response.
+    /// What `usage` of `target` costs: the configured id's price (an alias the user priced),
+    /// else the id the server reported (a dated snapshot priced differently), else 0 on a
+    /// local provider; `None` = unpriced.
+    fn price(&self, target: &Target, reported: Option<&str>, usage: &Usage) -> Option<f64> {
+        let prices = &self.inner.prices;
+        prices
+            .cost(&target.full, usage)
+            .or_else(|| {
+                reported
+                    .filter(|r| !r.is_empty())
+                    .and_then(|r| prices.cost(&format!("{}/{r}", target.provider), usage))
+            })
+            .or(target.local.then_some(0.0))
+    }
+
+    /// Prices a successful answer, writes its ledger line and builds the response. The line
+    /// names the model as the user configured it (a local server reports a file path); usage
+    /// the provider left out is estimated, and the line says so.
     async fn settle(
         &self,
-        meta: &CallMeta,
         target: &Target,
-        project: String,
         reply: ProviderReply,
-        call: Option<String>,
+        mut reservation: Reservation,
     ) -> ChatResponse {
-        let reported = if reply.model.is_empty() {
-            target.model.as_str()
-        } else {
-            reply.model.as_str()
-        };
-        let model = format!("{}/{}", target.provider, reported);
-        let prices = &self.inner.prices;
-        let cost = match &reply.usage {
-            None => {
-                tracing::warn!(%model, request_id = %reply.id,
-                    "provider reported no usage; the call's cost is unknown");
-                None
-            }
-            // The reported model first (it may be a dated snapshot priced differently), then
-            // the requested id (an alias the user priced in config.yml).
-            Some(u) => {
-                let cost = prices
-                    .cost(&model, u)
-                    .or_else(|| prices.cost(&target.full, u));
-                if cost.is_none() {
-                    tracing::warn!(%model,
-                        "no price for this model; add it under prices: in config.yml");
-                }
-                cost
-            }
-        };
-        let usage = reply.usage.unwrap_or_default();
+        let output_estimate = tokens_of_bytes(answer_bytes(&reply.content) as usize);
+        let (usage, estimated) = reply
+            .usage
+            .or_estimate(reservation.input_estimate, output_estimate);
+        if estimated {
+            tracing::debug!(model = %target.full, request_id = %reply.id,
+                "the provider reported no (or partial) usage; the ledger line is estimated");
+        }
+        let cost = self.price(target, Some(&reply.model), &usage);
+        if cost.is_none() {
+            tracing::warn!(model = %target.full,
+                "no price for this model; add it under prices: in config.yml");
+        }
+        let call = &reservation.call;
         let entry = LedgerEntry {
             ts: Utc::now(),
-            project,
-            task: meta.task.clone(),
-            role: meta.role.clone(),
-            model: model.clone(),
+            project: call.project.clone(),
+            task: call.task.clone(),
+            role: call.role.clone(),
+            model: target.full.clone(),
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
             cache_read_tokens: usage.cache_read_tokens,
             cache_write_tokens: usage.cache_write_tokens,
             usd: cost,
             request_id: (!reply.id.is_empty()).then(|| reply.id.clone()),
-            call,
-            estimated: false,
+            call: Some(call.call.clone()),
+            estimated,
         };
         self.inner.ledger.record(entry).await;
+        reservation.settled = true;
         ChatResponse {
             request_id: reply.id,
-            model,
+            model: target.full.clone(),
             content: reply.content,
             stop_reason: reply.stop_reason,
             usage,
@@ -663,28 +767,96 @@ impl Gateway {
 }
 
 /// One admitted attempt: what it holds of the budgets, released (and its journal entry
-/// closed) when it ends, however it ends — answered, failed or dropped.
-struct Reservation<'a> {
-    inner: &'a Inner,
+/// closed) when it ends, however it ends — answered, failed or dropped. An attempt whose answer
+/// began to arrive (the provider billed it) and that ends without its ledger line — a stream
+/// cut, an unusable body, a caller that went away — gets one, estimated from the request and
+/// what arrived (SPEC §5: every answered call is metered).
+struct Reservation {
+    inner: Arc<Inner>,
+    target: Target,
+    /// Prompt tokens by the shared estimator.
+    input_estimate: u64,
+    progress: Arc<Progress>,
+    /// Its ledger line is written.
+    settled: bool,
     day: chrono::NaiveDate,
     call: PendingCall,
 }
 
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        self.inner
-            .reserved
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(
-                self.day,
-                &self.call.project,
-                self.call.task.as_deref(),
-                self.call.usd.unwrap_or(0.0),
-            );
-        self.inner.journal.done(&self.call.call);
+impl Reservation {
+    /// The estimated ledger line of what arrived, if an answer began and none is written yet.
+    fn unbilled(&self) -> Option<LedgerEntry> {
+        if self.settled {
+            return None;
+        }
+        let arrived = self.progress.get();
+        if !arrived.answered {
+            return None;
+        }
+        let (usage, _) = arrived
+            .usage
+            .or_estimate(self.input_estimate, tokens_of_bytes(arrived.bytes as usize));
+        let prices = &self.inner.prices;
+        let usd = prices
+            .cost(&self.target.full, &usage)
+            .or(self.target.local.then_some(0.0));
+        let mut entry = self
+            .call
+            .estimated_entry((!arrived.id.is_empty()).then_some(arrived.id));
+        entry.input_tokens = usage.input_tokens;
+        entry.output_tokens = usage.output_tokens;
+        entry.cache_read_tokens = usage.cache_read_tokens;
+        entry.cache_write_tokens = usage.cache_write_tokens;
+        entry.usd = usd;
+        Some(entry)
+    }
+
+    /// Writes the estimated line of an answer that began and broke.
+    async fn bill_what_arrived(&mut self) {
+        if let Some(entry) = self.unbilled() {
+            self.inner.ledger.record(entry).await;
+            self.settled = true;
+        }
     }
 }
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let entry = self.unbilled();
+        let (inner, day, call) = (self.inner.clone(), self.day, self.call.clone());
+        let finish = move || {
+            if let Some(entry) = entry {
+                // The caller went away while the answer arrived: metered all the same.
+                inner.ledger.record_blocking(entry);
+            }
+            inner
+                .reserved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(
+                    day,
+                    &call.project,
+                    call.task.as_deref(),
+                    call.usd.unwrap_or(0.0),
+                );
+            inner.journal.done(&call.call);
+        };
+        if self.settled || !self.progress.get().answered {
+            finish();
+            return;
+        }
+        // A ledger line is an fsync: off the async threads when there are any.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(finish);
+            }
+            Err(_) => finish(),
+        }
+    }
+}
+
+/// How long a server that did not say its context window is not asked again.
+const PROBE_AGAIN: Duration = Duration::from_secs(60);
 
 /// Bytes of a provider's error body kept for its message.
 const ERROR_BODY_CAP: usize = 64 * 1024;

@@ -32,6 +32,7 @@ pub mod provider;
 pub mod reply;
 pub mod retry;
 pub mod sse;
+pub mod window;
 
 pub use gateway::{Gateway, GatewayStats};
 pub use pegasus_proto::llm::*;

@@ -13,9 +13,9 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
-use pegasus_proto::llm::{Block, ChatRequest, LlmError, Message, Role, StopReason, Usage};
+use pegasus_proto::llm::{Block, ChatRequest, LlmError, Message, Role, StopReason};
 
-use crate::reply::{without_empty_text, ProviderReply};
+use crate::reply::{without_empty_text, ProviderReply, SeenUsage};
 use crate::sse::{forward, StreamParser};
 
 /// The JSON body of `POST /chat/completions` for `req`, addressed to `model`. A `reasoning`
@@ -169,19 +169,23 @@ struct PromptDetails {
 }
 
 impl WireUsage {
-    fn usage(&self) -> Option<Usage> {
-        let prompt = self.prompt_tokens?;
+    /// The counts reported; cached prompt tokens are split out of the prompt count.
+    fn seen(&self) -> SeenUsage {
         let cached = self
             .prompt_tokens_details
             .as_ref()
             .and_then(|d| d.cached_tokens)
             .unwrap_or(0);
-        Some(Usage {
-            input_tokens: prompt.saturating_sub(cached),
-            output_tokens: self.completion_tokens?,
-            cache_read_tokens: cached,
-            cache_write_tokens: 0,
-        })
+        SeenUsage {
+            input: self.prompt_tokens.map(|p| p.saturating_sub(cached)),
+            output: self.completion_tokens,
+            cache_read: if self.prompt_tokens.is_some() {
+                cached
+            } else {
+                0
+            },
+            cache_write: 0,
+        }
     }
 }
 
@@ -271,7 +275,7 @@ pub fn parse_response(body: &[u8]) -> Result<ProviderReply, String> {
         model: c.model,
         content: without_empty_text(content),
         stop_reason: stop_reason(choice.finish_reason.as_deref(), has_tools),
-        usage: c.usage.and_then(|u| u.usage()),
+        usage: c.usage.map(|u| u.seen()).unwrap_or_default(),
     })
 }
 
@@ -291,8 +295,10 @@ pub struct Stream {
     text: String,
     calls: BTreeMap<u64, PartialCall>,
     finish: Option<String>,
-    usage: Option<Usage>,
+    usage: SeenUsage,
     done: bool,
+    /// Bytes of answer received (text and tool calls), for an estimate if usage is missing.
+    received: u64,
 }
 
 impl StreamParser for Stream {
@@ -339,6 +345,7 @@ impl StreamParser for Stream {
             if let Some(piece) = delta.get("content").and_then(Value::as_str) {
                 forward(deltas, piece);
                 self.text.push_str(piece);
+                self.received += piece.len() as u64;
             }
             let calls = delta.get("tool_calls").and_then(Value::as_array);
             for (pos, call) in calls.into_iter().flatten().enumerate() {
@@ -356,10 +363,12 @@ impl StreamParser for Stream {
                 if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
                     if slot.name.is_empty() {
                         slot.name = name.to_string();
+                        self.received += name.len() as u64;
                     }
                 }
                 if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
                     slot.arguments.push_str(args);
+                    self.received += args.len() as u64;
                 }
             }
             if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
@@ -368,9 +377,13 @@ impl StreamParser for Stream {
         }
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
             let wire = WireUsage::deserialize(u).map_err(|e| format!("unreadable usage: {e}"))?;
-            self.usage = wire.usage();
+            self.usage = wire.seen();
         }
         Ok(false)
+    }
+
+    fn progress(&self) -> (u64, SeenUsage, &str) {
+        (self.received, self.usage, &self.id)
     }
 
     fn finish(self) -> Result<ProviderReply, String> {
@@ -407,7 +420,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::sse::feed;
-    use pegasus_proto::llm::{CallMeta, ToolSpec};
+    use pegasus_proto::llm::{CallMeta, ToolSpec, Usage};
 
     fn request() -> ChatRequest {
         ChatRequest {
@@ -557,7 +570,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            r.usage,
+            r.usage.complete(),
             Some(Usage {
                 input_tokens: 200,
                 output_tokens: 30,
@@ -573,11 +586,11 @@ mod tests {
         let r = parse_response(body.as_bytes()).unwrap();
         assert_eq!(r.content, vec![Block::Text { text: "hi".into() }]);
         assert_eq!(r.stop_reason, StopReason::EndTurn);
-        assert_eq!(r.usage, None);
+        assert_eq!(r.usage.complete(), None);
         let body = r#"{"id":"c","choices":[{"message":{"content":"x"},"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":null}}"#;
         let r = parse_response(body.as_bytes()).unwrap();
         assert_eq!(r.stop_reason, StopReason::MaxTokens);
-        assert_eq!(r.usage.unwrap().input_tokens, 5);
+        assert_eq!(r.usage.complete().unwrap().input_tokens, 5);
         assert!(parse_response(br#"{"id":"c","choices":[]}"#).is_err());
         assert!(parse_response(b"<html>").is_err());
     }
@@ -632,7 +645,7 @@ data: [DONE]
             ]
         );
         assert_eq!(
-            r.usage,
+            r.usage.complete(),
             Some(Usage {
                 input_tokens: 36,
                 output_tokens: 12,

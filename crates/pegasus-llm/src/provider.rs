@@ -31,6 +31,8 @@ pub struct Target {
     pub base_url: String,
     /// Environment variable holding the key; `None` = the server wants no auth (Ollama).
     pub api_key_env: Option<String>,
+    /// A server of the user's own (`local: true`): no key needed, free unless priced.
+    pub local: bool,
 }
 
 /// The model a request would use: empty means the config's default model.
@@ -66,6 +68,7 @@ pub fn resolve(config: &Config, model: &str) -> Result<Target, LlmError> {
         kind: kind_of(provider, pc)?,
         base_url: pc.base_url.trim_end_matches('/').to_string(),
         api_key_env: pc.api_key_env.clone().filter(|e| !e.trim().is_empty()),
+        local: pc.local,
     })
 }
 
@@ -119,6 +122,8 @@ pub fn credential(target: &Target) -> Result<Option<String>, LlmError> {
         .and_then(|k| k.get(env).cloned());
     match kept.or_else(|| std::env::var(env).ok()) {
         Some(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_string())),
+        // A local server takes a key when one is set and works without.
+        _ if target.local => Ok(None),
         _ => Err(LlmError::MissingKey {
             provider: target.provider.clone(),
             env: env.clone(),
@@ -139,6 +144,7 @@ mod tests {
                 kind: "openai".into(),
                 base_url: "https://openrouter.ai/api/v1/".into(),
                 api_key_env: Some("PEGASUS_TEST_OPENROUTER_KEY_UNSET".into()),
+                local: false,
             },
         );
         c.providers.insert(
@@ -147,6 +153,7 @@ mod tests {
                 kind: "openai".into(),
                 base_url: "http://127.0.0.1:11434/v1".into(),
                 api_key_env: None,
+                local: false,
             },
         );
         c.providers.insert(
@@ -155,6 +162,7 @@ mod tests {
                 kind: "gemini".into(),
                 base_url: "http://x".into(),
                 api_key_env: None,
+                local: false,
             },
         );
         c

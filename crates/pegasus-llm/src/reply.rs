@@ -16,8 +16,116 @@ pub struct ProviderReply {
     pub model: String,
     pub content: Vec<Block>,
     pub stop_reason: StopReason,
-    /// `None` when the provider reported no (or incomplete) usage.
-    pub usage: Option<Usage>,
+    /// The token counts the provider reported, as far as it did.
+    pub usage: SeenUsage,
+}
+
+/// Token counts as far as a provider reported them: a field it left out is `None`, so a
+/// missing count is estimated, never taken as zero (a free call).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeenUsage {
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+impl SeenUsage {
+    /// The whole usage, when both the input and the output count were reported.
+    pub fn complete(&self) -> Option<Usage> {
+        Some(Usage {
+            input_tokens: self.input?,
+            output_tokens: self.output?,
+            cache_read_tokens: self.cache_read,
+            cache_write_tokens: self.cache_write,
+        })
+    }
+
+    /// The usage of a call, a count the provider did not report filled in from the estimates
+    /// (`input` from the request, `output` from the text received). Whether anything was
+    /// estimated is returned too: such a ledger line says `estimated: true`.
+    pub fn or_estimate(&self, input: u64, output: u64) -> (Usage, bool) {
+        match self.complete() {
+            Some(u) => (u, false),
+            None => (
+                Usage {
+                    input_tokens: self.input.unwrap_or(input),
+                    // A count reported before the answer was whole (Anthropic's
+                    // `message_start` says 1) is a floor, not the count.
+                    output_tokens: self.output.unwrap_or(0).max(output),
+                    cache_read_tokens: self.cache_read,
+                    cache_write_tokens: self.cache_write,
+                },
+                true,
+            ),
+        }
+    }
+}
+
+/// How far an answer got, shared between the attempt reading it and the call that owns it: if
+/// the caller goes away (its future dropped) while the answer arrives, the call is still
+/// metered from what had arrived.
+#[derive(Debug, Default)]
+pub struct Progress {
+    state: std::sync::Mutex<Arrived>,
+}
+
+/// What of an answer has arrived.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Arrived {
+    /// The provider answered 200: it bills the call, whatever happens next.
+    pub answered: bool,
+    /// Bytes of answer (text, tool calls, thinking) received.
+    pub bytes: u64,
+    /// Usage reported so far.
+    pub usage: SeenUsage,
+    /// The provider's response id, once seen.
+    pub id: String,
+}
+
+impl Progress {
+    pub fn answered(&self) {
+        self.lock().answered = true;
+    }
+
+    /// Records what a stream parser has assembled so far.
+    pub fn update(&self, bytes: u64, usage: SeenUsage, id: &str) {
+        let mut s = self.lock();
+        s.bytes = bytes;
+        s.usage = usage;
+        if s.id.is_empty() && !id.is_empty() {
+            s.id = id.to_string();
+        }
+    }
+
+    pub fn get(&self) -> Arrived {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Arrived> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Bytes of answer in `content`: what the output-token estimate counts.
+pub fn answer_bytes(content: &[Block]) -> u64 {
+    content
+        .iter()
+        .map(|b| match b {
+            Block::Text { text } => text.len(),
+            Block::ToolUse {
+                id,
+                name,
+                input_json,
+            } => id.len() + name.len() + input_json.len(),
+            Block::ToolResult { content, .. } => content.len(),
+            Block::Thinking {
+                thinking,
+                signature,
+            } => thinking.len() + signature.len(),
+            Block::RedactedThinking { data } => data.len(),
+        } as u64)
+        .sum()
 }
 
 /// The human-readable message of an error body. Anthropic and OpenAI both send
@@ -49,7 +157,10 @@ pub fn error_message(body: &str) -> String {
 /// Whether an error answer says the request is longer than the model's context window:
 /// Anthropic's `prompt is too long: N tokens > M maximum` and `input length and max_tokens
 /// exceed context limit` (400) or `request_too_large` (413); OpenAI's `context_length_exceeded`
-/// code and the "maximum context length" wording of compatible servers.
+/// code and the "maximum context length" wording (vLLM's too); llama.cpp's
+/// `exceed_context_size_error` ("request (N tokens) exceeds the available context size (M
+/// tokens)", on both of its APIs); vLLM's "The decoder prompt (length N) is longer than the
+/// maximum model length of M"; Ollama's "the input length exceeds the context length".
 pub fn is_context_overflow(status: u16, body: &str) -> bool {
     if status == 413 {
         return true;
@@ -64,6 +175,10 @@ pub fn is_context_overflow(status: u16, body: &str) -> bool {
         "context_length_exceeded",
         "maximum context length",
         "context window",
+        "exceed_context_size_error",
+        "exceeds the available context size",
+        "maximum model length",
+        "exceeds the context length",
     ]
     .iter()
     .any(|p| lower.contains(p))
@@ -112,6 +227,15 @@ mod tests {
         let openai = r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
         assert!(is_context_overflow(400, openai));
         assert!(is_context_overflow(413, ""));
+        // llama.cpp (the body of a real server, b0 via xllamacpp), on both of its APIs.
+        let llama = r#"{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (1024 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":3031,"n_ctx":1024}}"#;
+        assert!(is_context_overflow(400, llama));
+        let vllm = r#"{"object":"error","message":"The decoder prompt (length 8825) is longer than the maximum model length of 8192.","type":"BadRequestError","param":null,"code":400}"#;
+        assert!(is_context_overflow(400, vllm));
+        let vllm2 = r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#;
+        assert!(is_context_overflow(400, vllm2));
+        let ollama = r#"{"error":"the input length exceeds the context length"}"#;
+        assert!(is_context_overflow(400, ollama));
         assert!(!is_context_overflow(
             400,
             r#"{"error":{"message":"max_tokens: Field required"}}"#

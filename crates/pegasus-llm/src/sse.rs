@@ -11,7 +11,7 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::reply::ProviderReply;
+use crate::reply::{Progress, ProviderReply, SeenUsage};
 use crate::retry::AttemptError;
 
 /// One wire format's interpretation of stream events.
@@ -25,6 +25,9 @@ pub trait StreamParser {
         data: &str,
         deltas: Option<&UnboundedSender<String>>,
     ) -> Result<bool, String>;
+
+    /// What has arrived so far: bytes of answer, the usage reported, the response id.
+    fn progress(&self) -> (u64, SeenUsage, &str);
 
     /// The assembled reply once the byte stream ended; `Err` when it ended too early (a cut
     /// stream), so the caller retries instead of returning half an answer.
@@ -48,6 +51,7 @@ pub async fn read<P: StreamParser>(
     idle: Duration,
     limit: usize,
     deltas: Option<&UnboundedSender<String>>,
+    progress: &Progress,
 ) -> Result<ProviderReply, ReadError> {
     let mut total = 0usize;
     let counted = response.bytes_stream().map(move |chunk| match chunk {
@@ -79,8 +83,10 @@ pub async fn read<P: StreamParser>(
             }
             Some(Err(e)) => return Err(retry(format!("stream broken: {e}"))),
             Some(Ok(ev)) => {
-                let done = parser.event(&ev.event, &ev.data, deltas).map_err(retry)?;
-                if done {
+                let done = parser.event(&ev.event, &ev.data, deltas);
+                let (bytes, usage, id) = parser.progress();
+                progress.update(bytes, usage, id);
+                if done.map_err(retry)? {
                     break;
                 }
             }

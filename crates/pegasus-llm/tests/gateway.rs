@@ -66,6 +66,7 @@ fn world(tweak: impl FnOnce(&mut Config)) -> World {
             kind: "anthropic".into(),
             base_url: fake.anthropic_base_url(),
             api_key_env: Some(env.clone()),
+            local: false,
         },
     );
     config.providers.insert(
@@ -74,6 +75,7 @@ fn world(tweak: impl FnOnce(&mut Config)) -> World {
             kind: "openai".into(),
             base_url: fake.openai_base_url(),
             api_key_env: Some(env),
+            local: false,
         },
     );
     config.llm.retry_base_ms = 10;
@@ -204,7 +206,8 @@ both_formats!(
     semaphore_caps_calls_in_flight,
     unknown_price_is_recorded_as_null_not_zero,
     an_unpriced_model_is_refused_unless_allowed,
-    missing_usage_means_unknown_cost,
+    an_answer_without_usage_is_metered_by_estimate,
+    a_caller_gone_mid_answer_still_gets_one_estimated_line,
     dropped_call_frees_its_slot_and_writes_nothing,
     an_answer_over_max_response_bytes_fails_once_without_growing,
     calls_reuse_the_providers_connection,
@@ -535,7 +538,8 @@ async fn cut_stream_is_retried(p: &str) {
     let r = w.gw.chat(req.clone(), None).await.unwrap();
     assert_eq!(text_of(&r.content), "complete answer");
     assert_eq!(w.fake.request_count(), 2);
-    // The cut answer was a 200: billed, so recorded at its worst case before the retry.
+    // The cut answer was a 200: billed, so recorded before the retry, estimated from the
+    // request and the part that arrived (not its worst case).
     let lines = ledger(&w);
     assert_eq!(lines.len(), 2);
     assert!(
@@ -543,6 +547,7 @@ async fn cut_stream_is_retried(p: &str) {
         "{:?}",
         lines[0]
     );
+    assert!(lines[0].output_tokens < 256, "{:?}", lines[0]);
     assert!(!lines[1].estimated);
 
     // The same for a plain (non-streamed) body cut short.
@@ -796,21 +801,94 @@ async fn unknown_price_is_recorded_as_null_not_zero(p: &str) {
     assert_eq!(w.gw.context_window(&format!("{p}/x")), Some(100_000));
 }
 
-async fn missing_usage_means_unknown_cost(p: &str) {
+/// SPEC §5: every answered call is metered. A server that sends no usage (many
+/// OpenAI-compatible ones and proxies, streamed or not) gets a ledger line estimated from the
+/// request and the text received, priced, counted by the budgets, and marked `estimated`.
+async fn an_answer_without_usage_is_metered_by_estimate(p: &str) {
     let w = world(|_| {});
+    let text = "An answer of some length, so that its estimate is not trivially small. ".repeat(8);
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text(text.clone())));
+    w.fake.omit_usage(true);
+    for stream in [false, true] {
+        let mut req = request(&format!("{p}/x"), &"a question of some length ".repeat(40));
+        req.stream = stream;
+        let r = w.gw.chat(req.clone(), None).await.unwrap();
+        assert_eq!(text_of(&r.content), text);
+        let usd = r.cost_usd.expect("an estimated line is priced");
+        assert!(usd > 0.0, "stream={stream}");
+        // The same estimator as the context check, on the request and the text received.
+        assert_eq!(r.usage.input_tokens, req.estimated_input_tokens());
+        assert_eq!(
+            r.usage.output_tokens,
+            pegasus_proto::llm::tokens_of_bytes(text.len())
+        );
+        assert!(close(usd, expected_cost(&r.usage)), "stream={stream}");
+    }
+    // A wrong answer without usage too.
+    w.fake.omit_usage(false);
     w.fake
         .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::WrongUsage)));
-    for stream in [false, true] {
-        let mut req = request(&format!("{p}/x"), "hi");
-        req.stream = stream;
-        let r = w.gw.chat(req, None).await.unwrap();
-        assert_eq!(text_of(&r.content), WRONG_USAGE_TEXT);
-        assert_eq!(r.cost_usd, None, "stream={stream}");
-        assert_eq!(r.usage, Usage::default());
-    }
+    w.fake.clear_rules();
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::WrongUsage)));
+    let r =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(text_of(&r.content), WRONG_USAGE_TEXT);
+    assert!(r.cost_usd.is_some_and(|u| u > 0.0));
     let lines = ledger(&w);
-    assert_eq!(lines.len(), 2);
-    assert!(lines.iter().all(|l| l.usd.is_none()));
+    assert_eq!(lines.len(), 3);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.estimated && l.usd.is_some_and(|u| u > 0.0)),
+        "{lines:?}"
+    );
+    // The budgets count them like any other line.
+    let total: f64 = lines.iter().filter_map(|l| l.usd).sum();
+    assert!(close(w.gw.spent_today(), total));
+    assert!(close(w.gw.spent_by_task("t1"), total));
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+}
+
+/// A caller that goes away while its streamed answer arrives (a worker killed mid-call): the
+/// provider billed the call, so it gets one ledger line, estimated from what had arrived.
+async fn a_caller_gone_mid_answer_still_gets_one_estimated_line(p: &str) {
+    let w = world(|_| {});
+    w.fake.add_rule(
+        Rule::new(
+            Match::Any,
+            Reply::Fault(Fault::Paced {
+                gap_ms: 50,
+                then: Box::new(Reply::Text("slowly, word by word, ".repeat(20))),
+            }),
+        )
+        .times(1),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut req = request(&format!("{p}/x"), "hi");
+    req.stream = true;
+    let gw = w.gw.clone();
+    let call = tokio::spawn(async move { gw.chat(req, Some(tx)).await });
+    // Part of the answer arrived; then the caller dies.
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+    assert!(matches!(first, Ok(Some(_))), "no delta arrived");
+    call.abort();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let lines = ledger(&w);
+        if !lines.is_empty() || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let l = &lines[0];
+    assert!(l.estimated && l.usd.is_some_and(|u| u > 0.0), "{l:?}");
+    assert!(l.output_tokens > 0 && l.output_tokens < 256, "{l:?}");
+    assert_eq!(w.gw.stats().in_flight, 0);
 }
 
 async fn dropped_call_frees_its_slot_and_writes_nothing(p: &str) {

@@ -31,6 +31,56 @@ pub struct ChatRequest {
     pub meta: CallMeta,
 }
 
+/// Tokens of `bytes` bytes of text, rounded up: 3.5 bytes per token, pessimistic (real
+/// tokenizers average about 4 on prose; llama.cpp's counted 3.3 on a long English message, and
+/// the context check compacts at 80% of the window, which covers that).
+pub fn tokens_of_bytes(bytes: usize) -> u64 {
+    (bytes as u64 * 2).div_ceil(7)
+}
+
+/// Tokens added per message and per tool for the wire format's structure.
+const OVERHEAD_TOKENS: u64 = 8;
+
+impl ChatRequest {
+    /// A pessimistic estimate of the prompt tokens of this request: system prompt, every block
+    /// of every message (thinking and its signature included: they are sent back) and the tool
+    /// specs. The one estimator of Pegasus: the agent's context check and the gateway's
+    /// estimated ledger lines (an answer without usage) both use it.
+    pub fn estimated_input_tokens(&self) -> u64 {
+        let mut tokens = tokens_of_bytes(self.system.len());
+        for m in &self.messages {
+            tokens += OVERHEAD_TOKENS;
+            for b in &m.content {
+                tokens += match b {
+                    Block::Text { text } => tokens_of_bytes(text.len()),
+                    Block::ToolUse {
+                        id,
+                        name,
+                        input_json,
+                    } => {
+                        tokens_of_bytes(id.len() + name.len() + input_json.len()) + OVERHEAD_TOKENS
+                    }
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        ..
+                    } => tokens_of_bytes(tool_use_id.len() + content.len()) + OVERHEAD_TOKENS,
+                    Block::Thinking {
+                        thinking,
+                        signature,
+                    } => tokens_of_bytes(thinking.len() + signature.len()),
+                    Block::RedactedThinking { data } => tokens_of_bytes(data.len()),
+                };
+            }
+        }
+        for t in &self.tools {
+            tokens += OVERHEAD_TOKENS
+                + tokens_of_bytes(t.name.len() + t.description.len() + t.input_schema_json.len());
+        }
+        tokens
+    }
+}
+
 /// Accounting identity of a call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallMeta {

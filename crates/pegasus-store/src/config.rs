@@ -91,6 +91,7 @@ fn default_providers() -> BTreeMap<String, ProviderConfig> {
         kind: kind.into(),
         base_url: url.into(),
         api_key_env: Some(key.into()),
+        local: false,
     };
     BTreeMap::from([
         (
@@ -118,6 +119,9 @@ pub struct ProviderConfig {
     pub base_url: String,
     /// Environment variable holding the API key (the key itself never goes in a file).
     pub api_key_env: Option<String>,
+    /// A server on the user's own machine or network (Ollama, llama.cpp, vLLM): it needs no
+    /// key, and its models cost 0 unless `prices:` says otherwise.
+    pub local: bool,
 }
 
 /// Limits of the LLM gateway.

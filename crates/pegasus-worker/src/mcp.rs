@@ -845,7 +845,7 @@ impl Tool for McpTool {
         input: serde_json::Value,
         ctx: &'a ToolCtx,
     ) -> pegasus_agent::tool::ToolFuture<'a> {
-        let max_bytes = ctx.settings.max_tool_result_bytes;
+        let max_bytes = ctx.settings.tool_result_cap();
         Box::pin(async move {
             self.hub
                 .call(&self.server, &self.tool, input, max_bytes)

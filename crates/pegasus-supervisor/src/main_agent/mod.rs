@@ -62,18 +62,23 @@ pub(crate) fn start(
             }
         }
     });
-    let agent = Agent::open(
-        &dir,
-        &dir.join("workdir"),
-        "main",
-        MAIN_PROMPT.to_string(),
-        sup.home.skills_dir(),
-        ToolSet::new(tools::all(Arc::downgrade(sup))),
-        Arc::new(model::GatewayModel(sup.gateway.clone())),
-        notices,
-        settings,
-    );
+    let gateway = sup.gateway.clone();
+    let sup_tools = Arc::downgrade(sup);
+    let skills = sup.home.skills_dir();
     tokio::spawn(async move {
+        // A default model no table knows: its server says its window (SPEC §5).
+        settings.context_window = gateway.learn_context_window(&model_id).await;
+        let agent = Agent::open(
+            &dir,
+            &dir.join("workdir"),
+            "main",
+            MAIN_PROMPT.to_string(),
+            skills,
+            ToolSet::new(tools::all(sup_tools)),
+            Arc::new(model::GatewayModel(gateway.clone())),
+            notices,
+            settings,
+        );
         let mut agent = match agent {
             Ok(agent) => agent,
             Err(e) => {

@@ -57,11 +57,13 @@ impl Slot {
             ..
         } = conn;
         let model = self.sup.project_model(&self.name);
+        // A model no table knows: its server is asked once (and the answer kept).
+        let context_window = self.sup.gateway.learn_context_window(&model).await;
         let init = ToWorker::Init(Init {
             protocol_version: PROTOCOL_VERSION,
             config_path: self.sup.config_path.display().to_string(),
             heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
-            context_window: self.sup.gateway.context_window(&model),
+            context_window,
             model,
         });
         let (to_worker, mut to_worker_rx) = mpsc::unbounded_channel::<ToWorker>();

@@ -1,0 +1,149 @@
+//! Learning a model's context window from the software that serves it (SPEC §5), for a model
+//! neither the shipped table nor config.yml knows: a local model's window is whatever its
+//! server was started with, so only the server can say.
+//!
+//! Each server says it its own way (shapes from their sources and a real llama.cpp server):
+//! llama.cpp `GET /props` → `default_generation_settings.n_ctx` (the window of one slot, which
+//! is what one request gets); vLLM `GET /v1/models` → `data[i].max_model_len`, llama.cpp's
+//! `/v1/models` → `data[i].meta.n_ctx`; Ollama `POST /api/show {"model"}` → `num_ctx` in its
+//! `parameters` text when the model sets one, else the model's trained `*.context_length` capped
+//! at 4096, the context Ollama gives a model unless told otherwise (`OLLAMA_CONTEXT_LENGTH`).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::provider::{Kind, Target};
+
+/// How long one probe request may take; a server that does not answer is not waited for.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Ollama's context for a model that sets no `num_ctx`.
+const OLLAMA_DEFAULT_CTX: u64 = 4096;
+
+/// The server's root URL: the base URL without a trailing `/v1` (OpenAI-compatible servers are
+/// configured with it, their own endpoints sit beside it).
+fn root(base_url: &str) -> &str {
+    base_url.strip_suffix("/v1").unwrap_or(base_url)
+}
+
+/// The context window `target`'s server reports for its model, if it says.
+pub async fn probe(http: &reqwest::Client, target: &Target, key: Option<&str>) -> Option<u64> {
+    let root = root(&target.base_url);
+    let auth = |r: reqwest::RequestBuilder| match (key, target.kind) {
+        (Some(k), Kind::Anthropic) => r.header("x-api-key", k),
+        (Some(k), Kind::OpenAi) => r.bearer_auth(k),
+        (None, _) => r,
+    };
+    let get_json = |r: reqwest::RequestBuilder| async move {
+        let resp = auth(r).timeout(PROBE_TIMEOUT).send().await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        resp.json::<Value>().await.ok()
+    };
+    if let Some(v) = get_json(http.get(format!("{root}/props"))).await {
+        if let Some(n) = llama_props(&v) {
+            return Some(n);
+        }
+    }
+    if let Some(v) = get_json(http.get(format!("{root}/v1/models"))).await {
+        if let Some(n) = listed_window(&v, &target.model) {
+            return Some(n);
+        }
+    }
+    let show = http
+        .post(format!("{root}/api/show"))
+        .json(&serde_json::json!({ "model": target.model }));
+    get_json(show).await.and_then(|v| ollama_show(&v))
+}
+
+fn positive(v: Option<&Value>) -> Option<u64> {
+    v.and_then(Value::as_u64).filter(|&n| n > 0)
+}
+
+/// llama.cpp `/props`.
+pub fn llama_props(v: &Value) -> Option<u64> {
+    positive(v.pointer("/default_generation_settings/n_ctx"))
+}
+
+/// `/v1/models`: vLLM's `max_model_len` or llama.cpp's `meta.n_ctx` of the entry whose id is
+/// `model` (or the only entry: llama.cpp serves one model whatever name it is asked for).
+pub fn listed_window(v: &Value, model: &str) -> Option<u64> {
+    let data = v.get("data").and_then(Value::as_array)?;
+    let entry = data
+        .iter()
+        .find(|m| m.get("id").and_then(Value::as_str) == Some(model))
+        .or_else(|| (data.len() == 1).then(|| &data[0]))?;
+    positive(entry.get("max_model_len")).or_else(|| positive(entry.pointer("/meta/n_ctx")))
+}
+
+/// Ollama `/api/show`.
+pub fn ollama_show(v: &Value) -> Option<u64> {
+    let set = v
+        .get("parameters")
+        .and_then(Value::as_str)
+        .and_then(|p| {
+            p.lines().find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some("num_ctx"))
+                    .then(|| words.next().and_then(|n| n.parse::<u64>().ok()))
+                    .flatten()
+            })
+        })
+        .filter(|&n| n > 0);
+    if set.is_some() {
+        return set;
+    }
+    let trained = v
+        .get("model_info")
+        .and_then(Value::as_object)?
+        .iter()
+        .find(|(k, _)| k.ends_with(".context_length"))
+        .and_then(|(_, n)| positive(Some(n)))?;
+    Some(trained.min(OLLAMA_DEFAULT_CTX))
+}
+
+/// The window a context-overflow refusal names, if it does (llama.cpp's `error.n_ctx`).
+pub fn from_refusal(body: &str) -> Option<u64> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    positive(v.pointer("/error/n_ctx"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_server_says_it_its_own_way() {
+        // Trimmed from a real llama.cpp server (xllamacpp) started with n_ctx 1024.
+        let props =
+            json!({"default_generation_settings": {"n_ctx": 1024, "params": {}}, "total_slots": 1});
+        assert_eq!(llama_props(&props), Some(1024));
+        let llama_models = json!({"object": "list", "data": [{"id": "SmolLM2-135M-Instruct.Q4_1.gguf", "owned_by": "llamacpp", "meta": {"n_ctx": 1024, "n_ctx_train": 8192}}]});
+        assert_eq!(listed_window(&llama_models, "anything"), Some(1024));
+        let vllm = json!({"object": "list", "data": [
+            {"id": "Qwen/Qwen2.5-7B-Instruct", "object": "model", "max_model_len": 32768},
+            {"id": "other", "max_model_len": 4096}]});
+        assert_eq!(
+            listed_window(&vllm, "Qwen/Qwen2.5-7B-Instruct"),
+            Some(32768)
+        );
+        assert_eq!(listed_window(&vllm, "missing"), None);
+        let openai = json!({"object": "list", "data": [{"id": "gpt-4o", "object": "model"}]});
+        assert_eq!(listed_window(&openai, "gpt-4o"), None);
+        let ollama_set = json!({"parameters": "stop \"<|eot|>\"\nnum_ctx                        8192", "model_info": {"llama.context_length": 131072}});
+        assert_eq!(ollama_show(&ollama_set), Some(8192));
+        let ollama = json!({"parameters": "temperature 0.7", "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768}});
+        assert_eq!(ollama_show(&ollama), Some(4096));
+        let small = json!({"model_info": {"gemma.context_length": 2048}});
+        assert_eq!(ollama_show(&small), Some(2048));
+        assert_eq!(root("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080");
+        assert_eq!(root("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+        let refusal = r#"{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (1024 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":3031,"n_ctx":1024}}"#;
+        assert_eq!(from_refusal(refusal), Some(1024));
+        assert_eq!(from_refusal("{}"), None);
+    }
+}
