@@ -68,7 +68,24 @@ enum Line {
 
 /// The journal file.
 pub struct Journal {
-    file: Mutex<JsonlAppender>,
+    file: Mutex<Open>,
+}
+
+/// The journal's appender, with what it holds: the calls still open, and its line count.
+struct Open {
+    appender: JsonlAppender,
+    calls: HashMap<String, PendingCall>,
+    lines: usize,
+}
+
+/// Lines after which the journal is rewritten with only its open calls (it gains two per
+/// call: without this it would grow until the next start).
+const COMPACT_AFTER: usize = 4096;
+
+impl Open {
+    fn appender_path(&self) -> std::path::PathBuf {
+        self.appender.path().to_path_buf()
+    }
 }
 
 impl Journal {
@@ -98,10 +115,14 @@ impl Journal {
                 _ => None,
             })
             .collect();
-        let file = JsonlAppender::open(&path)?;
+        let appender = JsonlAppender::open(&path)?;
         Ok((
             Journal {
-                file: Mutex::new(file),
+                file: Mutex::new(Open {
+                    appender,
+                    calls: HashMap::new(),
+                    lines: read.records.len(),
+                }),
             },
             unsettled,
         ))
@@ -112,27 +133,52 @@ impl Journal {
         let path = home.pending_calls_file();
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         pegasus_store::write_atomic(&path, b"")?;
-        *file = JsonlAppender::open(&path)?;
+        file.appender = JsonlAppender::open(&path)?;
+        file.calls.clear();
+        file.lines = 0;
         Ok(())
     }
 
     /// Records durably that `p` is about to be sent (blocking: an fsync).
+    /// Past [`COMPACT_AFTER`] lines, the journal is first rewritten atomically with only the
+    /// calls still open (a crash during it leaves the old file or the new one, both complete).
     pub fn sent(&self, p: &PendingCall) -> Result<(), pegasus_store::StoreError> {
-        self.file
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .append_durable(&Line::Sent(p.clone()))
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if file.lines >= COMPACT_AFTER && file.lines > 4 * file.calls.len() {
+            let mut text = String::new();
+            for call in file.calls.values() {
+                let line = serde_json::to_string(&Line::Sent(call.clone()))
+                    .map_err(|e| pegasus_store::StoreError::Invalid(e.to_string()))?;
+                text.push_str(&line);
+                text.push('\n');
+            }
+            pegasus_store::write_atomic(&file.appender_path(), text.as_bytes())?;
+            let path = file.appender_path();
+            file.appender = JsonlAppender::open(&path)?;
+            file.lines = file.calls.len();
+        }
+        file.appender.append_durable(&Line::Sent(p.clone()))?;
+        file.calls.insert(p.call.clone(), p.clone());
+        file.lines += 1;
+        Ok(())
     }
 
     /// Records that `call` ended without a bill, or with its ledger line written (not synced:
     /// losing it only makes the next start count the call's worst case).
     pub fn done(&self, call: &str) {
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = file.append(&Line::Done {
+        file.calls.remove(call);
+        file.lines += 1;
+        if let Err(e) = file.appender.append(&Line::Done {
             done: call.to_string(),
         }) {
             tracing::warn!(call, "cannot write to the call journal: {e}");
         }
+    }
+
+    /// Lines in the journal file now (tests).
+    pub fn lines(&self) -> usize {
+        self.file.lock().unwrap_or_else(|p| p.into_inner()).lines
     }
 }
 
@@ -227,6 +273,31 @@ mod tests {
         j.reset(&home).unwrap();
         let (_, after) = Journal::recover(&home, &HashSet::new()).unwrap();
         assert!(after.is_empty());
+    }
+
+    /// The journal is compacted while pegasusd runs: two lines per call would otherwise grow
+    /// it until the next start. Open calls survive the rewrite and still recover.
+    #[test]
+    fn the_journal_keeps_only_open_calls_when_it_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("costs")).unwrap();
+        let (j, _) = Journal::recover(&home, &HashSet::new()).unwrap();
+        j.sent(&pending("open-1")).unwrap();
+        for n in 0..3 * COMPACT_AFTER {
+            let c = format!("c{n}");
+            j.sent(&pending(&c)).unwrap();
+            j.done(&c);
+        }
+        j.sent(&pending("open-2")).unwrap();
+        assert!(j.lines() < COMPACT_AFTER + 2, "{}", j.lines());
+        let on_disk = std::fs::read_to_string(home.pending_calls_file()).unwrap();
+        assert!(on_disk.lines().count() <= COMPACT_AFTER + 2);
+        drop(j);
+        let (_, unsettled) = Journal::recover(&home, &HashSet::new()).unwrap();
+        let mut open: Vec<&str> = unsettled.iter().map(|p| p.call.as_str()).collect();
+        open.sort();
+        assert_eq!(open, ["open-1", "open-2"]);
     }
 
     #[test]
