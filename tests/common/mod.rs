@@ -2,6 +2,7 @@
 //! over the real socket. Waiting is always polling with a deadline, never a bare sleep.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod llama;
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
@@ -230,6 +231,30 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// SPEC §5: every answered call is metered; no test's ledger may hold a line without a cost
+/// (every model the tests use is priced, or free on a local provider). Checked when a test's
+/// home goes, unless the test already failed.
+impl Drop for Home {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let ledger = self.path().join("costs").join("ledger.jsonl");
+        let Ok(text) = std::fs::read_to_string(&ledger) else {
+            return;
+        };
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            assert!(
+                v.get("usd").is_some_and(|u| u.is_number()),
+                "a ledger line without a cost: {line}"
+            );
+        }
     }
 }
 

@@ -567,6 +567,16 @@ impl Agent {
                 cost += compactor.run(&ctx, &mut self.transcript, false).await.1;
             }
         }
+        // A provider refused a request as too long and showed a smaller window than the
+        // settings say: the next runs compact for that one (until the worker restarts and asks
+        // the server again).
+        if let Some(w) = compactor.learned_window() {
+            tracing::info!(
+                window = w,
+                "the model's window is smaller than configured; using it"
+            );
+            self.settings.context_window = Some(w);
+        }
         // A compaction replaced the transcript: all of it is this task's part now.
         let task_start = if compactor.compacted() { 0 } else { task_start };
 

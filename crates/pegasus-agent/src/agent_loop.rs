@@ -150,7 +150,8 @@ pub async fn run_loop(
         // be refused.
         if let Some(c) = spec.compactor.as_deref_mut() {
             c.set_prompt_tokens(request(&[]).estimated_input_tokens());
-            if context::needs_compaction(&req, settings.context_window) {
+            let window = c.learned_window().or(settings.context_window);
+            if context::needs_compaction(&req, window) {
                 let (done, cost) = c.run(ctx, transcript, end.turns > 0).await;
                 end.cost_usd += cost;
                 if done {
@@ -164,6 +165,7 @@ pub async fn run_loop(
         // provider counts tokens its own way) compacts and tries once more.
         let mut retried = false;
         let resp = loop {
+            let estimated = context::estimate_tokens(&req);
             match within(
                 deadline,
                 thinker::think_streaming(ctx.model.as_ref(), ctx, req),
@@ -176,6 +178,12 @@ pub async fn run_loop(
                     retried = true;
                     let mut done = false;
                     if let Some(c) = spec.compactor.as_deref_mut() {
+                        // The window is smaller than believed: the one the refusal names, else
+                        // less than this request (the estimate runs high, so three quarters).
+                        let real = context::window_in_refusal(&msg).unwrap_or(estimated * 3 / 4);
+                        if settings.context_window.is_none_or(|w| real < w) {
+                            c.lower_window(real);
+                        }
                         let (d, cost) = c.run(ctx, transcript, end.turns > 0).await;
                         end.cost_usd += cost;
                         done = d;

@@ -254,8 +254,10 @@ pub async fn compact(
     mark: RunMark,
     keep: Keep,
 ) -> (Result<Compacted, CompactionError>, f64) {
-    let input_chars =
-        crate::context::summary_input_chars(ctx.settings.context_window, SUMMARY_INPUT_CHARS);
+    let input_chars = crate::context::summary_input_chars(
+        keep.window.or(ctx.settings.context_window),
+        SUMMARY_INPUT_CHARS,
+    );
     let req = thinker::request(
         ctx,
         COMPACTION_SYSTEM,
@@ -330,6 +332,8 @@ pub struct Compactor<'a> {
     failures: u32,
     /// Estimated tokens of the system prompt and tool specs of the run's calls.
     prompt_tokens: u64,
+    /// The window a provider's refusal showed, when smaller than the one the run was given.
+    window: Option<u64>,
 }
 
 impl<'a> Compactor<'a> {
@@ -343,7 +347,19 @@ impl<'a> Compactor<'a> {
             done: 0,
             failures: 0,
             prompt_tokens: 0,
+            window: None,
         }
+    }
+
+    /// The provider refused a request as too long and named (or implied) a window smaller
+    /// than the one the run believed: compactions of this run fit that one.
+    pub fn lower_window(&mut self, window: u64) {
+        self.window = Some(self.window.map_or(window, |w| w.min(window)));
+    }
+
+    /// The window learned from a refusal in this run, if any.
+    pub fn learned_window(&self) -> Option<u64> {
+        self.window
     }
 
     /// Tells the compactor what the system prompt and the tools of the run's calls take, so
@@ -372,7 +388,10 @@ impl<'a> Compactor<'a> {
                 "the context is nearly full, but this run will not compact again");
             return (false, 0.0);
         }
-        let window = ctx.settings.context_window.filter(|w| *w > 0);
+        let window = self
+            .window
+            .or(ctx.settings.context_window)
+            .filter(|w| *w > 0);
         let keep = Keep {
             mid_task,
             room: window.map(|w| {

@@ -31,6 +31,29 @@ pub fn needs_compaction(req: &ChatRequest, window: Option<u64>) -> bool {
     }
 }
 
+/// The context window a provider's context-length refusal names, in tokens, if it does:
+/// Anthropic "prompt is too long: N tokens > M maximum" (and "... exceed context limit: A + B >
+/// M"), OpenAI and vLLM "maximum context length is M tokens", llama.cpp "exceeds the available
+/// context size (M tokens)", vLLM "longer than the maximum model length of M".
+pub fn window_in_refusal(message: &str) -> Option<u64> {
+    let number_after = |marker: &str| {
+        let at = message.find(marker)? + marker.len();
+        let digits: String = message[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse::<u64>().ok().filter(|&n| n > 0)
+    };
+    [
+        "maximum context length is ",
+        "available context size (",
+        "maximum model length of ",
+        "> ",
+    ]
+    .iter()
+    .find_map(|m| number_after(m))
+}
+
 /// Bytes of transcript a summary call may carry for `window`: 1.5 bytes per token of window
 /// (under half the window at any rate from 3 bytes per token up), so the summariser's own
 /// request fits with room for its answer; never more than `max`.
@@ -148,6 +171,21 @@ mod tests {
         let capped = cap_tool_result(long, 1001);
         assert!(capped.contains("bytes cut here"));
         assert!(capped.starts_with('é') && capped.ends_with('é'));
+    }
+
+    #[test]
+    fn refusals_name_their_window() {
+        let cases = [
+            ("prompt is too long: 11406 tokens > 4096 maximum", Some(4096)),
+            ("input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again", Some(200_000)),
+            ("This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.", Some(128_000)),
+            ("request (3031 tokens) exceeds the available context size (1024 tokens), try increasing it", Some(1024)),
+            ("The decoder prompt (length 8825) is longer than the maximum model length of 8192.", Some(8192)),
+            ("the input length exceeds the context length", None),
+        ];
+        for (message, window) in cases {
+            assert_eq!(window_in_refusal(message), window, "{message}");
+        }
     }
 
     #[test]
