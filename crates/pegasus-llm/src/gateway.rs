@@ -317,8 +317,8 @@ impl Gateway {
     }
 
     /// Whether the model table or a price entry gives `model`'s window.
-    fn in_a_table(&self, model: &str, info: &ModelInfo) -> bool {
-        info.known || self.inner.prices.context_window(model).is_some()
+    fn in_a_table(&self, _model: &str, info: &ModelInfo) -> bool {
+        info.window_known
     }
 
     fn learned(&self, model: &str) -> Option<u64> {

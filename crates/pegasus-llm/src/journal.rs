@@ -284,7 +284,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("costs")).unwrap();
         let (j, _) = Journal::recover(&home, &HashSet::new()).unwrap();
         j.sent(&pending("open-1")).unwrap();
-        for n in 0..3 * COMPACT_AFTER {
+        for n in 0..COMPACT_AFTER {
             let c = format!("c{n}");
             j.sent(&pending(&c)).unwrap();
             j.done(&c);

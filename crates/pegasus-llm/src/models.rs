@@ -24,6 +24,9 @@ pub struct ModelInfo {
     pub reasoning: bool,
     /// Whether a table had an entry (else these are the defaults).
     pub known: bool,
+    /// Whether a table gave the context window (else it is `default_context_window`, and the
+    /// model's server may know better).
+    pub window_known: bool,
 }
 
 /// Model capabilities keyed by `provider/model` or a glob pattern.
@@ -62,6 +65,7 @@ impl ModelTable {
                 thinking: m.thinking,
                 reasoning: m.reasoning,
                 known: true,
+                window_known: m.context_window.is_some() || fallback_window.is_some(),
             },
             None => ModelInfo {
                 context_window: fallback_window.unwrap_or(self.default_context_window),
@@ -69,6 +73,7 @@ impl ModelTable {
                 thinking: false,
                 reasoning: false,
                 known: false,
+                window_known: fallback_window.is_some(),
             },
         }
     }

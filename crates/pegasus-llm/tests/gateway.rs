@@ -207,6 +207,7 @@ both_formats!(
     unknown_price_is_recorded_as_null_not_zero,
     an_unpriced_model_is_refused_unless_allowed,
     an_answer_without_usage_is_metered_by_estimate,
+    a_local_provider_needs_no_key_and_is_free_unless_priced,
     a_caller_gone_mid_answer_still_gets_one_estimated_line,
     dropped_call_frees_its_slot_and_writes_nothing,
     an_answer_over_max_response_bytes_fails_once_without_growing,
@@ -925,6 +926,35 @@ async fn dropped_call_frees_its_slot_and_writes_nothing(p: &str) {
     let lines = ledger(&w);
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0].request_id.as_deref(), Some(r.request_id.as_str()));
+}
+
+/// SPEC §5 local providers: `local: true` needs no key (one set is still sent) and its models
+/// cost 0 unless priced; no `allow_unpriced_models` needed.
+async fn a_local_provider_needs_no_key_and_is_free_unless_priced(p: &str) {
+    let w = world(|c| {
+        c.prices.clear();
+        for pc in c.providers.values_mut() {
+            pc.local = true;
+            pc.api_key_env = Some("PEGASUS_TEST_LOCAL_KEY_UNSET".into());
+        }
+    });
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("local answer".into())));
+    let r =
+        w.gw.chat(request(&format!("{p}/x"), "hi"), None)
+            .await
+            .unwrap();
+    assert_eq!(text_of(&r.content), "local answer");
+    assert_eq!(r.cost_usd, Some(0.0));
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].usd, Some(0.0));
+    assert!(lines[0].input_tokens > 0 && lines[0].output_tokens > 0);
+    assert_eq!(
+        lines[0].model,
+        format!("{p}/x"),
+        "the id the user configured"
+    );
 }
 
 // Budgets other than the daily one, and model resolution, only need one format.
