@@ -546,6 +546,7 @@ fn swap_files(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn call(id: &str, path: &str) -> Message {
@@ -625,7 +626,12 @@ mod tests {
             window: Some(2_048),
         };
         let long = format!("{}{}", "head ".repeat(2_000), "tail".repeat(500));
-        let kept = kept_request(&[long.clone()], "s", "session/archive/x.jsonl", &keep);
+        let kept = kept_request(
+            std::slice::from_ref(&long),
+            "s",
+            "session/archive/x.jsonl",
+            &keep,
+        );
         assert_eq!(kept.len(), 1);
         assert!(kept[0].len() < 1_000 * 7 / 2 + 400, "{}", kept[0].len());
         assert!(kept[0].starts_with("head head"));
@@ -634,7 +640,10 @@ mod tests {
         assert!(kept[0].contains("session/archive/x.jsonl"));
         // An unknown window cuts nothing.
         let keep = Keep { room: None, ..keep };
-        assert_eq!(kept_request(&[long.clone()], "s", "a", &keep), vec![long]);
+        assert_eq!(
+            kept_request(std::slice::from_ref(&long), "s", "a", &keep),
+            vec![long]
+        );
     }
 
     #[test]

@@ -204,7 +204,6 @@ impl Gateway {
             let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
             let mut reservation = self.admit(
                 &req.meta,
-                &project,
                 &limits,
                 &target,
                 &body,
@@ -398,7 +397,6 @@ impl Gateway {
     fn admit(
         &self,
         meta: &CallMeta,
-        project: &str,
         limits: &Limits,
         target: &Target,
         body: &serde_json::Value,
@@ -406,6 +404,7 @@ impl Gateway {
         input_estimate: u64,
     ) -> Result<Reservation, LlmError> {
         let inner = &*self.inner;
+        let project = meta.project.as_deref().unwrap_or(MAIN_PROJECT);
         let usage = pegasus_proto::llm::Usage {
             input_tokens: journal::estimate_input_tokens(body),
             output_tokens: u64::from(max_tokens),
