@@ -322,6 +322,39 @@ fn a_budget_stops_calls_and_says_so(format: Format) {
     );
 }
 
+/// SPEC §5: every answered call is metered. A server that sends no usage at all (as many
+/// OpenAI-compatible servers and proxies do) still gets priced, estimated ledger lines; the
+/// task's cost, `pegasusctl cost` and the budgets count them.
+fn answers_without_usage_are_metered_and_counted(format: Format) {
+    let fake = FakeLlm::start().unwrap();
+    fake.omit_usage(true);
+    let home = llm_home(&fake, format, agent_off());
+    fake.add_rule(Rule::new(
+        Match::Any,
+        Reply::Text("an answer the server did not count".into()),
+    ));
+    let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    home.create("uncounted");
+    assert_eq!(
+        send_wait(&home, "uncounted", "count me"),
+        "an answer the server did not count"
+    );
+    let lines = ledger(&home);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert_eq!(line["estimated"], true, "{line}");
+    let usd = line["usd"].as_f64().expect("an estimated line has a cost");
+    assert!(usd > 0.0, "{line}");
+    assert!(line["input_tokens"].as_u64().unwrap() > 100, "{line}");
+    assert!(line["output_tokens"].as_u64().unwrap() > 0, "{line}");
+    let tasks = home.json(&["task", "list", "uncounted"]);
+    let task_cost = tasks[0]["cost_usd"].as_f64().unwrap_or_default();
+    assert!((task_cost - usd).abs() < 1e-9, "{tasks}");
+    let cost = home.ctl_ok(&["cost"]);
+    assert!(cost.contains("uncounted"), "{cost}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
 macro_rules! both_formats {
     ($($name:ident),* $(,)?) => {
         mod anthropic {
@@ -334,6 +367,7 @@ macro_rules! both_formats {
 }
 
 both_formats!(
+    answers_without_usage_are_metered_and_counted,
     reads_and_writes_files_and_answers,
     memory_survives_suspend_and_resume,
     subagent_spend_lands_on_the_parent_task,

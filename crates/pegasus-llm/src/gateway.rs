@@ -274,7 +274,7 @@ impl Gateway {
     }
 
     /// [`Gateway::context_window`], asking the model's server first when no table knows the
-    /// model and it was not asked yet (llama.cpp `/props`, vLLM `/v1/models`, Ollama
+    /// model, its provider is `local: true`, and it was not asked yet (llama.cpp `/props`, vLLM `/v1/models`, Ollama
     /// `/api/show`; see [`crate::window`]). A server that does not say is asked again after a
     /// minute at most.
     pub async fn learn_context_window(&self, model: &str) -> Option<u64> {
@@ -283,8 +283,11 @@ impl Gateway {
         if self.in_a_table(&full, &info) {
             return Some(info.context_window);
         }
-        let Ok(target) = provider::resolve(&self.inner.config, &full) else {
-            return Some(info.context_window);
+        let target = match provider::resolve(&self.inner.config, &full) {
+            // Only a server of the user's own is asked: the hosted APIs do not say (and a
+            // request they do not serve is not worth making at every worker start).
+            Ok(t) if t.local => t,
+            _ => return Some(info.context_window),
         };
         let _one = self.inner.probing.lock().await;
         let asked = self
