@@ -352,7 +352,7 @@ fn kill_9_of_pegasusd_during_a_call_loses_nothing_and_bills_nothing_twice() {
     );
     assert!(home
         .ctl_ok(&["cost"])
-        .contains("1 call is counted at an estimated (worst-case) cost"));
+        .contains("1 call is counted at an estimated cost"));
     let mut ids: Vec<&str> = lines
         .iter()
         .filter(|l| l["estimated"] != true)

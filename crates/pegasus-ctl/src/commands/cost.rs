@@ -32,7 +32,7 @@ pub fn run(
             n => (format!("{n} calls"), "are"),
         };
         println!(
-            "{n} {verb} counted at an estimated (worst-case) cost: the provider's usage was lost (a crash after sending, or an unreadable answer)"
+            "{n} {verb} counted at an estimated cost: the provider sent no (or partial) token counts, the answer was cut, its caller went away, or pegasusd stopped before recording it"
         );
     }
     if t.unpriced_calls > 0 {
