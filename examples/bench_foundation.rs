@@ -4,9 +4,8 @@
 //! bench_foundation`. It uses the release binaries `pegasusd`, `pegasusctl` and
 //! `project-worker` from the same target directory as itself, in temporary homes under /tmp,
 //! and prints one report with a PASS/MISS per target. See docs/PERFORMANCE.md. Build the
-//! binaries on their own, as `cargo install --locked` does: `--bins --examples` in one command
-//! would turn the dev-dependencies' features on in them too, and the worker's text layout
-//! (`bin/project-worker.ld`) names the functions of the installed build.
+//! binaries on their own, as `cargo install` does: `--bins --examples` in one command would
+//! turn the dev-dependencies' features on in them too.
 //!
 //! (a) spawn→Ready: the benchmark acts as the supervisor itself (binds `<home>/run/w.sock`,
 //!     spawns the worker the way `pegasus_supervisor::spawn` does, answers `Hello` with `Init`)
