@@ -29,7 +29,7 @@ pub fn ledger_cost_for_task(ledger: &Path, task_id: &str) -> (f64, u32) {
     let mut unpriced = 0;
     for line in lines(ledger) {
         if line.task.as_deref() == Some(task_id) {
-            add(&mut usd, &mut unpriced, line.usd);
+            add(&mut usd, &mut unpriced, &line);
         }
     }
     (usd, unpriced)
@@ -56,13 +56,13 @@ pub fn ledger_costs_for_run(ledger: &Path, run_id: &str) -> RunCosts {
             continue;
         };
         if task == plan_id {
-            add(&mut out.plan.0, &mut out.plan.1, line.usd);
+            add(&mut out.plan.0, &mut out.plan.1, &line);
         } else if let Some(phase) = task
             .strip_prefix(&phase_prefix)
             .and_then(phase_of_attempt_suffix)
         {
             let (usd, unpriced) = out.phases.entry(phase).or_insert((0.0, 0));
-            add(usd, unpriced, line.usd);
+            add(usd, unpriced, &line);
         }
     }
     out
@@ -84,17 +84,18 @@ pub fn ledger_cost_on_day(ledger: &Path, day: NaiveDate) -> f64 {
     let mut unpriced = 0;
     for line in lines(ledger) {
         if line.ts.date_naive() == day {
-            add(&mut usd, &mut unpriced, line.usd);
+            add(&mut usd, &mut unpriced, &line);
         }
     }
     usd
 }
 
-/// Unknown or non-finite prices are counted, never guessed as 0 silently.
-fn add(usd: &mut f64, unpriced: &mut u32, line_usd: Option<f64>) {
-    match line_usd {
-        Some(u) if u.is_finite() => *usd += u,
-        _ => *unpriced += 1,
+/// Unknown, negative or non-finite prices are counted as unpriced, never guessed as 0
+/// silently: the ledger's one rule ([`LedgerEntry::counted_usd`]).
+fn add(usd: &mut f64, unpriced: &mut u32, line: &LedgerEntry) {
+    match line.counted_usd() {
+        Some(u) => *usd += u,
+        None => *unpriced += 1,
     }
 }
 
@@ -113,6 +114,8 @@ mod tests {
             format!(r#"{{"ts":"{now}","project":"p","task":"r-1-p1-a1","model":"m","usd":0.5}}"#),
             format!(r#"{{"ts":"{now}","project":"p","task":"r-1-p1-a1","model":"m","usd":0.25}}"#),
             format!(r#"{{"ts":"{now}","project":"p","task":"r-1-p1-a1","model":"m","usd":null}}"#),
+            // A hand-edited negative price lowers nothing: unpriced, as in every other sum.
+            format!(r#"{{"ts":"{now}","project":"p","task":"r-1-p1-a1","model":"m","usd":-5.0}}"#),
             format!(r#"{{"ts":"{now}","project":"p","task":"r-1-p1-a10","model":"m","usd":4.0}}"#),
             format!(r#"{{"ts":"{now}","project":"p","model":"m","usd":8.0}}"#),
             "not json".to_string(),
@@ -120,11 +123,11 @@ mod tests {
         .join("\n")
             + "\n";
         std::fs::write(&ledger, text).unwrap();
-        assert_eq!(ledger_cost_for_task(&ledger, "r-1-p1-a1"), (0.75, 1));
+        assert_eq!(ledger_cost_for_task(&ledger, "r-1-p1-a1"), (0.75, 2));
         assert_eq!(ledger_cost_for_task(&ledger, "r-1-p2-a1"), (0.0, 0));
         let run = ledger_costs_for_run(&ledger, "r-1");
         assert_eq!(run.plan, (0.0, 0));
-        assert_eq!(run.phases.get(&1), Some(&(4.75, 1)));
+        assert_eq!(run.phases.get(&1), Some(&(4.75, 2)));
         assert_eq!(run.phases.len(), 1);
         assert_eq!(ledger_costs_for_run(&ledger, "r").phases.len(), 0);
         assert_eq!(ledger_cost_on_day(&ledger, Utc::now().date_naive()), 12.75);

@@ -61,6 +61,16 @@ pub struct LedgerEntry {
     pub estimated: bool,
 }
 
+impl LedgerEntry {
+    /// The one rule for what a line's price counts for, in every sum of the ledger (budgets,
+    /// `cost`, runs, the dashboard): a finite price >= 0; anything else (no price, a negative
+    /// or non-finite one from a hand-edited ledger) is an unpriced call and adds nothing, so no
+    /// line can lower a total below what was spent.
+    pub fn counted_usd(&self) -> Option<f64> {
+        self.usd.filter(|u| u.is_finite() && *u >= 0.0)
+    }
+}
+
 /// Reads the whole ledger: every line that parses, in file order, and how many did not. A
 /// missing ledger is empty.
 pub fn read_ledger(path: &Path) -> Result<JsonlRead<LedgerEntry>> {
@@ -93,7 +103,7 @@ impl LedgerTotals {
 
     /// Counts one ledger line.
     pub fn add_entry(&mut self, e: &LedgerEntry) {
-        if let Some(usd) = e.usd {
+        if let Some(usd) = e.counted_usd() {
             self.add(e.ts, &e.project, e.task.as_deref(), usd);
         }
     }
@@ -159,9 +169,8 @@ impl CostBucket {
         if e.estimated {
             self.estimated_calls += 1;
         }
-        // The same rule as every other sum of the ledger (`LedgerTotals`): only a finite
-        // price >= 0 counts; anything else is an unpriced call.
-        match e.usd.filter(|u| u.is_finite() && *u >= 0.0) {
+        // The one rule of every sum of the ledger ([`LedgerEntry::counted_usd`]).
+        match e.counted_usd() {
             Some(usd) => self.usd += usd,
             None => self.unpriced_calls += 1,
         }
