@@ -414,7 +414,7 @@ async fn bench_spawn(bins: &Bins) -> Res<SpawnResult> {
     let stderr_log = home.logs_dir().join("worker-lone.stderr");
     let init = Init {
         protocol_version: PROTOCOL_VERSION,
-        config_path: home.config_file().display().to_string(),
+        config_json: serde_json::to_string(&pegasus_store::Config::default())?,
         heartbeat_ms: 5000,
         model: "fake/bench-model".into(),
         context_window: None,

@@ -25,4 +25,4 @@ pub use frame::{split_frame, FrameReader, FrameWriter, MAX_FRAME};
 
 /// Version of both links. A peer that says hello with another number is disconnected: the
 /// binaries of one installation are always upgraded together, so a mismatch means a stale process.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;

@@ -41,14 +41,16 @@ pub enum ToWorker {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Init {
     pub protocol_version: u32,
-    /// The config file pegasusd was started with (it may live outside the home).
-    pub config_path: String,
+    /// pegasusd's settings (config.yml as it loaded and validated them), as JSON: pegasusd is
+    /// the one reader of config.yml, and a worker never parses it again.
+    pub config_json: String,
     /// How often the worker says [`FromWorker::Heartbeat`].
     pub heartbeat_ms: u64,
     /// The project's model (`provider/model`), resolved by the gateway (project model, else
     /// `default_model`), so every call of the worker names it explicitly.
     pub model: String,
-    /// That model's context window in tokens, when the price table knows it (for compaction).
+    /// That model's context window in tokens (the model table, else what its server says,
+    /// else `default_context_window`), for compaction.
     pub context_window: Option<u64>,
 }
 

@@ -102,7 +102,6 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     let result = runtime.block_on(serve(
         home,
         config,
-        config_path,
         worker_bin,
         telegram_token,
         link.handle.clone(),
@@ -168,7 +167,6 @@ fn listen(path: &Path) -> Result<Listener, SupervisorError> {
 async fn serve(
     home: Home,
     config: Config,
-    config_path: PathBuf,
     worker_bin: PathBuf,
     telegram_token: Option<String>,
     link: tokio::runtime::Handle,
@@ -184,7 +182,6 @@ async fn serve(
     let sup = Supervisor::new(
         home.clone(),
         config,
-        config_path,
         worker_bin,
         gateway,
         link.clone(),

@@ -30,7 +30,9 @@ pub(crate) struct PendingSpawn {
 pub(crate) struct Supervisor {
     pub home: Home,
     pub config: Config,
-    pub config_path: PathBuf,
+    /// `config`, as the JSON every worker gets in its `Init` (pegasusd is the one reader of
+    /// config.yml).
+    pub config_json: String,
     pub worker_bin: PathBuf,
     pub started: Instant,
     slots: Mutex<HashMap<String, SlotHandle>>,
@@ -76,7 +78,6 @@ impl Supervisor {
     pub fn new(
         home: Home,
         config: Config,
-        config_path: PathBuf,
         worker_bin: PathBuf,
         gateway: Gateway,
         link: tokio::runtime::Handle,
@@ -88,8 +89,11 @@ impl Supervisor {
             main_tx,
             watchdogs: Watchdogs::new(&config.watchdog),
             home,
+            config_json: serde_json::to_string(&config).unwrap_or_else(|e| {
+                tracing::error!("cannot encode the settings for the workers: {e}");
+                String::new()
+            }),
             config,
-            config_path,
             worker_bin,
             started: Instant::now(),
             slots: Mutex::new(HashMap::new()),

@@ -88,9 +88,10 @@ async fn serve(
     let (notices, mut notice_rx) = mpsc::unbounded_channel::<Notice>();
     let proxy = ProxyModel::new(out.clone());
 
-    // The worker loads its own config and project; a failure is reported, then we exit.
-    let loaded = Config::load(std::path::Path::new(&init.config_path))
-        .map_err(WorkerError::from)
+    // The settings come from pegasusd (the one reader of config.yml); the worker loads its own
+    // project. A failure is reported, then we exit.
+    let loaded = serde_json::from_str::<Config>(&init.config_json)
+        .map_err(|e| WorkerError::Config(format!("the settings pegasusd sent are unreadable: {e}")))
         .and_then(|config| Ok((config, ProjectFile::load(&project_dir)?)))
         .and_then(|(config, project)| {
             let mut settings = AgentSettings::from_config(

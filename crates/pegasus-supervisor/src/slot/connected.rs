@@ -61,7 +61,7 @@ impl Slot {
         let context_window = self.sup.gateway.learn_context_window(&model).await;
         let init = ToWorker::Init(Init {
             protocol_version: PROTOCOL_VERSION,
-            config_path: self.sup.config_path.display().to_string(),
+            config_json: self.sup.config_json.clone(),
             heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
             context_window,
             model,
