@@ -15,8 +15,10 @@
 //!     calls, timings written to `<project>/bench-proxy.json` and `bench-direct.json`, exit 0).
 //!     The time to first token (a') compares with a direct gateway here, after the daemon.
 //! (a') Time to first token, streaming: the same two paths with `stream: true` and the fake
-//!     pacing its SSE events; from sending the request to the first text delta (at the worker:
-//!     the first `LlmDelta` frame; direct: the first delta on the gateway's channel).
+//!     pacing its SSE events; from sending the request to the first text delta (through
+//!     pegasusd: the first `TextDelta` of the call's task at a follower of the project's event
+//!     bus, as `project log -f` meets it, stamped with the wall clock; direct: the first delta
+//!     on the gateway's channel).
 //! (b) Loading and repairing a 100,000-line session (dangling tool call, torn last line):
 //!     `load_session` + `transcript::rebuild_owned` (what `Agent::open` runs), median of 5.
 //! (c) Durable writes of one real turn: a real pegasusd and project-worker, the fake model
@@ -33,13 +35,14 @@ use interprocess::local_socket::{
 use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule, ToolCall};
 use pegasus_llm::Gateway;
 use pegasus_proto::{
+    ctl::CtlResponse,
     llm::{Block, CallMeta, ChatRequest, ChatResponse, Message, Role, StopReason, Usage},
     worker::{FromWorker, Hello, ToWorker},
-    FrameReader, FrameWriter, PROTOCOL_VERSION,
+    BusBody, BusEvent, FrameReader, FrameWriter, WorkerEvent, PROTOCOL_VERSION,
 };
 use pegasus_store::{Config, ContentBlock, Home, SessionMessage, SessionRecord};
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     io::{BufRead, Write},
     os::fd::AsFd,
     path::{Path, PathBuf},
@@ -239,6 +242,62 @@ fn stream_request(model: &str, n: usize, project: Option<String>) -> ChatRequest
     r
 }
 
+/// Wall-clock microseconds: the worker process and the benchmark's follower compare times.
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Follows project `project` on the event bus (as `project log -f` does) until `stop`, and
+/// stamps the first text delta of each task with [`unix_us`].
+fn follow_first_deltas(
+    home: PathBuf,
+    project: &str,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<HashMap<String, u64>> {
+    let project = project.to_string();
+    std::thread::spawn(move || {
+        let mut first = HashMap::new();
+        let rt = tokio_rt();
+        rt.block_on(async {
+            let home = Home::new(&home);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut client = loop {
+                match pegasus_ctl::client::Client::connect(&home).await {
+                    Ok(c) => break c,
+                    Err(_) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    Err(_) => return,
+                }
+            };
+            if client.follow(Some(project)).await.is_err() {
+                return;
+            }
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let next =
+                    tokio::time::timeout(Duration::from_millis(200), client.next_event()).await;
+                match next {
+                    Ok(Some(CtlResponse::Event(BusEvent {
+                        body:
+                            BusBody::Worker(WorkerEvent::TextDelta {
+                                task: Some(task), ..
+                            }),
+                        ..
+                    }))) => {
+                        first.entry(task).or_insert_with(unix_us);
+                    }
+                    Ok(Some(_)) | Err(_) => {}
+                    Ok(None) => break,
+                }
+            }
+        });
+        first
+    })
+}
+
 fn tokio_rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -429,6 +488,7 @@ fn worker_mode(dir: &Path) -> Res<()> {
             let frame = FromWorker::LlmRequest {
                 id,
                 request: chat_request(&init.model, n, None),
+                deltas: false,
             };
             let t = Instant::now();
             writer.write(&frame).await?;
@@ -450,22 +510,23 @@ fn worker_mode(dir: &Path) -> Res<()> {
                 times.push(us);
             }
         }
-        // (a') Time to the first streamed text.
+        // (a') Time to the first streamed text, as a follower of the project meets it: the
+        // request's send time (wall clock, µs) is written here; the benchmark's own
+        // `project log -f`-like subscription stamps the first delta of each call's task.
         let mut ttft = Vec::with_capacity(TTFT_CALLS);
         for n in 0..WARMUP + TTFT_CALLS {
             let id = (WARMUP + CALLS + n) as u64 + 1;
+            let mut request = stream_request(&init.model, n, None);
+            request.meta.task = Some(format!("ttft-{n}"));
             let frame = FromWorker::LlmRequest {
                 id,
-                request: stream_request(&init.model, n, None),
+                request,
+                deltas: true,
             };
-            let t = Instant::now();
+            let sent = unix_us();
             writer.write(&frame).await?;
-            let mut first = None;
             loop {
                 match reader.read::<ToWorker>().await? {
-                    Some(ToWorker::LlmDelta { id: got, .. }) if got == id => {
-                        first.get_or_insert_with(|| t.elapsed().as_micros() as u64);
-                    }
                     Some(ToWorker::LlmResponse { id: got, result }) if got == id => {
                         result.map_err(|e| format!("stream call {n} failed: {e}"))?;
                         break;
@@ -478,7 +539,7 @@ fn worker_mode(dir: &Path) -> Res<()> {
                 }
             }
             if n >= WARMUP {
-                ttft.push(first.ok_or("a streamed call sent no delta")?);
+                ttft.push((n, sent));
             }
         }
         std::fs::write(&ttft_file, serde_json::to_vec(&ttft)?)?;
@@ -635,6 +696,7 @@ fn agent_sized_request() -> FromWorker {
     FromWorker::LlmRequest {
         id: 1,
         request: req,
+        deltas: false,
     }
 }
 
@@ -671,6 +733,8 @@ fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
     let exe = std::env::current_exe()?;
     let out_file = home.path().join("projects/bench").join(PROXY_FILE);
     let err_file = home.path().join("projects/bench").join(PROXY_ERR);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let follower = follow_first_deltas(home.path().to_path_buf(), "bench", stop.clone());
     let proxy = {
         let daemon = Daemon::start(bins, home.path(), Some(&exe))?;
         daemon.ctl(&[
@@ -690,9 +754,20 @@ fn proxy_vs_direct(bins: &Path, fake: &FakeLlm) -> Res<ProxyResult> {
         drop(daemon);
         times.into_iter().map(|t| t as f64).collect::<Vec<f64>>()
     };
-    let ttft_proxy: Vec<u64> = serde_json::from_slice(&std::fs::read(
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let first_deltas = follower.join().map_err(|_| "the follower panicked")?;
+    let sent: Vec<(usize, u64)> = serde_json::from_slice(&std::fs::read(
         home.path().join("projects/bench").join(TTFT_FILE),
     )?)?;
+    let ttft_proxy = sent
+        .iter()
+        .map(|(n, sent)| {
+            first_deltas
+                .get(&format!("ttft-{n}"))
+                .map(|at| at.saturating_sub(*sent))
+                .ok_or_else(|| format!("the follower saw no delta of stream call {n}"))
+        })
+        .collect::<Result<Vec<u64>, String>>()?;
     let direct: Vec<u64> = serde_json::from_slice(&std::fs::read(
         home.path().join("projects/bench").join(DIRECT_FILE),
     )?)?;
@@ -1257,6 +1332,7 @@ fn run() -> Res<bool> {
     let typical = FromWorker::LlmRequest {
         id: 1,
         request: chat_request("fa/test-model", 123, None),
+        deltas: false,
     };
     let req_bytes = pegasus_proto::encode(&typical)?.len();
     let resp_bytes = pegasus_proto::encode(&sample_response(1))?.len();

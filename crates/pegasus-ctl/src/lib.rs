@@ -8,7 +8,7 @@
 //! PROJECT.md and the workers.
 
 mod cli;
-mod client;
+pub mod client;
 mod commands;
 pub mod error;
 mod output;

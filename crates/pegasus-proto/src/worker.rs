@@ -29,8 +29,6 @@ pub enum ToWorker {
         id: u64,
         result: Result<ChatResponse, LlmError>,
     },
-    /// A streamed text delta of a pending request (only when the request asked to stream).
-    LlmDelta { id: u64, text: String },
     /// Tasks changed on disk (retried, replayed, answered): look for ready tasks to run.
     TasksChanged,
     /// Drive the autonomous run with this id (new, or resumed after a pause).
@@ -92,6 +90,10 @@ pub enum FromWorker {
     LlmRequest {
         id: u64,
         request: ChatRequest,
+        /// pegasusd publishes the answer's text on the project's event bus as it arrives
+        /// (`WorkerEvent::TextDelta` of the request's task), for `project log -f`, `send
+        /// --wait`, the dashboard and Telegram: the task's own agent loop asks for it.
+        deltas: bool,
     },
     /// The worker no longer wants the answer to this request (its task was cancelled).
     LlmCancel {

@@ -1,7 +1,8 @@
 //! Where a worker's model calls go: the LLM proxy of one worker connection. A worker sends
-//! `LlmRequest{id, request}`; the proxy runs it through the gateway (which owns the keys, the
-//! semaphore, the budgets and the ledger) on its own task, and that task hands the answer — and
-//! any streamed deltas — to the connection's frame writer. Reader, call and writer all run on
+//! `LlmRequest{id, request, deltas}`; the proxy runs it through the gateway (which owns the
+//! keys, the semaphore, the budgets and the ledger) on its own task, which publishes the
+//! answer's text deltas on the event bus itself as they arrive (when the worker asked: its
+//! task's own loop) and hands the answer to the connection's frame writer. Reader, call and writer all run on
 //! pegasusd's link thread (see `crate::daemon`): no hop to another thread on the way.
 //!
 //! The worker's project pays for every call, whatever the request claims. A call is refused up
@@ -13,7 +14,7 @@ use crate::supervisor::Supervisor;
 use pegasus_proto::{
     llm::{ChatRequest, ChatResponse},
     worker::ToWorker,
-    BusBody,
+    BusBody, WorkerEvent,
 };
 use std::{
     collections::HashMap,
@@ -86,8 +87,9 @@ impl LlmProxy {
         }
     }
 
-    /// Starts call `id` of the worker (or refuses it at once).
-    pub fn request(&mut self, id: u64, mut request: ChatRequest) {
+    /// Starts call `id` of the worker (or refuses it at once); with `deltas`, the answer's
+    /// text goes on the bus as it arrives.
+    pub fn request(&mut self, id: u64, mut request: ChatRequest, deltas: bool) {
         self.calls.retain(|_, call| !call.is_finished());
         if let Some(refusal) = self
             .sup
@@ -125,23 +127,31 @@ impl LlmProxy {
                     },
                 );
             };
-            // Deltas go out in order and before the answer: the call and its deltas are
-            // drained on this one task.
-            let result = if request.stream {
+            // Deltas go on the bus in order and before the answer reaches the worker (so
+            // before anything the worker says after it): the call and its deltas are drained
+            // on this one task.
+            let result = if request.stream && deltas {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
                 let chat = after_first_poll(gateway.chat(request, Some(tx)), publish_start);
                 tokio::pin!(chat);
+                let delta = |text: String| {
+                    bus.publish(
+                        &project,
+                        BusBody::Worker(WorkerEvent::TextDelta {
+                            task: task.clone(),
+                            text,
+                        }),
+                    );
+                };
                 let result = loop {
                     tokio::select! {
                         biased;
-                        Some(text) = rx.recv() => {
-                            let _ = to_worker.send(ToWorker::LlmDelta { id, text });
-                        }
+                        Some(text) = rx.recv() => delta(text),
                         result = &mut chat => break result,
                     }
                 };
                 while let Ok(text) = rx.try_recv() {
-                    let _ = to_worker.send(ToWorker::LlmDelta { id, text });
+                    delta(text);
                 }
                 result
             } else {

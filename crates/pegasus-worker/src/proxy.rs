@@ -19,15 +19,12 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<ChatResponse, LlmError>>>>>;
-/// Where the streamed text of a pending call goes, by call id.
-type Streams = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<String>>>>;
 
 /// Sends `LlmRequest` frames and matches `LlmResponse` frames to them by id.
 #[derive(Clone)]
 pub struct ProxyModel {
     out: mpsc::UnboundedSender<FromWorker>,
     pending: Pending,
-    streams: Streams,
     next_id: Arc<AtomicU64>,
 }
 
@@ -37,25 +34,12 @@ impl ProxyModel {
         ProxyModel {
             out,
             pending: Arc::default(),
-            streams: Arc::default(),
             next_id: Arc::new(AtomicU64::new(1)),
-        }
-    }
-
-    /// Passes a streamed piece of a pending call's text to its caller (if it asked for it).
-    pub fn delta(&self, id: u64, text: String) {
-        let streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = streams.get(&id) {
-            let _ = tx.send(text);
         }
     }
 
     /// Delivers the gateway's answer to the call waiting for it (if it still waits).
     pub fn complete(&self, id: u64, result: Result<ChatResponse, LlmError>) {
-        self.streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
         let waiter = self
             .pending
             .lock()
@@ -89,15 +73,10 @@ struct CancelOnDrop {
     done: bool,
     out: mpsc::UnboundedSender<FromWorker>,
     pending: Pending,
-    streams: Streams,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        self.streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
         if !self.done {
             self.pending
                 .lock()
@@ -113,33 +92,30 @@ impl ChatModel for ProxyModel {
         &self,
         request: ChatRequest,
     ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
-        self.call(request, None)
+        self.call(request, false)
     }
 
+    /// The text of the answer is published on the project's event bus by pegasusd itself as
+    /// it arrives (it never travels to the worker and back); `deltas` gets nothing.
     fn chat_streaming(
         &self,
         request: ChatRequest,
         deltas: mpsc::UnboundedSender<String>,
     ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
-        self.call(request, Some(deltas))
+        drop(deltas);
+        self.call(request, true)
     }
 }
 
 impl ProxyModel {
-    /// One call over the socket; with `deltas`, the `LlmDelta` frames of its answer go there.
+    /// One call over the socket; with `deltas`, pegasusd publishes its text on the bus.
     fn call(
         &self,
         request: ChatRequest,
-        deltas: Option<mpsc::UnboundedSender<String>>,
+        deltas: bool,
     ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
         Box::pin(async move {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            if let Some(tx) = deltas {
-                self.streams
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id, tx);
-            }
             let (tx, rx) = oneshot::channel();
             self.pending
                 .lock()
@@ -150,11 +126,14 @@ impl ProxyModel {
                 done: false,
                 out: self.out.clone(),
                 pending: self.pending.clone(),
-                streams: self.streams.clone(),
             };
             if self
                 .out
-                .send(FromWorker::LlmRequest { id, request })
+                .send(FromWorker::LlmRequest {
+                    id,
+                    request,
+                    deltas,
+                })
                 .is_err()
             {
                 guard.done = true;

@@ -243,7 +243,6 @@ async fn serve(
                     let _ = out.send(FromWorker::Pong { nonce });
                 }
                 Some(Ok(Some(ToWorker::LlmResponse { id, result }))) => proxy.complete(id, result),
-                Some(Ok(Some(ToWorker::LlmDelta { id, text }))) => proxy.delta(id, text),
                 Some(Ok(Some(ToWorker::TasksChanged))) => {
                     let _ = jobs.send(Job::ReadyTasks);
                 }

@@ -108,8 +108,12 @@ impl Slot {
         let reader_task = self.sup.link.spawn(async move {
             loop {
                 let ev = match reader.read::<FromWorker>().await {
-                    Ok(Some(FromWorker::LlmRequest { id, request })) => {
-                        proxy.request(id, request);
+                    Ok(Some(FromWorker::LlmRequest {
+                        id,
+                        request,
+                        deltas,
+                    })) => {
+                        proxy.request(id, request, deltas);
                         continue;
                     }
                     Ok(Some(FromWorker::LlmCancel { id })) => {
