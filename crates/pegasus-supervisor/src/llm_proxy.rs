@@ -25,20 +25,6 @@ use std::{
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 
-/// Polls `fut`, running `then` right after its first poll.
-async fn after_first_poll<F: std::future::Future>(fut: F, then: impl FnOnce()) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut then = Some(then);
-    std::future::poll_fn(|cx| {
-        let poll = fut.as_mut().poll(cx);
-        if let Some(then) = then.take() {
-            then();
-        }
-        poll
-    })
-    .await
-}
-
 /// The model calls of one worker connection.
 pub(crate) struct LlmProxy {
     sup: Arc<Supervisor>,
@@ -110,29 +96,23 @@ impl LlmProxy {
         let to_worker = self.to_worker.clone();
         let (guard, in_flight) = InFlight::enter(&self.in_flight);
         let call = tokio::spawn(async move {
-            // The call's start goes on the bus once the gateway has begun (its first poll has
-            // sent the request's journal line to disk), not before: waking the bus's consumers
-            // on the main runtime then overlaps the call instead of delaying it. The end is
-            // published by this same task, so a consumer always sees start before end.
-            let (start_bus, start_project, start_task) =
-                (bus.clone(), project.clone(), task.clone());
-            let publish_start = move || {
-                start_bus.publish(
-                    &start_project,
-                    BusBody::LlmCall {
-                        task: start_task,
-                        ended: false,
-                        in_flight,
-                        cost_usd: None,
-                    },
-                );
-            };
+            // Start and end are published by this one task, so a consumer always sees the start
+            // first.
+            bus.publish(
+                &project,
+                BusBody::LlmCall {
+                    task: task.clone(),
+                    ended: false,
+                    in_flight,
+                    cost_usd: None,
+                },
+            );
             // Deltas go on the bus in order and before the answer reaches the worker (so
             // before anything the worker says after it): the call and its deltas are drained
             // on this one task.
             let result = if request.stream && deltas {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-                let chat = after_first_poll(gateway.chat(request, Some(tx)), publish_start);
+                let chat = gateway.chat(request, Some(tx));
                 tokio::pin!(chat);
                 let delta = |text: String| {
                     bus.publish(
@@ -155,7 +135,7 @@ impl LlmProxy {
                 }
                 result
             } else {
-                after_first_poll(gateway.chat(request, None), publish_start).await
+                gateway.chat(request, None).await
             };
             let cost_usd = match &result {
                 Ok(ChatResponse { cost_usd, .. }) => *cost_usd,
@@ -163,9 +143,6 @@ impl LlmProxy {
             };
             let _ = to_worker.send(ToWorker::LlmResponse { id, result });
             let in_flight = guard.leave();
-            // Let the connection's writer (on this thread) send the answer first; the bus
-            // consumers are woken after.
-            tokio::task::yield_now().await;
             bus.publish(
                 &project,
                 BusBody::LlmCall {
@@ -193,46 +170,5 @@ impl Drop for LlmProxy {
         for (_, call) in self.calls.drain() {
             call.abort();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::after_first_poll;
-    use std::sync::{
-        atomic::{AtomicU32, Ordering},
-        Arc,
-    };
-    use std::task::Poll;
-
-    #[tokio::test]
-    async fn the_hook_runs_once_right_after_the_first_poll() {
-        let polls = Arc::new(AtomicU32::new(0));
-        let seen_at = Arc::new(AtomicU32::new(u32::MAX));
-        let runs = Arc::new(AtomicU32::new(0));
-        let counted = polls.clone();
-        // Pending twice (waking itself), then ready.
-        let fut = std::future::poll_fn(move |cx| {
-            if counted.fetch_add(1, Ordering::SeqCst) < 2 {
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            } else {
-                Poll::Ready("done")
-            }
-        });
-        let (p, s, r) = (polls.clone(), seen_at.clone(), runs.clone());
-        let out = after_first_poll(fut, move || {
-            s.store(p.load(Ordering::SeqCst), Ordering::SeqCst);
-            r.fetch_add(1, Ordering::SeqCst);
-        })
-        .await;
-        assert_eq!(out, "done");
-        assert_eq!(polls.load(Ordering::SeqCst), 3);
-        assert_eq!(
-            seen_at.load(Ordering::SeqCst),
-            1,
-            "after the first poll, not before"
-        );
-        assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }
