@@ -6,9 +6,7 @@
 //! Two kinds of consumer. *Observers* (the activity tracker, the watchdogs, the dashboard's
 //! replay ring) keep in-memory state: they are called inside `publish`, in bus order, and never
 //! lag. They cost the publisher a few lock-protected map updates and no wake-up of another
-//! thread, which matters because the busiest publisher is the link thread (two events per model
-//! call): waking three consumer tasks on the main runtime per event put two more threads on the
-//! 2 vCPUs right when the worker was being answered. *Subscribers* (`pegasusctl ... -f`, the
+//! task. *Subscribers* (`pegasusctl ... -f`, the
 //! dashboard's SSE clients, Telegram) get a broadcast channel: publishing never waits for them;
 //! one that falls behind loses the oldest events (it is told how many, and resyncs from the
 //! files), so a slow follower can never block a worker or the daemon.

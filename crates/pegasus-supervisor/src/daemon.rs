@@ -1,15 +1,9 @@
 //! The daemon's life from start to exit: lock, layout, config, listeners, restart scan, wait for
 //! a stop, stop every worker, exit.
 //!
-//! Two runtimes. The main one (two threads) runs the slots, the control socket, the dashboard,
-//! the MainAgent, the bus consumers and the sweeps. The *link thread* runs one current-thread
-//! runtime with the worker socket: the accept loop and handshakes, every worker connection's
-//! frame reader and writer, and the model calls the workers send (the LLM proxy and the
-//! gateway's HTTP for them). A model call is read, run and answered on that one thread, with no
-//! hand-off between threads on the way (each costs a wake-up of a parked thread, tens of µs on a
-//! VM), and nothing the rest of the daemon does — a slow dashboard request, a `/proc` sweep —
-//! can delay it. Everything else a worker says crosses to its slot on the main runtime through a
-//! channel, as before.
+//! One runtime (two threads) runs everything: the slots, the worker socket and its
+//! connections, the workers' model calls, the control socket, the dashboard, the MainAgent, the
+//! bus consumers and the sweeps.
 
 use crate::{
     control, logging, spawn, supervisor::Supervisor, worker_server, PidLock, SupervisorError,
@@ -97,54 +91,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         .enable_all()
         .build()
         .map_err(|e| SupervisorError::io("cannot start the runtime in", home.root(), e))?;
-    let link = LinkThread::start()
-        .map_err(|e| SupervisorError::io("cannot start the link thread in", home.root(), e))?;
-    let result = runtime.block_on(serve(
-        home,
-        config,
-        worker_bin,
-        telegram_token,
-        link.handle.clone(),
-    ));
-    // Every worker is gone by now; what is left on the link thread (the accept loop) ends here.
-    link.stop();
-    result
-}
-
-/// The thread that runs the worker socket and the workers' model calls (see the module doc).
-struct LinkThread {
-    handle: tokio::runtime::Handle,
-    stop: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl LinkThread {
-    fn start() -> std::io::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("pegasusd-link".into())
-            .spawn(move || {
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
-            })?;
-        Ok(LinkThread {
-            handle,
-            stop,
-            thread,
-        })
-    }
-
-    fn stop(self) {
-        let _ = self.stop.send(());
-        if self.thread.join().is_err() {
-            tracing::error!("the link thread panicked");
-        }
-    }
+    runtime.block_on(serve(home, config, worker_bin, telegram_token))
 }
 
 fn listen(path: &Path) -> Result<Listener, SupervisorError> {
@@ -169,13 +116,8 @@ async fn serve(
     config: Config,
     worker_bin: PathBuf,
     telegram_token: Option<String>,
-    link: tokio::runtime::Handle,
 ) -> Result<(), SupervisorError> {
-    // Made inside the link runtime, so that its connections belong to that thread's reactor.
-    let worker_listener = {
-        let _inside = link.enter();
-        listen(&home.worker_socket())?
-    };
+    let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
     let gateway = pegasus_llm::Gateway::new(&home, &config).map_err(SupervisorError::Llm)?;
     let (main_tx, main_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -184,7 +126,6 @@ async fn serve(
         config,
         worker_bin,
         gateway,
-        link.clone(),
         main_tx,
     );
     let main_agent = crate::main_agent::start(&sup, main_rx);
@@ -196,7 +137,7 @@ async fn serve(
         .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
-    let workers = link.spawn(worker_server::serve(sup.clone(), worker_listener));
+    let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
     sup.restart_scan()?;
     let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
     let controls = tokio::spawn(control::serve(sup.clone(), control_listener));

@@ -2,8 +2,7 @@
 //! `LlmRequest{id, request, deltas}`; the proxy runs it through the gateway (which owns the
 //! keys, the semaphore, the budgets and the ledger) on its own task, which publishes the
 //! answer's text deltas on the event bus itself as they arrive (when the worker asked: its
-//! task's own loop) and hands the answer to the connection's frame writer. Reader, call and writer all run on
-//! pegasusd's link thread (see `crate::daemon`): no hop to another thread on the way.
+//! task's own loop) and hands the answer to the connection's frame writer.
 //!
 //! The worker's project pays for every call, whatever the request claims. A call is refused up
 //! front when the watchdog stopped its task. Every start and end is published on the bus (with

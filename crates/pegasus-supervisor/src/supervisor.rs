@@ -45,9 +45,6 @@ pub(crate) struct Supervisor {
     pub shutdown: CancellationToken,
     /// The LLM gateway: every model call of every worker and of the MainAgent goes through it.
     pub gateway: Gateway,
-    /// The link thread's runtime (see [`crate::daemon`]): worker connections, their frame
-    /// readers and writers and their model calls run there, one thread, no hand-offs.
-    pub link: tokio::runtime::Handle,
     /// Every event of every worker, for every consumer.
     pub bus: EventBus,
     /// What each worker is doing now (from the bus), for `status`.
@@ -80,12 +77,10 @@ impl Supervisor {
         config: Config,
         worker_bin: PathBuf,
         gateway: Gateway,
-        link: tokio::runtime::Handle,
         main_tx: mpsc::UnboundedSender<MainInput>,
     ) -> Arc<Self> {
         Arc::new(Supervisor {
             gateway,
-            link,
             main_tx,
             watchdogs: Watchdogs::new(&config.watchdog),
             home,

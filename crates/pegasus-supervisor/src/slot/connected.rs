@@ -67,7 +67,7 @@ impl Slot {
             model,
         });
         let (to_worker, mut to_worker_rx) = mpsc::unbounded_channel::<ToWorker>();
-        let writer_task = self.sup.link.spawn(async move {
+        let writer_task = tokio::spawn(async move {
             while let Some(frame) = to_worker_rx.recv().await {
                 match writer.write(&frame).await {
                     Ok(()) => {}
@@ -100,12 +100,10 @@ impl Slot {
         let _ = to_worker.send(init);
         let (ev_tx, mut ev_rx) = mpsc::channel::<Result<FromWorker, String>>(64);
         // Model calls start right here, on the reader task, instead of crossing to this loop
-        // first, and run on the link thread with the reader and the writer (no hand-off to
-        // another thread on the way; see `crate::daemon`). The proxy lives as long as the
-        // reader task, so aborting that task (the worker exited) or the connection ending
-        // cancels the calls.
+        // first. The proxy lives as long as the reader task, so aborting that task (the worker
+        // exited) or the connection ending cancels the calls.
         let mut proxy = LlmProxy::new(self.sup.clone(), self.name.clone(), to_worker.clone());
-        let reader_task = self.sup.link.spawn(async move {
+        let reader_task = tokio::spawn(async move {
             loop {
                 let ev = match reader.read::<FromWorker>().await {
                     Ok(Some(FromWorker::LlmRequest {
