@@ -209,7 +209,9 @@ fn manual_merge_waits_and_a_dirty_main_or_a_conflict_blocks_it() {
     let id = add(&home, "cp", "change alpha", &["app"]);
     // "merge pending" is written with the move to verified: never one without the other.
     let verified = wait_state(&home, &id, "verified");
-    assert_eq!(verified["stop_reason"], "merge pending");
+    assert_eq!(verified["merge"], "pending", "{verified}");
+    let shown = home.ctl_ok(&["task", "show", &id]);
+    assert!(shown.contains("merge pending"), "{shown}");
     let status = home.ctl_ok(&["status"]);
     assert!(
         status.contains(&format!("task {id} is verified, merge pending")),

@@ -33,7 +33,7 @@ pub struct Workspace {
 }
 use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
-use pegasus_tasks::{Task, TaskState, TaskStore};
+use pegasus_tasks::{Task, TaskState, TaskStore, TaskUpdate};
 
 /// The agent of one project (or of the MainAgent, with other tools and folder): owns the
 /// in-memory transcript, the session appender and the task log.
@@ -325,7 +325,7 @@ impl Agent {
         from: TaskState,
         to: TaskState,
         reason: &str,
-        updates: &[(&str, serde_json::Value)],
+        updates: &[TaskUpdate],
     ) -> Result<Task, AgentError> {
         let t = self
             .tasks
@@ -336,14 +336,9 @@ impl Agent {
     }
 
     /// Records one field of task `id` (actor `pegasus`).
-    pub fn update_task(
-        &self,
-        id: &str,
-        field: &str,
-        value: serde_json::Value,
-    ) -> Result<(), AgentError> {
+    pub fn update_task(&self, id: &str, update: TaskUpdate) -> Result<(), AgentError> {
         self.tasks
-            .update(id, field, value, "pegasus")
+            .update(id, update, "pegasus")
             .map(|_| ())
             .map_err(AgentError::tasks)
     }

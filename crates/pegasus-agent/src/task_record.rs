@@ -9,7 +9,9 @@
 use pegasus_proto::llm::{Block, Message};
 use pegasus_proto::WorkerEvent;
 use pegasus_store::{ContentBlock, Role as SRole, SessionRecord};
-use pegasus_tasks::{NewTask, Recovered, Recovery, Task, TaskSpec, TaskState, TaskStore};
+use pegasus_tasks::{
+    NewTask, Recovered, Recovery, Task, TaskSpec, TaskState, TaskStore, TaskUpdate,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::AgentError;
@@ -218,17 +220,20 @@ pub(crate) fn finish(
 ) -> Result<(), AgentError> {
     let changed = files_changed(end.transcript);
     let summary: String = end.text.chars().take(500).collect();
-    let mut updates: Vec<(&str, serde_json::Value)> = Vec::new();
+    let mut updates: Vec<TaskUpdate> = Vec::new();
     if !changed.is_empty() {
-        updates.push(("files_changed", serde_json::json!(changed)));
+        updates.push(TaskUpdate::FilesChanged(changed));
     }
-    updates.push(("result_summary", serde_json::json!(summary)));
-    updates.push(("cost", serde_json::json!(end.cost_usd)));
+    updates.push(TaskUpdate::ResultSummary(Some(summary)));
+    // A cost the run could not add up (NaN, negative) is recorded as unknown rather than
+    // losing the whole end of the run.
+    let cost = Some(end.cost_usd).filter(|c| c.is_finite() && *c >= 0.0);
+    updates.push(TaskUpdate::Cost(cost));
     if let Some(r) = end.reason.filter(|_| end.state == TaskState::Done) {
-        updates.push(("stop_reason", serde_json::json!(r)));
+        updates.push(TaskUpdate::StopReason(Some(r.to_string())));
     }
     if let Some(q) = end.question {
-        updates.push(("question", serde_json::json!(q)));
+        updates.push(TaskUpdate::Question(Some(q.to_string())));
     }
     if end.state != TaskState::Cancelled {
         let moved = tasks.finish(
@@ -265,10 +270,8 @@ fn task_answer(tasks: &TaskStore, id: &str) -> Option<String> {
         .ok()?
         .into_iter()
         .rev()
-        .find_map(|e| match e {
-            pegasus_tasks::TaskEvent::Update { field, value, .. } if field == "answer" => {
-                value.as_str().map(str::to_string)
-            }
+        .find_map(|e| match e.update(id) {
+            Some(TaskUpdate::Answer(answer)) => answer,
             _ => None,
         })
 }

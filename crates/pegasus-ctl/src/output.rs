@@ -211,7 +211,7 @@ pub fn task_table(
                 dash(t.role.as_ref()),
                 match waiting.get(&t.id) {
                     Some(w) => format!("waits on {w}"),
-                    None => t.stop_reason.clone().unwrap_or_default(),
+                    None => t.shown_reason().unwrap_or_default().to_string(),
                 },
                 clip(&t.title, 50),
             ]
@@ -256,8 +256,8 @@ pub fn task_details(t: &pegasus_tasks::Task, history: &[pegasus_tasks::TaskEvent
     if !t.depends_on.is_empty() {
         field("depends on", t.depends_on.join(", "));
     }
-    if let Some(r) = &t.stop_reason {
-        field("stop reason", r.clone());
+    if let Some(r) = t.shown_reason() {
+        field("stop reason", r.to_string());
     }
     if let Some(q) = &t.question {
         field("question", q.clone());

@@ -69,7 +69,7 @@ pub fn waiting_on_user(dir: &std::path::Path, name: &str) -> Vec<String> {
                     r.as_deref().unwrap_or("no reason recorded")
                 ),
             }),
-            crate::TaskState::Verified if t.stop_reason.as_deref() == Some("merge pending") => {
+            crate::TaskState::Verified if t.merge == Some(crate::MergeState::Pending) => {
                 Some(format!(
                     "{name}: task {} is verified, merge pending (`pegasusctl task merge {}`)",
                     t.id, t.id

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::state::TaskState;
-use crate::task::{Task, TaskSpec};
+use crate::task::{Task, TaskSpec, TaskUpdate};
 
 /// One line of a task's event file, tagged by `type`.
 // `Created` holds a whole task and dwarfs the other variants; it stays unboxed because events
@@ -48,7 +48,9 @@ pub enum TaskEvent {
         /// Why; becomes `stop_reason` for failed/blocked/cancelled.
         reason: String,
     },
-    /// One field changed (see [`crate::task::UPDATABLE_FIELDS`]).
+    /// One field changed: a [`TaskUpdate`] as its field name and value (see
+    /// [`crate::task::UPDATABLE_FIELDS`]), so a field this version does not know is skipped
+    /// on fold instead of making the whole line unreadable.
     Update {
         /// When.
         ts: DateTime<Utc>,
@@ -69,6 +71,14 @@ impl TaskEvent {
             | TaskEvent::Spec { ts, .. }
             | TaskEvent::Transition { ts, .. }
             | TaskEvent::Update { ts, .. } => *ts,
+        }
+    }
+
+    /// The update an `update` event of task `id` records, when it is one this version reads.
+    pub fn update(&self, id: &str) -> Option<TaskUpdate> {
+        match self {
+            TaskEvent::Update { field, value, .. } => TaskUpdate::parse(id, field, value).ok(),
+            _ => None,
         }
     }
 }
@@ -104,6 +114,9 @@ pub fn apply(task: &mut Task, event: &TaskEvent) {
             if left == TaskState::Blocked && *to != TaskState::Blocked {
                 task.question = None;
             }
+            if *to != TaskState::Verified {
+                task.merge = None;
+            }
             match to {
                 TaskState::Failed | TaskState::Blocked | TaskState::Cancelled
                     if !reason.is_empty() =>
@@ -115,7 +128,9 @@ pub fn apply(task: &mut Task, event: &TaskEvent) {
             }
         }
         TaskEvent::Update { field, value, .. } => {
-            if let Err(e) = task.set_field(field, value) {
+            let applied = TaskUpdate::parse(&task.id, field, value)
+                .and_then(|update| task.apply_update(&update));
+            if let Err(e) = applied {
                 tracing::warn!(task = %task.id, "skipping an update in the event file: {e}");
                 return;
             }
@@ -132,6 +147,7 @@ pub fn fold(events: &[TaskEvent]) -> Option<Task> {
         return None;
     };
     let mut task = task.clone();
+    task.upgrade_legacy();
     for e in rest {
         apply(&mut task, e);
     }

@@ -34,7 +34,11 @@ pub(crate) fn read_index(path: &Path) -> Result<Vec<IndexLine>, TaskError> {
             "task index has unreadable lines; they will be rebuilt from the event files"
         );
     }
-    Ok(read.records)
+    let mut lines = read.records;
+    for l in &mut lines {
+        l.task.upgrade_legacy();
+    }
+    Ok(lines)
 }
 
 /// Replaces the whole index, oldest task first. Atomic for readers but not flushed to disk:
@@ -71,4 +75,38 @@ fn index_text(lines: &[IndexLine]) -> Result<Vec<u8>, TaskError> {
         text.push(b'\n');
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_old_index_line_with_the_merge_in_its_stop_reason_reads_as_a_merge_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                r#"{"id":"t-1","project":"p","title":"a","type":"code","state":"verified","stop_reason":"merge pending","created":"2026-01-02T10:00:00Z","updated":"2026-01-02T10:00:00Z","events_bytes":10}"#,
+                "\n",
+                r#"{"id":"t-2","project":"p","title":"b","type":"chat","state":"failed","stop_reason":"budget","created":"2026-01-02T10:00:00Z","updated":"2026-01-02T10:00:00Z","events_bytes":10}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        let lines = read_index(&path).unwrap();
+        let got: Vec<_> = lines
+            .iter()
+            .map(|l| (l.task.merge, l.task.stop_reason.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(crate::MergeState::Pending), None),
+                (None, Some("budget"))
+            ]
+        );
+    }
 }

@@ -21,6 +21,7 @@ pub mod find;
 pub mod id;
 mod index;
 mod lock;
+pub mod merge;
 pub mod readiness;
 pub mod schedule;
 pub mod snapshot;
@@ -34,6 +35,7 @@ pub use error::TaskError;
 pub use event::{fold, TaskEvent};
 pub use find::find_task;
 pub use id::new_task_id;
+pub use merge::MergeState;
 pub use readiness::Readiness;
 pub use snapshot::{project_repos, repo_head};
 pub use state::{check_transition, column, TaskState};
@@ -41,4 +43,4 @@ pub use store::{
     Recovered, Recovery, TaskStore, CRASHED_TWICE_REASON, RECOVERY_ACTOR, RERUN_REASON,
     RESTART_REASON, SHUTDOWN_REASON,
 };
-pub use task::{NewTask, RepoSnapshot, Task, TaskSpec, UPDATABLE_FIELDS};
+pub use task::{NewTask, RepoSnapshot, Task, TaskSpec, TaskUpdate, UPDATABLE_FIELDS};

@@ -22,7 +22,7 @@ use crate::lock::ProjectLock;
 use crate::readiness::{readiness_of, Readiness};
 use crate::snapshot::snapshot_repos;
 use crate::state::{check_transition, TaskState};
-use crate::task::{NewTask, Task, TaskSpec, MAX_PRIORITY};
+use crate::task::{NewTask, Task, TaskSpec, TaskUpdate, MAX_PRIORITY};
 
 /// The folder under a project that holds its tasks.
 pub const TASKS_DIR: &str = "tasks";
@@ -228,31 +228,14 @@ impl TaskStore {
         Ok(task)
     }
 
-    /// Changes one field (`result_summary`, `files_changed`, `artifacts`, `stage`, `question`,
-    /// `stop_reason`, `cost_usd` or its synonym `cost`) with an `update` event. The value is
-    /// type-checked before anything is written; a `stage` is only accepted while running.
-    pub fn update(
-        &self,
-        id: &str,
-        field: &str,
-        value: serde_json::Value,
-        actor: &str,
-    ) -> Result<Task, TaskError> {
-        let field = if field == "cost" { "cost_usd" } else { field };
+    /// Changes one field with an `update` event. The update is checked before anything is
+    /// written (a stage only while running, a cost finite and >= 0).
+    pub fn update(&self, id: &str, update: TaskUpdate, actor: &str) -> Result<Task, TaskError> {
         let _lock = self.lock()?;
         let (path, mut task) = self.load(id)?;
-        // Dry run on a copy: a bad value must be refused, not logged and skipped on fold.
-        task.clone().set_field(field, &value)?;
-        self.record(
-            &path,
-            &mut task,
-            TaskEvent::Update {
-                ts: Utc::now(),
-                field: field.to_string(),
-                value,
-                actor: actor.to_string(),
-            },
-        )?;
+        // Dry run on a copy: a bad update must be refused, not logged and skipped on fold.
+        task.clone().apply_update(&update)?;
+        self.record(&path, &mut task, update_event(&update, actor))?;
         self.index_put(&task, &path);
         Ok(task)
     }
@@ -323,7 +306,7 @@ impl TaskStore {
     pub fn finish(
         &self,
         id: &str,
-        updates: &[(&str, serde_json::Value)],
+        updates: &[TaskUpdate],
         to: Option<(TaskState, TaskState, &str)>,
         actor: &str,
     ) -> Result<Task, TaskError> {
@@ -339,16 +322,10 @@ impl TaskStore {
             }
         }
         let mut batch = Batch::new(&path, &mut task, None);
-        for (field, value) in updates {
-            let field = if *field == "cost" { "cost_usd" } else { field };
-            // Dry run on a copy: a bad value must be refused, not logged and skipped on fold.
-            batch.task.clone().set_field(field, value)?;
-            batch.push(TaskEvent::Update {
-                ts: Utc::now(),
-                field: field.to_string(),
-                value: value.clone(),
-                actor: actor.to_string(),
-            });
+        for update in updates {
+            // Dry run on a copy: a bad update must be refused, not logged and skipped on fold.
+            batch.task.clone().apply_update(update)?;
+            batch.push(update_event(update, actor));
         }
         if let Some((expected, state, reason)) = to {
             batch.transition(state, actor, reason)?;
@@ -618,6 +595,7 @@ impl TaskStore {
             artifacts: Vec::new(),
             stage: None,
             stop_reason: None,
+            merge: None,
             question: None,
             answer: None,
             replay_of,
@@ -827,7 +805,16 @@ impl TaskStore {
     }
 }
 
-/// Appends `events` in order and makes them durable with one fdatasync.
+/// The `update` event that records `update`.
+fn update_event(update: &TaskUpdate, actor: &str) -> TaskEvent {
+    TaskEvent::Update {
+        ts: Utc::now(),
+        field: update.field().to_string(),
+        value: update.value(),
+        actor: actor.to_string(),
+    }
+}
+
 /// Writes a new task's event file whole (temp file, fsync, rename, fsync of its folder): a
 /// crash leaves either no file or one that starts with its `created` event, never an empty or
 /// headless file the index does not know.
@@ -849,6 +836,7 @@ fn write_new_events(path: &Path, events: &[TaskEvent]) -> Result<(), TaskError> 
     Ok(())
 }
 
+/// Appends `events` in order and makes them durable with one fdatasync.
 fn append_events(path: &Path, events: &[TaskEvent]) -> Result<(), TaskError> {
     let mut log = JsonlAppender::open(path)?;
     for event in events {

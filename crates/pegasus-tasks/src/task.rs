@@ -5,7 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TaskError;
+use crate::merge::MergeState;
 use crate::state::TaskState;
+use pegasus_proto::Stage;
 
 /// One repository in a spec's scope, with the commit it was at when the spec was frozen, so a
 /// replay months later knows exactly which code the task saw.
@@ -90,12 +92,15 @@ pub struct Task {
     /// The cognitive stage while running (`reasoning`, `acting`, `reflecting`); cleared when
     /// the task leaves `running`.
     #[serde(default)]
-    pub stage: Option<String>,
+    pub stage: Option<Stage>,
     /// Why it stopped (`token_capped`, `turn_capped`, `loop_capped`, `budget`, `silent`,
     /// `process restarted`, ...): set from the reason of a move to failed/blocked/cancelled,
     /// cleared when it becomes ready again.
     #[serde(default)]
     pub stop_reason: Option<String>,
+    /// A verified code task's merge (SPEC §10); ended by every move out of `verified`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeState>,
     /// The clarification asked while blocked; cleared when it leaves `blocked`.
     #[serde(default)]
     pub question: Option<String>,
@@ -139,12 +144,34 @@ pub struct NewTask {
 /// The lowest priority; anything above is refused rather than silently clamped.
 pub const MAX_PRIORITY: u8 = 3;
 
-/// The stages of a running task (seed 000's TaskFSM).
-pub const STAGES: [&str; 3] = ["reasoning", "acting", "reflecting"];
+/// One change to the fields of a task that may change after creation; the rest of a task is
+/// either fixed at creation or changed only by transitions and freezing, so the audit log
+/// stays meaningful. Recorded as an `update` event `{field, value}` ([`TaskUpdate::field`],
+/// [`TaskUpdate::value`]) and read back with [`TaskUpdate::parse`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskUpdate {
+    /// What came out of it.
+    ResultSummary(Option<String>),
+    /// The files it changed.
+    FilesChanged(Vec<String>),
+    /// Its outputs kept under `artifacts/`.
+    Artifacts(Vec<String>),
+    /// The cognitive stage; only set while running.
+    Stage(Option<Stage>),
+    /// The clarification it asks.
+    Question(Option<String>),
+    /// The user's answer to its question.
+    Answer(Option<String>),
+    /// Why it stopped.
+    StopReason(Option<String>),
+    /// A verified code task's merge.
+    Merge(Option<MergeState>),
+    /// What it has cost so far, in USD (finite, >= 0).
+    Cost(Option<f64>),
+}
 
-/// The fields [`Task::set_field`] accepts; the rest of a task is either fixed at creation or
-/// changed only by transitions and freezing, so the audit log stays meaningful.
-pub const UPDATABLE_FIELDS: [&str; 8] = [
+/// The field names an `update` event may carry (`cost` is read as a synonym of `cost_usd`).
+pub const UPDATABLE_FIELDS: [&str; 9] = [
     "result_summary",
     "files_changed",
     "artifacts",
@@ -152,56 +179,141 @@ pub const UPDATABLE_FIELDS: [&str; 8] = [
     "question",
     "answer",
     "stop_reason",
+    "merge",
     "cost_usd",
 ];
 
-impl Task {
-    /// Applies one field update, checking its type first so a bad value is refused before it
-    /// reaches the log. `cost` is accepted as a synonym of `cost_usd`.
-    pub fn set_field(&mut self, field: &str, value: &serde_json::Value) -> Result<(), TaskError> {
-        match field {
-            "result_summary" => self.result_summary = opt_string(&self.id, field, value)?,
-            "question" => self.question = opt_string(&self.id, field, value)?,
-            "answer" => self.answer = opt_string(&self.id, field, value)?,
-            "stop_reason" => self.stop_reason = opt_string(&self.id, field, value)?,
-            "files_changed" => self.files_changed = strings(&self.id, field, value)?,
-            "artifacts" => self.artifacts = strings(&self.id, field, value)?,
-            "stage" => {
-                let stage = opt_string(&self.id, field, value)?;
-                if let Some(s) = &stage {
-                    if !STAGES.contains(&s.as_str()) {
-                        return Err(TaskError::Invalid(format!(
-                            "task {}: unknown stage `{s}`: use one of {}",
-                            self.id,
-                            STAGES.join(", ")
-                        )));
-                    }
-                    if self.state != TaskState::Running {
-                        return Err(TaskError::Invalid(format!(
-                            "task {} is {}: a stage is only set while running",
-                            self.id, self.state
-                        )));
-                    }
-                }
-                self.stage = stage;
+impl TaskUpdate {
+    /// The field's name in the event file.
+    pub fn field(&self) -> &'static str {
+        match self {
+            TaskUpdate::ResultSummary(_) => "result_summary",
+            TaskUpdate::FilesChanged(_) => "files_changed",
+            TaskUpdate::Artifacts(_) => "artifacts",
+            TaskUpdate::Stage(_) => "stage",
+            TaskUpdate::Question(_) => "question",
+            TaskUpdate::Answer(_) => "answer",
+            TaskUpdate::StopReason(_) => "stop_reason",
+            TaskUpdate::Merge(_) => "merge",
+            TaskUpdate::Cost(_) => "cost_usd",
+        }
+    }
+
+    /// The value as the event file holds it.
+    pub fn value(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            TaskUpdate::ResultSummary(v)
+            | TaskUpdate::Question(v)
+            | TaskUpdate::Answer(v)
+            | TaskUpdate::StopReason(v) => json!(v),
+            TaskUpdate::FilesChanged(v) | TaskUpdate::Artifacts(v) => json!(v),
+            TaskUpdate::Stage(v) => json!(v),
+            TaskUpdate::Merge(v) => json!(v),
+            TaskUpdate::Cost(v) => json!(v),
+        }
+    }
+
+    /// Reads an `update` event's field and value back (task `id`, for the error). A
+    /// `stop_reason` that an older file used for the merge state ("merge pending", ...) reads
+    /// as that [`TaskUpdate::Merge`].
+    pub fn parse(id: &str, field: &str, value: &serde_json::Value) -> Result<Self, TaskError> {
+        Ok(match field {
+            "result_summary" => TaskUpdate::ResultSummary(opt_string(id, field, value)?),
+            "question" => TaskUpdate::Question(opt_string(id, field, value)?),
+            "answer" => TaskUpdate::Answer(opt_string(id, field, value)?),
+            "stop_reason" => match opt_string(id, field, value)? {
+                Some(r) => match MergeState::from_legacy(&r) {
+                    Some(m) => TaskUpdate::Merge(Some(m)),
+                    None => TaskUpdate::StopReason(Some(r)),
+                },
+                None => TaskUpdate::StopReason(None),
+            },
+            "files_changed" => TaskUpdate::FilesChanged(strings(id, field, value)?),
+            "artifacts" => TaskUpdate::Artifacts(strings(id, field, value)?),
+            "stage" => TaskUpdate::Stage(serde_json::from_value(value.clone()).map_err(|_| {
+                bad_value(id, field, "reasoning, acting, reflecting or null", value)
+            })?),
+            "merge" => {
+                TaskUpdate::Merge(serde_json::from_value(value.clone()).map_err(|_| {
+                    bad_value(id, field, "pending, requested, merged or null", value)
+                })?)
             }
-            "cost_usd" | "cost" => {
-                self.cost_usd = match value {
-                    serde_json::Value::Null => None,
-                    v => match v.as_f64() {
-                        Some(x) if x.is_finite() && x >= 0.0 => Some(x),
-                        _ => return Err(bad_value(&self.id, field, "a number >= 0", v)),
-                    },
-                }
-            }
+            "cost_usd" | "cost" => TaskUpdate::Cost(match value {
+                serde_json::Value::Null => None,
+                v => Some(
+                    v.as_f64()
+                        .ok_or_else(|| bad_value(id, field, "a number >= 0", v))?,
+                ),
+            }),
             other => {
                 return Err(TaskError::Invalid(format!(
                     "task field `{other}` cannot be updated: use one of {}",
                     UPDATABLE_FIELDS.join(", ")
                 )))
             }
+        })
+    }
+}
+
+impl Task {
+    /// Applies one update, checking it first so a bad one is refused before it reaches the
+    /// log: a stage only while running, a cost finite and >= 0.
+    pub fn apply_update(&mut self, update: &TaskUpdate) -> Result<(), TaskError> {
+        match update {
+            TaskUpdate::ResultSummary(v) => self.result_summary = v.clone(),
+            TaskUpdate::Question(v) => self.question = v.clone(),
+            TaskUpdate::Answer(v) => self.answer = v.clone(),
+            TaskUpdate::StopReason(v) => self.stop_reason = v.clone(),
+            TaskUpdate::FilesChanged(v) => self.files_changed = v.clone(),
+            TaskUpdate::Artifacts(v) => self.artifacts = v.clone(),
+            TaskUpdate::Stage(stage) => {
+                if stage.is_some() && self.state != TaskState::Running {
+                    return Err(TaskError::Invalid(format!(
+                        "task {} is {}: a stage is only set while running",
+                        self.id, self.state
+                    )));
+                }
+                self.stage = *stage;
+            }
+            TaskUpdate::Merge(m) => self.merge = *m,
+            TaskUpdate::Cost(cost) => {
+                if let Some(c) = cost {
+                    if !(c.is_finite() && *c >= 0.0) {
+                        return Err(bad_value(
+                            &self.id,
+                            "cost_usd",
+                            "a number >= 0",
+                            &serde_json::json!(c),
+                        ));
+                    }
+                }
+                self.cost_usd = *cost;
+            }
         }
         Ok(())
+    }
+
+    /// What listings show as the task's reason: its merge state while it has one (older
+    /// versions kept it in `stop_reason`, in the same words), else its stop reason.
+    pub fn shown_reason(&self) -> Option<&str> {
+        match self.merge {
+            Some(m) => Some(m.label()),
+            None => self.stop_reason.as_deref(),
+        }
+    }
+
+    /// A task as an older index line holds it: a merge state kept in `stop_reason` moves to
+    /// [`Task::merge`].
+    pub(crate) fn upgrade_legacy(&mut self) {
+        if let Some(m) = self
+            .stop_reason
+            .as_deref()
+            .and_then(MergeState::from_legacy)
+        {
+            self.merge = Some(m);
+            self.stop_reason = None;
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 mod common;
 
 use common::*;
-use pegasus_tasks::{TaskError, TaskEvent, TaskState};
+use pegasus_proto::Stage;
+use pegasus_tasks::{TaskError, TaskEvent, TaskState, TaskUpdate};
 
 #[test]
 fn create_frozen_records_the_same_events_as_the_separate_calls() {
@@ -85,8 +86,8 @@ fn finish_writes_updates_and_the_end_state_together() {
         .finish(
             &t.id,
             &[
-                ("result_summary", serde_json::json!("hi")),
-                ("cost", serde_json::json!(0.25)),
+                TaskUpdate::ResultSummary(Some("hi".into())),
+                TaskUpdate::Cost(Some(0.25)),
             ],
             Some((TaskState::Running, TaskState::Done, "answered")),
             "agent",
@@ -108,7 +109,7 @@ fn finish_is_all_or_nothing() {
     assert!(matches!(
         store.finish(
             &t.id,
-            &[("result_summary", serde_json::json!("x"))],
+            &[TaskUpdate::ResultSummary(Some("x".into()))],
             Some((TaskState::Ready, TaskState::Done, "answered")),
             "agent",
         ),
@@ -119,8 +120,8 @@ fn finish_is_all_or_nothing() {
         .finish(
             &t.id,
             &[
-                ("result_summary", serde_json::json!("x")),
-                ("cost_usd", serde_json::json!("a lot")),
+                TaskUpdate::ResultSummary(Some("x".into())),
+                TaskUpdate::Cost(Some(-1.0)),
             ],
             Some((TaskState::Running, TaskState::Done, "answered")),
             "agent",
@@ -131,7 +132,7 @@ fn finish_is_all_or_nothing() {
     let t2 = store
         .finish(
             &t.id,
-            &[("stage", serde_json::json!("acting"))],
+            &[TaskUpdate::Stage(Some(Stage::Acting))],
             None,
             "agent",
         )

@@ -5,7 +5,8 @@
 mod common;
 
 use common::*;
-use pegasus_tasks::{check_transition, TaskError, TaskEvent, TaskState};
+use pegasus_proto::Stage;
+use pegasus_tasks::{check_transition, TaskError, TaskEvent, TaskState, TaskUpdate};
 
 #[test]
 fn every_pair_through_the_store_matches_the_table_with_the_exact_error() {
@@ -154,16 +155,16 @@ fn stage_is_only_set_while_running_and_cleared_when_it_stops() {
     let (_dir, store) = project();
     let t = task_in(&store, TaskState::Ready);
     let err = store
-        .update(&t.id, "stage", "acting".into(), "agent")
+        .update(&t.id, TaskUpdate::Stage(Some(Stage::Acting)), "agent")
         .unwrap_err();
     assert!(err.to_string().contains("only set while running"), "{err}");
     store
         .transition(&t.id, TaskState::Ready, TaskState::Running, "w", "")
         .unwrap();
     let t = store
-        .update(&t.id, "stage", "reasoning".into(), "agent")
+        .update(&t.id, TaskUpdate::Stage(Some(Stage::Reasoning)), "agent")
         .unwrap();
-    assert_eq!(t.stage.as_deref(), Some("reasoning"));
+    assert_eq!(t.stage, Some(Stage::Reasoning));
     let t = store
         .transition(
             &t.id,
@@ -182,29 +183,33 @@ fn updates_are_typed_and_recorded() {
     let (_dir, store) = project();
     let t = task_in(&store, TaskState::Running);
     store
-        .update(&t.id, "result_summary", "did it".into(), "agent")
-        .unwrap();
-    store
         .update(
             &t.id,
-            "files_changed",
-            serde_json::json!(["a.rs", "b.rs"]),
+            TaskUpdate::ResultSummary(Some("did it".into())),
             "agent",
         )
         .unwrap();
     store
-        .update(&t.id, "cost", serde_json::json!(0.25), "agent")
+        .update(
+            &t.id,
+            TaskUpdate::FilesChanged(vec!["a.rs".into(), "b.rs".into()]),
+            "agent",
+        )
+        .unwrap();
+    store
+        .update(&t.id, TaskUpdate::Cost(Some(0.25)), "agent")
         .unwrap();
     let err = store
-        .update(&t.id, "files_changed", "a.rs".into(), "agent")
+        .update(&t.id, TaskUpdate::Cost(Some(f64::NAN)), "agent")
         .unwrap_err();
+    assert!(err.to_string().contains("must be a number >= 0"), "{err}");
+    // What a file says is read back typed: a wrong type or an unknown field is refused.
+    let err = TaskUpdate::parse(&t.id, "files_changed", &"a.rs".into()).unwrap_err();
     assert!(
         err.to_string().contains("must be a list of strings"),
         "{err}"
     );
-    let err = store
-        .update(&t.id, "state", "done".into(), "agent")
-        .unwrap_err();
+    let err = TaskUpdate::parse(&t.id, "state", &"done".into()).unwrap_err();
     assert!(
         err.to_string()
             .starts_with("task field `state` cannot be updated"),

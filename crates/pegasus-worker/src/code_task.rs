@@ -17,16 +17,7 @@ use pegasus_code::{
 };
 use pegasus_sandbox::SandboxPaths;
 use pegasus_store::ProjectFile;
-use pegasus_tasks::{Task, TaskState};
-
-/// `stop_reason` of a verified task waiting for `pegasusctl task merge`.
-pub const MERGE_PENDING: &str = "merge pending";
-/// `stop_reason` set by `pegasusctl task merge`: the worker merges it next.
-pub const MERGE_REQUESTED: &str = "merge requested";
-/// `stop_reason` of a verified task whose merge reached every base, written before the cleanup
-/// (worktree, branch) so a crash inside the cleanup finishes it instead of merging again (its
-/// branch may be gone by then).
-pub const MERGED_CLEANING: &str = "merged, cleaning up";
+use pegasus_tasks::{MergeState, Task, TaskState, TaskUpdate};
 
 /// Output kept per hydrate/verify command.
 const OUTPUT_CAP: usize = 64 * 1024;
@@ -262,9 +253,8 @@ pub async fn run(
                 write_artifacts(agent, &task, &repos, &trees, &log, &outcome.text);
                 // With `merge: manual`, "merge pending" is written with the move, so a
                 // `task merge` that comes right after can never be overwritten by it.
-                let pending = [("stop_reason", serde_json::json!(MERGE_PENDING))];
-                let updates: &[(&str, serde_json::Value)] =
-                    if code.manual { &pending } else { &[] };
+                let pending = [TaskUpdate::Merge(Some(MergeState::Pending))];
+                let updates: &[TaskUpdate] = if code.manual { &pending } else { &[] };
                 if let Err(e) = agent.move_task_with(
                     &id,
                     TaskState::Verifying,
@@ -537,7 +527,7 @@ fn write_artifacts(
             all.push(w);
         }
     }
-    let _ = agent.update_task(&task.id, "artifacts", serde_json::json!(all));
+    let _ = agent.update_task(&task.id, TaskUpdate::Artifacts(all));
 }
 
 /// The safe merge of a verified task, then cleanup (worktree, branch) and `done`; a merge
@@ -548,7 +538,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
         Ok(t) => return format!("task {id} is {}, not verified: nothing to merge", t.state),
         Err(e) => return e.to_string(),
     };
-    let merged_before = task.stop_reason.as_deref() == Some(MERGED_CLEANING);
+    let merged_before = task.merge == Some(MergeState::Merged);
     let result = {
         let (code, task) = (code.clone(), task.clone());
         blocking(move || -> Result<(MergeOutcome, Vec<Repo>), String> {
@@ -589,8 +579,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
             if !merged_before {
                 if let Err(e) = agent.tasks().update(
                     id,
-                    "stop_reason",
-                    serde_json::json!(MERGED_CLEANING),
+                    TaskUpdate::Merge(Some(MergeState::Merged)),
                     "pegasus",
                 ) {
                     tracing::warn!(task = %id, "cannot record the merge before its cleanup: {e}");
@@ -614,13 +603,14 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
                 .map(|(r, sha)| format!("{r} at {}", &sha[..sha.len().min(12)]))
                 .collect();
             let line = format!("merged ({})", at.join(", "));
-            // The merge marks (`merge requested`, `merged, cleaning up`) end with the task.
+            // The merge state ends with the move out of `verified`; a reason left from a merge
+            // that was blocked before ends with it.
             let _ = agent.move_task_with(
                 id,
                 TaskState::Verified,
                 TaskState::Done,
                 &line,
-                &[("stop_reason", serde_json::Value::Null)],
+                &[TaskUpdate::StopReason(None)],
             );
             format!("Merged: {}.", at.join(", "))
         }
@@ -718,11 +708,7 @@ pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
     };
     let due: Vec<String> = verified
         .into_iter()
-        .filter(|t| match t.stop_reason.as_deref() {
-            Some(MERGE_REQUESTED) | Some(MERGED_CLEANING) => true,
-            Some(MERGE_PENDING) => false,
-            _ => !code.manual,
-        })
+        .filter(|t| t.merge.map_or(!code.manual, MergeState::is_due))
         .map(|t| t.id)
         .collect();
     for id in due {

@@ -138,7 +138,7 @@ fn task_card(t: &Task) -> Markup {
     html! {
         div .card .task data-id=(t.id) {
             b { (t.title) } br;
-            small { (t.id) " · " (t.state.as_str()) @if let Some(r) = &t.stop_reason { " · " (r) } }
+            small { (t.id) " · " (t.state.as_str()) @if let Some(r) = t.shown_reason() { " · " (r) } }
             @if let Some(q) = &t.question {
                 p { "Question: " (q) }
                 form data-post={ "/api/tasks/" (t.id) "/answer" } {

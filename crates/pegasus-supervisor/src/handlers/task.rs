@@ -8,7 +8,7 @@ use pegasus_proto::{
     worker::ToWorker,
 };
 use pegasus_store::{ProjectFile, ProjectStatus};
-use pegasus_tasks::{NewTask, TaskSpec, TaskState, TaskStore};
+use pegasus_tasks::{MergeState, NewTask, TaskSpec, TaskState, TaskStore, TaskUpdate};
 
 /// Longest title made from a goal.
 const TITLE_CHARS: usize = 80;
@@ -177,12 +177,7 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
                     )))
                 }
             }
-            store.update(
-                id,
-                "stop_reason",
-                serde_json::json!("merge requested"),
-                "cli",
-            )?;
+            store.update(id, TaskUpdate::Merge(Some(MergeState::Requested)), "cli")?;
             format!("task {id}: merge requested; its project merges it now (see `pegasusctl task show {id}`)")
         }
         TaskVerb::Retry => {
@@ -243,7 +238,7 @@ pub(crate) fn answer(sup: &Supervisor, id: &str, text: &str) -> Result<String, R
             task.state.as_str()
         )));
     }
-    store.update(id, "answer", serde_json::json!(text), "cli")?;
+    store.update(id, TaskUpdate::Answer(Some(text.to_string())), "cli")?;
     store.transition(id, TaskState::Blocked, TaskState::Ready, "cli", "answered")?;
     sup.nudge(&project, ToWorker::TasksChanged);
     Ok(format!("task {id} answered; it is ready again"))
