@@ -9,7 +9,7 @@ use common::*;
 use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
-    BusBody, BusEvent, Stage, TaskState, WorkerEvent, PROTOCOL_VERSION,
+    BusBody, BusEvent, Stage, TaskState, WorkerEvent, WorkerState, PROTOCOL_VERSION,
 };
 use serde_json::json;
 use std::{
@@ -202,9 +202,15 @@ fn a_follower_sees_a_worker_crash_and_its_restart() {
     let follower = follow(&socket, Some("crashy"));
     kill9(pid);
     let events = collect_until(follower, Duration::from_secs(30), |got| {
-        got.iter().any(
-            |e| matches!(&e.body, BusBody::WorkerState { state, pid: Some(_) } if state == "ready"),
-        )
+        got.iter().any(|e| {
+            matches!(
+                &e.body,
+                BusBody::WorkerState {
+                    state: WorkerState::Ready,
+                    pid: Some(_)
+                }
+            )
+        })
     });
     let crash = events
         .iter()
@@ -212,7 +218,15 @@ fn a_follower_sees_a_worker_crash_and_its_restart() {
         .unwrap_or_else(|| panic!("no crash event: {events:?}"));
     let ready = events
         .iter()
-        .position(|e| matches!(&e.body, BusBody::WorkerState { state, .. } if state == "ready"))
+        .position(|e| {
+            matches!(
+                &e.body,
+                BusBody::WorkerState {
+                    state: WorkerState::Ready,
+                    ..
+                }
+            )
+        })
         .unwrap();
     assert!(crash < ready, "{events:?}");
     let new_pid = home.ready_worker("crashy", Some(pid as u64));

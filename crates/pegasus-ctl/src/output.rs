@@ -1,6 +1,7 @@
 //! Tables and detail views for humans. JSON output does not pass through here.
 
 use pegasus_proto::ctl::{DaemonStatus, ProjectInfo};
+use pegasus_proto::{ProjectStatus, WorkerState};
 use std::fmt::Write as _;
 
 /// Left-aligned columns, two spaces apart, sized to their widest cell.
@@ -47,8 +48,8 @@ fn worker_cell(p: &ProjectInfo) -> String {
     match (&p.error, p.worker_pid) {
         (Some(_), _) => "-".into(),
         (None, Some(pid)) => format!("{} ({pid})", p.worker_state),
-        (None, None) if p.worker_state == "stopped" => "-".into(),
-        (None, None) => p.worker_state.clone(),
+        (None, None) if p.worker_state == WorkerState::Stopped => "-".into(),
+        (None, None) => p.worker_state.to_string(),
     }
 }
 
@@ -62,7 +63,7 @@ pub fn project_table(list: &[ProjectInfo]) -> String {
         .map(|p| {
             vec![
                 p.name.clone(),
-                p.status.clone(),
+                p.status_word().to_string(),
                 worker_cell(p),
                 dash(p.model.as_ref()),
                 money(p.cost_usd),
@@ -94,15 +95,17 @@ pub fn status(s: &DaemonStatus) -> String {
     let rows: Vec<Vec<String>> = s
         .projects
         .iter()
-        .filter(|p| p.status == "active" || p.error.is_some() || p.worker_pid.is_some())
+        .filter(|p| {
+            p.status == Some(ProjectStatus::Active) || p.error.is_some() || p.worker_pid.is_some()
+        })
         .map(|p| {
             vec![
                 p.name.clone(),
-                p.status.clone(),
+                p.status_word().to_string(),
                 if p.error.is_some() {
                     "-".into()
                 } else {
-                    p.worker_state.clone()
+                    p.worker_state.to_string()
                 },
                 dash(p.worker_pid),
                 p.restarts.to_string(),
@@ -147,7 +150,7 @@ pub fn project_details(p: &ProjectInfo) -> String {
         let _ = writeln!(out, "{k:<12} {v}");
     };
     field("name", p.name.clone());
-    field("status", p.status.clone());
+    field("status", p.status_word().to_string());
     if let Some(e) = &p.error {
         field("problem", e.clone());
     }
@@ -452,11 +455,11 @@ mod tests {
     fn status_shows_the_running_task_and_its_stage() {
         let p = ProjectInfo {
             name: "web".into(),
-            status: "active".into(),
+            status: Some(ProjectStatus::Active),
             model: None,
             workdir: None,
             worker_pid: Some(42),
-            worker_state: "ready".into(),
+            worker_state: WorkerState::Ready,
             restarts: 0,
             last_crash: None,
             last_crash_at: None,
@@ -467,7 +470,7 @@ mod tests {
             goal: None,
             error: None,
             task: Some("t-1".into()),
-            stage: Some("acting".into()),
+            stage: Some(pegasus_proto::Stage::Acting),
             unmerged_branches: Vec::new(),
         };
         let s = DaemonStatus {

@@ -3,7 +3,8 @@
 //! A connection starts with [`CtlRequest::Hello`]; the daemon answers [`CtlResponse::Welcome`] or
 //! an error and hangs up. Then each request gets exactly one response.
 
-use crate::event::BusEvent;
+use crate::event::{BusEvent, Stage};
+use crate::project::{status_or_invalid, ProjectStatus, WorkerState, INVALID};
 use serde::{Deserialize, Serialize};
 
 /// Client → daemon.
@@ -14,9 +15,9 @@ pub enum CtlRequest {
     },
     Status,
     ProjectCreate(CreateProject),
-    /// `status` filters by lifecycle status (`active`, ..., or `invalid`).
+    /// `status` keeps the projects in one lifecycle status, or the invalid ones.
     ProjectList {
-        status: Option<String>,
+        status: Option<ProjectFilter>,
     },
     ProjectShow {
         name: String,
@@ -76,6 +77,46 @@ pub enum CtlRequest {
     },
     /// Graceful daemon shutdown.
     Stop,
+}
+
+/// What `project list --status S` keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProjectFilter {
+    /// The projects in this lifecycle status.
+    Status(ProjectStatus),
+    /// The projects whose PROJECT.md does not load.
+    Invalid,
+}
+
+impl ProjectFilter {
+    /// Every filter, for exhaustive tests.
+    pub const ALL: [ProjectFilter; 5] = [
+        ProjectFilter::Status(ProjectStatus::Active),
+        ProjectFilter::Status(ProjectStatus::Suspended),
+        ProjectFilter::Status(ProjectStatus::Completed),
+        ProjectFilter::Status(ProjectStatus::Archived),
+        ProjectFilter::Invalid,
+    ];
+
+    /// The word `--status` takes (`active`, ..., `invalid`); the error says which words there
+    /// are.
+    pub fn parse(s: &str) -> Result<ProjectFilter, String> {
+        match ProjectStatus::parse(s) {
+            Some(st) => Ok(ProjectFilter::Status(st)),
+            None if s == INVALID => Ok(ProjectFilter::Invalid),
+            None => Err(format!(
+                "unknown status `{s}`: use active, suspended, completed, archived or invalid"
+            )),
+        }
+    }
+
+    /// Whether a listing keeps `p`.
+    pub fn keeps(self, p: &ProjectInfo) -> bool {
+        match self {
+            ProjectFilter::Status(st) => p.status == Some(st),
+            ProjectFilter::Invalid => p.status.is_none(),
+        }
+    }
 }
 
 /// The lifecycle verbs of a project (SPEC §4).
@@ -278,13 +319,14 @@ pub struct DaemonStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProjectInfo {
     pub name: String,
-    /// Lifecycle status from PROJECT.md, or `invalid` when it does not load.
-    pub status: String,
+    /// Lifecycle status from PROJECT.md; `None` when it does not load (`error` says why),
+    /// written `invalid`.
+    #[serde(with = "status_or_invalid")]
+    pub status: Option<ProjectStatus>,
     pub model: Option<String>,
     pub workdir: Option<String>,
     pub worker_pid: Option<u32>,
-    /// `starting`, `ready`, `stopping`, `backoff`, `crash-looping` or `stopped`.
-    pub worker_state: String,
+    pub worker_state: WorkerState,
     /// Crash restarts since the daemon started.
     pub restarts: u32,
     /// How the last unrequested exit ended (`exit code 3`, `signal 9 (SIGKILL)`), and when.
@@ -300,11 +342,18 @@ pub struct ProjectInfo {
     /// The task its worker is running, and that task's cognitive stage (`reasoning`,
     /// `acting`, `reflecting`; SPEC §7).
     pub task: Option<String>,
-    pub stage: Option<String>,
+    pub stage: Option<Stage>,
     /// Code projects (`project show` only): branches of ended tasks kept because they hold
     /// commits their base branch lacks, as `repo: branch (task ID)`.
     #[serde(default)]
     pub unmerged_branches: Vec<String>,
+}
+
+impl ProjectInfo {
+    /// The status as listings show it: the lifecycle word, or `invalid`.
+    pub fn status_word(&self) -> &'static str {
+        self.status.map_or(INVALID, ProjectStatus::as_str)
+    }
 }
 
 #[cfg(test)]
@@ -328,7 +377,10 @@ mod tests {
                 workdir: None,
             }),
             CtlRequest::ProjectList {
-                status: Some("active".into()),
+                status: Some(ProjectFilter::Status(ProjectStatus::Active)),
+            },
+            CtlRequest::ProjectList {
+                status: Some(ProjectFilter::Invalid),
             },
             CtlRequest::ProjectShow { name: "web".into() },
             CtlRequest::ProjectSend {
@@ -439,11 +491,11 @@ mod tests {
     fn every_control_response_round_trips_through_the_codec() {
         let info = ProjectInfo {
             name: "web".into(),
-            status: "active".into(),
+            status: Some(ProjectStatus::Active),
             model: None,
             workdir: Some("/w".into()),
             worker_pid: Some(7),
-            worker_state: "ready".into(),
+            worker_state: WorkerState::CrashLooping,
             restarts: 1,
             last_crash: None,
             last_crash_at: None,
@@ -454,8 +506,13 @@ mod tests {
             goal: Some("g".into()),
             error: None,
             task: Some("t".into()),
-            stage: Some("acting".into()),
+            stage: Some(Stage::Acting),
             unmerged_branches: Vec::new(),
+        };
+        let invalid = ProjectInfo {
+            status: None,
+            error: Some("bad".into()),
+            ..info.clone()
         };
         let all = vec![
             CtlResponse::Welcome {
@@ -470,7 +527,7 @@ mod tests {
                 projects: vec![info.clone()],
             }),
             CtlResponse::Project(Box::new(info.clone())),
-            CtlResponse::Projects(vec![info]),
+            CtlResponse::Projects(vec![info, invalid]),
             CtlResponse::Sent { id: "m".into() },
             CtlResponse::Reply {
                 id: "m".into(),
@@ -512,5 +569,51 @@ mod tests {
                 resp
             );
         }
+    }
+
+    #[test]
+    fn a_project_row_reads_in_json_as_it_always_has() {
+        let row = r#"{"name":"web","status":"invalid","model":null,"workdir":null,"worker_pid":null,
+            "worker_state":"crash-looping","restarts":6,"last_crash":"exit code 3","last_crash_at":null,
+            "cost_usd":0.0,"created":null,"suspended":null,"completed":null,"goal":null,
+            "error":"PROJECT.md: bad","task":"t-1","stage":"reflecting"}"#;
+        let p: ProjectInfo = serde_json::from_str(row).unwrap();
+        assert_eq!(
+            (p.status, p.worker_state, p.stage),
+            (None, WorkerState::CrashLooping, Some(Stage::Reflecting))
+        );
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            (&v["status"], &v["worker_state"], &v["stage"]),
+            (
+                &serde_json::json!("invalid"),
+                &serde_json::json!("crash-looping"),
+                &serde_json::json!("reflecting")
+            )
+        );
+        for st in ProjectStatus::ALL {
+            let p = ProjectInfo {
+                status: Some(st),
+                ..p.clone()
+            };
+            let v = serde_json::to_value(&p).unwrap();
+            assert_eq!(v["status"], st.as_str());
+            assert_eq!(serde_json::from_value::<ProjectInfo>(v).unwrap(), p);
+        }
+        let bad = row.replace(r#""status":"invalid""#, r#""status":"paused""#);
+        assert!(serde_json::from_str::<ProjectInfo>(&bad).is_err());
+    }
+
+    #[test]
+    fn a_status_filter_is_parsed_from_its_word_and_keeps_its_projects() {
+        let words: Vec<&str> = ["active", "suspended", "completed", "archived", "invalid"].into();
+        for (word, filter) in words.iter().zip(ProjectFilter::ALL) {
+            assert_eq!(ProjectFilter::parse(word), Ok(filter));
+        }
+        let err = ProjectFilter::parse("paused").unwrap_err();
+        assert_eq!(
+            err,
+            "unknown status `paused`: use active, suspended, completed, archived or invalid"
+        );
     }
 }

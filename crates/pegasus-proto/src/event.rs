@@ -230,9 +230,11 @@ pub struct BusEvent {
 pub enum BusBody {
     /// Something the project's agent did.
     Worker(WorkerEvent),
-    /// The project's worker process changed state (`starting`, `ready`, `stopping`, `backoff`,
-    /// `crash-looping`, `stopped`).
-    WorkerState { state: String, pid: Option<u32> },
+    /// The project's worker process changed state.
+    WorkerState {
+        state: crate::WorkerState,
+        pid: Option<u32>,
+    },
     /// The worker ended without being asked to (`exit code 3`, `signal 9 (SIGKILL)`, ...).
     Crash { reason: String },
     /// A model call of the project started or ended in the gateway; `in_flight` counts the
@@ -340,7 +342,7 @@ mod tests {
         let mut bodies: Vec<BusBody> = samples().into_iter().map(BusBody::Worker).collect();
         bodies.extend([
             BusBody::WorkerState {
-                state: "ready".into(),
+                state: crate::WorkerState::CrashLooping,
                 pid: Some(42),
             },
             BusBody::Crash {

@@ -16,13 +16,15 @@ pub mod error;
 pub mod event;
 pub mod frame;
 pub mod llm;
+pub mod project;
 pub mod worker;
 
 pub use codec::{decode, encode};
 pub use error::ProtoError;
 pub use event::{BusBody, BusEvent, Stage, TaskState, WorkerEvent};
 pub use frame::{split_frame, FrameReader, FrameWriter, MAX_FRAME};
+pub use project::{ProjectStatus, WorkerState};
 
 /// Version of both links. A peer that says hello with another number is disconnected: the
 /// binaries of one installation are always upgraded together, so a mismatch means a stale process.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;

@@ -3,7 +3,7 @@
 //! `pegasusctl project list` use, so both print the same thing.
 
 use crate::ScanEntry;
-use pegasus_proto::ctl::ProjectInfo;
+use pegasus_proto::{ctl::ProjectInfo, WorkerState};
 
 /// The file-only view of a project (no worker). `pegasusctl` uses it too when the daemon is
 /// down, so both paths print the same thing.
@@ -12,11 +12,11 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let mut info = ProjectInfo {
         name: entry.name.clone(),
-        status: "invalid".into(),
+        status: None,
         model: None,
         workdir: None,
         worker_pid: None,
-        worker_state: "stopped".into(),
+        worker_state: WorkerState::Stopped,
         restarts: 0,
         last_crash: None,
         last_crash_at: None,
@@ -32,7 +32,7 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
     };
     match &entry.project {
         Ok(p) => {
-            info.status = p.status().to_string();
+            info.status = Some(p.status());
             info.model = p.model().map(str::to_string);
             info.workdir = p.workdir().map(|w| w.display().to_string());
             info.created = Some(ts(p.created()));

@@ -5,7 +5,9 @@
 //! bus order, so it never lags and never needs a task of its own.
 
 use crate::supervisor::{lock, Supervisor};
-use pegasus_proto::{ctl::ProjectInfo, BusBody, BusEvent, TaskState, WorkerEvent};
+use pegasus_proto::{
+    ctl::ProjectInfo, BusBody, BusEvent, Stage, TaskState, WorkerEvent, WorkerState,
+};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -20,7 +22,7 @@ pub(crate) struct Activity {
 #[derive(Default, Clone)]
 struct Doing {
     task: Option<String>,
-    stage: Option<String>,
+    stage: Option<Stage>,
 }
 
 impl Activity {
@@ -43,10 +45,9 @@ impl Activity {
             BusBody::Worker(WorkerEvent::Stage {
                 depth: 0, stage, ..
             }) => {
-                now.entry(event.project.clone()).or_default().stage =
-                    Some(stage.as_str().to_string());
+                now.entry(event.project.clone()).or_default().stage = Some(*stage);
             }
-            BusBody::WorkerState { state, .. } if state != "ready" => {
+            BusBody::WorkerState { state, .. } if *state != WorkerState::Ready => {
                 now.remove(&event.project);
             }
             BusBody::Crash { .. } => {
@@ -62,7 +63,7 @@ impl Activity {
         for info in infos.iter_mut() {
             if let Some(d) = now.get(&info.name) {
                 info.task = d.task.clone();
-                info.stage = d.stage.clone();
+                info.stage = d.stage;
             }
         }
     }
@@ -81,7 +82,6 @@ pub(crate) fn observe(sup: &Arc<Supervisor>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pegasus_proto::Stage;
 
     fn ev(body: BusBody) -> BusEvent {
         BusEvent {
@@ -125,7 +125,7 @@ mod tests {
         let mut rows = [row()];
         a.fill(&mut rows);
         assert_eq!(rows[0].task.as_deref(), Some("t1"));
-        assert_eq!(rows[0].stage.as_deref(), Some("acting"));
+        assert_eq!(rows[0].stage, Some(Stage::Acting));
         a.apply(&ev(BusBody::Worker(WorkerEvent::Task {
             task: "t1".into(),
             title: None,
@@ -134,9 +134,6 @@ mod tests {
         })));
         let mut rows = [row()];
         a.fill(&mut rows);
-        assert_eq!(
-            (rows[0].task.as_deref(), rows[0].stage.as_deref()),
-            (None, None)
-        );
+        assert_eq!((rows[0].task.as_deref(), rows[0].stage), (None, None));
     }
 }

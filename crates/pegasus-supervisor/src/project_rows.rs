@@ -106,7 +106,10 @@ mod tests {
         file.apply(pegasus_store::Verb::Suspend, now).unwrap();
         file.save(&pdir).unwrap();
         let rows = cache.rows(&home, |_| 0.0).unwrap();
-        assert_eq!(rows[0].status, "suspended");
+        assert_eq!(
+            rows[0].status,
+            Some(pegasus_store::ProjectStatus::Suspended)
+        );
         // A removed project disappears; a new one appears.
         std::fs::remove_dir_all(home.project_dir("b")).unwrap();
         let np = pegasus_store::NewProject {

@@ -6,11 +6,11 @@ use crate::{
     activity::Activity,
     bus::EventBus,
     error::RequestError,
-    slot::{self, SlotCmd, SlotHandle, WorkerConn, WorkerState},
+    slot::{self, SlotCmd, SlotHandle, WorkerConn},
     watchdog::Watchdogs,
 };
 use pegasus_llm::Gateway;
-use pegasus_proto::ctl::ProjectInfo;
+use pegasus_proto::{ctl::ProjectInfo, WorkerState};
 use pegasus_store::{Config, Home, ProjectFile, ProjectStatus};
 use std::{
     collections::HashMap,

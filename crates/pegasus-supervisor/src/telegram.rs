@@ -13,8 +13,8 @@
 use crate::bus::{self, Received};
 use crate::handlers::dispatch;
 use crate::supervisor::Supervisor;
-use pegasus_proto::ctl::{CtlRequest, CtlResponse};
-use pegasus_proto::BusBody;
+use pegasus_proto::ctl::{CtlRequest, CtlResponse, ProjectInfo};
+use pegasus_proto::{BusBody, ProjectStatus};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -398,13 +398,14 @@ async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
     match cmd {
         "/status" => match dispatch(sup, CtlRequest::Status).await {
             CtlResponse::Status(s) => {
-                let active = s.projects.iter().filter(|p| p.status == "active").count();
+                let is_active = |p: &&ProjectInfo| p.status == Some(ProjectStatus::Active);
+                let active = s.projects.iter().filter(is_active).count();
                 let mut out = format!(
                     "pegasusd up {} min, {active} active projects, ${:.4} today",
                     s.uptime_s / 60,
                     s.cost_today_usd
                 );
-                for p in s.projects.iter().filter(|p| p.status == "active") {
+                for p in s.projects.iter().filter(is_active) {
                     out.push_str(&format!("\n• {} — {}", p.name, p.worker_state));
                     if let Some(t) = &p.task {
                         out.push_str(&format!(" (running {t})"));
@@ -418,7 +419,7 @@ async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
             CtlResponse::Projects(list) if list.is_empty() => "No projects yet.".into(),
             CtlResponse::Projects(list) => list
                 .iter()
-                .map(|p| format!("• {} — {} (${:.4})", p.name, p.status, p.cost_usd))
+                .map(|p| format!("• {} — {} (${:.4})", p.name, p.status_word(), p.cost_usd))
                 .collect::<Vec<_>>()
                 .join("\n"),
             other => describe(other),

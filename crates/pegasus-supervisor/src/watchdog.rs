@@ -16,7 +16,7 @@ use crate::{
     supervisor::{lock, Supervisor},
 };
 use pegasus_proto::llm::LlmError;
-use pegasus_proto::{BusBody, BusEvent, TaskState, WorkerEvent};
+use pegasus_proto::{BusBody, BusEvent, TaskState, WorkerEvent, WorkerState};
 use pegasus_store::WatchdogConfig;
 use std::{
     collections::{HashMap, VecDeque},
@@ -224,11 +224,11 @@ impl Watchdogs {
                 )
             }),
             BusBody::WorkerState { state, pid } => {
-                if state == "ready" {
+                if *state == WorkerState::Ready {
                     w.ready_pid = *pid;
                 } else {
                     // A new process starts with nothing running; an old one's calls are gone.
-                    if state == "starting" {
+                    if *state == WorkerState::Starting {
                         w.dog = Watchdog::new(&self.config);
                     }
                     w.ready_pid = None;
@@ -409,7 +409,7 @@ mod tests {
             max_usd_per_minute: None,
         });
         ws.apply(&bus(BusBody::WorkerState {
-            state: "ready".into(),
+            state: WorkerState::Ready,
             pid: Some(7),
         }));
         assert!(!woken(&ws), "an idle worker has no deadline");

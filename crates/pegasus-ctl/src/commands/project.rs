@@ -5,7 +5,9 @@ use crate::{
     client::{ok, Client},
     output, CtlError,
 };
-use pegasus_proto::ctl::{CreateProject, CtlRequest, CtlResponse, LifecycleVerb, ProjectInfo};
+use pegasus_proto::ctl::{
+    CreateProject, CtlRequest, CtlResponse, LifecycleVerb, ProjectFilter, ProjectInfo,
+};
 use pegasus_store::Home;
 
 pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), CtlError> {
@@ -138,26 +140,25 @@ fn report(json: bool, info: &ProjectInfo, done: &str) -> Result<(), CtlError> {
         .unwrap_or_default();
     println!(
         "project {} {done} (status {}{worker})",
-        info.name, info.status
+        info.name,
+        info.status_word()
     );
     Ok(())
 }
 
 /// The projects from the daemon, or from the files when it is down (no worker facts then).
 async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, CtlError> {
+    let status = status
+        .as_deref()
+        .map(ProjectFilter::parse)
+        .transpose()
+        .map_err(CtlError::Failed)?;
     match Client::connect(home).await {
         Ok(mut client) => match ok(client.request(CtlRequest::ProjectList { status }).await?)? {
             CtlResponse::Projects(list) => Ok(list),
             other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
         },
         Err(CtlError::NotRunning { .. }) => {
-            if let Some(s) = &status {
-                if pegasus_store::ProjectStatus::parse(s).is_none() && s != "invalid" {
-                    return Err(CtlError::Failed(format!(
-                        "unknown status `{s}`: use active, suspended, completed, archived or invalid"
-                    )));
-                }
-            }
             let costs = pegasus_store::project_costs(home).unwrap_or_default();
             let mut list: Vec<ProjectInfo> = pegasus_store::scan_projects(home)?
                 .iter()
@@ -168,8 +169,8 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
                     )
                 })
                 .collect();
-            if let Some(s) = status {
-                list.retain(|p| p.status == s);
+            if let Some(filter) = status {
+                list.retain(|p| filter.keeps(p));
             }
             Ok(list)
         }

@@ -11,12 +11,10 @@
 //! * `edit`: lifecycle verbs, `set` and `save`, which rewrite only the lines they touch;
 //! * `create`: making a brand-new project folder from a [`NewProject`].
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use pulldown_cmark::{Event, HeadingLevel, Parser, Tag, TagEnd};
-use serde::{Deserialize, Serialize};
 use serde_norway::Value;
 
 use crate::yaml::top_level_key_line;
@@ -44,50 +42,9 @@ pub const PROJECT_SUBDIRS: [&str; 6] = [
     "artifacts",
 ];
 
-/// Where a project is in its lifecycle (see [`crate::lifecycle`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProjectStatus {
-    /// A worker runs (or should run) for it.
-    Active,
-    /// Stopped on purpose; its session waits for a resume.
-    Suspended,
-    /// Its goal is reached; no worker.
-    Completed,
-    /// Put away; kept on disk, hidden from everyday lists.
-    Archived,
-}
-
-impl ProjectStatus {
-    /// Every status, for exhaustive tests and help texts.
-    pub const ALL: [ProjectStatus; 4] = [
-        ProjectStatus::Active,
-        ProjectStatus::Suspended,
-        ProjectStatus::Completed,
-        ProjectStatus::Archived,
-    ];
-
-    /// The lowercase name written in PROJECT.md and shown to users.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProjectStatus::Active => "active",
-            ProjectStatus::Suspended => "suspended",
-            ProjectStatus::Completed => "completed",
-            ProjectStatus::Archived => "archived",
-        }
-    }
-
-    /// Parses the lowercase name; `None` for anything else.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-impl fmt::Display for ProjectStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Where a project is in its lifecycle (see [`crate::lifecycle`]); defined with the wire
+/// types, since every listing carries it.
+pub use pegasus_proto::ProjectStatus;
 
 /// A timestamp as written in PROJECT.md: RFC 3339, UTC, whole seconds.
 fn format_ts(ts: DateTime<Utc>) -> String {

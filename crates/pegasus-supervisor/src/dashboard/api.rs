@@ -12,7 +12,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pegasus_proto::ctl::{
-    AddTask, CreateProject, CtlRequest, CtlResponse, ErrorKind, LifecycleVerb, TaskVerb,
+    AddTask, CreateProject, CtlRequest, CtlResponse, ErrorKind, LifecycleVerb, ProjectFilter,
+    TaskVerb,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -183,7 +184,11 @@ pub(super) struct ListQuery {
 }
 
 pub(super) async fn projects(State(d): State<Dash>, Query(q): Query<ListQuery>) -> Response {
-    call(&d, CtlRequest::ProjectList { status: q.status }).await
+    let status = match q.status.as_deref().map(ProjectFilter::parse).transpose() {
+        Ok(status) => status,
+        Err(e) => return bad(e),
+    };
+    call(&d, CtlRequest::ProjectList { status }).await
 }
 
 #[derive(Deserialize)]

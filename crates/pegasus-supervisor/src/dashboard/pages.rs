@@ -91,7 +91,7 @@ pub(super) async fn projects(State(d): State<Dash>) -> Response {
             @for p in &list {
                 tr .project {
                     td { a href={ "/projects/" (p.name) } { (p.name) } }
-                    td { (p.status) }
+                    td { (p.status_word()) }
                     td { (p.worker_state) @if let Some(pid) = p.worker_pid { " (" (pid) ")" } }
                     td { @if let Some(t) = &p.task { (t) @if let Some(s) = &p.stage { " · " (s) } } }
                     td { (money(p.cost_usd)) }
@@ -221,7 +221,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
     let body = html! {
         h1 { (info.name) }
         p #info data-live="" {
-            "status " b { (info.status) } " · worker " (info.worker_state)
+            "status " b { (info.status_word()) } " · worker " (info.worker_state)
             @if let Some(t) = &info.task { " · running " (t) @if let Some(s) = &info.stage { " (" (s) ")" } }
             " · spend " (money(info.cost_usd))
         }

@@ -8,7 +8,7 @@ use crate::{
     slot::{Delivery, SlotCmd},
     supervisor::Supervisor,
 };
-use pegasus_proto::ctl::{CreateProject, LifecycleVerb, ProjectInfo};
+use pegasus_proto::ctl::{CreateProject, LifecycleVerb, ProjectFilter, ProjectInfo};
 use pegasus_store::{NewProject, ProjectFile, ProjectStatus, Verb};
 use std::{path::PathBuf, sync::Arc};
 use tokio::sync::oneshot;
@@ -48,18 +48,11 @@ pub(crate) fn info(sup: &Supervisor, name: &str) -> Result<ProjectInfo, RequestE
 /// `project list [--status S]`; `invalid` lists the projects whose PROJECT.md does not load.
 pub(crate) fn list(
     sup: &Supervisor,
-    status: Option<String>,
+    status: Option<ProjectFilter>,
 ) -> Result<Vec<ProjectInfo>, RequestError> {
-    if let Some(s) = &status {
-        if ProjectStatus::parse(s).is_none() && s != "invalid" {
-            return Err(RequestError::refused(format!(
-                "unknown status `{s}`: use active, suspended, completed, archived or invalid"
-            )));
-        }
-    }
     let mut infos = infos(sup)?;
-    if let Some(s) = status {
-        infos.retain(|p| p.status == s);
+    if let Some(filter) = status {
+        infos.retain(|p| filter.keeps(p));
     }
     Ok(infos)
 }

@@ -6,12 +6,12 @@
 //! reader task: a worker that stops reading (stopped, hung) must never block this loop, and a
 //! frame read is not cancel safe where a channel is.
 
-use super::WorkerState;
 use super::{
     routing::{ReplyTo, Routing},
     Outcome, Slot, SlotCmd, WorkerConn,
 };
 use crate::{llm_proxy::LlmProxy, spawn};
+use pegasus_proto::WorkerState;
 use pegasus_proto::{
     worker::{FromWorker, Init, ToWorker},
     BusBody, PROTOCOL_VERSION,

@@ -15,7 +15,9 @@ pub(crate) use routing::Delivery;
 
 use crate::{spawn, supervisor::Supervisor};
 use interprocess::local_socket::tokio::Stream;
-use pegasus_proto::{ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter};
+use pegasus_proto::{
+    ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
+};
 use std::{
     collections::VecDeque,
     sync::{Arc, Mutex},
@@ -58,29 +60,6 @@ pub(crate) enum SlotCmd {
     Kill { pid: u32, reason: String },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WorkerState {
-    Starting,
-    Ready,
-    Stopping,
-    Backoff,
-    CrashLooping,
-    Stopped,
-}
-
-impl WorkerState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkerState::Starting => "starting",
-            WorkerState::Ready => "ready",
-            WorkerState::Stopping => "stopping",
-            WorkerState::Backoff => "backoff",
-            WorkerState::CrashLooping => "crash-looping",
-            WorkerState::Stopped => "stopped",
-        }
-    }
-}
-
 /// A snapshot of the slot for listings.
 #[derive(Debug, Clone)]
 pub(crate) struct SlotInfo {
@@ -120,7 +99,7 @@ impl SlotHandle {
     pub fn fill(&self, info: &mut ProjectInfo) {
         let s = self.info.lock().unwrap_or_else(|p| p.into_inner()).clone();
         info.worker_pid = s.pid;
-        info.worker_state = s.state.as_str().to_string();
+        info.worker_state = s.state;
         info.restarts = s.restarts;
         info.last_crash = s.last_crash;
         info.last_crash_at = s
@@ -182,13 +161,9 @@ impl Slot {
             i.state = state;
             i.pid = pid;
         });
-        self.sup.bus.publish(
-            &self.name,
-            BusBody::WorkerState {
-                state: state.as_str().to_string(),
-                pid,
-            },
-        );
+        self.sup
+            .bus
+            .publish(&self.name, BusBody::WorkerState { state, pid });
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<SlotCmd>) {

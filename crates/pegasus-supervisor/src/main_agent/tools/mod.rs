@@ -55,7 +55,7 @@ fn arg<'a>(input: &'a serde_json::Value, key: &str) -> Result<&'a str, ToolOutpu
 /// A project as the model sees it: one JSON object.
 fn project_json(p: &pegasus_proto::ctl::ProjectInfo) -> serde_json::Value {
     serde_json::json!({
-        "name": p.name, "status": p.status, "worker": p.worker_state, "worker_pid": p.worker_pid,
+        "name": p.name, "status": p.status_word(), "worker": p.worker_state, "worker_pid": p.worker_pid,
         "model": p.model, "goal": p.goal, "cost_usd": p.cost_usd, "error": p.error,
     })
 }
