@@ -16,6 +16,7 @@ pub mod error;
 mod logging;
 pub mod mcp;
 mod proxy;
+mod serve;
 mod work_queue;
 mod worker;
 

@@ -4,6 +4,7 @@ use crate::mcp::McpHub;
 use crate::{
     connection, logging,
     proxy::ProxyModel,
+    serve::{self, Action, Event, State},
     work_queue::{run_jobs, AgentPhases, Job},
     WorkerError,
 };
@@ -223,68 +224,71 @@ async fn serve(
     tokio::spawn(read_frames(reader, tx));
     let mut heartbeat = tokio::time::interval(Duration::from_millis(init.heartbeat_ms.max(100)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut state = State::Serving;
     loop {
-        tokio::select! {
+        // Wait for the next event (see `crate::serve` for what each one does).
+        let event = tokio::select! {
             ev = rx.recv() => match ev {
-                Some(Ok(Some(ToWorker::Message(msg)))) => {
+                Some(Ok(Some(frame))) => Event::Frame(frame),
+                Some(Ok(None)) | None => Event::Closed,
+                Some(Err(e)) => Event::BadFrame(e),
+            },
+            _ = async { if let Some(b) = barrier.as_mut() { let _ = b.await; } }, if barrier.is_some() => {
+                barrier = None;
+                Event::Drained
+            }
+            ended = &mut agent_task => Event::AgentEnded {
+                panicked: matches!(ended, Err(e) if e.is_panic()),
+            },
+            notice = notice_rx.recv(), if notices_open => match notice {
+                Some(notice) => Event::Notice(notice),
+                None => {
+                    notices_open = false;
+                    continue;
+                }
+            },
+            _ = heartbeat.tick() => Event::Heartbeat,
+        };
+        let (next, actions) = serve::step(state, event);
+        state = next;
+        for action in actions {
+            match action {
+                Action::TakeMessage(msg) => {
                     // Durable before acknowledged: the ack is the sender's proof.
                     record_inbound(&session, &msg.id, &msg.from, &msg.text)?;
                     let _ = out.send(FromWorker::MessagePersisted { id: msg.id.clone() });
                     let _ = jobs.send(Job::Message(msg));
                 }
-                Some(Ok(Some(ToWorker::Ping { nonce }))) => {
-                    let _ = out.send(FromWorker::Pong { nonce });
+                Action::Send(frame) => {
+                    let _ = out.send(frame);
                 }
-                Some(Ok(Some(ToWorker::LlmResponse { id, result }))) => proxy.complete(id, result),
-                Some(Ok(Some(ToWorker::TasksChanged))) => {
+                Action::Answer { id, result } => proxy.complete(id, result),
+                Action::LookForTasks => {
                     let _ = jobs.send(Job::ReadyTasks);
                 }
-                Some(Ok(Some(ToWorker::RunStart { run_id }))) => runs.drive(run_id),
-                Some(Ok(Some(ToWorker::Shutdown))) => {
-                    // Stop taking work and let the current stage finish: a running task stops
-                    // at its next turn boundary (every turn is already durable); the barrier
-                    // answers once the agent is idle. The supervisor kills us if that takes
-                    // longer than its shutdown timeout.
+                Action::DriveRun(run_id) => runs.drive(run_id),
+                Action::StartDraining => {
+                    // A running task stops at its next turn boundary (every turn is already
+                    // durable); the barrier answers once the agent is idle. The supervisor
+                    // kills us if that takes longer than its shutdown timeout.
                     tracing::info!("shutdown requested");
                     stop_flag.store(true, std::sync::atomic::Ordering::SeqCst);
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     let _ = jobs.send(Job::Barrier(tx));
                     barrier = Some(rx);
                 }
-                Some(Ok(Some(ToWorker::Init(_)))) => tracing::warn!("ignoring a second init"),
-                Some(Ok(None)) | None => {
-                    tracing::info!("supervisor closed the connection; exiting");
-                    proxy.fail_all();
+                Action::Exit(Ok(())) => {
+                    if state == State::Draining && barrier.is_none() {
+                        // Drained: the last frame (ShutdownComplete) is written before we go.
+                        drop(out);
+                        let _ = writer_task.await;
+                    } else {
+                        tracing::info!("supervisor closed the connection; exiting");
+                        proxy.fail_all();
+                    }
                     return Ok(());
                 }
-                Some(Err(e)) => return Err(WorkerError::Handshake(format!("bad frame from pegasusd: {e}"))),
-            },
-            _ = async { if let Some(b) = barrier.as_mut() { let _ = b.await; } }, if barrier.is_some() => {
-                let _ = out.send(FromWorker::ShutdownComplete);
-                let _ = writer_task.await;
-                return Ok(());
-            }
-            ended = &mut agent_task => {
-                // The agent's task only ends by panicking: without it this worker would take
-                // messages it never answers. Exit, and let the supervisor restart us.
-                let why = match ended {
-                    Err(e) if e.is_panic() => "the project agent panicked".to_string(),
-                    _ => "the project agent stopped".to_string(),
-                };
-                let _ = out.send(FromWorker::Fatal { reason: why.clone() });
-                return Err(WorkerError::Config(why));
-            }
-            notice = notice_rx.recv(), if notices_open => match notice {
-                Some(Notice::Notify { text }) => {
-                    let _ = out.send(FromWorker::Notify { text, kind: "info".into() });
-                }
-                Some(Notice::Event(event)) => {
-                    let _ = out.send(FromWorker::Event(event));
-                }
-                None => notices_open = false,
-            },
-            _ = heartbeat.tick() => {
-                let _ = out.send(FromWorker::Heartbeat);
+                Action::Exit(Err(why)) => return Err(WorkerError::Config(why)),
             }
         }
     }

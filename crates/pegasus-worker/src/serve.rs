@@ -1,0 +1,292 @@
+//! The worker's serve loop as a state machine: what happens on each event is
+//! [`step`]`(state, event) -> (state, actions)`, a pure function tested exhaustively below; the
+//! loop in `crate::worker` only waits for the next event and carries out the actions.
+//!
+//! Two states. `Serving`: frames from pegasusd become work, acknowledgements and answers.
+//! `Draining`: pegasusd asked for a shutdown; the agent finishes its current stage (a running
+//! task stops at its next turn boundary) while the worker still answers pings and model
+//! responses, and takes no new work; when the agent says it is idle, `ShutdownComplete` goes
+//! out and the worker exits. From either state, pegasusd closing the connection or an agent
+//! that stopped ends the worker.
+
+use pegasus_agent::Notice;
+use pegasus_proto::{
+    llm::{ChatResponse, LlmError},
+    worker::{FromWorker, InboundMessage, ToWorker},
+};
+
+/// Where the worker is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Serving,
+    /// A shutdown was asked for: no new work; waiting for the agent to be idle.
+    Draining,
+}
+
+/// What the loop waits for.
+#[derive(Debug)]
+pub enum Event {
+    /// A frame from pegasusd.
+    Frame(ToWorker),
+    /// pegasusd closed the connection.
+    Closed,
+    /// pegasusd sent something unreadable.
+    BadFrame(String),
+    /// The agent is idle after a shutdown request.
+    Drained,
+    /// The agent's task ended (only a panic ends it).
+    AgentEnded { panicked: bool },
+    /// The agent has something to say.
+    Notice(Notice),
+    /// Time to say the worker is alive.
+    Heartbeat,
+}
+
+/// What the loop does.
+#[derive(Debug)]
+pub enum Action {
+    /// Record the message durably, then acknowledge it, then queue it for the agent (in this
+    /// order: the acknowledgement is the sender's proof that it is on disk).
+    TakeMessage(InboundMessage),
+    /// Send a frame to pegasusd.
+    Send(FromWorker),
+    /// Hand a model answer to the call that waits for it.
+    Answer {
+        id: u64,
+        result: Result<ChatResponse, LlmError>,
+    },
+    /// Look for tasks that are ready to run.
+    LookForTasks,
+    /// Drive an autonomous run.
+    DriveRun(String),
+    /// Stop taking work and ask the agent to say when it is idle.
+    StartDraining,
+    /// Exit: `Ok` after a requested shutdown or when pegasusd went away (every waiting model
+    /// call fails first), `Err` with the reason otherwise.
+    Exit(Result<(), String>),
+}
+
+/// The one transition function of the serve loop (see the module doc).
+pub fn step(state: State, event: Event) -> (State, Vec<Action>) {
+    use Action::*;
+    match (state, event) {
+        (_, Event::Closed) => (state, vec![Exit(Ok(()))]),
+        (_, Event::BadFrame(e)) => (
+            state,
+            vec![Exit(Err(format!("bad frame from pegasusd: {e}")))],
+        ),
+        (_, Event::AgentEnded { panicked }) => {
+            let why = if panicked {
+                "the project agent panicked"
+            } else {
+                "the project agent stopped"
+            };
+            (
+                state,
+                vec![
+                    Send(FromWorker::Fatal {
+                        reason: why.to_string(),
+                    }),
+                    Exit(Err(why.to_string())),
+                ],
+            )
+        }
+        (State::Draining, Event::Drained) => (
+            state,
+            vec![Send(FromWorker::ShutdownComplete), Exit(Ok(()))],
+        ),
+        // Only a shutdown starts a drain: a stray one changes nothing.
+        (State::Serving, Event::Drained) => (state, Vec::new()),
+        (_, Event::Notice(Notice::Notify { text })) => (
+            state,
+            vec![Send(FromWorker::Notify {
+                text,
+                kind: "info".into(),
+            })],
+        ),
+        (_, Event::Notice(Notice::Event(event))) => (state, vec![Send(FromWorker::Event(event))]),
+        (_, Event::Heartbeat) => (state, vec![Send(FromWorker::Heartbeat)]),
+        (_, Event::Frame(frame)) => frame_step(state, frame),
+    }
+}
+
+fn frame_step(state: State, frame: ToWorker) -> (State, Vec<Action>) {
+    use Action::*;
+    let draining = state == State::Draining;
+    match frame {
+        ToWorker::Ping { nonce } => (state, vec![Send(FromWorker::Pong { nonce })]),
+        // A call of the current stage may still be waiting for its answer while draining.
+        ToWorker::LlmResponse { id, result } => (state, vec![Answer { id, result }]),
+        ToWorker::Shutdown if draining => (state, Vec::new()),
+        ToWorker::Shutdown => (State::Draining, vec![StartDraining]),
+        // pegasusd sends no work after a shutdown; if it did, it is not taken (and so not
+        // acknowledged: the sender keeps it for the next start).
+        ToWorker::Message(_) | ToWorker::TasksChanged | ToWorker::RunStart { .. } if draining => {
+            (state, Vec::new())
+        }
+        ToWorker::Message(msg) => (state, vec![TakeMessage(msg)]),
+        ToWorker::TasksChanged => (state, vec![LookForTasks]),
+        ToWorker::RunStart { run_id } => (state, vec![DriveRun(run_id)]),
+        ToWorker::Init(_) => {
+            tracing::warn!("ignoring a second init");
+            (state, Vec::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pegasus_proto::worker::Init;
+    use State::*;
+
+    /// A short name for each action, for the table.
+    fn names(actions: &[Action]) -> Vec<&'static str> {
+        actions
+            .iter()
+            .map(|a| match a {
+                Action::TakeMessage(_) => "take",
+                Action::Send(FromWorker::Pong { .. }) => "pong",
+                Action::Send(FromWorker::Heartbeat) => "heartbeat",
+                Action::Send(FromWorker::ShutdownComplete) => "complete",
+                Action::Send(FromWorker::Fatal { .. }) => "fatal",
+                Action::Send(FromWorker::Notify { .. }) => "notify",
+                Action::Send(FromWorker::Event(_)) => "event",
+                Action::Send(_) => "send",
+                Action::Answer { .. } => "answer",
+                Action::LookForTasks => "tasks",
+                Action::DriveRun(_) => "run",
+                Action::StartDraining => "drain",
+                Action::Exit(Ok(())) => "exit",
+                Action::Exit(Err(_)) => "exit-err",
+            })
+            .collect()
+    }
+
+    /// Makes one event.
+    type MakeEvent = Box<dyn Fn() -> Event>;
+
+    /// One of every kind of event, by name.
+    fn events() -> Vec<(&'static str, MakeEvent)> {
+        vec![
+            (
+                "message",
+                Box::new(|| {
+                    Event::Frame(ToWorker::Message(InboundMessage {
+                        id: "m1".into(),
+                        from: "cli".into(),
+                        text: "hi".into(),
+                    }))
+                }),
+            ),
+            (
+                "ping",
+                Box::new(|| Event::Frame(ToWorker::Ping { nonce: 7 })),
+            ),
+            (
+                "response",
+                Box::new(|| {
+                    Event::Frame(ToWorker::LlmResponse {
+                        id: 3,
+                        result: Err(LlmError::Cancelled),
+                    })
+                }),
+            ),
+            ("tasks", Box::new(|| Event::Frame(ToWorker::TasksChanged))),
+            (
+                "run",
+                Box::new(|| {
+                    Event::Frame(ToWorker::RunStart {
+                        run_id: "r-1".into(),
+                    })
+                }),
+            ),
+            ("shutdown", Box::new(|| Event::Frame(ToWorker::Shutdown))),
+            (
+                "init",
+                Box::new(|| {
+                    Event::Frame(ToWorker::Init(Init {
+                        protocol_version: 0,
+                        config_json: String::new(),
+                        heartbeat_ms: 1000,
+                        model: String::new(),
+                        context_window: None,
+                    }))
+                }),
+            ),
+            ("closed", Box::new(|| Event::Closed)),
+            ("bad", Box::new(|| Event::BadFrame("x".into()))),
+            ("drained", Box::new(|| Event::Drained)),
+            (
+                "panicked",
+                Box::new(|| Event::AgentEnded { panicked: true }),
+            ),
+            (
+                "notify",
+                Box::new(|| {
+                    Event::Notice(Notice::Notify {
+                        text: "done".into(),
+                    })
+                }),
+            ),
+            ("heartbeat", Box::new(|| Event::Heartbeat)),
+        ]
+    }
+
+    /// Every state × every event: the next state and the actions.
+    #[test]
+    fn every_state_and_event() {
+        let table: &[(State, &str, State, &[&str])] = &[
+            (Serving, "message", Serving, &["take"]),
+            (Serving, "ping", Serving, &["pong"]),
+            (Serving, "response", Serving, &["answer"]),
+            (Serving, "tasks", Serving, &["tasks"]),
+            (Serving, "run", Serving, &["run"]),
+            (Serving, "shutdown", Draining, &["drain"]),
+            (Serving, "init", Serving, &[]),
+            (Serving, "closed", Serving, &["exit"]),
+            (Serving, "bad", Serving, &["exit-err"]),
+            (Serving, "drained", Serving, &[]),
+            (Serving, "panicked", Serving, &["fatal", "exit-err"]),
+            (Serving, "notify", Serving, &["notify"]),
+            (Serving, "heartbeat", Serving, &["heartbeat"]),
+            (Draining, "message", Draining, &[]),
+            (Draining, "ping", Draining, &["pong"]),
+            (Draining, "response", Draining, &["answer"]),
+            (Draining, "tasks", Draining, &[]),
+            (Draining, "run", Draining, &[]),
+            (Draining, "shutdown", Draining, &[]),
+            (Draining, "init", Draining, &[]),
+            (Draining, "closed", Draining, &["exit"]),
+            (Draining, "bad", Draining, &["exit-err"]),
+            (Draining, "drained", Draining, &["complete", "exit"]),
+            (Draining, "panicked", Draining, &["fatal", "exit-err"]),
+            (Draining, "notify", Draining, &["notify"]),
+            (Draining, "heartbeat", Draining, &["heartbeat"]),
+        ];
+        let events = events();
+        assert_eq!(table.len(), 2 * events.len(), "every pair is in the table");
+        for (state, event, next, actions) in table {
+            let make = events
+                .iter()
+                .find(|(name, _)| name == event)
+                .map(|(_, make)| make)
+                .unwrap_or_else(|| panic!("no event {event}"));
+            let (got, did) = step(*state, make());
+            assert_eq!(got, *next, "{state:?} + {event}");
+            assert_eq!(names(&did), *actions, "{state:?} + {event}");
+        }
+    }
+
+    #[test]
+    fn a_panicked_agent_says_why() {
+        let (_, actions) = step(Serving, Event::AgentEnded { panicked: true });
+        assert!(
+            matches!(&actions[1], Action::Exit(Err(why)) if why == "the project agent panicked")
+        );
+        let (_, actions) = step(Serving, Event::AgentEnded { panicked: false });
+        assert!(
+            matches!(&actions[1], Action::Exit(Err(why)) if why == "the project agent stopped")
+        );
+    }
+}
