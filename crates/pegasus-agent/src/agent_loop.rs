@@ -243,14 +243,7 @@ pub async fn run_loop(
             }
         }
         if calls.is_empty() {
-            end.text = blocks
-                .iter()
-                .filter_map(|b| match b {
-                    Block::Text { text } => Some(text.as_str()),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
+            end.text = pegasus_proto::llm::text_of(&blocks);
             end.token_capped = resp.stop_reason == StopReason::MaxTokens;
             return Ok(end);
         }

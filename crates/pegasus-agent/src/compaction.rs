@@ -278,15 +278,7 @@ pub async fn compact(
         Err(stop) => return (Err(CompactionError::Summary(format!("{stop:?}"))), 0.0),
     };
     let cost = resp.cost_usd.unwrap_or(0.0);
-    let summary = resp
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            Block::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    let summary = resp.text()
         .trim()
         .to_string();
     if summary.is_empty() {

@@ -123,15 +123,7 @@ pub async fn condense_episodes(ctx: &ToolCtx) -> Condensed {
     if resp.stop_reason == StopReason::MaxTokens {
         return unchanged("the answer was cut at max_tokens".into(), cost);
     }
-    let text: String = resp
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            Block::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let text: String = resp.text();
     let Some(facts) = parse(&text) else {
         let shown: String = text.chars().take(200).collect();
         return unchanged(

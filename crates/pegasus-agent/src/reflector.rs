@@ -79,15 +79,7 @@ pub async fn reflect(ctx: &ToolCtx, task_messages: &[Message]) -> Reflected {
         }
     };
     out.cost_usd = resp.cost_usd.unwrap_or(0.0);
-    let text: String = resp
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            Block::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let text: String = resp.text();
     let Some(parsed) = parse(&text) else {
         tracing::warn!(output = %text.chars().take(200).collect::<String>(), "reflection output is not the expected JSON; ignored");
         return out;

@@ -167,13 +167,32 @@ pub struct Usage {
 pub struct ChatResponse {
     /// The provider's id for the response (`msg_...`, `chatcmpl-...`); the ledger's request_id.
     pub request_id: String,
-    /// `provider/model` actually used (as the provider reported it).
+    /// `provider/model` as configured (the id the ledger line names).
     pub model: String,
     pub content: Vec<Block>,
     pub stop_reason: StopReason,
     pub usage: Usage,
     /// What this call cost; `None` when the model has no price (flagged in the ledger, not 0).
     pub cost_usd: Option<f64>,
+}
+
+/// The text blocks of `content`, joined by newlines (tool calls and thinking left out).
+pub fn text_of(content: &[Block]) -> String {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl ChatResponse {
+    /// The answer's text ([`text_of`] its content).
+    pub fn text(&self) -> String {
+        text_of(&self.content)
+    }
 }
 
 /// Dollars with the precision small amounts need (`$5.00`, `$0.0030`).
