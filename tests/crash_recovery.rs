@@ -132,7 +132,9 @@ fn kill_9_of_pegasusd_leaves_no_orphans_and_a_restart_resumes_exactly_the_active
         .filter_map(|r| match r {
             // What the user sent. (A message's task that was still `ready` when pegasusd died
             // runs after the restart and records its goal again, as a message from `task`.)
-            pegasus_store::SessionRecord::Message(m) if m.from.as_deref() == Some("cli") => {
+            pegasus_store::SessionRecord::Message(m)
+                if m.from == Some(pegasus_proto::Channel::Cli) =>
+            {
                 match &m.content[0] {
                     pegasus_store::ContentBlock::Text { text } => Some(text.clone()),
                     _ => None,
@@ -151,7 +153,7 @@ fn kill_9_of_pegasusd_leaves_no_orphans_and_a_restart_resumes_exactly_the_active
     let from_cli = |l: &pegasus_store::LoadedSession| {
         l.records
             .iter()
-            .filter(|r| matches!(r, pegasus_store::SessionRecord::Message(m) if m.from.as_deref() == Some("cli")))
+            .filter(|r| matches!(r, pegasus_store::SessionRecord::Message(m) if m.from == Some(pegasus_proto::Channel::Cli)))
             .count()
     };
     assert_eq!(from_cli(&loaded), 6, "5 messages before the kill + 1 after");

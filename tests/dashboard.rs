@@ -440,10 +440,22 @@ fn the_api_drives_projects_and_tasks_in_the_clis_shapes_and_escapes_model_output
         .unwrap()
         .to_string();
     assert!(!id.is_empty());
-    poll(Duration::from_secs(20), "the reply in the session", || {
+    let session = poll(Duration::from_secs(20), "the reply in the session", || {
         let s = d.get("/api/projects/api/session?since=0").json();
-        s.to_string().contains("alert('x')").then_some(())
+        s.to_string().contains("alert('x')").then_some(s)
     });
+    // Recorded as sent from the dashboard, not from the CLI.
+    let sent = session["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("no record of message {id}: {session}"));
+    assert_eq!(
+        (&sent["role"], &sent["from"]),
+        (&json!("user"), &json!("dashboard")),
+        "{sent}"
+    );
     // The page shows it as text: escaped, never markup.
     let page = d.get("/projects/api");
     assert_eq!(page.status, 200);
@@ -465,9 +477,12 @@ fn the_api_drives_projects_and_tasks_in_the_clis_shapes_and_escapes_model_output
     let task = r.json();
     let tid = task["id"].as_str().unwrap().to_string();
     assert_eq!(task["priority"], 1);
-    poll(Duration::from_secs(20), "the task done", || {
-        (d.get(&format!("/api/tasks/{tid}")).json()["task"]["state"] == "done").then_some(())
+    let shown = poll(Duration::from_secs(20), "the task done", || {
+        let t = d.get(&format!("/api/tasks/{tid}")).json();
+        (t["task"]["state"] == "done").then_some(t)
     });
+    // Its events name the dashboard as who added it.
+    assert_eq!(shown["history"][1]["actor"], "dashboard", "{shown}");
     let shown = d.get(&format!("/api/tasks/{tid}")).json();
     assert!(shown["history"].as_array().unwrap().len() >= 3);
     assert_eq!(keys(&shown), keys(&home.json(&["task", "show", &tid])));

@@ -82,6 +82,25 @@ fn commands_the_main_agent_limits_rate_limits_restarts_and_notifications() {
     reply(&tg, 0, "• tg — active");
     tg.push_message(CHAT, "/send tg hello there");
     assert_eq!(reply(&tg, 0, "hi from tg"), "tg: hi from tg");
+    // Recorded in the project's session as sent from this chat, not from the CLI.
+    let session = pegasus_store::load_session(&home.project_dir("tg")).unwrap();
+    let from: Vec<String> = session
+        .records
+        .iter()
+        .filter_map(|r| {
+            match r {
+            pegasus_store::SessionRecord::Message(m)
+                if m.content.iter().any(|b| {
+                    matches!(b, pegasus_store::ContentBlock::Text { text } if text == "hello there")
+                }) =>
+            {
+                m.from.as_ref().map(|f| f.to_string())
+            }
+            _ => None,
+        }
+        })
+        .collect();
+    assert_eq!(from, [format!("telegram:{CHAT}")]);
     tg.push_message(CHAT, "what is going on?");
     reply(&tg, 0, "the MainAgent here");
     tg.push_message(CHAT, "/send tg");

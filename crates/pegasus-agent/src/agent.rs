@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 use pegasus_proto::llm::{Block, Message};
-use pegasus_proto::{Stage, WorkerEvent};
+use pegasus_proto::{Channel, Stage, WorkerEvent};
 use pegasus_store::{load_session, Session};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -156,8 +156,8 @@ impl Agent {
 
     /// Adds an already recorded inbound message to the in-memory transcript at the current
     /// point (merged into a trailing user message so roles alternate).
-    pub fn enqueue(&mut self, id: &str, from: &str, text: &str) {
-        tracing::debug!(agent = %self.name, id, from, "message enqueued");
+    pub fn enqueue(&mut self, id: &str, from: &Channel, text: &str) {
+        tracing::debug!(agent = %self.name, id, %from, "message enqueued");
         push_user(
             &mut self.transcript,
             vec![Block::Text {
@@ -388,7 +388,7 @@ impl Agent {
                     .any(|b| matches!(b, Block::Text { text: t } if *t == text))
         });
         if !already_there {
-            crate::session_writer::record_inbound(&self.session, &task.id, "task", &text)?;
+            crate::session_writer::record_inbound(&self.session, &task.id, &Channel::Task, &text)?;
             push_user(&mut self.transcript, vec![Block::Text { text }]);
         }
         self.run_task(task.id, true, false, role, None).await
@@ -407,7 +407,7 @@ impl Agent {
         workspace: &Workspace,
         started: bool,
     ) -> Result<Outcome, AgentError> {
-        crate::session_writer::record_inbound(&self.session, task_id, "task", &text)?;
+        crate::session_writer::record_inbound(&self.session, task_id, &Channel::Task, &text)?;
         push_user(&mut self.transcript, vec![Block::Text { text }]);
         self.run_task(task_id.to_string(), true, started, role, Some(workspace))
             .await
@@ -420,7 +420,7 @@ impl Agent {
     pub async fn run_prompt(
         &mut self,
         text: &str,
-        from: &str,
+        from: &Channel,
         ledger_task: &str,
     ) -> Result<Outcome, AgentError> {
         crate::session_writer::record_inbound(&self.session, ledger_task, from, text)?;

@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use pegasus_proto::Channel;
 use pegasus_store::{Session, SessionRecord};
 
 use crate::error::AgentError;
@@ -30,7 +31,7 @@ pub fn append_blocking(
 pub fn record_inbound(
     session: &SessionHandle,
     id: &str,
-    from: &str,
+    from: &Channel,
     text: &str,
 ) -> Result<(), AgentError> {
     append_blocking(session, &[user_record(id, from, text)])

@@ -62,10 +62,6 @@ pub(crate) fn report_recovered(notices: &UnboundedSender<Notice>, recovered: &[R
     }
 }
 
-/// Sources of session user records that are not inbound messages: the requests of tasks made
-/// elsewhere and the phases of runs.
-const NOT_MESSAGES: [&str; 2] = ["task", "run"];
-
 /// The inbound messages of the session (id and text, in order) that no task has taken up:
 /// those after the last message some task lists. A session written before tasks listed their
 /// messages (tasks exist, none lists any) has nothing pending, so an upgrade re-runs nothing.
@@ -83,7 +79,8 @@ pub(crate) fn untaken_messages(records: &[SessionRecord], tasks: &[Task]) -> Vec
             continue;
         };
         let Some(id) = m.id.as_deref() else { continue };
-        if m.role != SRole::User || m.from.as_deref().is_some_and(|f| NOT_MESSAGES.contains(&f)) {
+        // A task's request and a run's phase are user records too, but nobody sent them.
+        if m.role != SRole::User || m.from.as_ref().is_some_and(|f| !f.is_message()) {
             continue;
         }
         if taken.contains(id) {
@@ -322,7 +319,7 @@ mod tests {
     use pegasus_proto::llm::Role;
 
     fn inbound(id: &str, from: &str, text: &str) -> SessionRecord {
-        crate::transcript::user_record(id, from, text)
+        crate::transcript::user_record(id, &pegasus_proto::Channel::parse(from), text)
     }
 
     fn task_listing(messages: &[&str]) -> Task {

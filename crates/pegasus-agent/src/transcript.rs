@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use chrono::Utc;
 use pegasus_proto::llm::{Block, ChatResponse, Message, Role};
+use pegasus_proto::Channel;
 use pegasus_store::{
     ContentBlock, Role as SRole, SessionMessage, SessionRecord, CANCELLED_TOOL_RESULT,
 };
@@ -338,11 +339,11 @@ pub fn tool_record(results: &[Block]) -> SessionRecord {
 }
 
 /// The session record of an inbound message.
-pub fn user_record(id: &str, from: &str, text: &str) -> SessionRecord {
+pub fn user_record(id: &str, from: &Channel, text: &str) -> SessionRecord {
     SessionRecord::Message(SessionMessage {
         id: Some(id.to_string()).filter(|s| !s.is_empty()),
         role: SRole::User,
-        from: Some(from.to_string()).filter(|s| !s.is_empty()),
+        from: Some(from.clone()),
         content: vec![ContentBlock::Text { text: text.into() }],
         model: None,
         usage: None,

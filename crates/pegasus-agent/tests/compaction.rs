@@ -25,8 +25,13 @@ impl Tool for Inbound {
     }
     fn call<'a>(&'a self, _input: serde_json::Value, _ctx: &'a ToolCtx) -> ToolFuture<'a> {
         Box::pin(async move {
-            pegasus_agent::record_inbound(self.0.get().unwrap(), "late", "user", "late message")
-                .unwrap();
+            pegasus_agent::record_inbound(
+                self.0.get().unwrap(),
+                "late",
+                &pegasus_proto::Channel::Cli,
+                "late message",
+            )
+            .unwrap();
             ToolOutput::ok("ok")
         })
     }
@@ -146,7 +151,7 @@ async fn a_full_context_is_summarised_archived_and_restarted() {
 
     // The host enqueues the late message; the conversation goes on from the summary, and
     // appends land in the new file.
-    agent.enqueue("late", "user", "late message");
+    agent.enqueue("late", &pegasus_proto::Channel::Cli, "late message");
     model.push(used("answer two", 1900));
     send(&mut agent, "m2", "second question");
     agent.run().await.unwrap();

@@ -53,8 +53,8 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
         panic!()
     };
     assert_eq!(
-        (m.id.as_deref(), m.from.as_deref()),
-        (Some("m1"), Some("user"))
+        (m.id.as_deref(), m.from.as_ref()),
+        (Some("m1"), Some(&pegasus_proto::Channel::Cli))
     );
     let SessionRecord::Message(m) = &loaded.records[2] else {
         panic!()

@@ -25,10 +25,11 @@ async fn a_run_can_be_spawned_while_messages_are_recorded_elsewhere() {
     };
     assert_send(&run);
     let task = tokio::spawn(run);
-    pegasus_agent::record_inbound(&handle, "m2", "telegram:1", "meanwhile").unwrap();
+    let from = pegasus_proto::Channel::Telegram(Some(1));
+    pegasus_agent::record_inbound(&handle, "m2", &from, "meanwhile").unwrap();
     let (mut agent, out) = task.await.unwrap();
     assert_eq!(out.text, "hi");
-    agent.enqueue("m2", "telegram:1", "meanwhile");
+    agent.enqueue("m2", &from, "meanwhile");
     assert!(agent.has_queued());
     let loaded = pegasus_store::load_session(&fx.dir).unwrap();
     assert_eq!(loaded.records.len(), 4);

@@ -10,6 +10,7 @@
 //! with a frame; this crate only guarantees that bytes from the other side either decode into a
 //! known message or give a [`ProtoError`] — never a panic and never an unbounded allocation.
 
+pub mod channel;
 pub mod codec;
 pub mod ctl;
 pub mod error;
@@ -19,6 +20,7 @@ pub mod llm;
 pub mod project;
 pub mod worker;
 
+pub use channel::Channel;
 pub use codec::{decode, encode};
 pub use error::ProtoError;
 pub use event::{BusBody, BusEvent, Stage, TaskState, WorkerEvent};

@@ -4,6 +4,7 @@
 //! token was handed to it on stdin), is answered with [`Init`], loads its project and says
 //! [`FromWorker::Ready`]. From then on the supervisor sends work and the worker reports.
 
+use crate::channel::Channel;
 use crate::event::WorkerEvent;
 use crate::llm::{ChatRequest, ChatResponse, LlmError};
 use serde::{Deserialize, Serialize};
@@ -57,8 +58,8 @@ pub struct Init {
 pub struct InboundMessage {
     /// Unique id chosen by the supervisor, echoed in [`FromWorker::MessagePersisted`].
     pub id: String,
-    /// Channel of the sender, e.g. `cli`, `main`, `project/other`.
-    pub from: String,
+    /// Where it comes from (sent as its word: `cli`, `main`, `telegram:<chat>`, ...).
+    pub from: Channel,
     pub text: String,
 }
 

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use pegasus_proto::Channel;
+
 use crate::error::Result;
 use crate::jsonl::{read_jsonl_with, JsonlAppender};
 
@@ -79,9 +81,9 @@ pub struct SessionMessage {
     pub id: Option<String>,
     /// Who it is from.
     pub role: Role,
-    /// Finer origin for user messages (`telegram:123`, `main`, ...).
+    /// Where a user message comes from (`cli`, `telegram:123`, `main`, `task`, ...).
     #[serde(default)]
-    pub from: Option<String>,
+    pub from: Option<Channel>,
     /// The blocks, in order.
     pub content: Vec<ContentBlock>,
     /// `provider/model` actually used (assistant messages).
@@ -571,7 +573,7 @@ fn parse_record(line: &[u8]) -> Option<SessionRecord> {
             SessionRecord::Message(SessionMessage {
                 id: r.id,
                 role: r.role?,
-                from: r.from,
+                from: r.from.as_deref().map(Channel::parse),
                 content,
                 model: r.model,
                 usage: r.usage,
@@ -587,6 +589,35 @@ mod fast_parse_tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    /// `from` is typed, and written back as the very word it was read from.
+    #[test]
+    fn a_message_keeps_the_word_of_its_sender() {
+        for (word, channel) in [
+            ("cli", Channel::Cli),
+            ("dashboard", Channel::Dashboard),
+            ("telegram:42", Channel::Telegram(Some(42))),
+            ("main", Channel::Main),
+            (
+                "schedule:nightly",
+                Channel::Schedule(Some("nightly".into())),
+            ),
+            ("project/web", Channel::Project("web".into())),
+            ("task", Channel::Task),
+            ("run", Channel::Run),
+            ("user", Channel::Other("user".into())),
+        ] {
+            let line = format!(
+                r#"{{"type":"message","role":"user","from":"{word}","content":[],"ts":"2026-11-21T10:00:00Z"}}"#
+            );
+            let Some(SessionRecord::Message(m)) = parse_record(line.as_bytes()) else {
+                panic!("{line}");
+            };
+            assert_eq!(m.from.as_ref(), Some(&channel), "{word}");
+            let back = serde_json::to_value(&m).unwrap();
+            assert_eq!(back["from"], word);
+        }
+    }
+
     /// The fast line parser and the derived deserializer agree on every kind of line, good or
     /// bad.
     #[test]
@@ -594,6 +625,9 @@ mod fast_parse_tests {
         let lines = [
             r#"{"type":"meta","version":1,"project":"p","created":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"user","from":"cli","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
+            r#"{"type":"message","role":"user","from":"telegram:42","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
+            r#"{"type":"message","role":"user","from":"project/web","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
+            r#"{"type":"message","role":"user","from":"a word from the future","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
             r#"{"type":"message","id":"m1","role":"assistant","content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"read_file","input":{"path":"a"}}],"model":"fa/x","usage":{"input_tokens":3},"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"tool","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}],"model":null,"usage":null,"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"compaction","summary":"s","archived":"session/archive/1.jsonl","ts":"2026-11-21T10:00:00Z"}"#,

@@ -7,7 +7,7 @@ use crate::{handlers, supervisor::Supervisor};
 use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
-    FrameReader, FrameWriter, PROTOCOL_VERSION,
+    Channel, FrameReader, FrameWriter, PROTOCOL_VERSION,
 };
 use std::{sync::Arc, time::Duration};
 
@@ -92,7 +92,7 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
         if let CtlRequest::Follow { project } = req {
             return handlers::follow::follow(&sup, project, &mut reader, &mut writer).await;
         }
-        let resp = handlers::dispatch(&sup, req).await;
+        let resp = handlers::dispatch(&sup, &Channel::Cli, req).await;
         if writer.write(&resp).await.is_err() {
             return;
         }

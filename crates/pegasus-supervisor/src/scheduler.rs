@@ -5,7 +5,7 @@
 //! `pegasus_tasks::schedule`; this is the clock and the hands.
 
 use crate::{handlers::task, supervisor::Supervisor};
-use pegasus_proto::ctl::AddTask;
+use pegasus_proto::{ctl::AddTask, Channel};
 use pegasus_tasks::{schedule, TaskState};
 use std::{sync::Arc, time::Duration};
 
@@ -61,7 +61,7 @@ fn fire_due(sup: &Supervisor) -> Result<(), String> {
         } else {
             TaskState::Planned
         };
-        let result = task::add_as(sup, req, to, &format!("schedule:{}", j.name));
+        let result = task::add_as(sup, req, to, &Channel::Schedule(Some(j.name.clone())));
         match &result {
             Ok((id, _)) => {
                 tracing::info!(job = %j.name, task = %id, project = %j.project, "scheduled task added")

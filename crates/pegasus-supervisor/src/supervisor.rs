@@ -10,7 +10,7 @@ use crate::{
     watchdog::Watchdogs,
 };
 use pegasus_llm::Gateway;
-use pegasus_proto::{ctl::ProjectInfo, WorkerState};
+use pegasus_proto::{ctl::ProjectInfo, Channel, WorkerState};
 use pegasus_store::{Config, Home, ProjectFile, ProjectStatus};
 use std::{
     collections::HashMap,
@@ -61,7 +61,7 @@ pub(crate) struct Supervisor {
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
 pub(crate) struct MainInput {
-    pub channel: String,
+    pub channel: Channel,
     pub text: String,
     pub answer: Option<oneshot::Sender<Result<String, String>>>,
 }
@@ -203,20 +203,20 @@ impl Supervisor {
     }
 
     /// Hands something to the MainAgent (it answers in its own time).
-    pub fn to_main(&self, channel: &str, text: String) {
+    pub fn to_main(&self, channel: Channel, text: String) {
         let _ = self.main_tx.send(MainInput {
-            channel: channel.to_string(),
+            channel,
             text,
             answer: None,
         });
     }
 
     /// A message to the MainAgent on `channel`, answered with its reply.
-    pub async fn ask_main(&self, channel: &str, text: String) -> Result<String, RequestError> {
+    pub async fn ask_main(&self, channel: Channel, text: String) -> Result<String, RequestError> {
         let (tx, rx) = oneshot::channel();
         self.main_tx
             .send(MainInput {
-                channel: channel.into(),
+                channel,
                 text,
                 answer: Some(tx),
             })

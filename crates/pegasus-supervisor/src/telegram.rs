@@ -14,7 +14,7 @@ use crate::bus::{self, Received};
 use crate::handlers::dispatch;
 use crate::supervisor::Supervisor;
 use pegasus_proto::ctl::{CtlRequest, CtlResponse, ProjectInfo};
-use pegasus_proto::{BusBody, ProjectStatus};
+use pegasus_proto::{BusBody, Channel, ProjectStatus};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -392,11 +392,13 @@ fn handle(sup: &Arc<Supervisor>, bot: &Arc<Bot>, msg: &Value) {
 }
 
 async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
+    // Everything asked from this chat is recorded as from `telegram:<chat>`.
+    let from = Channel::Telegram(Some(chat));
     let (cmd, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
     // `/status@MyBot` in groups.
     let cmd = cmd.split('@').next().unwrap_or(cmd);
     match cmd {
-        "/status" => match dispatch(sup, CtlRequest::Status).await {
+        "/status" => match dispatch(sup, &from, CtlRequest::Status).await {
             CtlResponse::Status(s) => {
                 let is_active = |p: &&ProjectInfo| p.status == Some(ProjectStatus::Active);
                 let active = s.projects.iter().filter(is_active).count();
@@ -415,7 +417,7 @@ async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
             }
             other => describe(other),
         },
-        "/projects" => match dispatch(sup, CtlRequest::ProjectList { status: None }).await {
+        "/projects" => match dispatch(sup, &from, CtlRequest::ProjectList { status: None }).await {
             CtlResponse::Projects(list) if list.is_empty() => "No projects yet.".into(),
             CtlResponse::Projects(list) => list
                 .iter()
@@ -434,13 +436,13 @@ async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
                 text: body.trim().to_string(),
                 wait: true,
             };
-            match dispatch(sup, req).await {
+            match dispatch(sup, &from, req).await {
                 CtlResponse::Reply { text, .. } => format!("{name}: {text}"),
                 other => describe(other),
             }
         }
         "/start" | "/help" => "Pegasus here. /status, /projects, /send NAME TEXT; anything else goes to the MainAgent.".into(),
-        _ => match sup.ask_main(&format!("telegram:{chat}"), text.to_string()).await {
+        _ => match sup.ask_main(from, text.to_string()).await {
             Ok(reply) => reply,
             Err(e) => format!("The MainAgent could not answer: {e}"),
         },

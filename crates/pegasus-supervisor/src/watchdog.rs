@@ -16,7 +16,7 @@ use crate::{
     supervisor::{lock, Supervisor},
 };
 use pegasus_proto::llm::LlmError;
-use pegasus_proto::{BusBody, BusEvent, TaskState, WorkerEvent, WorkerState};
+use pegasus_proto::{BusBody, BusEvent, Channel, TaskState, WorkerEvent, WorkerState};
 use pegasus_store::WatchdogConfig;
 use std::{
     collections::{HashMap, VecDeque},
@@ -294,7 +294,7 @@ pub(crate) fn observe(sup: &Arc<Supervisor>) {
     sup.bus.observe(move |event| {
         if let Some(sup) = weak.upgrade() {
             if let Some(line) = sup.watchdogs.apply(event) {
-                sup.to_main(&format!("project/{}", event.project), line);
+                sup.to_main(Channel::Project(event.project.clone()), line);
             }
         }
     });
@@ -345,7 +345,7 @@ async fn stop_silent(sup: &Arc<Supervisor>, project: &str, pid: u32, task: &str)
     }
     tracing::warn!(%project, pid, %task, "watchdog: no event for {secs} s from a busy worker; failing the task and restarting the worker");
     sup.to_main(
-        &format!("project/{project}"),
+        Channel::Project(project.to_string()),
         format!("[task {task} of project {project} stopped: silent for {secs} s; the worker is restarted]"),
     );
     sup.try_slot_cmd(

@@ -4,6 +4,7 @@
 
 use pegasus_agent::{prepare_role, Agent, StopKind};
 use pegasus_proto::worker::{FromWorker, InboundMessage};
+use pegasus_proto::Channel;
 use pegasus_runs::{ExecError, ExecuteFuture, PhaseExecutor};
 use pegasus_tasks::{Readiness, TaskState};
 use tokio::sync::{mpsc, oneshot};
@@ -88,7 +89,7 @@ async fn run_job(agent: &mut Agent, job: Job, out: &mpsc::UnboundedSender<FromWo
             task_id,
             reply,
         } => {
-            let result = match agent.run_prompt(&prompt, "run", &task_id).await {
+            let result = match agent.run_prompt(&prompt, &Channel::Run, &task_id).await {
                 Ok(o) if o.stop == StopKind::Answered => Ok(o.text),
                 Ok(o) if matches!(o.stop, StopKind::Budget(_)) => Err(ExecError::Budget(o.text)),
                 Ok(o) => Err(ExecError::Failed(o.text)),

@@ -184,8 +184,9 @@ impl Fixture {
 
 /// Records and enqueues a user message, as a host does.
 pub fn send(agent: &mut Agent, id: &str, text: &str) {
-    pegasus_agent::record_inbound(&agent.session_handle(), id, "user", text).unwrap();
-    agent.enqueue(id, "user", text);
+    let from = pegasus_proto::Channel::Cli;
+    pegasus_agent::record_inbound(&agent.session_handle(), id, &from, text).unwrap();
+    agent.enqueue(id, &from, text);
 }
 
 /// A tool context over `workdir` and `memory_dir` with a model that has no script.

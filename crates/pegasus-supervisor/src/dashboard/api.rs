@@ -15,6 +15,7 @@ use pegasus_proto::ctl::{
     AddTask, CreateProject, CtlRequest, CtlResponse, ErrorKind, LifecycleVerb, ProjectFilter,
     TaskVerb,
 };
+use pegasus_proto::Channel;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -142,7 +143,7 @@ pub(super) fn status_of(kind: ErrorKind) -> StatusCode {
 }
 
 async fn call(d: &Dash, req: CtlRequest) -> Response {
-    answer(dispatch(&d.sup, req).await)
+    answer(dispatch(&d.sup, &Channel::Dashboard, req).await)
 }
 
 fn bad(e: impl std::fmt::Display) -> Response {
@@ -163,7 +164,7 @@ fn project_dir(d: &Dash, name: &str) -> Result<std::path::PathBuf, Response> {
 }
 
 pub(super) async fn status(State(d): State<Dash>) -> Response {
-    let resp = dispatch(&d.sup, CtlRequest::Status).await;
+    let resp = dispatch(&d.sup, &Channel::Dashboard, CtlRequest::Status).await;
     let CtlResponse::Status(status) = resp else {
         return answer(resp);
     };
@@ -218,7 +219,12 @@ pub(super) async fn create_project(State(d): State<Dash>, Json(p): Json<NewProje
 
 /// `project show --json`: the project, its task counts, MCP servers and kept branches.
 pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> Response {
-    let resp = dispatch(&d.sup, CtlRequest::ProjectShow { name: name.clone() }).await;
+    let resp = dispatch(
+        &d.sup,
+        &Channel::Dashboard,
+        CtlRequest::ProjectShow { name: name.clone() },
+    )
+    .await;
     let CtlResponse::Project(info) = resp else {
         return answer(resp);
     };
@@ -338,6 +344,7 @@ pub(super) async fn add_task(
 ) -> Response {
     let resp = dispatch(
         &d.sup,
+        &Channel::Dashboard,
         CtlRequest::TaskAdd(AddTask {
             project: name.clone(),
             goal: t.goal,

@@ -9,6 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup, DOCTYPE};
 use pegasus_proto::ctl::{CtlRequest, CtlResponse, ProjectInfo};
+use pegasus_proto::Channel;
 use pegasus_store::{ContentBlock, SessionRecord};
 use pegasus_tasks::{board, Task, TaskState};
 
@@ -76,7 +77,13 @@ fn money(x: f64) -> String {
 }
 
 async fn project_list(d: &Dash) -> Vec<ProjectInfo> {
-    match dispatch(&d.sup, CtlRequest::ProjectList { status: None }).await {
+    match dispatch(
+        &d.sup,
+        &Channel::Dashboard,
+        CtlRequest::ProjectList { status: None },
+    )
+    .await
+    {
         CtlResponse::Projects(p) => p,
         _ => Vec::new(),
     }
@@ -165,7 +172,13 @@ fn task_card(t: &Task) -> Markup {
 }
 
 pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> Response {
-    let info = match dispatch(&d.sup, CtlRequest::ProjectShow { name: name.clone() }).await {
+    let info = match dispatch(
+        &d.sup,
+        &Channel::Dashboard,
+        CtlRequest::ProjectShow { name: name.clone() },
+    )
+    .await
+    {
         CtlResponse::Project(p) => *p,
         CtlResponse::Failed { kind, message } => {
             let status = super::api::status_of(kind);

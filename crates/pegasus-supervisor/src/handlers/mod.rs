@@ -15,11 +15,20 @@ pub(crate) mod stop;
 pub(crate) mod task;
 
 use crate::{error::RequestError, supervisor::Supervisor};
-use pegasus_proto::ctl::{CtlRequest, CtlResponse};
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse},
+    Channel,
+};
 use std::sync::Arc;
 
-/// One request, one response. `Follow` and `Hello` never get here: the connection handles them.
-pub(crate) async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlResponse {
+/// One request from `from` (the control socket's `cli`, the dashboard, Telegram), one
+/// response; what it records (a message's sender, a task event's actor) names `from`.
+/// `Follow` and `Hello` never get here: the connection handles them.
+pub(crate) async fn dispatch(
+    sup: &Arc<Supervisor>,
+    from: &Channel,
+    req: CtlRequest,
+) -> CtlResponse {
     let done = |message: String| CtlResponse::Done { message };
     let result: Result<CtlResponse, RequestError> = match req {
         CtlRequest::Hello { .. } => Err(RequestError::refused("already said hello")),
@@ -42,26 +51,39 @@ pub(crate) async fn dispatch(sup: &Arc<Supervisor>, req: CtlRequest) -> CtlRespo
                 .map(|p| CtlResponse::Project(Box::new(p)))
         }
         CtlRequest::ProjectSend { name, text, wait } => {
-            project::send(sup, &name, "cli", text, wait)
+            project::send(sup, &name, from.clone(), text, wait)
                 .await
                 .map(|(id, reply)| match reply {
                     Some(text) => CtlResponse::Reply { id, text },
                     None => CtlResponse::Sent { id },
                 })
         }
-        CtlRequest::Chat { text } => chat::chat(sup, text).await.map(|text| CtlResponse::Reply {
-            id: String::new(),
-            text,
-        }),
-        CtlRequest::TaskVerb { id, verb } => blocking(sup, move |s| task::verb(s, &id, verb))
-            .await
-            .map(done),
-        CtlRequest::TaskAdd(add) => blocking(sup, move |s| task::add(s, add))
-            .await
-            .map(|(id, message)| CtlResponse::TaskAdded { id, message }),
-        CtlRequest::TaskAnswer { id, text } => blocking(sup, move |s| task::answer(s, &id, &text))
-            .await
-            .map(done),
+        CtlRequest::Chat { text } => {
+            chat::chat(sup, from.clone(), text)
+                .await
+                .map(|text| CtlResponse::Reply {
+                    id: String::new(),
+                    text,
+                })
+        }
+        CtlRequest::TaskVerb { id, verb } => {
+            let from = from.clone();
+            blocking(sup, move |s| task::verb(s, &id, verb, &from))
+                .await
+                .map(done)
+        }
+        CtlRequest::TaskAdd(add) => {
+            let from = from.clone();
+            blocking(sup, move |s| task::add(s, add, &from))
+                .await
+                .map(|(id, message)| CtlResponse::TaskAdded { id, message })
+        }
+        CtlRequest::TaskAnswer { id, text } => {
+            let from = from.clone();
+            blocking(sup, move |s| task::answer(s, &id, &text, &from))
+                .await
+                .map(done)
+        }
         CtlRequest::RoleAssign {
             project,
             role,

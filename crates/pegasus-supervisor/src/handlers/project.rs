@@ -8,7 +8,10 @@ use crate::{
     slot::{Delivery, SlotCmd},
     supervisor::Supervisor,
 };
-use pegasus_proto::ctl::{CreateProject, LifecycleVerb, ProjectFilter, ProjectInfo};
+use pegasus_proto::{
+    ctl::{CreateProject, LifecycleVerb, ProjectFilter, ProjectInfo},
+    Channel,
+};
 use pegasus_store::{NewProject, ProjectFile, ProjectStatus, Verb};
 use std::{path::PathBuf, sync::Arc};
 use tokio::sync::oneshot;
@@ -133,7 +136,7 @@ pub(crate) async fn lifecycle(
 pub(crate) async fn send(
     sup: &Supervisor,
     name: &str,
-    from: &str,
+    from: Channel,
     text: String,
     wait: bool,
 ) -> Result<(String, Option<String>), RequestError> {
@@ -159,7 +162,7 @@ pub(crate) async fn send(
         (None, None)
     };
     let delivery = Delivery {
-        from: from.to_string(),
+        from,
         text,
         persisted,
         answer,

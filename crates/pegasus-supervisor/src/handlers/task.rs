@@ -6,6 +6,7 @@ use crate::{error::RequestError, supervisor::Supervisor};
 use pegasus_proto::{
     ctl::{AddTask, TaskVerb},
     worker::ToWorker,
+    Channel,
 };
 use pegasus_store::{ProjectFile, ProjectStatus};
 use pegasus_tasks::{MergeState, NewTask, TaskSpec, TaskState, TaskStore, TaskUpdate};
@@ -16,18 +17,24 @@ const TITLE_CHARS: usize = 80;
 /// `task add PROJECT --goal ...`: the task is created with its spec frozen (the repos' heads
 /// recorded) and made ready; the project's worker runs it when its dependencies are done, by
 /// priority. Returns the task's id and a one-line summary.
-pub(crate) fn add(sup: &Supervisor, req: AddTask) -> Result<(String, String), RequestError> {
-    add_as(sup, req, TaskState::Ready, "cli")
+pub(crate) fn add(
+    sup: &Supervisor,
+    req: AddTask,
+    from: &Channel,
+) -> Result<(String, String), RequestError> {
+    add_as(sup, req, TaskState::Ready, from)
 }
 
 /// [`add`] with the state the task starts in (`ready`, or `planned` to wait for
-/// `task approve`) and who adds it (`cli`, `schedule:<job>`, ...).
+/// `task approve`) and who adds it (`cli`, `schedule:<job>`, ...: the events' actor).
 pub(crate) fn add_as(
     sup: &Supervisor,
     req: AddTask,
     to: TaskState,
-    actor: &str,
+    from: &Channel,
 ) -> Result<(String, String), RequestError> {
+    let actor = from.to_string();
+    let actor = actor.as_str();
     pegasus_store::validate_name(&req.project)?;
     let dir = sup.home.project_dir(&req.project);
     if !dir.join("PROJECT.md").exists() {
@@ -125,8 +132,15 @@ fn title_of(goal: &str) -> String {
     }
 }
 
-/// `task cancel|retry|replay ID`.
-pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String, RequestError> {
+/// `task cancel|retry|replay|approve|merge ID`, asked on channel `from` (the events' actor).
+pub(crate) fn verb(
+    sup: &Supervisor,
+    id: &str,
+    verb: TaskVerb,
+    from: &Channel,
+) -> Result<String, RequestError> {
+    let actor = from.to_string();
+    let actor = actor.as_str();
     let (project, store) = pegasus_tasks::find_task(&sup.home.projects_dir(), id)?;
     let task = store.get(id)?;
     let message = match verb {
@@ -141,7 +155,7 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
                 id,
                 task.state,
                 TaskState::Cancelled,
-                "cli",
+                actor,
                 "cancelled by the user",
             )?;
             format!("task {id} cancelled (it stops at its next step)")
@@ -151,7 +165,7 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
                 id,
                 TaskState::Planned,
                 TaskState::Ready,
-                "cli",
+                actor,
                 "approved by the user",
             )?;
             format!("task {id} approved; it runs when its dependencies are done")
@@ -166,7 +180,7 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
                         id,
                         TaskState::Blocked,
                         TaskState::Verified,
-                        "cli",
+                        actor,
                         "merge asked for by the user",
                     )?;
                 }
@@ -177,7 +191,7 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
                     )))
                 }
             }
-            store.update(id, TaskUpdate::Merge(Some(MergeState::Requested)), "cli")?;
+            store.update(id, TaskUpdate::Merge(Some(MergeState::Requested)), actor)?;
             format!("task {id}: merge requested; its project merges it now (see `pegasusctl task show {id}`)")
         }
         TaskVerb::Retry => {
@@ -185,18 +199,18 @@ pub(crate) fn verb(sup: &Supervisor, id: &str, verb: TaskVerb) -> Result<String,
                 id,
                 TaskState::Failed,
                 TaskState::Ready,
-                "cli",
+                actor,
                 "retried by the user",
             )?;
             format!("task {id} is ready again")
         }
         TaskVerb::Replay => {
-            let new = store.replay(id, "cli")?;
+            let new = store.replay(id, actor)?;
             store.transition(
                 &new.id,
                 TaskState::Planned,
                 TaskState::Ready,
-                "cli",
+                actor,
                 &format!("replay of {id}"),
             )?;
             format!(
@@ -229,7 +243,14 @@ fn blocked_from_verified(store: &pegasus_tasks::TaskStore, id: &str) -> bool {
 }
 
 /// `task answer ID TEXT`: the answer is recorded on the task, which goes back to ready.
-pub(crate) fn answer(sup: &Supervisor, id: &str, text: &str) -> Result<String, RequestError> {
+pub(crate) fn answer(
+    sup: &Supervisor,
+    id: &str,
+    text: &str,
+    from: &Channel,
+) -> Result<String, RequestError> {
+    let actor = from.to_string();
+    let actor = actor.as_str();
     let (project, store) = pegasus_tasks::find_task(&sup.home.projects_dir(), id)?;
     let task = store.get(id)?;
     if task.state != TaskState::Blocked {
@@ -238,8 +259,8 @@ pub(crate) fn answer(sup: &Supervisor, id: &str, text: &str) -> Result<String, R
             task.state.as_str()
         )));
     }
-    store.update(id, TaskUpdate::Answer(Some(text.to_string())), "cli")?;
-    store.transition(id, TaskState::Blocked, TaskState::Ready, "cli", "answered")?;
+    store.update(id, TaskUpdate::Answer(Some(text.to_string())), actor)?;
+    store.transition(id, TaskState::Blocked, TaskState::Ready, actor, "answered")?;
     sup.nudge(&project, ToWorker::TasksChanged);
     Ok(format!("task {id} answered; it is ready again"))
 }

@@ -111,11 +111,11 @@ pub(crate) fn start(
                 batch.push(more);
             }
             let mut waiters = Vec::new();
-            let from_user = batch.iter().any(|i| !i.channel.starts_with("project/"));
+            let from_user = batch.iter().any(|i| !i.channel.is_project());
             for input in batch {
                 // "Preference: ..." from the user is kept for every agent's prompt (SPEC §10),
                 // before the run, so this very answer already sees it.
-                if !input.channel.starts_with("project/") {
+                if !input.channel.is_project() {
                     if let Some(pref) = preference_of(&input.text) {
                         match record_preference(&prefs_file, pref) {
                             Ok(()) => tracing::info!("preference recorded: {pref}"),

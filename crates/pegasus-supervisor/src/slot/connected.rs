@@ -11,11 +11,11 @@ use super::{
     Outcome, Slot, SlotCmd, WorkerConn,
 };
 use crate::{llm_proxy::LlmProxy, spawn};
-use pegasus_proto::WorkerState;
 use pegasus_proto::{
     worker::{FromWorker, Init, ToWorker},
     BusBody, PROTOCOL_VERSION,
 };
+use pegasus_proto::{Channel, WorkerState};
 use std::time::Duration;
 use tokio::{
     process::Child,
@@ -137,7 +137,7 @@ impl Slot {
         let mut kill_at = Some(Instant::now() + READY_TIMEOUT);
         let shutdown_timeout = Duration::from_secs_f64(self.sup.config.workers.shutdown_timeout_s);
         let mut conn_open = true;
-        let channel = format!("project/{}", self.name);
+        let channel = Channel::Project(self.name.clone());
         let beat = Duration::from_secs_f64(self.sup.config.workers.heartbeat_interval_s);
         let mut last_heard = Instant::now();
         let mut pinged = false;
@@ -195,7 +195,7 @@ impl Slot {
                                 Err(format!("project {} did not answer: {}", self.name, text.replace('\n', " ")))
                             });
                         }
-                        Some(ReplyTo::MainAgent) => self.sup.to_main(&channel, text),
+                        Some(ReplyTo::MainAgent) => self.sup.to_main(channel.clone(), text),
                         Some(ReplyTo::Nobody) | None => {
                             tracing::info!(project = %self.name, "reply: {text}");
                         }
@@ -210,7 +210,7 @@ impl Slot {
                     Ok(FromWorker::Notify { text, kind }) => {
                         tracing::info!(project = %self.name, %kind, "notify: {text}");
                         self.sup.bus.publish(&self.name, BusBody::Notify { text: text.clone() });
-                        self.sup.to_main(&channel, format!("[notify from project {}] {text}", self.name));
+                        self.sup.to_main(channel.clone(), format!("[notify from project {}] {text}", self.name));
                     }
                     Ok(FromWorker::Event(event)) => {
                         tracing::debug!(project = %self.name, "event: {event:?}");

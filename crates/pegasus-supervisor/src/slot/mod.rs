@@ -16,7 +16,7 @@ pub(crate) use routing::Delivery;
 use crate::{spawn, supervisor::Supervisor};
 use interprocess::local_socket::tokio::Stream;
 use pegasus_proto::{
-    ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
+    ctl::ProjectInfo, worker::ToWorker, BusBody, Channel, FrameReader, FrameWriter, WorkerState,
 };
 use std::{
     collections::VecDeque,
@@ -293,7 +293,8 @@ impl Slot {
         let now = chrono::Utc::now();
         let notice = format!("[Project Worker crashed with {reason}]");
         tracing::warn!(project = %self.name, "{notice}");
-        self.sup.to_main(&format!("project/{}", self.name), notice);
+        self.sup
+            .to_main(Channel::Project(self.name.clone()), notice);
         self.sup.bus.publish(
             &self.name,
             BusBody::Crash {

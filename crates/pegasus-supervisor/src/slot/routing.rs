@@ -5,14 +5,17 @@
 //! The routing lives as long as one worker connection; when the worker ends, everybody still
 //! waiting is told why ([`Routing::fail_all`]).
 
-use pegasus_proto::worker::{InboundMessage, ToWorker};
+use pegasus_proto::{
+    worker::{InboundMessage, ToWorker},
+    Channel,
+};
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
 /// A message for the worker, with who waits for what.
 pub(crate) struct Delivery {
-    /// Channel of the sender: `cli`, `main`, ...
-    pub from: String,
+    /// Where it comes from.
+    pub from: Channel,
     pub text: String,
     /// Answered once the worker has the message durably (its id), or why not.
     pub persisted: oneshot::Sender<Result<String, String>>,
@@ -59,9 +62,9 @@ impl Routing {
         match to_worker.send(msg) {
             Ok(()) => {
                 self.persisting.insert(id.clone(), d.persisted);
-                let to = match (d.answer, d.from.as_str()) {
+                let to = match (d.answer, &d.from) {
                     (Some(tx), _) => ReplyTo::Waiter(tx),
-                    (None, "main") => ReplyTo::MainAgent,
+                    (None, Channel::Main) => ReplyTo::MainAgent,
                     (None, _) => ReplyTo::Nobody,
                 };
                 self.awaiting.insert(id, to);

@@ -89,7 +89,8 @@ impl Tool for AddTask {
                 acceptance,
             };
             let added = tokio::task::spawn_blocking(move || {
-                crate::handlers::task::add(&sup, req).map_err(|e| e.to_string())
+                crate::handlers::task::add(&sup, req, &pegasus_proto::Channel::Main)
+                    .map_err(|e| e.to_string())
             })
             .await;
             match added {

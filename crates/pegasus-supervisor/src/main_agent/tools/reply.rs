@@ -48,7 +48,7 @@ impl Tool for Reply {
                 (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return e,
             };
             match kind {
-                "project" => match crate::handlers::project::send(&sup, id, "main", text.to_string(), false).await.map_err(|e| e.to_string()) {
+                "project" => match crate::handlers::project::send(&sup, id, pegasus_proto::Channel::Main, text.to_string(), false).await.map_err(|e| e.to_string()) {
                     Ok((message_id, _)) => ToolOutput::ok(format!("delivered to project {id} (message {message_id}); its answer will arrive on channel project/{id}")),
                     Err(e) => ToolOutput::error(e),
                 },
