@@ -47,6 +47,7 @@ use std::{
     os::fd::AsFd,
     path::{Path, PathBuf},
     process::{Child, Command, ExitCode, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 

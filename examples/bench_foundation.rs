@@ -28,7 +28,7 @@ use interprocess::{
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse, DaemonStatus},
     worker::{FromWorker, Init, ToWorker},
-    FrameReader, FrameWriter, PROTOCOL_VERSION,
+    FrameReader, FrameWriter, WorkerState, PROTOCOL_VERSION,
 };
 use pegasus_store::{Home, NewProject, ProjectFile, Verb};
 use std::{
@@ -834,7 +834,7 @@ impl Ctl {
 fn ready_count(s: &DaemonStatus) -> usize {
     s.projects
         .iter()
-        .filter(|p| p.worker_state == "ready")
+        .filter(|p| p.worker_state == WorkerState::Ready)
         .count()
 }
 

@@ -23,7 +23,7 @@ use interprocess::local_socket::{
 };
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse, DaemonStatus},
-    FrameReader, FrameWriter, PROTOCOL_VERSION,
+    FrameReader, FrameWriter, WorkerState, PROTOCOL_VERSION,
 };
 use pegasus_store::{Home, NewProject};
 use std::{
@@ -222,7 +222,7 @@ async fn one_run(pegasusd: &Path, pegasusctl: &Path, root: &Path, home: &Home) -
         let ready = s
             .projects
             .iter()
-            .filter(|p| p.worker_state == "ready")
+            .filter(|p| p.worker_state == WorkerState::Ready)
             .count();
         if ready != PROJECTS {
             return Err(format!("status shows {ready} ready after {PROJECTS} ready lines").into());
