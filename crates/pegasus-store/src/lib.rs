@@ -16,6 +16,7 @@
 pub mod adopted;
 pub mod atomic;
 pub mod config;
+pub mod crashes;
 pub mod error;
 pub mod exec_groups;
 pub mod frontmatter;
@@ -34,6 +35,7 @@ mod yaml;
 
 pub use atomic::*;
 pub use config::*;
+pub use crashes::{read_crashes, record_crash, CrashRecord, CRASHES_FILE};
 pub use error::{Result, StoreError};
 pub use exec_groups::{kill_exec_groups, record_exec_group};
 pub use frontmatter::{split_frontmatter, strip_bom, Frontmatter, FrontmatterError};

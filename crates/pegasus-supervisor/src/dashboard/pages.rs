@@ -332,14 +332,11 @@ pub(super) async fn crashes(State(d): State<Dash>) -> Response {
     let rows = tokio::task::spawn_blocking(move || {
         let mut rows = Vec::new();
         for p in list {
-            let path = home.project_dir(&p.name).join("crashes.jsonl");
-            if let Ok(read) = pegasus_store::read_jsonl::<serde_json::Value>(&path) {
-                for r in read.records {
-                    rows.push((p.name.clone(), r));
-                }
+            for r in pegasus_store::read_crashes(&home.project_dir(&p.name)).unwrap_or_default() {
+                rows.push((p.name.clone(), r));
             }
         }
-        rows.sort_by(|a, b| b.1["ts"].as_str().cmp(&a.1["ts"].as_str()));
+        rows.sort_by_key(|(_, r)| std::cmp::Reverse(r.ts));
         rows.truncate(200);
         rows
     })
@@ -350,7 +347,7 @@ pub(super) async fn crashes(State(d): State<Dash>) -> Response {
         table #crashes data-live="" {
             tr { th { "when" } th { "project" } th { "what" } }
             @for (p, r) in &rows {
-                tr { td { (r["ts"].as_str().unwrap_or("")) } td { (p) } td { (r["reason"].as_str().map(str::to_string).unwrap_or_else(|| r.to_string())) } }
+                tr { td { (r.ts.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)) } td { (p) } td { (r.reason) } }
             }
         }
     };

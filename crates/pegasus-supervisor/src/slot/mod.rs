@@ -306,11 +306,13 @@ impl Slot {
             i.last_crash = Some(reason.to_string());
             i.last_crash_at = Some(now);
         });
-        let record = serde_json::json!({"ts": now, "project": self.name, "reason": reason});
-        let path = self.sup.home.project_dir(&self.name).join("crashes.jsonl");
-        if let Err(e) =
-            pegasus_store::JsonlAppender::open(&path).and_then(|mut a| a.append_durable(&record))
-        {
+        let record = pegasus_store::CrashRecord {
+            ts: now,
+            project: self.name.clone(),
+            reason: reason.to_string(),
+        };
+        let dir = self.sup.home.project_dir(&self.name);
+        if let Err(e) = pegasus_store::record_crash(&dir, &record) {
             tracing::warn!(project = %self.name, "cannot record crash: {e}");
         }
     }
