@@ -278,9 +278,7 @@ pub async fn compact(
         Err(stop) => return (Err(CompactionError::Summary(format!("{stop:?}"))), 0.0),
     };
     let cost = resp.cost_usd.unwrap_or(0.0);
-    let summary = resp.text()
-        .trim()
-        .to_string();
+    let summary = resp.text().trim().to_string();
     if summary.is_empty() {
         return (
             Err(CompactionError::Summary(

@@ -121,13 +121,7 @@ async fn serve(
     let control_listener = listen(&home.control_socket())?;
     let gateway = pegasus_llm::Gateway::new(&home, &config).map_err(SupervisorError::Llm)?;
     let (main_tx, main_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sup = Supervisor::new(
-        home.clone(),
-        config,
-        worker_bin,
-        gateway,
-        main_tx,
-    );
+    let sup = Supervisor::new(home.clone(), config, worker_bin, gateway, main_tx);
     let main_agent = crate::main_agent::start(&sup, main_rx);
     crate::activity::observe(&sup);
     crate::watchdog::observe(&sup);
