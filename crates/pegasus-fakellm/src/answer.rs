@@ -32,6 +32,28 @@ pub(crate) struct Answer {
     /// a `redacted_thinking` block, before the text and tool calls.
     pub thinking: Option<(String, String)>,
     pub redacted: Option<String>,
+    /// How many deltas the text is streamed in.
+    pub pieces: usize,
+    /// The text is [`CLOCK_SLOT`]s, each stamped as it is written ([`crate::Fault::Clock`]).
+    pub clock: bool,
+}
+
+/// Where a [`crate::Fault::Clock`] answer's stamp goes: as many chars as the stamp has digits.
+const CLOCK_MARK: &str = "\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}\u{23f1}";
+
+/// Replaces the first `n` (all, if `None`) marks of a rendered answer with the wall clock now.
+pub(crate) fn stamp(wire: String, n: Option<usize>) -> String {
+    if !wire.contains(CLOCK_MARK) {
+        return wire;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let digits = format!("{now:016}");
+    match n {
+        Some(n) => wire.replacen(CLOCK_MARK, &digits, n),
+        None => wire.replace(CLOCK_MARK, &digits),
+    }
 }
 
 impl Answer {
@@ -79,6 +101,8 @@ impl Answer {
             usage: Some(usage),
             thinking: None,
             redacted: None,
+            pieces: 3,
+            clock: false,
         }
     }
 
@@ -90,6 +114,15 @@ impl Answer {
         );
         self.thinking = Some((text.clone(), ids::thinking_signature(&text)));
         self.redacted = Some(ids::redacted_data(&self.id));
+        self
+    }
+
+    /// A [`crate::Fault::Clock`] answer: `deltas` marks and spaces, one a delta.
+    pub fn clock(mut self, deltas: usize) -> Answer {
+        let deltas = deltas.max(1);
+        self.text = Some(format!("{CLOCK_MARK} ").repeat(deltas));
+        self.pieces = deltas;
+        self.clock = true;
         self
     }
 

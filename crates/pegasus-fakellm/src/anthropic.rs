@@ -155,7 +155,7 @@ pub(crate) fn events(a: &Answer) -> Vec<SseEvent> {
         ));
         out.push(ping());
         pinged = true;
-        for piece in split_pieces(text, 3) {
+        for piece in split_pieces(text, a.pieces) {
             out.push(SseEvent::named(
                 "content_block_delta",
                 &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),

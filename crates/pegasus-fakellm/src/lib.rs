@@ -71,6 +71,14 @@ pub use record::{Format, Recorded};
 pub use script::{Fault, Match, Reply, Rule, ToolCall, UsageSpec};
 pub use telegram::{FakeTelegram, SentMessage};
 
+/// The stamps in a [`Fault::Clock`] answer's text (or any piece of it): the fake's wall clock,
+/// in microseconds since the Unix epoch, when each piece was written.
+pub fn clock_stamps(text: &str) -> impl Iterator<Item = u64> + '_ {
+    text.split(' ')
+        .filter(|w| w.len() == 16)
+        .filter_map(|w| w.parse().ok())
+}
+
 /// The text of the reply sent for [`Fault::WrongUsage`], so tests can check
 /// that the content still got through even though the usage was broken.
 pub const WRONG_USAGE_TEXT: &str = "fake-llm: reply with missing usage";

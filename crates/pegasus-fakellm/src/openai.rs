@@ -119,7 +119,7 @@ pub(crate) fn events(a: &Answer, include_usage: bool) -> Vec<SseEvent> {
 
     let mut out = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
     if let Some(text) = &a.text {
-        for piece in split_pieces(text, 3) {
+        for piece in split_pieces(text, a.pieces) {
             out.push(chunk(json!({"content": piece}), None));
         }
     }

@@ -171,6 +171,12 @@ pub enum Fault {
     /// Answers with the inner reply, streaming it slowly: `gap_ms` between SSE events (a
     /// plain answer is sent at once).
     Paced { gap_ms: u64, then: Box<Reply> },
+    /// A text answer of `deltas` pieces, `gap_ms` apart when streamed, each piece the fake's
+    /// wall clock at the moment it is written: microseconds since the Unix epoch in 16 digits,
+    /// then a space ([`crate::clock_stamps`] reads them back). For measuring how long a
+    /// streamed piece takes to reach whoever reads it. A plain answer carries one stamp,
+    /// repeated.
+    Clock { deltas: usize, gap_ms: u64 },
 }
 
 /// Token counts to report. Fields follow Anthropic's meaning: `input` excludes

@@ -440,6 +440,10 @@ fn send_reply<'a>(
                 Fault::Paced { gap_ms, then } => {
                     send_reply(stream, p, *then, Some(Duration::from_millis(gap_ms))).await
                 }
+                Fault::Clock { deltas, gap_ms } => {
+                    let a = answer(None, &[]).clock(deltas);
+                    send_answer(stream, p, &a, Some(Duration::from_millis(gap_ms))).await
+                }
                 Fault::WrongUsage => {
                     let a = answer(Some(crate::WRONG_USAGE_TEXT.to_string()), &[]).without_usage();
                     send_answer(stream, p, &a, gap).await
@@ -543,18 +547,19 @@ async fn send_answer(
             if let (Some(gap), true) = (gap, i > 0) {
                 tokio::time::sleep(gap).await;
             }
-            http::write_chunk(stream, e.to_wire().as_bytes()).await?;
+            let mut wire = e.to_wire();
+            if a.clock {
+                wire = crate::answer::stamp(wire, Some(1));
+            }
+            http::write_chunk(stream, wire.as_bytes()).await?;
         }
         http::finish_chunks(stream).await?;
     } else {
-        http::write_full(
-            stream,
-            200,
-            "application/json",
-            &[],
-            json_body(p, a).as_bytes(),
-        )
-        .await?;
+        let mut body = json_body(p, a);
+        if a.clock {
+            body = crate::answer::stamp(body, None);
+        }
+        http::write_full(stream, 200, "application/json", &[], body.as_bytes()).await?;
     }
     Ok(Next::Request)
 }

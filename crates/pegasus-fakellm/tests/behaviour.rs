@@ -469,6 +469,68 @@ async fn delay_then_reply() {
 }
 
 #[tokio::test]
+async fn clock_stamps_each_delta_as_it_is_written() {
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        Match::Any,
+        fault(Fault::Clock {
+            deltas: 5,
+            gap_ms: 30,
+        }),
+    ));
+    let now_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64
+    };
+    // Streamed, both formats: five text deltas, each one stamp, 30 ms apart.
+    for openai_format in [false, true] {
+        let before = now_us();
+        let body = if openai_format {
+            openai(&fake.openai_base_url(), &openai_body("hi", true)).await
+        } else {
+            anthropic(&fake.base_url(), &anthropic_body("hi", true)).await
+        }
+        .text()
+        .await
+        .unwrap();
+        let after = now_us();
+        let deltas: Vec<String> = parse_sse(&body)
+            .iter()
+            .filter(|e| !e.data.starts_with('['))
+            .map(|e| e.json())
+            .filter_map(|v| {
+                let t = if openai_format {
+                    v["choices"][0]["delta"]["content"].as_str()
+                } else {
+                    v["delta"]["text"].as_str()
+                };
+                t.filter(|t| !t.is_empty()).map(str::to_string)
+            })
+            .collect();
+        assert_eq!(deltas.len(), 5, "{body}");
+        let stamps: Vec<u64> = deltas
+            .iter()
+            .map(|d| {
+                let s: Vec<u64> = pegasus_fakellm::clock_stamps(d).collect();
+                assert_eq!(s.len(), 1, "{d:?}");
+                s[0]
+            })
+            .collect();
+        assert!(stamps[0] >= before && stamps[4] <= after, "{stamps:?}");
+        for w in stamps.windows(2) {
+            assert!(w[1] >= w[0] + 29_000, "{stamps:?}");
+        }
+    }
+    // Plain: one stamp, five times.
+    let text = anthropic_text(&fake, "hi").await;
+    let stamps: Vec<u64> = pegasus_fakellm::clock_stamps(&text).collect();
+    assert_eq!(stamps.len(), 5, "{text:?}");
+    assert!(stamps.iter().all(|s| *s == stamps[0]));
+}
+
+#[tokio::test]
 async fn garbage_requests_are_rejected() {
     let fake = FakeLlm::start().unwrap();
     // Body that is not JSON.
