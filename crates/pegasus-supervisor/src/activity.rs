@@ -58,6 +58,14 @@ impl Activity {
     }
 
     /// Copies the task and stage into listing rows.
+    /// Whether `project`'s worker is running a task now (the one answer the slot's idle
+    /// suspend and `status` both read).
+    pub fn running(&self, project: &str) -> bool {
+        lock(&self.now)
+            .get(project)
+            .is_some_and(|d| d.task.is_some())
+    }
+
     pub fn fill(&self, infos: &mut [ProjectInfo]) {
         let now = lock(&self.now);
         for info in infos.iter_mut() {

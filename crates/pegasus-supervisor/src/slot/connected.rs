@@ -150,14 +150,18 @@ impl Slot {
             .idle_suspend_s
             .map(Duration::from_secs);
         let mut last_busy = Instant::now();
-        let mut task_running = false;
         let mut idle_suspending = false;
         let outcome = loop {
             let (ping_at, dead_at) = liveness_deadlines(last_heard, beat);
             let watch_liveness = ready && conn_open && stopping.is_none();
+            // Whether a task runs is the activity tracker's to say (it folds the same events,
+            // published below before this is read again).
             let idle_at = idle_limit
                 .filter(|_| {
-                    watch_liveness && !task_running && routing.is_idle() && !idle_suspending
+                    watch_liveness
+                        && !self.sup.activity.running(&self.name)
+                        && routing.is_idle()
+                        && !idle_suspending
                 })
                 .map(|limit| last_busy + limit);
             tokio::select! {
@@ -167,9 +171,6 @@ impl Slot {
                     if let Some(Ok(frame)) = &ev {
                         if !matches!(frame, FromWorker::Heartbeat | FromWorker::Pong { .. }) {
                             last_busy = last_heard;
-                        }
-                        if let FromWorker::Event(pegasus_proto::WorkerEvent::Task { state, .. }) = frame {
-                            task_running = *state == pegasus_proto::TaskState::Running;
                         }
                     }
                     match ev.unwrap_or_else(|| Err("connection closed".into())) {
