@@ -68,7 +68,8 @@ const CALLS_PER_PROJECT: usize = 10;
 const SLOTS: usize = 4;
 const SERVICE_MS: u64 = 50;
 
-/// Targets.
+// Targets.
+/// Shown beside the proxy's median gain, for the record (issue 7's old target).
 const PROXY_RTT_RATIO_MAX: f64 = 3.0;
 /// The latency a proxied call gains, p99 of the paired differences.
 const ADDED_P99_MAX_US: f64 = 1000.0;
@@ -1355,8 +1356,8 @@ fn run() -> Res<bool> {
     // The verdict is on the median of the call-by-call differences (the calls alternate, so
     // each pair saw the same moment); the difference of the two medians is shown beside it.
     let added = median(&a.paired);
+    // Informative: the median against the raw round trip. The target is on the p99 below.
     let ok_a = added <= PROXY_RTT_RATIO_MAX * rtt_med;
-    all &= ok_a;
     report.push(format!(
         "raw RTT ({CALLS} ping-pongs, {req_bytes} B request / {resp_bytes} B response frame): \
          median {:.1} µs, p90 {:.1}, p99 {:.1}, min {:.1}; agent-sized {big_bytes} B request: median {:.1} µs",
@@ -1387,11 +1388,11 @@ fn run() -> Res<bool> {
     ));
     report.push(format!(
         "    added latency (median of the {CALLS} paired differences) {:.0} µs = {:.2}x raw RTT \
-         (target ≤ {PROXY_RTT_RATIO_MAX}x = {:.0} µs)  {}; p25 {:.0}, p75 {:.0}; difference of the medians {:.0} µs",
+         (info: {} {PROXY_RTT_RATIO_MAX}x = {:.0} µs); p25 {:.0}, p75 {:.0}; difference of the medians {:.0} µs",
         added,
         added / rtt_med,
+        if ok_a { "within" } else { "over" },
         PROXY_RTT_RATIO_MAX * rtt_med,
-        verdict(ok_a),
         pct(&a.paired, 25.0),
         pct(&a.paired, 75.0),
         pm - dm,
