@@ -776,31 +776,12 @@ impl Drop for Daemon {
     }
 }
 
-/// A control connection, speaking the same protocol as pegasusctl.
-struct Ctl {
-    reader: FrameReader<ReadHalf<Stream>>,
-    writer: FrameWriter<WriteHalf<Stream>>,
-}
+/// A control connection: `pegasusctl`'s own client.
+struct Ctl(pegasus_ctl::client::Client);
 
 impl Ctl {
     async fn connect(home: &Home) -> Res<Ctl> {
-        let path = home.control_socket();
-        let name = path.as_path().to_fs_name::<GenericFilePath>()?;
-        let stream = Stream::connect(name).await?;
-        let (recv, send) = tokio::io::split(stream);
-        let mut ctl = Ctl {
-            reader: FrameReader::new(recv),
-            writer: FrameWriter::new(send),
-        };
-        match ctl
-            .request(&CtlRequest::Hello {
-                protocol_version: PROTOCOL_VERSION,
-            })
-            .await?
-        {
-            CtlResponse::Welcome { .. } => Ok(ctl),
-            other => Err(format!("unexpected answer to hello: {other:?}").into()),
-        }
+        Ok(Ctl(pegasus_ctl::client::Client::connect(home).await?))
     }
 
     /// Connects, retrying every `POLL_EVERY` until `deadline`.
@@ -814,17 +795,8 @@ impl Ctl {
         }
     }
 
-    async fn request(&mut self, req: &CtlRequest) -> Res<CtlResponse> {
-        self.writer.write(req).await?;
-        Ok(self
-            .reader
-            .read::<CtlResponse>()
-            .await?
-            .ok_or("pegasusd closed the connection")?)
-    }
-
     async fn status(&mut self) -> Res<DaemonStatus> {
-        match self.request(&CtlRequest::Status).await? {
+        match self.0.request(CtlRequest::Status).await? {
             CtlResponse::Status(s) => Ok(s),
             other => Err(format!("unexpected answer to status: {other:?}").into()),
         }

@@ -28,14 +28,10 @@
 //!   home is alive.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use interprocess::local_socket::{
-    tokio::{prelude::*, Stream},
-    GenericFilePath, ToFsName,
-};
 use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse, DaemonStatus},
-    BusBody, BusEvent, FrameReader, FrameWriter, WorkerEvent, WorkerState, PROTOCOL_VERSION,
+    BusBody, BusEvent, WorkerEvent, WorkerState,
 };
 use pegasus_store::{Home, NewProject};
 use std::{
@@ -45,7 +41,6 @@ use std::{
     sync::mpsc,
     time::{Duration, Instant},
 };
-use tokio::io::{ReadHalf, WriteHalf};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -400,43 +395,16 @@ fn watch_stderr(child: &mut Child) -> Res<mpsc::Receiver<(Instant, bool)>> {
     Ok(rx)
 }
 
-/// A control connection, speaking the same protocol as pegasusctl.
-struct Ctl {
-    reader: FrameReader<ReadHalf<Stream>>,
-    writer: FrameWriter<WriteHalf<Stream>>,
-}
+/// A control connection: `pegasusctl`'s own client.
+struct Ctl(pegasus_ctl::client::Client);
 
 impl Ctl {
     async fn connect(home: &Home) -> Res<Ctl> {
-        let path = home.control_socket();
-        let name = path.as_path().to_fs_name::<GenericFilePath>()?;
-        let (recv, send) = tokio::io::split(Stream::connect(name).await?);
-        let mut ctl = Ctl {
-            reader: FrameReader::new(recv),
-            writer: FrameWriter::new(send),
-        };
-        match ctl
-            .request(&CtlRequest::Hello {
-                protocol_version: PROTOCOL_VERSION,
-            })
-            .await?
-        {
-            CtlResponse::Welcome { .. } => Ok(ctl),
-            other => Err(format!("unexpected answer to hello: {other:?}").into()),
-        }
-    }
-
-    async fn request(&mut self, req: &CtlRequest) -> Res<CtlResponse> {
-        self.writer.write(req).await?;
-        Ok(self
-            .reader
-            .read::<CtlResponse>()
-            .await?
-            .ok_or("pegasusd closed the connection")?)
+        Ok(Ctl(pegasus_ctl::client::Client::connect(home).await?))
     }
 
     async fn status(&mut self) -> Res<DaemonStatus> {
-        match self.request(&CtlRequest::Status).await? {
+        match self.0.request(CtlRequest::Status).await? {
             CtlResponse::Status(s) => Ok(s),
             other => Err(format!("unexpected answer to status: {other:?}").into()),
         }
