@@ -3,7 +3,7 @@
 //!
 //! Every call stats the file (one syscall); the parsed budget is reused while the file's
 //! identity and times are those it was parsed from. Opening, reading and parsing the YAML on
-//! every call cost 20–35 µs of the link thread's time per model call (docs/PERFORMANCE.md).
+//! every call cost 20–35 µs of pegasusd's time per model call.
 //!
 //! "Unchanged" is a [`FileStamp`] like the one the file was parsed from; a file changed so
 //! recently that a second edit could keep its stamp (not yet [`FileStamp::settled`]) is read
