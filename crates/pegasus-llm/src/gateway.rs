@@ -265,7 +265,7 @@ impl Gateway {
     pub fn context_window(&self, model: &str) -> Option<u64> {
         let full = self.resolve_model(model);
         let info = self.model_info(&full);
-        if !self.in_a_table(&full, &info) {
+        if !info.window_known {
             if let Some(w) = self.learned(&full) {
                 return Some(w);
             }
@@ -280,7 +280,7 @@ impl Gateway {
     pub async fn learn_context_window(&self, model: &str) -> Option<u64> {
         let full = self.resolve_model(model);
         let info = self.model_info(&full);
-        if self.in_a_table(&full, &info) {
+        if info.window_known {
             return Some(info.context_window);
         }
         let target = match provider::resolve(&self.inner.config, &full) {
@@ -316,11 +316,6 @@ impl Gateway {
             .unwrap_or_else(|p| p.into_inner())
             .insert(full, (found, Instant::now()));
         Some(found.unwrap_or(info.context_window))
-    }
-
-    /// Whether the model table or a price entry gives `model`'s window.
-    fn in_a_table(&self, _model: &str, info: &ModelInfo) -> bool {
-        info.window_known
     }
 
     fn learned(&self, model: &str) -> Option<u64> {
@@ -413,7 +408,7 @@ impl Gateway {
             output_tokens: u64::from(max_tokens),
             ..Default::default()
         };
-        let worst = self.price(target, None, &usage);
+        let worst = price(&inner.prices, target, None, &usage);
         if worst.is_none() && !inner.config.llm.allow_unpriced_models {
             return Err(LlmError::Unpriced {
                 model: target.full.clone(),
@@ -604,7 +599,7 @@ impl Gateway {
                 // llama.cpp names its window in the refusal: the next worker start uses it.
                 if let Some(w) = crate::window::from_refusal(&text) {
                     let info = self.model_info(&target.full);
-                    if !self.in_a_table(&target.full, &info) {
+                    if !info.window_known {
                         self.inner
                             .learned
                             .lock()
@@ -702,21 +697,6 @@ impl Gateway {
         Ok(reply)
     }
 
-    /// What `usage` of `target` costs: the configured id's price (an alias the user priced),
-    /// else the id the server reported (a dated snapshot priced differently), else 0 on a
-    /// local provider; `None` = unpriced.
-    fn price(&self, target: &Target, reported: Option<&str>, usage: &Usage) -> Option<f64> {
-        let prices = &self.inner.prices;
-        prices
-            .cost(&target.full, usage)
-            .or_else(|| {
-                reported
-                    .filter(|r| !r.is_empty())
-                    .and_then(|r| prices.cost(&format!("{}/{r}", target.provider), usage))
-            })
-            .or(target.local.then_some(0.0))
-    }
-
     /// Prices a successful answer, writes its ledger line and builds the response. The line
     /// names the model as the user configured it (a local server reports a file path); usage
     /// the provider left out is estimated, and the line says so.
@@ -734,7 +714,7 @@ impl Gateway {
             tracing::debug!(model = %target.full, request_id = %reply.id,
                 "the provider reported no (or partial) usage; the ledger line is estimated");
         }
-        let cost = self.price(target, Some(&reply.model), &usage);
+        let cost = price(&self.inner.prices, target, Some(&reply.model), &usage);
         if cost.is_none() {
             tracing::warn!(model = %target.full,
                 "no price for this model; add it under prices: in config.yml");
@@ -798,10 +778,7 @@ impl Reservation {
         let (usage, _) = arrived
             .usage
             .or_estimate(self.input_estimate, tokens_of_bytes(arrived.bytes as usize));
-        let prices = &self.inner.prices;
-        let usd = prices
-            .cost(&self.target.full, &usage)
-            .or(self.target.local.then_some(0.0));
+        let usd = price(&self.inner.prices, &self.target, None, &usage);
         let mut entry = self
             .call
             .estimated_entry((!arrived.id.is_empty()).then_some(arrived.id));
@@ -855,6 +832,26 @@ impl Drop for Reservation {
             Err(_) => finish(),
         }
     }
+}
+
+/// What `usage` of `target` costs: the configured id's price (an alias the user priced), else
+/// the id the server reported (a dated snapshot priced differently), else 0 on a local
+/// provider; `None` = unpriced. The one pricing rule of the admission, the ledger line and an
+/// estimated line.
+fn price(
+    prices: &PriceTable,
+    target: &Target,
+    reported: Option<&str>,
+    usage: &Usage,
+) -> Option<f64> {
+    prices
+        .cost(&target.full, usage)
+        .or_else(|| {
+            reported
+                .filter(|r| !r.is_empty())
+                .and_then(|r| prices.cost(&format!("{}/{r}", target.provider), usage))
+        })
+        .or(target.local.then_some(0.0))
 }
 
 /// How long a server that did not say its context window is not asked again.

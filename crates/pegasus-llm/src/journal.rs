@@ -176,8 +176,9 @@ impl Journal {
         }
     }
 
-    /// Lines in the journal file now (tests).
-    pub fn lines(&self) -> usize {
+    /// Lines in the journal file now.
+    #[cfg(test)]
+    fn lines(&self) -> usize {
         self.file.lock().unwrap_or_else(|p| p.into_inner()).lines
     }
 }
