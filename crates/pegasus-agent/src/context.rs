@@ -34,7 +34,9 @@ pub fn needs_compaction(req: &ChatRequest, window: Option<u64>) -> bool {
 /// The context window a provider's context-length refusal names, in tokens, if it does:
 /// Anthropic "prompt is too long: N tokens > M maximum" (and "... exceed context limit: A + B >
 /// M"), OpenAI and vLLM "maximum context length is M tokens", llama.cpp "exceeds the available
-/// context size (M tokens)", vLLM "longer than the maximum model length of M".
+/// context size (M tokens)", vLLM "longer than the maximum model length of M". Ollama's refusals
+/// ("the prompt is longer than the context length currently available to the model", "the input
+/// length exceeds the context length") name no number, so they give `None`.
 pub fn window_in_refusal(message: &str) -> Option<u64> {
     let number_after = |marker: &str| {
         let at = message.find(marker)? + marker.len();
@@ -182,6 +184,7 @@ mod tests {
             ("request (3031 tokens) exceeds the available context size (1024 tokens), try increasing it", Some(1024)),
             ("The decoder prompt (length 8825) is longer than the maximum model length of 8192.", Some(8192)),
             ("the input length exceeds the context length", None),
+            ("the prompt is longer than the context length currently available to the model; shorten the prompt, adjust the context length in settings, or use a model with a longer context length", None),
         ];
         for (message, window) in cases {
             assert_eq!(window_in_refusal(message), window, "{message}");

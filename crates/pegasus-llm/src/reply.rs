@@ -160,7 +160,10 @@ pub fn error_message(body: &str) -> String {
 /// code and the "maximum context length" wording (vLLM's too); llama.cpp's
 /// `exceed_context_size_error` ("request (N tokens) exceeds the available context size (M
 /// tokens)", on both of its APIs); vLLM's "The decoder prompt (length N) is longer than the
-/// maximum model length of M"; Ollama's "the input length exceeds the context length".
+/// maximum model length of M"; Ollama's chat refusal "the prompt is longer than the context
+/// length currently available to the model; ..." (llm/llama_server.go, 400; `{"error": "..."}`
+/// on its own API, wrapped in the OpenAI or Anthropic error shape on `/v1/chat/completions` and
+/// `/v1/messages`) and its embeddings one, "the input length exceeds the context length".
 pub fn is_context_overflow(status: u16, body: &str) -> bool {
     if status == 413 {
         return true;
@@ -179,6 +182,7 @@ pub fn is_context_overflow(status: u16, body: &str) -> bool {
         "exceeds the available context size",
         "maximum model length",
         "exceeds the context length",
+        "longer than the context length",
     ]
     .iter()
     .any(|p| lower.contains(p))
@@ -234,8 +238,26 @@ mod tests {
         assert!(is_context_overflow(400, vllm));
         let vllm2 = r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#;
         assert!(is_context_overflow(400, vllm2));
-        let ollama = r#"{"error":"the input length exceeds the context length"}"#;
-        assert!(is_context_overflow(400, ollama));
+        // Ollama's chat refusal (llm/llama_server.go, HTTP 400), as its own API sends it
+        // (server/routes.go: `{"error": msg}`) and as its OpenAI and Anthropic endpoints wrap it
+        // (middleware/openai.go, middleware/anthropic.go).
+        let refusal = "the prompt is longer than the context length currently available to the model; shorten the prompt, adjust the context length in settings, or use a model with a longer context length";
+        let ollama = format!(r#"{{"error":"{refusal}"}}"#);
+        assert!(is_context_overflow(400, &ollama));
+        assert_eq!(error_message(&ollama), refusal);
+        let ollama_openai = format!(
+            r#"{{"error":{{"message":"{refusal}","type":"invalid_request_error","param":null,"code":null}}}}"#
+        );
+        assert!(is_context_overflow(400, &ollama_openai));
+        assert_eq!(error_message(&ollama_openai), refusal);
+        let ollama_anthropic = format!(
+            r#"{{"type":"error","error":{{"type":"invalid_request_error","message":"{refusal}"}},"request_id":"req_1"}}"#
+        );
+        assert!(is_context_overflow(400, &ollama_anthropic));
+        assert_eq!(error_message(&ollama_anthropic), refusal);
+        // Its embeddings refusal.
+        let ollama_embed = r#"{"error":"the input length exceeds the context length"}"#;
+        assert!(is_context_overflow(400, ollama_embed));
         assert!(!is_context_overflow(
             400,
             r#"{"error":{"message":"max_tokens: Field required"}}"#
