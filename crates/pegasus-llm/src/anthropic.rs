@@ -427,8 +427,8 @@ impl StreamParser for Stream {
         Ok(false)
     }
 
-    fn progress(&self) -> (u64, SeenUsage, &str) {
-        (self.received, self.usage.seen(), &self.id)
+    fn progress(&self) -> (u64, SeenUsage, &str, &str) {
+        (self.received, self.usage.seen(), &self.id, &self.model)
     }
 
     fn finish(self) -> Result<ProviderReply, String> {

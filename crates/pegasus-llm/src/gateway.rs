@@ -59,6 +59,10 @@ struct Inner {
     /// One probe at a time: a thousand workers starting on one unknown model ask its server
     /// once.
     probing: tokio::sync::Mutex<()>,
+    /// The model id each configured model's server last reported (`provider/model` → the id,
+    /// no prefix): what a call is priced by before its answer says (admission) or when its
+    /// answer never did (an estimated line), so every line follows one pricing rule.
+    reported: Mutex<HashMap<String, String>>,
     /// Models already logged as running without the thinking a role asked for.
     thinking_refused: Mutex<std::collections::HashSet<String>>,
     http: reqwest::Client,
@@ -136,6 +140,7 @@ impl Gateway {
                 models,
                 learned: Mutex::new(HashMap::new()),
                 probing: tokio::sync::Mutex::new(()),
+                reported: Mutex::new(HashMap::new()),
                 thinking_refused: Mutex::new(Default::default()),
                 http,
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
@@ -274,9 +279,10 @@ impl Gateway {
     }
 
     /// [`Gateway::context_window`], asking the model's server first when no table knows the
-    /// model, its provider is `local: true`, and it was not asked yet (llama.cpp `/props`, vLLM `/v1/models`, Ollama
-    /// `/api/show`; see [`crate::window`]). A server that does not say is asked again after a
-    /// minute at most.
+    /// model, the server is the user's own (`local: true`, or on a loopback address: see
+    /// [`crate::window::asked`]), and it was not asked yet (llama.cpp `/props`, vLLM
+    /// `/v1/models`, Ollama `/api/show`; see [`crate::window`]). A server that does not say is
+    /// asked again after a minute at most.
     pub async fn learn_context_window(&self, model: &str) -> Option<u64> {
         let full = self.resolve_model(model);
         let info = self.model_info(&full);
@@ -286,7 +292,7 @@ impl Gateway {
         let target = match provider::resolve(&self.inner.config, &full) {
             // Only a server of the user's own is asked: the hosted APIs do not say (and a
             // request they do not serve is not worth making at every worker start).
-            Ok(t) if t.local => t,
+            Ok(t) if crate::window::asked(&t) => t,
             _ => return Some(info.context_window),
         };
         let _one = self.inner.probing.lock().await;
@@ -408,7 +414,7 @@ impl Gateway {
             output_tokens: u64::from(max_tokens),
             ..Default::default()
         };
-        let worst = price(&inner.prices, target, None, &usage);
+        let worst = inner.price(target, "", &usage);
         if worst.is_none() && !inner.config.llm.allow_unpriced_models {
             return Err(LlmError::Unpriced {
                 model: target.full.clone(),
@@ -677,7 +683,7 @@ impl Gateway {
                 .map_err(|_| timed_out())?
                 .map_err(transport_error)?;
         // Unparsed, the body's size is all that is known of the answer.
-        progress.update(bytes.len() as u64, Default::default(), "");
+        progress.update(bytes.len() as u64, Default::default(), "", "");
         if !complete {
             return Err(too_large("answer"));
         }
@@ -714,7 +720,7 @@ impl Gateway {
             tracing::debug!(model = %target.full, request_id = %reply.id,
                 "the provider reported no (or partial) usage; the ledger line is estimated");
         }
-        let cost = price(&self.inner.prices, target, Some(&reply.model), &usage);
+        let cost = self.inner.price(target, &reply.model, &usage);
         if cost.is_none() {
             tracing::warn!(model = %target.full,
                 "no price for this model; add it under prices: in config.yml");
@@ -778,7 +784,7 @@ impl Reservation {
         let (usage, _) = arrived
             .usage
             .or_estimate(self.input_estimate, tokens_of_bytes(arrived.bytes as usize));
-        let usd = price(&self.inner.prices, &self.target, None, &usage);
+        let usd = self.inner.price(&self.target, &arrived.model, &usage);
         let mut entry = self
             .call
             .estimated_entry((!arrived.id.is_empty()).then_some(arrived.id));
@@ -834,10 +840,31 @@ impl Drop for Reservation {
     }
 }
 
+impl Inner {
+    /// [`price`] with the id the server reported for this answer (`reported`; empty when it
+    /// did not say, or has not yet: the admission, a cut stream), else the id it reported last
+    /// for `target`'s model. The one rule of the admission, the ledger line and an estimated
+    /// line: a model priced only under the id its server reports costs the same in each.
+    fn price(&self, target: &Target, reported: &str, usage: &Usage) -> Option<f64> {
+        let reported = {
+            let mut known = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+            if reported.is_empty() {
+                known.get(&target.full).cloned()
+            } else {
+                if known.get(&target.full).map(String::as_str) != Some(reported) {
+                    known.insert(target.full.clone(), reported.to_string());
+                }
+                Some(reported.to_string())
+            }
+        };
+        price(&self.prices, target, reported.as_deref(), usage)
+    }
+}
+
 /// What `usage` of `target` costs: the configured id's price (an alias the user priced), else
 /// the id the server reported (a dated snapshot priced differently), else 0 on a local
 /// provider; `None` = unpriced. The one pricing rule of the admission, the ledger line and an
-/// estimated line.
+/// estimated line (through [`Inner::price`]).
 fn price(
     prices: &PriceTable,
     target: &Target,
@@ -888,4 +915,140 @@ fn transport_error(e: reqwest::Error) -> AttemptError {
         source = s.source();
     }
     AttemptError::retry(message)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::sse::StreamParser;
+    use pegasus_store::{PriceConfig, ProviderConfig};
+    use std::collections::BTreeMap;
+
+    /// A gateway whose provider `srv` (hosted, not local) prices its model only under the id
+    /// its server reports (`served-2025`), not the alias the user configured (`srv/alias`).
+    fn priced_by_reported_id(dir: &std::path::Path) -> (Gateway, Target) {
+        let home = Home::new(dir);
+        let mut config = Config::default();
+        config.providers.insert(
+            "srv".into(),
+            ProviderConfig {
+                kind: "openai".into(),
+                base_url: "https://models.example.com/v1".into(),
+                api_key_env: None,
+                local: false,
+            },
+        );
+        config.prices = BTreeMap::from([(
+            "srv/served-2025".to_string(),
+            PriceConfig {
+                input: 1.0,
+                output: 2.0,
+                cache_read: None,
+                cache_write: None,
+                context_window: None,
+            },
+        )]);
+        config.llm.allow_unpriced_models = true;
+        config.budget.daily_usd = None;
+        config.budget.task_usd = None;
+        let gw = Gateway::new(&home, &config).unwrap();
+        let target = provider::resolve(&config, "srv/alias").unwrap();
+        (gw, target)
+    }
+
+    fn admit(gw: &Gateway, target: &Target) -> Reservation {
+        let meta = CallMeta {
+            project: Some("alpha".into()),
+            ..Default::default()
+        };
+        let body = serde_json::json!({"model": "alias", "messages": [
+            {"role": "user", "content": "a question of some length ".repeat(20)}]});
+        gw.admit(&meta, &gw.limits(&meta), target, &body, 200, 150)
+            .unwrap()
+    }
+
+    fn usage_of(line: &LedgerEntry) -> Usage {
+        Usage {
+            input_tokens: line.input_tokens,
+            output_tokens: line.output_tokens,
+            cache_read_tokens: line.cache_read_tokens,
+            cache_write_tokens: line.cache_write_tokens,
+        }
+    }
+
+    /// An estimated line (a stream cut after its first chunk) is priced by the same rule as a
+    /// whole answer's: the model id the stream reported, when only it has a price; and once
+    /// the server has said it, the admission's worst case (and a line whose answer never said)
+    /// is priced by it too, instead of `null`.
+    #[tokio::test]
+    async fn estimated_lines_are_priced_by_the_id_the_server_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gw, target) = priced_by_reported_id(dir.path());
+        let first = admit(&gw, &target);
+        assert_eq!(
+            first.call.usd, None,
+            "nothing reported yet: the alias has no price"
+        );
+
+        // The first chunk of an OpenAI stream names the served model; then the stream breaks.
+        let mut stream = crate::openai::Stream::default();
+        let chunk = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","model":"served-2025","choices":[{"index":0,"delta":{"content":"Part of an answer"},"finish_reason":null}]}"#;
+        stream.event("message", chunk, None).unwrap();
+        let (bytes, seen, id, model) = stream.progress();
+        first.progress.answered();
+        first.progress.update(bytes, seen, id, model);
+        let line = first.unbilled().unwrap();
+        assert!(line.estimated);
+        assert_eq!(line.model, "srv/alias", "the line names the configured id");
+        let usage = usage_of(&line);
+        let whole = price(&gw.inner.prices, &target, Some("served-2025"), &usage);
+        assert!(whole.is_some_and(|u| u > 0.0));
+        assert_eq!(
+            line.usd, whole,
+            "priced as the whole answer's line would be"
+        );
+        drop(first);
+
+        // A whole answer's line and an estimated line with nothing reported agree too.
+        let second = admit(&gw, &target);
+        assert!(
+            second.call.usd.is_some_and(|u| u > 0.0),
+            "the admission prices by the reported id: {:?}",
+            second.call
+        );
+        second.progress.answered();
+        second.progress.update(40, Default::default(), "", "");
+        let line = second.unbilled().unwrap();
+        assert_eq!(
+            line.usd,
+            price(
+                &gw.inner.prices,
+                &target,
+                Some("served-2025"),
+                &usage_of(&line)
+            )
+        );
+        drop(second);
+        let reply = ProviderReply {
+            id: "chatcmpl-2".into(),
+            model: "served-2025".into(),
+            content: vec![pegasus_proto::llm::Block::Text {
+                text: "A whole answer.".into(),
+            }],
+            stop_reason: pegasus_proto::llm::StopReason::EndTurn,
+            usage: Default::default(),
+        };
+        let settled = gw.settle(&target, reply, admit(&gw, &target)).await;
+        assert_eq!(
+            settled.cost_usd,
+            price(
+                &gw.inner.prices,
+                &target,
+                Some("served-2025"),
+                &settled.usage
+            )
+        );
+        assert!(settled.cost_usd.is_some_and(|u| u > 0.0));
+    }
 }

@@ -81,6 +81,9 @@ pub struct Arrived {
     pub usage: SeenUsage,
     /// The provider's response id, once seen.
     pub id: String,
+    /// The model the provider says it used (no provider prefix), once seen: an estimated line
+    /// is priced by it as a whole answer's line would be.
+    pub model: String,
 }
 
 impl Progress {
@@ -89,12 +92,15 @@ impl Progress {
     }
 
     /// Records what a stream parser has assembled so far.
-    pub fn update(&self, bytes: u64, usage: SeenUsage, id: &str) {
+    pub fn update(&self, bytes: u64, usage: SeenUsage, id: &str, model: &str) {
         let mut s = self.lock();
         s.bytes = bytes;
         s.usage = usage;
         if s.id.is_empty() && !id.is_empty() {
             s.id = id.to_string();
+        }
+        if s.model.is_empty() && !model.is_empty() {
+            s.model = model.to_string();
         }
     }
 

@@ -26,8 +26,9 @@ pub trait StreamParser {
         deltas: Option<&UnboundedSender<String>>,
     ) -> Result<bool, String>;
 
-    /// What has arrived so far: bytes of answer, the usage reported, the response id.
-    fn progress(&self) -> (u64, SeenUsage, &str);
+    /// What has arrived so far: bytes of answer, the usage reported, the response id and the
+    /// model the provider says it used (each empty until seen).
+    fn progress(&self) -> (u64, SeenUsage, &str, &str);
 
     /// The assembled reply once the byte stream ended; `Err` when it ended too early (a cut
     /// stream), so the caller retries instead of returning half an answer.
@@ -84,8 +85,8 @@ pub async fn read<P: StreamParser>(
             Some(Err(e)) => return Err(retry(format!("stream broken: {e}"))),
             Some(Ok(ev)) => {
                 let done = parser.event(&ev.event, &ev.data, deltas);
-                let (bytes, usage, id) = parser.progress();
-                progress.update(bytes, usage, id);
+                let (bytes, usage, id, model) = parser.progress();
+                progress.update(bytes, usage, id, model);
                 if done.map_err(retry)? {
                     break;
                 }

@@ -27,6 +27,37 @@ fn root(base_url: &str) -> &str {
     base_url.strip_suffix("/v1").unwrap_or(base_url)
 }
 
+/// Whether `target`'s server is asked for its window: a server of the user's own, that is a
+/// `local: true` provider or one whose base URL's host is a loopback address (127.0.0.0/8,
+/// `::1`, `localhost`), which can only be serving software on this machine (an Ollama
+/// configured without `local: true` still says its window). The hosted APIs do not say, and a
+/// request they do not serve is not worth making at every worker start.
+pub fn asked(target: &Target) -> bool {
+    target.local || on_loopback(&target.base_url)
+}
+
+/// Whether `base_url`'s host is a loopback address or `localhost`.
+fn on_loopback(base_url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url) else {
+        return false;
+    };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_end_matches('.');
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => a.is_loopback(),
+        Ok(std::net::IpAddr::V6(a)) => {
+            a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
 /// The context window `target`'s server reports for its model, if it says.
 pub async fn probe(http: &reqwest::Client, target: &Target, key: Option<&str>) -> Option<u64> {
     let root = root(&target.base_url);
@@ -145,5 +176,44 @@ mod tests {
         let refusal = r#"{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (1024 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":3031,"n_ctx":1024}}"#;
         assert_eq!(from_refusal(refusal), Some(1024));
         assert_eq!(from_refusal("{}"), None);
+    }
+
+    #[test]
+    fn servers_on_this_machine_and_local_providers_are_asked() {
+        let target = |base_url: &str, local: bool| Target {
+            provider: "ollama".into(),
+            model: "qwen2.5:7b".into(),
+            full: "ollama/qwen2.5:7b".into(),
+            kind: Kind::OpenAi,
+            base_url: base_url.into(),
+            api_key_env: None,
+            local,
+        };
+        for url in [
+            "http://127.0.0.1:11434/v1",
+            "http://127.8.9.10:8080",
+            "http://localhost:11434/v1",
+            "http://LOCALHOST:11434",
+            "http://[::1]:8000/v1",
+            "http://[::ffff:127.0.0.1]:8000/v1",
+            "https://localhost./v1",
+        ] {
+            assert!(asked(&target(url, false)), "{url} is this machine");
+        }
+        for url in [
+            "https://api.openai.com/v1",
+            "https://api.anthropic.com",
+            "http://192.168.1.20:11434/v1",
+            "http://10.0.0.5:8000/v1",
+            "http://[2001:db8::1]:8000",
+            "http://localhost.example.com/v1",
+            "http://128.0.0.1/v1",
+            "not a url",
+        ] {
+            assert!(!asked(&target(url, false)), "{url} is not this machine");
+        }
+        // `local: true` is the user saying it is theirs, wherever it runs.
+        assert!(asked(&target("http://192.168.1.20:11434/v1", true)));
+        assert!(asked(&target("https://gpu-box.example.com/v1", true)));
     }
 }
