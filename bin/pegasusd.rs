@@ -20,6 +20,8 @@ fn main() -> ExitCode {
     match pegasus_supervisor::run(pegasus_supervisor::DaemonOptions {
         home: args.home,
         config: args.config,
+        // Beside the core, through its front door.
+        clients: vec![pegasus_dashboard::client(), pegasus_telegram::client()],
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 pub(crate) type Observer = Box<dyn Fn(&Arc<BusEvent>) + Send + Sync>;
 
 /// How many events a subscriber may fall behind before it lags and must resync.
-pub(crate) const CAPACITY: usize = 4096;
+pub const CAPACITY: usize = 4096;
 
 /// The sending side; cheap to clone.
 #[derive(Clone)]
@@ -76,13 +76,13 @@ impl EventBus {
 }
 
 /// What a consumer gets from [`next`]: an event, or how many it missed by lagging.
-pub(crate) enum Received {
+pub enum Received {
     Event(Arc<BusEvent>),
     Lagged(u64),
 }
 
 /// The next item for a consumer; `None` once the bus is gone (the daemon is stopping).
-pub(crate) async fn next(rx: &mut broadcast::Receiver<Arc<BusEvent>>) -> Option<Received> {
+pub async fn next(rx: &mut broadcast::Receiver<Arc<BusEvent>>) -> Option<Received> {
     match rx.recv().await {
         Ok(event) => Some(Received::Event(event)),
         Err(broadcast::error::RecvError::Lagged(n)) => Some(Received::Lagged(n)),

@@ -1,15 +1,16 @@
-//! The control socket `<home>/run/pegasusd.sock` (mode 0600): `pegasusctl` and later the
-//! dashboard. Each connection says hello, then sends requests and gets one response each (or,
-//! after `Follow`, a stream of events). A connection that misbehaves is dropped and logged; the
-//! daemon lives on. Verbs are handled in [`crate::handlers`].
+//! The control socket `<home>/run/pegasusd.sock` (mode 0600), for `pegasusctl`: a client of the
+//! front door like the dashboard and Telegram. Each connection says hello, then sends requests
+//! and gets one response each (or, after `Follow`, a stream of events). A connection that
+//! misbehaves is dropped and logged; the daemon lives on. Verbs are handled in
+//! [`crate::handlers`].
 
-use crate::{handlers, supervisor::Supervisor};
+use crate::{front_door::FrontDoor, handlers};
 use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
     Channel, FrameReader, FrameWriter, PROTOCOL_VERSION,
 };
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request frame may take from its first byte to its last: a client that starts
@@ -19,15 +20,15 @@ const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_OPEN: usize = 256;
 
 /// Accepts control connections until the daemon stops.
-pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
-    let shutdown = sup.shutdown.clone();
+pub(crate) async fn serve(door: FrontDoor, listener: Listener) {
+    let shutdown = door.shutdown().clone();
     crate::accept::serve("control", listener, MAX_OPEN, shutdown, move |stream| {
-        connection(sup.clone(), stream)
+        connection(door.clone(), stream)
     })
     .await
 }
 
-async fn connection(sup: Arc<Supervisor>, stream: Stream) {
+async fn connection(door: FrontDoor, stream: Stream) {
     let peer = stream
         .peer_creds()
         .ok()
@@ -82,7 +83,7 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
     loop {
         // An idle connection ends with the daemon: shutdown drains open connections.
         let req = tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
+            _ = door.shutdown().cancelled() => return,
             req = reader.read::<CtlRequest>() => match req {
                 Ok(Some(req)) => req,
                 Ok(None) => return,
@@ -90,9 +91,9 @@ async fn connection(sup: Arc<Supervisor>, stream: Stream) {
             },
         };
         if let CtlRequest::Follow { project } = req {
-            return handlers::follow::follow(&sup, project, &mut reader, &mut writer).await;
+            return handlers::follow::follow(&door, project, &mut reader, &mut writer).await;
         }
-        let resp = handlers::dispatch(&sup, &Channel::Cli, req).await;
+        let resp = door.request(&Channel::Cli, req).await;
         if writer.write(&resp).await.is_err() {
             return;
         }

@@ -6,7 +6,13 @@
 //! bus consumers and the sweeps.
 
 use crate::{
-    control, logging, spawn, supervisor::Supervisor, worker_server, PidLock, SupervisorError,
+    control,
+    front_door::{Client, FrontDoor},
+    logging,
+    slot::SlotEvent,
+    spawn,
+    supervisor::Supervisor,
+    worker_server, PidLock, SupervisorError,
 };
 use interprocess::{
     local_socket::{tokio::Listener, GenericFilePath, ListenerOptions, ToFsName},
@@ -20,12 +26,14 @@ use std::{
 use tokio::signal::unix::{signal, SignalKind};
 
 /// What `pegasusd` is started with.
-#[derive(Debug, Default, Clone)]
+#[derive(Default)]
 pub struct DaemonOptions {
     /// `--home`; else `$PEGASUS_HOME`, else the XDG data dir.
     pub home: Option<PathBuf>,
     /// `--config`; else `<home>/config.yml` (missing = defaults).
     pub config: Option<PathBuf>,
+    /// What runs beside the core through its front door (the dashboard, Telegram).
+    pub clients: Vec<Client>,
 }
 
 /// Runs the daemon in the foreground until SIGTERM, SIGINT or `pegasusctl stop`.
@@ -67,12 +75,13 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         eprintln!("pegasusd: cannot become a child subreaper ({e}); commands that escape with setsid may outlive their worker");
     }
     let mut taken = pegasus_llm::take_keys_from_env(&config);
-    // The Telegram bot token, likewise: read once, then gone from the environment.
-    let telegram_token = std::env::var(&config.telegram.token_env)
-        .ok()
-        .filter(|t| !t.trim().is_empty());
-    if telegram_token.is_some() {
-        taken.push(config.telegram.token_env.clone());
+    // The clients' secrets (the Telegram bot token), likewise: read once, then gone from the
+    // environment; a client gets them through its front door.
+    let mut secrets = std::collections::HashMap::new();
+    let name = &config.telegram.token_env;
+    if let Some(token) = std::env::var(name).ok().filter(|t| !t.trim().is_empty()) {
+        secrets.insert(name.clone(), token);
+        taken.push(name.clone());
     }
     for name in &taken {
         scrub_env(name);
@@ -91,7 +100,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         .enable_all()
         .build()
         .map_err(|e| SupervisorError::io("cannot start the runtime in", home.root(), e))?;
-    runtime.block_on(serve(home, config, worker_bin, telegram_token))
+    runtime.block_on(serve(home, config, worker_bin, secrets, opts.clients))
 }
 
 fn listen(path: &Path) -> Result<Listener, SupervisorError> {
@@ -115,14 +124,18 @@ async fn serve(
     home: Home,
     config: Config,
     worker_bin: PathBuf,
-    telegram_token: Option<String>,
+    secrets: std::collections::HashMap<String, String>,
+    clients: Vec<Client>,
 ) -> Result<(), SupervisorError> {
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
     let gateway = pegasus_llm::Gateway::new(&home, &config).map_err(SupervisorError::Llm)?;
     let (main_tx, main_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sup = Supervisor::new(home.clone(), config, worker_bin, gateway, main_tx);
-    let main_agent = crate::main_agent::start(&sup, main_rx);
+    let (slot_tx, slot_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sup = Supervisor::new(home.clone(), config, worker_bin, gateway, main_tx, slot_tx);
+    let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
+    let door = FrontDoor::new(&sup, secrets);
+    let main_agent = crate::main_agent::start(&sup, &door, main_rx);
     crate::activity::observe(&sup);
     crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
@@ -134,9 +147,12 @@ async fn serve(
     let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
     sup.restart_scan()?;
     let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
-    let controls = tokio::spawn(control::serve(sup.clone(), control_listener));
-    let dashboard = tokio::spawn(crate::dashboard::serve(sup.clone()));
-    let telegram = telegram_token.map(|t| tokio::spawn(crate::telegram::run(sup.clone(), t)));
+    let controls = tokio::spawn(control::serve(door.clone(), control_listener));
+    let clients: Vec<_> = clients
+        .into_iter()
+        .filter_map(|start| start(door.clone()))
+        .map(tokio::spawn)
+        .collect();
     tracing::info!(pid = std::process::id(), home = %home.root().display(), "pegasusd serving");
 
     tokio::select! {
@@ -155,9 +171,9 @@ async fn serve(
     }
     // What the last workers' commands left behind: one scan after they are all gone.
     crate::sweeper::sweep_now().await;
-    for task in [workers, controls, watchdog, sweeper, scheduler, dashboard]
+    for task in [workers, controls, watchdog, sweeper, scheduler, slot_events]
         .into_iter()
-        .chain(telegram)
+        .chain(clients)
     {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }
@@ -166,6 +182,35 @@ async fn serve(
     }
     tracing::info!("pegasusd stopped");
     Ok(())
+}
+
+/// Does what the slots ask (see [`SlotEvent`]), each in its own task: a suspend waits for the
+/// very slot that asked to stop.
+async fn on_slot_events(
+    sup: std::sync::Arc<Supervisor>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<SlotEvent>,
+) {
+    loop {
+        let event = tokio::select! {
+            ev = events.recv() => ev,
+            _ = sup.shutdown.cancelled() => None,
+        };
+        match event {
+            Some(SlotEvent::Idle(name)) => {
+                let sup = sup.clone();
+                tokio::spawn(async move {
+                    let verb = pegasus_store::Verb::Suspend;
+                    match crate::handlers::project::lifecycle(&sup, &name, verb).await {
+                        Ok(_) => {
+                            tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
+                        }
+                        Err(e) => tracing::warn!(project = %name, "idle suspend failed: {e}"),
+                    }
+                });
+            }
+            None => return,
+        }
+    }
 }
 
 /// Removes variable `name` from the environment and overwrites its value where the kernel

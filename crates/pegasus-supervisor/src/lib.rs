@@ -6,6 +6,11 @@
 //! gracefully), the LLM gateway (from `pegasus-llm`) that answers every worker's model calls,
 //! and the MainAgent.
 //!
+//! Every client — the control socket, the MainAgent's tools, the scheduler, and beside the core
+//! the dashboard (`pegasus-dashboard`) and Telegram (`pegasus-telegram`), started through
+//! [`DaemonOptions::clients`] — comes in through one [`FrontDoor`]: requests, and subscriptions
+//! to the event bus.
+//!
 //! What it is not for: the files' formats (that is `pegasus-store`) or the wire format (that is
 //! `pegasus-proto`); and no project work runs in this process — that is what workers are for.
 
@@ -14,8 +19,8 @@ mod activity;
 mod bus;
 mod control;
 mod daemon;
-mod dashboard;
 pub mod error;
+pub mod front_door;
 mod handlers;
 mod llm_proxy;
 mod logging;
@@ -28,10 +33,10 @@ mod slot;
 mod spawn;
 mod supervisor;
 mod sweeper;
-mod telegram;
 mod watchdog;
 mod worker_server;
 
 pub use daemon::{run, DaemonOptions};
 pub use error::{RequestError, SupervisorError};
+pub use front_door::{Client, FrontDoor};
 pub use pidlock::PidLock;

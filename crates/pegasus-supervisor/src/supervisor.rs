@@ -6,7 +6,7 @@ use crate::{
     activity::Activity,
     bus::EventBus,
     error::RequestError,
-    slot::{self, SlotCmd, SlotHandle, WorkerConn},
+    slot::{self, SlotCmd, SlotEvent, SlotHandle, WorkerConn},
     watchdog::Watchdogs,
 };
 use pegasus_llm::Gateway;
@@ -57,6 +57,8 @@ pub(crate) struct Supervisor {
     pub project_rows: crate::project_rows::ProjectRows,
     /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
     main_tx: mpsc::UnboundedSender<MainInput>,
+    /// What the slots ask of the daemon (see [`SlotEvent`]).
+    slot_events: mpsc::UnboundedSender<SlotEvent>,
 }
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
@@ -78,10 +80,12 @@ impl Supervisor {
         worker_bin: PathBuf,
         gateway: Gateway,
         main_tx: mpsc::UnboundedSender<MainInput>,
+        slot_events: mpsc::UnboundedSender<SlotEvent>,
     ) -> Arc<Self> {
         Arc::new(Supervisor {
             gateway,
             main_tx,
+            slot_events,
             watchdogs: Watchdogs::new(&config.watchdog),
             home,
             config_json: serde_json::to_string(&config).unwrap_or_else(|e| {
@@ -200,6 +204,11 @@ impl Supervisor {
             "restart scan done"
         );
         Ok(())
+    }
+
+    /// Tells the daemon what a slot asks of it.
+    pub fn slot_event(&self, event: SlotEvent) {
+        let _ = self.slot_events.send(event);
     }
 
     /// Hands something to the MainAgent (it answers in its own time).

@@ -1,4 +1,4 @@
-//! `pegasusctl project log NAME -f` (and later the dashboard): a connection that follows the
+//! `pegasusctl project log NAME -f`: a connection that follows the
 //! event bus. After its `Follow` request the connection only streams: first
 //! `CtlResponse::Resync{missed: 0}` once the subscription stands, then one `CtlResponse::Event`
 //! per event (of one project, or all), and a `CtlResponse::Resync` whenever this follower fell
@@ -9,7 +9,7 @@
 
 use crate::{
     bus::{self, Received},
-    supervisor::Supervisor,
+    front_door::FrontDoor,
 };
 use pegasus_proto::{ctl::CtlResponse, FrameReader, FrameWriter};
 use std::time::Duration;
@@ -20,7 +20,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Streams bus events until the client hangs up, a write stalls, or the daemon stops.
 pub(crate) async fn follow<R, W>(
-    sup: &Supervisor,
+    door: &FrontDoor,
     project: Option<String>,
     reader: &mut FrameReader<R>,
     writer: &mut FrameWriter<W>,
@@ -28,7 +28,7 @@ pub(crate) async fn follow<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut rx = sup.bus.subscribe();
+    let mut rx = door.subscribe();
     // The first frame says the subscription stands (nothing missed yet): a follower that reads
     // the files after it and then applies events misses nothing in between.
     let subscribed = CtlResponse::Resync { missed: 0 };
@@ -50,7 +50,7 @@ pub(crate) async fn follow<R, W>(
     tokio::pin!(hung_up);
     loop {
         let frame = tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
+            _ = door.shutdown().cancelled() => return,
             _ = &mut hung_up => return,
             got = bus::next(&mut rx) => match got {
                 None => return,

@@ -27,6 +27,7 @@ const MAX_UNATTENDED_RUNS: u32 = 8;
 /// Starts the MainAgent task; it serves `inbox` until the daemon exits.
 pub(crate) fn start(
     sup: &Arc<Supervisor>,
+    door: &crate::front_door::FrontDoor,
     mut inbox: mpsc::UnboundedReceiver<MainInput>,
 ) -> tokio::task::JoinHandle<()> {
     let shutdown = sup.shutdown.clone();
@@ -63,7 +64,7 @@ pub(crate) fn start(
         }
     });
     let gateway = sup.gateway.clone();
-    let sup_tools = Arc::downgrade(sup);
+    let tools = tools::all(door.clone());
     let skills = sup.home.skills_dir();
     tokio::spawn(async move {
         // A default model no table knows: its server says its window (SPEC §5).
@@ -74,7 +75,7 @@ pub(crate) fn start(
             "main",
             MAIN_PROMPT.to_string(),
             skills,
-            ToolSet::new(tools::all(sup_tools)),
+            ToolSet::new(tools),
             Arc::new(model::GatewayModel(gateway.clone())),
             notices,
             settings,

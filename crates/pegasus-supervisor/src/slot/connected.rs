@@ -1,21 +1,21 @@
 //! Phase 2 of a worker's life: it is connected. The slot sends it `Init` and its messages,
 //! routes what it says (persisted, replies, notifies, events, model calls), and watches the
-//! process and the clocks until it exits.
+//! process and the clocks until it exits. Which event does what is [`super::link`]'s to decide.
 //!
 //! Frames to the worker go through their own writer task and frames from it through their own
 //! reader task: a worker that stops reading (stopped, hung) must never block this loop, and a
 //! frame read is not cancel safe where a channel is.
 
 use super::{
+    link::{Action, Event, Link, Timer},
     routing::{ReplyTo, Routing},
-    Outcome, Slot, SlotCmd, WorkerConn,
+    Outcome, Slot, SlotCmd, SlotEvent, WorkerConn,
 };
 use crate::{llm_proxy::LlmProxy, spawn};
 use pegasus_proto::{
     worker::{FromWorker, Init, ToWorker},
-    BusBody, PROTOCOL_VERSION,
+    BusBody, Channel, PROTOCOL_VERSION,
 };
-use pegasus_proto::{Channel, WorkerState};
 use std::time::Duration;
 use tokio::{
     process::Child,
@@ -23,27 +23,10 @@ use tokio::{
     time::{sleep_until, Instant},
 };
 
-/// How long a connected worker may take to load its project and say `Ready`.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Liveness of a ready worker: it says something (a heartbeat at least) every
-/// `heartbeat_interval_s`. Silent for [`PING_AFTER`] beats, it is pinged; silent for
-/// [`DEAD_AFTER`] beats (and at least [`DEAD_MIN`]), it is hung — its loop no longer runs — and
-/// it is killed and restarted like a crash. (A busy agent still beats: this is not the
-/// watchdog's silent-task check.)
-const PING_AFTER: u32 = 2;
-const DEAD_AFTER: u32 = 6;
-const DEAD_MIN: Duration = Duration::from_secs(3);
-
-/// When a ready worker counts as hung, given the last time it said anything.
-fn liveness_deadlines(last_heard: Instant, beat: Duration) -> (Instant, Instant) {
-    let ping = last_heard + beat * PING_AFTER;
-    let dead = last_heard + (beat * DEAD_AFTER).max(DEAD_MIN);
-    (ping, dead)
-}
-
 impl Slot {
-    /// Runs until the worker exits; says whether it was asked to.
+    /// Runs until the worker exits; says whether it was asked to. What each event does is the
+    /// link's to decide ([`Link::step`]); this loop waits for the next one and carries out the
+    /// actions.
     pub(super) async fn run_connected(
         &mut self,
         conn: WorkerConn,
@@ -128,72 +111,75 @@ impl Slot {
                 }
             }
         });
-        let mut ready = false;
-        let mut fatal: Option<String> = None;
-        let mut stopping: Option<Option<oneshot::Sender<()>>> = None;
+        let workers = &self.sup.config.workers;
+        let mut link = Link::new(
+            pid,
+            Instant::now(),
+            Duration::from_secs_f64(workers.heartbeat_interval_s),
+            Duration::from_secs_f64(workers.shutdown_timeout_s),
+            // Idle auto-suspend (`workers.idle_suspend_s`).
+            workers.idle_suspend_s.map(Duration::from_secs),
+        );
         let mut routing = Routing::default();
-        // When to give up on the worker and kill its group: first the ready deadline, then,
-        // once stopping, the shutdown timeout. `None` once ready and not stopping.
-        let mut kill_at = Some(Instant::now() + READY_TIMEOUT);
-        let shutdown_timeout = Duration::from_secs_f64(self.sup.config.workers.shutdown_timeout_s);
-        let mut conn_open = true;
         let channel = Channel::Project(self.name.clone());
-        let beat = Duration::from_secs_f64(self.sup.config.workers.heartbeat_interval_s);
-        let mut last_heard = Instant::now();
-        let mut pinged = false;
-        // Idle auto-suspend (`workers.idle_suspend_s`): a ready worker with no task running, no
-        // message in flight and nothing said but heartbeats for that long is suspended.
-        let idle_limit = self
-            .sup
-            .config
-            .workers
-            .idle_suspend_s
-            .map(Duration::from_secs);
-        let mut last_busy = Instant::now();
-        let mut idle_suspending = false;
-        let outcome = loop {
-            let (ping_at, dead_at) = liveness_deadlines(last_heard, beat);
-            let watch_liveness = ready && conn_open && stopping.is_none();
+        let outcome = 'link: loop {
             // Whether a task runs is the activity tracker's to say (it folds the same events,
             // published below before this is read again).
-            let idle_at = idle_limit
-                .filter(|_| {
-                    watch_liveness
-                        && !self.sup.activity.running(&self.name)
-                        && routing.is_idle()
-                        && !idle_suspending
-                })
-                .map(|limit| last_busy + limit);
-            tokio::select! {
-                ev = ev_rx.recv(), if conn_open => {
-                    last_heard = Instant::now();
-                    pinged = false;
-                    if let Some(Ok(frame)) = &ev {
-                        if !matches!(frame, FromWorker::Heartbeat | FromWorker::Pong { .. }) {
-                            last_busy = last_heard;
+            let may_idle = !self.sup.activity.running(&self.name) && routing.is_idle();
+            let timer = link.next_timer(may_idle);
+            let event = tokio::select! {
+                ev = ev_rx.recv(), if link.reading() => match ev {
+                    Some(Ok(frame)) => Event::Frame(frame),
+                    Some(Err(why)) => Event::ConnectionEnded(why),
+                    None => Event::ConnectionEnded("connection closed".into()),
+                },
+                status = child.wait() => {
+                    Event::Exited(status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string()))
+                }
+                cmd = rx.recv(), if link.taking_commands() => match cmd {
+                    Some(cmd) => Event::Cmd(cmd),
+                    // Every sender is gone: the daemon is going away.
+                    None => Event::Cmd(SlotCmd::Stop(oneshot::channel().0)),
+                },
+                _ = sleep_until(timer.map_or_else(Instant::now, |t| t.0)), if timer.is_some() => {
+                    Event::Timer(timer.map_or(Timer::Kill, |t| t.1))
+                }
+            };
+            for action in link.step(event, Instant::now()) {
+                match action {
+                    Action::SetState(state) => self.set_state(state, Some(pid)),
+                    Action::Send(frame) => {
+                        let _ = to_worker.send(frame);
+                    }
+                    Action::Shutdown => {
+                        if to_worker.send(ToWorker::Shutdown).is_err() {
+                            spawn::kill_group(pid);
                         }
                     }
-                    match ev.unwrap_or_else(|| Err("connection closed".into())) {
-                    Ok(FromWorker::Ready) => {
-                        ready = true;
-                        if stopping.is_none() {
-                            kill_at = None;
-                        }
-                        self.set_state(WorkerState::Ready, Some(pid));
-                        tracing::info!(project = %self.name, pid, "worker ready");
+                    Action::Deliver(d) => routing.deliver(&self.name, &to_worker, d),
+                    Action::Queue(d) => self.queued.push_back(d),
+                    Action::DeliverQueued => {
                         while let Some(d) = self.queued.pop_front() {
                             routing.deliver(&self.name, &to_worker, d);
                         }
                     }
-                    Ok(FromWorker::MessagePersisted { id }) => routing.persisted(id),
-                    Ok(FromWorker::Reply { message_id, text, answered }) => match routing.reply_to(&message_id) {
+                    Action::Persisted(id) => routing.persisted(id),
+                    Action::Reply {
+                        message_id,
+                        text,
+                        answered,
+                    } => match routing.reply_to(&message_id) {
                         Some(ReplyTo::Waiter(tx)) => {
                             // A task that stopped without an answer is an error for a waiting
                             // client (exit 1), with the agent's line saying why.
                             let _ = tx.send(if answered {
                                 Ok(text)
                             } else {
-                                Err(format!("project {} did not answer: {}", self.name, text.replace('\n', " ")))
+                                Err(format!(
+                                    "project {} did not answer: {}",
+                                    self.name,
+                                    text.replace('\n', " ")
+                                ))
                             });
                         }
                         Some(ReplyTo::MainAgent) => self.sup.to_main(channel.clone(), text),
@@ -201,119 +187,31 @@ impl Slot {
                             tracing::info!(project = %self.name, "reply: {text}");
                         }
                     },
-                    // Handled on the reader task (see above).
-                    Ok(FromWorker::LlmRequest { .. } | FromWorker::LlmCancel { .. }) => {}
-                    Ok(FromWorker::Heartbeat | FromWorker::Pong { .. } | FromWorker::ShutdownComplete) => {}
-                    Ok(FromWorker::Fatal { reason }) => {
-                        tracing::error!(project = %self.name, "worker cannot run: {reason}");
-                        fatal = Some(reason);
+                    Action::Notify(text) => {
+                        self.sup
+                            .bus
+                            .publish(&self.name, BusBody::Notify { text: text.clone() });
+                        self.sup.to_main(
+                            channel.clone(),
+                            format!("[notify from project {}] {text}", self.name),
+                        );
                     }
-                    Ok(FromWorker::Notify { text, kind }) => {
-                        tracing::info!(project = %self.name, %kind, "notify: {text}");
-                        self.sup.bus.publish(&self.name, BusBody::Notify { text: text.clone() });
-                        self.sup.to_main(channel.clone(), format!("[notify from project {}] {text}", self.name));
-                    }
-                    Ok(FromWorker::Event(event)) => {
-                        tracing::debug!(project = %self.name, "event: {event:?}");
+                    Action::Publish(event) => {
                         self.sup.bus.publish(&self.name, BusBody::Worker(event));
                     }
-                    Ok(FromWorker::Hello(_)) => {
-                        tracing::warn!(project = %self.name, pid, "second hello on a worker connection; dropping it");
-                        conn_open = false;
-                        spawn::kill_group(pid);
+                    Action::KillGroup => spawn::kill_group(pid),
+                    Action::IdleSuspend => {
+                        tracing::info!(project = %self.name, "idle: asking for a suspend (workers.idle_suspend_s)");
+                        self.sup.slot_event(SlotEvent::Idle(self.name.clone()));
                     }
-                    Err(why) => {
-                        conn_open = false;
-                        // A worker without its connection can do nothing useful. A worker that
-                        // is exiting closes its socket first: give it a moment so its real exit
-                        // status is what gets recorded, then end it; the exit arm restarts it.
-                        if stopping.is_none() {
-                            tracing::warn!(project = %self.name, pid, "worker connection ended: {why}");
-                            kill_at = Some(Instant::now() + Duration::from_secs(2));
-                        }
+                    Action::End(outcome) => {
+                        // Anything the worker started in its group goes with it (KillGroup came
+                        // first), and so do its pending model calls: the aborted reader task
+                        // drops the proxy, which aborts them.
+                        reader_task.abort();
+                        writer_task.abort();
+                        break 'link outcome;
                     }
-                }},
-                _ = sleep_until(ping_at), if watch_liveness && !pinged => {
-                    pinged = true;
-                    let _ = to_worker.send(ToWorker::Ping { nonce: pid as u64 });
-                }
-                _ = sleep_until(dead_at), if watch_liveness => {
-                    let silent = last_heard.elapsed().as_secs();
-                    tracing::warn!(project = %self.name, pid, "worker said nothing for {silent} s, not even a heartbeat or a pong: it is hung; killing it");
-                    fatal = Some(format!("hung: no heartbeat for {silent} s"));
-                    conn_open = false;
-                    spawn::kill_group(pid);
-                }
-                _ = sleep_until(idle_at.unwrap_or_else(Instant::now)), if idle_at.is_some() => {
-                    idle_suspending = true;
-                    tracing::info!(project = %self.name, "idle for {:?}: suspending (workers.idle_suspend_s)", idle_limit.unwrap_or_default());
-                    let (sup, name) = (self.sup.clone(), self.name.clone());
-                    // Its own task: suspending stops this very slot, which must keep running.
-                    tokio::spawn(async move {
-                        let verb = pegasus_store::Verb::Suspend;
-                        if let Err(e) = crate::handlers::project::lifecycle(&sup, &name, verb).await {
-                            tracing::warn!(project = %name, "idle suspend failed: {e}");
-                        }
-                    });
-                }
-                status = child.wait() => {
-                    reader_task.abort();
-                    writer_task.abort();
-                    // Anything the worker started in its group goes with it, and so do its
-                    // pending model calls (the aborted reader task drops the proxy, which
-                    // aborts them).
-                    spawn::kill_group(pid);
-                    let desc = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
-                    match stopping.take() {
-                        Some(reply) => {
-                            tracing::info!(project = %self.name, pid, "worker stopped ({desc})");
-                            break Outcome::Stopped(reply);
-                        }
-                        None => break Outcome::Crashed(match fatal.take() {
-                            Some(f) => format!("{desc}: {f}"),
-                            None => desc,
-                        }),
-                    }
-                }
-                cmd = rx.recv(), if stopping.is_none() => match cmd {
-                    None | Some(SlotCmd::Stop(_)) => {
-                        let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
-                        self.set_state(WorkerState::Stopping, Some(pid));
-                        if !conn_open || to_worker.send(ToWorker::Shutdown).is_err() {
-                            spawn::kill_group(pid);
-                        }
-                        stopping = Some(reply);
-                        kill_at = Some(Instant::now() + shutdown_timeout);
-                    }
-                    Some(SlotCmd::Deliver(d)) => {
-                        last_busy = Instant::now();
-                        if ready {
-                            routing.deliver(&self.name, &to_worker, d)
-                        } else {
-                            self.queued.push_back(d)
-                        }
-                    }
-                    Some(SlotCmd::Restart) => {}
-                    Some(SlotCmd::Notify(frame)) => {
-                        if ready && conn_open {
-                            let _ = to_worker.send(frame);
-                        }
-                    }
-                    Some(SlotCmd::Kill { pid: target, reason }) => {
-                        if target == pid {
-                            fatal = Some(reason);
-                            spawn::kill_group(pid);
-                        }
-                    }
-                },
-                _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                    if stopping.is_some() {
-                        tracing::warn!(project = %self.name, pid, "worker did not stop within {shutdown_timeout:?}; killing its process group");
-                    } else {
-                        tracing::warn!(project = %self.name, pid, "worker not ready within {READY_TIMEOUT:?}; killing it");
-                    }
-                    spawn::kill_group(pid);
-                    kill_at = None;
                 }
             }
         };

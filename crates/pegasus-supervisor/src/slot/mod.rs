@@ -9,6 +9,7 @@
 //! [`crate::llm_proxy`].
 
 mod connected;
+mod link;
 mod routing;
 
 pub(crate) use routing::Delivery;
@@ -58,6 +59,14 @@ pub(crate) enum SlotCmd {
     /// Kill the worker with this pid (the watchdog found it silent); the exit counts as a
     /// crash with `reason`. Ignored when the slot's worker has another pid by now.
     Kill { pid: u32, reason: String },
+}
+
+/// What a slot tells the daemon instead of acting on it itself: a slot runs one worker and
+/// never calls a handler (a suspend stops the very slot that would be running it).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum SlotEvent {
+    /// The project's worker did nothing for `workers.idle_suspend_s`: suspend the project.
+    Idle(String),
 }
 
 /// A snapshot of the slot for listings.

@@ -1,13 +1,16 @@
 //! `add_task{project, goal, title?, role?, repos?, depends_on?, priority?, acceptance?}`: the
 //! same as `pegasusctl task add`.
 
-use super::{arg, upgrade};
-use crate::supervisor::Supervisor;
+use super::{arg, request, unexpected};
+use crate::front_door::FrontDoor;
 use pegasus_agent::{Tool, ToolCtx, ToolOutput};
-use pegasus_proto::{ctl::AddTask as Add, llm::ToolSpec};
-use std::{future::Future, pin::Pin, sync::Weak};
+use pegasus_proto::{
+    ctl::{AddTask as Add, CtlRequest, CtlResponse},
+    llm::ToolSpec,
+};
+use std::{future::Future, pin::Pin};
 
-pub(crate) struct AddTask(pub Weak<Supervisor>);
+pub(crate) struct AddTask(pub FrontDoor);
 
 /// A list-of-strings argument; absent is empty.
 fn strings(input: &serde_json::Value, key: &str) -> Result<Vec<String>, ToolOutput> {
@@ -56,10 +59,6 @@ impl Tool for AddTask {
         _ctx: &'a ToolCtx,
     ) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
         Box::pin(async move {
-            let sup = match upgrade(&self.0) {
-                Ok(s) => s,
-                Err(e) => return e,
-            };
             let (project, goal) = match (arg(&input, "project"), arg(&input, "goal")) {
                 (Ok(p), Ok(g)) => (p.to_string(), g.to_string()),
                 (Err(e), _) | (_, Err(e)) => return e,
@@ -88,17 +87,12 @@ impl Tool for AddTask {
                 priority,
                 acceptance,
             };
-            let added = tokio::task::spawn_blocking(move || {
-                crate::handlers::task::add(&sup, req, &pegasus_proto::Channel::Main)
-                    .map_err(|e| e.to_string())
-            })
-            .await;
-            match added {
-                Ok(Ok((id, message))) => {
+            match request(&self.0, CtlRequest::TaskAdd(req)).await {
+                Ok(CtlResponse::TaskAdded { id, message }) => {
                     ToolOutput::ok(serde_json::json!({"id": id, "message": message}).to_string())
                 }
-                Ok(Err(e)) => ToolOutput::error(e),
-                Err(e) => ToolOutput::error(format!("adding the task failed: {e}")),
+                Ok(other) => unexpected(other),
+                Err(e) => e,
             }
         })
     }

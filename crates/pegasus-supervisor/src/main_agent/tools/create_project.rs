@@ -1,12 +1,15 @@
 //! `create_project{name, goal, background?, constraints?, model?, workdir?}`.
 
-use super::{arg, project_json, upgrade};
-use crate::supervisor::Supervisor;
+use super::{arg, project_json, request, unexpected};
+use crate::front_door::FrontDoor;
 use pegasus_agent::{Tool, ToolCtx, ToolOutput};
-use pegasus_proto::{ctl::CreateProject as Create, llm::ToolSpec};
-use std::{future::Future, pin::Pin, sync::Weak};
+use pegasus_proto::{
+    ctl::{CreateProject as Create, CtlRequest, CtlResponse},
+    llm::ToolSpec,
+};
+use std::{future::Future, pin::Pin};
 
-pub(crate) struct CreateProject(pub Weak<Supervisor>);
+pub(crate) struct CreateProject(pub FrontDoor);
 
 impl Tool for CreateProject {
     fn spec(&self) -> ToolSpec {
@@ -33,10 +36,6 @@ impl Tool for CreateProject {
         _ctx: &'a ToolCtx,
     ) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
         Box::pin(async move {
-            let sup = match upgrade(&self.0) {
-                Ok(s) => s,
-                Err(e) => return e,
-            };
             let (name, goal) = match (arg(&input, "name"), arg(&input, "goal")) {
                 (Ok(n), Ok(g)) => (n.to_string(), g.to_string()),
                 (Err(e), _) | (_, Err(e)) => return e,
@@ -50,12 +49,10 @@ impl Tool for CreateProject {
                 model: opt("model"),
                 workdir: opt("workdir"),
             };
-            match crate::handlers::project::create(&sup, req)
-                .await
-                .map_err(|e| e.to_string())
-            {
-                Ok(info) => ToolOutput::ok(project_json(&info).to_string()),
-                Err(e) => ToolOutput::error(e),
+            match request(&self.0, CtlRequest::ProjectCreate(req)).await {
+                Ok(CtlResponse::Project(info)) => ToolOutput::ok(project_json(&info).to_string()),
+                Ok(other) => unexpected(other),
+                Err(e) => e,
             }
         })
     }

@@ -1,15 +1,17 @@
 //! `suspend_project{name}`, `resume_project{name}`, `complete_project{name}`,
 //! `archive_project{name}`: one verb of the project lifecycle each (SPEC §4).
 
-use super::{arg, project_json, upgrade};
-use crate::supervisor::Supervisor;
+use super::{arg, project_json, request, unexpected};
+use crate::front_door::FrontDoor;
 use pegasus_agent::{Tool, ToolCtx, ToolOutput};
-use pegasus_proto::llm::ToolSpec;
-use pegasus_store::Verb;
-use std::{future::Future, pin::Pin, sync::Weak};
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse, LifecycleVerb as Verb},
+    llm::ToolSpec,
+};
+use std::{future::Future, pin::Pin};
 
 pub(crate) struct Lifecycle {
-    pub sup: Weak<Supervisor>,
+    pub door: FrontDoor,
     pub verb: Verb,
 }
 
@@ -26,7 +28,7 @@ impl Tool for Lifecycle {
             Verb::Archive => "Archive a completed project; nothing is deleted.",
         };
         ToolSpec {
-            name: format!("{}_project", self.verb),
+            name: format!("{}_project", self.verb.as_str()),
             description: what.into(),
             input_schema_json:
                 r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}"#
@@ -40,20 +42,18 @@ impl Tool for Lifecycle {
         _ctx: &'a ToolCtx,
     ) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
         Box::pin(async move {
-            let sup = match upgrade(&self.sup) {
-                Ok(s) => s,
-                Err(e) => return e,
-            };
             let name = match arg(&input, "name") {
                 Ok(n) => n,
                 Err(e) => return e,
             };
-            match crate::handlers::project::lifecycle(&sup, name, self.verb)
-                .await
-                .map_err(|e| e.to_string())
-            {
-                Ok(info) => ToolOutput::ok(project_json(&info).to_string()),
-                Err(e) => ToolOutput::error(e),
+            let req = CtlRequest::ProjectLifecycle {
+                name: name.to_string(),
+                verb: self.verb,
+            };
+            match request(&self.door, req).await {
+                Ok(CtlResponse::Project(info)) => ToolOutput::ok(project_json(&info).to_string()),
+                Ok(other) => unexpected(other),
+                Err(e) => e,
             }
         })
     }

@@ -1,12 +1,15 @@
 //! `list_projects{}`: every project with its status and worker.
 
-use super::{project_json, upgrade};
-use crate::supervisor::Supervisor;
+use super::{project_json, request, unexpected};
+use crate::front_door::FrontDoor;
 use pegasus_agent::{Tool, ToolCtx, ToolOutput};
-use pegasus_proto::llm::ToolSpec;
-use std::{future::Future, pin::Pin, sync::Weak};
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse},
+    llm::ToolSpec,
+};
+use std::{future::Future, pin::Pin};
 
-pub(crate) struct ListProjects(pub Weak<Supervisor>);
+pub(crate) struct ListProjects(pub FrontDoor);
 
 impl Tool for ListProjects {
     fn spec(&self) -> ToolSpec {
@@ -27,18 +30,14 @@ impl Tool for ListProjects {
         _ctx: &'a ToolCtx,
     ) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
         Box::pin(async move {
-            let sup = match upgrade(&self.0) {
-                Ok(s) => s,
-                Err(e) => return e,
-            };
-            match crate::handlers::project::infos(&sup).map_err(|e| e.to_string()) {
-                Ok(list) => ToolOutput::ok(
+            match request(&self.0, CtlRequest::ProjectList { status: None }).await {
+                Ok(CtlResponse::Projects(list)) => ToolOutput::ok(
                     serde_json::Value::Array(
                         list.iter()
                             .map(|p| {
                                 let mut v = project_json(p);
                                 let waiting = pegasus_tasks::waiting_on_user(
-                                    &sup.home.project_dir(&p.name),
+                                    &self.0.home().project_dir(&p.name),
                                     &p.name,
                                 );
                                 if let (Some(obj), false) = (v.as_object_mut(), waiting.is_empty())
@@ -51,7 +50,8 @@ impl Tool for ListProjects {
                     )
                     .to_string(),
                 ),
-                Err(e) => ToolOutput::error(e),
+                Ok(other) => unexpected(other),
+                Err(e) => e,
             }
         })
     }

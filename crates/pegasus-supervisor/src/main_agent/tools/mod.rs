@@ -1,5 +1,6 @@
-//! The MainAgent's tools (SPEC §4), one file each. They hold a weak handle on the supervisor:
-//! the daemon owns the MainAgent, not the other way round.
+//! The MainAgent's tools (SPEC §4), one file each. They are clients of the daemon's front door
+//! like `pegasusctl`: each call is one request, recorded as from `main` (the door holds the
+//! daemon weakly: the daemon owns the MainAgent, not the other way round).
 
 mod add_task;
 mod create_project;
@@ -7,41 +8,53 @@ mod lifecycle;
 mod list_projects;
 mod reply;
 
-use crate::supervisor::Supervisor;
+use crate::front_door::{refusal, FrontDoor};
 use pegasus_agent::{Tool, ToolOutput};
-use pegasus_store::Verb;
-use std::sync::{Arc, Weak};
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse, LifecycleVerb},
+    Channel,
+};
+use std::sync::Arc;
 
 /// Every MainAgent tool.
-pub(crate) fn all(sup: Weak<Supervisor>) -> Vec<Arc<dyn Tool>> {
+pub(crate) fn all(door: FrontDoor) -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(create_project::CreateProject(sup.clone())),
-        Arc::new(list_projects::ListProjects(sup.clone())),
+        Arc::new(create_project::CreateProject(door.clone())),
+        Arc::new(list_projects::ListProjects(door.clone())),
         Arc::new(lifecycle::Lifecycle {
-            sup: sup.clone(),
-            verb: Verb::Suspend,
+            door: door.clone(),
+            verb: LifecycleVerb::Suspend,
         }),
         Arc::new(lifecycle::Lifecycle {
-            sup: sup.clone(),
-            verb: Verb::Resume,
+            door: door.clone(),
+            verb: LifecycleVerb::Resume,
         }),
         Arc::new(lifecycle::Lifecycle {
-            sup: sup.clone(),
-            verb: Verb::Complete,
+            door: door.clone(),
+            verb: LifecycleVerb::Complete,
         }),
         Arc::new(lifecycle::Lifecycle {
-            sup: sup.clone(),
-            verb: Verb::Archive,
+            door: door.clone(),
+            verb: LifecycleVerb::Archive,
         }),
-        Arc::new(add_task::AddTask(sup.clone())),
-        Arc::new(reply::Reply(sup)),
+        Arc::new(add_task::AddTask(door.clone())),
+        Arc::new(reply::Reply(door)),
     ]
 }
 
-/// The supervisor, or the tool error the model sees while the daemon shuts down.
-fn upgrade(sup: &Weak<Supervisor>) -> Result<Arc<Supervisor>, ToolOutput> {
-    sup.upgrade()
-        .ok_or_else(|| ToolOutput::error("pegasusd is shutting down".to_string()))
+/// One request from the MainAgent; a refusal is the tool error the model reads.
+async fn request(door: &FrontDoor, req: CtlRequest) -> Result<CtlResponse, ToolOutput> {
+    match door.request(&Channel::Main, req).await {
+        resp @ (CtlResponse::Failed { .. } | CtlResponse::Error { .. }) => {
+            Err(ToolOutput::error(refusal(resp)))
+        }
+        resp => Ok(resp),
+    }
+}
+
+/// The tool error for an answer of another kind than the request's (never expected).
+fn unexpected(resp: CtlResponse) -> ToolOutput {
+    ToolOutput::error(refusal(resp))
 }
 
 /// A required string argument, or the tool error that tells the model what is missing.

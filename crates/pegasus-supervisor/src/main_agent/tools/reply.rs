@@ -2,13 +2,16 @@
 //! `project/NAME` the text goes to that project's agent (its answer comes back on the same
 //! channel); the user's own channel (`cli`) is answered by the MainAgent's final text.
 
-use super::{arg, upgrade};
-use crate::supervisor::Supervisor;
+use super::{arg, request, unexpected};
+use crate::front_door::FrontDoor;
 use pegasus_agent::{Tool, ToolCtx, ToolOutput};
-use pegasus_proto::llm::ToolSpec;
-use std::{future::Future, pin::Pin, sync::Weak};
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse},
+    llm::ToolSpec,
+};
+use std::{future::Future, pin::Pin};
 
-pub(crate) struct Reply(pub Weak<Supervisor>);
+pub(crate) struct Reply(pub FrontDoor);
 
 impl Tool for Reply {
     fn spec(&self) -> ToolSpec {
@@ -34,10 +37,6 @@ impl Tool for Reply {
         _ctx: &'a ToolCtx,
     ) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
         Box::pin(async move {
-            let sup = match upgrade(&self.0) {
-                Ok(s) => s,
-                Err(e) => return e,
-            };
             let args = (
                 arg(&input, "channel_type"),
                 arg(&input, "channel_id"),
@@ -48,12 +47,24 @@ impl Tool for Reply {
                 (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return e,
             };
             match kind {
-                "project" => match crate::handlers::project::send(&sup, id, pegasus_proto::Channel::Main, text.to_string(), false).await.map_err(|e| e.to_string()) {
-                    Ok((message_id, _)) => ToolOutput::ok(format!("delivered to project {id} (message {message_id}); its answer will arrive on channel project/{id}")),
-                    Err(e) => ToolOutput::error(e),
-                },
-                "cli" => ToolOutput::ok("the user sees your final answer; put the text there".to_string()),
-                other => ToolOutput::error(format!("unknown channel_type `{other}`: use project or cli")),
+                "project" => {
+                    let req = CtlRequest::ProjectSend {
+                        name: id.to_string(),
+                        text: text.to_string(),
+                        wait: false,
+                    };
+                    match request(&self.0, req).await {
+                        Ok(CtlResponse::Sent { id: message_id }) => ToolOutput::ok(format!("delivered to project {id} (message {message_id}); its answer will arrive on channel project/{id}")),
+                        Ok(other) => unexpected(other),
+                        Err(e) => e,
+                    }
+                }
+                "cli" => ToolOutput::ok(
+                    "the user sees your final answer; put the text there".to_string(),
+                ),
+                other => ToolOutput::error(format!(
+                    "unknown channel_type `{other}`: use project or cli"
+                )),
             }
         })
     }

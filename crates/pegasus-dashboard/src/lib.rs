@@ -1,9 +1,11 @@
-//! The web dashboard and REST API (SPEC §11), served by pegasusd on `dashboard.listen`.
+//! The web dashboard and REST API, served beside pegasusd's core on `dashboard.listen`: a client
+//! of the core's [`FrontDoor`] (requests and the event bus) like the control socket, never a
+//! part of it.
 //!
 //! * [`auth`]: the token in `run/dashboard.token`, the session cookie it is exchanged for, the
 //!   `Host` check (DNS rebinding) and the `Origin` check on mutations; everything else is 401.
 //! * [`api`]: `/api/...`, JSON in the shapes `pegasusctl --json` prints; every change goes
-//!   through the same handlers as the control socket ([`crate::handlers::dispatch`]). Every
+//!   through the daemon's front door, as the control socket's do ([`FrontDoor::request`]). Every
 //!   error answer is `{"error": "..."}` ([`api::json_errors`], around everything).
 //! * [`events`]: `GET /api/events`, the event bus as Server-Sent Events, resumable from a ring
 //!   buffer with `Last-Event-ID`; a client that falls behind gets `resync` and is dropped.
@@ -15,16 +17,16 @@ mod auth;
 mod events;
 mod pages;
 
-use crate::supervisor::Supervisor;
 use axum::routing::{get, post};
 use axum::Router;
+use pegasus_supervisor::FrontDoor;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 /// What every request handler may use.
 #[derive(Clone)]
 pub(crate) struct Dash {
-    pub sup: Arc<Supervisor>,
+    pub door: FrontDoor,
     pub token: Arc<String>,
     /// Session ids handed out as cookies (in memory: a daemon restart logs browsers out).
     pub sessions: Arc<Mutex<std::collections::HashSet<String>>>,
@@ -33,14 +35,22 @@ pub(crate) struct Dash {
     pub ring: Arc<events::Ring>,
 }
 
+/// The dashboard as a client of pegasusd's core ([`pegasus_supervisor::DaemonOptions`]); it
+/// has nothing to do when `dashboard.enabled` is false.
+pub fn client() -> pegasus_supervisor::Client {
+    Box::new(|door: FrontDoor| {
+        if !door.config().dashboard.enabled {
+            return None;
+        }
+        Some(Box::pin(serve(door)) as _)
+    })
+}
+
 /// Serves the dashboard until the daemon's shutdown token fires. A dashboard that cannot bind
 /// (the port is taken) is logged and skipped: the daemon runs on without it.
-pub(crate) async fn serve(sup: Arc<Supervisor>) {
-    if !sup.config.dashboard.enabled {
-        return;
-    }
-    let home = sup.home.clone();
-    let want = sup.config.dashboard.listen.clone();
+async fn serve(door: FrontDoor) {
+    let home = door.home().clone();
+    let want = door.config().dashboard.listen.clone();
     let listener = match tokio::net::TcpListener::bind(&want).await {
         Ok(l) => l,
         Err(e) => {
@@ -62,9 +72,9 @@ pub(crate) async fn serve(sup: Arc<Supervisor>) {
         tracing::warn!("cannot write {}: {e}", home.dashboard_addr_file().display());
     }
     let ring = Arc::new(events::Ring::default());
-    events::observe(&sup.bus, ring.clone());
+    events::observe(&door, ring.clone());
     let dash = Dash {
-        sup: sup.clone(),
+        door: door.clone(),
         token: Arc::new(token),
         sessions: Arc::default(),
         addr,
@@ -107,7 +117,7 @@ pub(crate) async fn serve(sup: Arc<Supervisor>) {
         .fallback_service(app)
         .layer(axum::middleware::from_fn(api::json_errors));
     tracing::info!(%addr, "dashboard listening");
-    let stop = sup.shutdown.clone();
+    let stop = door.shutdown().clone();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await

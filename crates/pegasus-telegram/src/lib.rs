@@ -1,4 +1,5 @@
-//! The Telegram channel (SPEC §11): a thin Bot API client, no framework. Long-polls
+//! The Telegram channel: a thin Bot API client, no framework, and a client of pegasusd's core
+//! through its [`FrontDoor`] (requests and the event bus), like the control socket. Long-polls
 //! `getUpdates` with an offset persisted in `<home>/telegram.offset` (written before an update
 //! is handled, so none is handled twice across restarts), talks only to `telegram.allowed_chats`
 //! (empty = nobody), answers `/status`, `/projects`, `/send NAME TEXT`, gives any other text to
@@ -10,11 +11,10 @@
 //! to 1 s with the first good answer, and logged once per distinct failure, never once per poll.
 //! The token is part of every URL, so no URL is ever logged.
 
-use crate::bus::{self, Received};
-use crate::handlers::dispatch;
-use crate::supervisor::Supervisor;
 use pegasus_proto::ctl::{CtlRequest, CtlResponse, ProjectInfo};
 use pegasus_proto::{BusBody, Channel, ProjectStatus};
+use pegasus_supervisor::front_door::{self as bus, Received};
+use pegasus_supervisor::FrontDoor;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,9 +35,19 @@ struct Bot {
     allowed: Vec<i64>,
 }
 
+/// Telegram as a client of pegasusd's core ([`pegasus_supervisor::DaemonOptions`]); it has
+/// nothing to do without a bot token (the variable `telegram.token_env` names, taken by
+/// pegasusd at start).
+pub fn client() -> pegasus_supervisor::Client {
+    Box::new(|door: FrontDoor| {
+        let token = door.secret(&door.config().telegram.token_env)?.to_string();
+        Some(Box::pin(run(door, token)) as _)
+    })
+}
+
 /// Runs the adapter until the daemon stops.
-pub(crate) async fn run(sup: Arc<Supervisor>, token: String) {
-    let cfg = sup.config.telegram.clone();
+async fn run(sup: FrontDoor, token: String) {
+    let cfg = sup.config().telegram.clone();
     let http = match reqwest::Client::builder()
         .timeout(Duration::from_secs(cfg.poll_timeout_s + 15))
         .build()
@@ -57,7 +67,7 @@ pub(crate) async fn run(sup: Arc<Supervisor>, token: String) {
     }
     tracing::info!(chats = bot.allowed.len(), "telegram adapter started");
     tokio::spawn(push_notifications(sup.clone(), bot.clone()));
-    let offset_file = sup.home.root().join("telegram.offset");
+    let offset_file = sup.home().root().join("telegram.offset");
     let mut offset: i64 = pegasus_store::read_text_limited(&offset_file, 64)
         .ok()
         .and_then(|t| t.trim().parse().ok())
@@ -67,7 +77,7 @@ pub(crate) async fn run(sup: Arc<Supervisor>, token: String) {
         let body = json!({"offset": offset, "timeout": cfg.poll_timeout_s, "allowed_updates": ["message"]});
         let asked = Instant::now();
         let got = tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
+            _ = sup.shutdown().cancelled() => return,
             got = bot.call("getUpdates", &body) => got,
         };
         let updates = match got.and_then(|result| new_updates(result, offset, asked.elapsed())) {
@@ -78,7 +88,7 @@ pub(crate) async fn run(sup: Arc<Supervisor>, token: String) {
             Err(e) => {
                 let wait = pacing.failed(&e);
                 tokio::select! {
-                    _ = sup.shutdown.cancelled() => return,
+                    _ = sup.shutdown().cancelled() => return,
                     _ = tokio::time::sleep(wait) => {}
                 }
                 continue;
@@ -370,7 +380,7 @@ pub(crate) fn split(text: &str) -> Vec<String> {
     parts
 }
 
-fn handle(sup: &Arc<Supervisor>, bot: &Arc<Bot>, msg: &Value) {
+fn handle(sup: &FrontDoor, bot: &Arc<Bot>, msg: &Value) {
     let Some(chat) = msg["chat"]["id"].as_i64() else {
         return;
     };
@@ -391,14 +401,14 @@ fn handle(sup: &Arc<Supervisor>, bot: &Arc<Bot>, msg: &Value) {
     });
 }
 
-async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
+async fn answer(sup: &FrontDoor, chat: i64, text: &str) -> String {
     // Everything asked from this chat is recorded as from `telegram:<chat>`.
     let from = Channel::Telegram(Some(chat));
     let (cmd, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
     // `/status@MyBot` in groups.
     let cmd = cmd.split('@').next().unwrap_or(cmd);
     match cmd {
-        "/status" => match dispatch(sup, &from, CtlRequest::Status).await {
+        "/status" => match sup.request(&from, CtlRequest::Status).await {
             CtlResponse::Status(s) => {
                 let is_active = |p: &&ProjectInfo| p.status == Some(ProjectStatus::Active);
                 let active = s.projects.iter().filter(is_active).count();
@@ -417,7 +427,7 @@ async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
             }
             other => describe(other),
         },
-        "/projects" => match dispatch(sup, &from, CtlRequest::ProjectList { status: None }).await {
+        "/projects" => match sup.request(&from, CtlRequest::ProjectList { status: None }).await {
             CtlResponse::Projects(list) if list.is_empty() => "No projects yet.".into(),
             CtlResponse::Projects(list) => list
                 .iter()
@@ -436,15 +446,15 @@ async fn answer(sup: &Arc<Supervisor>, chat: i64, text: &str) -> String {
                 text: body.trim().to_string(),
                 wait: true,
             };
-            match dispatch(sup, &from, req).await {
+            match sup.request(&from, req).await {
                 CtlResponse::Reply { text, .. } => format!("{name}: {text}"),
                 other => describe(other),
             }
         }
         "/start" | "/help" => "Pegasus here. /status, /projects, /send NAME TEXT; anything else goes to the MainAgent.".into(),
-        _ => match sup.ask_main(from, text.to_string()).await {
-            Ok(reply) => reply,
-            Err(e) => format!("The MainAgent could not answer: {e}"),
+        _ => match sup.request(&from, CtlRequest::Chat { text: text.to_string() }).await {
+            CtlResponse::Reply { text, .. } => text,
+            other => format!("The MainAgent could not answer: {}", describe(other)),
         },
     }
 }
@@ -458,11 +468,11 @@ fn describe(resp: CtlResponse) -> String {
 }
 
 /// Project notifications (`notify`) and crashes go to every allowed chat.
-async fn push_notifications(sup: Arc<Supervisor>, bot: Arc<Bot>) {
-    let mut rx = sup.bus.subscribe();
+async fn push_notifications(sup: FrontDoor, bot: Arc<Bot>) {
+    let mut rx = sup.subscribe();
     loop {
         let got = tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
+            _ = sup.shutdown().cancelled() => return,
             got = bus::next(&mut rx) => got,
         };
         let e = match got {

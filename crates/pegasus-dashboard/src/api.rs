@@ -3,9 +3,8 @@
 //! readers as the CLI. Errors are `{"error": "..."}` with 400, 404 or 500, and [`json_errors`]
 //! makes every other error answer JSON too.
 
-use super::auth::error;
-use super::Dash;
-use crate::handlers::dispatch;
+use crate::auth::error;
+use crate::Dash;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -143,7 +142,7 @@ pub(super) fn status_of(kind: ErrorKind) -> StatusCode {
 }
 
 async fn call(d: &Dash, req: CtlRequest) -> Response {
-    answer(dispatch(&d.sup, &Channel::Dashboard, req).await)
+    answer(d.door.request(&Channel::Dashboard, req).await)
 }
 
 fn bad(e: impl std::fmt::Display) -> Response {
@@ -153,7 +152,7 @@ fn bad(e: impl std::fmt::Display) -> Response {
 #[allow(clippy::result_large_err)] // a Response is what the caller returns anyway
 fn project_dir(d: &Dash, name: &str) -> Result<std::path::PathBuf, Response> {
     pegasus_store::validate_name(name).map_err(bad)?;
-    let dir = d.sup.home.project_dir(name);
+    let dir = d.door.home().project_dir(name);
     if !dir.join("PROJECT.md").exists() {
         return Err(error(
             StatusCode::NOT_FOUND,
@@ -164,7 +163,10 @@ fn project_dir(d: &Dash, name: &str) -> Result<std::path::PathBuf, Response> {
 }
 
 pub(super) async fn status(State(d): State<Dash>) -> Response {
-    let resp = dispatch(&d.sup, &Channel::Dashboard, CtlRequest::Status).await;
+    let resp = d
+        .door
+        .request(&Channel::Dashboard, CtlRequest::Status)
+        .await;
     let CtlResponse::Status(status) = resp else {
         return answer(resp);
     };
@@ -172,7 +174,7 @@ pub(super) async fn status(State(d): State<Dash>) -> Response {
         .projects
         .iter()
         .filter(|p| p.error.is_none())
-        .flat_map(|p| pegasus_tasks::waiting_on_user(&d.sup.home.project_dir(&p.name), &p.name))
+        .flat_map(|p| pegasus_tasks::waiting_on_user(&d.door.home().project_dir(&p.name), &p.name))
         .collect();
     let mut v = serde_json::to_value(&status).unwrap_or(Value::Null);
     v["waiting"] = json!(waiting);
@@ -219,16 +221,17 @@ pub(super) async fn create_project(State(d): State<Dash>, Json(p): Json<NewProje
 
 /// `project show --json`: the project, its task counts, MCP servers and kept branches.
 pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> Response {
-    let resp = dispatch(
-        &d.sup,
-        &Channel::Dashboard,
-        CtlRequest::ProjectShow { name: name.clone() },
-    )
-    .await;
+    let resp = d
+        .door
+        .request(
+            &Channel::Dashboard,
+            CtlRequest::ProjectShow { name: name.clone() },
+        )
+        .await;
     let CtlResponse::Project(info) = resp else {
         return answer(resp);
     };
-    let dir = d.sup.home.project_dir(&name);
+    let dir = d.door.home().project_dir(&name);
     let mut counts = std::collections::BTreeMap::new();
     if let Ok(store) = pegasus_tasks::TaskStore::open(&dir, &name) {
         for t in store.list().unwrap_or_default() {
@@ -342,25 +345,26 @@ pub(super) async fn add_task(
     Path(name): Path<String>,
     Json(t): Json<NewTask>,
 ) -> Response {
-    let resp = dispatch(
-        &d.sup,
-        &Channel::Dashboard,
-        CtlRequest::TaskAdd(AddTask {
-            project: name.clone(),
-            goal: t.goal,
-            title: t.title,
-            role: t.role,
-            repos: t.repos,
-            depends_on: t.depends_on,
-            priority: t.priority,
-            acceptance: t.acceptance,
-        }),
-    )
-    .await;
+    let resp = d
+        .door
+        .request(
+            &Channel::Dashboard,
+            CtlRequest::TaskAdd(AddTask {
+                project: name.clone(),
+                goal: t.goal,
+                title: t.title,
+                role: t.role,
+                repos: t.repos,
+                depends_on: t.depends_on,
+                priority: t.priority,
+                acceptance: t.acceptance,
+            }),
+        )
+        .await;
     match resp {
         // `task add --json` prints the task.
         CtlResponse::TaskAdded { id, .. } => {
-            match pegasus_tasks::find_task(&d.sup.home.projects_dir(), &id)
+            match pegasus_tasks::find_task(&d.door.home().projects_dir(), &id)
                 .and_then(|(_, store)| store.get(&id))
             {
                 Ok(task) => (StatusCode::CREATED, Json(task)).into_response(),
@@ -373,7 +377,7 @@ pub(super) async fn add_task(
 
 /// `task show --json`: `{task, history}`.
 pub(super) async fn task(State(d): State<Dash>, Path(id): Path<String>) -> Response {
-    match pegasus_tasks::find_task(&d.sup.home.projects_dir(), &id)
+    match pegasus_tasks::find_task(&d.door.home().projects_dir(), &id)
         .and_then(|(_, store)| Ok((store.get(&id)?, store.history(&id)?)))
     {
         Ok((task, history)) => Json(json!({"task": task, "history": history})).into_response(),
@@ -415,7 +419,7 @@ pub(super) async fn task_verb(
 }
 
 pub(super) async fn roles(State(d): State<Dash>) -> Response {
-    match pegasus_roles::load_roles(&d.sup.home.roles_dir()) {
+    match pegasus_roles::load_roles(&d.door.home().roles_dir()) {
         Ok(roles) => Json(roles).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
@@ -435,7 +439,7 @@ pub(super) async fn costs(State(d): State<Dash>, Query(q): Query<CostQuery>) -> 
             Err(_) => return bad(format!("bad since `{s}`: use YYYY-MM-DD")),
         },
     };
-    let ledger = d.sup.home.ledger_file();
+    let ledger = d.door.home().ledger_file();
     let project = q.project.filter(|p| !p.is_empty());
     match tokio::task::spawn_blocking(move || {
         pegasus_store::cost_report(&ledger, project.as_deref(), since)

@@ -2,7 +2,7 @@
 //! page cannot), carry the token (`Authorization: Bearer`) or a session cookie got for it, and,
 //! when it changes something, come from this origin.
 
-use super::Dash;
+use crate::Dash;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
@@ -52,7 +52,7 @@ pub(super) fn error(status: StatusCode, msg: &str) -> Response {
 fn allowed_hosts(d: &Dash) -> Vec<String> {
     let port = d.addr.port();
     let mut hosts = vec![d.addr.to_string(), format!("localhost:{port}")];
-    if d.addr.ip().is_unspecified() || d.sup.config.dashboard.allow_remote {
+    if d.addr.ip().is_unspecified() || d.door.config().dashboard.allow_remote {
         // Served on every address (or remotely): the host name cannot be pinned.
         hosts.clear();
     }

@@ -2,8 +2,7 @@
 //! text, never markup), one small script (`/static/app.js`) for the token exchange, the action
 //! forms and the live updates over `/api/events`. Nothing is fetched from anywhere else.
 
-use super::Dash;
-use crate::handlers::dispatch;
+use crate::Dash;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -77,12 +76,13 @@ fn money(x: f64) -> String {
 }
 
 async fn project_list(d: &Dash) -> Vec<ProjectInfo> {
-    match dispatch(
-        &d.sup,
-        &Channel::Dashboard,
-        CtlRequest::ProjectList { status: None },
-    )
-    .await
+    match d
+        .door
+        .request(
+            &Channel::Dashboard,
+            CtlRequest::ProjectList { status: None },
+        )
+        .await
     {
         CtlResponse::Projects(p) => p,
         _ => Vec::new(),
@@ -172,12 +172,13 @@ fn task_card(t: &Task) -> Markup {
 }
 
 pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> Response {
-    let info = match dispatch(
-        &d.sup,
-        &Channel::Dashboard,
-        CtlRequest::ProjectShow { name: name.clone() },
-    )
-    .await
+    let info = match d
+        .door
+        .request(
+            &Channel::Dashboard,
+            CtlRequest::ProjectShow { name: name.clone() },
+        )
+        .await
     {
         CtlResponse::Project(p) => *p,
         CtlResponse::Failed { kind, message } => {
@@ -191,7 +192,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
         }
         _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };
-    let dir = d.sup.home.project_dir(&name);
+    let dir = d.door.home().project_dir(&name);
     let (tasks, records, memory, runs) = {
         let (dir, name) = (dir.clone(), name.clone());
         tokio::task::spawn_blocking(move || {
@@ -292,7 +293,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
 }
 
 pub(super) async fn costs(State(d): State<Dash>) -> Response {
-    let ledger = d.sup.home.ledger_file();
+    let ledger = d.door.home().ledger_file();
     let report =
         tokio::task::spawn_blocking(move || pegasus_store::cost_report(&ledger, None, None))
             .await
@@ -328,7 +329,7 @@ pub(super) async fn costs(State(d): State<Dash>) -> Response {
 
 pub(super) async fn crashes(State(d): State<Dash>) -> Response {
     let list = project_list(&d).await;
-    let home = d.sup.home.clone();
+    let home = d.door.home().clone();
     let rows = tokio::task::spawn_blocking(move || {
         let mut rows = Vec::new();
         for p in list {

@@ -4,12 +4,13 @@
 //! the last [`RING`] events (or `resync` when that is not enough); a client that falls behind
 //! the bus gets `resync` and is dropped — it never slows the daemon.
 
-use super::Dash;
-use crate::bus::{self, Received};
+use crate::Dash;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use pegasus_proto::{BusBody, BusEvent, WorkerEvent};
+use pegasus_supervisor::front_door::{self as bus, Received};
+use pegasus_supervisor::FrontDoor;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -42,8 +43,8 @@ impl Ring {
 
 /// Keeps the ring filled: it observes the bus, so it holds every event up to the last one
 /// published (a subscriber reading it never misses what falls between the two).
-pub(crate) fn observe(bus: &bus::EventBus, ring: Arc<Ring>) {
-    bus.observe(move |e| ring.push(e.clone()));
+pub(crate) fn observe(door: &FrontDoor, ring: Arc<Ring>) {
+    door.observe(move |e| ring.push(e.clone()));
 }
 
 /// The JSON of one event: where, what, and the fields a page needs without digging.
@@ -113,7 +114,7 @@ pub(crate) async fn stream(
     headers: HeaderMap,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     // Subscribe before reading the ring, so nothing falls between the two.
-    let rx = d.sup.bus.subscribe();
+    let rx = d.door.subscribe();
     let last: Option<u64> = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -132,7 +133,7 @@ pub(crate) async fn stream(
             }
         }
     }
-    let stop = d.sup.shutdown.clone();
+    let stop = d.door.shutdown().clone();
     let state = (rx, first, sent, f.project, false);
     let s = futures_util::stream::unfold(state, move |(mut rx, mut first, sent, project, done)| {
         let stop = stop.clone();
