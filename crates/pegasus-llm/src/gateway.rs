@@ -17,16 +17,15 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use pegasus_proto::llm::{tokens_of_bytes, CallMeta, ChatRequest, ChatResponse, LlmError, Usage};
-use pegasus_store::{Config, Home, LedgerEntry};
+use pegasus_store::{Config, Home, LedgerEntry, ProjectRegistry};
 
 use crate::budget::{self, Limits, MAIN_PROJECT};
 use crate::journal::{self, Journal, PendingCall, Reserved};
 use crate::ledger::Ledger;
 use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
-use crate::project_budget::ProjectBudgets;
 use crate::provider::{self, Kind, Target};
-use crate::reply::{self, answer_bytes, Progress, ProviderReply};
+use crate::reply::{self, answer_bytes, Progress, ProviderReply, SeenUsage};
 use crate::retry::{self, AttemptError};
 use crate::{anthropic, openai, sse};
 
@@ -49,7 +48,6 @@ pub struct Gateway {
 }
 
 struct Inner {
-    home: Home,
     config: Config,
     prices: PriceTable,
     models: ModelTable,
@@ -71,8 +69,9 @@ struct Inner {
     /// Per provider: no request before this instant (set from `retry-after`).
     gates: Mutex<HashMap<String, Instant>>,
     ledger: Ledger,
-    /// Each project's `budget_usd`, parsed from PROJECT.md when the file changed.
-    budgets: ProjectBudgets,
+    /// The projects as their PROJECT.md say now (each call's `budget_usd`); shared with the
+    /// rest of pegasusd, the one reader of those files.
+    projects: Arc<ProjectRegistry>,
     /// Calls sent and not yet settled, on disk (hard budgets, SPEC §5).
     journal: Journal,
     /// What the calls in flight may cost at worst; admission reads it with the totals.
@@ -134,7 +133,6 @@ impl Gateway {
             .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))?;
         Ok(Gateway {
             inner: Arc::new(Inner {
-                home: home.clone(),
                 config: config.clone(),
                 prices,
                 models,
@@ -146,7 +144,7 @@ impl Gateway {
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
                 gates: Mutex::new(HashMap::new()),
                 ledger,
-                budgets: ProjectBudgets::default(),
+                projects: Arc::new(ProjectRegistry::new(home.clone())),
                 journal,
                 reserved: Mutex::new(Reserved::default()),
                 call_seq: AtomicU64::new(0),
@@ -495,9 +493,15 @@ impl Gateway {
     }
 
     /// The project's `budget_usd` as its PROJECT.md says at this call (an edit applies at
-    /// once; the file is parsed again only when it changed, see [`ProjectBudgets`]).
+    /// once; the file is parsed again only when it changed, see [`ProjectRegistry`]).
     fn project_budget(&self, name: &str) -> Option<f64> {
-        self.inner.budgets.get(&self.inner.home, name)
+        self.inner.projects.budget_usd(name)
+    }
+
+    /// The project registry the gateway reads budgets from: pegasusd's one reader of
+    /// PROJECT.md, for listings and models too.
+    pub fn projects(&self) -> Arc<ProjectRegistry> {
+        self.inner.projects.clone()
     }
 
     /// Waits for the provider's rate gate, then for a semaphore slot. Re-checks the gate after
@@ -781,9 +785,17 @@ impl Reservation {
         if !arrived.answered {
             return None;
         }
-        let (usage, _) = arrived
-            .usage
-            .or_estimate(self.input_estimate, tokens_of_bytes(arrived.bytes as usize));
+        // The answer never finished, so an output count reported so far is a floor, not the
+        // count (Anthropic's `message_start` says 0 or 1 before the text comes): the text
+        // received is counted whenever it says more.
+        let reported_output = arrived.usage.output.unwrap_or(0);
+        let seen = SeenUsage {
+            output: None,
+            ..arrived.usage
+        };
+        let (mut usage, _) =
+            seen.or_estimate(self.input_estimate, tokens_of_bytes(arrived.bytes as usize));
+        usage.output_tokens = usage.output_tokens.max(reported_output);
         let usd = self.inner.price(&self.target, &arrived.model, &usage);
         let mut entry = self
             .call
@@ -1050,5 +1062,40 @@ mod tests {
             )
         );
         assert!(settled.cost_usd.is_some_and(|u| u > 0.0));
+    }
+
+    /// An Anthropic stream cut after some text: `message_start` reported the input and an
+    /// output of 0 (llama.cpp) or 1 (Anthropic); the line counts the text received, and the
+    /// input as reported.
+    #[test]
+    fn a_cut_streams_early_output_count_is_a_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gw, target) = priced_by_reported_id(dir.path());
+        let mut stream = crate::anthropic::Stream::default();
+        for event in [
+            r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"served-2025","content":[],"stop_reason":null,"usage":{"input_tokens":121,"output_tokens":0}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Once upon a time, a dragon lived in a cave by the sea."}}"#,
+        ] {
+            stream.event("message", event, None).unwrap();
+        }
+        let (bytes, seen, id, model) = stream.progress();
+        let r = admit(&gw, &target);
+        r.progress.answered();
+        r.progress.update(bytes, seen, id, model);
+        let line = r.unbilled().unwrap();
+        assert_eq!(line.input_tokens, 121, "the input as reported");
+        assert_eq!(line.output_tokens, tokens_of_bytes(bytes as usize));
+        assert!(line.output_tokens > 10, "{line:?}");
+        // A count above the text's estimate stands.
+        let r2 = admit(&gw, &target);
+        r2.progress.answered();
+        let more = SeenUsage {
+            input: Some(121),
+            output: Some(500),
+            ..Default::default()
+        };
+        r2.progress.update(bytes, more, id, model);
+        assert_eq!(r2.unbilled().unwrap().output_tokens, 500);
     }
 }

@@ -15,8 +15,8 @@
 //!
 //! One concern per module: [`provider`] (model ids, endpoints, keys), [`anthropic`] and
 //! [`openai`] (the wire formats), [`sse`] (streams), [`retry`] (when and how long to wait),
-//! [`prices`] (costs), [`budget`] (totals and caps), `project_budget` (a project's cap, read from
-//! its PROJECT.md when that changed), [`ledger`] (the cost record), and
+//! [`prices`] (costs), [`budget`] (totals and caps; a project's cap from pegasus-store's project
+//! registry), [`ledger`] (the cost record), and
 //! [`gateway`], which ties them together.
 
 pub mod anthropic;
@@ -27,7 +27,6 @@ pub mod ledger;
 pub mod models;
 pub mod openai;
 pub mod prices;
-mod project_budget;
 pub mod provider;
 pub mod reply;
 pub mod retry;

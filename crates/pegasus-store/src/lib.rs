@@ -28,6 +28,7 @@ pub mod mcp;
 pub mod project;
 pub mod project_info;
 pub mod read;
+pub mod registry;
 pub mod scan;
 pub mod session;
 pub mod stamp;
@@ -51,6 +52,7 @@ pub use project::{
     PROJECT_SUBDIRS,
 };
 pub use read::{read_capped, read_text_limited, Capped, ReadError};
+pub use registry::ProjectRegistry;
 pub use scan::{scan_projects, ScanEntry};
 pub use session::*;
 pub use stamp::FileStamp;

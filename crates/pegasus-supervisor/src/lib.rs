@@ -27,7 +27,6 @@ mod logging;
 mod main_agent;
 mod peer;
 mod pidlock;
-mod project_rows;
 mod scheduler;
 mod slot;
 mod spawn;

@@ -11,7 +11,7 @@ use crate::{
 };
 use pegasus_llm::Gateway;
 use pegasus_proto::{ctl::ProjectInfo, Channel, WorkerState};
-use pegasus_store::{Config, Home, ProjectFile, ProjectStatus};
+use pegasus_store::{Config, Home, ProjectRegistry, ProjectStatus};
 use std::{
     collections::HashMap,
     path::PathBuf,
@@ -53,8 +53,9 @@ pub(crate) struct Supervisor {
     pub watchdogs: Watchdogs,
     /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
     pub sweeper: crate::sweeper::Sweeper,
-    /// The listing rows of every project, re-read only when a PROJECT.md changes.
-    pub project_rows: crate::project_rows::ProjectRows,
+    /// Every project as its PROJECT.md says now: pegasusd's one reader of those files (listing
+    /// rows, budgets, models), shared with the gateway.
+    pub projects: Arc<ProjectRegistry>,
     /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
     main_tx: mpsc::UnboundedSender<MainInput>,
     /// What the slots ask of the daemon (see [`SlotEvent`]).
@@ -83,6 +84,7 @@ impl Supervisor {
         slot_events: mpsc::UnboundedSender<SlotEvent>,
     ) -> Arc<Self> {
         Arc::new(Supervisor {
+            projects: gateway.projects(),
             gateway,
             main_tx,
             slot_events,
@@ -101,7 +103,6 @@ impl Supervisor {
             shutdown: CancellationToken::new(),
             bus: EventBus::new(),
             activity: Activity::default(),
-            project_rows: Default::default(),
             sweeper: Default::default(),
         })
     }
@@ -255,10 +256,7 @@ impl Supervisor {
 
     /// The model a project's worker uses: its PROJECT.md `model`, else the default.
     pub fn project_model(&self, name: &str) -> String {
-        let model = ProjectFile::load(&self.home.project_dir(name))
-            .ok()
-            .and_then(|p| p.model().map(str::to_string))
-            .unwrap_or_default();
+        let model = self.projects.model(name).unwrap_or_default();
         self.gateway.resolve_model(&model)
     }
 

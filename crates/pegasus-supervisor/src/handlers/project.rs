@@ -31,8 +31,8 @@ pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> 
     // Rows re-read only where a PROJECT.md changed; spend from the gateway's running totals
     // (the ledger file is read once, at start).
     let mut infos = sup
-        .project_rows
-        .rows(&sup.home, |name| sup.gateway.spent_by_project(name))?;
+        .projects
+        .rows(|name| sup.gateway.spent_by_project(name))?;
     sup.fill_live(&mut infos);
     Ok(infos)
 }
@@ -142,11 +142,10 @@ pub(crate) async fn send(
 ) -> Result<(String, Option<String>), RequestError> {
     pegasus_store::validate_name(name)?;
     let Some(cmd) = sup.slot_cmd(name) else {
-        let dir = sup.home.project_dir(name);
-        if !dir.join("PROJECT.md").exists() {
+        let Some(project) = sup.projects.get(name) else {
             return Err(RequestError::ProjectNotFound(name.to_string()));
-        }
-        return Err(RequestError::refused(match ProjectFile::load(&dir) {
+        };
+        return Err(RequestError::refused(match project {
             Ok(p) if p.status() == ProjectStatus::Suspended => format!(
                 "cannot send to project {name}: it is suspended; resume it with `pegasusctl project resume {name}`"
             ),

@@ -8,7 +8,7 @@ use pegasus_proto::{
     worker::ToWorker,
     Channel,
 };
-use pegasus_store::{ProjectFile, ProjectStatus};
+use pegasus_store::ProjectStatus;
 use pegasus_tasks::{MergeState, NewTask, TaskSpec, TaskState, TaskStore, TaskUpdate};
 
 /// Longest title made from a goal.
@@ -37,10 +37,12 @@ pub(crate) fn add_as(
     let actor = actor.as_str();
     pegasus_store::validate_name(&req.project)?;
     let dir = sup.home.project_dir(&req.project);
-    if !dir.join("PROJECT.md").exists() {
-        return Err(RequestError::ProjectNotFound(req.project));
-    }
-    let file = ProjectFile::load(&dir)?;
+    let file = match sup.projects.get(&req.project) {
+        None => return Err(RequestError::ProjectNotFound(req.project)),
+        Some(file) => {
+            file.map_err(|why| RequestError::Store(pegasus_store::StoreError::Invalid(why)))?
+        }
+    };
     if matches!(
         file.status(),
         ProjectStatus::Completed | ProjectStatus::Archived
