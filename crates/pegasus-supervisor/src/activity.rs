@@ -4,7 +4,7 @@
 //! It observes the event bus (see `crate::bus`): every event is folded in inside `publish`, in
 //! bus order, so it never lags and never needs a task of its own.
 
-use crate::supervisor::{lock, Supervisor};
+use crate::{bus::EventBus, supervisor::lock};
 use pegasus_proto::{
     ctl::ProjectInfo, BusBody, BusEvent, Stage, TaskState, WorkerEvent, WorkerState,
 };
@@ -78,11 +78,11 @@ impl Activity {
 }
 
 /// Makes the tracker an observer of the bus.
-pub(crate) fn observe(sup: &Arc<Supervisor>) {
-    let weak = Arc::downgrade(sup);
-    sup.bus.observe(move |event| {
-        if let Some(sup) = weak.upgrade() {
-            sup.activity.apply(event);
+pub(crate) fn observe(bus: &EventBus, activity: &Arc<Activity>) {
+    let activity = Arc::downgrade(activity);
+    bus.observe(move |event| {
+        if let Some(activity) = activity.upgrade() {
+            activity.apply(event);
         }
     });
 }

@@ -5,7 +5,7 @@
 //! [`crate::handlers`].
 
 use crate::{front_door::FrontDoor, handlers};
-use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
+use interprocess::local_socket::tokio::{Listener, Stream};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
     Channel, FrameReader, FrameWriter, PROTOCOL_VERSION,
@@ -29,11 +29,7 @@ pub(crate) async fn serve(door: FrontDoor, listener: Listener) {
 }
 
 async fn connection(door: FrontDoor, stream: Stream) {
-    let peer = stream
-        .peer_creds()
-        .ok()
-        .and_then(|c| c.pid())
-        .and_then(|p| u32::try_from(p).ok());
+    let peer = crate::peer::pid_of(&stream);
     let (recv, send) = tokio::io::split(stream);
     let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
     let mut writer = FrameWriter::new(send);

@@ -136,10 +136,13 @@ async fn serve(
     let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
     let door = FrontDoor::new(&sup, secrets);
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
-    crate::activity::observe(&sup);
+    crate::activity::observe(&sup.bus, &sup.activity);
     crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
-    let sweeper = tokio::spawn(crate::sweeper::run(sup.clone()));
+    let sweeper = tokio::spawn(crate::sweeper::run(
+        sup.sweeper.clone(),
+        sup.shutdown.clone(),
+    ));
     let mut sigterm = signal(SignalKind::terminate())
         .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
     let mut sigint = signal(SignalKind::interrupt())

@@ -16,6 +16,17 @@ fn parent(pid: u32) -> Option<u32> {
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The pid the kernel reports for the process on the other end of `stream` (`SO_PEERCRED`);
+/// `None` when it cannot be read.
+pub(crate) fn pid_of(stream: &interprocess::local_socket::tokio::Stream) -> Option<u32> {
+    use interprocess::local_socket::tokio::prelude::*;
+    stream
+        .peer_creds()
+        .ok()
+        .and_then(|c| c.pid())
+        .and_then(|p| u32::try_from(p).ok())
+}
+
 /// Why a control peer must be refused, or `None` when it may talk: it is in another PID
 /// namespace (a command a model ran), its namespace cannot be read, or it descends from
 /// pegasusd. A peer the kernel could not name (pid 0: a namespace pegasusd cannot see, which

@@ -48,11 +48,11 @@ pub(crate) struct Supervisor {
     /// Every event of every worker, for every consumer.
     pub bus: EventBus,
     /// What each worker is doing now (from the bus), for `status`.
-    pub activity: Activity,
+    pub activity: Arc<Activity>,
     /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
     pub watchdogs: Watchdogs,
     /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
-    pub sweeper: crate::sweeper::Sweeper,
+    pub sweeper: Arc<crate::sweeper::Sweeper>,
     /// Every project as its PROJECT.md says now: pegasusd's one reader of those files (listing
     /// rows, budgets, models), shared with the gateway.
     pub projects: Arc<ProjectRegistry>,
@@ -102,7 +102,7 @@ impl Supervisor {
             lifecycle_lock: tokio::sync::Mutex::new(()),
             shutdown: CancellationToken::new(),
             bus: EventBus::new(),
-            activity: Activity::default(),
+            activity: Arc::default(),
             sweeper: Default::default(),
         })
     }

@@ -5,9 +5,9 @@
 //! [`COALESCE`] however many workers ended (a restart or a stop of a thousand is one or two
 //! scans, not a thousand). The daemon sweeps once more after its last worker stopped.
 
-use crate::supervisor::Supervisor;
 use std::{sync::Arc, time::Duration};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// How long requests are gathered into one scan.
 const COALESCE: Duration = Duration::from_millis(200);
@@ -37,14 +37,14 @@ pub(crate) async fn sweep_now() {
 }
 
 /// The sweeper task: runs until the daemon stops.
-pub(crate) async fn run(sup: Arc<Supervisor>) {
+pub(crate) async fn run(sweeper: Arc<Sweeper>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
-            _ = sup.sweeper.wanted.notified() => {}
+            _ = shutdown.cancelled() => return,
+            _ = sweeper.wanted.notified() => {}
         }
         tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(COALESCE) => {}
         }
         sweep_now().await;

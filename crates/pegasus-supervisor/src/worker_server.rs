@@ -4,7 +4,7 @@
 //! and every other worker carry on.
 
 use crate::{slot::WorkerConn, supervisor::Supervisor};
-use interprocess::local_socket::tokio::{prelude::*, Listener, Stream};
+use interprocess::local_socket::tokio::{Listener, Stream};
 use pegasus_proto::{worker::FromWorker, FrameReader, FrameWriter, PROTOCOL_VERSION};
 use std::{sync::Arc, time::Duration};
 
@@ -28,11 +28,7 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 }
 
 async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
-    let peer_pid = stream
-        .peer_creds()
-        .ok()
-        .and_then(|c| c.pid())
-        .and_then(|p| u32::try_from(p).ok());
+    let peer_pid = crate::peer::pid_of(&stream);
     let (recv, send) = tokio::io::split(stream);
     let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
