@@ -44,6 +44,10 @@ pub struct Config {
     pub default_context_window: u64,
     /// MCP servers every project gets (SPEC §13); a project's entry of the same name wins.
     pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// Where workers can run besides this machine (SPEC §14); `local` is built in.
+    pub launchers: BTreeMap<String, crate::launcher::LauncherConfig>,
+    /// The launcher of a project whose PROJECT.md names none.
+    pub default_launcher: String,
 }
 
 /// What a model can do (SPEC §5 model table): `data/models.yml`, extended by config.yml
@@ -82,6 +86,8 @@ impl Default for Config {
             models: BTreeMap::new(),
             default_context_window: 128_000,
             mcp_servers: BTreeMap::new(),
+            launchers: BTreeMap::new(),
+            default_launcher: crate::launcher::LOCAL.into(),
         }
     }
 }
@@ -251,6 +257,9 @@ pub struct WorkersConfig {
     pub crash_loop_max: u32,
     /// The crash-counting window in seconds.
     pub crash_loop_window_s: u64,
+    /// `IP:PORT` of the TCP listener for remote workers (mutual TLS only, SPEC §14); `None` =
+    /// no remote workers.
+    pub listen: Option<String>,
 }
 
 impl Default for WorkersConfig {
@@ -262,6 +271,7 @@ impl Default for WorkersConfig {
             restart_backoff_ms: 100,
             crash_loop_max: 5,
             crash_loop_window_s: 60,
+            listen: None,
         }
     }
 }
@@ -460,6 +470,13 @@ impl Config {
                 "telegram.poll_timeout_s",
                 "must be from 1 to 50 seconds (Telegram's long-poll limit)",
             ));
+        }
+        if let Err((key, m)) = crate::launcher::check(
+            &self.launchers,
+            &self.default_launcher,
+            self.workers.listen.as_deref(),
+        ) {
+            return Err(err(&key, &m));
         }
         if let Err(m) = crate::mcp::check_mcp_servers(&self.mcp_servers) {
             let key = m

@@ -22,6 +22,7 @@ pub mod exec_groups;
 pub mod frontmatter;
 pub mod home;
 pub mod jsonl;
+pub mod launcher;
 pub mod ledger;
 pub mod lifecycle;
 pub mod mcp;

@@ -62,6 +62,8 @@ struct Known {
     suspended: Option<DateTime<Utc>>,
     completed: Option<DateTime<Utc>>,
     budget_usd: Option<f64>,
+    /// Where the worker runs (SPEC §14): a name under config.yml `launchers:`, or `local`.
+    launcher: Option<String>,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -129,6 +131,12 @@ impl ProjectFile {
     /// Its own spending cap in USD, if set.
     pub fn budget_usd(&self) -> Option<f64> {
         self.known.budget_usd
+    }
+
+    /// The `launcher` the project's worker is started by; `None`: config.yml's
+    /// `default_launcher`.
+    pub fn launcher(&self) -> Option<&str> {
+        self.known.launcher.as_deref()
     }
 
     /// The frontmatter text between the `---` lines, exactly as in the file.

@@ -173,6 +173,16 @@ impl Ctx<'_> {
         if let Err(m) = crate::mcp::parse_mcp_servers(map.get("mcp_servers")) {
             return Err(self.err("mcp_servers", m));
         }
+        let launcher = self.opt_string("launcher", map.get("launcher"))?;
+        if launcher
+            .as_deref()
+            .is_some_and(|l| validate_name(l).is_err())
+        {
+            return Err(self.err(
+                "launcher",
+                "must be `local` or the name of an entry under config.yml `launchers:`".into(),
+            ));
+        }
         Ok(Known {
             name,
             status,
@@ -182,6 +192,7 @@ impl Ctx<'_> {
             suspended,
             completed,
             budget_usd,
+            launcher,
         })
     }
 }
