@@ -40,26 +40,34 @@ pub(crate) fn unique_suffix() -> String {
 /// file system), fsyncs it, renames it over the target and fsyncs the directory so the rename
 /// itself survives a power cut. Creates nothing else; the directory must exist.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = parent_dir(path);
+    replace(path, bytes, true)?;
+    fsync_dir(&parent_dir(path))
+}
+
+/// Replaces a file atomically for readers (temp file, rename) but flushes nothing to disk: for
+/// caches that are rebuilt from a durable truth after a machine crash, such as the task index.
+/// A reader never sees a half-written file; after a power loss the file may be old or empty.
+pub fn replace_cache(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace(path, bytes, false)
+}
+
+/// Writes `bytes` to a uniquely named temp file beside `path` (fsynced if `sync`) and renames
+/// it over `path`; the temp file is removed when a step fails.
+fn replace(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| StoreError::Invalid(format!("{}: not a file path", path.display())))?;
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", unique_suffix()));
-    let result = write_then_rename(&tmp, path, bytes);
+    let tmp = parent_dir(path).join(format!(".{file_name}.tmp-{}", unique_suffix()));
+    let result = write_then_rename(&tmp, path, bytes, sync);
     if result.is_err() {
         // Best effort: a leftover temp file is harmless but untidy.
         let _ = fs::remove_file(&tmp);
     }
-    result?;
-    fsync_dir(&dir)
+    result
 }
 
-fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    write_then_rename_with(tmp, path, bytes, true)
-}
-
-fn write_then_rename_with(tmp: &Path, path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
+fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     // 0600: sessions, ledgers and PROJECT.md are the user's alone (SPEC §12).
     let mut file = OpenOptions::new()
         .write(true)
@@ -73,23 +81,6 @@ fn write_then_rename_with(tmp: &Path, path: &Path, bytes: &[u8], sync: bool) -> 
     }
     drop(file);
     fs::rename(tmp, path).map_err(StoreError::io(path))
-}
-
-/// Replaces a file atomically for readers (temp file, rename) but flushes nothing to disk: for
-/// caches that are rebuilt from a durable truth after a machine crash, such as the task index.
-/// A reader never sees a half-written file; after a power loss the file may be old or empty.
-pub fn replace_cache(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = parent_dir(path);
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| StoreError::Invalid(format!("{}: not a file path", path.display())))?;
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", unique_suffix()));
-    let result = write_then_rename_with(&tmp, path, bytes, false);
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// Removes the temp files [`write_atomic`] and [`replace_cache`] leave in `dir` when the
