@@ -33,7 +33,7 @@ pub mod registry;
 pub mod scan;
 pub mod session;
 pub mod stamp;
-mod yaml;
+pub mod yaml;
 
 pub use atomic::*;
 pub use config::*;

@@ -1,13 +1,13 @@
 //! Locating YAML problems in the user's own text.
 //!
 //! serde_norway reports errors relative to the string it was given and hides the key path
-//! inside its message; PROJECT.md and config.yml errors must name the *file* line and the key,
-//! so these helpers translate between the two. They also find which line a top-level key sits
-//! on, which the surgical PROJECT.md edits rely on.
+//! inside its message; PROJECT.md, config.yml and role file errors must name the *file* line
+//! and the key, so these helpers translate between the two (pegasus-roles uses them too). They
+//! also find which line a top-level key sits on, which the surgical PROJECT.md edits rely on.
 
 /// A serde_norway error split into the parts a [`crate::StoreError::Parse`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct YamlProblem {
+pub struct YamlProblem {
     /// 1-based line within the parsed text, if the parser knew it.
     pub line: Option<usize>,
     /// Dotted key path (`llm.max_concurrency`) if the error is about a value.
@@ -17,7 +17,7 @@ pub(crate) struct YamlProblem {
 }
 
 /// Splits a serde_norway error into line, key and message.
-pub(crate) fn problem(err: &serde_norway::Error) -> YamlProblem {
+pub fn problem(err: &serde_norway::Error) -> YamlProblem {
     let line = err.location().map(|l| l.line());
     let mut message = err.to_string();
     // The parser's own "at line N column M" counts lines of the snippet, not of the file; the
@@ -57,18 +57,25 @@ pub(crate) fn top_level_key_line(text: &str, key: &str) -> Option<usize> {
     text.lines().position(|l| is_key_line(l, key))
 }
 
-/// 1-based line of a dotted key path (`llm.max_concurrency`), found by searching for each
-/// segment after the line of its parent; falls back to the deepest parent found, then line 1.
-pub(crate) fn dotted_key_line(text: &str, dotted: &str) -> usize {
+/// 1-based line of a dotted key path (`llm.max_concurrency`, `variables[1].name`), found by
+/// searching for each segment after the line of its parent; falls back to the deepest parent
+/// found, then line 1.
+pub fn dotted_key_line(text: &str, dotted: &str) -> usize {
     let lines: Vec<&str> = text.lines().collect();
     let mut segments = dotted.split('.');
     let Some(first) = segments.next() else {
         return 1;
     };
+    // `variables[1]` is an item of the sequence under the key `variables`.
+    let first = first.split('[').next().unwrap_or(first);
     let Some(mut at) = lines.iter().position(|l| is_key_line(l, first)) else {
         return 1;
     };
     for seg in segments {
+        // Sequence indices (`variables[1]`) are not keys on a line; stop at the parent.
+        if seg.contains('[') {
+            break;
+        }
         let found = lines.iter().enumerate().skip(at).find(|(i, l)| {
             let body = if *i == at {
                 l.split_once(':').map_or("", |(_, r)| r)
@@ -122,6 +129,14 @@ mod tests {
         assert_eq!(dotted_key_line(t, "llm.max_concurrency"), 4);
         assert_eq!(dotted_key_line(t, "workers.shutdown_timeout_s"), 5);
         assert_eq!(dotted_key_line(t, "nope.x"), 1);
+        // A role file's frontmatter: nested keys, and sequence items found at their key.
+        let y =
+            "id: a\nmodel:\n  model: null\n  thinking: huge\ntools: [a]\nvariables:\n  - name: x\n";
+        assert_eq!(dotted_key_line(y, "model.thinking"), 4);
+        assert_eq!(dotted_key_line(y, "tools"), 5);
+        assert_eq!(dotted_key_line(y, "variables[0].name"), 7);
+        assert_eq!(dotted_key_line(y, "model.tools[0]"), 2);
+        assert_eq!(dotted_key_line(y, "nope"), 1);
     }
 
     #[test]
