@@ -319,10 +319,19 @@ fn anthropic_api_answers_streams_and_meters_every_call() {
     answers_streams_and_meters(ANTHROPIC);
 }
 
-// c: the server's real context-overflow refusal.
+// c: the server's real context-overflow refusal, through each API.
 
 #[test]
-fn a_message_larger_than_the_servers_window_is_survived_and_the_next_is_answered() {
+fn openai_api_a_message_larger_than_the_servers_window_is_survived_and_the_next_is_answered() {
+    overflow_is_survived(OPENAI);
+}
+
+#[test]
+fn anthropic_api_a_message_larger_than_the_servers_window_is_survived_and_the_next_is_answered() {
+    overflow_is_survived(ANTHROPIC);
+}
+
+fn overflow_is_survived(model: &str) {
     let _serial = one_at_a_time();
     let Some(llama) = LlamaServer::start(2048) else {
         return;
@@ -332,9 +341,9 @@ fn a_message_larger_than_the_servers_window_is_survived_and_the_next_is_answered
     // the server refuses it with its real 400 (`exceed_context_size_error`).
     let rig = Rig::start(
         llama,
-        OPENAI,
+        model,
         128,
-        &format!("models:\n  \"{OPENAI}\": {{context_window: 128000, max_output_tokens: 1024}}"),
+        &format!("models:\n  \"{model}\": {{context_window: 128000, max_output_tokens: 1024}}"),
     );
     let home = &rig.home;
     home.create("lp");
@@ -385,12 +394,7 @@ fn a_message_larger_than_the_servers_window_is_survived_and_the_next_is_answered
         "{refusals} refusals: Pegasus kept sending what the server refused"
     );
     eprintln!(
-        "DEBUGLOG\n{}\n{}",
-        rig.llama.log(),
-        home.ctl_ok(&["project", "log", "lp"])
-    );
-    eprintln!(
-        "context overflow survived ({refusals} refusals) in {:?}",
+        "{model}: context overflow survived ({refusals} refusals) in {:?}",
         started.elapsed()
     );
 }
@@ -441,17 +445,27 @@ fn with_no_model_table_entry_the_window_is_learned_from_the_server() {
     );
 }
 
-// e: the server killed in the middle of an answer.
+// e: the server killed in the middle of an answer, through each API.
 
 #[test]
-fn a_server_killed_mid_answer_ends_the_task_with_a_clear_error_and_one_estimated_line() {
+fn openai_api_a_server_killed_mid_answer_ends_the_task_with_a_clear_error_and_one_estimated_line() {
+    killed_mid_answer(OPENAI);
+}
+
+#[test]
+fn anthropic_api_a_server_killed_mid_answer_ends_the_task_with_a_clear_error_and_one_estimated_line(
+) {
+    killed_mid_answer(ANTHROPIC);
+}
+
+fn killed_mid_answer(model: &str) {
     // Every answer runs to max_tokens: 512 tokens take seconds, so the kill lands mid-stream.
     let _serial = one_at_a_time();
     let Some(llama) = LlamaServer::start_with(4096, true) else {
         return;
     };
     let started = Instant::now();
-    let mut rig = Rig::start(llama, OPENAI, 512, "");
+    let mut rig = Rig::start(llama, model, 512, "");
     let home = &rig.home;
     home.create("lp");
     let mut sender = Spawned::new(
@@ -496,24 +510,33 @@ fn a_server_killed_mid_answer_ends_the_task_with_a_clear_error_and_one_estimated
     assert!(line["usd"].as_f64().is_some_and(|usd| usd > 0.0), "{line}");
     assert!(tokens(line, "input_tokens") > 0, "{line}");
     assert!(tokens(line, "output_tokens") > 0, "text arrived: {line}");
-    assert_eq!(line["model"], OPENAI, "{line}");
+    assert_eq!(line["model"], model, "{line}");
     eprintln!(
-        "cut after {} bytes of text; task ended with {err:?} in {:?}",
+        "{model}: cut after {} bytes of text; task ended with {err:?} in {:?}",
         cut_at.len(),
         started.elapsed()
     );
 }
 
-// f: the server down.
+// f: the server down, through each API.
 
 #[test]
-fn a_server_that_is_down_gives_one_clear_error_naming_it() {
+fn openai_api_a_server_that_is_down_gives_one_clear_error_naming_it() {
+    server_down(OPENAI);
+}
+
+#[test]
+fn anthropic_api_a_server_that_is_down_gives_one_clear_error_naming_it() {
+    server_down(ANTHROPIC);
+}
+
+fn server_down(model: &str) {
     let _serial = one_at_a_time();
     let Some(llama) = LlamaServer::start(2048) else {
         return;
     };
     let started = Instant::now();
-    let mut rig = Rig::start(llama, OPENAI, 64, "");
+    let mut rig = Rig::start(llama, model, 64, "");
     let home = &rig.home;
     home.create("lp");
     ask(home, "lp", "What is 2 + 2?");
@@ -536,7 +559,7 @@ fn a_server_that_is_down_gives_one_clear_error_naming_it() {
         1,
         "{lines:?}"
     );
-    eprintln!("down server reported in {:?}", started.elapsed());
+    eprintln!("{model}: down server reported in {:?}", started.elapsed());
 }
 
 // Local providers: a model with no price costs 0, never "unknown".
