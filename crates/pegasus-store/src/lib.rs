@@ -33,6 +33,7 @@ pub mod registry;
 pub mod scan;
 pub mod session;
 pub mod stamp;
+pub mod worker_lock;
 pub mod yaml;
 
 pub use atomic::*;

@@ -3,7 +3,10 @@
 //! reused token, a pid that is not the peer's — loses its connection and is logged; the daemon
 //! and every other worker carry on.
 
-use crate::{slot::WorkerConn, supervisor::Supervisor};
+use crate::{
+    slot::{LinkRead, LinkWrite, WorkerConn},
+    supervisor::Supervisor,
+};
 use interprocess::local_socket::tokio::{Listener, Stream};
 use pegasus_proto::{worker::FromWorker, FrameReader, FrameWriter, PROTOCOL_VERSION};
 use std::{sync::Arc, time::Duration};
@@ -30,7 +33,8 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
     let peer_pid = crate::peer::pid_of(&stream);
     let (recv, send) = tokio::io::split(stream);
-    let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
+    let mut reader =
+        FrameReader::new(Box::new(recv) as LinkRead).with_frame_timeout(FRAME_TIMEOUT);
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
         Ok(Ok(Some(FromWorker::Hello(hello)))) => hello,
         Ok(Ok(Some(other))) => {
@@ -69,7 +73,7 @@ async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
     }
     let conn = WorkerConn {
         reader,
-        writer: FrameWriter::new(send),
+        writer: FrameWriter::new(Box::new(send) as LinkWrite),
         pid: peer_pid.unwrap_or(hello.pid),
     };
     // The slot may have given up on this spawn in the meantime; then the connection just drops.

@@ -27,4 +27,8 @@ pub enum WorkerError {
     Config(String),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    Lock(#[from] pegasus_store::worker_lock::LockError),
+    #[error("cannot reach pegasusd over its remote link: {0}")]
+    Link(String),
 }

@@ -40,7 +40,14 @@ pub enum Event {
     Notice(Notice),
     /// Time to say the worker is alive.
     Heartbeat,
+    /// A remote worker heard nothing from pegasusd for [`LINK_SILENCE`]: its link is lost
+    /// (half-open, or pegasusd is gone), and only pegasusd may start the next worker.
+    LinkSilent,
 }
+
+/// How long a remote worker waits for a frame from pegasusd before it exits (SPEC §14);
+/// pegasusd keeps a remote link alive with a ping every heartbeat interval.
+pub const LINK_SILENCE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// What the loop does.
 #[derive(Debug)]
@@ -106,6 +113,13 @@ pub fn step(state: State, event: Event) -> (State, Vec<Action>) {
         ),
         (_, Event::Notice(Notice::Event(event))) => (state, vec![Send(FromWorker::Event(event))]),
         (_, Event::Heartbeat) => (state, vec![Send(FromWorker::Heartbeat)]),
+        (_, Event::LinkSilent) => (
+            state,
+            vec![Exit(Err(format!(
+                "pegasusd said nothing for {} s: the link is lost; exiting so that it can start the next worker",
+                LINK_SILENCE.as_secs()
+            )))],
+        ),
         (_, Event::Frame(frame)) => frame_step(state, frame),
     }
 }
@@ -230,6 +244,7 @@ mod tests {
                 }),
             ),
             ("heartbeat", Box::new(|| Event::Heartbeat)),
+            ("silent", Box::new(|| Event::LinkSilent)),
         ]
     }
 
@@ -250,6 +265,7 @@ mod tests {
             (Serving, "panicked", Serving, &["fatal", "exit-err"]),
             (Serving, "notify", Serving, &["notify"]),
             (Serving, "heartbeat", Serving, &["heartbeat"]),
+            (Serving, "silent", Serving, &["exit-err"]),
             (Draining, "message", Draining, &[]),
             (Draining, "ping", Draining, &["pong"]),
             (Draining, "response", Draining, &["answer"]),
@@ -263,6 +279,7 @@ mod tests {
             (Draining, "panicked", Draining, &["fatal", "exit-err"]),
             (Draining, "notify", Draining, &["notify"]),
             (Draining, "heartbeat", Draining, &["heartbeat"]),
+            (Draining, "silent", Draining, &["exit-err"]),
         ];
         let events = events();
         assert_eq!(table.len(), 2 * events.len(), "every pair is in the table");

@@ -8,17 +8,17 @@
 
 use super::{
     link::{Action, Event, Link, Timer},
+    process::WorkerProcess,
     routing::{ReplyTo, Routing},
     Outcome, Slot, SlotCmd, SlotEvent, WorkerConn,
 };
-use crate::{llm_proxy::LlmProxy, spawn};
+use crate::llm_proxy::LlmProxy;
 use pegasus_proto::{
     worker::{FromWorker, Init, ToWorker},
     BusBody, Channel, PROTOCOL_VERSION,
 };
 use std::time::Duration;
 use tokio::{
-    process::Child,
     sync::{mpsc, oneshot},
     time::{sleep_until, Instant},
 };
@@ -30,10 +30,15 @@ impl Slot {
     pub(super) async fn run_connected(
         &mut self,
         conn: WorkerConn,
-        mut child: Child,
-        pid: u32,
+        mut process: WorkerProcess,
         rx: &mut mpsc::Receiver<SlotCmd>,
     ) -> Outcome {
+        let pid = process.pid();
+        // A remote worker's end is its link's end (see `WorkerProcess`).
+        let gone = match &process {
+            WorkerProcess::Remote { gone, .. } => Some(gone.clone()),
+            WorkerProcess::Local { .. } => None,
+        };
         let WorkerConn {
             mut reader,
             mut writer,
@@ -86,9 +91,19 @@ impl Slot {
         // first. The proxy lives as long as the reader task, so aborting that task (the worker
         // exited) or the connection ending cancels the calls.
         let mut proxy = LlmProxy::new(self.sup.clone(), self.name.clone(), to_worker.clone());
+        let link_gone = gone.clone();
         let reader_task = tokio::spawn(async move {
             loop {
-                let ev = match reader.read::<FromWorker>().await {
+                let read = async {
+                    match &link_gone {
+                        Some(gone) => tokio::select! {
+                            _ = gone.cancelled() => Ok(None),
+                            read = reader.read::<FromWorker>() => read,
+                        },
+                        None => reader.read::<FromWorker>().await,
+                    }
+                };
+                let ev = match read.await {
                     Ok(Some(FromWorker::LlmRequest {
                         id,
                         request,
@@ -110,6 +125,9 @@ impl Slot {
                     break;
                 }
             }
+            if let Some(gone) = link_gone {
+                gone.cancel();
+            }
         });
         let workers = &self.sup.config.workers;
         let mut link = Link::new(
@@ -119,6 +137,7 @@ impl Slot {
             Duration::from_secs_f64(workers.shutdown_timeout_s),
             // Idle auto-suspend (`workers.idle_suspend_s`).
             workers.idle_suspend_s.map(Duration::from_secs),
+            process.is_remote(),
         );
         let mut routing = Routing::default();
         let channel = Channel::Project(self.name.clone());
@@ -133,9 +152,7 @@ impl Slot {
                     Some(Err(why)) => Event::ConnectionEnded(why),
                     None => Event::ConnectionEnded("connection closed".into()),
                 },
-                status = child.wait() => {
-                    Event::Exited(status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string()))
-                }
+                desc = process.wait() => Event::Exited(desc),
                 cmd = rx.recv(), if link.taking_commands() => match cmd {
                     Some(cmd) => Event::Cmd(cmd),
                     // Every sender is gone: the daemon is going away.
@@ -153,7 +170,7 @@ impl Slot {
                     }
                     Action::Shutdown => {
                         if to_worker.send(ToWorker::Shutdown).is_err() {
-                            spawn::kill_group(pid);
+                            process.kill();
                         }
                     }
                     Action::Deliver(d) => routing.deliver(&self.name, &to_worker, d),
@@ -199,7 +216,7 @@ impl Slot {
                     Action::Publish(event) => {
                         self.sup.bus.publish(&self.name, BusBody::Worker(event));
                     }
-                    Action::KillGroup => spawn::kill_group(pid),
+                    Action::KillGroup => process.kill(),
                     Action::IdleSuspend => {
                         tracing::info!(project = %self.name, "idle: asking for a suspend (workers.idle_suspend_s)");
                         self.sup.slot_event(SlotEvent::Idle(self.name.clone()));

@@ -56,6 +56,9 @@ pub(super) enum Timer {
     Idle,
     /// Not ready, or not stopped, in time.
     Kill,
+    /// A remote worker must hear from pegasusd at least every beat: it exits when its link
+    /// says nothing for 15 s (SPEC §14), which is how a half-open link is found on its side.
+    Keepalive,
 }
 
 /// What the link waits for.
@@ -127,16 +130,20 @@ pub(super) struct Link {
     beat: Duration,
     shutdown_timeout: Duration,
     idle_limit: Option<Duration>,
+    /// When a remote worker is next pinged to keep its link alive; `None` for a local one.
+    keepalive_at: Option<Instant>,
 }
 
 impl Link {
-    /// A link to worker `pid`, connected at `now`, whose `Init` is on its way.
+    /// A link to worker `pid`, connected at `now`, whose `Init` is on its way; `remote`: the
+    /// worker runs on another host (its link is kept alive from this side too).
     pub fn new(
         pid: u32,
         now: Instant,
         beat: Duration,
         shutdown_timeout: Duration,
         idle_limit: Option<Duration>,
+        remote: bool,
     ) -> Self {
         Link {
             phase: Phase::Loading,
@@ -153,6 +160,7 @@ impl Link {
             beat,
             shutdown_timeout,
             idle_limit,
+            keepalive_at: remote.then(|| now + beat),
         }
     }
 
@@ -186,6 +194,9 @@ impl Link {
         }
         if let Some(at) = self.kill_at {
             timers.push((at, Timer::Kill));
+        }
+        if let Some(at) = self.keepalive_at.filter(|_| self.conn_open) {
+            timers.push((at, Timer::Keepalive));
         }
         timers.into_iter().min_by_key(|(at, _)| *at)
     }
@@ -322,10 +333,15 @@ impl Link {
                 self.kill_at = None;
                 vec![KillGroup]
             }
-            // A clock of a phase that has passed.
-            (Timer::Ping | Timer::Dead | Timer::Idle, _) | (Timer::Kill, Phase::Ready) => {
-                Vec::new()
+            (Timer::Keepalive, _) if self.conn_open && self.keepalive_at.is_some() => {
+                self.keepalive_at = Some(now + self.beat);
+                vec![Send(ToWorker::Ping {
+                    nonce: self.pid as u64,
+                })]
             }
+            // A clock of a phase that has passed (or a local link's keepalive).
+            (Timer::Ping | Timer::Dead | Timer::Idle | Timer::Keepalive, _)
+            | (Timer::Kill, Phase::Ready) => Vec::new(),
         }
     }
 
@@ -469,6 +485,7 @@ mod tests {
             ("t-dead", Box::new(|| Event::Timer(Timer::Dead))),
             ("t-idle", Box::new(|| Event::Timer(Timer::Idle))),
             ("t-kill", Box::new(|| Event::Timer(Timer::Kill))),
+            ("t-keepalive", Box::new(|| Event::Timer(Timer::Keepalive))),
             (
                 "stop",
                 Box::new(|| Event::Cmd(SlotCmd::Stop(oneshot::channel().0))),
@@ -505,7 +522,7 @@ mod tests {
 
     /// A link brought to `phase` by the events that lead there.
     fn link_in(phase: Phase, now: Instant) -> Link {
-        let mut link = Link::new(PID, now, BEAT, STOP, Some(IDLE));
+        let mut link = Link::new(PID, now, BEAT, STOP, Some(IDLE), false);
         match phase {
             Phase::Loading => {}
             Phase::Ready => {
@@ -547,6 +564,7 @@ mod tests {
             (Loading, "t-dead", Loading, &[]),
             (Loading, "t-idle", Loading, &[]),
             (Loading, "t-kill", Loading, &["kill"]),
+            (Loading, "t-keepalive", Loading, &[]),
             (Loading, "stop", Stopping, &["stopping", "shutdown"]),
             (Loading, "deliver", Loading, &["queue"]),
             (Loading, "nudge", Loading, &[]),
@@ -571,6 +589,7 @@ mod tests {
             (Ready, "t-dead", Lost, &["kill"]),
             (Ready, "t-idle", Ready, &["suspend"]),
             (Ready, "t-kill", Ready, &[]),
+            (Ready, "t-keepalive", Ready, &[]),
             (Ready, "stop", Stopping, &["stopping", "shutdown"]),
             (Ready, "deliver", Ready, &["deliver"]),
             (Ready, "nudge", Ready, &["send"]),
@@ -595,6 +614,7 @@ mod tests {
             (Stopping, "t-dead", Stopping, &[]),
             (Stopping, "t-idle", Stopping, &[]),
             (Stopping, "t-kill", Stopping, &["kill"]),
+            (Stopping, "t-keepalive", Stopping, &[]),
             (Stopping, "stop", Stopping, &["stopping", "shutdown"]),
             (Stopping, "deliver", Stopping, &["queue"]),
             (Stopping, "nudge", Stopping, &["send"]),
@@ -619,6 +639,7 @@ mod tests {
             (Lost, "t-dead", Lost, &[]),
             (Lost, "t-idle", Lost, &[]),
             (Lost, "t-kill", Lost, &["kill"]),
+            (Lost, "t-keepalive", Lost, &[]),
             (Lost, "stop", Stopping, &["stopping", "kill"]),
             (Lost, "deliver", Lost, &["queue"]),
             (Lost, "nudge", Lost, &[]),
@@ -669,7 +690,7 @@ mod tests {
             Some((later + 2 * BEAT, Timer::Ping))
         );
 
-        let mut idle = Link::new(PID, now, Duration::from_secs(3600), STOP, Some(IDLE));
+        let mut idle = Link::new(PID, now, Duration::from_secs(3600), STOP, Some(IDLE), false);
         idle.step(Event::Frame(FromWorker::Ready), now);
         assert_eq!(idle.next_timer(true), Some((now + IDLE, Timer::Idle)));
         assert_eq!(idle.next_timer(false).map(|t| t.1), Some(Timer::Ping));
@@ -684,6 +705,33 @@ mod tests {
         assert_eq!(link.next_timer(true), Some((now + STOP, Timer::Kill)));
         let link = link_in(Phase::Lost, now);
         assert_eq!(link.next_timer(true), Some((now + LOST_GRACE, Timer::Kill)));
+    }
+
+    /// A remote worker's link is pinged every beat in every phase while it is open, whatever
+    /// else happens; a local worker's never (its death is seen by pegasusd as its parent).
+    #[test]
+    fn a_remote_link_is_kept_alive_every_beat_until_it_is_lost() {
+        let now = Instant::now();
+        let mut link = Link::new(PID, now, BEAT, STOP, None, true);
+        assert_eq!(link.next_timer(false), Some((now + BEAT, Timer::Keepalive)));
+        let did = link.step(Event::Timer(Timer::Keepalive), now + BEAT);
+        assert_eq!(names(&did), ["ping"]);
+        assert_eq!(
+            link.next_timer(false),
+            Some((now + 2 * BEAT, Timer::Keepalive))
+        );
+        link.step(Event::Frame(FromWorker::Ready), now + BEAT);
+        link.step(Event::Cmd(SlotCmd::Stop(oneshot::channel().0)), now + BEAT);
+        assert_eq!(
+            names(&link.step(Event::Timer(Timer::Keepalive), now + 2 * BEAT)),
+            ["ping"],
+            "a stopping worker still hears from pegasusd"
+        );
+        link.step(Event::ConnectionEnded("gone".into()), now + 2 * BEAT);
+        assert!(link
+            .step(Event::Timer(Timer::Keepalive), now + 3 * BEAT)
+            .is_empty());
+        assert_ne!(link.next_timer(false).map(|t| t.1), Some(Timer::Keepalive));
     }
 
     /// A crash says what went wrong before the exit; a stop answers its caller.

@@ -10,33 +10,39 @@
 
 mod connected;
 mod link;
+mod process;
 mod routing;
 
 pub(crate) use routing::Delivery;
 
 use crate::{spawn, supervisor::Supervisor};
-use interprocess::local_socket::tokio::Stream;
 use pegasus_proto::{
     ctl::ProjectInfo, worker::ToWorker, BusBody, Channel, FrameReader, FrameWriter, WorkerState,
 };
+use process::WorkerProcess;
 use std::{
     collections::VecDeque,
     sync::{Arc, Mutex},
     time::Duration,
 };
 use tokio::{
-    io::{ReadHalf, WriteHalf},
+    io::{AsyncRead, AsyncWrite},
     process::Child,
     sync::{mpsc, oneshot},
     task::JoinHandle,
     time::{sleep_until, Instant},
 };
 
-/// A worker connection that passed the handshake, handed from the accept loop to its slot.
+/// One direction of a worker link: the Unix socket's half, or a TLS stream's (SPEC §14).
+pub(crate) type LinkRead = Box<dyn AsyncRead + Send + Unpin>;
+pub(crate) type LinkWrite = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// A worker connection that passed the handshake, handed from an accept loop to its slot.
 pub(crate) struct WorkerConn {
-    pub reader: FrameReader<ReadHalf<Stream>>,
-    pub writer: FrameWriter<WriteHalf<Stream>>,
-    /// The pid the kernel reports for the peer (or, failing that, the one it claimed).
+    pub reader: FrameReader<LinkRead>,
+    pub writer: FrameWriter<LinkWrite>,
+    /// The pid the kernel reports for a local peer (or, failing that, the one it claimed); a
+    /// remote worker's own pid on its host.
     pub pid: u32,
 }
 
@@ -398,7 +404,8 @@ impl Slot {
                 },
             }
         };
-        self.run_connected(conn, child, pid, rx).await
+        self.run_connected(conn, WorkerProcess::Local { child, pid }, rx)
+            .await
     }
 
     async fn kill_and_reap(&self, mut child: Child, pid: u32, reason: &str) -> Outcome {
