@@ -33,8 +33,7 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
     let peer_pid = crate::peer::pid_of(&stream);
     let (recv, send) = tokio::io::split(stream);
-    let mut reader =
-        FrameReader::new(Box::new(recv) as LinkRead).with_frame_timeout(FRAME_TIMEOUT);
+    let mut reader = FrameReader::new(Box::new(recv) as LinkRead).with_frame_timeout(FRAME_TIMEOUT);
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
         Ok(Ok(Some(FromWorker::Hello(hello)))) => hello,
         Ok(Ok(Some(other))) => {
