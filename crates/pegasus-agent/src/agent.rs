@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use pegasus_proto::llm::{Block, Message};
 use pegasus_proto::{Channel, Stage, WorkerEvent};
-use pegasus_store::{load_session, Session};
+use pegasus_store::{load_session, Session, StoreError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::agent_loop::{run_loop, LoopSpec};
@@ -93,7 +93,7 @@ impl Agent {
             dir.join("tasks"),
             workdir.to_path_buf(),
         ] {
-            std::fs::create_dir_all(&d).map_err(AgentError::io(&d))?;
+            std::fs::create_dir_all(&d).map_err(StoreError::io(&d))?;
         }
         // Temp files of atomic writes cut short by a kill (older than any write in progress).
         for d in [dir.to_path_buf(), dir.join("session"), dir.join("tasks")] {

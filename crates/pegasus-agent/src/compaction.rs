@@ -13,7 +13,7 @@ use chrono::Utc;
 use pegasus_proto::llm::{Block, Message, Role};
 use pegasus_store::{
     create_dir_all_durable, fsync_dir, session_file, write_atomic, ContentBlock, Role as SRole,
-    Session, SessionMessage, SessionRecord, SESSION_VERSION,
+    Session, SessionMessage, SessionRecord, StoreError, SESSION_VERSION,
 };
 
 use crate::error::AgentError;
@@ -433,7 +433,7 @@ impl<'a> Compactor<'a> {
 
 /// User records appended to `path` after byte `offset`: messages that arrived during the run.
 fn user_records_since(path: &Path, offset: u64) -> Result<Vec<SessionRecord>, AgentError> {
-    let bytes = std::fs::read(path).map_err(AgentError::io(path))?;
+    let bytes = std::fs::read(path).map_err(StoreError::io(path))?;
     let tail = bytes.get(offset as usize..).unwrap_or(&[]);
     Ok(tail
         .split(|&b| b == b'\n')
@@ -469,10 +469,10 @@ fn swap_files(
         n += 1;
     }
     if std::fs::hard_link(&current, &archived).is_err() {
-        std::fs::copy(&current, &archived).map_err(AgentError::io(&archived))?;
+        std::fs::copy(&current, &archived).map_err(StoreError::io(&archived))?;
         std::fs::File::open(&archived)
             .and_then(|f| f.sync_all())
-            .map_err(AgentError::io(&archived))?;
+            .map_err(StoreError::io(&archived))?;
     }
     fsync_dir(&archive_dir)?;
 

@@ -5,25 +5,15 @@
 //! fails or a guard that trips is a [`crate::StopKind`] or a tool error instead, because the
 //! agent must keep serving its project after them.
 
-use std::path::PathBuf;
-
 use pegasus_store::StoreError;
 
 /// A failure that stops the agent from keeping its files straight.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// Reading or writing a Pegasus file (session, task log) failed; the message names it.
+    /// Reading or writing a Pegasus file (session, task log, a folder of the project) failed;
+    /// the message names it.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// An operating-system error on a named path.
-    #[error("{}: {source}", .path.display())]
-    Io {
-        /// The file or directory the operation was on.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The task store refused or failed (a lost compare-and-set, an unreadable task file).
     #[error("{0}")]
     Tasks(String),
@@ -40,11 +30,5 @@ impl AgentError {
     /// Wraps a task store error, for `map_err`.
     pub fn tasks(e: pegasus_tasks::TaskError) -> Self {
         AgentError::Tasks(e.to_string())
-    }
-
-    /// Wraps an I/O error with the path it happened on, for `map_err`.
-    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> AgentError {
-        let path = path.into();
-        move |source| AgentError::Io { path, source }
     }
 }
