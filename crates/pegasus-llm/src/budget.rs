@@ -109,13 +109,13 @@ mod tests {
     use pegasus_store::{JsonlAppender, LedgerEntry};
 
     fn totals() -> (Totals, NaiveDate) {
-        let now = Utc::now();
+        let today = Utc::now().date_naive();
         let mut t = Totals::default();
-        t.add(now, "a", Some("t1"), 1.5);
-        t.add(now, "a", Some("t2"), 0.5);
-        t.add(now, "b", None, 1.0);
-        t.add(now - chrono::Duration::days(1), "a", Some("t1"), 10.0);
-        (t, now.date_naive())
+        t.add(today, "a", Some("t1"), 1.5);
+        t.add(today, "a", Some("t2"), 0.5);
+        t.add(today, "b", None, 1.0);
+        t.add(today - chrono::Duration::days(1), "a", Some("t1"), 10.0);
+        (t, today)
     }
 
     #[test]

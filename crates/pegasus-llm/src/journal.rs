@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use pegasus_store::{Home, JsonlAppender, LedgerEntry};
 use serde::{Deserialize, Serialize};
 
@@ -183,51 +183,9 @@ impl Journal {
     }
 }
 
-/// USD reserved by the calls in flight, by UTC day, project and task.
-#[derive(Debug, Default)]
-pub struct Reserved {
-    day: HashMap<NaiveDate, f64>,
-    projects: HashMap<String, f64>,
-    tasks: HashMap<String, f64>,
-}
-
-impl Reserved {
-    pub fn add(&mut self, day: NaiveDate, project: &str, task: Option<&str>, usd: f64) {
-        *self.day.entry(day).or_default() += usd;
-        *self.projects.entry(project.to_string()).or_default() += usd;
-        if let Some(t) = task {
-            *self.tasks.entry(t.to_string()).or_default() += usd;
-        }
-    }
-
-    pub fn remove(&mut self, day: NaiveDate, project: &str, task: Option<&str>, usd: f64) {
-        fn sub<K: std::hash::Hash + Eq>(m: &mut HashMap<K, f64>, k: &K, usd: f64) {
-            if let Some(v) = m.get_mut(k) {
-                *v -= usd;
-                if *v <= 1e-12 {
-                    m.remove(k);
-                }
-            }
-        }
-        sub(&mut self.day, &day, usd);
-        sub(&mut self.projects, &project.to_string(), usd);
-        if let Some(t) = task {
-            sub(&mut self.tasks, &t.to_string(), usd);
-        }
-    }
-
-    pub fn day(&self, day: NaiveDate) -> f64 {
-        self.day.get(&day).copied().unwrap_or(0.0)
-    }
-
-    pub fn project(&self, project: &str) -> f64 {
-        self.projects.get(project).copied().unwrap_or(0.0)
-    }
-
-    pub fn task(&self, task: &str) -> f64 {
-        self.tasks.get(task).copied().unwrap_or(0.0)
-    }
-}
+/// USD reserved by the calls in flight, by UTC day, project and task: the same sums as the
+/// ledger's, held only while a call is open (added at admission, removed when it ends).
+pub type Reserved = pegasus_store::LedgerTotals;
 
 /// A conservative count of a request body's prompt tokens: 3 bytes of its JSON per token.
 pub fn estimate_input_tokens(body: &serde_json::Value) -> u64 {

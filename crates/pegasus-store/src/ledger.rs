@@ -6,7 +6,9 @@
 //! runs, by `pegasusctl cost` and by the daemon-less listings. Lines it cannot use are skipped:
 //! a damaged ledger must never stop the daemon.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
@@ -77,8 +79,9 @@ pub fn read_ledger(path: &Path) -> Result<JsonlRead<LedgerEntry>> {
     read_jsonl::<LedgerEntry>(path)
 }
 
-/// USD spent, by UTC day, project and task: the sums every budget and listing needs. Only
-/// priced lines count (an unpriced call has `usd: None`).
+/// USD by UTC day, project and task: the sums every budget and listing needs. Only priced
+/// lines count (an unpriced call has `usd: None`). The gateway also keeps what its calls in
+/// flight reserve in one (`pegasus_llm::journal::Reserved`): admission adds both up per scope.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LedgerTotals {
     days: HashMap<NaiveDate, f64>,
@@ -104,20 +107,46 @@ impl LedgerTotals {
     /// Counts one ledger line.
     pub fn add_entry(&mut self, e: &LedgerEntry) {
         if let Some(usd) = e.counted_usd() {
-            self.add(e.ts, &e.project, e.task.as_deref(), usd);
+            self.add(e.ts.date_naive(), &e.project, e.task.as_deref(), usd);
         }
     }
 
-    /// Counts one priced call. A price that is not a finite number >= 0 is ignored (config
-    /// refuses negative prices; this keeps a hand-edited ledger from bypassing a budget).
-    pub fn add(&mut self, ts: DateTime<Utc>, project: &str, task: Option<&str>, usd: f64) {
+    /// Counts one priced call on `day` (UTC). A price that is not a finite number >= 0 is
+    /// ignored (config refuses negative prices; this keeps a hand-edited ledger from
+    /// bypassing a budget).
+    pub fn add(&mut self, day: NaiveDate, project: &str, task: Option<&str>, usd: f64) {
         if !(usd.is_finite() && usd >= 0.0) {
             return;
         }
-        *self.days.entry(ts.date_naive()).or_insert(0.0) += usd;
+        *self.days.entry(day).or_insert(0.0) += usd;
         *self.projects.entry(project.to_string()).or_insert(0.0) += usd;
         if let Some(task) = task {
             *self.tasks.entry(task.to_string()).or_insert(0.0) += usd;
+        }
+    }
+
+    /// Takes back what [`LedgerTotals::add`] counted with the same arguments (a reservation
+    /// released); a sum that falls to about zero is dropped, so released calls leave no keys.
+    pub fn remove(&mut self, day: NaiveDate, project: &str, task: Option<&str>, usd: f64) {
+        fn sub<K: Borrow<Q> + Hash + Eq, Q: Hash + Eq + ?Sized>(
+            m: &mut HashMap<K, f64>,
+            k: &Q,
+            usd: f64,
+        ) {
+            if let Some(v) = m.get_mut(k) {
+                *v -= usd;
+                if *v <= 1e-12 {
+                    m.remove(k);
+                }
+            }
+        }
+        if !(usd.is_finite() && usd >= 0.0) {
+            return;
+        }
+        sub(&mut self.days, &day, usd);
+        sub(&mut self.projects, project, usd);
+        if let Some(task) = task {
+            sub(&mut self.tasks, task, usd);
         }
     }
 
