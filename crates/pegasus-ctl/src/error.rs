@@ -12,6 +12,11 @@ pub enum CtlError {
 }
 
 impl CtlError {
+    /// A failure whose message is `e`'s, for `map_err`.
+    pub fn failed(e: impl std::fmt::Display) -> Self {
+        CtlError::Failed(e.to_string())
+    }
+
     pub fn exit_code(&self) -> u8 {
         match self {
             CtlError::NotRunning { .. } => 3,

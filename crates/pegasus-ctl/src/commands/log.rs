@@ -99,13 +99,7 @@ fn print_line(line: &str, json: bool) {
 }
 
 pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<(), CtlError> {
-    pegasus_store::validate_name(name)?;
-    let dir = home.project_dir(name);
-    if !dir.join("PROJECT.md").exists() {
-        return Err(CtlError::Failed(format!(
-            "project {name} not found: see `pegasusctl project list`"
-        )));
-    }
+    let dir = super::project_dir(home, name)?;
     let path = pegasus_store::session_file(&dir);
     let mut offset = 0u64;
     let mut inode = 0u64;
@@ -198,10 +192,9 @@ fn read_new(
         pending.clear();
     }
     file.seek(SeekFrom::Start(*offset))
-        .map_err(|e| CtlError::Failed(e.to_string()))?;
+        .map_err(CtlError::failed)?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| CtlError::Failed(e.to_string()))?;
+    file.read_to_end(&mut bytes).map_err(CtlError::failed)?;
     *offset += bytes.len() as u64;
     pending.push_str(&String::from_utf8_lossy(&bytes));
     while let Some(end) = pending.find('\n') {

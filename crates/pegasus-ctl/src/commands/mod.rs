@@ -48,9 +48,22 @@ pub async fn run(cli: Cli) -> Result<(), CtlError> {
 
 /// Prints a value as pretty JSON on stdout.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CtlError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| CtlError::Failed(e.to_string()))?;
+    let text = serde_json::to_string_pretty(value).map_err(CtlError::failed)?;
     println!("{text}");
     Ok(())
+}
+
+/// The folder of project `name`, for commands that read its files without the daemon; an
+/// error that says where to look when there is no such project.
+pub(crate) fn project_dir(home: &Home, name: &str) -> Result<std::path::PathBuf, CtlError> {
+    pegasus_store::validate_name(name)?;
+    let dir = home.project_dir(name);
+    if !dir.join("PROJECT.md").exists() {
+        return Err(CtlError::Failed(format!(
+            "project {name} not found: see `pegasusctl project list`"
+        )));
+    }
+    Ok(dir)
 }
 
 /// Sends one request that changes something and prints the daemon's one-line answer.

@@ -216,7 +216,7 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
     let counts = task_counts(home, name);
     let mcp = pegasus_store::mcp::read_mcp_status(&home.project_dir(name));
     if json {
-        let mut value = serde_json::to_value(&info).map_err(|e| CtlError::Failed(e.to_string()))?;
+        let mut value = serde_json::to_value(&info).map_err(CtlError::failed)?;
         if let Some(obj) = value.as_object_mut() {
             obj.insert("tasks".into(), serde_json::json!(counts));
             obj.insert("mcp_servers".into(), serde_json::json!(mcp));

@@ -5,14 +5,10 @@ use crate::{cli::RoleCommand, output, CtlError};
 use pegasus_proto::ctl::CtlRequest;
 use pegasus_store::Home;
 
-fn err(e: impl std::fmt::Display) -> CtlError {
-    CtlError::Failed(e.to_string())
-}
-
 pub async fn run(home: &Home, json: bool, cmd: RoleCommand) -> Result<(), CtlError> {
     match cmd {
         RoleCommand::List => {
-            let roles = pegasus_roles::load_roles(&home.roles_dir()).map_err(err)?;
+            let roles = pegasus_roles::load_roles(&home.roles_dir()).map_err(CtlError::failed)?;
             if json {
                 return super::print_json(&roles);
             }
@@ -20,7 +16,8 @@ pub async fn run(home: &Home, json: bool, cmd: RoleCommand) -> Result<(), CtlErr
             Ok(())
         }
         RoleCommand::Show { id } => {
-            let role = pegasus_roles::find_role(&home.roles_dir(), &id).map_err(err)?;
+            let role =
+                pegasus_roles::find_role(&home.roles_dir(), &id).map_err(CtlError::failed)?;
             if json {
                 return super::print_json(&role);
             }

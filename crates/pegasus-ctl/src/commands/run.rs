@@ -9,19 +9,9 @@ use pegasus_store::Home;
 pub async fn run(home: &Home, json: bool, cmd: RunCommand) -> Result<(), CtlError> {
     let (name, action) = match cmd {
         RunCommand::Status { name } => {
-            pegasus_store::validate_name(&name)?;
-            let dir = home.project_dir(&name);
-            if !dir.join("PROJECT.md").exists() {
-                return Err(CtlError::Failed(format!(
-                    "project {name} not found: see `pegasusctl project list`"
-                )));
-            }
-            let store =
-                pegasus_runs::RunStore::open(&dir).map_err(|e| CtlError::Failed(e.to_string()))?;
-            let Some(run) = store
-                .latest()
-                .map_err(|e| CtlError::Failed(e.to_string()))?
-            else {
+            let dir = super::project_dir(home, &name)?;
+            let store = pegasus_runs::RunStore::open(&dir).map_err(CtlError::failed)?;
+            let Some(run) = store.latest().map_err(CtlError::failed)? else {
                 return Err(CtlError::Failed(format!(
                     "project {name} has no run: start one with `pegasusctl project run {name} --brief TEXT`"
                 )));

@@ -20,8 +20,7 @@ pub async fn run(home: &Home, json: bool) -> Result<(), CtlError> {
         .flat_map(|p| pegasus_tasks::waiting_on_user(&home.project_dir(&p.name), &p.name))
         .collect();
     if json {
-        let mut value =
-            serde_json::to_value(&status).map_err(|e| CtlError::Failed(e.to_string()))?;
+        let mut value = serde_json::to_value(&status).map_err(CtlError::failed)?;
         if let Some(obj) = value.as_object_mut() {
             obj.insert("waiting".into(), serde_json::json!(waiting));
         }

@@ -6,25 +6,15 @@ use pegasus_proto::ctl::{AddTask, CtlRequest, CtlResponse, TaskVerb};
 use pegasus_store::Home;
 use pegasus_tasks::{board, find_task, Readiness, TaskState, TaskStore};
 
-fn err(e: impl std::fmt::Display) -> CtlError {
-    CtlError::Failed(e.to_string())
-}
-
 pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlError> {
     match cmd {
         TaskCommand::List {
             name,
             board: as_board,
         } => {
-            pegasus_store::validate_name(&name)?;
-            let dir = home.project_dir(&name);
-            if !dir.join("PROJECT.md").exists() {
-                return Err(CtlError::Failed(format!(
-                    "project {name} not found: see `pegasusctl project list`"
-                )));
-            }
-            let store = TaskStore::open(&dir, &name).map_err(err)?;
-            let tasks = store.list().map_err(err)?;
+            let dir = super::project_dir(home, &name)?;
+            let store = TaskStore::open(&dir, &name).map_err(CtlError::failed)?;
+            let tasks = store.list().map_err(CtlError::failed)?;
             if json && as_board {
                 let columns: Vec<_> = board(&tasks)
                     .into_iter()
@@ -77,8 +67,9 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             match crate::client::ok(client.request(req).await?)? {
                 CtlResponse::TaskAdded { id, message } => {
                     if json {
-                        let (_, store) = find_task(&home.projects_dir(), &id).map_err(err)?;
-                        let task = store.get(&id).map_err(err)?;
+                        let (_, store) =
+                            find_task(&home.projects_dir(), &id).map_err(CtlError::failed)?;
+                        let task = store.get(&id).map_err(CtlError::failed)?;
                         return super::print_json(&task);
                     }
                     println!("{message}");
@@ -88,72 +79,27 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             }
         }
         TaskCommand::Show { id } => {
-            let (_, store) = find_task(&home.projects_dir(), &id).map_err(err)?;
-            let task = store.get(&id).map_err(err)?;
-            let history = store.history(&id).map_err(err)?;
+            let (_, store) = find_task(&home.projects_dir(), &id).map_err(CtlError::failed)?;
+            let task = store.get(&id).map_err(CtlError::failed)?;
+            let history = store.history(&id).map_err(CtlError::failed)?;
             if json {
                 return super::print_json(&serde_json::json!({"task": task, "history": history}));
             }
             print!("{}", output::task_details(&task, &history));
             Ok(())
         }
-        TaskCommand::Cancel { id } => {
-            super::mutate(
-                home,
-                json,
-                CtlRequest::TaskVerb {
-                    id,
-                    verb: TaskVerb::Cancel,
-                },
-            )
-            .await
-        }
-        TaskCommand::Retry { id } => {
-            super::mutate(
-                home,
-                json,
-                CtlRequest::TaskVerb {
-                    id,
-                    verb: TaskVerb::Retry,
-                },
-            )
-            .await
-        }
-        TaskCommand::Approve { id } => {
-            super::mutate(
-                home,
-                json,
-                CtlRequest::TaskVerb {
-                    id,
-                    verb: TaskVerb::Approve,
-                },
-            )
-            .await
-        }
-        TaskCommand::Replay { id } => {
-            super::mutate(
-                home,
-                json,
-                CtlRequest::TaskVerb {
-                    id,
-                    verb: TaskVerb::Replay,
-                },
-            )
-            .await
-        }
-        TaskCommand::Merge { id } => {
-            super::mutate(
-                home,
-                json,
-                CtlRequest::TaskVerb {
-                    id,
-                    verb: TaskVerb::Merge,
-                },
-            )
-            .await
-        }
+        TaskCommand::Cancel { id } => task_verb(home, json, id, TaskVerb::Cancel).await,
+        TaskCommand::Retry { id } => task_verb(home, json, id, TaskVerb::Retry).await,
+        TaskCommand::Approve { id } => task_verb(home, json, id, TaskVerb::Approve).await,
+        TaskCommand::Replay { id } => task_verb(home, json, id, TaskVerb::Replay).await,
+        TaskCommand::Merge { id } => task_verb(home, json, id, TaskVerb::Merge).await,
         TaskCommand::Answer { id, text } => {
             super::mutate(home, json, CtlRequest::TaskAnswer { id, text }).await
         }
     }
+}
+
+/// Asks the daemon to apply `verb` to task `id` and prints its answer.
+async fn task_verb(home: &Home, json: bool, id: String, verb: TaskVerb) -> Result<(), CtlError> {
+    super::mutate(home, json, CtlRequest::TaskVerb { id, verb }).await
 }
