@@ -350,8 +350,13 @@ fn answers_without_usage_are_metered_and_counted(format: Format) {
     let tasks = home.json(&["task", "list", "uncounted"]);
     let task_cost = tasks[0]["cost_usd"].as_f64().unwrap_or_default();
     assert!((task_cost - usd).abs() < 1e-9, "{tasks}");
+    // `cost` counts it: its amount, not only the project's name.
+    let report = home.json(&["cost"]);
+    let counted = report["by_project"]["uncounted"]["usd"].as_f64();
+    assert!(counted.is_some_and(|c| (c - usd).abs() < 1e-12), "{report}");
+    assert_eq!(report["total"]["estimated_calls"], 1, "{report}");
     let cost = home.ctl_ok(&["cost"]);
-    assert!(cost.contains("uncounted"), "{cost}");
+    assert!(cost.contains(&format!("total ${usd:.4}")), "{cost}");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
 
@@ -375,3 +380,18 @@ both_formats!(
     client_errors_are_not_retried_and_reach_the_user,
     a_budget_stops_calls_and_says_so,
 );
+
+/// A provider on 127.0.0.1 without `local: true` (the fake, whose models no table knows) is
+/// still asked for its model's window when a worker starts: a server on this machine is the
+/// user's own. The fake says nothing (404, as a hosted API would): the default window holds.
+#[test]
+fn a_server_on_this_machine_is_asked_for_its_window() {
+    let fake = FakeLlm::start().unwrap();
+    let home = llm_home(&fake, Format::OpenAi, agent_off());
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("asked".into())));
+    let _d = home.start_with_env(&[(KEY_ENV, KEY)]);
+    home.create("probed");
+    assert_eq!(send_wait(&home, "probed", "hi"), "asked");
+    assert!(fake.window_probes() >= 1, "the server was not asked");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

@@ -653,6 +653,75 @@ fn the_cli_prints_the_dashboard_url_completions_and_a_manual() {
     assert!(man.contains(".TH") && man.contains("pegasusctl"), "{man}");
 }
 
+/// SPEC §5: `cost` and the dashboard count estimated ledger lines like the others. A server
+/// that sends no usage gets estimated, priced lines; `/api/costs`, `pegasusctl cost --json`
+/// and `pegasusctl cost` report their amount (the ledger's sum), not only the project's name.
+#[test]
+fn estimated_ledger_lines_count_in_the_costs_like_the_others() {
+    let fake = FakeLlm::start().unwrap();
+    fake.omit_usage(true);
+    fake.add_rule(Rule::new(
+        Match::Any,
+        Reply::Text("an answer the server did not count".into()),
+    ));
+    let home = fake_home(&fake, "");
+    let _daemon = home.start_fake();
+    let d = Dash::of(&home);
+    home.create("uncounted");
+    home.ctl_ok(&["project", "send", "uncounted", "count me", "--wait"]);
+    let lines: Vec<Value> = std::fs::read_to_string(home.path().join("costs/ledger.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!lines.is_empty());
+    assert!(lines.iter().all(|l| l["estimated"] == true), "{lines:?}");
+    let usd = |l: &Value| l["usd"].as_f64().unwrap_or_else(|| panic!("a cost: {l}"));
+    let total: f64 = lines.iter().map(usd).sum();
+    let project: f64 = lines
+        .iter()
+        .filter(|l| l["project"] == "uncounted")
+        .map(usd)
+        .sum();
+    // Visible at the four decimals `cost` prints.
+    assert!(project >= 0.0001, "{lines:?}");
+    let close = |a: &Value, b: f64| a.as_f64().is_some_and(|a| (a - b).abs() < 1e-12);
+    for (what, report) in [
+        ("/api/costs", d.get("/api/costs").json()),
+        ("pegasusctl cost --json", home.json(&["cost"])),
+        (
+            "/api/costs?project=uncounted",
+            d.get("/api/costs?project=uncounted").json(),
+        ),
+    ] {
+        let all = !what.contains("project=");
+        let sum = if all { total } else { project };
+        assert!(close(&report["total"]["usd"], sum), "{what}: {report}");
+        let n = if all {
+            lines.len()
+        } else {
+            lines.iter().filter(|l| l["project"] == "uncounted").count()
+        };
+        assert_eq!(
+            report["total"]["estimated_calls"].as_u64(),
+            Some(n as u64),
+            "{what}: {report}"
+        );
+        assert!(
+            close(&report["by_project"]["uncounted"]["usd"], project),
+            "{what}: {report}"
+        );
+    }
+    let text = home.ctl_ok(&["cost"]);
+    assert!(text.contains(&format!("total ${total:.4}")), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("uncounted "))
+        .unwrap_or_else(|| panic!("a row for the project: {text}"));
+    assert!(row.contains(&format!("${project:>10.4}")), "{text}");
+    assert!(text.contains("at an estimated cost"), "{text}");
+}
+
 #[test]
 fn a_non_loopback_listen_is_refused_unless_allowed() {
     let home = Home::with_config("dashboard: {listen: \"0.0.0.0:0\"}\n");

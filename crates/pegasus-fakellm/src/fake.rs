@@ -158,6 +158,14 @@ impl FakeLlm {
         self.inner.shared.lock().connections
     }
 
+    /// Context-window probes received (`GET /props`, `GET /v1/models`, `POST /api/show`): a
+    /// worker's gateway asks a server on a loopback address for its window when no table
+    /// knows the model. Each is answered 404, as the hosted APIs do, and is neither counted in
+    /// [`FakeLlm::request_count`] nor a violation.
+    pub fn window_probes(&self) -> usize {
+        self.inner.shared.lock().window_probes
+    }
+
     /// Transcript-validity problems and unmatched requests seen so far
     /// (empty = all good). Tests should usually end by asserting this is empty.
     pub fn violations(&self) -> Vec<String> {

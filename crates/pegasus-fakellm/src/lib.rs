@@ -31,7 +31,9 @@
 //!   (as the real APIs keep them), `Content-Length` request bodies only,
 //!   bound to 127.0.0.1, no TLS.
 //! * It does not cover the whole API surface: no images,
-//!   batches, embeddings, `/v1/models`, or the OpenAI Responses API.
+//!   batches, embeddings, `/v1/models`, or the OpenAI Responses API. The context-window
+//!   probes Pegasus makes of a server on this machine (`/props`, `/v1/models`, `/api/show`)
+//!   get a 404, as from a hosted API, counted by `FakeLlm::window_probes`.
 //!
 //! ## Example
 //!

@@ -59,6 +59,8 @@ pub(crate) struct State {
     pub violations: Vec<String>,
     /// Connections accepted so far.
     pub connections: usize,
+    /// Context-window probes received (see [`crate::FakeLlm::window_probes`]).
+    pub window_probes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -219,6 +221,14 @@ fn decide(shared: &Shared, req: Request) -> Plan {
     let format = match (req.method.as_str(), req.path()) {
         ("POST", "/v1/messages") => Format::Anthropic,
         ("POST", "/v1/chat/completions") => Format::OpenAi,
+        // Pegasus asks a server on this machine for its context window (llama.cpp `/props`,
+        // vLLM `/v1/models`, Ollama `/api/show`), and the fake listens on 127.0.0.1. It stands
+        // in for the hosted APIs, which serve none of these: 404, as they answer, counted
+        // apart (neither a request of the API nor a violation).
+        ("GET", "/props") | ("GET", "/v1/models") | ("POST", "/api/show") => {
+            shared.lock().window_probes += 1;
+            return Plan::NotFound(format!("{} {}", req.method, req.target));
+        }
         (method, _) => {
             let what = format!("{method} {}", req.target);
             shared

@@ -547,12 +547,30 @@ async fn garbage_requests_are_rejected() {
 
     // Unknown endpoint.
     let resp = client()
-        .get(format!("{}/v1/models", fake.base_url()))
+        .get(format!("{}/v1/files", fake.base_url()))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 404);
-    assert!(fake.violations()[1].contains("GET /v1/models"));
+    assert!(fake.violations()[1].contains("GET /v1/files"));
+
+    // A context-window probe (the gateway asks servers on 127.0.0.1): 404 as from a hosted
+    // API, counted apart, neither a request nor a violation.
+    for (method, path) in [
+        (reqwest::Method::GET, "/props"),
+        (reqwest::Method::GET, "/v1/models"),
+        (reqwest::Method::POST, "/api/show"),
+    ] {
+        let resp = client()
+            .request(method, format!("{}{path}", fake.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+    }
+    assert_eq!(fake.window_probes(), 3);
+    assert_eq!(fake.request_count(), 1);
+    assert_eq!(fake.violations().len(), 2, "{:?}", fake.violations());
 
     // Chunked request bodies are refused.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
