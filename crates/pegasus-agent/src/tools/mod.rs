@@ -92,6 +92,38 @@ pub(crate) fn write_text(path: &std::path::Path, content: &str) -> Result<(), St
     pegasus_store::write_atomic(path, content.as_bytes()).map_err(|e| e.to_string())
 }
 
+/// The arguments of `memory_write` and `memory_append`: a file of the memory folder and text.
+#[derive(serde::Deserialize)]
+pub(crate) struct MemoryText {
+    pub path: String,
+    pub content: String,
+}
+
+/// The spec of a tool that takes [`MemoryText`].
+pub(crate) fn memory_text_spec(name: &str, description: &str) -> ToolSpec {
+    spec(
+        name,
+        description,
+        serde_json::json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"]
+        }),
+    )
+}
+
+/// Parses `tool`'s [`MemoryText`] and resolves its file (see [`memory_path`]), or the tool
+/// error to give the model.
+pub(crate) fn memory_text(
+    tool: &str,
+    input: serde_json::Value,
+    ctx: &crate::tool::ToolCtx,
+) -> Result<(MemoryText, std::path::PathBuf), crate::tool::ToolOutput> {
+    let args: MemoryText = crate::tool::parse_args(tool, input)?;
+    let path = memory_path(ctx, &args.path)?;
+    Ok((args, path))
+}
+
 /// The file a memory tool acts on: `path` resolved inside the memory folder (created if
 /// missing), or the tool error to give the model.
 pub(crate) fn memory_path(
