@@ -1,0 +1,36 @@
+//! The link between pegasusd and a project worker on another host (SPEC §14): mutual TLS,
+//! bootstrapped by a one-time enrollment token.
+//!
+//! What it is for. pegasusd keeps a small CA of its own ([`Authority`], under `<home>/tls/`)
+//! and a server certificate signed by it. Each launch of a remote worker gets three environment
+//! values ([`Bootstrap`]): where pegasusd listens, a token bound to the project (single use,
+//! valid [`TOKEN_VALIDITY`]) and the SHA-256 of the CA certificate. The worker connects over
+//! TLS, trusts the server only if its chain holds that CA, trades the token and a fresh public
+//! key for a client certificate naming its project, and reconnects with that certificate. From
+//! then on the stream carries the same frames and handshake as the local Unix socket.
+//! Everything else ([`Authority::accept`]) is refused with a one-line [`Refusal`] and closed
+//! within [`ACCEPT_TIMEOUT`]: plain TCP, an unknown, replayed, expired or other project's token,
+//! a certificate of another CA.
+//!
+//! What it is not for. It opens no listener and launches nothing (pegasusd's supervisor does),
+//! it knows nothing of the worker frames beyond its own two enrollment messages
+//! ([`EnrollRequest`], [`EnrollResponse`]), and it keeps no certificate a worker was given: a
+//! client certificate lives as long as its worker process, and a relaunch enrolls again.
+
+mod authority;
+mod bootstrap;
+mod certs;
+mod enroll;
+mod error;
+mod refusal;
+mod tls_dir;
+mod tokens;
+mod verifier;
+
+pub use authority::{Accepted, Authority, ACCEPT_TIMEOUT};
+pub use bootstrap::{host_of, Bootstrap, CONNECT_PATIENCE, ENV_CA_SHA256, ENV_CONNECT, ENV_ENROLL};
+pub use certs::{CLIENT_CERT_VALIDITY, PROJECT_URI_PREFIX};
+pub use enroll::{EnrollRequest, EnrollResponse, ENROLL_VERSION};
+pub use error::LinkError;
+pub use refusal::{check_hello_project, Refusal, TokenRefusal};
+pub use tokens::TOKEN_VALIDITY;
