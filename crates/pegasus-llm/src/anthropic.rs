@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use pegasus_proto::llm::{Block, ChatRequest, LlmError, Role, StopReason};
 
-use crate::reply::{without_empty_text, ProviderReply, SeenUsage};
+use crate::reply::{tool_schema, without_empty_text, ProviderReply, SeenUsage};
 use crate::sse::{forward, StreamParser};
 
 /// The API version header every request carries.
@@ -61,12 +61,7 @@ pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Valu
             .tools
             .iter()
             .map(|t| {
-                let schema = parse_object(&t.input_schema_json).ok_or_else(|| {
-                    LlmError::Other(format!(
-                        "tool {} has an input schema that is not a JSON object",
-                        t.name
-                    ))
-                })?;
+                let schema = tool_schema(t)?;
                 Ok(json!({"name": t.name, "description": t.description, "input_schema": schema}))
             })
             .collect::<Result<Vec<_>, LlmError>>()?;

@@ -15,7 +15,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use pegasus_proto::llm::{Block, ChatRequest, LlmError, Message, Role, StopReason};
 
-use crate::reply::{without_empty_text, ProviderReply, SeenUsage};
+use crate::reply::{tool_schema, without_empty_text, ProviderReply, SeenUsage};
 use crate::sse::{forward, StreamParser};
 
 /// The JSON body of `POST /chat/completions` for `req`, addressed to `model`. A `reasoning`
@@ -42,15 +42,7 @@ pub fn request_body(
             .tools
             .iter()
             .map(|t| {
-                let schema = serde_json::from_str::<Value>(&t.input_schema_json)
-                    .ok()
-                    .filter(Value::is_object)
-                    .ok_or_else(|| {
-                        LlmError::Other(format!(
-                            "tool {} has an input schema that is not a JSON object",
-                            t.name
-                        ))
-                    })?;
+                let schema = tool_schema(t)?;
                 Ok(json!({
                     "type": "function",
                     "function": {"name": t.name, "description": t.description, "parameters": schema}

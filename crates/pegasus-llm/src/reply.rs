@@ -1,11 +1,11 @@
-//! What a provider answered, in neutral form, before the gateway prices and records it; and
-//! how to read a provider's error body.
+//! What a provider answered, in neutral form, before the gateway prices and records it; how
+//! to read a provider's error body; and a tool's schema as both wire formats send it.
 //!
 //! Both wire formats parse into [`ProviderReply`], so retries, pricing and the ledger are
 //! written once. Usage is an `Option` on purpose: a reply without usage is *unknown* cost,
 //! which must not be mistaken for a free call.
 
-use pegasus_proto::llm::{Block, StopReason, Usage};
+use pegasus_proto::llm::{Block, LlmError, StopReason, ToolSpec, Usage};
 
 /// One successful answer as the provider gave it.
 #[derive(Debug, Clone, PartialEq)]
@@ -192,6 +192,20 @@ pub fn is_context_overflow(status: u16, body: &str) -> bool {
     ]
     .iter()
     .any(|p| lower.contains(p))
+}
+
+/// A tool's input schema as the JSON object both APIs want, or the error that names the tool
+/// whose schema is not one.
+pub fn tool_schema(t: &ToolSpec) -> Result<serde_json::Value, LlmError> {
+    serde_json::from_str::<serde_json::Value>(&t.input_schema_json)
+        .ok()
+        .filter(serde_json::Value::is_object)
+        .ok_or_else(|| {
+            LlmError::Other(format!(
+                "tool {} has an input schema that is not a JSON object",
+                t.name
+            ))
+        })
 }
 
 /// Drops empty text blocks: providers emit them around tool calls, and Anthropic refuses
