@@ -39,8 +39,8 @@ use crate::executor::{ExecError, PhaseExecutor};
 use crate::ledger::{ledger_cost_on_day, ledger_costs_for_run};
 use crate::plan::parse_plan;
 use crate::prompt::{
-    answer_text, chat_request, fallback_summary, phase_prompt, plan_user, review_user,
-    summary_user, PLANNER_SYSTEM, REVIEW_SYSTEM, SUMMARY_SYSTEM,
+    chat_request, fallback_summary, phase_prompt, plan_user, review_user, summary_user,
+    PLANNER_SYSTEM, REVIEW_SYSTEM, SUMMARY_SYSTEM,
 };
 use crate::run::{Phase, Run, RunRequest};
 use crate::settings::RunSettings;
@@ -158,7 +158,7 @@ impl RunEngine {
         let answer = self.model.chat(req).await;
         self.refresh_costs(&mut run).await?;
         let text = match answer {
-            Ok(resp) => answer_text(&resp.content),
+            Ok(resp) => resp.text(),
             Err(e @ LlmError::BudgetExceeded { .. }) => {
                 return Ok(Flow::Stop(self.pause(run, e.to_string()).await?))
             }
@@ -325,7 +325,7 @@ impl RunEngine {
         );
         // Best effort: a summary is a convenience for later phases, not worth failing a phase.
         let summary = match self.model.chat(req).await {
-            Ok(resp) => Some(answer_text(&resp.content)).filter(|s| !s.trim().is_empty()),
+            Ok(resp) => Some(resp.text()).filter(|s| !s.trim().is_empty()),
             Err(e @ LlmError::BudgetExceeded { .. }) => {
                 return Ok(AttemptEnd::Budget(e.to_string()))
             }
@@ -359,7 +359,7 @@ impl RunEngine {
         );
         match self.model.chat(req).await {
             Ok(resp) => {
-                let review = answer_text(&resp.content);
+                let review = resp.text();
                 Ok(AttemptEnd::Verdict {
                     verdict: parse_verdict(&review),
                     review,

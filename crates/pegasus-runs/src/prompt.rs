@@ -167,15 +167,3 @@ pub(crate) fn chat_request(
         },
     }
 }
-
-/// The text blocks of an answer, joined.
-pub(crate) fn answer_text(content: &[Block]) -> String {
-    content
-        .iter()
-        .filter_map(|b| match b {
-            Block::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("")
-}
