@@ -43,12 +43,17 @@ pub struct Authority {
 pub enum Accepted {
     /// A worker without a certificate traded its token for one; this connection is over (it
     /// was closed), and the worker reconnects with the certificate.
-    Enrolled { project: String },
+    Enrolled {
+        /// The project the certificate was issued for.
+        project: String,
+    },
     /// A worker presented a certificate of this CA, issued for `project`. `stream` is ready for
     /// the worker frames (Hello first); check the Hello's project with
     /// [`crate::check_hello_project`].
     Worker {
+        /// The project the certificate names: the only one this connection may serve.
         project: String,
+        /// The server side of the mutual-TLS stream (boxed: a TLS state is large).
         stream: Box<TlsStream<TcpStream>>,
     },
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 pub(crate) static KEY_ALG: &SignatureAlgorithm = &rcgen::PKCS_ECDSA_P256_SHA256;
 
 /// A client certificate names its project as the URI SAN `pegasus-project:NAME`: a name no
-/// DNS or IP check can confuse with a host, read back by [`project_of`].
+/// DNS or IP check can confuse with a host, read back when the worker connects with it.
 pub const PROJECT_URI_PREFIX: &str = "pegasus-project:";
 
 /// How long a worker's client certificate is valid. A worker uses it for its connection's
@@ -173,7 +173,7 @@ pub(crate) fn server_cert_serves(
 }
 
 /// A public key a worker sent in its enrollment, already checked by its proof
-/// ([`crate::enroll::check_proof`]): an uncompressed P-256 point.
+/// (`EnrollRequest::proof_holds`): an uncompressed P-256 point.
 pub(crate) struct EnrolledKey<'a>(pub(crate) &'a [u8]);
 
 impl PublicKeyData for EnrolledKey<'_> {

@@ -24,8 +24,9 @@ pub struct EnrollRequest {
     pub token: String,
     /// The worker's P-256 public key, as an uncompressed point (65 bytes).
     pub public_key: Vec<u8>,
-    /// The worker's signature (ECDSA P-256 SHA-256, ASN.1) over [`proof_message`]: it holds
-    /// the private key, and the key is a real point, before the CA signs anything for it.
+    /// The worker's signature (ECDSA P-256 SHA-256, ASN.1) over a fixed label, the project and
+    /// the token (NUL-separated): proof that it holds the private key and that the key is a
+    /// real point, before the CA signs anything for it.
     pub proof: Vec<u8>,
 }
 
@@ -45,9 +46,15 @@ impl std::fmt::Debug for EnrollRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EnrollResponse {
     /// The worker's client certificate (DER), signed by the CA, naming its project.
-    Certificate { cert_der: Vec<u8> },
+    Certificate {
+        /// The certificate, DER.
+        cert_der: Vec<u8>,
+    },
     /// Refused, with the one-line reason pegasusd logs too, so the worker can print it.
-    Refused { reason: String },
+    Refused {
+        /// The [`crate::Refusal`]'s text.
+        reason: String,
+    },
 }
 
 /// What a worker signs to prove it holds its key: bound to this protocol, the project and

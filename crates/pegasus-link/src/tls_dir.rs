@@ -54,6 +54,10 @@ pub(crate) fn open_or_create(dir: &Path, server_names: &[String]) -> Result<TlsF
             (cert, key)
         }
         _ => {
+            // A certificate left without its key goes first: a crash after the new key is
+            // written must not leave an old certificate beside it, which would read as a
+            // mismatch instead of as a CA to finish making.
+            remove_if_present(&dir.join(CA_CERT))?;
             let key = certs::new_key()?;
             let cert = certs::make_ca(&key)?;
             write_key(dir, CA_KEY, &key)?;
@@ -100,6 +104,14 @@ fn private_dir(dir: &Path) -> Result<(), LinkError> {
         .create(dir)
         .map_err(LinkError::io(dir))?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(LinkError::io(dir))
+}
+
+/// Removes `path` if it exists.
+fn remove_if_present(path: &Path) -> Result<(), LinkError> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(LinkError::io(path)(e)),
+        _ => Ok(()),
+    }
 }
 
 /// Reads `dir/name`, `None` if it does not exist.

@@ -499,3 +499,26 @@ fn a_ca_key_and_certificate_that_do_not_match_are_refused() {
         .expect("a mismatched CA is refused");
     assert!(matches!(err, LinkError::CaMismatch { .. }), "{err}");
 }
+
+#[test]
+fn a_ca_left_half_made_by_a_crash_is_made_anew() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("tls");
+    let first = Authority::open_or_create(&dir, &[]).unwrap();
+    let old = first.ca_sha256_hex().to_string();
+
+    // The key without its certificate (killed between the two writes).
+    std::fs::remove_file(dir.join("ca.pem")).unwrap();
+    let second = Authority::open_or_create(&dir, &[]).unwrap();
+    assert_ne!(second.ca_sha256_hex(), old);
+
+    // The certificate without its key: the old certificate goes too, so a crash while the new
+    // pair is written cannot leave a mismatch behind.
+    let before = second.ca_sha256_hex().to_string();
+    std::fs::remove_file(dir.join("ca.key")).unwrap();
+    let third = Authority::open_or_create(&dir, &[]).unwrap();
+    assert_ne!(third.ca_sha256_hex(), before);
+    // And the server certificate follows the new CA.
+    let reloaded = Authority::open_or_create(&dir, &[]).unwrap();
+    assert_eq!(reloaded.ca_sha256_hex(), third.ca_sha256_hex());
+}
