@@ -137,3 +137,14 @@ impl Answer {
         !self.tools.is_empty()
     }
 }
+
+/// A non-streaming body that is not JSON, for [`crate::Fault::MalformedJson`]: the first half
+/// of `body` (the answer as the format renders it) plus garbage.
+pub(crate) fn malformed(body: &serde_json::Value) -> String {
+    let full = body.to_string();
+    let half = full.len() / 2;
+    format!(
+        "{} <<fake-llm: this is not JSON>>",
+        full.get(..half).unwrap_or("{")
+    )
+}

@@ -211,12 +211,7 @@ pub(crate) fn events(a: &Answer) -> Vec<SseEvent> {
 
 /// A non-streaming body that is not JSON (truncated object plus garbage).
 pub(crate) fn malformed_body(a: &Answer) -> String {
-    let full = message(a).to_string();
-    let half = full.len() / 2;
-    format!(
-        "{} <<fake-llm: this is not JSON>>",
-        full.get(..half).unwrap_or("{")
-    )
+    crate::answer::malformed(&message(a))
 }
 
 /// An SSE event whose data line is not JSON.

@@ -1,18 +1,14 @@
 //! [`FakeLlm`]: the handle tests hold on to.
 //!
 //! The server runs on its own std thread with its own single-threaded tokio
-//! runtime, so it works the same from sync tests, async tests (of either
-//! runtime flavour) and the demo binary, and never competes with the caller's
-//! runtime. Dropping the last handle stops the thread and closes every
-//! connection, including stalled ones.
+//! runtime ([`crate::background`]). Dropping the last handle stops the thread
+//! and closes every connection, including stalled ones.
 
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use tokio::sync::oneshot;
-
+use crate::background::Background;
 use crate::record::Recorded;
 use crate::script::Rule;
 use crate::server::{self, Shared, Slot};
@@ -25,26 +21,13 @@ pub struct FakeLlm {
 
 struct Inner {
     shared: Arc<Shared>,
-    addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    server: Background,
 }
 
 impl fmt::Debug for FakeLlm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FakeLlm")
-            .field("addr", &self.inner.addr)
+            .field("addr", &self.inner.server.addr())
             .finish_non_exhaustive()
     }
 }
@@ -53,44 +36,24 @@ impl FakeLlm {
     /// Binds 127.0.0.1:0 and serves on a background std thread with its own
     /// tokio runtime, so sync tests, async tests and the demo can all use it.
     pub fn start() -> std::io::Result<FakeLlm> {
-        let std_listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let listener = {
-            let _guard = runtime.enter();
-            tokio::net::TcpListener::from_std(std_listener)?
-        };
         let shared = Arc::new(Shared::default());
-        let (tx, rx) = oneshot::channel();
         let thread_shared = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(format!("fakellm-{}", addr.port()))
-            .spawn(move || {
-                runtime.block_on(server::serve(listener, thread_shared, rx));
-                // Dropping the runtime here cancels in-flight (e.g. stalled) connections.
-                drop(runtime);
-            })?;
+        let server = Background::start("fakellm", move |listener, stop| {
+            server::serve(listener, thread_shared, stop)
+        })?;
         Ok(FakeLlm {
-            inner: Arc::new(Inner {
-                shared,
-                addr,
-                shutdown: Some(tx),
-                thread: Some(thread),
-            }),
+            inner: Arc::new(Inner { shared, server }),
         })
     }
 
     /// The bound socket address (always on 127.0.0.1).
     pub fn addr(&self) -> SocketAddr {
-        self.inner.addr
+        self.inner.server.addr()
     }
 
     /// `http://127.0.0.1:PORT`.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.inner.addr)
+        format!("http://{}", self.inner.server.addr())
     }
 
     /// Same as [`FakeLlm::base_url`]; Anthropic clients POST `{base}/v1/messages`.

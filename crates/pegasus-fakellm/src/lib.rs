@@ -56,6 +56,7 @@
 
 mod answer;
 mod anthropic;
+mod background;
 mod fake;
 mod http;
 mod ids;

@@ -153,12 +153,7 @@ pub(crate) fn events(a: &Answer, include_usage: bool) -> Vec<SseEvent> {
 
 /// A non-streaming body that is not JSON (truncated object plus garbage).
 pub(crate) fn malformed_body(a: &Answer) -> String {
-    let full = completion(a).to_string();
-    let half = full.len() / 2;
-    format!(
-        "{} <<fake-llm: this is not JSON>>",
-        full.get(..half).unwrap_or("{")
-    )
+    crate::answer::malformed(&completion(a))
 }
 
 /// An SSE data line that is not JSON.

@@ -9,7 +9,6 @@
 //! Served on its own thread and runtime, like [`crate::FakeLlm`].
 
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -17,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Notify};
 
+use crate::background::Background;
 use crate::http::{write_full, write_refusal, Conn, HttpError};
 
 /// An unusable answer `getUpdates` gives while [`FakeTelegram::break_updates`] says so.
@@ -77,35 +77,12 @@ impl Shared {
 /// The fake server; dropping it stops it.
 pub struct FakeTelegram {
     shared: Arc<Shared>,
-    addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for FakeTelegram {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    server: Background,
 }
 
 impl FakeTelegram {
     /// Starts a server that accepts bot token `token`.
     pub fn start(token: &str) -> std::io::Result<FakeTelegram> {
-        let std_listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let listener = {
-            let _g = runtime.enter();
-            TcpListener::from_std(std_listener)?
-        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 token: token.to_string(),
@@ -114,22 +91,16 @@ impl FakeTelegram {
             }),
             arrived: Notify::new(),
         });
-        let (tx, rx) = oneshot::channel();
         let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("faketelegram-{}", addr.port()))
-            .spawn(move || runtime.block_on(serve(listener, s, rx)))?;
-        Ok(FakeTelegram {
-            shared,
-            addr,
-            shutdown: Some(tx),
-            thread: Some(thread),
-        })
+        let server = Background::start("faketelegram", move |listener, stop| {
+            serve(listener, s, stop)
+        })?;
+        Ok(FakeTelegram { shared, server })
     }
 
     /// `http://127.0.0.1:PORT` (the bot's methods are under `/bot<token>/`).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// A user writes `text` in chat `chat_id`; returns the update's id.
