@@ -13,11 +13,6 @@ use std::collections::BTreeMap;
 /// The built-in launcher: a child process of pegasusd on this machine, over the Unix socket.
 pub const LOCAL: &str = "local";
 
-/// The bootstrap variables a launched worker finds in its environment.
-pub const ENV_CONNECT: &str = "PEGASUS_CONNECT";
-pub const ENV_ENROLL: &str = "PEGASUS_ENROLL";
-pub const ENV_CA_SHA256: &str = "PEGASUS_CA_SHA256";
-
 /// One entry of `launchers:`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -158,8 +153,8 @@ mod tests {
     #[test]
     fn placeholders_expand_and_env_becomes_separate_elements() {
         let env = vec![
-            (ENV_CONNECT.to_string(), "10.0.0.1:7475".to_string()),
-            (ENV_ENROLL.to_string(), "tok".to_string()),
+            ("PEGASUS_CONNECT".to_string(), "10.0.0.1:7475".to_string()),
+            ("PEGASUS_ENROLL".to_string(), "tok".to_string()),
         ];
         let v = LaunchValues {
             worker: "/usr/bin/project-worker",

@@ -130,9 +130,30 @@ async fn serve(
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
     let gateway = pegasus_llm::Gateway::new(&home, &config).map_err(SupervisorError::Llm)?;
+    // Workers on other hosts (SPEC §14): the listener and the certificate authority.
+    let (remote, remote_listener) = match &config.workers.listen {
+        Some(listen) => {
+            let (addr, listener) = crate::remote::bind(listen)
+                .await
+                .map_err(SupervisorError::Remote)?;
+            let remote = crate::remote::Remote::open(&home, &config, addr)
+                .map_err(SupervisorError::Remote)?;
+            tracing::info!(%addr, "listening for remote workers (mutual TLS)");
+            (Some(remote), Some(listener))
+        }
+        None => (None, None),
+    };
     let (main_tx, main_rx) = tokio::sync::mpsc::unbounded_channel();
     let (slot_tx, slot_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sup = Supervisor::new(home.clone(), config, worker_bin, gateway, main_tx, slot_tx);
+    let sup = Supervisor::new(
+        home.clone(),
+        config,
+        worker_bin,
+        gateway,
+        main_tx,
+        slot_tx,
+        remote,
+    );
     let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
     let door = FrontDoor::new(&sup, secrets);
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
@@ -148,6 +169,7 @@ async fn serve(
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
     let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
+    let remotes = remote_listener.map(|l| tokio::spawn(crate::remote::serve(sup.clone(), l)));
     sup.restart_scan()?;
     let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
     let controls = tokio::spawn(control::serve(door.clone(), control_listener));
@@ -176,6 +198,7 @@ async fn serve(
     crate::sweeper::sweep_now().await;
     for task in [workers, controls, watchdog, sweeper, scheduler, slot_events]
         .into_iter()
+        .chain(remotes)
         .chain(clients)
     {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;

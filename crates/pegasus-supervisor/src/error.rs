@@ -25,6 +25,9 @@ pub enum SupervisorError {
     },
     #[error("cannot find the project-worker binary at {0}: install it beside pegasusd or set PEGASUS_WORKER_BIN")]
     WorkerBinary(PathBuf),
+    /// Remote workers cannot be served as configured (the line names the key).
+    #[error("{0}")]
+    Remote(String),
 }
 
 impl SupervisorError {

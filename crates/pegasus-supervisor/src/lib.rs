@@ -27,6 +27,7 @@ mod logging;
 mod main_agent;
 mod peer;
 mod pidlock;
+mod remote;
 mod scheduler;
 mod slot;
 mod spawn;

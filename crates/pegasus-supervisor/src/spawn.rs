@@ -90,6 +90,42 @@ pub async fn spawn_worker(
     Ok(child)
 }
 
+/// Starts a launcher's command (SPEC §14: `ssh`, `ip netns exec`, ...) that starts a worker
+/// elsewhere: `argv` already expanded, the same short environment allowlist as a local worker
+/// plus the bootstrap values in `env`, its own process group, output to `stderr_log`. Its exit
+/// says nothing about the worker: the worker is judged by its link.
+pub fn spawn_launcher(
+    argv: &[String],
+    env: &[(String, String)],
+    stderr_log: &Path,
+) -> std::io::Result<Child> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the launcher's argv is empty",
+        ));
+    };
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(stderr_log)?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(
+            ENV_ALLOWLIST
+                .iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
+        )
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(stderr))
+        .process_group(0)
+        .kill_on_drop(false);
+    pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())
+}
+
 /// Kills a worker's whole process group (the worker and anything it started). A group that is
 /// already gone is not an error.
 pub fn kill_group(pid: u32) {

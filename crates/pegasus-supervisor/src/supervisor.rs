@@ -60,6 +60,8 @@ pub(crate) struct Supervisor {
     main_tx: mpsc::UnboundedSender<MainInput>,
     /// What the slots ask of the daemon (see [`SlotEvent`]).
     slot_events: mpsc::UnboundedSender<SlotEvent>,
+    /// Workers on other hosts (`workers.listen`), when configured.
+    pub remote: Option<Arc<crate::remote::Remote>>,
 }
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
@@ -82,12 +84,14 @@ impl Supervisor {
         gateway: Gateway,
         main_tx: mpsc::UnboundedSender<MainInput>,
         slot_events: mpsc::UnboundedSender<SlotEvent>,
+        remote: Option<crate::remote::Remote>,
     ) -> Arc<Self> {
         Arc::new(Supervisor {
             projects: gateway.projects(),
             gateway,
             main_tx,
             slot_events,
+            remote: remote.map(Arc::new),
             watchdogs: Watchdogs::new(&config.watchdog),
             home,
             config_json: serde_json::to_string(&config).unwrap_or_else(|e| {
@@ -258,6 +262,32 @@ impl Supervisor {
     pub fn project_model(&self, name: &str) -> String {
         let model = self.projects.model(name).unwrap_or_default();
         self.gateway.resolve_model(&model)
+    }
+
+    /// Where project `name`'s worker runs: `None` for this machine (`local`), else the name and
+    /// settings of its launcher; an error says what to fix.
+    pub fn launcher_of(
+        &self,
+        name: &str,
+    ) -> Result<Option<(String, pegasus_store::launcher::CommandLauncher)>, String> {
+        use pegasus_store::launcher::{LauncherConfig, LOCAL};
+        let named = self
+            .projects
+            .project(name)
+            .and_then(|p| p.launcher().map(str::to_string));
+        let launcher = named.unwrap_or_else(|| self.config.default_launcher.clone());
+        if launcher == LOCAL {
+            return Ok(None);
+        }
+        match self.config.launchers.get(&launcher) {
+            Some(LauncherConfig::Command(c)) => Ok(Some((launcher, c.clone()))),
+            Some(LauncherConfig::Kubernetes(_)) => Err(format!(
+                "launcher {launcher} is of kind kubernetes, which this build cannot start"
+            )),
+            None => Err(format!(
+                "project {name} names launcher {launcher}, which config.yml does not have under `launchers:`; fix PROJECT.md or config.yml, then `pegasusctl project resume {name}`"
+            )),
+        }
     }
 
     /// Nudges a project's worker (if it has one running); see [`SlotCmd::Notify`].

@@ -1,5 +1,5 @@
 //! The worker socket `<home>/run/w.sock`: every spawned worker connects here and proves which
-//! spawn it is. Anything else — garbage, an oversized frame, a wrong version, an unknown or
+//! spawn it is (a remote worker comes through [`crate::remote`] and says the same hello). Anything else — garbage, an oversized frame, a wrong version, an unknown or
 //! reused token, a pid that is not the peer's — loses its connection and is logged; the daemon
 //! and every other worker carry on.
 
@@ -31,54 +31,79 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 }
 
 async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
-    let peer_pid = crate::peer::pid_of(&stream);
+    let peer = Peer::Local(crate::peer::pid_of(&stream));
     let (recv, send) = tokio::io::split(stream);
-    let mut reader = FrameReader::new(Box::new(recv) as LinkRead).with_frame_timeout(FRAME_TIMEOUT);
+    hello(&sup, Box::new(recv), Box::new(send), peer).await;
+}
+
+/// Who is on the other end of a worker link.
+pub(crate) enum Peer {
+    /// A process on this machine: the pid the kernel reports, when it can.
+    Local(Option<u32>),
+    /// A worker on another host: its address and the project its certificate names.
+    Remote {
+        addr: std::net::SocketAddr,
+        project: String,
+    },
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Local(Some(pid)) => write!(f, "pid {pid}"),
+            Peer::Local(None) => write!(f, "an unknown local process"),
+            Peer::Remote { addr, project } => write!(f, "{addr} (certified for {project})"),
+        }
+    }
+}
+
+/// Reads a worker's hello on a new link and hands the link to the slot of the spawn it proves.
+pub(crate) async fn hello(sup: &Supervisor, recv: LinkRead, send: LinkWrite, peer: Peer) {
+    let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
+    let reject = |why: &str| tracing::warn!("dropping worker connection from {peer}: {why}");
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
         Ok(Ok(Some(FromWorker::Hello(hello)))) => hello,
-        Ok(Ok(Some(other))) => {
-            return reject(peer_pid, &format!("first frame is not a hello: {other:?}"))
-        }
-        Ok(Ok(None)) => return reject(peer_pid, "closed before hello"),
-        Ok(Err(e)) => return reject(peer_pid, &e.to_string()),
-        Err(_) => return reject(peer_pid, "no hello within 5 s"),
+        Ok(Ok(Some(other))) => return reject(&format!("first frame is not a hello: {other:?}")),
+        Ok(Ok(None)) => return reject("closed before hello"),
+        Ok(Err(e)) => return reject(&e.to_string()),
+        Err(_) => return reject("no hello within 5 s"),
     };
     if hello.protocol_version != PROTOCOL_VERSION {
-        return reject(
-            peer_pid,
-            &format!(
-                "protocol version {} (this daemon speaks {PROTOCOL_VERSION})",
-                hello.protocol_version
-            ),
-        );
+        return reject(&format!(
+            "protocol version {} (this daemon speaks {PROTOCOL_VERSION})",
+            hello.protocol_version
+        ));
     }
-    if peer_pid.is_some_and(|p| p != hello.pid) {
-        return reject(peer_pid, &format!("claims pid {}", hello.pid));
-    }
+    let pid = match &peer {
+        Peer::Local(Some(p)) if *p != hello.pid => {
+            return reject(&format!("claims pid {}", hello.pid))
+        }
+        Peer::Local(p) => p.unwrap_or(hello.pid),
+        // A remote worker's identity is its certificate: it speaks for its project only.
+        Peer::Remote { project, .. } => {
+            if let Err(refusal) = pegasus_link::check_hello_project(project, &hello.project) {
+                return reject(&refusal.to_string());
+            }
+            hello.pid
+        }
+    };
     let Some(pending) = sup.take_spawn(&hello.token) else {
-        return reject(
-            peer_pid,
-            &format!("unknown spawn token for project {}", hello.project),
-        );
+        return reject(&format!(
+            "unknown spawn token for project {}",
+            hello.project
+        ));
     };
     if pending.project != hello.project {
-        return reject(
-            peer_pid,
-            &format!(
-                "token of project {} used for {}",
-                pending.project, hello.project
-            ),
-        );
+        return reject(&format!(
+            "token of project {} used for {}",
+            pending.project, hello.project
+        ));
     }
     let conn = WorkerConn {
         reader,
-        writer: FrameWriter::new(Box::new(send) as LinkWrite),
-        pid: peer_pid.unwrap_or(hello.pid),
+        writer: FrameWriter::new(send),
+        pid,
     };
     // The slot may have given up on this spawn in the meantime; then the connection just drops.
     let _ = pending.tx.send(conn);
-}
-
-fn reject(peer_pid: Option<u32>, why: &str) {
-    tracing::warn!(?peer_pid, "dropping worker connection: {why}");
 }

@@ -1,4 +1,5 @@
-//! The worker's end of its socket: connect, hello, wait for `Init`.
+//! The worker's end of its link: connect (the Unix socket of a local pegasusd, or mutual TLS to
+//! a remote one, SPEC §14), hello, wait for `Init`.
 
 use crate::WorkerError;
 use interprocess::local_socket::{
@@ -10,12 +11,37 @@ use pegasus_proto::{
     FrameReader, FrameWriter, PROTOCOL_VERSION,
 };
 use std::{path::Path, time::Duration};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// One direction of the link, whichever it is.
+pub type LinkRead = Box<dyn AsyncRead + Send + Unpin>;
+pub type LinkWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// A connection that finished the handshake.
 pub struct Connection {
-    pub reader: FrameReader<tokio::io::ReadHalf<Stream>>,
-    pub writer: FrameWriter<tokio::io::WriteHalf<Stream>>,
+    pub reader: FrameReader<LinkRead>,
+    pub writer: FrameWriter<LinkWrite>,
     pub init: Init,
+}
+
+/// Reaches a pegasusd on another host with the bootstrap values it launched us with (mutual
+/// TLS), says who we are and waits for `Init`.
+pub async fn connect_remote(
+    bootstrap: &pegasus_link::Bootstrap,
+    project: &str,
+) -> Result<Connection, WorkerError> {
+    let stream = bootstrap
+        .connect(project)
+        .await
+        .map_err(|e| WorkerError::Link(e.to_string()))?;
+    let token = bootstrap
+        .env()
+        .into_iter()
+        .find(|(k, _)| *k == pegasus_link::ENV_ENROLL)
+        .map(|(_, v)| v)
+        .unwrap_or_default();
+    let (recv, send) = tokio::io::split(stream);
+    handshake(Box::new(recv), Box::new(send), project, token).await
 }
 
 /// Connects to pegasusd's worker socket, says who we are and waits for `Init`.
@@ -33,6 +59,16 @@ pub async fn connect(
         .map_err(connect_err)?;
     let stream = Stream::connect(name).await.map_err(connect_err)?;
     let (recv, send) = tokio::io::split(stream);
+    handshake(Box::new(recv), Box::new(send), project, token).await
+}
+
+/// Says hello on a fresh link and waits for `Init`.
+async fn handshake(
+    recv: LinkRead,
+    send: LinkWrite,
+    project: &str,
+    token: String,
+) -> Result<Connection, WorkerError> {
     let mut reader = FrameReader::new(recv);
     let mut writer = FrameWriter::new(send);
     let hello = Hello {

@@ -21,4 +21,6 @@ mod work_queue;
 mod worker;
 
 pub use error::WorkerError;
+#[doc(hidden)]
+pub use worker::proxy_link;
 pub use worker::{run, WorkerArgs};

@@ -22,6 +22,9 @@ pub struct WorkerArgs {
     pub project_dir: PathBuf,
 }
 
+/// How long a starting worker waits for the project's worker lock to be free.
+const LOCK_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Runs the worker to completion. `Ok` = a requested shutdown or the supervisor went away.
 pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     die_with_supervisor();
@@ -33,11 +36,20 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         .and_then(|n| n.to_str())
         .map(str::to_string)
         .ok_or_else(|| WorkerError::NotAProject(project_dir.display().to_string()))?;
+    // Launched on another host (SPEC §14): the bootstrap values are in the environment;
+    // started by a local pegasusd: the spawn token comes on stdin.
+    let remote = pegasus_link::Bootstrap::from_env()
+        .transpose()
+        .map_err(|e| WorkerError::Link(e.to_string()))?;
     let mut token = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut token)
-        .map_err(WorkerError::Token)?;
+    if remote.is_none() {
+        std::io::stdin()
+            .lock()
+            .read_line(&mut token)
+            .map_err(WorkerError::Token)?;
+    }
+    // At most one worker serves a project (a killed predecessor's lock goes a moment after it).
+    let _lock = pegasus_store::worker_lock::hold(&project_dir, LOCK_PATIENCE)?;
     logging::init(&home.logs_dir(), &name);
     // What a model-run command starts and orphans (`setsid cmd &`) is re-parented to us, so
     // `exec` can kill it when the call ends (see `pegasus_store::adopted`).
@@ -50,7 +62,11 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         .enable_all()
         .build()
         .map_err(WorkerError::Runtime)?;
-    let result = runtime.block_on(serve(home, project_dir, name, token.trim().to_string()));
+    let link = match remote {
+        Some(bootstrap) => Link::Remote(bootstrap),
+        None => Link::Local(token.trim().to_string()),
+    };
+    let result = runtime.block_on(serve(home, project_dir, name, link));
     if let Err(e) = &result {
         tracing::error!("worker stops: {e}");
     }
@@ -75,13 +91,27 @@ fn die_with_supervisor() {
     }
 }
 
+/// How the worker reaches pegasusd.
+enum Link {
+    /// The home's worker socket, with the spawn token from stdin.
+    Local(String),
+    /// Mutual TLS to a pegasusd on another host (SPEC §14).
+    Remote(pegasus_link::Bootstrap),
+}
+
 async fn serve(
     home: Home,
     project_dir: PathBuf,
     name: String,
-    token: String,
+    link: Link,
 ) -> Result<(), WorkerError> {
-    let conn = connection::connect(&home.worker_socket(), &name, token).await?;
+    let remote = matches!(link, Link::Remote(_));
+    let conn = match &link {
+        Link::Local(token) => {
+            connection::connect(&home.worker_socket(), &name, token.clone()).await?
+        }
+        Link::Remote(bootstrap) => connection::connect_remote(bootstrap, &name).await?,
+    };
     let (reader, mut writer, init) = (conn.reader, conn.writer, conn.init);
 
     // Frames out go through one queue (the agent, the model proxy and this loop all write).
@@ -234,14 +264,20 @@ async fn serve(
     let mut heartbeat = tokio::time::interval(Duration::from_millis(init.heartbeat_ms.max(100)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state = State::Serving;
+    // A remote worker's half-open link is found by its silence (pegasusd pings it every beat).
+    let mut heard = tokio::time::Instant::now();
     loop {
         // Wait for the next event (see `crate::serve` for what each one does).
         let event = tokio::select! {
             ev = rx.recv() => match ev {
-                Some(Ok(Some(frame))) => Event::Frame(frame),
+                Some(Ok(Some(frame))) => {
+                    heard = tokio::time::Instant::now();
+                    Event::Frame(frame)
+                }
                 Some(Ok(None)) | None => Event::Closed,
                 Some(Err(e)) => Event::BadFrame(e),
             },
+            _ = tokio::time::sleep_until(heard + serve::LINK_SILENCE), if remote => Event::LinkSilent,
             _ = async { if let Some(b) = barrier.as_mut() { let _ = b.await; } }, if barrier.is_some() => {
                 barrier = None;
                 Event::Drained
@@ -303,10 +339,44 @@ async fn serve(
     }
 }
 
-type Reader =
-    pegasus_proto::FrameReader<tokio::io::ReadHalf<interprocess::local_socket::tokio::Stream>>;
-type Writer =
-    pegasus_proto::FrameWriter<tokio::io::WriteHalf<interprocess::local_socket::tokio::Stream>>;
+/// The worker's link to pegasusd without its agent, for `examples/bench_agent.rs` only: the
+/// real handshake, `Ready`, and the real [`ProxyModel`], its frames carried by the worker's own
+/// reader and writer tasks and answered through [`serve::step`] (pings too). A benchmark started
+/// by pegasusd as a project's worker (`PEGASUS_WORKER_BIN`) times model calls through it beside
+/// a gateway of its own; no other code should need it.
+#[doc(hidden)]
+pub async fn proxy_link(
+    home: &Home,
+    project: &str,
+    token: String,
+) -> Result<Arc<dyn pegasus_agent::ChatModel>, WorkerError> {
+    let conn = connection::connect(&home.worker_socket(), project, token).await?;
+    let (out, out_rx) = mpsc::unbounded_channel::<FromWorker>();
+    let proxy = ProxyModel::new(out.clone());
+    tokio::spawn(write_frames(conn.writer, out_rx));
+    let _ = out.send(FromWorker::Ready);
+    let (tx, mut rx) = mpsc::channel(64);
+    tokio::spawn(read_frames(conn.reader, tx));
+    let answers = proxy.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(Some(frame))) = rx.recv().await {
+            for action in serve::step(State::Serving, Event::Frame(frame)).1 {
+                match action {
+                    Action::Send(frame) => {
+                        let _ = out.send(frame);
+                    }
+                    Action::Answer { id, result } => answers.complete(id, result),
+                    _ => {}
+                }
+            }
+        }
+        answers.fail_all();
+    });
+    Ok(Arc::new(proxy))
+}
+
+type Reader = pegasus_proto::FrameReader<connection::LinkRead>;
+type Writer = pegasus_proto::FrameWriter<connection::LinkWrite>;
 
 async fn read_frames(mut reader: Reader, tx: mpsc::Sender<Result<Option<ToWorker>, String>>) {
     loop {

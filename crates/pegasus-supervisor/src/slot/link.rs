@@ -406,6 +406,7 @@ mod tests {
                 Action::IdleSuspend => "suspend",
                 Action::End(Outcome::Stopped(_)) => "stopped",
                 Action::End(Outcome::Crashed(_)) => "crashed",
+                Action::End(Outcome::Unreached(_)) => "unreached",
             })
             .collect()
     }

@@ -50,6 +50,11 @@ pub(crate) struct WorkerConn {
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound of the restart backoff.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a launched worker may take to reach pegasusd and say hello: it keeps trying to
+/// connect for [`pegasus_link::CONNECT_PATIENCE`], then enrolls.
+const REMOTE_HELLO_TIMEOUT: Duration = Duration::from_secs(25);
+/// How often a launch waiting for the project's worker lock looks again.
+const LOCK_POLL: Duration = Duration::from_millis(500);
 
 /// What the rest of the daemon can ask of a slot.
 pub(crate) enum SlotCmd {
@@ -139,6 +144,7 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
         info: info.clone(),
         crashes: VecDeque::new(),
         queued: VecDeque::new(),
+        unreached: 0,
     };
     let task = tokio::spawn(slot.run(rx));
     SlotHandle {
@@ -154,6 +160,9 @@ enum Outcome {
     Stopped(Option<oneshot::Sender<()>>),
     /// It ended without being asked (any exit, a bad frame, a hung handshake).
     Crashed(String),
+    /// A launched worker never reached pegasusd (its host or the network is down): backed off
+    /// like a crash, but never counted towards crash-looping (SPEC §14).
+    Unreached(String),
 }
 
 struct Slot {
@@ -163,6 +172,8 @@ struct Slot {
     /// When the recent crashes happened, for the crash-loop window.
     crashes: VecDeque<std::time::Instant>,
     queued: VecDeque<Delivery>,
+    /// Launches in a row that never reached pegasusd (their backoff grows with it).
+    unreached: u32,
 }
 
 impl Slot {
@@ -192,7 +203,32 @@ impl Slot {
             self.sup.sweeper.request();
             let reason = match outcome {
                 Outcome::Stopped(reply) => return self.finish(reply),
-                Outcome::Crashed(reason) => reason,
+                Outcome::Crashed(reason) => {
+                    self.unreached = 0;
+                    reason
+                }
+                Outcome::Unreached(why) => {
+                    self.unreached += 1;
+                    let factor = 1u64 << (self.unreached - 1).min(16);
+                    let delay = Duration::from_millis(
+                        self.sup
+                            .config
+                            .workers
+                            .restart_backoff_ms
+                            .saturating_mul(factor),
+                    )
+                    .clamp(Duration::from_secs(1), MAX_BACKOFF);
+                    tracing::warn!(project = %self.name, ?delay, "the launched worker did not reach pegasusd ({why}); launching again after the delay");
+                    self.set(|i| i.last_crash = Some(why));
+                    self.set_state(WorkerState::Backoff, None);
+                    match self
+                        .wait_for_restart(&mut rx, Some(Instant::now() + delay))
+                        .await
+                    {
+                        Some(reply) => return self.finish(reply),
+                        None => continue,
+                    }
+                }
             };
             self.record_crash(&reason);
             let workers = &self.sup.config.workers;
@@ -332,9 +368,18 @@ impl Slot {
         }
     }
 
-    /// Spawns one worker and supervises it until it ends.
+    /// Starts one worker where its launcher says and supervises it until it ends.
     async fn run_once(&mut self, rx: &mut mpsc::Receiver<SlotCmd>) -> Outcome {
         self.set_state(WorkerState::Starting, None);
+        match self.sup.launcher_of(&self.name) {
+            Err(why) => Outcome::Crashed(why),
+            Ok(None) => self.run_local(rx).await,
+            Ok(Some((name, launcher))) => self.run_launched(rx, &name, &launcher).await,
+        }
+    }
+
+    /// Spawns one local worker and supervises it until it ends.
+    async fn run_local(&mut self, rx: &mut mpsc::Receiver<SlotCmd>) -> Outcome {
         let token = match spawn::new_token() {
             Ok(t) => t,
             Err(e) => return Outcome::Crashed(format!("cannot make a spawn token: {e}")),
@@ -406,6 +451,138 @@ impl Slot {
         };
         self.run_connected(conn, WorkerProcess::Local { child, pid }, rx)
             .await
+    }
+
+    /// Launches a worker on another host through `launcher` (SPEC §14) and supervises it by
+    /// its link until it ends. No launch while the project's worker lock is held: the last
+    /// worker may still run on a host pegasusd cannot reach.
+    async fn run_launched(
+        &mut self,
+        rx: &mut mpsc::Receiver<SlotCmd>,
+        name: &str,
+        launcher: &pegasus_store::launcher::CommandLauncher,
+    ) -> Outcome {
+        let Some(remote) = self.sup.remote.clone() else {
+            return Outcome::Crashed(format!(
+                "launcher {name} needs `workers.listen` in config.yml"
+            ));
+        };
+        let dir = self.sup.home.project_dir(&self.name);
+        let mut told = false;
+        while pegasus_store::worker_lock::is_held(&dir) {
+            if !told {
+                tracing::warn!(project = %self.name, "the project's last worker still holds its lock; waiting for it to go before launching another");
+                told = true;
+            }
+            if let Some(stopped) = self.wait_cmds(rx, Instant::now() + LOCK_POLL).await {
+                return stopped;
+            }
+        }
+        let token = match remote.authority.issue_token(&self.name) {
+            Ok(t) => t,
+            Err(e) => return Outcome::Crashed(format!("cannot make an enrollment token: {e}")),
+        };
+        let mut conn_rx = self.sup.register_spawn(&token, &self.name);
+        let env = vec![
+            (
+                pegasus_link::ENV_CONNECT.to_string(),
+                launcher.connect.clone(),
+            ),
+            (pegasus_link::ENV_ENROLL.to_string(), token.clone()),
+            (
+                pegasus_link::ENV_CA_SHA256.to_string(),
+                remote.authority.ca_sha256_hex().to_string(),
+            ),
+        ];
+        let worker = self.sup.worker_bin.display().to_string();
+        let project_dir = dir.display().to_string();
+        let argv = pegasus_store::launcher::expand_argv(
+            &launcher.argv,
+            &pegasus_store::launcher::LaunchValues {
+                worker: &worker,
+                project: &self.name,
+                project_dir: &project_dir,
+                connect: &launcher.connect,
+                env: &env,
+            },
+        );
+        let stderr_log = self
+            .sup
+            .home
+            .logs_dir()
+            .join(format!("worker-{}.stderr", self.name));
+        let launched = match spawn::spawn_launcher(&argv, &env, &stderr_log) {
+            Ok(c) => c,
+            Err(e) => {
+                self.sup.cancel_spawn(&token);
+                return Outcome::Crashed(format!(
+                    "launcher {name} cannot start `{}`: {e}",
+                    argv.join(" ")
+                ));
+            }
+        };
+        tracing::info!(project = %self.name, launcher = name, pid = ?launched.id(), "worker launched");
+        let gone = tokio_util::sync::CancellationToken::new();
+        let mut process = WorkerProcess::Remote {
+            pid: 0,
+            launched: Some(launched),
+            gone,
+        };
+        let deadline = Instant::now() + REMOTE_HELLO_TIMEOUT;
+        let conn = loop {
+            tokio::select! {
+                conn = &mut conn_rx => match conn {
+                    Ok(conn) => break conn,
+                    Err(_) => {
+                        process.kill();
+                        return Outcome::Crashed("handshake lost".into());
+                    }
+                },
+                _ = sleep_until(deadline) => {
+                    self.sup.cancel_spawn(&token);
+                    process.kill();
+                    return Outcome::Unreached(format!(
+                        "no worker of launcher {name} connected within {} s",
+                        REMOTE_HELLO_TIMEOUT.as_secs()
+                    ));
+                }
+                cmd = rx.recv() => match cmd {
+                    None | Some(SlotCmd::Stop(_)) => {
+                        self.sup.cancel_spawn(&token);
+                        process.kill();
+                        let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
+                        return Outcome::Stopped(reply);
+                    }
+                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
+                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
+                },
+            }
+        };
+        if let WorkerProcess::Remote { pid, .. } = &mut process {
+            *pid = conn.pid;
+        }
+        self.unreached = 0;
+        self.set_state(WorkerState::Starting, Some(conn.pid));
+        self.run_connected(conn, process, rx).await
+    }
+
+    /// Takes commands until `until`: a stop ends the wait with its outcome, messages queue.
+    async fn wait_cmds(
+        &mut self,
+        rx: &mut mpsc::Receiver<SlotCmd>,
+        until: Instant,
+    ) -> Option<Outcome> {
+        loop {
+            tokio::select! {
+                _ = sleep_until(until) => return None,
+                cmd = rx.recv() => match cmd {
+                    None => return Some(Outcome::Stopped(None)),
+                    Some(SlotCmd::Stop(reply)) => return Some(Outcome::Stopped(Some(reply))),
+                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
+                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
+                },
+            }
+        }
     }
 
     async fn kill_and_reap(&self, mut child: Child, pid: u32, reason: &str) -> Outcome {
