@@ -1,0 +1,278 @@
+//! The Pod of one project's worker, built without talking to any server so that what pegasusd
+//! asks of the cluster can be read and tested whole.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    ResourceRequirements, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::error::KubeError;
+use crate::names::{
+    pod_name, project_label, HomeId, HOME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, PROJECT_ANNOTATION,
+    PROJECT_LABEL,
+};
+use crate::settings::KubeSettings;
+
+/// The only environment variables a worker pod may carry (SPEC §14's bootstrap values): where
+/// pegasusd listens, the one-time enrollment token, and the CA's fingerprint. Anyone who may
+/// read pods in the namespace reads these, which is why the token is single-use and short-lived
+/// and why nothing else, above all no provider key, is ever put here.
+pub const BOOTSTRAP_ENV: [&str; 3] = ["PEGASUS_CONNECT", "PEGASUS_ENROLL", "PEGASUS_CA_SHA256"];
+
+/// The worker container's name, which `kubectl logs` and the status of a pod name.
+pub const CONTAINER: &str = "worker";
+
+/// The volume holding the home's `projects/` folder.
+const PROJECTS_VOLUME: &str = "projects";
+
+/// Seconds a deleted pod's worker gets between SIGTERM and SIGKILL. pegasusd stops a worker
+/// over its link before it deletes the pod, so a pod still running at deletion is stale: a
+/// short grace lets a relaunch reuse the name soon.
+pub const TERMINATION_GRACE_SECONDS: i64 = 10;
+
+/// The Pod that runs `worker_cmd` for `project` of the home `home`.
+///
+/// * Name [`pod_name`]; labels [`MANAGED_BY_LABEL`]` = pegasus`, [`HOME_LABEL`]` = <home id>`,
+///   [`PROJECT_LABEL`]` = <project>`; the exact project name in [`PROJECT_ANNOTATION`].
+/// * `restartPolicy: Never`: pegasusd owns restarts (its crash rules and backoff), and a
+///   kubelet restarting a worker behind its back would fight them.
+/// * One container, [`CONTAINER`], of the settings' image, with `worker_cmd` as its
+///   arguments (so an image entrypoint such as tini stays PID 1 and reaps what the worker
+///   leaves), and exactly `env`, which may hold only [`BOOTSTRAP_ENV`] names
+///   ([`KubeError::EnvNotAllowed`] otherwise). Service links are off: Kubernetes would
+///   otherwise add a variable per service in the namespace.
+/// * The project's own folder, and nothing else of the home, from the claim (whose root is the
+///   home's `projects/`): mounted at `<home_path>/projects/<project>`, the path pegasusd
+///   knows it by. The rest of the home (config.yml, the ledger, `tls/` with the CA key, other
+///   projects) never reaches a pod.
+/// * `resources` as requests = limits (the Guaranteed class: a worker is not evicted first
+///   under memory pressure); the service account if set, else no API token mounted at all.
+pub fn pod_manifest(
+    settings: &KubeSettings,
+    home: &HomeId,
+    project: &str,
+    env: &[(String, String)],
+    worker_cmd: &[String],
+) -> Result<Pod, KubeError> {
+    pegasus_store::validate_name(project).map_err(|e| KubeError::Project(e.to_string()))?;
+    if worker_cmd.is_empty() {
+        return Err(KubeError::EmptyCommand);
+    }
+    if let Some((name, _)) = env
+        .iter()
+        .find(|(k, _)| !BOOTSTRAP_ENV.contains(&k.as_str()))
+    {
+        return Err(KubeError::EnvNotAllowed { name: name.clone() });
+    }
+
+    let labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+        (HOME_LABEL.to_string(), home.as_str().to_string()),
+        (PROJECT_LABEL.to_string(), project_label(project)),
+    ]);
+    let annotations = BTreeMap::from([(PROJECT_ANNOTATION.to_string(), project.to_string())]);
+
+    let project_dir = pegasus_store::Home::new(&settings.home_path).project_dir(project);
+    let mount = VolumeMount {
+        name: PROJECTS_VOLUME.to_string(),
+        mount_path: project_dir.to_string_lossy().into_owned(),
+        sub_path: Some(project.to_string()),
+        ..VolumeMount::default()
+    };
+    let volume = Volume {
+        name: PROJECTS_VOLUME.to_string(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: settings.claim.clone(),
+            read_only: None,
+        }),
+        ..Volume::default()
+    };
+
+    let amounts: BTreeMap<String, Quantity> =
+        [("cpu", &settings.cpu), ("memory", &settings.memory)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_string(), Quantity(v.clone()))))
+            .collect();
+    let resources = (!amounts.is_empty()).then(|| ResourceRequirements {
+        requests: Some(amounts.clone()),
+        limits: Some(amounts),
+        ..ResourceRequirements::default()
+    });
+
+    let container = Container {
+        name: CONTAINER.to_string(),
+        image: Some(settings.image.clone()),
+        args: Some(worker_cmd.to_vec()),
+        env: Some(
+            env.iter()
+                .map(|(name, value)| EnvVar {
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                    value_from: None,
+                })
+                .collect(),
+        ),
+        volume_mounts: Some(vec![mount]),
+        resources,
+        ..Container::default()
+    };
+
+    let security_context = (settings.run_as_user.is_some() || settings.run_as_group.is_some())
+        .then(|| PodSecurityContext {
+            run_as_user: settings.run_as_user,
+            run_as_group: settings.run_as_group,
+            ..PodSecurityContext::default()
+        });
+
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(home, project)),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_string()),
+            containers: vec![container],
+            volumes: Some(vec![volume]),
+            service_account_name: settings.service_account.clone(),
+            automount_service_account_token: settings.service_account.is_none().then_some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            security_context,
+            ..PodSpec::default()
+        }),
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+    use std::path::PathBuf;
+
+    fn settings() -> KubeSettings {
+        KubeSettings {
+            connect: "pegasusd.pegasus.svc:7475".into(),
+            namespace: "pegasus".into(),
+            image: "registry.example/pegasus-worker:0.1".into(),
+            service_account: None,
+            claim: "pegasus-home".into(),
+            home_path: PathBuf::from("/srv/pegasus"),
+            cpu: Some("500m".into()),
+            memory: Some("256Mi".into()),
+            run_as_user: Some(1000),
+            run_as_group: Some(1000),
+        }
+    }
+
+    pub(crate) fn bootstrap_env() -> Vec<(String, String)> {
+        vec![
+            ("PEGASUS_CONNECT".into(), "pegasusd.pegasus.svc:7475".into()),
+            ("PEGASUS_ENROLL".into(), "one-time-token".into()),
+            ("PEGASUS_CA_SHA256".into(), "ab".repeat(32)),
+        ]
+    }
+
+    fn cmd() -> Vec<String> {
+        vec!["project-worker".into(), "/srv/pegasus/projects/web".into()]
+    }
+
+    /// The whole manifest, as the API server receives it: a change to what pegasusd asks of
+    /// the cluster shows here.
+    #[test]
+    fn the_manifest_is_exactly_this() {
+        let home = HomeId::new("3f9a2c71d0e4").unwrap();
+        let pod = pod_manifest(&settings(), &home, "web", &bootstrap_env(), &cmd()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&pod).unwrap(),
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "pegasus-3f9a2c71-web",
+                    "namespace": "pegasus",
+                    "labels": {
+                        "app.kubernetes.io/managed-by": "pegasus",
+                        "pegasus/home": "3f9a2c71d0e4",
+                        "pegasus/project": "web"
+                    },
+                    "annotations": {"pegasus/project": "web"}
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "terminationGracePeriodSeconds": 10,
+                    "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+                    "containers": [{
+                        "name": "worker",
+                        "image": "registry.example/pegasus-worker:0.1",
+                        "args": ["project-worker", "/srv/pegasus/projects/web"],
+                        "env": [
+                            {"name": "PEGASUS_CONNECT", "value": "pegasusd.pegasus.svc:7475"},
+                            {"name": "PEGASUS_ENROLL", "value": "one-time-token"},
+                            {"name": "PEGASUS_CA_SHA256", "value": "ab".repeat(32)}
+                        ],
+                        "resources": {
+                            "requests": {"cpu": "500m", "memory": "256Mi"},
+                            "limits": {"cpu": "500m", "memory": "256Mi"}
+                        },
+                        "volumeMounts": [{
+                            "name": "projects",
+                            "mountPath": "/srv/pegasus/projects/web",
+                            "subPath": "web"
+                        }]
+                    }],
+                    "volumes": [{
+                        "name": "projects",
+                        "persistentVolumeClaim": {"claimName": "pegasus-home"}
+                    }]
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn a_service_account_is_used_and_its_token_left_to_it() {
+        let home = HomeId::new("3f9a2c71d0e4").unwrap();
+        let mut s = settings();
+        s.service_account = Some("pegasus-worker".into());
+        s.cpu = None;
+        s.memory = None;
+        s.run_as_user = None;
+        s.run_as_group = None;
+        let pod = pod_manifest(&s, &home, "web", &bootstrap_env(), &cmd()).unwrap();
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("pegasus-worker"));
+        assert_eq!(spec.automount_service_account_token, None);
+        assert_eq!(spec.security_context, None);
+        assert_eq!(spec.containers[0].resources, None);
+    }
+
+    #[test]
+    fn nothing_but_the_bootstrap_values_enters_a_pod() {
+        let home = HomeId::new("3f9a2c71d0e4").unwrap();
+        let mut env = bootstrap_env();
+        env.push(("ANTHROPIC_API_KEY".into(), "sk-ant-secret".into()));
+        match pod_manifest(&settings(), &home, "web", &env, &cmd()) {
+            Err(KubeError::EnvNotAllowed { name }) => assert_eq!(name, "ANTHROPIC_API_KEY"),
+            other => panic!("expected EnvNotAllowed, got {other:?}"),
+        }
+        assert!(matches!(
+            pod_manifest(&settings(), &home, "web", &bootstrap_env(), &[]),
+            Err(KubeError::EmptyCommand)
+        ));
+        assert!(matches!(
+            pod_manifest(&settings(), &home, "../etc", &bootstrap_env(), &cmd()),
+            Err(KubeError::Project(_))
+        ));
+    }
+}
