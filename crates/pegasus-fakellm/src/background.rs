@@ -3,14 +3,15 @@
 //!
 //! Its own thread and runtime make a fake work the same from sync tests, async tests (of
 //! either runtime flavour) and the demo binary, and never compete with the caller's runtime.
-//! Dropping the handle stops the serve loop and joins the thread; the runtime goes with it,
+//! Dropping the handle stops the accept loop and joins the thread; the runtime goes with it,
 //! which closes every connection, including stalled ones.
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 /// A server running on its own thread; dropping it stops the server.
@@ -21,12 +22,12 @@ pub(crate) struct Background {
 }
 
 impl Background {
-    /// Binds 127.0.0.1:0 and runs `serve(listener, stop)` on a thread named `{name}-{port}`;
-    /// `stop` fires when the handle is dropped.
-    pub(crate) fn start<F, Fut>(name: &str, serve: F) -> std::io::Result<Background>
+    /// Binds 127.0.0.1:0 and serves on a thread named `{name}-{port}`: each connection accepted
+    /// is handed to `connection` and its future spawned, until the handle is dropped.
+    pub(crate) fn start<F, Fut>(name: &str, mut connection: F) -> std::io::Result<Background>
     where
-        F: FnOnce(TcpListener, oneshot::Receiver<()>) -> Fut + Send + 'static,
-        Fut: Future<Output = ()>,
+        F: FnMut(TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
     {
         let std_listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         std_listener.set_nonblocking(true)?;
@@ -38,11 +39,25 @@ impl Background {
             let _guard = runtime.enter();
             TcpListener::from_std(std_listener)?
         };
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut stop) = oneshot::channel::<()>();
+        let serve = async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stop => break,
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => {
+                            tokio::spawn(connection(stream));
+                        }
+                        // e.g. out of file descriptors: back off instead of spinning.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    },
+                }
+            }
+        };
         let thread = std::thread::Builder::new()
             .name(format!("{name}-{}", addr.port()))
             .spawn(move || {
-                runtime.block_on(serve(listener, rx));
+                runtime.block_on(serve);
                 // Dropping the runtime here cancels in-flight (e.g. stalled) connections.
                 drop(runtime);
             })?;

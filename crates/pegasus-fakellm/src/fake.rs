@@ -38,8 +38,9 @@ impl FakeLlm {
     pub fn start() -> std::io::Result<FakeLlm> {
         let shared = Arc::new(Shared::default());
         let thread_shared = Arc::clone(&shared);
-        let server = Background::start("fakellm", move |listener, stop| {
-            server::serve(listener, thread_shared, stop)
+        let server = Background::start("fakellm", move |stream| {
+            thread_shared.lock().connections += 1;
+            server::handle(Arc::clone(&thread_shared), stream)
         })?;
         Ok(FakeLlm {
             inner: Arc::new(Inner { shared, server }),

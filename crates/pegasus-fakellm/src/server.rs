@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::net::TcpStream;
 
 use crate::answer::Answer;
 use crate::http::{self, Framing, HttpError, Request};
@@ -75,31 +74,9 @@ impl Shared {
     }
 }
 
-/// Accepts connections until `shutdown` fires (or its sender is dropped).
-pub(crate) async fn serve(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut shutdown: oneshot::Receiver<()>,
-) {
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    shared.lock().connections += 1;
-                    let shared = Arc::clone(&shared);
-                    tokio::spawn(async move { handle(shared, stream).await });
-                }
-                // e.g. out of file descriptors: back off instead of spinning.
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-        }
-    }
-}
-
 /// Serves the requests of one connection, one after another, until the client closes it,
 /// asks to, or an answer ends it (a cut or stalled stream).
-async fn handle(shared: Arc<Shared>, stream: TcpStream) {
+pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream) {
     let mut conn = http::Conn::new(stream);
     loop {
         let request = match conn.read_request().await {

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
-use tokio::sync::{oneshot, Notify};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
 
 use crate::background::Background;
 use crate::http::{write_full, write_refusal, Conn, HttpError};
@@ -92,9 +92,8 @@ impl FakeTelegram {
             arrived: Notify::new(),
         });
         let s = shared.clone();
-        let server = Background::start("faketelegram", move |listener, stop| {
-            serve(listener, s, stop)
-        })?;
+        let server =
+            Background::start("faketelegram", move |stream| connection(s.clone(), stream))?;
         Ok(FakeTelegram { shared, server })
     }
 
@@ -227,40 +226,31 @@ fn rate_limited(after: u64) -> (u16, Value) {
     )
 }
 
-async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
+/// Serves one connection's requests until the client closes it or asks to: persistent
+/// connections, as the Bot API's are.
+async fn connection(shared: Arc<Shared>, stream: TcpStream) {
+    let mut conn = Conn::new(stream);
     loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            got = listener.accept() => {
-                let Ok((stream, _)) = got else { continue };
-                let shared = shared.clone();
-                // Persistent connections, as the Bot API's are.
-                tokio::spawn(async move {
-                    let mut conn = Conn::new(stream);
-                    loop {
-                        let req = match conn.read_request().await {
-                            Ok(req) => req,
-                            Err(HttpError::Bad(msg)) => {
-                                let _ = write_refusal(&mut conn.stream, &msg).await;
-                                return;
-                            }
-                            Err(_) => return,
-                        };
-                        let (code, content_type, body) =
-                            match handle(&shared, &req.target, &req.body).await {
-                                Answer::Json(code, v) => (code, "application/json", v.to_string()),
-                                Answer::Raw { code, content_type, body } => (code, content_type, body),
-                                Answer::Hangup => return,
-                            };
-                        let wrote =
-                            write_full(&mut conn.stream, code, content_type, &[], body.as_bytes())
-                                .await;
-                        if wrote.is_err() || !req.keep_alive {
-                            return;
-                        }
-                    }
-                });
+        let req = match conn.read_request().await {
+            Ok(req) => req,
+            Err(HttpError::Bad(msg)) => {
+                let _ = write_refusal(&mut conn.stream, &msg).await;
+                return;
             }
+            Err(_) => return,
+        };
+        let (code, content_type, body) = match handle(&shared, &req.target, &req.body).await {
+            Answer::Json(code, v) => (code, "application/json", v.to_string()),
+            Answer::Raw {
+                code,
+                content_type,
+                body,
+            } => (code, content_type, body),
+            Answer::Hangup => return,
+        };
+        let wrote = write_full(&mut conn.stream, code, content_type, &[], body.as_bytes()).await;
+        if wrote.is_err() || !req.keep_alive {
+            return;
         }
     }
 }
