@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
-    ResourceRequirements, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -29,6 +29,11 @@ pub const CONTAINER: &str = "worker";
 /// The volume holding the home's `projects/` folder.
 const PROJECTS_VOLUME: &str = "projects";
 
+/// The pod's own scratch home: an empty directory at the home's path, so the worker can make
+/// what it keeps beside its project (`logs/`, `run/`) whatever user it runs as. It lives and
+/// dies with the pod, like the processes its `run/` records.
+const HOME_VOLUME: &str = "home";
+
 /// Seconds a deleted pod's worker gets between SIGTERM and SIGKILL. pegasusd stops a worker
 /// over its link before it deletes the pod, so a pod still running at deletion is stale: a
 /// short grace lets a relaunch reuse the name soon.
@@ -48,7 +53,8 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 10;
 /// * The project's own folder, and nothing else of the home, from the claim (whose root is the
 ///   home's `projects/`): mounted at `<home_path>/projects/<project>`, the path pegasusd
 ///   knows it by. The rest of the home (config.yml, the ledger, `tls/` with the CA key, other
-///   projects) never reaches a pod.
+///   projects) never reaches a pod; an empty directory stands at `<home_path>` for what the
+///   worker writes beside its project (its log and exec records).
 /// * `resources` as requests = limits (the Guaranteed class: a worker is not evicted first
 ///   under memory pressure); the service account if set, else no API token mounted at all.
 pub fn pod_manifest(
@@ -77,13 +83,23 @@ pub fn pod_manifest(
     let annotations = BTreeMap::from([(PROJECT_ANNOTATION.to_string(), project.to_string())]);
 
     let project_dir = pegasus_store::Home::new(&settings.home_path).project_dir(project);
-    let mount = VolumeMount {
+    let home_mount = VolumeMount {
+        name: HOME_VOLUME.to_string(),
+        mount_path: settings.home_path.to_string_lossy().into_owned(),
+        ..VolumeMount::default()
+    };
+    let project_mount = VolumeMount {
         name: PROJECTS_VOLUME.to_string(),
         mount_path: project_dir.to_string_lossy().into_owned(),
         sub_path: Some(project.to_string()),
         ..VolumeMount::default()
     };
-    let volume = Volume {
+    let home_volume = Volume {
+        name: HOME_VOLUME.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    };
+    let projects_volume = Volume {
         name: PROJECTS_VOLUME.to_string(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
             claim_name: settings.claim.clone(),
@@ -116,7 +132,8 @@ pub fn pod_manifest(
                 })
                 .collect(),
         ),
-        volume_mounts: Some(vec![mount]),
+        // The home first: the project's folder is mounted inside it.
+        volume_mounts: Some(vec![home_mount, project_mount]),
         resources,
         ..Container::default()
     };
@@ -139,7 +156,7 @@ pub fn pod_manifest(
         spec: Some(PodSpec {
             restart_policy: Some("Never".to_string()),
             containers: vec![container],
-            volumes: Some(vec![volume]),
+            volumes: Some(vec![home_volume, projects_volume]),
             service_account_name: settings.service_account.clone(),
             automount_service_account_token: settings.service_account.is_none().then_some(false),
             enable_service_links: Some(false),
@@ -225,16 +242,19 @@ mod tests {
                             "requests": {"cpu": "500m", "memory": "256Mi"},
                             "limits": {"cpu": "500m", "memory": "256Mi"}
                         },
-                        "volumeMounts": [{
-                            "name": "projects",
-                            "mountPath": "/srv/pegasus/projects/web",
-                            "subPath": "web"
-                        }]
+                        "volumeMounts": [
+                            {"name": "home", "mountPath": "/srv/pegasus"},
+                            {
+                                "name": "projects",
+                                "mountPath": "/srv/pegasus/projects/web",
+                                "subPath": "web"
+                            }
+                        ]
                     }],
-                    "volumes": [{
-                        "name": "projects",
-                        "persistentVolumeClaim": {"claimName": "pegasus-home"}
-                    }]
+                    "volumes": [
+                        {"name": "home", "emptyDir": {}},
+                        {"name": "projects", "persistentVolumeClaim": {"claimName": "pegasus-home"}}
+                    ]
                 }
             })
         );
