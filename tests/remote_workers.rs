@@ -21,8 +21,7 @@ struct Host {
     veth: String,
     /// pegasusd's address on the link (this side).
     here: String,
-    /// The address of the other side (for the record; nothing listens there).
-    #[allow(dead_code)]
+    /// The address of the other side, where the workers run.
     there: String,
 }
 
@@ -204,6 +203,14 @@ fn a_remote_worker_answers_through_pegasusd_and_survives_kills_and_a_cut_link() 
     let mut daemon = home.start_fake();
     let first = home.create("far");
     assert!(host.runs_here(first), "the worker runs on the other host");
+    // `status` shows the worker's own pid and its host.
+    let p = home.json(&["project", "show", "far"]);
+    assert_eq!(p["worker_host"], host.there.as_str(), "{p}");
+    let status = home.ctl_ok(&["status"]);
+    assert!(
+        status.contains(&format!("{first}@{}", host.there)),
+        "{status}"
+    );
     assert!(
         !std::fs::read_to_string(format!("/proc/{first}/environ"))
             .unwrap_or_default()

@@ -47,7 +47,10 @@ fn dash(v: Option<impl ToString>) -> String {
 fn worker_cell(p: &ProjectInfo) -> String {
     match (&p.error, p.worker_pid) {
         (Some(_), _) => "-".into(),
-        (None, Some(pid)) => format!("{} ({pid})", p.worker_state),
+        (None, Some(pid)) => match &p.worker_host {
+            Some(host) => format!("{} ({pid} on {host})", p.worker_state),
+            None => format!("{} ({pid})", p.worker_state),
+        },
         (None, None) if p.worker_state == WorkerState::Stopped => "-".into(),
         (None, None) => p.worker_state.to_string(),
     }
@@ -107,7 +110,10 @@ pub fn status(s: &DaemonStatus) -> String {
                 } else {
                     p.worker_state.to_string()
                 },
-                dash(p.worker_pid),
+                match (p.worker_pid, &p.worker_host) {
+                    (Some(pid), Some(host)) => format!("{pid}@{host}"),
+                    (pid, _) => dash(pid),
+                },
                 p.restarts.to_string(),
                 match (&p.task, &p.stage) {
                     (Some(t), Some(s)) => format!("{t} ({s})"),
@@ -459,6 +465,7 @@ mod tests {
             model: None,
             workdir: None,
             worker_pid: Some(42),
+            worker_host: None,
             worker_state: WorkerState::Ready,
             restarts: 0,
             last_crash: None,

@@ -99,7 +99,7 @@ pub(super) async fn projects(State(d): State<Dash>) -> Response {
                 tr .project {
                     td { a href={ "/projects/" (p.name) } { (p.name) } }
                     td { (p.status_word()) }
-                    td { (p.worker_state) @if let Some(pid) = p.worker_pid { " (" (pid) ")" } }
+                    td { (p.worker_state) @if let Some(pid) = p.worker_pid { " (" (pid) @if let Some(host) = &p.worker_host { " on " (host) } ")" } }
                     td { @if let Some(t) = &p.task { (t) @if let Some(s) = &p.stage { " · " (s) } } }
                     td { (money(p.cost_usd)) }
                     td { @if let Some(e) = p.error.as_ref().or(p.last_crash.as_ref()) { (e) } }

@@ -326,6 +326,10 @@ pub struct ProjectInfo {
     pub model: Option<String>,
     pub workdir: Option<String>,
     pub worker_pid: Option<u32>,
+    /// Where the worker runs when that is not this machine (SPEC §14: the address its link
+    /// comes from); `None` for a local worker.
+    #[serde(default)]
+    pub worker_host: Option<String>,
     pub worker_state: WorkerState,
     /// Crash restarts since the daemon started.
     pub restarts: u32,
@@ -495,6 +499,7 @@ mod tests {
             model: None,
             workdir: Some("/w".into()),
             worker_pid: Some(7),
+            worker_host: None,
             worker_state: WorkerState::CrashLooping,
             restarts: 1,
             last_crash: None,

@@ -16,6 +16,7 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         model: None,
         workdir: None,
         worker_pid: None,
+        worker_host: None,
         worker_state: WorkerState::Stopped,
         restarts: 0,
         last_crash: None,

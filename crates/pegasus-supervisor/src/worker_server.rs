@@ -99,10 +99,15 @@ pub(crate) async fn hello(sup: &Supervisor, recv: LinkRead, send: LinkWrite, pee
             pending.project, hello.project
         ));
     }
+    let host = match &peer {
+        Peer::Remote { addr, .. } => Some(addr.ip().to_string()),
+        Peer::Local(_) => None,
+    };
     let conn = WorkerConn {
         reader,
         writer: FrameWriter::new(send),
         pid,
+        host,
     };
     // The slot may have given up on this spawn in the meantime; then the connection just drops.
     let _ = pending.tx.send(conn);

@@ -44,6 +44,8 @@ pub(crate) struct WorkerConn {
     /// The pid the kernel reports for a local peer (or, failing that, the one it claimed); a
     /// remote worker's own pid on its host.
     pub pid: u32,
+    /// The address a remote worker's link comes from; `None` on this machine.
+    pub host: Option<String>,
 }
 
 /// How long a freshly spawned worker may take to connect and say hello.
@@ -84,6 +86,8 @@ pub(crate) enum SlotEvent {
 #[derive(Debug, Clone)]
 pub(crate) struct SlotInfo {
     pub pid: Option<u32>,
+    /// Where a remote worker runs.
+    pub host: Option<String>,
     pub state: WorkerState,
     pub restarts: u32,
     pub last_crash: Option<String>,
@@ -119,6 +123,7 @@ impl SlotHandle {
     pub fn fill(&self, info: &mut ProjectInfo) {
         let s = self.info.lock().unwrap_or_else(|p| p.into_inner()).clone();
         info.worker_pid = s.pid;
+        info.worker_host = s.host;
         info.worker_state = s.state;
         info.restarts = s.restarts;
         info.last_crash = s.last_crash;
@@ -133,6 +138,7 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
     let (tx, rx) = mpsc::channel(64);
     let info = Arc::new(Mutex::new(SlotInfo {
         pid: None,
+        host: None,
         state: WorkerState::Starting,
         restarts: 0,
         last_crash: None,
@@ -186,6 +192,9 @@ impl Slot {
         self.set(|i| {
             i.state = state;
             i.pid = pid;
+            if pid.is_none() {
+                i.host = None;
+            }
         });
         self.sup
             .bus
@@ -561,6 +570,8 @@ impl Slot {
         if let WorkerProcess::Remote { pid, .. } = &mut process {
             *pid = conn.pid;
         }
+        let host = conn.host.clone();
+        self.set(|i| i.host = host);
         self.unreached = 0;
         self.set_state(WorkerState::Starting, Some(conn.pid));
         self.run_connected(conn, process, rx).await
