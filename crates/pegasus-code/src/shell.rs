@@ -6,7 +6,6 @@
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -41,33 +40,13 @@ pub fn run_shell(
         status: why,
         output: String::new(),
     };
-    let (read_end, write_end) = match nix::unistd::pipe() {
-        Ok(p) => p,
-        Err(e) => return failed(format!("cannot create a pipe: {e}")),
+    let (mut cmd, read_end) = match pegasus_sandbox::confined_shell(command, dir, sandbox) {
+        Ok(c) => c,
+        Err(e) => return failed(e),
     };
-    let write_end2 = match write_end.try_clone() {
-        Ok(w) => w,
-        Err(e) => return failed(format!("cannot create a pipe: {e}")),
-    };
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(write_end))
-        .stderr(Stdio::from(write_end2))
-        .env_remove("GIT_DIR")
+    cmd.env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE");
-    if let Err(e) = pegasus_sandbox::confine(
-        &mut cmd,
-        pegasus_sandbox::Confinement {
-            sandbox,
-            workdir: dir,
-        },
-    ) {
-        return failed(e);
-    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return failed(format!("cannot start `sh -c {command}`: {e}")),

@@ -10,6 +10,7 @@ pub mod contain;
 pub mod landlock_rules;
 
 pub use contain::{
-    confine, kernel_contains, probe, warn_if_unsupported, Confinement, Support, EXEC_MARK_ENV,
+    confine, confined_shell, kernel_contains, probe, warn_if_unsupported, Confinement, Support,
+    EXEC_MARK_ENV,
 };
 pub use landlock_rules::{landlock_abi, SandboxPaths};

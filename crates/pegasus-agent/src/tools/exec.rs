@@ -7,10 +7,9 @@
 //! them). The kernel kills the namespace when the worker dies, even under `kill -9`, where no
 //! destructor runs.
 
-use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
@@ -164,30 +163,13 @@ async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
     if !workdir.is_dir() {
         return ToolOutput::error(format!("the workdir {} does not exist", workdir.display()));
     }
-    // One pipe for stdout and stderr keeps their interleaving, as in a terminal.
-    let (read_end, write_end) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-        Ok(p) => p,
-        Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
-    };
-    let write_end2: OwnedFd = match write_end.try_clone() {
-        Ok(f) => f,
-        Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
-    };
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(workdir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(write_end))
-        .stderr(Stdio::from(write_end2))
-        .kill_on_drop(true);
     // Its own process group, PID namespace and Landlock rules; it dies with this process.
-    if let Err(e) = pegasus_sandbox::confine(
-        cmd.as_std_mut(),
-        pegasus_sandbox::Confinement { sandbox, workdir },
-    ) {
-        return ToolOutput::error(e);
-    }
+    let (cmd, read_end) = match pegasus_sandbox::confined_shell(command, workdir, sandbox) {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
     let spawned = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id());
     // Our copies of the write end must close, or the pipe never reports end-of-file.
     drop(cmd);
