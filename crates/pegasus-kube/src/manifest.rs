@@ -82,7 +82,7 @@ pub fn pod_manifest(
     ]);
     let annotations = BTreeMap::from([(PROJECT_ANNOTATION.to_string(), project.to_string())]);
 
-    let project_dir = pegasus_store::Home::new(&settings.home_path).project_dir(project);
+    let project_dir = settings.project_dir(project);
     let home_mount = VolumeMount {
         name: HOME_VOLUME.to_string(),
         mount_path: settings.home_path.to_string_lossy().into_owned(),

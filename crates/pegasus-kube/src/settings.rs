@@ -155,6 +155,12 @@ impl KubeSettings {
             run_as_group: optional_id(map, "run_as_group")?,
         })
     }
+
+    /// A project's folder as its pod sees it, `<home_path>/projects/<project>`: where the
+    /// project is mounted, and the path to give the worker in its command.
+    pub fn project_dir(&self, project: &str) -> PathBuf {
+        pegasus_store::Home::new(&self.home_path).project_dir(project)
+    }
 }
 
 fn required_str<'a>(
