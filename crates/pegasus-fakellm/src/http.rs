@@ -272,20 +272,29 @@ pub(crate) async fn write_full(
     stream.flush().await
 }
 
+/// Writes a complete `application/json` response ([`write_full`]).
+pub(crate) async fn write_json(
+    stream: &mut TcpStream,
+    code: u16,
+    extra: &[(&str, String)],
+    body: &serde_json::Value,
+) -> io::Result<()> {
+    write_full(
+        stream,
+        code,
+        "application/json",
+        extra,
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
 /// Refuses a request that could not be read (400, an `invalid_request_error` naming the
 /// problem) with `Connection: close`, and closes: what follows a bad request on the
 /// connection cannot be trusted to start a new one.
 pub(crate) async fn write_refusal(stream: &mut TcpStream, message: &str) -> io::Result<()> {
-    let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": message}})
-        .to_string();
-    write_full(
-        stream,
-        400,
-        "application/json",
-        &[("connection", "close".to_string())],
-        body.as_bytes(),
-    )
-    .await?;
+    let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": message}});
+    write_json(stream, 400, &[("connection", "close".to_string())], &body).await?;
     stream.shutdown().await
 }
 

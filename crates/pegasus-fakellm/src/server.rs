@@ -316,14 +316,7 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<Next> {
     match plan {
         Plan::NotFound(what) => {
             let body = serde_json::json!({"error": {"type": "not_found_error", "message": format!("fake-llm: no endpoint {what}")}});
-            http::write_full(
-                stream,
-                404,
-                "application/json",
-                &[],
-                body.to_string().as_bytes(),
-            )
-            .await?;
+            http::write_json(stream, 404, &[], &body).await?;
             Ok(Next::Request)
         }
         Plan::Error {
@@ -340,14 +333,7 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<Next> {
                 Format::Anthropic => anthropic::error_body(400, &message),
                 Format::OpenAi => openai::context_error_body(&message),
             };
-            http::write_full(
-                stream,
-                400,
-                "application/json",
-                &[],
-                body.to_string().as_bytes(),
-            )
-            .await?;
+            http::write_json(stream, 400, &[], &body).await?;
             Ok(Next::Request)
         }
         Plan::Reply(p) => {
@@ -372,14 +358,7 @@ async fn send_error(
     if let Some(s) = retry_after_s {
         extra.push(("retry-after", s.to_string()));
     }
-    http::write_full(
-        stream,
-        code,
-        "application/json",
-        &extra,
-        body.to_string().as_bytes(),
-    )
-    .await
+    http::write_json(stream, code, &extra, &body).await
 }
 
 type BoxFuture<'a> = Pin<Box<dyn Future<Output = io::Result<Next>> + Send + 'a>>;
