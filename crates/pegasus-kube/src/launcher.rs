@@ -130,7 +130,7 @@ impl PodLauncher {
     /// crash and restarts by its own rules; it judges the worker by its link meanwhile.
     ///
     /// It watches the pod and, whenever a watch ends (the server ends each after
-    /// [`WATCH_SECONDS`], or the connection breaks), looks at the pod again and watches on.
+    /// 290 s, or the connection breaks), looks at the pod again and watches on.
     /// An error is a failure to look: the pod may still run, and calling again is fine.
     pub async fn wait_for_end(&self, pod: &LaunchedPod) -> Result<PodEnd, KubeError> {
         loop {
