@@ -20,8 +20,8 @@ pub enum LauncherConfig {
     /// Any command that starts a process on another host (`ssh`, `systemd-run -H`, `srun`,
     /// `ip netns exec`): its argv, with placeholders.
     Command(CommandLauncher),
-    /// A Pod per active project. Its settings are kept as written so config.yml stays valid,
-    /// but this build cannot start one: pegasusd refuses it at start, naming the key.
+    /// A Pod per active project; its settings are checked in full by pegasusd at start
+    /// (`pegasus-kube`), each error naming its key.
     Kubernetes(serde_json::Value),
 }
 
@@ -116,10 +116,6 @@ pub fn check(
                         "is missing: a kubernetes launcher needs the worker's image".into(),
                     ));
                 }
-                return Err((
-                    key,
-                    "kind `kubernetes` is not available in this build: start workers with a `command` launcher (e.g. kubectl run) or locally".into(),
-                ));
             }
         }
         if listen.is_none() {

@@ -143,6 +143,9 @@ async fn serve(
         }
         None => (None, None),
     };
+    let pods = crate::remote::pod_launchers(&home, &config)
+        .await
+        .map_err(SupervisorError::Remote)?;
     let (main_tx, main_rx) = tokio::sync::mpsc::unbounded_channel();
     let (slot_tx, slot_rx) = tokio::sync::mpsc::unbounded_channel();
     let sup = Supervisor::new(
@@ -152,7 +155,7 @@ async fn serve(
         gateway,
         main_tx,
         slot_tx,
-        remote,
+        crate::remote::Elsewhere { remote, pods },
     );
     let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
     let door = FrontDoor::new(&sup, secrets);

@@ -17,6 +17,14 @@ use tokio::net::{TcpListener, TcpStream};
 /// How many connections may be in their TLS handshake, enrollment or hello at once.
 const MAX_OPEN: usize = 256;
 
+/// How pegasusd reaches workers elsewhere: the link's authority (with `workers.listen`) and
+/// the Kubernetes launchers.
+#[derive(Default)]
+pub(crate) struct Elsewhere {
+    pub remote: Option<Remote>,
+    pub pods: std::collections::HashMap<String, Arc<pegasus_kube::PodLauncher>>,
+}
+
 /// pegasusd's side of remote links: its certificate authority and where it listens.
 pub(crate) struct Remote {
     pub authority: Authority,
@@ -47,6 +55,64 @@ impl Remote {
             .map_err(|e| e.to_string())?;
         Ok(Remote { authority })
     }
+}
+
+/// The Kubernetes launchers of config.yml, each checked and connected to its cluster; the
+/// pods of this home that a previous pegasusd left are adopted (those of active projects
+/// using that launcher, still running) or deleted. An error names the launcher's key.
+pub(crate) async fn pod_launchers(
+    home: &Home,
+    config: &Config,
+) -> Result<std::collections::HashMap<String, Arc<pegasus_kube::PodLauncher>>, String> {
+    let mut out = std::collections::HashMap::new();
+    for (name, launcher) in &config.launchers {
+        let LauncherConfig::Kubernetes(value) = launcher else {
+            continue;
+        };
+        let settings = pegasus_kube::KubeSettings::from_value(value, home.root())
+            .map_err(|e| format!("launchers.{name}: {e}"))?;
+        let id = pegasus_kube::HomeId::new(&home_id(home)?).map_err(|e| e.to_string())?;
+        let pods = pegasus_kube::PodLauncher::connect(settings, id)
+            .await
+            .map_err(|e| format!("launchers.{name}: {e}"))?;
+        let active: Vec<String> = pegasus_store::scan_projects(home)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|e| {
+                e.project.as_ref().is_ok_and(|p| {
+                    p.status() == pegasus_store::ProjectStatus::Active
+                        && p.launcher().unwrap_or(&config.default_launcher) == name
+                })
+            })
+            .map(|e| e.name)
+            .collect();
+        match pods.adopt_or_delete(&active).await {
+            Ok(a) => {
+                tracing::info!(launcher = %name, adopted = a.adopted.len(), deleted = a.deleted.len(), "pods of an earlier pegasusd looked at")
+            }
+            Err(e) => {
+                tracing::warn!(launcher = %name, "cannot look at the pods an earlier pegasusd left: {e}")
+            }
+        }
+        out.insert(name.clone(), Arc::new(pods));
+    }
+    Ok(out)
+}
+
+/// This home's id (made once, kept in `<home>/home-id`): what its pods are labelled with, so
+/// two homes can share a namespace.
+fn home_id(home: &Home) -> Result<String, String> {
+    let path = home.root().join("home-id");
+    if let Ok(id) = pegasus_store::read_text_limited(&path, 128) {
+        let id = id.trim().to_string();
+        if !id.is_empty() {
+            return Ok(id);
+        }
+    }
+    let id = crate::spawn::new_token().map_err(|e| format!("cannot make a home id: {e}"))?;
+    pegasus_store::write_atomic(&path, id.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(id)
 }
 
 /// Binds `workers.listen`; a refusal names the key.

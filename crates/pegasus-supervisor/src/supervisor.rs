@@ -62,6 +62,8 @@ pub(crate) struct Supervisor {
     slot_events: mpsc::UnboundedSender<SlotEvent>,
     /// Workers on other hosts (`workers.listen`), when configured.
     pub remote: Option<Arc<crate::remote::Remote>>,
+    /// The Kubernetes launchers, by name (SPEC §14).
+    pub pods: HashMap<String, Arc<pegasus_kube::PodLauncher>>,
 }
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
@@ -84,14 +86,15 @@ impl Supervisor {
         gateway: Gateway,
         main_tx: mpsc::UnboundedSender<MainInput>,
         slot_events: mpsc::UnboundedSender<SlotEvent>,
-        remote: Option<crate::remote::Remote>,
+        elsewhere: crate::remote::Elsewhere,
     ) -> Arc<Self> {
         Arc::new(Supervisor {
             projects: gateway.projects(),
             gateway,
             main_tx,
             slot_events,
-            remote: remote.map(Arc::new),
+            remote: elsewhere.remote.map(Arc::new),
+            pods: elsewhere.pods,
             watchdogs: Watchdogs::new(&config.watchdog),
             home,
             config_json: serde_json::to_string(&config).unwrap_or_else(|e| {
@@ -264,12 +267,10 @@ impl Supervisor {
         self.gateway.resolve_model(&model)
     }
 
-    /// Where project `name`'s worker runs: `None` for this machine (`local`), else the name and
-    /// settings of its launcher; an error says what to fix.
-    pub fn launcher_of(
-        &self,
-        name: &str,
-    ) -> Result<Option<(String, pegasus_store::launcher::CommandLauncher)>, String> {
+    /// Where project `name`'s worker runs: `None` for this machine (`local`), else the name of
+    /// its launcher and how it launches; an error says what to fix.
+    pub fn launcher_of(&self, name: &str) -> Result<Option<(String, crate::slot::Launch)>, String> {
+        use crate::slot::Launch;
         use pegasus_store::launcher::{LauncherConfig, LOCAL};
         let named = self
             .projects
@@ -280,10 +281,11 @@ impl Supervisor {
             return Ok(None);
         }
         match self.config.launchers.get(&launcher) {
-            Some(LauncherConfig::Command(c)) => Ok(Some((launcher, c.clone()))),
-            Some(LauncherConfig::Kubernetes(_)) => Err(format!(
-                "launcher {launcher} is of kind kubernetes, which this build cannot start"
-            )),
+            Some(LauncherConfig::Command(c)) => Ok(Some((launcher, Launch::Command(c.clone())))),
+            Some(LauncherConfig::Kubernetes(_)) => match self.pods.get(&launcher) {
+                Some(pods) => Ok(Some((launcher, Launch::Pod(pods.clone())))),
+                None => Err(format!("launcher {launcher} has no Kubernetes client; see the pegasusd log")),
+            },
             None => Err(format!(
                 "project {name} names launcher {launcher}, which config.yml does not have under `launchers:`; fix PROJECT.md or config.yml, then `pegasusctl project resume {name}`"
             )),

@@ -9,10 +9,12 @@
 //! [`crate::llm_proxy`].
 
 mod connected;
+mod launch;
 mod link;
 mod process;
 mod routing;
 
+pub(crate) use launch::Launch;
 pub(crate) use routing::Delivery;
 
 use crate::{spawn, supervisor::Supervisor};
@@ -52,11 +54,6 @@ pub(crate) struct WorkerConn {
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound of the restart backoff.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// How long a launched worker may take to reach pegasusd and say hello: it keeps trying to
-/// connect for [`pegasus_link::CONNECT_PATIENCE`], then enrolls.
-const REMOTE_HELLO_TIMEOUT: Duration = Duration::from_secs(25);
-/// How often a launch waiting for the project's worker lock looks again.
-const LOCK_POLL: Duration = Duration::from_millis(500);
 
 /// What the rest of the daemon can ask of a slot.
 pub(crate) enum SlotCmd {
@@ -383,7 +380,7 @@ impl Slot {
         match self.sup.launcher_of(&self.name) {
             Err(why) => Outcome::Crashed(why),
             Ok(None) => self.run_local(rx).await,
-            Ok(Some((name, launcher))) => self.run_launched(rx, &name, &launcher).await,
+            Ok(Some((name, launch))) => self.run_launched(rx, &name, launch).await,
         }
     }
 
@@ -460,140 +457,6 @@ impl Slot {
         };
         self.run_connected(conn, WorkerProcess::Local { child, pid }, rx)
             .await
-    }
-
-    /// Launches a worker on another host through `launcher` (SPEC §14) and supervises it by
-    /// its link until it ends. No launch while the project's worker lock is held: the last
-    /// worker may still run on a host pegasusd cannot reach.
-    async fn run_launched(
-        &mut self,
-        rx: &mut mpsc::Receiver<SlotCmd>,
-        name: &str,
-        launcher: &pegasus_store::launcher::CommandLauncher,
-    ) -> Outcome {
-        let Some(remote) = self.sup.remote.clone() else {
-            return Outcome::Crashed(format!(
-                "launcher {name} needs `workers.listen` in config.yml"
-            ));
-        };
-        let dir = self.sup.home.project_dir(&self.name);
-        let mut told = false;
-        while pegasus_store::worker_lock::is_held(&dir) {
-            if !told {
-                tracing::warn!(project = %self.name, "the project's last worker still holds its lock; waiting for it to go before launching another");
-                told = true;
-            }
-            if let Some(stopped) = self.wait_cmds(rx, Instant::now() + LOCK_POLL).await {
-                return stopped;
-            }
-        }
-        let token = match remote.authority.issue_token(&self.name) {
-            Ok(t) => t,
-            Err(e) => return Outcome::Crashed(format!("cannot make an enrollment token: {e}")),
-        };
-        let mut conn_rx = self.sup.register_spawn(&token, &self.name);
-        let env = vec![
-            (
-                pegasus_link::ENV_CONNECT.to_string(),
-                launcher.connect.clone(),
-            ),
-            (pegasus_link::ENV_ENROLL.to_string(), token.clone()),
-            (
-                pegasus_link::ENV_CA_SHA256.to_string(),
-                remote.authority.ca_sha256_hex().to_string(),
-            ),
-        ];
-        let worker = self.sup.worker_bin.display().to_string();
-        let project_dir = dir.display().to_string();
-        let argv = pegasus_store::launcher::expand_argv(
-            &launcher.argv,
-            &pegasus_store::launcher::LaunchValues {
-                worker: &worker,
-                project: &self.name,
-                project_dir: &project_dir,
-                connect: &launcher.connect,
-                env: &env,
-            },
-        );
-        let stderr_log = self
-            .sup
-            .home
-            .logs_dir()
-            .join(format!("worker-{}.stderr", self.name));
-        let launched = match spawn::spawn_launcher(&argv, &env, &stderr_log) {
-            Ok(c) => c,
-            Err(e) => {
-                self.sup.cancel_spawn(&token);
-                return Outcome::Crashed(format!(
-                    "launcher {name} cannot start `{}`: {e}",
-                    argv.join(" ")
-                ));
-            }
-        };
-        tracing::info!(project = %self.name, launcher = name, pid = ?launched.id(), "worker launched");
-        let gone = tokio_util::sync::CancellationToken::new();
-        let mut process = WorkerProcess::Remote {
-            pid: 0,
-            launched: Some(launched),
-            gone,
-        };
-        let deadline = Instant::now() + REMOTE_HELLO_TIMEOUT;
-        let conn = loop {
-            tokio::select! {
-                conn = &mut conn_rx => match conn {
-                    Ok(conn) => break conn,
-                    Err(_) => {
-                        process.kill();
-                        return Outcome::Crashed("handshake lost".into());
-                    }
-                },
-                _ = sleep_until(deadline) => {
-                    self.sup.cancel_spawn(&token);
-                    process.kill();
-                    return Outcome::Unreached(format!(
-                        "no worker of launcher {name} connected within {} s",
-                        REMOTE_HELLO_TIMEOUT.as_secs()
-                    ));
-                }
-                cmd = rx.recv() => match cmd {
-                    None | Some(SlotCmd::Stop(_)) => {
-                        self.sup.cancel_spawn(&token);
-                        process.kill();
-                        let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
-                        return Outcome::Stopped(reply);
-                    }
-                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
-                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
-                },
-            }
-        };
-        if let WorkerProcess::Remote { pid, .. } = &mut process {
-            *pid = conn.pid;
-        }
-        let host = conn.host.clone();
-        self.set(|i| i.host = host);
-        self.unreached = 0;
-        self.set_state(WorkerState::Starting, Some(conn.pid));
-        self.run_connected(conn, process, rx).await
-    }
-
-    /// Takes commands until `until`: a stop ends the wait with its outcome, messages queue.
-    async fn wait_cmds(
-        &mut self,
-        rx: &mut mpsc::Receiver<SlotCmd>,
-        until: Instant,
-    ) -> Option<Outcome> {
-        loop {
-            tokio::select! {
-                _ = sleep_until(until) => return None,
-                cmd = rx.recv() => match cmd {
-                    None => return Some(Outcome::Stopped(None)),
-                    Some(SlotCmd::Stop(reply)) => return Some(Outcome::Stopped(Some(reply))),
-                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
-                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
-                },
-            }
-        }
     }
 
     async fn kill_and_reap(&self, mut child: Child, pid: u32, reason: &str) -> Outcome {
