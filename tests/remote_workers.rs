@@ -200,8 +200,23 @@ fn a_remote_worker_answers_through_pegasusd_and_survives_kills_and_a_cut_link() 
     let fake = answering_fake();
     let port = host.free_port();
     let home = host.home(&fake, port);
+    // The home's preferences, roles and skills reach a remote worker over its link.
+    std::fs::write(home.path().join("preferences.md"), "Answer briefly.\n").unwrap();
+    std::fs::create_dir_all(home.path().join("skills/deploy")).unwrap();
+    std::fs::write(
+        home.path().join("skills/deploy/SKILL.md"),
+        "---\nname: deploy\ndescription: ship it\n---\nRun the deploy.\n",
+    )
+    .unwrap();
     let mut daemon = home.start_fake();
     let first = home.create("far");
+    let got = home.project_dir("far").join("tmp/home");
+    assert_eq!(
+        std::fs::read_to_string(got.join("preferences.md")).unwrap(),
+        "Answer briefly.\n"
+    );
+    assert!(got.join("skills/deploy/SKILL.md").is_file());
+    assert!(got.join("roles").is_dir());
     assert!(host.runs_here(first), "the worker runs on the other host");
     // `status` shows the worker's own pid and its host.
     let p = home.json(&["project", "show", "far"]);

@@ -51,6 +51,22 @@ pub struct Init {
     /// That model's context window in tokens (the model table, else what its server says,
     /// else `default_context_window`), for compaction.
     pub context_window: Option<u64>,
+    /// For a worker on another host (SPEC §14), which has only its project folder: the home's
+    /// roles, global skills and preferences. `None` for a local worker, which reads them from
+    /// the home itself.
+    pub home_files: Option<HomeFiles>,
+}
+
+/// The home's files a remote worker gets over its link, each as its path below the home's
+/// folder of that kind and its text.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct HomeFiles {
+    /// `roles/<id>.md`, as `<id>.md`.
+    pub roles: Vec<(String, String)>,
+    /// `skills/<name>/SKILL.md`, as `<name>/SKILL.md`.
+    pub skills: Vec<(String, String)>,
+    /// `preferences.md`.
+    pub preferences: Option<String>,
 }
 
 /// One inbound message: who sent it and what it says.

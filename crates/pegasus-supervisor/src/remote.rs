@@ -115,6 +115,64 @@ fn home_id(home: &Home) -> Result<String, String> {
     Ok(id)
 }
 
+/// The most a remote worker's share of the home may weigh: well below a frame's limit.
+const HOME_FILES_MAX: usize = 4 << 20;
+/// The most one of those files may weigh.
+const HOME_FILE_MAX: u64 = 1 << 20;
+
+/// The home's roles, global skills and preferences, for a worker on another host that has
+/// only its project folder (SPEC §14: everything else comes over the link). A file that
+/// cannot be read, or is too large, is left out with a warning.
+pub(crate) fn home_files(home: &Home) -> pegasus_proto::worker::HomeFiles {
+    let mut files = pegasus_proto::worker::HomeFiles::default();
+    let mut total = 0usize;
+    let take = |path: &std::path::Path, total: &mut usize| -> Option<String> {
+        match pegasus_store::read_text_limited(path, HOME_FILE_MAX) {
+            Ok(text) if *total + text.len() <= HOME_FILES_MAX => {
+                *total += text.len();
+                Some(text)
+            }
+            Ok(_) => {
+                tracing::warn!(file = %path.display(), "a remote worker's share of the home is full; not sending this file");
+                None
+            }
+            Err(pegasus_store::ReadError::NotFound) => None,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), "not sent to remote workers: {e}");
+                None
+            }
+        }
+    };
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    };
+    let roles = home.roles_dir();
+    for name in names(&roles).into_iter().filter(|n| n.ends_with(".md")) {
+        if let Some(text) = take(&roles.join(&name), &mut total) {
+            files.roles.push((name, text));
+        }
+    }
+    let skills = home.skills_dir();
+    for name in names(&skills) {
+        if name.starts_with('.') {
+            continue;
+        }
+        let rel = format!("{name}/SKILL.md");
+        if let Some(text) = take(&skills.join(&rel), &mut total) {
+            files.skills.push((rel, text));
+        }
+    }
+    files.preferences = take(&home.preferences_file(), &mut total);
+    files
+}
+
 /// Binds `workers.listen`; a refusal names the key.
 pub(crate) async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), String> {
     let addr: SocketAddr = listen

@@ -225,6 +225,7 @@ mod tests {
                         heartbeat_ms: 1000,
                         model: String::new(),
                         context_window: None,
+                        home_files: None,
                     }))
                 }),
             ),

@@ -12,7 +12,12 @@ use pegasus_agent::{record_inbound, Agent, AgentSettings, Notice, ToolSet};
 use pegasus_proto::worker::{FromWorker, ToWorker};
 use pegasus_runs::{RunEngine, RunSettings, RunStore};
 use pegasus_store::{Config, Home, ProjectFile};
-use std::{io::BufRead, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    io::BufRead,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 use tokio::sync::mpsc;
 
 /// What `project-worker` is started with: only its project folder. The spawn token is read from
@@ -91,6 +96,45 @@ fn die_with_supervisor() {
     }
 }
 
+/// Where the worker finds the home's roles, skills and preferences.
+struct Shared {
+    roles: PathBuf,
+    skills: PathBuf,
+    preferences: PathBuf,
+}
+
+/// Writes the home's files a remote worker got over its link below `dir` (emptied first), in
+/// the home's own layout; each name must be one plain path component (two for a skill's
+/// `<name>/SKILL.md`), whatever pegasusd sent.
+fn materialize(dir: &Path, files: &pegasus_proto::worker::HomeFiles) -> std::io::Result<Shared> {
+    let plain = |c: &str| !c.is_empty() && c != "." && c != ".." && !c.contains(['/', '\\', '\0']);
+    let _ = std::fs::remove_dir_all(dir);
+    let shared = Shared {
+        roles: dir.join("roles"),
+        skills: dir.join("skills"),
+        preferences: dir.join("preferences.md"),
+    };
+    std::fs::create_dir_all(&shared.roles)?;
+    std::fs::create_dir_all(&shared.skills)?;
+    for (name, text) in &files.roles {
+        if plain(name) {
+            std::fs::write(shared.roles.join(name), text)?;
+        }
+    }
+    for (rel, text) in &files.skills {
+        if let Some((skill, "SKILL.md")) = rel.split_once('/') {
+            if plain(skill) {
+                std::fs::create_dir_all(shared.skills.join(skill))?;
+                std::fs::write(shared.skills.join(skill).join("SKILL.md"), text)?;
+            }
+        }
+    }
+    if let Some(text) = &files.preferences {
+        std::fs::write(&shared.preferences, text)?;
+    }
+    Ok(shared)
+}
+
 /// How the worker reaches pegasusd.
 enum Link {
     /// The home's worker socket, with the spawn token from stdin.
@@ -119,6 +163,18 @@ async fn serve(
     let (notices, mut notice_rx) = mpsc::unbounded_channel::<Notice>();
     let proxy = ProxyModel::new(out.clone());
 
+    // The home's roles, skills and preferences: a local worker reads the home's own; a remote
+    // one (SPEC §14) got them over the link and keeps them in its project's tmp/.
+    let shared = match &init.home_files {
+        None => Shared {
+            roles: home.roles_dir(),
+            skills: home.skills_dir(),
+            preferences: home.preferences_file(),
+        },
+        Some(files) => materialize(&project_dir.join("tmp").join("home"), files).map_err(|e| {
+            WorkerError::Config(format!("cannot keep the home's files pegasusd sent: {e}"))
+        })?,
+    };
     // The settings come from pegasusd (the one reader of config.yml); the worker loads its own
     // project. A failure is reported, then we exit.
     let loaded = serde_json::from_str::<Config>(&init.config_json)
@@ -143,8 +199,8 @@ async fn serve(
                     .map(PathBuf::from)
                     .collect(),
             });
-            settings.roles_dir = Some(home.roles_dir());
-            settings.preferences = Some(home.preferences_file());
+            settings.roles_dir = Some(shared.roles.clone());
+            settings.preferences = Some(shared.preferences.clone());
             settings.role_assignments = pegasus_roles::assignments_from_yaml(
                 project.get("roles").as_ref(),
             )
@@ -175,7 +231,7 @@ async fn serve(
                 &workdir,
                 &name,
                 project.body().to_string(),
-                home.skills_dir(),
+                shared.skills.clone(),
                 ToolSet::project_tools(),
                 Arc::new(proxy.clone()),
                 notices,
@@ -430,5 +486,47 @@ impl Runs {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&run_id);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// What pegasusd sends lands in the home's layout; a name that is not one plain path
+    /// component is dropped, whatever pegasusd sent.
+    #[test]
+    fn home_files_land_in_the_homes_layout_and_nothing_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = pegasus_proto::worker::HomeFiles {
+            roles: vec![
+                ("coder.md".into(), "role".into()),
+                ("../escape.md".into(), "no".into()),
+            ],
+            skills: vec![
+                ("deploy/SKILL.md".into(), "skill".into()),
+                ("../x/SKILL.md".into(), "no".into()),
+                ("deploy/other.sh".into(), "no".into()),
+            ],
+            preferences: Some("prefs".into()),
+        };
+        let at = dir.path().join("tmp/home");
+        let shared = materialize(&at, &files).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(shared.roles.join("coder.md")).unwrap(),
+            "role"
+        );
+        assert_eq!(
+            std::fs::read_to_string(shared.skills.join("deploy/SKILL.md")).unwrap(),
+            "skill"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&shared.preferences).unwrap(),
+            "prefs"
+        );
+        assert!(!dir.path().join("tmp/escape.md").exists());
+        assert!(!dir.path().join("tmp/home/x").exists());
+        assert!(!shared.skills.join("deploy/other.sh").exists());
     }
 }

@@ -53,6 +53,10 @@ impl Slot {
             heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
             context_window,
             model,
+            // A remote worker has only its project folder (SPEC §14).
+            home_files: process
+                .is_remote()
+                .then(|| crate::remote::home_files(&self.sup.home)),
         });
         let (to_worker, mut to_worker_rx) = mpsc::unbounded_channel::<ToWorker>();
         let writer_task = tokio::spawn(async move {
