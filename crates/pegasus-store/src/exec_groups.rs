@@ -17,6 +17,24 @@ struct GroupRecord {
     pgid: i32,
     /// Field 22 of `/proc/<pgid>/stat` when recorded.
     start: u64,
+    /// Where the pgid means something: the recording process's machine boot and PID
+    /// namespace ([`origin`]). A worker on another host (SPEC §14) may share this folder; its
+    /// pids are not ours to kill. Older records have none and are taken as local.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    origin: Option<String>,
+}
+
+/// This process's pid space: the kernel's boot id and the PID namespace's id. Two processes
+/// agree on what a pid names only when both are the same.
+fn origin() -> &'static str {
+    static ORIGIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let ns = std::fs::read_link("/proc/self/ns/pid")
+            .map(|l| l.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        format!("{}/{ns}", boot.trim())
+    })
 }
 
 /// The start time (clock ticks since boot) of a process, from `/proc/<pid>/stat`.
@@ -32,7 +50,11 @@ pub fn record_exec_group(registry: &Path, pgid: i32) -> Result<()> {
     let Some(start) = start_time(pgid) else {
         return Ok(()); // already gone
     };
-    JsonlAppender::open(registry)?.append_durable(&GroupRecord { pgid, start })
+    JsonlAppender::open(registry)?.append_durable(&GroupRecord {
+        pgid,
+        start,
+        origin: Some(origin().to_string()),
+    })
 }
 
 /// Kills every recorded group whose leader is still the process that was recorded, then
@@ -44,6 +66,10 @@ pub fn kill_exec_groups(registry: &Path) -> Result<usize> {
     let read = read_jsonl::<GroupRecord>(registry)?;
     let mut killed = 0;
     for g in read.records {
+        // A group recorded in another pid space (a worker on another host) is not ours.
+        if g.origin.as_deref().is_some_and(|o| o != origin()) {
+            continue;
+        }
         // A leader with another start time means the pid was reused: not ours. A leader that
         // is gone may have left members running (the orphan case this exists for): kill them.
         let leader = start_time(g.pgid);
@@ -65,6 +91,36 @@ pub fn kill_exec_groups(registry: &Path) -> Result<usize> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// A group recorded by a worker in another pid space (another host, a pod) is never
+    /// killed here, even where a local group has the same id; an old record without an
+    /// origin is taken as local.
+    #[test]
+    fn groups_of_another_pid_space_are_never_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = dir.path().join("exec.jsonl");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as i32;
+        let start = start_time(pgid).unwrap();
+        let foreign = GroupRecord {
+            pgid,
+            start,
+            origin: Some("another-boot/pid:[1]".into()),
+        };
+        JsonlAppender::open(&reg)
+            .unwrap()
+            .append_durable(&foreign)
+            .unwrap();
+        assert_eq!(kill_exec_groups(&reg).unwrap(), 0);
+        assert!(child.try_wait().unwrap().is_none(), "still running");
+        record_exec_group(&reg, pgid).unwrap();
+        assert_eq!(kill_exec_groups(&reg).unwrap(), 1);
+        child.wait().unwrap();
+    }
     use std::os::unix::process::CommandExt;
 
     #[test]
