@@ -1412,19 +1412,11 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
     let recorded = std::fs::read_to_string(home.project_dir("web").join("crashes.jsonl")).unwrap();
     assert_eq!(recorded.lines().count(), 1, "one crash: {recorded}");
     assert!(crash.contains("link lost"), "{crash:?}");
-    // KNOWN BUG (pegasusd, crates/pegasus-supervisor/src/slot/launch.rs, `run_launched`): the
-    // slot aborts the pod's watch (`watch.abort()`) as soon as the link is lost, which is
-    // always a few milliseconds before the kubelet reports the pod Failed, so the crash is
-    // recorded as plain "link lost", without the cluster's reason (SPEC §14, SCALING.md:
-    // "When a pod ends, pegasusd learns how and records it with the crash"). Once fixed (let
-    // the watch report for a few seconds after a crash before aborting it), this holds:
-    if !crash.contains("worker exited with code 137 (Error)") {
-        eprintln!("KNOWN BUG: the crash lacks the pod's failure: {crash:?}");
-    }
-    // assert!(
-    //     crash.contains("pod failed: worker exited with code 137 (Error)"),
-    //     "the crash carries the pod's failure: {crash:?}; crashes.jsonl: {recorded}"
-    // );
+    // The crash carries the cluster's reason for the pod's end (SPEC §14).
+    assert!(
+        crash.contains("pod failed: worker exited with code 137 (Error)"),
+        "the crash carries the pod's failure: {crash:?}; crashes.jsonl: {recorded}"
+    );
 
     // A pod deleted behind pegasusd's back (`kubectl delete pod`): the kubelet SIGTERMs its
     // worker, the link goes, pegasusd records a crash and makes a new pod once the old worker

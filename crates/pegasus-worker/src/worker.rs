@@ -436,7 +436,17 @@ type Writer = pegasus_proto::FrameWriter<connection::LinkWrite>;
 
 async fn read_frames(mut reader: Reader, tx: mpsc::Sender<Result<Option<ToWorker>, String>>) {
     loop {
-        let ev = reader.read::<ToWorker>().await.map_err(|e| e.to_string());
+        let ev = match reader.read::<ToWorker>().await {
+            // A TLS link whose peer died says so without a close_notify: pegasusd went away,
+            // which is a normal end for a worker, as the Unix socket's end of file is.
+            Err(pegasus_proto::ProtoError::Io(e))
+                if e.kind() == std::io::ErrorKind::UnexpectedEof
+                    || e.kind() == std::io::ErrorKind::ConnectionReset =>
+            {
+                Ok(None)
+            }
+            ev => ev.map_err(|e| e.to_string()),
+        };
         let end = !matches!(ev, Ok(Some(_)));
         if tx.send(ev).await.is_err() || end {
             break;

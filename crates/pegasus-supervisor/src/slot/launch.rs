@@ -26,6 +26,8 @@ use tokio_util::sync::CancellationToken;
 const REMOTE_HELLO_TIMEOUT: Duration = Duration::from_secs(25);
 /// How often a launch waiting for the project's worker lock looks again.
 const LOCK_POLL: Duration = Duration::from_millis(500);
+/// How long a crashed worker's pod may take to be reported ended, for the crash record.
+const POD_END_PATIENCE: Duration = Duration::from_secs(5);
 /// How long a pod's deletion may take when its worker is done.
 const DELETE_PATIENCE: Duration = Duration::from_secs(15);
 
@@ -178,9 +180,14 @@ impl Slot {
             }
         };
         // A pod is deleted when its worker is done, however it ended (suspend and stop too).
-        let Some((launcher, pod, watch)) = pod else {
+        let Some((launcher, pod, mut watch)) = pod else {
             return outcome;
         };
+        // A dead worker's link drops a moment before its kubelet reports the pod's end: give
+        // the watch that moment, so the crash record carries the cluster's reason.
+        if matches!(outcome, Outcome::Crashed(_)) {
+            let _ = tokio::time::timeout(POD_END_PATIENCE, &mut watch).await;
+        }
         watch.abort();
         let deleted = tokio::time::timeout(DELETE_PATIENCE, launcher.delete(&pod.project)).await;
         if !matches!(deleted, Ok(Ok(()))) {
