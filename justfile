@@ -15,7 +15,7 @@ demo:
 # Benchmarks; results go to docs/PERFORMANCE.md by hand.
 bench:
     cargo build --release --bins
-    cargo run --release --example bench_foundation
+    cargo run --release --example bench_daemon -- foundation
 
 # Format and lint exactly as the merge bar does.
 check:
