@@ -47,6 +47,11 @@ fn main() -> ExitCode {
                 "the dashboard's list, SSE and pages",
                 dashboard,
             ),
+            (
+                "remote",
+                "workers on another host (a network namespace) over mutual TLS",
+                remote,
+            ),
         ],
     )
 }
@@ -758,4 +763,225 @@ impl Http {
     fn post(&self, path: &str, body: &str) -> Res<String> {
         self.call(&format!("POST {path}"), body)
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// remote
+
+/// The other host: a network namespace joined to this one by a veth pair (private addresses
+/// that exist only inside this bench), removed on drop.
+struct NetHost {
+    ns: String,
+    veth: String,
+    here: String,
+}
+
+fn ip(args: &[&str]) -> Res<()> {
+    let out = Command::new("ip").args(args).output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+impl NetHost {
+    fn make() -> Res<NetHost> {
+        let id = std::process::id() % 200;
+        let host = NetHost {
+            ns: format!("pgbench{id}"),
+            veth: format!("pgbv{id}"),
+            here: format!("10.214.{id}.1"),
+        };
+        let peer = format!("pgbw{id}");
+        ip(&["netns", "add", &host.ns])?;
+        ip(&[
+            "link", "add", &host.veth, "type", "veth", "peer", "name", &peer,
+        ])?;
+        ip(&["link", "set", &peer, "netns", &host.ns])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/30", host.here),
+            "dev",
+            &host.veth,
+        ])?;
+        ip(&["link", "set", &host.veth, "up"])?;
+        let there = format!("10.214.{id}.2/30");
+        ip(&[
+            "netns", "exec", &host.ns, "ip", "addr", "add", &there, "dev", &peer,
+        ])?;
+        ip(&["netns", "exec", &host.ns, "ip", "link", "set", &peer, "up"])?;
+        ip(&["netns", "exec", &host.ns, "ip", "link", "set", "lo", "up"])?;
+        Ok(host)
+    }
+}
+
+impl Drop for NetHost {
+    fn drop(&mut self) {
+        let _ = ip(&["link", "del", &self.veth]);
+        let _ = ip(&["netns", "del", &self.ns]);
+    }
+}
+
+/// Sets `launcher: NAME` in a project's PROJECT.md (after its `status:` line).
+fn set_launcher(home: &Home, project: &str, launcher: &str) -> Res<()> {
+    let path = home.project_dir(project).join("PROJECT.md");
+    let text = std::fs::read_to_string(&path)?;
+    let text = text.replacen("\nstatus:", &format!("\nlauncher: {launcher}\nstatus:"), 1);
+    std::fs::write(&path, text)?;
+    Ok(())
+}
+
+const REMOTE_SENDS: usize = 300;
+const REMOTE_CYCLES: usize = 10;
+const REMOTE_IDLE: usize = 100;
+
+/// Workers on another host, beside local ones in the same daemon: (a) the latency a remote
+/// link adds to a whole `project send --wait` (an instant fake answer), local and remote
+/// alternating; (b) launch → Ready (enrollment, the second TLS connection, hello, load) at a
+/// bus follower, against a local spawn → Ready; (c) pegasusd with 100 idle remote workers.
+/// Needs root and `ip`: without them it says so and measures nothing.
+fn remote(bins: &Bins, _: &[String]) -> Res<bool> {
+    let root = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    };
+    if !root || Command::new("ip").arg("-V").output().is_err() {
+        println!("  skipped: the remote mode needs root and `ip` (iproute2)");
+        return Ok(true);
+    }
+    let host = NetHost::make()?;
+    let port = std::net::TcpListener::bind(format!("{}:0", host.here))?
+        .local_addr()?
+        .port();
+    let extra = format!(
+        "workers: {{listen: \"{here}:{port}\"}}\n\
+         launchers:\n  far: {{kind: command, connect: \"{here}:{port}\", argv: [ip, netns, exec, {ns}, \"{{env}}\", \"{{worker}}\", \"{{project_dir}}\"]}}\n",
+        here = host.here,
+        ns = host.ns,
+    );
+    let rules = vec![pegasus_fakellm::Rule::new(
+        pegasus_fakellm::Match::Any,
+        pegasus_fakellm::Reply::Text("ok".into()),
+    )];
+    let (_fake, _tmp, home) = support::fake_home(rules, &extra)?;
+    // p0000 local, p0001 remote, p0002.. remote and suspended (for (c)).
+    support::populate(&home, 2 + REMOTE_IDLE, |i| i < 2)?;
+    for i in 1..2 + REMOTE_IDLE {
+        set_launcher(&home, &support::project_name(i), "far")?;
+    }
+    let mut t = support::Targets::default();
+    let mut d = Daemon::start(bins, home.root(), &[])?;
+    d.wait_ready(2, Duration::from_secs(60))?;
+
+    // (a) whole sends, alternating.
+    let (mut local, mut far) = (Vec::new(), Vec::new());
+    for i in 0..REMOTE_SENDS + 5 {
+        for (p, into) in [("p0000", &mut local), ("p0001", &mut far)] {
+            let t0 = Instant::now();
+            d.ctl(&["project", "send", p, &format!("hi {i}"), "--wait"])?;
+            if i >= 5 {
+                into.push(ms(t0.elapsed()));
+            }
+        }
+    }
+    let (l, f) = (Stats::of(&local), Stats::of(&far));
+    println!("  (a) `project send --wait`, local:  {} ms", l.line(2));
+    println!("      `project send --wait`, remote: {} ms", f.line(2));
+    // Whole commands: their p99 is the machine's (a stalled process spawn), so the added
+    // latency is also shown as the p90s' and the medians' difference.
+    let p90 = |v: &[f64]| support::pct(v, 90.0);
+    let added = f.p99 - l.p99;
+    t.check(
+        "latency a remote link adds, p99",
+        format!(
+            "{:.2} ms (p90 {:.2}, medians {:.2})",
+            added,
+            p90(&far) - p90(&local),
+            f.median - l.median
+        ),
+        "≤ 2 ms",
+        added <= 2.0,
+    );
+
+    // (b) launch → Ready, remote and local, at a bus follower.
+    let rt = support::runtime()?;
+    let mut ctl = rt.block_on(support::connect(&home))?;
+    let mut starts = |project: &str| -> Res<Stats> {
+        let events = support::follow(&home, Some(project))?;
+        let verb = |verb| CtlRequest::ProjectLifecycle {
+            name: project.into(),
+            verb,
+        };
+        let mut took = Vec::new();
+        for _ in 0..REMOTE_CYCLES {
+            rt.block_on(support::request(&mut ctl, verb(LifecycleVerb::Suspend)))?;
+            rt.block_on(support::request(&mut ctl, verb(LifecycleVerb::Resume)))?;
+            let mut starting = None;
+            let ready = loop {
+                let a = events.recv_timeout(Duration::from_secs(30))?;
+                match a.event.body {
+                    BusBody::WorkerState {
+                        state: WorkerState::Starting,
+                        pid: None,
+                    } => starting = Some(a.at),
+                    BusBody::WorkerState {
+                        state: WorkerState::Ready,
+                        ..
+                    } => break a.at,
+                    _ => {}
+                }
+            };
+            took.push(ms(ready - starting.ok_or("Ready without Starting")?));
+        }
+        Ok(Stats::of(&took))
+    };
+    let far_start = starts("p0001")?;
+    let local_start = starts("p0000")?;
+    println!(
+        "  (b) launch → Ready, remote (ip netns exec, TLS enrollment, mutual TLS, hello, load): {} ms",
+        far_start.line(1)
+    );
+    println!("      spawn → Ready, local: {} ms", local_start.line(1));
+    t.check(
+        "enrollment to Ready (launch included), median",
+        format!("{:.1} ms (max {:.1})", far_start.median, far_start.max),
+        "≤ 50 ms",
+        far_start.median <= 50.0,
+    );
+
+    // (c) 100 idle remote workers.
+    let before = (support::pss_kb(d.pid)?, support::rss_kb(d.pid)?);
+    for i in 2..2 + REMOTE_IDLE {
+        d.ctl(&["project", "resume", &support::project_name(i)])?;
+    }
+    support::poll(Duration::from_secs(120), "100 remote workers ready", || {
+        let out = d.ctl(&["--json", "status"]).ok()?;
+        let ready = out
+            .replace([' ', '\n'], "")
+            .matches("\"worker_state\":\"ready\"")
+            .count();
+        (ready >= 2 + REMOTE_IDLE).then_some(())
+    })?;
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu0 = support::cpu_ms(d.pid)?;
+    let w0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(10));
+    let cpu = (support::cpu_ms(d.pid)? - cpu0) / ms(w0.elapsed()) * 100.0;
+    let after = (support::pss_kb(d.pid)?, support::rss_kb(d.pid)?);
+    println!(
+        "  (c) pegasusd with {} remote workers idle: PSS {:.1} MiB (+{:.1} for them), RSS {:.1} MiB, CPU {:.2} % of one core over 10 s",
+        REMOTE_IDLE + 1,
+        after.0 as f64 / 1024.0,
+        (after.0 as f64 - before.0 as f64) / 1024.0,
+        after.1 as f64 / 1024.0,
+        cpu
+    );
+    d.stop()?;
+    Ok(t.met())
 }
