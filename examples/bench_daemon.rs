@@ -382,6 +382,27 @@ fn foundation(bins: &Bins, _: &[String]) -> Res<bool> {
     Ok(t.met())
 }
 
+/// When a follower saw the slot's `Starting` (before it starts a worker) and then its `Ready`.
+fn starting_to_ready(
+    events: &std::sync::mpsc::Receiver<support::Arrival>,
+) -> Res<(Instant, Instant)> {
+    let mut starting = None;
+    loop {
+        let a = events.recv_timeout(Duration::from_secs(30))?;
+        match a.event.body {
+            BusBody::WorkerState {
+                state: WorkerState::Starting,
+                pid: None,
+            } => starting = Some(a.at),
+            BusBody::WorkerState {
+                state: WorkerState::Ready,
+                ..
+            } => return Ok((starting.ok_or("Ready without Starting")?, a.at)),
+            _ => {}
+        }
+    }
+}
+
 /// A real pegasusd with one active project, suspended and resumed `SPAWNS` times (after
 /// `SPAWN_WARMUP`): from the slot's `Starting` (published before it makes the spawn token and
 /// spawns) to its `Ready` (after the worker's `Ready` frame), both as a follower of the
@@ -409,22 +430,7 @@ fn spawn_to_ready(bins: &Bins) -> Res<(Stats, Stats)> {
         rt.block_on(support::request(&mut ctl, verb(LifecycleVerb::Suspend)))?;
         let asked = Instant::now();
         rt.block_on(support::request(&mut ctl, verb(LifecycleVerb::Resume)))?;
-        let mut starting = None;
-        let ready = loop {
-            let a = events.recv_timeout(Duration::from_secs(10))?;
-            match a.event.body {
-                BusBody::WorkerState {
-                    state: WorkerState::Starting,
-                    pid: None,
-                } => starting = Some(a.at),
-                BusBody::WorkerState {
-                    state: WorkerState::Ready,
-                    ..
-                } => break a.at,
-                _ => {}
-            }
-        };
-        let starting = starting.ok_or("Ready without Starting")?;
+        let (starting, ready) = starting_to_ready(&events)?;
         if i >= SPAWN_WARMUP {
             worker.push(ms(ready - starting));
             floor.push(ms(true_took));
@@ -922,22 +928,8 @@ fn remote(bins: &Bins, _: &[String]) -> Res<bool> {
         for _ in 0..REMOTE_CYCLES {
             rt.block_on(support::request(&mut ctl, verb(LifecycleVerb::Suspend)))?;
             rt.block_on(support::request(&mut ctl, verb(LifecycleVerb::Resume)))?;
-            let mut starting = None;
-            let ready = loop {
-                let a = events.recv_timeout(Duration::from_secs(30))?;
-                match a.event.body {
-                    BusBody::WorkerState {
-                        state: WorkerState::Starting,
-                        pid: None,
-                    } => starting = Some(a.at),
-                    BusBody::WorkerState {
-                        state: WorkerState::Ready,
-                        ..
-                    } => break a.at,
-                    _ => {}
-                }
-            };
-            took.push(ms(ready - starting.ok_or("Ready without Starting")?));
+            let (starting, ready) = starting_to_ready(&events)?;
+            took.push(ms(ready - starting));
         }
         Ok(Stats::of(&took))
     };
