@@ -28,7 +28,7 @@ use axum::{
     Router,
 };
 use common::*;
-use pegasus_fakellm::{FakeLlm, Match, Reply, Rule};
+use pegasus_fakellm::FakeLlm;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -1183,36 +1183,19 @@ fn uid(pod: &Value) -> String {
     pod["metadata"]["uid"].as_str().unwrap().to_string()
 }
 
-fn answering_fake() -> FakeLlm {
-    let fake = FakeLlm::start().unwrap();
-    fake.require_api_key(Some(FAKE_KEY.into()));
-    main_agent_rule(&fake);
-    fake.add_rule(Rule::new(
-        Match::LastUserTextContains("where".into()),
-        Reply::Text("answered through pegasusd".into()),
-    ));
-    fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
-    fake
-}
-
 fn home_for(fake: &FakeLlm) -> (Home, u16) {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
     let home = Home::with_config(&format!(
-        "default_model: fa/test-model\n\
-         providers:\n  fa: {{kind: anthropic, base_url: \"{a}\", api_key_env: {FAKE_KEY_ENV}}}\n\
-         prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
-         models:\n  \"fa/*\": {{context_window: 200000, max_output_tokens: 16000, thinking: true}}\n\
-         llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
-         agent: {{reflection: false}}\n\
+        "{}agent: {{reflection: false}}\n\
          dashboard: {{listen: \"127.0.0.1:0\"}}\n\
          workers: {{listen: \"127.0.0.1:{port}\", heartbeat_interval_s: 1, shutdown_timeout_s: 5, restart_backoff_ms: 200}}\n\
          launchers:\n  cluster: {{kind: kubernetes, connect: \"127.0.0.1:{port}\", namespace: {NS}, \
          image: \"{IMAGE}\", home_volume: {{claim: {CLAIM}}}, resources: {{cpu: \"500m\", memory: 256Mi}}}}\n\
          default_launcher: cluster\n",
-        a = fake.anthropic_base_url(),
+        fake_provider_config(fake),
     ));
     (home, port)
 }
@@ -1254,17 +1237,6 @@ fn environ(pid: u32) -> BTreeMap<String, String> {
         .split('\0')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// The project-worker processes of `home`, wherever they came from.
-fn workers_of(home: &Home) -> Vec<u32> {
-    processes_with(&home.path().join("projects").display().to_string())
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/exe"))
-                .is_ok_and(|e| e.to_string_lossy().contains("project-worker"))
-        })
         .collect()
 }
 
@@ -1569,7 +1541,8 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
         assert!(cluster.requests().iter().any(|r| r.deletes(&uid(pod))));
     }
     poll(Duration::from_secs(5), "no worker left", || {
-        (cluster.running() == 0 && workers_of(&home).is_empty()).then_some(())
+        (cluster.running() == 0 && workers_in(&home.path().join("projects")).is_empty())
+            .then_some(())
     });
 
     // Throughout: never two workers of a project at once; every request in the namespace,

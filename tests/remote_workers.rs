@@ -10,7 +10,7 @@
 
 mod common;
 use common::*;
-use pegasus_fakellm::{FakeLlm, Match, Reply, Rule};
+use pegasus_fakellm::FakeLlm;
 use std::io::{Read, Write};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -119,20 +119,15 @@ impl Host {
         l.local_addr().unwrap().port()
     }
 
-    /// A home on the fake provider (as `fake_home`) whose projects run over there.
+    /// A home on the fake provider whose projects run over there.
     fn home(&self, fake: &FakeLlm, port: u16) -> Home {
         Home::with_config(&format!(
-            "default_model: fa/test-model\n\
-             providers:\n  fa: {{kind: anthropic, base_url: \"{a}\", api_key_env: {FAKE_KEY_ENV}}}\n\
-             prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
-             models:\n  \"fa/*\": {{context_window: 200000, max_output_tokens: 16000}}\n\
-             llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
-             agent: {{reflection: false}}\n\
+            "{}agent: {{reflection: false}}\n\
              dashboard: {{listen: \"127.0.0.1:0\"}}\n\
              workers: {{listen: \"{here}:{port}\", heartbeat_interval_s: 1, shutdown_timeout_s: 5, restart_backoff_ms: 200}}\n\
              launchers:\n  hostb: {{kind: command, connect: \"{here}:{port}\", argv: [ip, netns, exec, {ns}, \"{{env}}\", \"{{worker}}\", \"{{project_dir}}\"]}}\n\
              default_launcher: hostb\n",
-            a = fake.anthropic_base_url(),
+            fake_provider_config(fake),
             here = self.here,
             ns = self.ns,
         ))
@@ -157,18 +152,6 @@ impl Drop for Host {
     }
 }
 
-/// The project-worker processes serving `home`'s project `name`, wherever they run.
-fn workers_of(home: &Home, name: &str) -> Vec<u32> {
-    processes_with(&home.project_dir(name).display().to_string())
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/exe"))
-                .map(|e| e.to_string_lossy().contains("project-worker"))
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
 fn log_text(home: &Home) -> String {
     let mut all = String::new();
     for entry in std::fs::read_dir(home.path().join("logs"))
@@ -180,18 +163,6 @@ fn log_text(home: &Home) -> String {
         }
     }
     all
-}
-
-fn answering_fake() -> FakeLlm {
-    let fake = FakeLlm::start().unwrap();
-    fake.require_api_key(Some(FAKE_KEY.into()));
-    main_agent_rule(&fake);
-    fake.add_rule(Rule::new(
-        Match::LastUserTextContains("where".into()),
-        Reply::Text("answered through pegasusd".into()),
-    ));
-    fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
-    fake
 }
 
 #[test]
@@ -255,7 +226,7 @@ fn a_remote_worker_answers_through_pegasusd_and_survives_kills_and_a_cut_link() 
     let cut = Instant::now();
     let mut most = 0;
     while cut.elapsed() < Duration::from_secs(20) {
-        most = most.max(workers_of(&home, "far").len());
+        most = most.max(workers_in(&home.project_dir("far")).len());
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
@@ -268,7 +239,7 @@ fn a_remote_worker_answers_through_pegasusd_and_survives_kills_and_a_cut_link() 
         Duration::from_secs(30),
         "the project back after the link",
         || {
-            most = most.max(workers_of(&home, "far").len());
+            most = most.max(workers_in(&home.project_dir("far")).len());
             let p = home.json(&["project", "show", "far"]);
             let pid = p["worker_pid"].as_u64()?;
             (p["worker_state"] == "ready" && pid != second as u64).then_some(pid as u32)
@@ -295,7 +266,11 @@ fn a_remote_worker_answers_through_pegasusd_and_survives_kills_and_a_cut_link() 
     poll(
         Duration::from_secs(15),
         "every worker of the home to exit",
-        || workers_of(&home, "far").is_empty().then_some(()),
+        || {
+            workers_in(&home.project_dir("far"))
+                .is_empty()
+                .then_some(())
+        },
     );
 }
 
@@ -333,7 +308,9 @@ fn refused_remote_clients_are_named_in_the_log_and_dropped() {
     home.ctl_ok(&["project", "create", "near", "--goal", "Goal of near"]);
     home.ctl_ok(&["project", "suspend", "near"]);
     poll(Duration::from_secs(10), "near's worker to stop", || {
-        workers_of(&home, "near").is_empty().then_some(())
+        workers_in(&home.project_dir("near"))
+            .is_empty()
+            .then_some(())
     });
     let worker = env!("CARGO_BIN_EXE_project-worker");
     let other_dir = home.project_dir("near").display().to_string();
@@ -367,5 +344,9 @@ fn refused_remote_clients_are_named_in_the_log_and_dropped() {
     assert!(log.contains("unknown token"), "{log}");
     // The real worker never noticed.
     assert!(alive(pid));
-    assert_eq!(workers_of(&home, "far"), vec![pid], "still one worker");
+    assert_eq!(
+        workers_in(&home.project_dir("far")),
+        vec![pid],
+        "still one worker"
+    );
 }

@@ -262,23 +262,58 @@ impl Drop for Home {
 pub const FAKE_KEY_ENV: &str = "PEGASUS_FAKE_KEY";
 pub const FAKE_KEY: &str = "sk-fake-common-7a3e91";
 
-/// A home whose config points provider `fa` (Anthropic wire format) at the fake server, with
-/// reflection off (each call must be scripted) and `extra` YAML appended. `fa` models think
-/// (extended thinking), so every role that asks for thinking sends it and the fake checks the
-/// thinking blocks come back signed and in place, as the real API does.
-pub fn fake_home(fake: &pegasus_fakellm::FakeLlm, extra: &str) -> Home {
-    Home::with_config(&format!(
+/// The lines of a config that point provider `fa` (Anthropic wire format) at the fake server
+/// as the default model, priced, with a quick retry policy. `fa` models think (extended
+/// thinking), so every role that asks for thinking sends it and the fake checks the thinking
+/// blocks come back signed and in place, as the real API does.
+pub fn fake_provider_config(fake: &pegasus_fakellm::FakeLlm) -> String {
+    format!(
         "default_model: fa/test-model\n\
          providers:\n  fa: {{kind: anthropic, base_url: \"{a}\", api_key_env: {FAKE_KEY_ENV}}}\n\
          prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
          models:\n  \"fa/*\": {{context_window: 200000, max_output_tokens: 16000, thinking: true}}\n\
-         llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
-         workers: {{shutdown_timeout_s: 5}}\n\
+         llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n",
+        a = fake.anthropic_base_url(),
+    )
+}
+
+/// A home on the fake provider ([`fake_provider_config`]) with reflection off (each call must
+/// be scripted), a quick worker stop, and `extra` YAML appended.
+pub fn fake_home(fake: &pegasus_fakellm::FakeLlm, extra: &str) -> Home {
+    Home::with_config(&format!(
+        "{}workers: {{shutdown_timeout_s: 5}}\n\
          agent: {{reflection: false}}\n\
          dashboard: {{listen: \"127.0.0.1:0\"}}\n\
          {extra}\n",
-        a = fake.anthropic_base_url(),
+        fake_provider_config(fake),
     ))
+}
+
+/// A fake that answers a message asking "where" with "answered through pegasusd", anything
+/// else with "ok" (the MainAgent included), and checks the API key.
+pub fn answering_fake() -> pegasus_fakellm::FakeLlm {
+    use pegasus_fakellm::{Match, Reply, Rule};
+    let fake = pegasus_fakellm::FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("where".into()),
+        Reply::Text("answered through pegasusd".into()),
+    ));
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    fake
+}
+
+/// The live `project-worker` processes whose command line names `dir` (a project's folder, or
+/// a home's `projects/`), wherever they were started from.
+pub fn workers_in(dir: &Path) -> Vec<u32> {
+    processes_with(&dir.display().to_string())
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe"))
+                .is_ok_and(|e| e.to_string_lossy().contains("project-worker"))
+        })
+        .collect()
 }
 
 impl Home {
