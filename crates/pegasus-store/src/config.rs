@@ -48,6 +48,8 @@ pub struct Config {
     pub launchers: BTreeMap<String, crate::launcher::LauncherConfig>,
     /// The launcher of a project whose PROJECT.md names none.
     pub default_launcher: String,
+    /// Which tool calls need a person's yes (SPEC §11); PROJECT.md `approvals:` extends it.
+    pub approvals: crate::approvals::ApprovalsConfig,
 }
 
 /// What a model can do (SPEC §5 model table): `data/models.yml`, extended by config.yml
@@ -88,6 +90,7 @@ impl Default for Config {
             mcp_servers: BTreeMap::new(),
             launchers: BTreeMap::new(),
             default_launcher: crate::launcher::LOCAL.into(),
+            approvals: Default::default(),
         }
     }
 }
@@ -449,6 +452,9 @@ impl Config {
         };
         if self.llm.max_concurrency < 1 {
             return Err(err("llm.max_concurrency", "must be at least 1"));
+        }
+        if let Err(m) = self.approvals.check() {
+            return Err(err("approvals", &m));
         }
         match self.dashboard.listen.parse::<std::net::SocketAddr>() {
             Err(_) => {

@@ -14,6 +14,7 @@
 //! on purpose: its writes are small, and async callers wrap them in `spawn_blocking`.
 
 pub mod adopted;
+pub mod approvals;
 pub mod atomic;
 pub mod config;
 pub mod crashes;

@@ -173,6 +173,9 @@ impl Ctx<'_> {
         if let Err(m) = crate::mcp::parse_mcp_servers(map.get("mcp_servers")) {
             return Err(self.err("mcp_servers", m));
         }
+        if let Err(m) = crate::approvals::ApprovalsConfig::from_yaml(map.get("approvals")) {
+            return Err(self.err("approvals", m));
+        }
         let launcher = self.opt_string("launcher", map.get("launcher"))?;
         if launcher
             .as_deref()
