@@ -12,7 +12,9 @@ use futures_util::future::join_all;
 use pegasus_proto::llm::Block;
 use tokio::sync::Semaphore;
 
+use crate::approvals::Gate;
 use crate::outbox::send_event;
+use pegasus_store::approvals::Verdict;
 use crate::tool::{Tool, ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 use pegasus_proto::WorkerEvent;
@@ -58,13 +60,15 @@ impl Call {
     }
 }
 
-/// A call checked against the tool set: ready to run, or already answered with an error.
+/// A call checked against the tool set and the approval policy: ready to run, waiting for a
+/// person's yes first, or already answered with an error.
 enum Prepared {
     Run(Arc<dyn Tool>, serde_json::Value),
+    Ask(Arc<dyn Tool>, serde_json::Value),
     Refused(ToolOutput),
 }
 
-fn prepare(call: &Call, tools: &ToolSet) -> Prepared {
+fn prepare(call: &Call, tools: &ToolSet, ctx: &ToolCtx) -> Prepared {
     let Some(tool) = tools.get(&call.name) else {
         return Prepared::Refused(ToolOutput::error(format!(
             "unknown tool `{}`; the tools you can call are: {}",
@@ -91,19 +95,64 @@ fn prepare(call: &Call, tools: &ToolSet) -> Prepared {
             }
         }
     };
-    Prepared::Run(tool, input)
+    match ctx.approvals.as_ref().map(|g| g.check(&call.name, &input)) {
+        None | Some(Verdict::Allow) => Prepared::Run(tool, input),
+        Some(Verdict::Ask) => Prepared::Ask(tool, input),
+        Some(Verdict::Deny(key)) => {
+            Prepared::Refused(ToolOutput::error(format!("denied by policy: {key}")))
+        }
+    }
 }
 
-/// Runs the calls (see the module doc) and reports each as a `tool_call` event.
-pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Vec<ToolOutput> {
+/// What [`act`] gives back.
+pub struct Acted {
+    /// One result per call, in call order.
+    pub outputs: Vec<ToolOutput>,
+    /// A call was left waiting for its approval because the process is stopping: the results
+    /// must not be recorded (the call gets its real one after the restart).
+    pub held: bool,
+}
+
+/// Runs one call that needs approval: asks, waits, and runs it once if approved.
+async fn run_asked(
+    call: &Call,
+    tool: &Arc<dyn Tool>,
+    input: &serde_json::Value,
+    ctx: &ToolCtx,
+) -> (ToolOutput, bool) {
+    let Some(gate) = ctx.approvals.as_ref() else {
+        return (tool.call(input.clone(), ctx).await, false);
+    };
+    match gate
+        .ask(ctx.task_id.as_deref(), &call.id, &call.name, input)
+        .await
+    {
+        Gate::Run(id) => {
+            let out = tool.call(input.clone(), ctx).await;
+            gate.done(&id);
+            (out, false)
+        }
+        Gate::Result(out) => (out, false),
+        Gate::Held => (
+            ToolOutput::error("not run: the project stopped while this call waited for approval"),
+            true,
+        ),
+    }
+}
+
+/// Runs the calls (see the module doc) and reports each as a `tool_call` event. A call the
+/// approval policy asks about runs alone, after its answer.
+pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Acted {
     let permits = Semaphore::new(ctx.settings.max_parallel_tools.max(1));
-    let prepared: Vec<Prepared> = calls.iter().map(|c| prepare(c, tools)).collect();
+    let prepared: Vec<Prepared> = calls.iter().map(|c| prepare(c, tools, ctx)).collect();
+    let held = std::sync::atomic::AtomicBool::new(false);
     let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
     let mut i = 0;
     while i < prepared.len() {
         // A batch is a run of concurrent (or refused, i.e. instant) calls, or one exclusive call.
         let is_concurrent = |p: &Prepared| match p {
             Prepared::Run(t, _) => t.concurrent(),
+            Prepared::Ask(..) => false,
             Prepared::Refused(_) => true,
         };
         let mut end = i + 1;
@@ -115,9 +164,21 @@ pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Vec<ToolOutp
         let batch = (i..end).map(|k| {
             let permits = &permits;
             let p = &prepared[k];
+            let held = &held;
             async move {
                 let out = match p {
                     Prepared::Refused(out) => out.clone(),
+                    // Once one call is held, the ones after it are not asked or run.
+                    _ if held.load(std::sync::atomic::Ordering::SeqCst) => {
+                        ToolOutput::error("not run: the project stopped")
+                    }
+                    Prepared::Ask(tool, input) => {
+                        let (out, was_held) = run_asked(&calls[k], tool, input, ctx).await;
+                        if was_held {
+                            held.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        out
+                    }
                     Prepared::Run(tool, input) => {
                         // The semaphore is never closed, so acquire cannot fail; if it somehow
                         // did, running without a permit is better than dropping the call.
@@ -133,7 +194,7 @@ pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Vec<ToolOutp
         }
         i = end;
     }
-    calls
+    let outputs = calls
         .iter()
         .zip(outputs)
         .map(|(call, out)| {
@@ -149,5 +210,9 @@ pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Vec<ToolOutp
             );
             out
         })
-        .collect()
+        .collect();
+    Acted {
+        outputs,
+        held: held.into_inner(),
+    }
 }

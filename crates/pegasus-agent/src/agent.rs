@@ -35,6 +35,8 @@ use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
 use pegasus_tasks::{Task, TaskState, TaskStore, TaskUpdate};
 
+mod consult;
+
 /// The agent of one project (or of the MainAgent, with other tools and folder): owns the
 /// in-memory transcript, the session appender and the task log.
 ///
@@ -62,6 +64,11 @@ pub struct Agent {
     tasks: TaskStore,
     /// Set by the host when the process is asked to stop: a task stops at its next turn.
     stop_flag: Arc<std::sync::atomic::AtomicBool>,
+    /// The approval gate of a project's agent (SPEC §11), set by the host.
+    approvals: Option<Arc<crate::approvals::Approvals>>,
+    /// A call that was waiting for its approval when the last process stopped, left open in
+    /// the session; [`Agent::resume_held`] answers it.
+    held: Option<pegasus_store::approvals::ApprovalRequest>,
 }
 
 impl Agent {
@@ -102,7 +109,9 @@ impl Agent {
                 tracing::info!(agent = name, dir = %d.display(), removed = n, "removed temp files left by a crash");
             }
         }
-        let loaded = load_session(dir)?;
+        let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
+        let (held, held_calls) = crate::approvals::held_after_restart(dir, &tasks);
+        let loaded = pegasus_store::load_session_holding(dir, &held_calls)?;
         if loaded.skipped > 0 || loaded.torn_tail || loaded.repaired_tool_uses > 0 {
             tracing::warn!(
                 agent = name,
@@ -113,7 +122,6 @@ impl Agent {
             );
         }
         let session = Arc::new(Mutex::new(Session::open(dir, name)?));
-        let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
         let recovered = tasks.recover_after_restart().map_err(AgentError::tasks)?;
         task_record::report_recovered(&notices, &recovered);
         write_crash_record(&session, &loaded, &recovered)?;
@@ -145,7 +153,157 @@ impl Agent {
             untaken,
             tasks,
             stop_flag: Arc::default(),
+            approvals: None,
+            held,
         })
+    }
+
+    /// Puts the project's approval gate in front of every tool call from now on.
+    pub fn set_approvals(&mut self, gate: Arc<crate::approvals::Approvals>) {
+        self.approvals = Some(gate);
+    }
+
+    /// The task of a call left waiting for its approval by the last process, if any.
+    pub fn held_task(&self) -> Option<&str> {
+        self.held.as_ref().map(|r| r.task.as_str())
+    }
+
+    /// Answers the call that waited for its approval when the last process stopped (SPEC
+    /// §11): waits for the request's answer, runs the call once if approved (when `runnable`;
+    /// a code task's call needs its worktree, so it is not run and its task fails), records the
+    /// turn's results (the turn's other calls were cut off: cancelled), then goes on with the
+    /// task as `role`. `None` when nothing waited.
+    pub async fn resume_held(
+        &mut self,
+        role: Option<RoleRun>,
+        runnable: bool,
+    ) -> Option<Result<Outcome, AgentError>> {
+        let request = self.held.take()?;
+        let gate = self.approvals.clone()?;
+        Some(self.answer_held(&gate, request, role, runnable).await)
+    }
+
+    async fn answer_held(
+        &mut self,
+        gate: &crate::approvals::Approvals,
+        request: pegasus_store::approvals::ApprovalRequest,
+        role: Option<RoleRun>,
+        runnable: bool,
+    ) -> Result<Outcome, AgentError> {
+        let task_id = request.task.clone();
+        let outcome = |stop: StopKind, text: String| Outcome {
+            task_id: task_id.clone(),
+            text,
+            stop,
+            turns: 0,
+            cost_usd: 0.0,
+        };
+        tracing::info!(id = %request.id, task = %task_id, "a call waits for its approval since before the restart");
+        // The turn that holds the call, as the session has it.
+        let loaded = load_session(&self.dir)?;
+        let calls = loaded
+            .records
+            .iter()
+            .rev()
+            .find_map(|r| match r {
+                pegasus_store::SessionRecord::Message(m)
+                    if m.content.iter().any(|b| {
+                        matches!(b, pegasus_store::ContentBlock::ToolUse { id, .. } if *id == request.call_id)
+                    }) =>
+                {
+                    Some(crate::transcript::rebuild(std::slice::from_ref(r)))
+                }
+                _ => None,
+            })
+            .and_then(|msgs| msgs.into_iter().find(|m| m.role == pegasus_proto::llm::Role::Assistant))
+            .map(|m| crate::actor::Call::from_blocks(&m.content))
+            .unwrap_or_default();
+        if calls.is_empty() {
+            // A subagent's call (its turns live only in memory): the task starts over.
+            gate.withdraw(&request, "the call was a subagent's, cut off by the restart");
+            self.move_task(&task_id, TaskState::Blocked, TaskState::Ready, "restarted")?;
+            return Ok(outcome(
+                StopKind::Cancelled,
+                format!("Task {task_id} starts over: its waiting call was cut off."),
+            ));
+        }
+        let gate_says = gate.wait(&request).await;
+        if gate_says == crate::approvals::Gate::Held {
+            return Ok(outcome(
+                StopKind::Held,
+                "Waiting for approval: the call goes on when the project is back.".into(),
+            ));
+        }
+        let ctx = self.tool_ctx(task_id.clone(), self.settings.clone(), None);
+        let mut results = Vec::with_capacity(calls.len());
+        for call in &calls {
+            let out = if call.id != request.call_id {
+                crate::tool::ToolOutput::error(pegasus_store::CANCELLED_TOOL_RESULT)
+            } else {
+                match &gate_says {
+                    crate::approvals::Gate::Run(id) => {
+                        let out = match self.tools.get(&call.name) {
+                            Some(tool) if runnable => {
+                                let input = serde_json::from_str(&call.input_json)
+                                    .unwrap_or(serde_json::Value::Object(Default::default()));
+                                tool.call(input, &ctx).await
+                            }
+                            Some(_) => crate::tool::ToolOutput::error(
+                                "not run: approved, but the worker restarted while it waited and this task's worktree is gone; the task failed, retry it",
+                            ),
+                            None => crate::tool::ToolOutput::error(format!(
+                                "not run: the tool `{}` is not offered any more",
+                                call.name
+                            )),
+                        };
+                        gate.done(id);
+                        out
+                    }
+                    crate::approvals::Gate::Result(out) => out.clone(),
+                    crate::approvals::Gate::Held => unreachable_held(),
+                }
+            };
+            results.push(call.result(crate::tool::ToolOutput {
+                content: crate::context::cap_tool_result(
+                    out.content,
+                    self.settings.tool_result_cap(),
+                ),
+                is_error: out.is_error,
+            }));
+        }
+        if !results.is_empty() {
+            crate::session_writer::persist(
+                &self.session,
+                vec![crate::transcript::tool_record(&results)],
+                true,
+            )
+            .await?;
+        }
+        // The file is the truth: the in-memory transcript had closed the call as cancelled.
+        self.transcript = rebuild(&load_session(&self.dir)?.records);
+        let state = self.tasks.get(&task_id).map(|t| t.state).ok();
+        if state != Some(TaskState::Running) {
+            return Ok(outcome(
+                StopKind::Cancelled,
+                format!("Task {task_id} ended while its call waited for approval."),
+            ));
+        }
+        if !runnable {
+            let t = self.move_task(
+                &task_id,
+                TaskState::Running,
+                TaskState::Failed,
+                "the worker restarted while a call waited for approval",
+            )?;
+            return Ok(outcome(
+                StopKind::ModelError(format!(
+                    "the worker restarted while a call waited for approval; retry with `pegasusctl task retry {}`",
+                    t.id
+                )),
+                format!("Stopped: the worker restarted while a call waited for approval; retry with `pegasusctl task retry {}`.", t.id),
+            ));
+        }
+        self.run_task(task_id.clone(), true, true, role, None).await
     }
 
     /// The shared session appender, for [`crate::record_inbound`] from another task while a
@@ -434,6 +592,31 @@ impl Agent {
             .await
     }
 
+    /// What the tool calls of task `task_id` may use; `place` is a code task's workdir and
+    /// worktrees (the project's workdir otherwise).
+    fn tool_ctx(
+        &self,
+        task_id: String,
+        settings: AgentSettings,
+        place: Option<(PathBuf, Vec<(String, PathBuf)>)>,
+    ) -> ToolCtx {
+        let (workdir, repos) = place.unwrap_or_else(|| (self.workdir.clone(), Vec::new()));
+        ToolCtx {
+            workdir,
+            repos,
+            memory_dir: self.dir.join("memory"),
+            skill_dirs: self.skill_dirs(),
+            notices: self.notices.clone(),
+            task_id: Some(task_id),
+            depth: 0,
+            settings,
+            model: self.model.clone(),
+            project_overview: self.system_base.clone(),
+            subagents_spawned: Arc::new(AtomicU32::new(0)),
+            approvals: self.approvals.clone(),
+        }
+    }
+
     /// The run shared by [`Agent::run`] and [`Agent::run_existing`].
     /// `tracked`: `task_id` is a task of the store and its states are recorded (it is `ready`,
     /// or already `running` when `started`: a message's task is created running); otherwise it
@@ -479,19 +662,7 @@ impl Agent {
             }
             _ => (self.workdir.clone(), Vec::new()),
         };
-        let ctx = ToolCtx {
-            workdir,
-            repos,
-            memory_dir: self.dir.join("memory"),
-            skill_dirs: self.skill_dirs(),
-            notices: self.notices.clone(),
-            task_id: Some(task_id.clone()),
-            depth: 0,
-            settings,
-            model: self.model.clone(),
-            project_overview: self.system_base.clone(),
-            subagents_spawned: Arc::new(AtomicU32::new(0)),
-        };
+        let ctx = self.tool_ctx(task_id.clone(), settings, Some((workdir, repos)));
         // The task's part of the transcript starts at the user message holding its request.
         let task_start = self.transcript.len().saturating_sub(1);
         let mark = RunMark {
@@ -534,6 +705,17 @@ impl Agent {
             }
         };
         let mut cost = end.cost_usd;
+        // Stopping while a call waits for its approval: the task stays blocked and the call
+        // open (nothing of the turn is recorded); the next start answers it.
+        if end.stop == StopKind::Held {
+            return Ok(Outcome {
+                task_id,
+                text: end.text,
+                stop: end.stop,
+                turns: end.turns,
+                cost_usd: cost,
+            });
+        }
 
         if end.stop == StopKind::Answered && self.settings.reflection {
             send_event(
@@ -630,6 +812,11 @@ impl Agent {
             cost_usd: cost,
         })
     }
+}
+
+/// A held gate is returned before the results are built; it cannot reach them.
+fn unreachable_held() -> crate::tool::ToolOutput {
+    crate::tool::ToolOutput::error("not run: the project stopped while this call waited for approval")
 }
 
 /// Writes the repair of a crash into the session: the synthetic results that close the tool

@@ -85,6 +85,9 @@ fn explain(stop: &StopKind, turns: u32, looped: &str, limit: u32) -> String {
             format!("Stopped: the role's time limit of {s} s ran out (model.timeout_s).")
         }
         StopKind::Question(q) => format!("Waiting for your answer: {q}"),
+        StopKind::Held => {
+            "Waiting for approval: the call goes on when the project is back.".to_string()
+        }
         StopKind::ContextTooLong(msg) => format!(
             "Stopped: {msg}; shorten the request, or use a model with a larger context window."
         ),
@@ -253,6 +256,7 @@ pub async fn run_loop(
             .find(|c| guard.observe(&c.name, &c.input_json))
             .map(|c| c.name.clone());
         let mut out_of_time = false;
+        let mut held = false;
         let outputs = match &looped {
             // The calls are still answered, so the transcript stays valid for the next task.
             Some(_) => calls
@@ -266,7 +270,10 @@ pub async fn run_loop(
                 // Tools cut off by the deadline are dropped (an `exec` kills its process
                 // group when dropped) and answered, so the transcript stays valid.
                 match within(deadline, act(&calls, spec.tools, ctx)).await {
-                    Some(outputs) => outputs,
+                    Some(acted) => {
+                        held = acted.held;
+                        acted.outputs
+                    }
                     None => {
                         out_of_time = true;
                         calls
@@ -282,6 +289,13 @@ pub async fn run_loop(
                 }
             }
         };
+        // Stopping while a call waits for its approval: nothing of this turn's results is
+        // recorded; the next start answers the call (SPEC §11).
+        if held {
+            end.stop = StopKind::Held;
+            end.text = explain(&end.stop, end.turns, "", 0);
+            return Ok(end);
+        }
         // No one result may fill the context window (SPEC §6).
         let results: Vec<Block> = calls
             .iter()

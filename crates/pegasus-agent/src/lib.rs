@@ -15,7 +15,8 @@
 //!
 //! Map: [`agent`] (the per-project agent and its runs), [`task_record`] (how a message becomes
 //! a task and how its states are recorded), [`session_writer`] (durable session appends),
-//! [`outbox`] (what the agent tells its host), [`agent_loop`] (the loop and its guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
+//! [`outbox`] (what the agent tells its host), [`approvals`] (the gate of calls that need a
+//! person's yes), [`agent_loop`] (the loop and its guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
 //! (session records ↔ a provider-valid transcript), [`compaction`], [`context`] (staying inside
 //! the context window), [`roles`],
 //! [`prompt`], [`skills`], [`memory`], [`memory_compaction`] (old episodes condensed into
@@ -24,6 +25,7 @@
 
 pub mod actor;
 pub mod agent;
+pub mod approvals;
 pub mod agent_loop;
 pub mod compaction;
 pub mod context;
@@ -49,12 +51,13 @@ pub mod toolset;
 pub mod transcript;
 
 pub use agent::{Agent, Workspace};
+pub use approvals::Approvals;
 pub use error::AgentError;
 pub use model::{ChatFuture, ChatModel};
 pub use outbox::Notice;
 pub use outcome::{Outcome, StopKind};
 pub use roles::{prepare_role, RoleRun};
-pub use session_writer::{record_inbound, SessionHandle};
+pub use session_writer::{record_inbound, record_sent, SessionHandle};
 pub use settings::AgentSettings;
 pub use tool::{Tool, ToolCtx, ToolFuture, ToolOutput};
 pub use toolset::ToolSet;

@@ -479,6 +479,7 @@ mod tests {
             model,
             project_overview: String::new(),
             subagents_spawned: Arc::new(AtomicU32::new(0)),
+            approvals: None,
             repos: Vec::new(),
         }
     }

@@ -24,6 +24,9 @@ pub enum StopKind {
     ContextTooLong(String),
     /// The agent asked the user a question (`ask_user`); the task waits for the answer.
     Question(String),
+    /// The process is stopping while a call waits for its approval: the task stays blocked
+    /// and the call open, for the next start (SPEC §11).
+    Held,
 }
 
 impl StopKind {
@@ -42,6 +45,7 @@ impl StopKind {
             StopKind::TimedOut(_) => (TaskState::Failed, Some("timeout")),
             StopKind::ContextTooLong(_) => (TaskState::Failed, Some("context_too_long")),
             StopKind::Question(_) => (TaskState::Blocked, Some("question")),
+            StopKind::Held => (TaskState::Blocked, Some(crate::approvals::APPROVAL_REASON)),
         }
     }
 }

@@ -88,6 +88,9 @@ pub struct ToolCtx {
     /// A code task's worktrees, `(repo id, folder)`; the first is also `workdir`. A path
     /// `id:rest` of a file tool resolves inside repo `id`'s worktree. Empty otherwise.
     pub repos: Vec<(String, PathBuf)>,
+    /// The project's approval gate (SPEC §11); `None` where nobody can be asked (the
+    /// MainAgent, tests).
+    pub approvals: Option<Arc<crate::approvals::Approvals>>,
 }
 
 impl ToolCtx {

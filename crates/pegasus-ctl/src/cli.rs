@@ -51,6 +51,27 @@ pub enum Command {
     },
     /// Stop the daemon gracefully (every worker first).
     Stop,
+    /// List the tool calls waiting for your yes (works without the daemon).
+    Approvals {
+        /// Only this project's.
+        name: Option<String>,
+    },
+    /// Approve a waiting tool call: it runs now.
+    Approve {
+        /// The request's id (see `pegasusctl approvals`).
+        id: String,
+        /// Also allow this exact command line (or this tool) in the project from now on.
+        #[arg(long)]
+        always: bool,
+    },
+    /// Deny a waiting tool call: the model is told so.
+    Deny {
+        /// The request's id (see `pegasusctl approvals`).
+        id: String,
+        /// Why, for the model.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Print the web dashboard's URL with its access token.
     Dashboard,
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
@@ -103,6 +124,11 @@ pub enum ProjectCommand {
         /// With --wait: print the answer's text as it arrives (the default on a terminal).
         #[arg(long)]
         stream: bool,
+        /// This message's own id: sent again with the same id, it is not run twice (the
+        /// first message's id, and with --wait its reply, come back); another text with a
+        /// used id is refused. Made up when not given.
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
     },
     /// Plan a brief into phases and run them autonomously (see `run status`).
     Run {

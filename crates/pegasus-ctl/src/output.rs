@@ -70,11 +70,19 @@ pub fn project_table(list: &[ProjectInfo]) -> String {
                 worker_cell(p),
                 dash(p.model.as_ref()),
                 money(p.cost_usd),
+                if p.approvals == 0 {
+                    "-".into()
+                } else {
+                    p.approvals.to_string()
+                },
                 p.error.clone().unwrap_or_default(),
             ]
         })
         .collect();
-    table(&["NAME", "STATUS", "WORKER", "MODEL", "COST", ""], &rows)
+    table(
+        &["NAME", "STATUS", "WORKER", "MODEL", "COST", "APPROVALS", ""],
+        &rows,
+    )
 }
 
 fn duration(secs: u64) -> String {
@@ -95,6 +103,16 @@ pub fn status(s: &DaemonStatus) -> String {
         s.home,
         money(s.cost_today_usd)
     );
+    let waiting: u32 = s.projects.iter().map(|p| p.approvals).sum();
+    if waiting > 0 {
+        out.insert_str(
+            out.len() - 1,
+            &format!(
+                "{waiting} tool call{} waiting for approval: see `pegasusctl approvals`\n",
+                if waiting == 1 { "" } else { "s" }
+            ),
+        );
+    }
     let rows: Vec<Vec<String>> = s
         .projects
         .iter()

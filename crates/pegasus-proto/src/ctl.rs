@@ -33,6 +33,10 @@ pub enum CtlRequest {
         name: String,
         text: String,
         wait: bool,
+        /// The sender's id for this message (SPEC §11, `--id`, `Idempotency-Key`, Telegram's
+        /// `update_id`): a repeat is answered with the first message's id and runs nothing
+        /// again; the same id with another text is refused ([`ErrorKind::Conflict`]).
+        client_id: Option<String>,
     },
     /// A message to the MainAgent; answered with `Reply`.
     Chat {
@@ -77,6 +81,18 @@ pub enum CtlRequest {
     },
     /// Graceful daemon shutdown.
     Stop,
+    /// `approvals [NAME]`: the tool calls waiting for a person; answered with
+    /// [`CtlResponse::Approvals`].
+    Approvals { project: Option<String> },
+    /// `approve ID [--always]` / `deny ID [--reason T]`.
+    ApprovalAnswer {
+        id: String,
+        approve: bool,
+        /// Approve: add the exact command line (or the tool) to the project's allow list.
+        always: bool,
+        /// Deny: why, for the model.
+        reason: Option<String>,
+    },
 }
 
 /// What `project list --status S` keeps.
@@ -269,6 +285,24 @@ pub enum CtlResponse {
         kind: ErrorKind,
         message: String,
     },
+    /// The waiting approvals, oldest first.
+    Approvals(Vec<ApprovalInfo>),
+}
+
+/// A tool call waiting for a person's yes (SPEC §11), as `approvals --json`, `GET
+/// /api/approvals`, the bus and Telegram show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalInfo {
+    /// Stable across restarts; what `approve` and `deny` take.
+    pub id: String,
+    pub project: String,
+    pub task: String,
+    /// The tool's name (`exec`, `mcp__NAME__TOOL`, ...), or `merge`.
+    pub tool: String,
+    /// The whole exec command line, or the tool and its arguments.
+    pub summary: String,
+    /// RFC 3339, UTC.
+    pub asked_at: String,
 }
 
 /// Why a request was refused or failed, as a client acts on it; the text is for people only.
@@ -289,17 +323,21 @@ pub enum ErrorKind {
     /// pegasusd could not do its part: a file it could not read, write or parse (the message
     /// names it), or a failure of its own (its log says more).
     Internal,
+    /// The id it carries was used before for something else (a send's client id with another
+    /// text): the dashboard's 409.
+    Conflict,
 }
 
 impl ErrorKind {
     /// Every kind, for tests that must cover them all.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::NotFound,
         ErrorKind::Invalid,
         ErrorKind::Refused,
         ErrorKind::BudgetExceeded,
         ErrorKind::Unavailable,
         ErrorKind::Internal,
+        ErrorKind::Conflict,
     ];
 }
 
@@ -351,6 +389,9 @@ pub struct ProjectInfo {
     /// commits their base branch lacks, as `repo: branch (task ID)`.
     #[serde(default)]
     pub unmerged_branches: Vec<String>,
+    /// Tool calls of the project waiting for a person's yes (SPEC §11).
+    #[serde(default)]
+    pub approvals: u32,
 }
 
 impl ProjectInfo {
@@ -391,6 +432,7 @@ mod tests {
                 name: "web".into(),
                 text: "hi".into(),
                 wait: true,
+                client_id: Some("cli-1f2e".into()),
             },
             CtlRequest::Chat { text: "hi".into() },
             CtlRequest::TaskAnswer {
@@ -421,6 +463,15 @@ mod tests {
                 priority: 1,
                 acceptance: vec!["tests pass".into()],
             }),
+            CtlRequest::Approvals {
+                project: Some("web".into()),
+            },
+            CtlRequest::ApprovalAnswer {
+                id: "ap-x".into(),
+                approve: false,
+                always: false,
+                reason: Some("no".into()),
+            },
         ];
         all.extend(LifecycleVerb::ALL.map(|verb| CtlRequest::ProjectLifecycle {
             name: "web".into(),
@@ -456,6 +507,8 @@ mod tests {
             CtlRequest::RunControl { .. } => "run-control",
             CtlRequest::Follow { .. } => "follow",
             CtlRequest::Stop => "stop",
+            CtlRequest::Approvals { .. } => "approvals",
+            CtlRequest::ApprovalAnswer { .. } => "approval-answer",
         }
     }
 
@@ -463,7 +516,7 @@ mod tests {
     fn every_control_request_round_trips_through_the_codec() {
         let all = requests();
         let kinds: std::collections::HashSet<_> = all.iter().map(covered).collect();
-        assert_eq!(kinds.len(), 16, "one sample of every request");
+        assert_eq!(kinds.len(), 18, "one sample of every request");
         for req in all {
             assert_eq!(decode::<CtlRequest>(&encode(&req).unwrap()).unwrap(), req);
         }
@@ -478,7 +531,8 @@ mod tests {
                 | ErrorKind::Refused
                 | ErrorKind::BudgetExceeded
                 | ErrorKind::Unavailable
-                | ErrorKind::Internal => {}
+                | ErrorKind::Internal
+                | ErrorKind::Conflict => {}
             }
             let resp = CtlResponse::Failed {
                 kind,
@@ -513,6 +567,7 @@ mod tests {
             task: Some("t".into()),
             stage: Some(Stage::Acting),
             unmerged_branches: Vec::new(),
+            approvals: 2,
         };
         let invalid = ProjectInfo {
             status: None,
@@ -553,6 +608,14 @@ mod tests {
                 id: "t-1".into(),
                 message: "added".into(),
             },
+            CtlResponse::Approvals(vec![ApprovalInfo {
+                id: "ap-abc".into(),
+                project: "web".into(),
+                task: "t-1".into(),
+                tool: "exec".into(),
+                summary: "rm -rf build".into(),
+                asked_at: "2026-11-26T10:00:00Z".into(),
+            }]),
         ];
         for resp in all {
             match &resp {
@@ -567,7 +630,8 @@ mod tests {
                 | CtlResponse::Error { .. }
                 | CtlResponse::Event(_)
                 | CtlResponse::Resync { .. }
-                | CtlResponse::Failed { .. } => {}
+                | CtlResponse::Failed { .. }
+                | CtlResponse::Approvals(_) => {}
             }
             assert_eq!(
                 decode::<CtlResponse>(&encode(&resp).unwrap()).unwrap(),

@@ -183,6 +183,14 @@ pub enum WorkerEvent {
         task: Option<String>,
         archived: String,
     },
+    /// A call of the task waits for a person's yes (SPEC §11); its task is blocked.
+    Approval { request: crate::ctl::ApprovalInfo },
+    /// A request got its answer (`approved`, `denied`, `expired` or `withdrawn`).
+    ApprovalAnswered {
+        task: Option<String>,
+        id: String,
+        decision: String,
+    },
 }
 
 impl WorkerEvent {
@@ -195,6 +203,8 @@ impl WorkerEvent {
             WorkerEvent::ModelUsage { .. } => "model_response",
             WorkerEvent::TextDelta { .. } => "text_delta",
             WorkerEvent::Compaction { .. } => "compaction",
+            WorkerEvent::Approval { .. } => "approval",
+            WorkerEvent::ApprovalAnswered { .. } => "approval_answered",
         }
     }
 
@@ -202,11 +212,13 @@ impl WorkerEvent {
     pub fn task(&self) -> Option<&str> {
         match self {
             WorkerEvent::Task { task, .. } => Some(task),
+            WorkerEvent::Approval { request } => Some(&request.task),
             WorkerEvent::Stage { task, .. }
             | WorkerEvent::ToolCall { task, .. }
             | WorkerEvent::ModelUsage { task, .. }
             | WorkerEvent::TextDelta { task, .. }
-            | WorkerEvent::Compaction { task, .. } => task.as_deref(),
+            | WorkerEvent::Compaction { task, .. }
+            | WorkerEvent::ApprovalAnswered { task, .. } => task.as_deref(),
         }
     }
 }
@@ -311,6 +323,21 @@ mod tests {
                 task: None,
                 archived: "/h/projects/p/session/archive-1.jsonl".into(),
             },
+            WorkerEvent::Approval {
+                request: crate::ctl::ApprovalInfo {
+                    id: "ap-abc".into(),
+                    project: "web".into(),
+                    task: "t-3".into(),
+                    tool: "exec".into(),
+                    summary: "rm -rf build".into(),
+                    asked_at: "2026-11-26T10:00:00Z".into(),
+                },
+            },
+            WorkerEvent::ApprovalAnswered {
+                task: Some("t-3".into()),
+                id: "ap-abc".into(),
+                decision: "approved".into(),
+            },
         ];
         for e in &all {
             match e {
@@ -319,7 +346,9 @@ mod tests {
                 | WorkerEvent::ToolCall { .. }
                 | WorkerEvent::ModelUsage { .. }
                 | WorkerEvent::TextDelta { .. }
-                | WorkerEvent::Compaction { .. } => {}
+                | WorkerEvent::Compaction { .. }
+                | WorkerEvent::Approval { .. }
+                | WorkerEvent::ApprovalAnswered { .. } => {}
             }
         }
         all

@@ -34,6 +34,8 @@ pub enum ToWorker {
     TasksChanged,
     /// Drive the autonomous run with this id (new, or resumed after a pause).
     RunStart { run_id: String },
+    /// Approval request `id` has its answer on disk (`<project>/approvals/`): read it.
+    ApprovalAnswered { id: String },
 }
 
 /// Settings the worker cannot find on its own.
@@ -77,6 +79,10 @@ pub struct InboundMessage {
     /// Where it comes from (sent as its word: `cli`, `main`, `telegram:<chat>`, ...).
     pub from: Channel,
     pub text: String,
+    /// The sender's own id for it (SPEC §11: `--id`, `Idempotency-Key`, Telegram's update):
+    /// recorded with the message, so a repeat is recognised across restarts and answered with
+    /// [`FromWorker::MessageRepeated`] instead of being recorded and run again.
+    pub client_id: Option<String>,
 }
 
 /// Worker → supervisor.
@@ -130,6 +136,16 @@ pub enum FromWorker {
     },
     /// Answer to [`ToWorker::Shutdown`]: everything is flushed, exit follows.
     ShutdownComplete,
+    /// Message `id` carries the client id of message `original`, which the worker already
+    /// has (SPEC §11): it was neither recorded nor queued again. `same_text`: a repeat, whose
+    /// sender gets `original` (and, if it waits, the original's reply, sent as a
+    /// [`FromWorker::Reply`] of `original` when it is already known); otherwise the id was
+    /// reused with another text and the message is refused.
+    MessageRepeated {
+        id: String,
+        original: String,
+        same_text: bool,
+    },
 }
 
 /// Who the connecting worker claims to be, and the token that proves it.

@@ -279,6 +279,20 @@ pub struct ApprovalRequest {
 }
 
 impl ApprovalRequest {
+    /// The request as listings, events and Telegram show it.
+    pub fn info(&self) -> pegasus_proto::ctl::ApprovalInfo {
+        pegasus_proto::ctl::ApprovalInfo {
+            id: self.id.clone(),
+            project: self.project.clone(),
+            task: self.task.clone(),
+            tool: self.tool.clone(),
+            summary: self.summary.clone(),
+            asked_at: self
+                .asked_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        }
+    }
+
     /// When an unanswered request is denied.
     pub fn expires_at(&self) -> DateTime<Utc> {
         self.asked_at + chrono::Duration::seconds(self.timeout_s.min(i64::MAX as u64 / 2) as i64)
@@ -595,6 +609,17 @@ pub fn find(projects_dir: &Path, id: &str) -> Option<(PathBuf, ApprovalRequest)>
         }
     }
     None
+}
+
+/// What `approvals` lists: every request of the home (or of one project) still waiting for
+/// a person, oldest first (one whose time ran out is denied by its worker, not listed).
+pub fn waiting(projects_dir: &Path, project: Option<&str>) -> Vec<pegasus_proto::ctl::ApprovalInfo> {
+    let now = Utc::now();
+    list_pending(projects_dir, project)
+        .into_iter()
+        .filter(|r| now < r.expires_at())
+        .map(|r| r.info())
+        .collect()
 }
 
 /// Every waiting request of the home (or of one project), oldest first.

@@ -30,6 +30,7 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         task: None,
         stage: None,
         unmerged_branches: Vec::new(),
+        approvals: crate::approvals::count_pending(&entry.dir),
     };
     match &entry.project {
         Ok(p) => {

@@ -93,7 +93,10 @@ impl ProjectRegistry {
         for (name, dir) in dirs {
             if let Some(known) = self.look(&name, &dir, now) {
                 seen.insert(name);
-                out.push(known.row);
+                let mut row = known.row;
+                // Not part of PROJECT.md, so never cached with it.
+                row.approvals = crate::approvals::count_pending(&dir);
+                out.push(row);
             }
         }
         self.lock().retain(|name, _| seen.contains(name));

@@ -74,7 +74,13 @@ pub enum Role {
 }
 
 /// A message with its content blocks, the model that produced it and what it cost.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Written with two keys more than it holds, for readers of the file (SPEC §11): a message
+/// somebody sent carries `channel` (`cli`, `dashboard`, `telegram`, `main`, `schedule`, ...)
+/// and, where the channel knows who, `sender` (the chat id for Telegram, the job of a
+/// schedule), both derived from `from`, so they can never disagree with it; reading ignores
+/// them, and files without them load as before.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct SessionMessage {
     /// Provider or channel message id, if any.
     #[serde(default)]
@@ -94,6 +100,47 @@ pub struct SessionMessage {
     pub usage: Option<serde_json::Value>,
     /// When the message was recorded.
     pub ts: DateTime<Utc>,
+    /// The sender's own id for an inbound message (`--id`, `Idempotency-Key`, Telegram's
+    /// update): a repeat of it is recognised by it (the worker's `sends`), across restarts,
+    /// because it is in the same durable line as the message itself.
+    #[serde(default)]
+    pub client_id: Option<String>,
+}
+
+impl Serialize for SessionMessage {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        /// The line as written: the fields, in their old order, then the derived keys.
+        #[derive(Serialize)]
+        struct Line<'a> {
+            id: &'a Option<String>,
+            role: Role,
+            from: &'a Option<Channel>,
+            content: &'a [ContentBlock],
+            model: &'a Option<String>,
+            usage: &'a Option<serde_json::Value>,
+            ts: &'a DateTime<Utc>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            channel: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sender: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            client_id: Option<&'a str>,
+        }
+        let sent = self.from.as_ref().filter(|f| f.is_message());
+        Line {
+            id: &self.id,
+            role: self.role,
+            from: &self.from,
+            content: &self.content,
+            model: &self.model,
+            usage: &self.usage,
+            ts: &self.ts,
+            channel: sent.map(Channel::kind),
+            sender: sent.and_then(Channel::sender),
+            client_id: self.client_id.as_deref(),
+        }
+        .serialize(ser)
+    }
 }
 
 /// One block of message content.
@@ -223,8 +270,18 @@ pub struct LoadedSession {
 /// cancelled result right after its message (and any results already there), so the transcript
 /// sent to a provider is always valid. A missing file is an empty session.
 pub fn load_session(project_dir: &Path) -> Result<LoadedSession> {
+    load_session_holding(project_dir, &HashSet::new())
+}
+
+/// [`load_session`], except that the calls of an assistant message holding one of the `held`
+/// tool call ids are left open: a call waiting for a person's approval (SPEC §11) gets its
+/// real result when the request is answered, not the cancelled one.
+pub fn load_session_holding(
+    project_dir: &Path,
+    held: &HashSet<String>,
+) -> Result<LoadedSession> {
     let read = read_jsonl_with(&session_file(project_dir), parse_record)?;
-    let (records, repairs) = close_dangling_tool_uses(read.records);
+    let (records, repairs) = close_dangling_tool_uses(read.records, held);
     let repaired_tool_uses = repairs
         .iter()
         .map(|r| match r {
@@ -260,6 +317,7 @@ fn is_tool_result_message(r: &SessionRecord) -> bool {
 /// returns the records and the synthetic messages.
 fn close_dangling_tool_uses(
     records: Vec<SessionRecord>,
+    held: &HashSet<String>,
 ) -> (Vec<SessionRecord>, Vec<SessionRecord>) {
     let answered: HashSet<String> = records
         .iter()
@@ -274,7 +332,15 @@ fn close_dangling_tool_uses(
         if pending.is_some() && !is_tool_result_message(&r) {
             flush(&mut pending, &mut out, &mut repairs);
         }
-        if let SessionRecord::Message(m) = &r {
+        let holds = |m: &SessionMessage| {
+            m.content.iter().any(
+                |b| matches!(b, ContentBlock::ToolUse { id, .. } if held.contains(id.as_str())),
+            )
+        };
+        if let Some(m) = match &r {
+            SessionRecord::Message(m) if !holds(m) => Some(m),
+            _ => None,
+        } {
             let missing: Vec<ContentBlock> = m
                 .content
                 .iter()
@@ -321,6 +387,7 @@ fn synthetic(content: Vec<ContentBlock>, ts: DateTime<Utc>) -> SessionRecord {
         model: None,
         usage: None,
         ts,
+        client_id: None,
     })
 }
 
@@ -339,6 +406,7 @@ mod tests {
             model: None,
             usage: None,
             ts: Utc::now(),
+            client_id: None,
         })
     }
 
@@ -508,6 +576,7 @@ struct RawRecord {
     summary: Option<String>,
     archived: Option<String>,
     reason: Option<String>,
+    client_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -578,6 +647,7 @@ fn parse_record(line: &[u8]) -> Option<SessionRecord> {
                 model: r.model,
                 usage: r.usage,
                 ts: r.ts?,
+                client_id: r.client_id,
             })
         }
         _ => return None,
@@ -618,6 +688,55 @@ mod fast_parse_tests {
         }
     }
 
+    /// A message somebody sent is written with its `channel` and `sender` (from its `from`)
+    /// and its client id; other records are written as before, and every line reads back the
+    /// same.
+    #[test]
+    fn a_sent_message_is_written_with_its_channel_sender_and_client_id() {
+        let written = |from: Option<Channel>, client_id: Option<&str>| {
+            let m = SessionMessage {
+                id: Some("1-1".into()),
+                role: Role::User,
+                from,
+                content: vec![ContentBlock::Text { text: "hi".into() }],
+                model: None,
+                usage: None,
+                ts: Utc::now(),
+                client_id: client_id.map(str::to_string),
+            };
+            let line = serde_json::to_string(&SessionRecord::Message(m.clone())).unwrap();
+            assert_eq!(
+                parse_record(line.as_bytes()),
+                Some(SessionRecord::Message(m.clone()))
+            );
+            assert_eq!(
+                serde_json::from_str::<SessionRecord>(&line).unwrap(),
+                SessionRecord::Message(m)
+            );
+            serde_json::from_str::<serde_json::Value>(&line).unwrap()
+        };
+        let v = written(Some(Channel::Telegram(Some(42))), Some("telegram:9"));
+        assert_eq!(
+            (&v["from"], &v["channel"], &v["sender"], &v["client_id"]),
+            (
+                &serde_json::json!("telegram:42"),
+                &serde_json::json!("telegram"),
+                &serde_json::json!("42"),
+                &serde_json::json!("telegram:9")
+            )
+        );
+        let v = written(Some(Channel::Dashboard), None);
+        assert_eq!(v["channel"], "dashboard");
+        assert!(v.get("sender").is_none() && v.get("client_id").is_none());
+        let v = written(Some(Channel::Schedule(Some("nightly".into()))), None);
+        assert_eq!((&v["channel"], &v["sender"]), (&serde_json::json!("schedule"), &serde_json::json!("nightly")));
+        // A task's own request and a model's answer are nobody's message.
+        for from in [Some(Channel::Task), None] {
+            let v = written(from, None);
+            assert!(v.get("channel").is_none() && v.get("sender").is_none(), "{v}");
+        }
+    }
+
     /// The fast line parser and the derived deserializer agree on every kind of line, good or
     /// bad.
     #[test]
@@ -628,6 +747,7 @@ mod fast_parse_tests {
             r#"{"type":"message","role":"user","from":"telegram:42","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
             r#"{"type":"message","role":"user","from":"project/web","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
             r#"{"type":"message","role":"user","from":"a word from the future","content":[{"type":"text","text":"hi"}],"ts":"2026-11-21T10:00:00.5Z"}"#,
+            r#"{"type":"message","id":"9-1","role":"user","from":"telegram:42","content":[{"type":"text","text":"hi"}],"model":null,"usage":null,"ts":"2026-11-21T10:00:00.5Z","channel":"telegram","sender":"42","client_id":"telegram:77"}"#,
             r#"{"type":"message","id":"m1","role":"assistant","content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"read_file","input":{"path":"a"}}],"model":"fa/x","usage":{"input_tokens":3},"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"tool","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}],"model":null,"usage":null,"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"compaction","summary":"s","archived":"session/archive/1.jsonl","ts":"2026-11-21T10:00:00Z"}"#,

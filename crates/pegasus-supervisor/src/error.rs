@@ -48,6 +48,10 @@ pub enum RequestError {
     /// No project of that name.
     #[error("project {0} not found: see `pegasusctl project list`")]
     ProjectNotFound(String),
+    /// Something else the request names does not exist (an approval request); the line says
+    /// where to look.
+    #[error("{0}")]
+    NotFound(String),
     /// The request is understood but not allowed now (wrong state, bad argument, stopping).
     #[error("{0}")]
     Refused(String),
@@ -60,6 +64,10 @@ pub enum RequestError {
     /// pegasusd failed at its own part (a handler that panicked); its log says more.
     #[error("{0}")]
     Internal(String),
+    /// An id the request carries was used before for something else (a send's client id
+    /// with another text).
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -74,11 +82,12 @@ impl RequestError {
     /// What kind of refusal this is, for the client to act on (the text is for people).
     pub(crate) fn kind(&self) -> ErrorKind {
         match self {
-            RequestError::ProjectNotFound(_) => ErrorKind::NotFound,
+            RequestError::ProjectNotFound(_) | RequestError::NotFound(_) => ErrorKind::NotFound,
             RequestError::Refused(_) => ErrorKind::Refused,
             RequestError::BudgetExceeded(_) => ErrorKind::BudgetExceeded,
             RequestError::Unavailable(_) => ErrorKind::Unavailable,
             RequestError::Internal(_) => ErrorKind::Internal,
+            RequestError::Conflict(_) => ErrorKind::Conflict,
             RequestError::Store(e) => store_kind(e),
             RequestError::Task(e) => match e {
                 TaskError::NotFound(_) => ErrorKind::NotFound,

@@ -66,6 +66,8 @@ pub enum Action {
     LookForTasks,
     /// Drive an autonomous run.
     DriveRun(String),
+    /// An approval request has its answer on disk: wake the call that waits for it.
+    WakeApproval(String),
     /// Stop taking work and ask the agent to say when it is idle.
     StartDraining,
     /// Exit: `Ok` after a requested shutdown or when pegasusd went away (every waiting model
@@ -141,6 +143,8 @@ fn frame_step(state: State, frame: ToWorker) -> (State, Vec<Action>) {
         ToWorker::Message(msg) => (state, vec![TakeMessage(msg)]),
         ToWorker::TasksChanged => (state, vec![LookForTasks]),
         ToWorker::RunStart { run_id } => (state, vec![DriveRun(run_id)]),
+        // The call waiting for it may be the one a drain waits for.
+        ToWorker::ApprovalAnswered { id } => (state, vec![WakeApproval(id)]),
         ToWorker::Init(_) => {
             tracing::warn!("ignoring a second init");
             (state, Vec::new())
@@ -170,6 +174,7 @@ mod tests {
                 Action::Answer { .. } => "answer",
                 Action::LookForTasks => "tasks",
                 Action::DriveRun(_) => "run",
+                Action::WakeApproval(_) => "wake",
                 Action::StartDraining => "drain",
                 Action::Exit(Ok(())) => "exit",
                 Action::Exit(Err(_)) => "exit-err",
@@ -190,6 +195,7 @@ mod tests {
                         id: "m1".into(),
                         from: "cli".into(),
                         text: "hi".into(),
+                        client_id: None,
                     }))
                 }),
             ),
@@ -216,6 +222,14 @@ mod tests {
                 }),
             ),
             ("shutdown", Box::new(|| Event::Frame(ToWorker::Shutdown))),
+            (
+                "answered",
+                Box::new(|| {
+                    Event::Frame(ToWorker::ApprovalAnswered {
+                        id: "ap-x".into(),
+                    })
+                }),
+            ),
             (
                 "init",
                 Box::new(|| {
@@ -259,6 +273,7 @@ mod tests {
             (Serving, "tasks", Serving, &["tasks"]),
             (Serving, "run", Serving, &["run"]),
             (Serving, "shutdown", Draining, &["drain"]),
+            (Serving, "answered", Serving, &["wake"]),
             (Serving, "init", Serving, &[]),
             (Serving, "closed", Serving, &["exit"]),
             (Serving, "bad", Serving, &["exit-err"]),
@@ -273,6 +288,7 @@ mod tests {
             (Draining, "tasks", Draining, &[]),
             (Draining, "run", Draining, &[]),
             (Draining, "shutdown", Draining, &[]),
+            (Draining, "answered", Draining, &["wake"]),
             (Draining, "init", Draining, &[]),
             (Draining, "closed", Draining, &["exit"]),
             (Draining, "bad", Draining, &["exit-err"]),

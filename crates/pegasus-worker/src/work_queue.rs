@@ -42,6 +42,9 @@ pub async fn run_jobs(
     // Code projects: repos recovered and interrupted merges finished before anything runs.
     let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
     crate::code_task::boot(&mut agent, &dir, &name).await;
+    // A call that waited for its approval when the last worker stopped gets its answer first:
+    // its task blocks the agent as it did before (SPEC §11).
+    resume_held(&mut agent, &out).await;
     // A restarted worker picks up what was ready before it died (or was made ready meanwhile).
     run_ready_tasks(&mut agent, &out).await;
     while let Some(job) = rx.recv().await {
@@ -97,6 +100,40 @@ async fn run_job(agent: &mut Agent, job: Job, out: &mpsc::UnboundedSender<FromWo
             };
             let _ = reply.send(result);
         }
+    }
+}
+
+/// Answers the call left waiting for its approval by the last worker (see
+/// [`Agent::resume_held`]), then goes on with its task as the task's role; its messages get
+/// the answer.
+async fn resume_held(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>) {
+    let Some(task) = agent.held_task().and_then(|id| agent.tasks().get(id).ok()) else {
+        return;
+    };
+    let role = match &task.role {
+        Some(role_id) => role_for(agent, &task, role_id).ok(),
+        None => None,
+    };
+    let runnable = !crate::code_task::is_code_task(&task);
+    let Some(result) = agent.resume_held(role, runnable).await else {
+        return;
+    };
+    let (text, answered) = match result {
+        Ok(o) => {
+            tracing::info!(task = %task.id, stop = ?o.stop, "the task that waited for approval went on");
+            (o.text, o.stop == StopKind::Answered)
+        }
+        Err(e) => {
+            tracing::error!(task = %task.id, "the task that waited for approval failed: {e}");
+            (format!("the project agent failed: {e}"), false)
+        }
+    };
+    for message_id in task.messages {
+        let _ = out.send(FromWorker::Reply {
+            message_id,
+            text: text.clone(),
+            answered,
+        });
     }
 }
 
@@ -158,28 +195,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
         let Some(task) = next else { return };
         let role = match &task.role {
             Some(role_id) => {
-                let spec = task
-                    .spec
-                    .clone()
-                    .unwrap_or_else(|| pegasus_tasks::TaskSpec {
-                        goal: task.title.clone(),
-                        constraints: vec![],
-                        acceptance: vec![],
-                        role: None,
-                        model_policy: None,
-                        repos: vec![],
-                    });
-                match prepare_role(
-                    role_id,
-                    &agent.settings().role_assignments,
-                    agent.settings(),
-                    &agent.tools().clone(),
-                    agent.system_base(),
-                    &agent.dir().join("memory"),
-                    &agent.skill_dirs(),
-                    &spec.goal,
-                    &spec.acceptance,
-                ) {
+                match role_for(agent, &task, role_id) {
                     Ok(r) => Some(r),
                     Err(e) => {
                         tracing::warn!(task = %task.id, "role {role_id}: {e}");
@@ -222,6 +238,37 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
             });
         }
     }
+}
+
+/// Task `task` worked as role `role_id`.
+fn role_for(
+    agent: &Agent,
+    task: &pegasus_tasks::Task,
+    role_id: &str,
+) -> Result<pegasus_agent::RoleRun, String> {
+    let spec = task
+        .spec
+        .clone()
+        .unwrap_or_else(|| pegasus_tasks::TaskSpec {
+            goal: task.title.clone(),
+            constraints: vec![],
+            acceptance: vec![],
+            role: None,
+            model_policy: None,
+            repos: vec![],
+        });
+    prepare_role(
+        role_id,
+        &agent.settings().role_assignments,
+        agent.settings(),
+        &agent.tools().clone(),
+        agent.system_base(),
+        &agent.dir().join("memory"),
+        &agent.skill_dirs(),
+        &spec.goal,
+        &spec.acceptance,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The run engine's executor: a phase is a job for the agent like any other.

@@ -8,7 +8,9 @@ use crate::{
     work_queue::{run_jobs, AgentPhases, Job},
     WorkerError,
 };
-use pegasus_agent::{record_inbound, Agent, AgentSettings, Notice, ToolSet};
+use crate::sends::{self, Sends, Verdict};
+use pegasus_agent::{record_sent, Agent, AgentSettings, Approvals, Notice, ToolSet};
+use pegasus_tasks::TaskStore;
 use pegasus_proto::worker::{FromWorker, ToWorker};
 use pegasus_runs::{RunEngine, RunSettings, RunStore};
 use pegasus_store::{Config, Home, ProjectFile};
@@ -226,7 +228,7 @@ async fn serve(
                 .workdir()
                 .map(PathBuf::from)
                 .unwrap_or_else(|| project_dir.join("workdir"));
-            let agent = Agent::open(
+            let mut agent = Agent::open(
                 &project_dir,
                 &workdir,
                 &name,
@@ -234,9 +236,18 @@ async fn serve(
                 shared.skills.clone(),
                 ToolSet::project_tools(),
                 Arc::new(proxy.clone()),
-                notices,
+                notices.clone(),
                 settings,
             )?;
+            let gate = Arc::new(Approvals::new(
+                &name,
+                &project_dir,
+                config.approvals.clone(),
+                agent.tasks().clone(),
+                notices,
+                agent.stop_flag(),
+            ));
+            agent.set_approvals(gate.clone());
             let servers =
                 pegasus_store::mcp::parse_mcp_servers(project.get("mcp_servers").as_ref())
                     .map_err(|e| {
@@ -252,9 +263,9 @@ async fn serve(
                 Some(home.exec_registry(&name)),
                 agent.settings().sandbox.clone(),
             );
-            Ok((runs, agent, mcp))
+            Ok((runs, agent, mcp, gate))
         });
-    let (run_settings, agent, mcp) = match loaded {
+    let (run_settings, agent, mcp, gate) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
             let _ = writer
@@ -272,6 +283,8 @@ async fn serve(
         tracing::error!("cannot take up the messages left unanswered by the last run: {e}");
     }
     let session = agent.session_handle();
+    // The client ids of the messages taken in the last day (SPEC §11), from the same lines.
+    let mut sends = Sends::load(&project_dir, chrono::Utc::now());
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
     let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();
     let stop_flag = agent.stop_flag();
@@ -355,8 +368,47 @@ async fn serve(
         for action in actions {
             match action {
                 Action::TakeMessage(msg) => {
-                    // Durable before acknowledged: the ack is the sender's proof.
-                    record_inbound(&session, &msg.id, &msg.from, &msg.text)?;
+                    if let Some(client_id) = msg.client_id.as_deref() {
+                        let (original, same_text) = match sends.check(client_id, &msg.text) {
+                            Verdict::New => (None, true),
+                            Verdict::Repeat { original } => (Some(original), true),
+                            Verdict::Conflict { original } => (Some(original), false),
+                        };
+                        if let Some(original) = original {
+                            // A repeat is neither recorded nor run: its sender gets the first
+                            // message's id, and its reply when that is known already.
+                            tracing::info!(message = %msg.id, %original, same_text, "a repeated client id");
+                            let ended = same_text
+                                .then(|| TaskStore::open(&project_dir, &name).ok())
+                                .flatten()
+                                .and_then(|tasks| sends::ended_reply(&tasks, &original));
+                            let _ = out.send(FromWorker::MessageRepeated {
+                                id: msg.id,
+                                original: original.clone(),
+                                same_text,
+                            });
+                            if let Some((text, answered)) = ended {
+                                let _ = out.send(FromWorker::Reply {
+                                    message_id: original,
+                                    text,
+                                    answered,
+                                });
+                            }
+                            continue;
+                        }
+                    }
+                    // Durable before acknowledged: the ack is the sender's proof; the client id
+                    // is in the same line, so it is known exactly when the message is.
+                    record_sent(
+                        &session,
+                        &msg.id,
+                        &msg.from,
+                        &msg.text,
+                        msg.client_id.as_deref(),
+                    )?;
+                    if let Some(client_id) = &msg.client_id {
+                        sends.remember(client_id, &msg.id, &msg.text, chrono::Utc::now());
+                    }
                     let _ = out.send(FromWorker::MessagePersisted { id: msg.id.clone() });
                     let _ = jobs.send(Job::Message(msg));
                 }
@@ -368,6 +420,10 @@ async fn serve(
                     let _ = jobs.send(Job::ReadyTasks);
                 }
                 Action::DriveRun(run_id) => runs.drive(run_id),
+                Action::WakeApproval(id) => {
+                    tracing::debug!(id, "approval answered");
+                    gate.wake();
+                }
                 Action::StartDraining => {
                     // A running task stops at its next turn boundary (every turn is already
                     // durable); the barrier answers once the agent is idle. The supervisor

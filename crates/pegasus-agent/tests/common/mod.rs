@@ -213,6 +213,7 @@ pub fn ctx_with(
             model,
             project_overview: "Demo project.".into(),
             subagents_spawned: Arc::new(AtomicU32::new(0)),
+            approvals: None,
             repos: vec![],
         },
         rx,

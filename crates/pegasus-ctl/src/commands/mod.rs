@@ -1,5 +1,6 @@
 //! One file per verb group; each turns a parsed command into requests and printed output.
 
+mod approvals;
 mod chat;
 mod cost;
 mod dashboard;
@@ -7,6 +8,7 @@ mod log;
 mod project;
 mod role;
 mod run;
+mod send;
 mod status;
 mod stop;
 mod task;
@@ -43,6 +45,13 @@ pub async fn run(cli: Cli) -> Result<(), CtlError> {
         Command::Chat { text, stream } => chat::run(&home, cli.json, text, stream).await,
         Command::Cost { project, since } => cost::run(&home, cli.json, project, since),
         Command::Stop => stop::run(&home, cli.json).await,
+        Command::Approvals { name } => approvals::list(&home, cli.json, name),
+        Command::Approve { id, always } => {
+            approvals::answer(&home, cli.json, id, true, always, None).await
+        }
+        Command::Deny { id, reason } => {
+            approvals::answer(&home, cli.json, id, false, false, reason).await
+        }
     }
 }
 

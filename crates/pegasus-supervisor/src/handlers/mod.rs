@@ -5,6 +5,7 @@
 //! typed result to the one [`CtlResponse`] a client gets; errors stay typed
 //! ([`RequestError`]) until here, where they become the one line a user reads.
 
+pub(crate) mod approvals;
 pub(crate) mod chat;
 pub(crate) mod follow;
 pub(crate) mod project;
@@ -50,8 +51,13 @@ pub(crate) async fn dispatch(
                 .await
                 .map(|p| CtlResponse::Project(Box::new(p)))
         }
-        CtlRequest::ProjectSend { name, text, wait } => {
-            project::send(sup, &name, from.clone(), text, wait)
+        CtlRequest::ProjectSend {
+            name,
+            text,
+            wait,
+            client_id,
+        } => {
+            project::send(sup, &name, from.clone(), text, wait, client_id)
                 .await
                 .map(|(id, reply)| match reply {
                     Some(text) => CtlResponse::Reply { id, text },
@@ -104,6 +110,19 @@ pub(crate) async fn dispatch(
                 .map(done)
         }
         CtlRequest::Stop => Ok(done(stop::stop(sup))),
+        CtlRequest::Approvals { project } => {
+            blocking(sup, move |s| approvals::list(s, project.as_deref()))
+                .await
+                .map(CtlResponse::Approvals)
+        }
+        CtlRequest::ApprovalAnswer {
+            id,
+            approve,
+            always,
+            reason,
+        } => approvals::answer(sup, &id, approve, always, reason, from)
+            .await
+            .map(done),
     };
     result.unwrap_or_else(|e| CtlResponse::Failed {
         kind: e.kind(),

@@ -1,0 +1,361 @@
+//! The approval gate (SPEC §11, "people in the loop"): before a tool call runs, the project's
+//! policy says allow, deny or ask; an asked call writes a durable request
+//! (`pegasus_store::approvals`), blocks its task (`blocked`, reason `approval`) and waits until
+//! a person answers (through pegasusd: `approve`, the dashboard, Telegram) or its time runs
+//! out. Approved, it runs once: the request is marked as run first, so no crash can run it
+//! again. Anything else goes back to the model as the tool's result, in SPEC's words.
+//!
+//! A request outlives the process: after a restart the agent holds the call open (the session
+//! repair leaves it alone) and [`crate::Agent::resume_held`] waits for the answer again.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use pegasus_proto::ctl::ApprovalInfo;
+use pegasus_proto::{TaskState, WorkerEvent};
+use pegasus_store::approvals::{
+    self as store, Answer, AnswerError, ApprovalRequest, ApprovalsConfig, Decision, Verdict,
+};
+use pegasus_tasks::TaskStore;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::outbox::{send_event, Notice};
+use crate::tool::ToolOutput;
+
+/// The stop reason of a task waiting for an approval.
+pub const APPROVAL_REASON: &str = "approval";
+
+/// How often a waiting call looks at its files even if nobody woke it (an answer written while
+/// pegasusd could not tell us, a cancelled task).
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// What an asked call does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Gate {
+    /// Approved: run the call (request `id` is marked as run), then [`Approvals::done`].
+    Run(String),
+    /// Not run: this is its result.
+    Result(ToolOutput),
+    /// The process is stopping while the call waits: leave it, and its request, for the next
+    /// start.
+    Held,
+}
+
+/// One project's gate.
+pub struct Approvals {
+    project: String,
+    dir: PathBuf,
+    config: ApprovalsConfig,
+    tasks: TaskStore,
+    notices: UnboundedSender<Notice>,
+    stop: Arc<AtomicBool>,
+    wake: tokio::sync::Notify,
+}
+
+impl Approvals {
+    /// The gate of the project in `dir`, under config.yml's `approvals` (PROJECT.md's block is
+    /// read at every check, so `approve --always` and a hand edit count at once). `stop` is the
+    /// agent's stop flag: a waiting call is held when it is set.
+    pub fn new(
+        project: &str,
+        dir: &Path,
+        config: ApprovalsConfig,
+        tasks: TaskStore,
+        notices: UnboundedSender<Notice>,
+        stop: Arc<AtomicBool>,
+    ) -> Approvals {
+        Approvals {
+            project: project.to_string(),
+            dir: dir.to_path_buf(),
+            config,
+            tasks,
+            notices,
+            stop,
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The policy in force: config.yml's, under PROJECT.md's.
+    pub fn policy(&self) -> ApprovalsConfig {
+        match pegasus_store::ProjectFile::load(&self.dir) {
+            Ok(p) => match ApprovalsConfig::from_yaml(p.get("approvals").as_ref()) {
+                Ok(project) => self.config.under(&project),
+                Err(_) => self.config.clone(),
+            },
+            // A PROJECT.md that does not load now: the config's rules still hold.
+            Err(_) => self.config.clone(),
+        }
+    }
+
+    /// What the policy says about a call of `tool` with `input`.
+    pub fn check(&self, tool: &str, input: &serde_json::Value) -> Verdict {
+        self.policy().decide(tool, command_of(tool, input).as_deref())
+    }
+
+    /// An answer may be on disk: every waiting call looks now.
+    pub fn wake(&self) {
+        self.wake.notify_waiters();
+    }
+
+    /// Asks for the call `call_id` of `tool` in task `task`, and waits for the answer.
+    pub async fn ask(
+        &self,
+        task: Option<&str>,
+        call_id: &str,
+        tool: &str,
+        input: &serde_json::Value,
+    ) -> Gate {
+        let command = command_of(tool, input);
+        let request = ApprovalRequest {
+            id: store::new_id(),
+            project: self.project.clone(),
+            task: task.unwrap_or_default().to_string(),
+            tool: tool.to_string(),
+            summary: summary(tool, command.as_deref(), input),
+            asked_at: Utc::now(),
+            call_id: call_id.to_string(),
+            input_json: input.to_string(),
+            timeout_s: self.policy().timeout(),
+            always: command.unwrap_or_else(|| tool.to_string()),
+        };
+        self.ask_request(request).await
+    }
+
+    /// Asks with a request made by the caller (a merge), and waits for the answer.
+    pub async fn ask_request(&self, request: ApprovalRequest) -> Gate {
+        if let Err(e) = store::write_request(&self.dir, &request) {
+            tracing::error!(id = %request.id, "cannot write the approval request: {e}");
+            return Gate::Result(ToolOutput::error(format!(
+                "not run: this call needs a person's approval and the request could not be saved ({e})"
+            )));
+        }
+        // Blocked only once the request is on disk: a crash in between leaves a running task,
+        // which the restart fails, and a request that the restart withdraws.
+        self.move_task(
+            &request.task,
+            &[(TaskState::Running, TaskState::Blocked)],
+            APPROVAL_REASON,
+        );
+        tracing::info!(id = %request.id, tool = %request.tool, task = %request.task, "waiting for approval");
+        send_event(
+            &self.notices,
+            WorkerEvent::Approval {
+                request: info(&request),
+            },
+        );
+        self.wait(&request).await
+    }
+
+    /// Waits for the answer of `request` (or its timeout, or its task's end).
+    pub async fn wait(&self, request: &ApprovalRequest) -> Gate {
+        let answer = loop {
+            let woken = self.wake.notified();
+            if let Some(a) = store::read_answer(&self.dir, &request.id) {
+                break a;
+            }
+            let now = Utc::now();
+            if now >= request.expires_at() {
+                break self.answer_or_theirs(
+                    request,
+                    Decision::Expired {
+                        after_s: request.timeout_s,
+                    },
+                );
+            }
+            if !request.task.is_empty() {
+                if let Ok(t) = self.tasks.get(&request.task) {
+                    if t.state != TaskState::Blocked {
+                        break self.answer_or_theirs(
+                            request,
+                            Decision::Withdrawn {
+                                why: format!("task {} was {} while it waited", t.id, t.state),
+                            },
+                        );
+                    }
+                }
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return Gate::Held;
+            }
+            let left = (request.expires_at() - now)
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .min(LOOK_EVERY);
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(left) => {}
+            }
+        };
+        tracing::info!(id = %request.id, decision = answer.decision.word(), by = %answer.by, "approval answered");
+        send_event(
+            &self.notices,
+            WorkerEvent::ApprovalAnswered {
+                task: (!request.task.is_empty()).then(|| request.task.clone()),
+                id: request.id.clone(),
+                decision: answer.decision.word().to_string(),
+            },
+        );
+        if !matches!(answer.decision, Decision::Withdrawn { .. }) {
+            self.move_task(
+                &request.task,
+                &[
+                    (TaskState::Blocked, TaskState::Ready),
+                    (TaskState::Ready, TaskState::Running),
+                ],
+                answer.decision.word(),
+            );
+        }
+        match answer.decision.refusal() {
+            None => {
+                // Marked before it runs: after a crash from here on, it never runs again.
+                if let Err(e) = store::mark_ran(&self.dir, &request.id) {
+                    tracing::error!(id = %request.id, "cannot mark the approval as run: {e}");
+                    return Gate::Result(ToolOutput::error(format!(
+                        "not run: approved, but Pegasus could not record that it runs ({e})"
+                    )));
+                }
+                Gate::Run(request.id.clone())
+            }
+            Some(text) => {
+                self.done(&request.id);
+                Gate::Result(ToolOutput::error(text))
+            }
+        }
+    }
+
+    /// The call of request `id` has its result: the request is closed.
+    pub fn done(&self, id: &str) {
+        if let Err(e) = store::close(&self.dir, id) {
+            tracing::warn!(id, "cannot close the approval request: {e}");
+        }
+    }
+
+    /// Withdraws a request whose call will never get an answer's result (its task ended, or
+    /// its call is not in the session any more).
+    pub fn withdraw(&self, request: &ApprovalRequest, why: &str) {
+        let _ = self.answer_or_theirs(
+            request,
+            Decision::Withdrawn {
+                why: why.to_string(),
+            },
+        );
+        self.done(&request.id);
+    }
+
+    /// Records `decision` as the answer unless someone answered first; the winning answer.
+    fn answer_or_theirs(&self, request: &ApprovalRequest, decision: Decision) -> Answer {
+        let mine = Answer {
+            decision,
+            by: "policy".into(),
+            at: Utc::now(),
+        };
+        match store::answer(&self.dir, &request.id, &mine) {
+            Ok(()) => mine,
+            Err(AnswerError::Already(theirs)) => theirs,
+            Err(e) => {
+                tracing::warn!(id = %request.id, "cannot record the approval's answer: {e:?}");
+                mine
+            }
+        }
+    }
+
+    /// Moves `task` along `steps`, each only if the task is in its `from` state (reported like
+    /// every move).
+    fn move_task(&self, task: &str, steps: &[(TaskState, TaskState)], reason: &str) {
+        if task.is_empty() {
+            return;
+        }
+        for (from, to) in steps {
+            match self.tasks.transition(task, *from, *to, "pegasus", reason) {
+                Ok(t) => crate::task_record::report(&self.notices, &t),
+                Err(e) => {
+                    tracing::debug!(task, "approval: task not moved {from} -> {to}: {e}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The exec command line of a call, if it is one.
+fn command_of(tool: &str, input: &serde_json::Value) -> Option<String> {
+    (tool == "exec")
+        .then(|| input.get("command").and_then(|c| c.as_str()))
+        .flatten()
+        .map(str::to_string)
+}
+
+/// What a person reads: the whole command line of an exec, else the tool and its arguments
+/// (cut at 500 characters).
+fn summary(tool: &str, command: Option<&str>, input: &serde_json::Value) -> String {
+    match command {
+        Some(c) => c.to_string(),
+        None => {
+            let args = input.to_string();
+            let mut s = format!("{tool} {args}");
+            if s.chars().count() > 500 {
+                s = s.chars().take(499).collect::<String>() + "…";
+            }
+            s
+        }
+    }
+}
+
+/// A request as listings and events show it.
+pub fn info(r: &ApprovalRequest) -> ApprovalInfo {
+    r.info()
+}
+
+/// At a start, before the session loads: the request whose call the session must leave open
+/// (its task is still blocked on it, and it never ran), and that call's id. Every other open
+/// request is settled here: one that ran (its call was cut off) is closed, one whose task
+/// moved on is withdrawn. At most one call waits at a time (the agent does one thing at a
+/// time); should there be more, the oldest is held and the rest withdrawn.
+pub fn held_after_restart(
+    dir: &Path,
+    tasks: &TaskStore,
+) -> (
+    Option<ApprovalRequest>,
+    std::collections::HashSet<String>,
+) {
+    let mut held = None;
+    let mut calls = std::collections::HashSet::new();
+    for open in store::open_requests(dir) {
+        let r = open.request;
+        let blocked = tasks
+            .get(&r.task)
+            .map(|t| t.state == TaskState::Blocked)
+            .unwrap_or(false);
+        let settle = |decision: Decision| {
+            if open.answer.is_none() {
+                let a = Answer {
+                    decision,
+                    by: "policy".into(),
+                    at: Utc::now(),
+                };
+                let _ = store::answer(dir, &r.id, &a);
+            }
+            if let Err(e) = store::close(dir, &r.id) {
+                tracing::warn!(id = %r.id, "cannot close the approval request: {e}");
+            }
+        };
+        if open.ran {
+            tracing::warn!(id = %r.id, "an approved call was cut off by the restart: it is not run again");
+            settle(Decision::Withdrawn {
+                why: "cut off by a restart".into(),
+            });
+        } else if blocked && held.is_none() && !r.call_id.is_empty() {
+            calls.insert(r.call_id.clone());
+            held = Some(r);
+        } else {
+            tracing::info!(id = %r.id, "withdrawn: its task is no longer waiting for it");
+            settle(Decision::Withdrawn {
+                why: "its task no longer waits for it".into(),
+            });
+        }
+    }
+    (held, calls)
+}

@@ -1,0 +1,117 @@
+//! `pegasusctl approvals [NAME]`, `approve ID [--always]`, `deny ID [--reason T]` (SPEC §11):
+//! the tool calls waiting for a person. The requests are files under each project's
+//! `approvals/` (written by its worker); pegasusd only answers them — the first answer wins,
+//! whoever gives it — and tells the worker, which runs or refuses the call.
+
+use crate::{error::RequestError, supervisor::Supervisor};
+use pegasus_proto::{ctl::ApprovalInfo, worker::ToWorker, Channel};
+use pegasus_store::approvals::{self as store, Answer, AnswerError, Decision};
+use pegasus_store::ProjectFile;
+
+/// The waiting requests, oldest first (every project's, or `project`'s); overdue ones are
+/// denied first, as their worker would.
+pub(crate) fn list(
+    sup: &Supervisor,
+    project: Option<&str>,
+) -> Result<Vec<ApprovalInfo>, RequestError> {
+    if let Some(name) = project {
+        pegasus_store::validate_name(name)?;
+        if !sup.home.project_dir(name).is_dir() {
+            return Err(RequestError::ProjectNotFound(name.to_string()));
+        }
+    }
+    Ok(store::waiting(&sup.home.projects_dir(), project))
+}
+
+/// Approves or denies request `id` for `from`; the line says what happens next.
+pub(crate) async fn answer(
+    sup: &Supervisor,
+    id: &str,
+    approve: bool,
+    always: bool,
+    reason: Option<String>,
+    from: &Channel,
+) -> Result<String, RequestError> {
+    let not_found = || {
+        RequestError::NotFound(format!(
+            "no approval request {id}: see `pegasusctl approvals` for the waiting ones"
+        ))
+    };
+    let (dir, request) =
+        store::find(&sup.home.projects_dir(), id).ok_or_else(not_found)?;
+    if let Some(a) = store::read_answer(&dir, id) {
+        return Err(already(id, &a));
+    }
+    if chrono::Utc::now() >= request.expires_at() {
+        // Its worker (now, or at its next start) denies it for the timeout.
+        return Err(RequestError::Refused(format!(
+            "approval {id} timed out after {} s and is denied: ask the project again if the call is still wanted",
+            request.timeout_s
+        )));
+    }
+    let project = request.project.clone();
+    if approve && always {
+        // pegasusd is PROJECT.md's one writer; the worker reads the policy at every check.
+        let _guard = sup.lifecycle_lock.lock().await;
+        let mut file = ProjectFile::load(&dir)?;
+        let mut block = store::ApprovalsConfig::from_yaml(file.get("approvals").as_ref())
+            .map_err(|m| RequestError::Refused(format!("PROJECT.md of {project}: approvals {m}")))?;
+        if request.tool == "exec" {
+            let glob = store::exact_glob(&request.always);
+            if !block.allow.contains(&glob) {
+                block.allow.push(glob);
+            }
+        } else {
+            block
+                .tools
+                .insert(request.tool.clone(), store::Mode::Allow);
+        }
+        let value = serde_norway::to_value(&block).map_err(|e| {
+            RequestError::Refused(format!("cannot write the approvals of {project}: {e}"))
+        })?;
+        file.set("approvals", &value)?;
+        file.save(&dir)?;
+    }
+    let decision = if approve {
+        Decision::Approved { always }
+    } else {
+        Decision::Denied {
+            reason: reason.filter(|r| !r.trim().is_empty()),
+        }
+    };
+    let answer = Answer {
+        decision,
+        by: from.to_string(),
+        at: chrono::Utc::now(),
+    };
+    match store::answer(&dir, id, &answer) {
+        Ok(()) => {}
+        Err(AnswerError::Already(a)) => return Err(already(id, &a)),
+        Err(AnswerError::NotFound) => return Err(not_found()),
+        Err(AnswerError::Store(e)) => return Err(e.into()),
+    }
+    tracing::info!(id, project = %project, decision = answer.decision.word(), by = %from, "approval answered");
+    sup.nudge(&project, ToWorker::ApprovalAnswered { id: id.to_string() });
+    let what = match (&answer.decision, always) {
+        (Decision::Approved { .. }, true) if request.tool == "exec" => format!(
+            "approved: the call runs now, and `{}` runs without asking from now on in {project}",
+            request.always
+        ),
+        (Decision::Approved { .. }, true) => format!(
+            "approved: the call runs now, and `{}` is allowed from now on in {project}",
+            request.tool
+        ),
+        (Decision::Approved { .. }, false) => "approved: the call runs now".to_string(),
+        _ => "denied: the model is told so".to_string(),
+    };
+    Ok(format!("{id} {what}"))
+}
+
+fn already(id: &str, a: &Answer) -> RequestError {
+    RequestError::Refused(format!(
+        "approval {id} was already answered: {} by {} at {}",
+        a.decision.word(),
+        a.by,
+        a.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    ))
+}
