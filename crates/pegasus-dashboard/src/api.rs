@@ -1,6 +1,6 @@
 //! `/api/...`: JSON in the shapes `pegasusctl --json` prints. Changes go through the same
 //! handlers as the control socket; reads of files (tasks, session, roles, costs) use the same
-//! readers as the CLI. Errors are `{"error": "..."}` with 400, 404 or 500, and [`json_errors`]
+//! readers as the CLI. Errors are `{"error": "..."}` with 400, 404, 409 or 500, and [`json_errors`]
 //! makes every other error answer JSON too.
 
 use crate::auth::error;
@@ -33,6 +33,7 @@ fn answer(resp: CtlResponse) -> Response {
             Json(json!({"id": id, "message": message})).into_response()
         }
         CtlResponse::Failed { kind, message } => error(status_of(kind), &message),
+        CtlResponse::Approvals(list) => Json(list).into_response(),
         other => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("unexpected answer {other:?}"),
@@ -129,10 +130,12 @@ fn what_went_wrong(
 }
 
 /// The HTTP status of a refused request, from its kind (never its text): 404 for what does
-/// not exist, 500 for pegasusd's own failures, 400 for the rest.
+/// not exist, 409 for an id used before for something else, 500 for pegasusd's own
+/// failures, 400 for the rest.
 pub(super) fn status_of(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Invalid
         | ErrorKind::Refused
@@ -268,17 +271,27 @@ pub(super) struct Text {
     text: String,
 }
 
+/// `POST /api/projects/:name/messages`; an `Idempotency-Key` header is the message's client
+/// id (SPEC §11): a repeat is answered with the first message's id, and the same key with
+/// another text is a 409.
 pub(super) async fn send(
     State(d): State<Dash>,
     Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
     Json(t): Json<Text>,
 ) -> Response {
+    let client_id = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(key)) => Some(key.to_string()),
+        Some(Err(_)) => return bad("the Idempotency-Key header must be visible ASCII"),
+    };
     call(
         &d,
         CtlRequest::ProjectSend {
             name,
             text: t.text,
             wait: false,
+            client_id,
         },
     )
     .await
@@ -416,6 +429,58 @@ pub(super) async fn task_verb(
         }
     };
     call(&d, req).await
+}
+
+/// `GET /api/approvals[?project=NAME]`: the tool calls waiting for a person, oldest first.
+pub(super) async fn approvals(
+    State(d): State<Dash>,
+    Query(q): Query<ApprovalsQuery>,
+) -> Response {
+    call(&d, CtlRequest::Approvals { project: q.project }).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct ApprovalsQuery {
+    project: Option<String>,
+}
+
+/// `POST /api/approvals/:id/approve` (`{"always": true}` optional) or `.../deny`
+/// (`{"reason": "..."}` optional).
+pub(super) async fn approval_answer(
+    State(d): State<Dash>,
+    Path((id, verb)): Path<(String, String)>,
+    body: Option<Json<ApprovalBody>>,
+) -> Response {
+    let body = body.map(|Json(b)| b).unwrap_or_default();
+    let approve = match verb.as_str() {
+        "approve" => true,
+        "deny" => false,
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                &format!("no action `{other}`: use approve or deny"),
+            )
+        }
+    };
+    call(
+        &d,
+        CtlRequest::ApprovalAnswer {
+            id,
+            approve,
+            always: approve && body.always,
+            reason: if approve { None } else { body.reason },
+        },
+    )
+    .await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ApprovalBody {
+    #[serde(default)]
+    always: bool,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 pub(super) async fn roles(State(d): State<Dash>) -> Response {

@@ -9,13 +9,21 @@
 //!   error answer is `{"error": "..."}` ([`api::json_errors`], around everything).
 //! * [`events`]: `GET /api/events`, the event bus as Server-Sent Events, resumable from a ring
 //!   buffer with `Last-Event-ID`; a client that falls behind gets `resync` and is dropped.
-//! * [`pages`]: server-rendered HTML (maud: every value escaped), one small script, no build
-//!   step, nothing fetched from elsewhere.
+//! * [`pages`]: server-rendered HTML (maud: every value escaped; model text as Markdown with
+//!   its raw HTML shown as text, [`markdown`]), one stylesheet and one small script, no build
+//!   step, nothing fetched from elsewhere; only the actions the state allows ([`actions`]),
+//!   states in words ([`words`]), tool calls folded with their results ([`transcript`]), costs
+//!   as inline SVG ([`chart`]).
 
+mod actions;
 mod api;
 mod auth;
+mod chart;
 mod events;
+mod markdown;
 mod pages;
+mod transcript;
+mod words;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -85,7 +93,9 @@ async fn serve(door: FrontDoor) {
         .route("/projects/{name}", get(pages::project))
         .route("/costs", get(pages::costs))
         .route("/crashes", get(pages::crashes))
+        .route("/approvals", get(pages::approvals))
         .route("/static/app.js", get(pages::script))
+        .route("/static/app.css", get(pages::stylesheet))
         .route("/api/session", post(auth::session))
         .route("/api/status", get(api::status))
         .route(
@@ -104,6 +114,8 @@ async fn serve(door: FrontDoor) {
         .route("/api/tasks/{id}/{verb}", post(api::task_verb))
         .route("/api/roles", get(api::roles))
         .route("/api/costs", get(api::costs))
+        .route("/api/approvals", get(api::approvals))
+        .route("/api/approvals/{id}/{verb}", post(api::approval_answer))
         .route("/api/events", get(events::stream))
         .layer(axum::middleware::from_fn_with_state(
             dash.clone(),
