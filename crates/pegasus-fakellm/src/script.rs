@@ -66,6 +66,9 @@ pub enum Match {
     LastToolResultContains(String),
     /// The conversation contains no tool result at all (a "first turn").
     NoToolResultYet,
+    /// The conversation ends with the user's words, not with tool results: the first turn of
+    /// the latest request, whatever came before it.
+    NewPrompt,
     /// `body.model` equals this exactly.
     Model(String),
     /// The 1-based number of this request among all requests the server has
@@ -103,6 +106,7 @@ impl Match {
                 .iter()
                 .any(|t| t.contains(s.as_str())),
             Match::NoToolResultYet => !cx.transcript.has_tool_result(),
+            Match::NewPrompt => cx.transcript.last_tool_results().is_empty(),
             Match::Model(m) => cx.model == Some(m.as_str()),
             Match::Nth(n) => cx.nth == *n,
             Match::Format(f) => cx.format == *f,

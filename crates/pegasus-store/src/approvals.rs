@@ -622,6 +622,21 @@ pub fn waiting(projects_dir: &Path, project: Option<&str>) -> Vec<pegasus_proto:
         .collect()
 }
 
+/// The answer of a request `id` that was closed (its call has its result), in any project.
+pub fn closed_answer(projects_dir: &Path, id: &str) -> Option<Answer> {
+    if !valid_id(id) {
+        return None;
+    }
+    let entries = std::fs::read_dir(projects_dir).ok()?;
+    for e in entries.flatten() {
+        let p = dir(&e.path()).join("closed").join(format!("{id}.answer.json"));
+        if let Ok(text) = std::fs::read(&p) {
+            return serde_json::from_slice(&text).ok();
+        }
+    }
+    None
+}
+
 /// Every waiting request of the home (or of one project), oldest first.
 pub fn list_pending(projects_dir: &Path, project: Option<&str>) -> Vec<ApprovalRequest> {
     let mut out = Vec::new();

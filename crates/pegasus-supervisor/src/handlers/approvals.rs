@@ -37,8 +37,12 @@ pub(crate) async fn answer(
             "no approval request {id}: see `pegasusctl approvals` for the waiting ones"
         ))
     };
-    let (dir, request) =
-        store::find(&sup.home.projects_dir(), id).ok_or_else(not_found)?;
+    let Some((dir, request)) = store::find(&sup.home.projects_dir(), id) else {
+        return Err(match store::closed_answer(&sup.home.projects_dir(), id) {
+            Some(a) => already(id, &a),
+            None => not_found(),
+        });
+    };
     if let Some(a) = store::read_answer(&dir, id) {
         return Err(already(id, &a));
     }

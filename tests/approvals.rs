@@ -1,0 +1,257 @@
+//! Approvals through the real binaries (SPEC §11, issue 26): a call the policy asks about
+//! blocks its task with a durable request; `pegasusctl approvals`, `approve`, `deny` answer
+//! it; it survives kill -9 of the worker and of pegasusd; it times out; it never runs without
+//! its approval and never twice.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
+use serde_json::json;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// On a message holding `word`, the model runs `cmd` with exec once, then says what its
+/// result was: "ran" when it ran, else the tool result's text after "result: ".
+fn script(fake: &FakeLlm, word: &str, cmd: &str) {
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::LastUserTextContains(word.into()),
+                Match::NewPrompt,
+            ]),
+            Reply::Tools(vec![ToolCall::new("exec", json!({"command": cmd}))]),
+        )
+        .times(1),
+    );
+    for (seen, say) in [
+        ("denied by the user: not today", "saw: denied with a reason"),
+        ("denied by the user", "saw: denied"),
+        ("denied: no answer within", "saw: timed out"),
+    ] {
+        fake.add_rule(Rule::new(
+            Match::All(vec![
+                Match::LastUserTextContains(word.into()),
+                Match::LastToolResultContains(seen.into()),
+            ]),
+            Reply::Text(say.into()),
+        ));
+    }
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains(word.into()),
+        Reply::Text("saw: ran".into()),
+    ));
+}
+
+fn home_asking(fake: &FakeLlm, extra: &str) -> Home {
+    main_agent_rule(fake);
+    fake_home(fake, &format!("approvals: {{exec: ask{extra}}}\n"))
+}
+
+/// The one waiting request (polled until there is one).
+fn waiting(home: &Home) -> serde_json::Value {
+    poll(WAIT, "an approval request", || {
+        let list = home.json(&["approvals"]);
+        list.as_array()
+            .filter(|a| a.len() == 1)
+            .map(|a| a[0].clone())
+    })
+}
+
+fn runs(home: &Home, project: &str) -> usize {
+    std::fs::read_to_string(home.project_dir(project).join("workdir/runs.txt"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+fn task_state(home: &Home, project: &str, id: &str) -> (String, String) {
+    let tasks = home.json(&["task", "list", project]);
+    let t = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .cloned()
+        .unwrap_or_default();
+    (
+        t["state"].as_str().unwrap_or_default().to_string(),
+        t["stop_reason"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn a_call_waits_for_approve_runs_once_and_send_wait_says_what_it_waits_for() {
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    script(&fake, "deploy", "echo ran >> runs.txt");
+    let home = home_asking(&fake, "");
+    let _d = home.start_fake();
+    home.create("web");
+    let send = std::process::Command::new(env!("CARGO_BIN_EXE_pegasusctl"))
+        .args(["--home"])
+        .arg(home.path())
+        .args(["project", "send", "web", "deploy now", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let req = waiting(&home);
+    let id = req["id"].as_str().unwrap().to_string();
+    assert_eq!(req["project"], "web");
+    assert_eq!(req["tool"], "exec");
+    assert_eq!(req["summary"], "echo ran >> runs.txt");
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(req["asked_at"].as_str().unwrap()).is_ok(),
+        "{req}"
+    );
+    let task = req["task"].as_str().unwrap().to_string();
+    assert_eq!(
+        task_state(&home, "web", &task),
+        ("blocked".into(), "approval".into())
+    );
+    assert_eq!(runs(&home, "web"), 0, "nothing runs before the answer");
+    // Counted where people look.
+    let row = |v: serde_json::Value| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "web")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(row(home.json(&["project", "list"]))["approvals"], 1);
+    assert_eq!(row(home.json(&["status"])["projects"].clone())["approvals"], 1);
+    assert!(home.ctl_ok(&["status"]).contains("1 tool call waiting for approval"));
+    assert!(home.ctl_ok(&["approvals", "web"]).contains("echo ran >> runs.txt"));
+
+    assert!(home.ctl_ok(&["approve", &id]).contains("approved"));
+    let out = send.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert_eq!(stdout.trim(), "saw: ran");
+    assert!(
+        stderr.contains(&format!("pegasusctl approve {id}")),
+        "send --wait names the request: {stderr}"
+    );
+    assert_eq!(runs(&home, "web"), 1);
+    assert_eq!(task_state(&home, "web", &task).0, "done");
+    assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+    // A second answer is refused in one line.
+    let again = home.ctl_fails(&["deny", &id]);
+    assert!(again.contains("already answered: approved by cli"), "{again}");
+    assert!(home
+        .ctl_fails(&["approve", "ap-doesnotexist"])
+        .contains("no approval request ap-doesnotexist"));
+}
+
+#[test]
+fn a_pending_request_survives_kill9_of_the_worker_and_of_pegasusd() {
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    script(&fake, "migrate", "echo ran >> runs.txt");
+    let home = home_asking(&fake, "");
+    let mut d = home.start_fake();
+    let first = home.create("db");
+    home.ctl_ok(&["project", "send", "db", "migrate the schema"]);
+    let id = waiting(&home)["id"].as_str().unwrap().to_string();
+
+    // The worker dies: the next one holds the same request, and runs nothing.
+    kill9(first);
+    let second = home.ready_worker("db", Some(first as u64));
+    assert_eq!(waiting(&home)["id"], id.as_str());
+    assert_eq!(runs(&home, "db"), 0);
+
+    // pegasusd dies (its worker with it): the request is listed without a daemon.
+    d.kill9();
+    poll(WAIT, "the worker to die with pegasusd", || {
+        (!alive(second)).then_some(())
+    });
+    let list = home.json(&["approvals"]);
+    assert_eq!(list[0]["id"], id.as_str(), "{list}");
+    assert_eq!(runs(&home, "db"), 0);
+
+    let _d = home.start_fake();
+    home.ready_worker("db", None);
+    assert_eq!(waiting(&home)["id"], id.as_str());
+    home.ctl_ok(&["approve", &id]);
+    poll(WAIT, "the approved call to run", || {
+        (runs(&home, "db") == 1).then_some(())
+    });
+    let task = poll(WAIT, "the task to finish", || {
+        let tasks = home.json(&["task", "list", "db"]);
+        tasks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["state"] == "done")
+            .map(|t| t["id"].as_str().unwrap().to_string())
+    });
+    assert!(!task.is_empty());
+    // Once more down and up: it never runs again.
+    let pid = home.ready_worker("db", None);
+    kill9(pid);
+    home.ready_worker("db", Some(pid as u64));
+    assert_eq!(runs(&home, "db"), 1);
+    assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+}
+
+#[test]
+fn denials_and_timeouts_reach_the_model_in_spec_words_and_always_allows_the_line() {
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    script(&fake, "first", "echo one >> runs.txt");
+    script(&fake, "second", "echo two >> runs.txt");
+    script(&fake, "third", "echo three >> runs.txt");
+    script(&fake, "fourth", "echo three >> runs.txt");
+    let home = home_asking(&fake, ", timeout_s: 3");
+    let _d = home.start_fake();
+    home.create("ops");
+
+    // Denied with a reason.
+    let ctl = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pegasusctl"))
+            .arg("--home")
+            .arg(home.path())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let send = ctl(&["project", "send", "ops", "first job", "--wait"]);
+    let id = waiting(&home)["id"].as_str().unwrap().to_string();
+    home.ctl_ok(&["deny", &id, "--reason", "not today"]);
+    let out = send.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "saw: denied with a reason"
+    );
+
+    // Nobody answers: denied after timeout_s.
+    let out = home.ctl_ok(&["project", "send", "ops", "second job", "--wait"]);
+    assert_eq!(out.trim(), "saw: timed out");
+    assert_eq!(runs(&home, "ops"), 0);
+
+    // Approved with --always: the exact line is allowed from then on, nothing else.
+    let send = ctl(&["project", "send", "ops", "third job", "--wait"]);
+    let id = waiting(&home)["id"].as_str().unwrap().to_string();
+    home.ctl_ok(&["approve", &id, "--always"]);
+    assert_eq!(
+        String::from_utf8_lossy(&send.wait_with_output().unwrap().stdout).trim(),
+        "saw: ran"
+    );
+    assert!(home.project_md("ops").contains("echo three >> runs.txt"));
+    assert_eq!(
+        home.ctl_ok(&["project", "send", "ops", "fourth job", "--wait"])
+            .trim(),
+        "saw: ran",
+        "the same line runs without asking"
+    );
+    assert_eq!(runs(&home, "ops"), 2);
+    assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+}
