@@ -21,7 +21,11 @@ fn main() -> ExitCode {
         home: args.home,
         config: args.config,
         // Beside the core, through its front door.
-        clients: vec![pegasus_dashboard::client(), pegasus_telegram::client()],
+        clients: vec![
+            pegasus_dashboard::client(),
+            pegasus_telegram::client(),
+            search_index(),
+        ],
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -29,4 +33,13 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Keeps the search index under `<home>/index/` current within 10 s of each write (SPEC §11),
+/// beside the core: a catch-up at start and every few seconds, on a blocking thread.
+fn search_index() -> pegasus_supervisor::Client {
+    Box::new(|door| {
+        let run = pegasus_search::keep_current(door.home().clone(), door.shutdown().clone());
+        Some(Box::pin(run))
+    })
 }

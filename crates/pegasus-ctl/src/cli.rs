@@ -49,6 +49,21 @@ pub enum Command {
         #[arg(long)]
         since: Option<String>,
     },
+    /// Find text in every project's sessions, tasks and memory and the MainAgent's, best
+    /// first (works without the daemon).
+    Search {
+        /// The words to find (all of them, in any order; punctuation is plain text).
+        query: String,
+        /// Only this project (`main` = the MainAgent).
+        #[arg(long)]
+        project: Option<String>,
+        /// Only this kind of entry.
+        #[arg(long, value_enum)]
+        kind: Option<SearchKind>,
+        /// At most this many hits (1-1000).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+    },
     /// Stop the daemon gracefully (every worker first).
     Stop,
     /// List the tool calls waiting for your yes (works without the daemon).
@@ -224,4 +239,12 @@ pub enum RunCommand {
     Pause { name: String },
     /// Resume a paused run.
     Resume { name: String },
+}
+
+/// What `search --kind` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SearchKind {
+    Session,
+    Task,
+    Memory,
 }

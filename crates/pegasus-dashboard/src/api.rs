@@ -108,7 +108,7 @@ fn what_went_wrong(
     };
     match status {
         StatusCode::NOT_FOUND if api => format!(
-            "no API route {method} {path}: the routes are /api/status, /api/projects[/NAME[/tasks|/session|/messages|/ACTION]], /api/tasks/ID[/ACTION], /api/roles, /api/costs and /api/events"
+            "no API route {method} {path}: the routes are /api/status, /api/projects[/NAME[/tasks|/session|/messages|/ACTION]], /api/tasks/ID[/ACTION], /api/roles, /api/costs, /api/search?q= and /api/events"
         ),
         StatusCode::NOT_FOUND => format!(
             "no page {path}: the pages are /, /projects/NAME, /costs and /crashes"
@@ -432,10 +432,7 @@ pub(super) async fn task_verb(
 }
 
 /// `GET /api/approvals[?project=NAME]`: the tool calls waiting for a person, oldest first.
-pub(super) async fn approvals(
-    State(d): State<Dash>,
-    Query(q): Query<ApprovalsQuery>,
-) -> Response {
+pub(super) async fn approvals(State(d): State<Dash>, Query(q): Query<ApprovalsQuery>) -> Response {
     call(&d, CtlRequest::Approvals { project: q.project }).await
 }
 
@@ -514,5 +511,77 @@ pub(super) async fn costs(State(d): State<Dash>, Query(q): Query<CostQuery>) -> 
         Ok(Ok(r)) => Json(r).into_response(),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// `GET /api/search?q=WORDS[&project=NAME][&kind=session|task|memory][&limit=N]`.
+#[derive(Deserialize, Default)]
+pub(super) struct SearchQuery {
+    #[serde(default)]
+    pub(super) q: String,
+    pub(super) project: Option<String>,
+    pub(super) kind: Option<String>,
+    pub(super) limit: Option<usize>,
+}
+
+/// `search --json`: the hits, best first, in the same shape.
+pub(super) async fn search(State(d): State<Dash>, Query(q): Query<SearchQuery>) -> Response {
+    match find(&d, q).await {
+        Ok(found) => Json(found.hits).into_response(),
+        Err((status, message)) => error(status, &message),
+    }
+}
+
+/// Runs a search for the API and the search page: the query checked, the index caught up and
+/// asked on a blocking thread (a damaged index is rebuilt and logged, never an error).
+pub(super) async fn find(
+    d: &Dash,
+    q: SearchQuery,
+) -> Result<pegasus_search::Found, (StatusCode, String)> {
+    if q.q.trim().is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "give the words to find: /api/search?q=WORDS".into(),
+        ));
+    }
+    let kind = match q.kind.as_deref().filter(|k| !k.is_empty()) {
+        None => None,
+        Some(k) => Some(pegasus_search::Kind::parse(k).ok_or_else(|| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("unknown kind `{k}`: use session, task or memory"),
+            )
+        })?),
+    };
+    let limit = q.limit.unwrap_or(pegasus_search::DEFAULT_LIMIT);
+    if !(1..=pegasus_search::MAX_LIMIT).contains(&limit) {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!(
+                "limit {limit} is out of range: use 1 to {}",
+                pegasus_search::MAX_LIMIT
+            ),
+        ));
+    }
+    let project = q.project.filter(|p| !p.is_empty());
+    if let Some(name) = project.as_deref().filter(|n| *n != pegasus_search::MAIN) {
+        if let Err(resp) = project_dir(d, name) {
+            return Err((resp.status(), format!("project {name} not found")));
+        }
+    }
+    let query = pegasus_search::Query {
+        text: q.q,
+        project,
+        kind,
+        limit: Some(limit),
+    };
+    let home = d.door.home().clone();
+    match tokio::task::spawn_blocking(move || pegasus_search::search(&home, &query)).await {
+        Ok(Ok(found)) => Ok(found),
+        Ok(Err(e @ pegasus_search::SearchError::EmptyQuery(_))) => {
+            Err((StatusCode::BAD_REQUEST, e.to_string()))
+        }
+        Ok(Err(e)) => Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
     }
 }

@@ -114,6 +114,7 @@ async fn serve(door: FrontDoor) {
         .route("/api/tasks/{id}/{verb}", post(api::task_verb))
         .route("/api/roles", get(api::roles))
         .route("/api/costs", get(api::costs))
+        .route("/api/search", get(api::search))
         .route("/api/approvals", get(api::approvals))
         .route("/api/approvals/{id}/{verb}", post(api::approval_answer))
         .route("/api/events", get(events::stream))

@@ -8,6 +8,7 @@ mod log;
 mod project;
 mod role;
 mod run;
+mod search;
 mod send;
 mod status;
 mod stop;
@@ -44,6 +45,12 @@ pub async fn run(cli: Cli) -> Result<(), CtlError> {
         Command::Run(cmd) => run::run(&home, cli.json, cmd).await,
         Command::Chat { text, stream } => chat::run(&home, cli.json, text, stream).await,
         Command::Cost { project, since } => cost::run(&home, cli.json, project, since),
+        Command::Search {
+            query,
+            project,
+            kind,
+            limit,
+        } => search::run(&home, cli.json, query, project, kind, limit),
         Command::Stop => stop::run(&home, cli.json).await,
         Command::Approvals { name } => approvals::list(&home, cli.json, name),
         Command::Approve { id, always } => {
