@@ -255,3 +255,68 @@ fn denials_and_timeouts_reach_the_model_in_spec_words_and_always_allows_the_line
     assert_eq!(runs(&home, "ops"), 2);
     assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
 }
+
+/// `approvals.merge: ask`: a verified code task waits (blocked, approval) before it merges;
+/// approved, it merges; denied, it stays verified with its merge pending for `task merge`.
+#[test]
+fn merge_ask_holds_a_verified_task_until_a_person_says_yes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote".into()),
+        Reply::Text("changed the files".into()),
+    ));
+    for (word, content) in [("change alpha", "approved\n"), ("change beta", "denied\n")] {
+        fake.add_rule(Rule::new(
+            Match::LastUserTextContains(word.into()),
+            Reply::Tools(vec![ToolCall::new(
+                "write_file",
+                json!({"path": if word.ends_with("alpha") { "a.txt" } else { "b.txt" }, "content": content}),
+            )]),
+        ));
+    }
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "approvals: {merge: ask}\n");
+    let _d = home.start_fake();
+    home.create("cp");
+    configure(&home, "cp", &repos_yaml(&[("app", &app)]));
+    let add = |goal: &str| {
+        home.json(&["task", "add", "cp", "--goal", goal, "--repo", "app"])["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let state = |id: &str| home.json(&["task", "show", id])["task"]["state"].clone();
+
+    let first = add("change alpha");
+    let req = waiting(&home);
+    assert_eq!(req["tool"], "merge");
+    assert_eq!(req["task"], first.as_str());
+    assert!(req["summary"].as_str().unwrap().contains("main of repo app"), "{req}");
+    assert_eq!(state(&first), "blocked");
+    assert_eq!(sh(&app, "cat a.txt"), "alpha", "not merged before the yes");
+    home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
+    poll(WAIT, "the approved merge", || {
+        (state(&first) == "done").then_some(())
+    });
+    assert_eq!(sh(&app, "cat a.txt"), "approved");
+
+    let second = add("change beta");
+    let req = waiting(&home);
+    assert_eq!(req["task"], second.as_str());
+    home.ctl_ok(&["deny", req["id"].as_str().unwrap()]);
+    let t = poll(WAIT, "the denied merge to wait", || {
+        let t = home.json(&["task", "show", &second])["task"].clone();
+        (t["state"] == "verified").then_some(t)
+    });
+    assert_eq!(t["merge"], "pending", "{t}");
+    assert_eq!(sh(&app, "cat b.txt"), "beta");
+    // A person's own `task merge` is that yes: it merges without asking again.
+    home.ctl_ok(&["task", "merge", &second]);
+    poll(WAIT, "the requested merge", || {
+        (state(&second) == "done").then_some(())
+    });
+    assert_eq!(sh(&app, "cat b.txt"), "denied");
+}

@@ -163,6 +163,11 @@ impl Agent {
         self.approvals = Some(gate);
     }
 
+    /// The project's approval gate, if it has one.
+    pub fn approvals(&self) -> Option<&Arc<crate::approvals::Approvals>> {
+        self.approvals.as_ref()
+    }
+
     /// The task of a call left waiting for its approval by the last process, if any.
     pub fn held_task(&self) -> Option<&str> {
         self.held.as_ref().map(|r| r.task.as_str())

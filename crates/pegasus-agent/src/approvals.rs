@@ -149,6 +149,51 @@ impl Approvals {
         self.wait(&request).await
     }
 
+    /// Records a request that nobody waits for in-process (a merge, SPEC §11 `merge: ask`):
+    /// written, its task moved `from` → `blocked` (reason `approval`), announced. Whoever
+    /// settles it later reads its answer from the files.
+    pub fn ask_detached(&self, request: &ApprovalRequest, from: TaskState) -> Result<(), String> {
+        store::write_request(&self.dir, request).map_err(|e| e.to_string())?;
+        self.move_task(&request.task, &[(from, TaskState::Blocked)], APPROVAL_REASON);
+        tracing::info!(id = %request.id, tool = %request.tool, task = %request.task, "waiting for approval");
+        send_event(
+            &self.notices,
+            WorkerEvent::Approval {
+                request: info(request),
+            },
+        );
+        Ok(())
+    }
+
+    /// The answer of a detached request, once it has one (its time running out is an answer
+    /// too); reported like any answer.
+    pub fn detached_answer(&self, request: &ApprovalRequest) -> Option<Answer> {
+        let answer = match store::read_answer(&self.dir, &request.id) {
+            Some(a) => a,
+            None if Utc::now() >= request.expires_at() => self.answer_or_theirs(
+                request,
+                Decision::Expired {
+                    after_s: request.timeout_s,
+                },
+            ),
+            None => return None,
+        };
+        send_event(
+            &self.notices,
+            WorkerEvent::ApprovalAnswered {
+                task: Some(request.task.clone()),
+                id: request.id.clone(),
+                decision: answer.decision.word().to_string(),
+            },
+        );
+        Some(answer)
+    }
+
+    /// The project's folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Waits for the answer of `request` (or its timeout, or its task's end).
     pub async fn wait(&self, request: &ApprovalRequest) -> Gate {
         let answer = loop {
@@ -325,6 +370,10 @@ pub fn held_after_restart(
     let mut calls = std::collections::HashSet::new();
     for open in store::open_requests(dir) {
         let r = open.request;
+        // A merge's request has no call: the code task's merge step settles it.
+        if r.tool == store::MERGE_TOOL && r.call_id.is_empty() {
+            continue;
+        }
         let blocked = tasks
             .get(&r.task)
             .map(|t| t.state == TaskState::Blocked)

@@ -423,6 +423,8 @@ async fn serve(
                 Action::WakeApproval(id) => {
                     tracing::debug!(id, "approval answered");
                     gate.wake();
+                    // A merge's answer is settled by the merge step (SPEC §11 `merge: ask`).
+                    let _ = jobs.send(Job::ReadyTasks);
                 }
                 Action::StartDraining => {
                     // A running task stops at its next turn boundary (every turn is already

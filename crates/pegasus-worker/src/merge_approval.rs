@@ -1,0 +1,102 @@
+//! `approvals.merge: ask` (SPEC §11): a verified code task that would merge on its own waits
+//! for a person's yes first. The request is detached (nobody waits for it in-process): the task
+//! moves `verified → blocked` (reason `approval`) and the worker is free; when the answer
+//! comes, [`settle`] moves it back to `verified`, due to merge (approved) or pending for
+//! `pegasusctl task merge` (denied, or no answer in time). A merge a person asked for
+//! (`task merge`) is itself that yes and never asks.
+
+use pegasus_agent::Agent;
+use pegasus_proto::TaskState;
+use pegasus_store::approvals::{self as store, ApprovalRequest, Decision};
+use pegasus_tasks::{MergeState, Task, TaskUpdate};
+
+/// If the policy asks before merges, asks for `task` and returns the line for its sender;
+/// `None`: merge now.
+pub fn ask(agent: &Agent, task: &Task) -> Option<String> {
+    let gate = agent.approvals()?;
+    let policy = gate.policy();
+    if !policy.merge_asks() || task.merge.is_some() {
+        return None;
+    }
+    let repos = task
+        .spec
+        .as_ref()
+        .map(|s| {
+            s.repos
+                .iter()
+                .map(|r| format!("{} of repo {}", r.branch.as_deref().unwrap_or("main"), r.id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "its base branch".into());
+    let request = ApprovalRequest {
+        id: store::new_id(),
+        project: agent.name().to_string(),
+        task: task.id.clone(),
+        tool: store::MERGE_TOOL.to_string(),
+        summary: format!("merge task {} ({}) into {repos}", task.id, task.title),
+        asked_at: chrono::Utc::now(),
+        call_id: String::new(),
+        input_json: String::new(),
+        timeout_s: policy.timeout(),
+        always: String::new(),
+    };
+    match gate.ask_detached(&request, TaskState::Verified) {
+        Ok(()) => Some(format!(
+            "Verified; the merge waits for approval {}: `pegasusctl approve {}`.",
+            request.id, request.id
+        )),
+        Err(e) => {
+            // Never merge unasked: the task stays verified, pending a person's `task merge`.
+            tracing::error!(task = %task.id, "cannot ask for the merge: {e}");
+            let _ = agent.update_task(&task.id, TaskUpdate::Merge(Some(MergeState::Pending)));
+            Some(format!(
+                "Verified; the merge could not be put to you ({e}): `pegasusctl task merge {}` merges it.",
+                task.id
+            ))
+        }
+    }
+}
+
+/// Settles every answered (or timed-out) merge request of the project: approved → `verified`
+/// and due; anything else → `verified`, pending a person's `task merge`.
+pub fn settle(agent: &Agent) {
+    let Some(gate) = agent.approvals() else {
+        return;
+    };
+    for open in store::open_requests(gate.dir()) {
+        let r = open.request;
+        if r.tool != store::MERGE_TOOL || !r.call_id.is_empty() {
+            continue;
+        }
+        let blocked = agent
+            .tasks()
+            .get(&r.task)
+            .is_ok_and(|t| t.state == TaskState::Blocked);
+        if !blocked {
+            gate.withdraw(&r, "its task no longer waits for the merge");
+            continue;
+        }
+        let Some(answer) = gate.detached_answer(&r) else {
+            continue;
+        };
+        let (merge, reason) = match &answer.decision {
+            Decision::Approved { .. } => (MergeState::Requested, "merge approved".to_string()),
+            other => (
+                MergeState::Pending,
+                other.refusal().unwrap_or_else(|| "merge not approved".into()),
+            ),
+        };
+        match agent.move_task_with(
+            &r.task,
+            TaskState::Blocked,
+            TaskState::Verified,
+            &reason,
+            &[TaskUpdate::Merge(Some(merge))],
+        ) {
+            Ok(_) => gate.done(&r.id),
+            Err(e) => tracing::warn!(task = %r.task, "cannot settle the merge approval: {e}"),
+        }
+    }
+}
