@@ -18,7 +18,8 @@ fn llm_home(fake: &FakeLlm) -> Home {
          prices:\n  \"fa/*\": {{input: 1.0, output: 2.0}}\n\
          llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 20}}\n\
          workers: {{shutdown_timeout_s: 5}}\n\
-         agent: {{reflection: false}}\n",
+         agent: {{reflection: false}}\n\
+         notify: {{recovered_crashes: true, crash_window_s: 0.5}}\n",
         a = fake.anthropic_base_url(),
     ))
 }
@@ -167,7 +168,7 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
         last.contains("process restarted") && last.contains("cancelled"),
         "{last}"
     );
-    // The MainAgent heard about the crash.
+    // The MainAgent heard about the crash (recovered crashes are told in this home).
     poll(
         Duration::from_secs(10),
         "the crash notice at the MainAgent",
@@ -177,7 +178,7 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
                 .any(|r| {
                     r.body
                         .to_string()
-                        .contains("[Project Worker crashed with signal 9")
+                        .contains("project longrun: the worker crashed with signal 9")
                 })
                 .then_some(())
         },

@@ -36,6 +36,8 @@ pub struct Config {
     pub agent: AgentConfig,
     /// The watchdog's limits.
     pub watchdog: WatchdogConfig,
+    /// What the MainAgent is told of, and how often (crash notices).
+    pub notify: NotifyConfig,
     /// Autonomous runs.
     pub runs: RunsConfig,
     /// Model pattern -> what the model can do; extends the shipped table (`data/models.yml`).
@@ -84,6 +86,7 @@ impl Default for Config {
             dashboard: DashboardConfig::default(),
             agent: AgentConfig::default(),
             watchdog: WatchdogConfig::default(),
+            notify: NotifyConfig::default(),
             runs: RunsConfig::default(),
             models: BTreeMap::new(),
             default_context_window: 128_000,
@@ -239,6 +242,28 @@ impl Default for WatchdogConfig {
         WatchdogConfig {
             silent_timeout_s: 300,
             max_usd_per_minute: Some(1.0),
+        }
+    }
+}
+
+/// Crash notices to the MainAgent (issue 26): a worker's crashes are gathered for
+/// `crash_window_s` from the first of a burst and told in one message, so a burst of crashes
+/// costs at most one MainAgent call. A crash whose project is running again by then is left
+/// out unless `recovered_crashes` is on; a project given up (crash-looping) is always told.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// Tell the MainAgent of crashes its project recovered from too.
+    pub recovered_crashes: bool,
+    /// Seconds crash notices are gathered before they are told (> 0, at most 3600).
+    pub crash_window_s: f64,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        NotifyConfig {
+            recovered_crashes: false,
+            crash_window_s: 30.0,
         }
     }
 }
@@ -545,6 +570,13 @@ impl Config {
                 "must be a number of seconds > 0",
             ));
         }
+        let window = self.notify.crash_window_s;
+        if !(window.is_finite() && window > 0.0 && window <= 3600.0) {
+            return Err(err(
+                "notify.crash_window_s",
+                "must be a number of seconds > 0 and at most 3600 (the default is 30)",
+            ));
+        }
         if !(w.heartbeat_interval_s.is_finite() && w.heartbeat_interval_s > 0.0) {
             return Err(err(
                 "workers.heartbeat_interval_s",
@@ -732,6 +764,32 @@ dashboard: {listen: 127.0.0.1:7474}
             err,
             "config.yml:2: key `agent.max_turns`: must be at least 1"
         );
+    }
+
+    #[test]
+    fn crash_notices_are_batched_by_default_and_a_bad_setting_is_one_line() {
+        let c = parse("").unwrap();
+        assert!(!c.notify.recovered_crashes);
+        assert_eq!(c.notify.crash_window_s, 30.0);
+        let c = parse("notify: {recovered_crashes: true, crash_window_s: 0.5}\n").unwrap();
+        assert!(c.notify.recovered_crashes);
+        assert_eq!(c.notify.crash_window_s, 0.5);
+        let err = parse("notify:\n  recovered_crashes: maybe\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config.yml:2: key `notify.recovered_crashes`") && !err.contains('\n'),
+            "{err}"
+        );
+        for bad in ["0", "-1", ".inf", "7200"] {
+            let err = parse(&format!("notify:\n  crash_window_s: {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("config.yml:2: key `notify.crash_window_s`: must be"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -163,6 +163,7 @@ async fn serve(
     crate::activity::observe(&sup.bus, &sup.activity);
     crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
+    let crash_notices = crate::crash_notices::start(&sup);
     let sweeper = tokio::spawn(crate::sweeper::run(
         sup.sweeper.clone(),
         sup.shutdown.clone(),
@@ -199,10 +200,18 @@ async fn serve(
     }
     // What the last workers' commands left behind: one scan after they are all gone.
     crate::sweeper::sweep_now().await;
-    for task in [workers, controls, watchdog, sweeper, scheduler, slot_events]
-        .into_iter()
-        .chain(remotes)
-        .chain(clients)
+    for task in [
+        workers,
+        controls,
+        watchdog,
+        crash_notices,
+        sweeper,
+        scheduler,
+        slot_events,
+    ]
+    .into_iter()
+    .chain(remotes)
+    .chain(clients)
     {
         let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }

@@ -18,6 +18,7 @@ mod accept;
 mod activity;
 mod bus;
 mod control;
+mod crash_notices;
 mod daemon;
 pub mod error;
 pub mod front_door;

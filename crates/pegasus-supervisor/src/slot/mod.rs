@@ -19,7 +19,7 @@ pub(crate) use routing::Delivery;
 
 use crate::{spawn, supervisor::Supervisor};
 use pegasus_proto::{
-    ctl::ProjectInfo, worker::ToWorker, BusBody, Channel, FrameReader, FrameWriter, WorkerState,
+    ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
 };
 use process::WorkerProcess;
 use std::{
@@ -348,10 +348,8 @@ impl Slot {
 
     fn record_crash(&self, reason: &str) {
         let now = chrono::Utc::now();
-        let notice = format!("[Project Worker crashed with {reason}]");
-        tracing::warn!(project = %self.name, "{notice}");
-        self.sup
-            .to_main(Channel::Project(self.name.clone()), notice);
+        tracing::warn!(project = %self.name, "[Project Worker crashed with {reason}]");
+        // The MainAgent hears of it from the bus, batched (`crate::crash_notices`).
         self.sup.bus.publish(
             &self.name,
             BusBody::Crash {
