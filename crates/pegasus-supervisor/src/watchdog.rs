@@ -82,6 +82,12 @@ impl Watchdog {
         if self.busy.as_deref() == Some(task.as_str()) {
             self.busy = None;
         }
+        // Waiting for a person's yes (SPEC §11) is a pause, not a stop: the task goes on with
+        // its spend when the answer comes, and the person is asked directly (CLI, dashboard,
+        // Telegram), not through the MainAgent.
+        if *state == TaskState::Blocked && reason.as_deref() == Some("approval") {
+            return None;
+        }
         self.spend.remove(task);
         let reason = reason.as_deref()?;
         (*state != TaskState::Done || reason == "token_capped").then(|| Stop {
@@ -479,6 +485,11 @@ mod tests {
         assert!(w
             .on_event(&task("t3", TaskState::Done, Some("token_capped")))
             .is_some());
+        // Waiting for approval is a pause the MainAgent is not told about.
+        assert_eq!(
+            w.on_event(&task("t4", TaskState::Blocked, Some("approval"))),
+            None
+        );
     }
 
     #[test]
