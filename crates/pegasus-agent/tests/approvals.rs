@@ -321,3 +321,72 @@ async fn a_request_whose_task_moved_on_is_withdrawn_at_the_next_start() {
     assert_eq!(runs(&fx), 0);
     check_valid(agent.transcript()).unwrap();
 }
+
+/// An MCP tool, as the worker offers one (`mcp__SERVER__TOOL`), counting its calls.
+struct McpPush(Arc<std::sync::atomic::AtomicU32>);
+
+impl pegasus_agent::Tool for McpPush {
+    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
+        pegasus_proto::llm::ToolSpec {
+            name: "mcp__github__push".into(),
+            description: "push".into(),
+            input_schema_json: "{\"type\":\"object\"}".into(),
+        }
+    }
+    fn call<'a>(
+        &'a self,
+        _input: serde_json::Value,
+        _ctx: &'a pegasus_agent::ToolCtx,
+    ) -> pegasus_agent::ToolFuture<'a> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { pegasus_agent::ToolOutput::ok("pushed") })
+    }
+}
+
+#[tokio::test]
+async fn mcp_tools_are_asked_about_by_their_glob() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    model.push(calls(&[(
+        "c1",
+        "mcp__github__push",
+        serde_json::json!({"branch": "main"}),
+    )]));
+    model.push(calls(&[(
+        "c2",
+        "mcp__github__push",
+        serde_json::json!({"branch": "dev"}),
+    )]));
+    model.push(text("ok"));
+    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    let pushes = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    agent.set_mcp_tools(vec![Arc::new(McpPush(pushes.clone()))]);
+    let g = gate(&fx, &mut agent, "tools: {\"mcp__github__*\": ask}");
+    send(&mut agent, "m1", "push it");
+    let approver = async {
+        let r = pending(&fx).await;
+        assert_eq!(r.tool, "mcp__github__push");
+        assert_eq!(r.summary, "mcp__github__push {\"branch\":\"main\"}");
+        answer(&fx, &r.id, Decision::Denied { reason: None });
+        g.wake();
+        // The second call asks again (a denial is for that call only).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let second = loop {
+            if let Some(r2) = store::pending(&fx.dir).into_iter().find(|x| x.id != r.id) {
+                break r2;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no second request");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        answer(&fx, &second.id, Decision::Approved { always: false });
+        g.wake();
+    };
+    let (outcome, ()) = tokio::join!(agent.run(), approver);
+    assert_eq!(outcome.unwrap().stop, StopKind::Answered);
+    assert_eq!(
+        result_of(&model, "c1").unwrap(),
+        ("denied by the user".into(), true)
+    );
+    assert_eq!(result_of(&model, "c2").unwrap(), ("pushed".into(), false));
+    assert_eq!(pushes.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
