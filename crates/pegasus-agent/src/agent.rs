@@ -225,7 +225,10 @@ impl Agent {
             .unwrap_or_default();
         if calls.is_empty() {
             // A subagent's call (its turns live only in memory): the task starts over.
-            gate.withdraw(&request, "the call was a subagent's, cut off by the restart");
+            gate.withdraw(
+                &request,
+                "the call was a subagent's, cut off by the restart",
+            );
             self.move_task(&task_id, TaskState::Blocked, TaskState::Ready, "restarted")?;
             return Ok(outcome(
                 StopKind::Cancelled,
@@ -713,13 +716,7 @@ impl Agent {
         // Stopping while a call waits for its approval: the task stays blocked and the call
         // open (nothing of the turn is recorded); the next start answers it.
         if end.stop == StopKind::Held {
-            return Ok(Outcome {
-                task_id,
-                text: end.text,
-                stop: end.stop,
-                turns: end.turns,
-                cost_usd: cost,
-            });
+            return Ok(Outcome::of(task_id, end, cost));
         }
 
         if end.stop == StopKind::Answered && self.settings.reflection {
@@ -785,13 +782,7 @@ impl Agent {
         }
         let end = crate::agent_loop::LoopEnd { text, ..end };
         if !tracked {
-            return Ok(Outcome {
-                task_id,
-                text: end.text,
-                stop: end.stop,
-                turns: end.turns,
-                cost_usd: cost,
-            });
+            return Ok(Outcome::of(task_id, end, cost));
         }
         task_record::finish(
             &self.tasks,
@@ -809,19 +800,15 @@ impl Agent {
                 },
             },
         )?;
-        Ok(Outcome {
-            task_id,
-            text: end.text,
-            stop: end.stop,
-            turns: end.turns,
-            cost_usd: cost,
-        })
+        Ok(Outcome::of(task_id, end, cost))
     }
 }
 
 /// A held gate is returned before the results are built; it cannot reach them.
 fn unreachable_held() -> crate::tool::ToolOutput {
-    crate::tool::ToolOutput::error("not run: the project stopped while this call waited for approval")
+    crate::tool::ToolOutput::error(
+        "not run: the project stopped while this call waited for approval",
+    )
 }
 
 /// Writes the repair of a crash into the session: the synthetic results that close the tool

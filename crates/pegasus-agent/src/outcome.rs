@@ -65,3 +65,16 @@ pub struct Outcome {
     /// subagent spend is in the ledger under the same task but not in this sum.
     pub cost_usd: f64,
 }
+
+impl Outcome {
+    /// The outcome of task `task_id`'s loop that ended as `end`, with its whole cost.
+    pub(crate) fn of(task_id: String, end: crate::agent_loop::LoopEnd, cost_usd: f64) -> Outcome {
+        Outcome {
+            task_id,
+            text: end.text,
+            stop: end.stop,
+            turns: end.turns,
+            cost_usd,
+        }
+    }
+}

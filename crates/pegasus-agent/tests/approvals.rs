@@ -38,9 +38,14 @@ fn gate(fx: &Fixture, agent: &mut Agent, yaml: &str) -> Arc<Approvals> {
 
 /// Waits (with a deadline) for the project's one pending request.
 async fn pending(fx: &Fixture) -> store::ApprovalRequest {
+    pending_besides(fx, "").await
+}
+
+/// Waits (with a deadline) for a pending request other than `seen`.
+async fn pending_besides(fx: &Fixture, seen: &str) -> store::ApprovalRequest {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(r) = store::pending(&fx.dir).into_iter().next() {
+        if let Some(r) = store::pending(&fx.dir).into_iter().find(|r| r.id != seen) {
             return r;
         }
         assert!(
@@ -92,7 +97,11 @@ const RUN_ONCE: &str = "echo ran >> runs.txt";
 async fn an_asked_call_blocks_its_task_and_runs_once_when_approved() {
     let fx = Fixture::new();
     let model = ScriptedModel::new();
-    model.push(calls(&[("c1", "exec", serde_json::json!({"command": RUN_ONCE}))]));
+    model.push(calls(&[(
+        "c1",
+        "exec",
+        serde_json::json!({"command": RUN_ONCE}),
+    )]));
     model.push(text("done"));
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     let g = gate(&fx, &mut agent, "exec: ask");
@@ -133,7 +142,11 @@ async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
     // Denied by the user, with a reason.
     let fx = Fixture::new();
     let model = ScriptedModel::new();
-    model.push(calls(&[("c1", "exec", serde_json::json!({"command": RUN_ONCE}))]));
+    model.push(calls(&[(
+        "c1",
+        "exec",
+        serde_json::json!({"command": RUN_ONCE}),
+    )]));
     model.push(text("ok"));
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     let g = gate(&fx, &mut agent, "exec: ask");
@@ -187,7 +200,11 @@ async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
     // No answer in time.
     let fx = Fixture::new();
     let model = ScriptedModel::new();
-    model.push(calls(&[("c1", "exec", serde_json::json!({"command": RUN_ONCE}))]));
+    model.push(calls(&[(
+        "c1",
+        "exec",
+        serde_json::json!({"command": RUN_ONCE}),
+    )]));
     model.push(text("ok"));
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     gate(&fx, &mut agent, "exec: ask\ntimeout_s: 1");
@@ -230,7 +247,10 @@ async fn allow_globs_skip_the_question_but_not_for_a_chained_command() {
     };
     let (outcome, ()) = tokio::join!(agent.run(), approver);
     assert_eq!(outcome.unwrap().stop, StopKind::Answered);
-    assert!(!result_of(&model, "c1").unwrap().1, "allowed without asking");
+    assert!(
+        !result_of(&model, "c1").unwrap().1,
+        "allowed without asking"
+    );
     assert_eq!(
         result_of(&model, "c2").unwrap(),
         ("denied by the user".into(), true)
@@ -298,7 +318,11 @@ async fn a_call_waiting_at_a_stop_is_held_across_the_restart_and_runs_once() {
 async fn a_request_whose_task_moved_on_is_withdrawn_at_the_next_start() {
     let fx = Fixture::new();
     let model = ScriptedModel::new();
-    model.push(calls(&[("c1", "exec", serde_json::json!({"command": RUN_ONCE}))]));
+    model.push(calls(&[(
+        "c1",
+        "exec",
+        serde_json::json!({"command": RUN_ONCE}),
+    )]));
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     gate(&fx, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
@@ -370,14 +394,7 @@ async fn mcp_tools_are_asked_about_by_their_glob() {
         answer(&fx, &r.id, Decision::Denied { reason: None });
         g.wake();
         // The second call asks again (a denial is for that call only).
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let second = loop {
-            if let Some(r2) = store::pending(&fx.dir).into_iter().find(|x| x.id != r.id) {
-                break r2;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no second request");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let second = pending_besides(&fx, &r.id).await;
         answer(&fx, &second.id, Decision::Approved { always: false });
         g.wake();
     };
