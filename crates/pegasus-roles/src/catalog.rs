@@ -13,10 +13,11 @@ use crate::error::RoleError;
 use crate::role::{validate_id, Role, RoleSource};
 
 /// The ids of the built-in roles, in the order they are listed.
-pub const BUILTIN_IDS: [&str; 8] = [
+pub const BUILTIN_IDS: [&str; 9] = [
     "coder",
     "researcher",
     "reviewer",
+    "planner",
     "designer",
     "devops",
     "tester",
@@ -25,13 +26,14 @@ pub const BUILTIN_IDS: [&str; 8] = [
 ];
 
 /// The embedded built-in role files: id and text.
-const BUILTIN_FILES: [(&str, &str); 8] = [
+const BUILTIN_FILES: [(&str, &str); 9] = [
     ("coder", include_str!("../../../data/roles/coder.md")),
     (
         "researcher",
         include_str!("../../../data/roles/researcher.md"),
     ),
     ("reviewer", include_str!("../../../data/roles/reviewer.md")),
+    ("planner", include_str!("../../../data/roles/planner.md")),
     ("designer", include_str!("../../../data/roles/designer.md")),
     ("devops", include_str!("../../../data/roles/devops.md")),
     ("tester", include_str!("../../../data/roles/tester.md")),
@@ -194,7 +196,7 @@ mod tests {
     #[test]
     fn builtin_tool_allowlists_fit_each_job() {
         let by_id = |id: &str| builtin_roles().into_iter().find(|r| r.id == id).unwrap();
-        for id in ["researcher", "reviewer"] {
+        for id in ["researcher", "reviewer", "planner"] {
             let r = by_id(id);
             for tool in ["exec", "write_file", "edit_file"] {
                 assert!(!r.allows_tool(tool), "{id} must not have {tool}");
@@ -265,6 +267,7 @@ mod tests {
                 "designer",
                 "devops",
                 "duplicate-finder",
+                "planner",
                 "refactor-finder",
                 "researcher",
                 "reviewer",

@@ -46,9 +46,10 @@ pub fn parse_plan(text: &str) -> Result<Vec<PlannedPhase>, String> {
     Ok(phases)
 }
 
-/// The JSON inside the answer: the body of the first fenced block if there is one, else the
-/// span from the first `{` to the last `}`, else the text itself (and the parser says why not).
-fn json_part(text: &str) -> &str {
+/// The JSON inside a model's answer: the body of the first fenced block if there is one, else
+/// the span from the first `{` to the last `}`, else the text itself (and the parser says why
+/// not). Also how a code task's planner answer is read (`pegasus-worker`).
+pub fn json_part(text: &str) -> &str {
     let text = text.trim();
     if let Some(start) = text.find("```") {
         let after = &text[start + 3..];

@@ -2,9 +2,10 @@
 //!
 //! This crate is for the life of a task inside one project: the state machine
 //! ([`TaskState`], [`check_transition`]), frozen specs with repo snapshots ([`TaskSpec`]),
-//! replay, dependencies ([`Readiness`]), the restart rule, the board view ([`board()`]), and the
-//! files that hold it all — `tasks/<YYYY-MM-DD>/<id>.jsonl` (the events, the truth) and
-//! `tasks/index.jsonl` (a cache of their fold) — through [`TaskStore`]. Every write takes the
+//! replay, dependencies ([`Readiness`]), splits into subtasks ([`split`]), the restart rule,
+//! the board view ([`board()`]), and the files that hold it all —
+//! `tasks/<YYYY-MM-DD>/<id>.jsonl` (the events, the truth) and `tasks/index.jsonl` (a cache of
+//! their fold) — through [`TaskStore`]. Every write takes the
 //! project's task lock, so transitions are compare-and-set across threads and processes, and
 //! every event is durable before the index mentions it.
 //!
@@ -25,6 +26,7 @@ pub mod merge;
 pub mod readiness;
 pub mod schedule;
 pub mod snapshot;
+pub mod split;
 pub mod state;
 pub mod store;
 pub mod task;
@@ -38,6 +40,7 @@ pub use id::new_task_id;
 pub use merge::MergeState;
 pub use readiness::Readiness;
 pub use snapshot::{project_repos, repo_head};
+pub use split::{check_steps, Step, MAX_STEPS};
 pub use state::{check_transition, column, TaskState};
 pub use store::{
     Recovered, Recovery, TaskStore, CRASHED_TWICE_REASON, RECOVERY_ACTOR, RERUN_REASON,

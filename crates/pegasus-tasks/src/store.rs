@@ -21,8 +21,9 @@ use crate::index::{read_index, write_index, write_index_if_changed, IndexLine};
 use crate::lock::ProjectLock;
 use crate::readiness::{readiness_of, Readiness};
 use crate::snapshot::snapshot_repos;
+use crate::split::{check_steps, step_title, Step};
 use crate::state::{check_transition, TaskState};
-use crate::task::{NewTask, Task, TaskSpec, TaskUpdate, MAX_PRIORITY};
+use crate::task::{NewTask, RepoSnapshot, Task, TaskSpec, TaskUpdate, MAX_PRIORITY};
 
 /// The folder under a project that holds its tasks.
 pub const TASKS_DIR: &str = "tasks";
@@ -446,9 +447,133 @@ impl TaskStore {
         Ok(task)
     }
 
-    /// Whether task `id` may start: [`Readiness::Go`] when every `depends_on` task is done,
-    /// else `Skip` naming each one that is not, with its state. Only dependencies are looked
-    /// at; the task's own state is the caller's business.
+    /// Splits ready task `id` into the subtasks of a planner's `steps` (SPEC §10 `plan:`):
+    /// each a new ready task with the parent's kind, priority, role, constraints and repos, its
+    /// goal and acceptance from its step, `depends_on` the subtasks of the steps it names, and
+    /// [`Task::parent`] set. The parent records them as [`Task::subtasks`] and waits for them.
+    ///
+    /// A subtask's repos carry no commit: it starts from its base branch as it is when it
+    /// starts, after the steps it depends on merged, not from where the parent's spec froze it.
+    ///
+    /// The parent's list is written before the subtasks: a crash in between leaves a parent
+    /// waiting on a subtask that does not exist (shown as `not found`; `task cancel` ends it),
+    /// never subtasks running beside a parent that would be split again.
+    pub fn split(&self, id: &str, steps: &[Step], actor: &str) -> Result<Vec<Task>, TaskError> {
+        check_steps(steps).map_err(|e| TaskError::Invalid(format!("task {id}: {e}")))?;
+        let _lock = self.lock()?;
+        let (parent_path, mut parent) = self.load(id)?;
+        if parent.state != TaskState::Ready {
+            return Err(TaskError::Conflict {
+                id: parent.id,
+                expected: TaskState::Ready,
+                actual: parent.state,
+            });
+        }
+        if !parent.subtasks.is_empty() {
+            return Err(TaskError::Invalid(format!(
+                "task {id} is already split into {}",
+                parent.subtasks.join(", ")
+            )));
+        }
+        let Some(spec) = parent.spec.clone().filter(|_| parent.spec_version >= 1) else {
+            return Err(TaskError::NotFrozen(parent.id));
+        };
+        let whole = spec
+            .goal
+            .trim()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let mut made: Vec<(PathBuf, Task, TaskEvent)> = Vec::with_capacity(steps.len());
+        for step in steps {
+            let new = NewTask {
+                title: step_title(step),
+                kind: parent.kind.clone(),
+                priority: parent.priority,
+                role: parent.role.clone(),
+                depends_on: Vec::new(),
+                messages: Vec::new(),
+            };
+            let (path, mut task, _) = self.new_task_locked(new, None)?;
+            if made.iter().any(|(_, t, _)| t.id == task.id) {
+                return Err(TaskError::Invalid(format!(
+                    "task {id}: two subtasks drew the same id; split it again"
+                )));
+            }
+            task.parent = Some(parent.id.clone());
+            task.depends_on = step
+                .depends_on
+                .iter()
+                .map(|n| made[n - 1].1.id.clone())
+                .fold(Vec::new(), |mut ids, dep| {
+                    if !ids.contains(&dep) {
+                        ids.push(dep);
+                    }
+                    ids
+                });
+            let created = TaskEvent::Created {
+                ts: task.created,
+                task: task.clone(),
+            };
+            made.push((path, task, created));
+        }
+        let ids: Vec<String> = made.iter().map(|(_, t, _)| t.id.clone()).collect();
+        self.record(
+            &parent_path,
+            &mut parent,
+            update_event(&TaskUpdate::Subtasks(ids.clone()), actor),
+        )?;
+        self.index_put(&parent, &parent_path);
+        let n = steps.len();
+        let mut out = Vec::with_capacity(n);
+        for ((path, mut task, created), (i, step)) in made.into_iter().zip(steps.iter().enumerate())
+        {
+            let mut constraints = spec.constraints.clone();
+            constraints.push(format!(
+                "This is step {} of {n} of task {}: {whole}",
+                i + 1,
+                parent.id
+            ));
+            let sub = TaskSpec {
+                goal: step.goal.trim().to_string(),
+                constraints,
+                acceptance: step.acceptance.clone(),
+                role: spec.role.clone(),
+                model_policy: spec.model_policy.clone(),
+                repos: spec
+                    .repos
+                    .iter()
+                    .map(|r| RepoSnapshot {
+                        head: None,
+                        ..r.clone()
+                    })
+                    .collect(),
+            };
+            let mut batch = Batch::new(&path, &mut task, Some(created));
+            batch.push(TaskEvent::Spec {
+                ts: Utc::now(),
+                version: 1,
+                spec: sub,
+                actor: actor.to_string(),
+            });
+            batch.transition(TaskState::Planned, actor, "spec v1 frozen")?;
+            batch.transition(
+                TaskState::Ready,
+                actor,
+                &format!("split from {}", parent.id),
+            )?;
+            batch.commit()?;
+            self.index_put(&task, &path);
+            out.push(task);
+        }
+        tracing::info!(task = %id, subtasks = %ids.join(", "), actor, "task split");
+        Ok(out)
+    }
+
+    /// Whether task `id` may start: [`Readiness::Go`] when every `depends_on` task (and every
+    /// subtask it was split into) is done, else `Skip` naming each one that is not, with its
+    /// state. Only those are looked at; the task's own state is the caller's business.
     pub fn readiness(&self, id: &str) -> Result<Readiness, TaskError> {
         let _lock = self.lock()?;
         let (_, task) = self.load(id)?;
@@ -601,6 +726,8 @@ impl TaskStore {
             replay_of,
             cost_usd: None,
             messages: t.messages,
+            parent: None,
+            subtasks: Vec::new(),
             created: now,
             updated: now,
         };
@@ -772,8 +899,9 @@ impl TaskStore {
     }
 
     fn readiness_locked(&self, task: &Task) -> Result<Readiness, TaskError> {
-        let mut deps = Vec::with_capacity(task.depends_on.len());
-        for dep in &task.depends_on {
+        let mut deps = Vec::with_capacity(task.depends_on.len() + task.subtasks.len());
+        // A task split by a planner waits for its subtasks as for its dependencies.
+        for dep in task.depends_on.iter().chain(&task.subtasks) {
             let state = match self.load(dep) {
                 Ok((_, t)) => Some(t.state),
                 Err(TaskError::NotFound(_) | TaskError::Corrupt { .. }) => None,

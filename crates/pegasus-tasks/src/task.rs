@@ -118,6 +118,14 @@ pub struct Task {
     /// taken up yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<String>,
+    /// The task a planner split into this one and its siblings (`plan:` in PROJECT.md, SPEC
+    /// §10); set at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The tasks a planner split this one into: it waits for them as for its `depends_on`, and
+    /// is done, without running itself, once they all are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subtasks: Vec<String>,
     /// When it was created; also names its event folder.
     pub created: DateTime<Utc>,
     /// When its last event was written.
@@ -168,10 +176,12 @@ pub enum TaskUpdate {
     Merge(Option<MergeState>),
     /// What it has cost so far, in USD (finite, >= 0).
     Cost(Option<f64>),
+    /// The tasks a planner split it into (see [`Task::subtasks`]).
+    Subtasks(Vec<String>),
 }
 
 /// The field names an `update` event may carry (`cost` is read as a synonym of `cost_usd`).
-pub const UPDATABLE_FIELDS: [&str; 9] = [
+pub const UPDATABLE_FIELDS: [&str; 10] = [
     "result_summary",
     "files_changed",
     "artifacts",
@@ -181,6 +191,7 @@ pub const UPDATABLE_FIELDS: [&str; 9] = [
     "stop_reason",
     "merge",
     "cost_usd",
+    "subtasks",
 ];
 
 impl TaskUpdate {
@@ -196,6 +207,7 @@ impl TaskUpdate {
             TaskUpdate::StopReason(_) => "stop_reason",
             TaskUpdate::Merge(_) => "merge",
             TaskUpdate::Cost(_) => "cost_usd",
+            TaskUpdate::Subtasks(_) => "subtasks",
         }
     }
 
@@ -207,7 +219,9 @@ impl TaskUpdate {
             | TaskUpdate::Question(v)
             | TaskUpdate::Answer(v)
             | TaskUpdate::StopReason(v) => json!(v),
-            TaskUpdate::FilesChanged(v) | TaskUpdate::Artifacts(v) => json!(v),
+            TaskUpdate::FilesChanged(v) | TaskUpdate::Artifacts(v) | TaskUpdate::Subtasks(v) => {
+                json!(v)
+            }
             TaskUpdate::Stage(v) => json!(v),
             TaskUpdate::Merge(v) => json!(v),
             TaskUpdate::Cost(v) => json!(v),
@@ -231,6 +245,7 @@ impl TaskUpdate {
             },
             "files_changed" => TaskUpdate::FilesChanged(strings(id, field, value)?),
             "artifacts" => TaskUpdate::Artifacts(strings(id, field, value)?),
+            "subtasks" => TaskUpdate::Subtasks(strings(id, field, value)?),
             "stage" => TaskUpdate::Stage(serde_json::from_value(value.clone()).map_err(|_| {
                 bad_value(id, field, "reasoning, acting, reflecting or null", value)
             })?),
@@ -267,6 +282,7 @@ impl Task {
             TaskUpdate::StopReason(v) => self.stop_reason = v.clone(),
             TaskUpdate::FilesChanged(v) => self.files_changed = v.clone(),
             TaskUpdate::Artifacts(v) => self.artifacts = v.clone(),
+            TaskUpdate::Subtasks(v) => self.subtasks = v.clone(),
             TaskUpdate::Stage(stage) => {
                 if stage.is_some() && self.state != TaskState::Running {
                     return Err(TaskError::Invalid(format!(

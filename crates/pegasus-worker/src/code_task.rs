@@ -2,7 +2,9 @@
 //! agent says it is finished, its work is committed, the base branch merged in, `verify` run
 //! (back to the agent on failure, a bounded number of times), and the verified result merged
 //! into the base branch through the safe merge of `pegasus-code` — or held for
-//! `pegasusctl task merge` when the project says `merge: manual`.
+//! `pegasusctl task merge` when the project says `merge: manual`. With `review: ROLE`, that
+//! role approves the verified change first ([`crate::review`]); with `plan: ROLE`, that role
+//! may split a new task into subtasks before it starts ([`crate::planning`]).
 //!
 //! Git and the project's commands block: they run on blocking threads, never on the runtime's.
 
@@ -35,14 +37,20 @@ pub struct CodeProject {
     pub checks: Checks,
     /// `merge: manual`.
     pub manual: bool,
-    /// How many times the agent may try before a failing verify fails the task.
+    /// How many times the agent may try before a failing verify (or a rejecting review)
+    /// fails the task.
     pub max_attempts: u32,
+    /// `review: ROLE`: the role that must approve a verified change before it is merged.
+    pub review: Option<String>,
+    /// `plan: ROLE`: the role that may split a new task into subtasks before it starts.
+    pub plan: Option<String>,
 }
 
 impl CodeProject {
     /// Reads the code keys of PROJECT.md: `repos`, `hydrate`, `verify` (a command or a list),
     /// `merge` (`auto` | `manual`), `env_file`, `verify_timeout_s` (default 600),
-    /// `max_attempts` (default 3). `Err` is one line naming the key to fix.
+    /// `max_attempts` (default 3), `review` and `plan` (role ids, checked when a task starts:
+    /// see [`CodeProject::check_roles`]). `Err` is one line naming the key to fix.
     /// `sandbox` confines hydrate and verify as `exec` is confined.
     pub fn load(
         project_dir: &Path,
@@ -121,7 +129,25 @@ impl CodeProject {
             },
             manual,
             max_attempts: number("max_attempts", 3, 100)? as u32,
+            review: text("review")?.filter(|s| !s.trim().is_empty()),
+            plan: text("plan")?.filter(|s| !s.trim().is_empty()),
         })
+    }
+
+    /// Checks that the roles `review` and `plan` name exist (a user role in `roles_dir`, or a
+    /// built-in). `Err` is one line naming the key.
+    pub fn check_roles(&self, roles_dir: &Path) -> Result<(), String> {
+        for (key, role) in [("review", &self.review), ("plan", &self.plan)] {
+            if let Some(id) = role {
+                if let Err(e) = pegasus_roles::find_role(roles_dir, id.trim()) {
+                    return Err(format!(
+                        "PROJECT.md of project {}: key `{key}`: {e}",
+                        self.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Opens the repos of a task's spec (their declared path and branch; the spec's own when a
@@ -185,13 +211,36 @@ pub async fn run(
     role: Option<RoleRun>,
 ) -> (String, bool) {
     let id = task.id.clone();
-    let code = match CodeProject::load(project_dir, name, agent.settings().sandbox.clone()) {
+    let roles_dir = agent.settings().roles_dir.clone().unwrap_or_default();
+    let code = match CodeProject::load(project_dir, name, agent.settings().sandbox.clone())
+        .and_then(|c| c.check_roles(&roles_dir).map(|()| c))
+    {
         Ok(c) => c,
         Err(e) => {
             agent.fail_unstartable(&id, &e);
             return (e, false);
         }
     };
+    // A task a planner split: picked because its subtasks are all done, it is done too.
+    if !task.subtasks.is_empty() {
+        return finish_split(agent, &task);
+    }
+    if let (Some(planner), None) = (&code.plan, &task.parent) {
+        let repos: Vec<(String, PathBuf)> = code
+            .repos
+            .iter()
+            .map(|(id, path, _)| (id.clone(), path.clone()))
+            .collect();
+        match crate::planning::plan(agent, planner.trim(), &task, &repos).await {
+            crate::planning::Planned::Split(line) => return (line, true),
+            crate::planning::Planned::Unsplit => {}
+            crate::planning::Planned::Failed(why) => {
+                tracing::warn!(task = %id, "{why}");
+                agent.fail_unstartable(&id, &one_line(&why));
+                return (why, false);
+            }
+        }
+    }
     // Worktrees (created or resumed) and hydrate, before the agent starts.
     let prepared = {
         let code = code.clone();
@@ -251,20 +300,38 @@ pub async fn run(
         let feedback = match step {
             Ok(Ok(Step::Passed(log))) => {
                 write_artifacts(agent, &task, &repos, &trees, &log, &outcome.text);
-                // With `merge: manual`, "merge pending" is written with the move, so a
-                // `task merge` that comes right after can never be overwritten by it.
-                let pending = [TaskUpdate::Merge(Some(MergeState::Pending))];
-                let updates: &[TaskUpdate] = if code.manual { &pending } else { &[] };
-                if let Err(e) = agent.move_task_with(
-                    &id,
-                    TaskState::Verifying,
-                    TaskState::Verified,
-                    "verify passed",
-                    updates,
-                ) {
-                    return (format!("cannot record the verified task: {e}"), false);
+                // The review gate, right before the change may be merged.
+                match review_gate(agent, &code, &task, &repos, &trees, &outcome.text).await {
+                    Gate::Back { reason, feedback } => (reason, feedback),
+                    Gate::Fail(reason) => {
+                        let _ = agent.move_task(
+                            &id,
+                            TaskState::Verifying,
+                            TaskState::Failed,
+                            &one_line(&reason),
+                        );
+                        return (
+                            format!("The task failed: {reason}; the base branch was not touched."),
+                            false,
+                        );
+                    }
+                    Gate::Pass(passed) => {
+                        // With `merge: manual`, "merge pending" is written with the move, so a
+                        // `task merge` that comes right after can never be overwritten by it.
+                        let pending = [TaskUpdate::Merge(Some(MergeState::Pending))];
+                        let updates: &[TaskUpdate] = if code.manual { &pending } else { &[] };
+                        if let Err(e) = agent.move_task_with(
+                            &id,
+                            TaskState::Verifying,
+                            TaskState::Verified,
+                            passed,
+                            updates,
+                        ) {
+                            return (format!("cannot record the verified task: {e}"), false);
+                        }
+                        break outcome.text;
+                    }
                 }
-                break outcome.text;
             }
             Ok(Ok(Step::Back { reason, feedback })) => (reason, feedback),
             Ok(Err(e)) | Err(e) => {
@@ -400,6 +467,109 @@ fn briefing(code: &CodeProject, trees: &[worktree::TaskTree], warnings: &[String
     s
 }
 
+/// What the review gate decided about a verified change.
+enum Gate {
+    /// Approved, or no review asked for: the reason recorded with the move to `verified`.
+    Pass(&'static str),
+    /// Back to the agent, as a failed verify is.
+    Back { reason: String, feedback: String },
+    /// Nobody could review it: the task fails.
+    Fail(String),
+}
+
+/// The review gate (`review: ROLE`): runs right before a verified change is recorded as
+/// verified and merged; without the key, every change passes.
+async fn review_gate(
+    agent: &Agent,
+    code: &CodeProject,
+    task: &Task,
+    repos: &[Repo],
+    trees: &[worktree::TaskTree],
+    summary: &str,
+) -> Gate {
+    let Some(role) = &code.review else {
+        return Gate::Pass("verify passed");
+    };
+    let verdict = crate::review::review(
+        agent,
+        role.trim(),
+        task,
+        repos,
+        trees,
+        summary,
+        &code.checks.verify,
+    )
+    .await;
+    match verdict {
+        crate::review::Review::Approved => Gate::Pass("verify passed, review approved"),
+        crate::review::Review::Rejected { reason, feedback } => Gate::Back { reason, feedback },
+        crate::review::Review::NoAnswer(why) => Gate::Fail(why),
+    }
+}
+
+/// A task a planner split, picked because every subtask is done: `ready → running → done`,
+/// its summary naming them.
+fn finish_split(agent: &Agent, task: &Task) -> (String, bool) {
+    let list = task.subtasks.join(", ");
+    let line = format!("done through its subtasks {list}");
+    let moved = agent
+        .move_task(
+            &task.id,
+            TaskState::Ready,
+            TaskState::Running,
+            "its subtasks are done",
+        )
+        .and_then(|_| {
+            agent.move_task_with(
+                &task.id,
+                TaskState::Running,
+                TaskState::Done,
+                &line,
+                &[TaskUpdate::ResultSummary(Some(format!(
+                    "Done through its subtasks: {list}."
+                )))],
+            )
+        });
+    match moved {
+        Ok(_) => (
+            format!("Task {} is done: its subtasks {list} are.", task.id),
+            true,
+        ),
+        Err(e) => (format!("cannot record the split task as done: {e}"), false),
+    }
+}
+
+/// Keeps `body` as artifact `name` of task `id` (under `artifacts/<date>/<id>/`) and lists it
+/// on the task. Best effort: an artifact that cannot be written is logged, never a failure.
+pub(crate) fn keep_artifact(agent: &Agent, id: &str, name: &str, body: &str) {
+    let kept = (|| -> Result<(), String> {
+        let dir = agent
+            .tasks()
+            .artifacts_dir()
+            .map_err(|e| e.to_string())?
+            .join(id);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let path = dir.join(name);
+        pegasus_store::atomic::write_atomic(&path, body.as_bytes()).map_err(|e| e.to_string())?;
+        let rel = path
+            .strip_prefix(agent.dir())
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        let mut all = agent.tasks().get(id).map_err(|e| e.to_string())?.artifacts;
+        if !all.contains(&rel) {
+            all.push(rel);
+            agent
+                .update_task(id, TaskUpdate::Artifacts(all))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = kept {
+        tracing::warn!(task = %id, "cannot keep {name}: {e}");
+    }
+}
+
 enum Step {
     Passed(String),
     /// Back to the agent: the reason (one line) and what it needs to see.
@@ -521,7 +691,12 @@ fn write_artifacts(
     }
     put("verify.log".to_string(), log);
     put("summary.md".to_string(), summary);
-    let mut all = task.artifacts.clone();
+    // The task's list as it is now: a review or plan kept since the task was read is on it.
+    let mut all = agent
+        .tasks()
+        .get(&task.id)
+        .map(|t| t.artifacts)
+        .unwrap_or_else(|_| task.artifacts.clone());
     for w in written {
         if !all.contains(&w) {
             all.push(w);

@@ -1,0 +1,259 @@
+//! The review gate of code tasks (SPEC §10, seed 003's Reviewer): with `review: ROLE` in
+//! PROJECT.md, that role reads a task's change once the checks passed and before the merge.
+//! Its first line decides, read by the run reviews' own parser
+//! ([`pegasus_runs::parse_verdict`]): exactly `APPROVED` lets the merge go on; `REJECTED:
+//! reason`, and anything else, sends the task back to its agent with the review, within
+//! `max_attempts`. A reviewer that gives no answer at all (its model failed, its budget ran
+//! out) fails the task: nobody vouched for the change, and sending it back would only spend
+//! the agent's attempts on the reviewer's trouble.
+
+use pegasus_agent::{prepare_role, Agent, StopKind, Workspace};
+use pegasus_code::{worktree, Repo};
+use pegasus_runs::{parse_verdict, Verdict};
+use pegasus_tasks::Task;
+
+/// Most of the diffs put in the reviewer's prompt; past it the reviewer reads the files.
+const DIFF_CHARS: usize = 64 * 1024;
+/// Most of the agent's closing words put in the prompt.
+const SUMMARY_CHARS: usize = 4 * 1024;
+
+/// What the reviewer decided.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Review {
+    /// The first line was exactly `APPROVED`.
+    Approved,
+    /// Back to the agent: the reason (one line) and the review it needs to see.
+    Rejected { reason: String, feedback: String },
+    /// No verdict at all: the task fails with this line.
+    NoAnswer(String),
+}
+
+/// Has role `role_id` review the change of `task` (its worktrees `trees` of `repos`, whose
+/// base branches are merged in and whose checks passed). `summary` is what the agent said
+/// when it finished; `checks` names the commands that passed. The review is kept as the
+/// task's `review.md` artifact.
+pub(crate) async fn review(
+    agent: &Agent,
+    role_id: &str,
+    task: &Task,
+    repos: &[Repo],
+    trees: &[worktree::TaskTree],
+    summary: &str,
+    checks: &[String],
+) -> Review {
+    let spec = task
+        .spec
+        .clone()
+        .unwrap_or_else(|| pegasus_tasks::TaskSpec {
+            goal: task.title.clone(),
+            constraints: vec![],
+            acceptance: vec![],
+            role: None,
+            model_policy: None,
+            repos: vec![],
+        });
+    let role = match prepare_role(
+        role_id,
+        &agent.settings().role_assignments,
+        agent.settings(),
+        &agent.tools().clone(),
+        agent.system_base(),
+        &agent.dir().join("memory"),
+        &agent.skill_dirs(),
+        &spec.goal,
+        &spec.acceptance,
+    ) {
+        Ok(r) => r,
+        Err(e) => return Review::NoAnswer(format!("review role {role_id}: {e}")),
+    };
+    let diffs = {
+        let pairs: Vec<(String, String, std::path::PathBuf)> = repos
+            .iter()
+            .zip(trees)
+            .map(|(r, t)| (r.id.clone(), r.base_ref(), t.path.clone()))
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            pairs
+                .into_iter()
+                .map(|(id, base, path)| {
+                    let diff =
+                        worktree::diff(&path, &base).unwrap_or_else(|e| format!("(no diff: {e})"));
+                    (id, base, diff)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default()
+    };
+    let text = prompt(task, &spec, summary, checks, &diffs);
+    let workspace = Workspace {
+        repos: trees
+            .iter()
+            .map(|t| (t.repo.clone(), t.path.clone()))
+            .collect(),
+    };
+    let verdict = match agent.consult(&task.id, role, text, Some(&workspace)).await {
+        Ok(end) if end.stop == StopKind::Answered => end.text,
+        Ok(end) => {
+            return Review::NoAnswer(format!(
+                "the reviewer ({role_id}) did not answer: {}",
+                one_line(&end.text)
+            ))
+        }
+        Err(e) => return Review::NoAnswer(format!("the reviewer ({role_id}) failed: {e}")),
+    };
+    crate::code_task::keep_artifact(agent, &task.id, "review.md", &verdict);
+    decide(role_id, &verdict)
+}
+
+/// The gate's decision on a review text.
+fn decide(role_id: &str, text: &str) -> Review {
+    match parse_verdict(text) {
+        Verdict::Approved => Review::Approved,
+        Verdict::Rejected { reason } => Review::Rejected {
+            feedback: format!(
+                "The reviewer ({role_id}) rejected your change: {reason}\n\nThe review:\n{}",
+                cut(text.trim(), SUMMARY_CHARS)
+            ),
+            reason: format!("review rejected: {reason}"),
+        },
+    }
+}
+
+/// What the reviewer is asked.
+fn prompt(
+    task: &Task,
+    spec: &pegasus_tasks::TaskSpec,
+    summary: &str,
+    checks: &[String],
+    diffs: &[(String, String, String)],
+) -> String {
+    let mut s = format!(
+        "Review the change of code task {}: {}\n\nGoal:\n{}\n",
+        task.id,
+        task.title,
+        spec.goal.trim()
+    );
+    if !spec.acceptance.is_empty() {
+        s.push_str("\nAcceptance criteria:\n");
+        for a in &spec.acceptance {
+            s.push_str(&format!("- {a}\n"));
+        }
+    }
+    if !spec.constraints.is_empty() {
+        s.push_str("\nConstraints:\n");
+        for c in &spec.constraints {
+            s.push_str(&format!("- {c}\n"));
+        }
+    }
+    if checks.is_empty() {
+        s.push_str("\nThe project has no checks (`verify`); nothing was run.\n");
+    } else {
+        s.push_str(&format!(
+            "\nThe project's checks passed: {}.\n",
+            checks.join("; ")
+        ));
+    }
+    s.push_str(&format!(
+        "\nWhat the agent said when it finished:\n{}\n",
+        cut(summary.trim(), SUMMARY_CHARS)
+    ));
+    s.push_str("\nThe change, against the base branch of each repo:\n");
+    let mut left = DIFF_CHARS;
+    for (repo, base, diff) in diffs {
+        let shown = cut(diff, left);
+        left = left.saturating_sub(shown.len());
+        s.push_str(&format!(
+            "\n## repo `{repo}` (against {base})\n```diff\n{shown}\n```\n"
+        ));
+        if shown.len() < diff.len() {
+            s.push_str("(the diff is cut here; read the files themselves)\n");
+        }
+    }
+    s.push_str(
+        "\nRead any file of the change with read_file as `repo-id:path`.\n\n\
+         Your FIRST LINE must be exactly `APPROVED` if the change achieves the goal, meets every \
+         acceptance criterion and has nothing that must be fixed, or `REJECTED: <the main \
+         reason, in one line>` otherwise. Then explain, saying what to fix. Anything else on the \
+         first line counts as a rejection.",
+    );
+    s
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn one_line(s: &str) -> String {
+    let line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    line.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn only_an_exact_approved_first_line_approves() {
+        assert_eq!(decide("reviewer", "APPROVED\nlooks fine"), Review::Approved);
+        let Review::Rejected { reason, feedback } =
+            decide("reviewer", "REJECTED: no tests\nadd one")
+        else {
+            panic!("a rejection")
+        };
+        assert_eq!(reason, "review rejected: no tests");
+        assert!(
+            feedback.starts_with("The reviewer (reviewer) rejected your change: no tests"),
+            "{feedback}"
+        );
+        assert!(feedback.contains("add one"), "{feedback}");
+        for garbage in ["Looks good to me", "approved", "**APPROVED**", ""] {
+            let Review::Rejected { reason, .. } = decide("reviewer", garbage) else {
+                panic!("{garbage:?} must be a rejection")
+            };
+            assert!(
+                reason.starts_with("review rejected: garbled verdict"),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_prompt_cuts_a_huge_diff_and_asks_for_the_verdict_line() {
+        let task: Task = serde_json::from_value(serde_json::json!({
+            "id": "t-20260101-abcdef", "project": "p", "title": "add x", "type": "code",
+            "state": "verifying", "created": "2026-01-01T00:00:00Z", "updated": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let spec = pegasus_tasks::TaskSpec {
+            goal: "add x".into(),
+            constraints: vec![],
+            acceptance: vec!["x exists".into()],
+            role: None,
+            model_policy: None,
+            repos: vec![],
+        };
+        let diffs = vec![(
+            "app".to_string(),
+            "refs/heads/main".to_string(),
+            "é".repeat(DIFF_CHARS),
+        )];
+        let p = prompt(&task, &spec, "done", &["make test".into()], &diffs);
+        assert!(
+            p.contains("- x exists") && p.contains("checks passed: make test"),
+            "{p}"
+        );
+        assert!(p.contains("the diff is cut here"));
+        assert!(p.len() < DIFF_CHARS + 4096);
+        assert!(p.contains("FIRST LINE must be exactly `APPROVED`"));
+    }
+}
