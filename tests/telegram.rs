@@ -349,3 +349,276 @@ fn rate_limits_hangups_eager_and_stale_answers_are_backed_off_too() {
     );
     assert!(!log.contains("SECRET-bot-token"), "{log}");
 }
+
+/// What the bot answered to press `id`, once it has.
+fn answer_to(tg: &FakeTelegram, id: &str) -> String {
+    poll(
+        Duration::from_secs(20),
+        &format!("an answer to press {id}"),
+        || {
+            tg.presses()
+                .into_iter()
+                .find(|p| p.id == id)
+                .and_then(|p| p.answer)
+                .map(|a| a.text.unwrap_or_default())
+        },
+    )
+}
+
+/// The one waiting approval request, once there is one that is not `not`.
+fn waiting_request(home: &Home, not: &[String]) -> serde_json::Value {
+    poll(Duration::from_secs(30), "a waiting approval", || {
+        let list = home.json(&["approvals"]);
+        list.as_array()?
+            .iter()
+            .find(|r| {
+                r["id"]
+                    .as_str()
+                    .is_some_and(|id| !not.iter().any(|n| n == id))
+            })
+            .cloned()
+    })
+}
+
+/// Waits for the task of approval `request` to end `done`.
+fn task_done(home: &Home, request: &serde_json::Value) {
+    let task = request["task"].as_str().unwrap();
+    poll(
+        Duration::from_secs(30),
+        &format!("task {task} done"),
+        || (home.json(&["task", "show", task])["task"]["state"] == "done").then_some(()),
+    );
+}
+
+/// The messages to `CHAT` carrying buttons for request `id`.
+fn offers(tg: &FakeTelegram, id: &str) -> Vec<pegasus_fakellm::SentMessage> {
+    let approve = format!("approve:{id}");
+    tg.sent()
+        .into_iter()
+        .filter(|m| {
+            m.text.contains(id)
+                && (m.buttons.is_empty()
+                    || m.buttons
+                        .iter()
+                        .flatten()
+                        .any(|b| b.callback_data.as_deref() == Some(approve.as_str())))
+        })
+        .collect()
+}
+
+#[test]
+fn approvals_go_out_with_buttons_and_only_a_press_in_an_allowed_chat_answers_them() {
+    use pegasus_fakellm::telegram::PressOn;
+    use pegasus_fakellm::ToolCall;
+    use serde_json::json;
+
+    let fake = FakeLlm::start().unwrap();
+    // Each prompt makes one `exec` call (its first model request; the session goes on, so
+    // later prompts see earlier tool results), then says it is done.
+    for (prompt, command) in [
+        ("make the file", "touch approved.txt"),
+        ("make another", "touch denied.txt"),
+        ("make a third", "touch later.txt"),
+    ] {
+        fake.add_rule(
+            Rule::new(
+                Match::LastUserTextContains(prompt.into()),
+                Reply::Tools(vec![ToolCall::new("exec", json!({"command": command}))]),
+            )
+            .times(1),
+        );
+        fake.add_rule(Rule::new(
+            Match::LastUserTextContains(prompt.into()),
+            Reply::Text(format!("done with {prompt}")),
+        ));
+    }
+    let tg = FakeTelegram::start(TOKEN).unwrap();
+    let home = fake_home(
+        &fake,
+        &format!(
+            "telegram: {{token_env: PEGASUS_TG_TOKEN, base_url: \"{}\", allowed_chats: [{CHAT}], poll_timeout_s: 1}}\napprovals: {{exec: ask}}\n",
+            tg.base_url()
+        ),
+    );
+    let mut daemon = start(&home);
+    home.create("ap");
+    let workdir = home.project_dir("ap").join("workdir");
+
+    // The request goes to the allowed chat once, as plain text with the whole command line
+    // and two buttons naming it.
+    home.ctl_ok(&["project", "send", "ap", "make the file"]);
+    let first = waiting_request(&home, &[]);
+    let id = first["id"].as_str().unwrap().to_string();
+    let offer = poll(Duration::from_secs(20), "the request in the chat", || {
+        offers(&tg, &id).into_iter().next()
+    });
+    assert_eq!(offer.chat_id, CHAT);
+    assert!(
+        offer.text.contains("touch approved.txt") && offer.text.contains("ap"),
+        "{}",
+        offer.text
+    );
+    let data: Vec<Vec<(String, Option<String>)>> = offer
+        .buttons
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|b| (b.text.clone(), b.callback_data.clone()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        data,
+        vec![vec![
+            ("Approve".to_string(), Some(format!("approve:{id}"))),
+            ("Deny".to_string(), Some(format!("deny:{id}"))),
+        ]]
+    );
+    let on = PressOn::Message {
+        chat_id: CHAT,
+        message_id: offer.message_id,
+    };
+
+    // A press from a chat not allowed: "not allowed", a warning naming it, nothing changed.
+    let q = tg.press(
+        PressOn::Message {
+            chat_id: 999,
+            message_id: 1,
+        },
+        &format!("approve:{id}"),
+    );
+    assert_eq!(answer_to(&tg, &q), "not allowed");
+    poll(Duration::from_secs(10), "the warning", || {
+        logs(&home)
+            .lines()
+            .any(|l| {
+                l.contains("WARN")
+                    && l.contains("chat 999")
+                    && l.contains("not in telegram.allowed_chats")
+            })
+            .then_some(())
+    });
+    // A press whose message is gone (inline mode) and one with data Pegasus never made: answered,
+    // nothing changed.
+    let q = tg.press(PressOn::Inline, &format!("approve:{id}"));
+    assert!(answer_to(&tg, &q).contains("not available"));
+    let q = tg.press(on, "approve:../../etc");
+    assert_eq!(answer_to(&tg, &q), "unknown button");
+    assert_eq!(
+        home.json(&["approvals"])[0]["id"],
+        id.as_str(),
+        "still waiting"
+    );
+    assert!(!workdir.join("approved.txt").exists());
+
+    // Approve from the allowed chat: answered with the daemon's line, the call runs, the task
+    // goes on, the buttons go away.
+    let q = tg.press(on, &format!("approve:{id}"));
+    let said = answer_to(&tg, &q);
+    assert!(said.contains("approved") && said.contains(&id), "{said}");
+    poll(
+        Duration::from_secs(30),
+        "the approved command's file",
+        || workdir.join("approved.txt").exists().then_some(()),
+    );
+    task_done(&home, &first);
+    poll(Duration::from_secs(20), "the buttons removed", || {
+        tg.sent()
+            .iter()
+            .any(|m| m.message_id == offer.message_id && m.buttons.is_empty())
+            .then_some(())
+    });
+    // Pressed again: the first answer stands.
+    let q = tg.press(on, &format!("deny:{id}"));
+    let said = answer_to(&tg, &q);
+    assert!(said.contains("already answered"), "{said}");
+
+    // A second request, denied: the model is told so, the command never runs.
+    home.ctl_ok(&["project", "send", "ap", "make another"]);
+    let second = waiting_request(&home, std::slice::from_ref(&id));
+    let id2 = second["id"].as_str().unwrap().to_string();
+    let offer2 = poll(Duration::from_secs(20), "the second request", || {
+        offers(&tg, &id2).into_iter().next()
+    });
+    let q = tg.press(
+        PressOn::Message {
+            chat_id: CHAT,
+            message_id: offer2.message_id,
+        },
+        &format!("deny:{id2}"),
+    );
+    assert!(answer_to(&tg, &q).contains("denied"));
+    poll(
+        Duration::from_secs(30),
+        "the denial seen by the model",
+        || {
+            fake.requests()
+                .iter()
+                .any(|r| r.body.to_string().contains("denied by the user"))
+                .then_some(())
+        },
+    );
+    assert!(!workdir.join("denied.txt").exists());
+    task_done(&home, &second);
+
+    // A third, left waiting across a restart of pegasusd: not sent again; answered from the
+    // CLI afterwards, its buttons go away.
+    home.ctl_ok(&["project", "send", "ap", "make a third"]);
+    let third = waiting_request(&home, &[id.clone(), id2.clone()]);
+    let id3 = third["id"].as_str().unwrap().to_string();
+    let offer3 = poll(Duration::from_secs(20), "the third request", || {
+        offers(&tg, &id3).into_iter().next()
+    });
+    // Recorded as sent (a kill between Telegram's answer and this write would send it again:
+    // the one window SPEC's "never twice" leaves, see pegasus-telegram's approvals).
+    poll(
+        Duration::from_secs(10),
+        "the third request recorded as sent",
+        || {
+            std::fs::read_to_string(home.path().join("telegram.approvals"))
+                .unwrap_or_default()
+                .contains(&format!("{id3} {CHAT} {}", offer3.message_id))
+                .then_some(())
+        },
+    );
+    daemon.kill9();
+    let looked = logs(&home).matches("waiting approvals looked over").count();
+    let _d2 = start(&home);
+    poll(
+        Duration::from_secs(20),
+        "the approvals looked over after the restart",
+        || (logs(&home).matches("waiting approvals looked over").count() > looked).then_some(()),
+    );
+    assert_eq!(
+        offers(&tg, &id3).len(),
+        1,
+        "sent once: {:?}",
+        offers(&tg, &id3)
+    );
+    assert_eq!(offers(&tg, &id).len() + offers(&tg, &id2).len(), 2);
+    home.ready_worker("ap", None);
+    home.ctl_ok(&["approve", &id3]);
+    poll(
+        Duration::from_secs(30),
+        "the approved third command",
+        || workdir.join("later.txt").exists().then_some(()),
+    );
+    task_done(&home, &third);
+    poll(
+        Duration::from_secs(20),
+        "the third request's buttons removed",
+        || {
+            tg.sent()
+                .iter()
+                .any(|m| m.message_id == offer3.message_id && m.buttons.is_empty())
+                .then_some(())
+        },
+    );
+    // Every press was answered; none twice.
+    assert!(
+        tg.presses().iter().all(|p| p.answer.is_some()),
+        "{:?}",
+        tg.presses()
+    );
+    assert!(!logs(&home).contains("SECRET-bot-token"));
+}

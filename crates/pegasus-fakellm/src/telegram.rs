@@ -1,8 +1,18 @@
-//! A fake Telegram Bot API server (the two methods Pegasus uses), as strict as the real one
-//! where it matters: the token is part of every path (wrong token → 401), `getUpdates` long-polls
-//! up to `timeout` seconds and forgets updates below the `offset` it is given (as Telegram
-//! confirms them), `sendMessage` refuses empty texts and texts over 4,096 characters (400), and
-//! scripted `429 Too Many Requests` answers carry `parameters.retry_after` like the real ones.
+//! A fake Telegram Bot API server (the methods Pegasus uses), as strict as the real one where it
+//! matters: the token is part of every path (wrong token → 401), `getUpdates` long-polls up to
+//! `timeout` seconds and forgets updates below the `offset` it is given (as Telegram confirms
+//! them), `sendMessage` refuses empty texts and texts over 4,096 characters (400), and scripted
+//! `429 Too Many Requests` answers carry `parameters.retry_after` like the real ones.
+//!
+//! Inline keyboards (approvals, SPEC §11): `sendMessage`'s `reply_markup` is validated as an
+//! `InlineKeyboardMarkup` (an array of arrays of buttons, each with a `text` and one action;
+//! `callback_data` 1-64 bytes) and refused with the real API's descriptions; a test presses a
+//! button with [`FakeTelegram::press`], which queues a `callback_query` update in the real
+//! shape (`id`, `from`, `message` with its `chat`, `chat_instance`, `data`), unless the client's
+//! last `allowed_updates` leaves `callback_query` out (then, as on the real server, the update
+//! is never created); `answerCallbackQuery` takes each query id once (unknown, answered or
+//! expired → the real 400); `editMessageReplyMarkup` changes a sent message's keyboard (not
+//! found, or not modified → the real 400).
 //! [`FakeTelegram::break_updates`] makes `getUpdates` answer what a client cannot use (see
 //! [`BrokenUpdates`]), each in the shape the real API (or a proxy in front of it) gives, and
 //! every `getUpdates` request is recorded with its time, so a test can measure the poll rate.
@@ -48,7 +58,60 @@ pub enum BrokenUpdates {
 pub struct SentMessage {
     pub chat_id: i64,
     pub text: String,
+    /// The `message_id` the server gave it.
+    pub message_id: i64,
+    /// Its inline keyboard now (rows of buttons): as sent, or as last edited; empty when none.
+    pub buttons: Vec<Vec<Button>>,
 }
+
+/// One button of an inline keyboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    pub text: String,
+    /// `None` for a button with another action (`url`, ...).
+    pub callback_data: Option<String>,
+}
+
+/// What a button press is made on, as the real API shapes `callback_query.message`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PressOn {
+    /// A message the bot sent in `chat_id` (`message` is that message; a message id the fake
+    /// did not send is shaped as a bot message with a placeholder text, as in a chat the bot
+    /// wrote to before the test started).
+    Message { chat_id: i64, message_id: i64 },
+    /// A message too old to be accessible: `InaccessibleMessage` (`chat`, `message_id`,
+    /// `date: 0`).
+    Inaccessible { chat_id: i64, message_id: i64 },
+    /// A message sent in inline mode: no `message`, an `inline_message_id` instead.
+    Inline,
+}
+
+/// How the bot answered a button press (`answerCallbackQuery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackAnswer {
+    pub text: Option<String>,
+    pub show_alert: bool,
+}
+
+/// A button press and its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Press {
+    /// The `callback_query.id`.
+    pub id: String,
+    /// The update that carried it.
+    pub update_id: i64,
+    pub on: PressOn,
+    pub data: String,
+    /// `None` until the bot answers it.
+    pub answer: Option<CallbackAnswer>,
+    /// Expired by [`FakeTelegram::expire_presses`] before it was answered.
+    pub expired: bool,
+}
+
+/// `answerCallbackQuery`'s refusal of a query id it does not know, has answered or that expired
+/// (the real description).
+pub const QUERY_TOO_OLD: &str =
+    "Bad Request: query is too old and response timeout expired or query ID is invalid";
 
 #[derive(Default)]
 struct State {
@@ -61,6 +124,14 @@ struct State {
     offsets: Vec<i64>,
     polled_at: Vec<Instant>,
     broken: Option<BrokenUpdates>,
+    /// The client's last `allowed_updates` (`None`: the default, every common kind).
+    allowed_updates: Option<Vec<String>>,
+    presses: Vec<Press>,
+    /// Presses never queued because `allowed_updates` left `callback_query` out.
+    presses_dropped: usize,
+    answer_calls: usize,
+    edit_calls: usize,
+    next_message: i64,
 }
 
 struct Shared {
@@ -108,6 +179,20 @@ impl FakeTelegram {
             let mut st = self.shared.lock();
             let id = st.next_update;
             st.next_update += 1;
+            id
+        };
+        self.push_update(id, chat_id, text)
+    }
+
+    /// Update `id` again, as Telegram sends an update whose offset was never confirmed: the
+    /// same `update_id` with the same message.
+    pub fn push_again(&self, id: i64, chat_id: i64, text: &str) -> i64 {
+        self.push_update(id, chat_id, text)
+    }
+
+    fn push_update(&self, id: i64, chat_id: i64, text: &str) -> i64 {
+        {
+            let mut st = self.shared.lock();
             st.pending.push(json!({
                 "update_id": id,
                 "message": {
@@ -118,10 +203,118 @@ impl FakeTelegram {
                     "text": text,
                 }
             }));
+        }
+        self.shared.arrived.notify_waiters();
+        id
+    }
+
+    /// A user in `on`'s chat presses a button carrying `data`: queues a `callback_query`
+    /// update (unless the client's `allowed_updates` leaves it out, as the real server never
+    /// creates it then) and returns the query's id.
+    pub fn press(&self, on: PressOn, data: &str) -> String {
+        let id = {
+            let mut st = self.shared.lock();
+            let update_id = st.next_update;
+            st.next_update += 1;
+            // Real ids are opaque strings of digits.
+            let id = format!("{}", 4_382_000_000_000_000_000u64 + update_id as u64);
+            let user = |chat: i64| json!({"id": chat, "is_bot": false, "first_name": "Tester"});
+            let bot = json!({"id": 7_654_321, "is_bot": true, "first_name": "Pegasus", "username": "pegasus_test_bot"});
+            let mut q = json!({"id": id, "data": data});
+            match on {
+                PressOn::Message {
+                    chat_id,
+                    message_id,
+                } => {
+                    let sent = st
+                        .sent
+                        .iter()
+                        .find(|m| m.chat_id == chat_id && m.message_id == message_id);
+                    let mut message = json!({
+                        "message_id": message_id,
+                        "from": bot,
+                        "chat": {"id": chat_id, "type": "private"},
+                        "date": 1_700_000_000,
+                        "text": sent.map_or("an earlier message", |m| m.text.as_str()),
+                    });
+                    if let Some(m) = sent.filter(|m| !m.buttons.is_empty()) {
+                        message["reply_markup"] = markup_json(&m.buttons);
+                    }
+                    q["from"] = user(chat_id);
+                    q["message"] = message;
+                    q["chat_instance"] = json!(format!("{}", -(chat_id.wrapping_mul(7919))));
+                }
+                PressOn::Inaccessible {
+                    chat_id,
+                    message_id,
+                } => {
+                    q["from"] = user(chat_id);
+                    q["message"] = json!({
+                        "chat": {"id": chat_id, "type": "private"},
+                        "message_id": message_id,
+                        "date": 0,
+                    });
+                    q["chat_instance"] = json!(format!("{}", -(chat_id.wrapping_mul(7919))));
+                }
+                PressOn::Inline => {
+                    q["from"] = user(1);
+                    q["inline_message_id"] = json!("AgAAAFoAAAB5c2VydmVy");
+                    q["chat_instance"] = json!("-555");
+                }
+            }
+            st.presses.push(Press {
+                id: id.clone(),
+                update_id,
+                on,
+                data: data.to_string(),
+                answer: None,
+                expired: false,
+            });
+            let wanted = st
+                .allowed_updates
+                .as_ref()
+                .is_none_or(|kinds| kinds.iter().any(|k| k == "callback_query"));
+            if wanted {
+                st.pending
+                    .push(json!({"update_id": update_id, "callback_query": q}));
+            } else {
+                st.presses_dropped += 1;
+            }
             id
         };
         self.shared.arrived.notify_waiters();
         id
+    }
+
+    /// Every press, with its answer once the bot gave one, in order.
+    pub fn presses(&self) -> Vec<Press> {
+        self.shared.lock().presses.clone()
+    }
+
+    /// Presses the server never turned into updates because the client's `allowed_updates`
+    /// left `callback_query` out.
+    pub fn presses_dropped(&self) -> usize {
+        self.shared.lock().presses_dropped
+    }
+
+    /// Every press not answered yet expires, as the real server forgets a query after a while
+    /// (how long is not documented: some seconds to a minute).
+    pub fn expire_presses(&self) {
+        for p in self.shared.lock().presses.iter_mut() {
+            if p.answer.is_none() {
+                p.expired = true;
+            }
+        }
+    }
+
+    /// How many `answerCallbackQuery` calls arrived (refused ones included).
+    pub fn answer_calls(&self) -> usize {
+        self.shared.lock().answer_calls
+    }
+
+    /// How many `editMessageReplyMarkup` calls arrived (refused ones included).
+    pub fn edit_calls(&self) -> usize {
+        self.shared.lock().edit_calls
     }
 
     /// Every message the bot sent, in order.
@@ -292,6 +485,14 @@ async fn handle(shared: &Shared, target: &str, body: &[u8]) -> Answer {
                 let mut st = shared.lock();
                 st.offsets.push(offset);
                 st.polled_at.push(Instant::now());
+                // Kept until the next call that gives it; an empty list is the default.
+                if let Some(kinds) = p["allowed_updates"].as_array() {
+                    let kinds: Vec<String> = kinds
+                        .iter()
+                        .filter_map(|k| k.as_str().map(str::to_string))
+                        .collect();
+                    st.allowed_updates = (!kinds.is_empty()).then_some(kinds);
+                }
                 st.broken
             };
             if let Some(how) = broken {
@@ -331,24 +532,187 @@ async fn handle(shared: &Shared, target: &str, body: &[u8]) -> Answer {
             if text.chars().count() > 4096 {
                 return err(400, "Bad Request: message is too long").into();
             }
-            st.sent.push(SentMessage {
+            let buttons = match p.get("reply_markup").map(inline_keyboard) {
+                None => Vec::new(),
+                Some(Ok(rows)) => rows,
+                Some(Err(description)) => return err(400, &description).into(),
+            };
+            st.next_message += 1;
+            let message_id = st.next_message;
+            let message = SentMessage {
                 chat_id,
                 text: text.to_string(),
-            });
-            let n = st.sent.len();
-            Answer::Json(
-                200,
-                json!({"ok": true, "result": {
-                    "message_id": n,
-                    "from": {"id": 7_654_321, "is_bot": true, "first_name": "Pegasus", "username": "pegasus_test_bot"},
-                    "chat": {"id": chat_id, "type": "private"},
-                    "date": 1_700_000_000,
-                    "text": text,
-                }}),
-            )
+                message_id,
+                buttons,
+            };
+            let result = message_json(&message);
+            st.sent.push(message);
+            Answer::Json(200, json!({"ok": true, "result": result}))
+        }
+        "answerCallbackQuery" => {
+            let mut st = shared.lock();
+            st.answer_calls += 1;
+            // Unsure of the real description for a missing id; the real API refuses it with 400.
+            let Some(id) = p["callback_query_id"].as_str() else {
+                return err(
+                    400,
+                    "Bad Request: parameter \"callback_query_id\" is required",
+                )
+                .into();
+            };
+            let text = p["text"].as_str().map(str::to_string);
+            // 0-200 characters (documented); the real description over it is not documented,
+            // this one is a guess.
+            if text.as_ref().is_some_and(|t| t.chars().count() > 200) {
+                return err(400, "Bad Request: MESSAGE_TOO_LONG").into();
+            }
+            let show_alert = p["show_alert"].as_bool().unwrap_or(false);
+            let Some(press) = st
+                .presses
+                .iter_mut()
+                .find(|q| q.id == id && q.answer.is_none() && !q.expired)
+            else {
+                return err(400, QUERY_TOO_OLD).into();
+            };
+            press.answer = Some(CallbackAnswer { text, show_alert });
+            Answer::Json(200, json!({"ok": true, "result": true}))
+        }
+        "editMessageReplyMarkup" => {
+            let mut st = shared.lock();
+            st.edit_calls += 1;
+            if p.get("inline_message_id").is_some() {
+                // Pegasus never sends in inline mode; the fake does not model it.
+                return err(400, "Bad Request: MESSAGE_ID_INVALID").into();
+            }
+            let Some(chat_id) = p["chat_id"].as_i64() else {
+                return err(400, "Bad Request: chat_id is empty").into();
+            };
+            let Some(message_id) = p["message_id"].as_i64() else {
+                return err(400, "Bad Request: message identifier is not specified").into();
+            };
+            // No `reply_markup`: the keyboard is removed.
+            let buttons = match p.get("reply_markup").map(inline_keyboard) {
+                None => Vec::new(),
+                Some(Ok(rows)) => rows,
+                Some(Err(description)) => return err(400, &description).into(),
+            };
+            let Some(m) = st
+                .sent
+                .iter_mut()
+                .find(|m| m.chat_id == chat_id && m.message_id == message_id)
+            else {
+                return err(400, "Bad Request: message to edit not found").into();
+            };
+            if m.buttons == buttons {
+                return err(400, "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message").into();
+            }
+            m.buttons = buttons;
+            let result = message_json(m);
+            Answer::Json(200, json!({"ok": true, "result": result}))
         }
         other => err(404, &format!("Not Found: method {other}")).into(),
     }
+}
+
+/// A sent message as the API returns it (`Message`), its keyboard included.
+fn message_json(m: &SentMessage) -> Value {
+    let mut v = json!({
+        "message_id": m.message_id,
+        "from": {"id": 7_654_321, "is_bot": true, "first_name": "Pegasus", "username": "pegasus_test_bot"},
+        "chat": {"id": m.chat_id, "type": "private"},
+        "date": 1_700_000_000,
+        "text": m.text,
+    });
+    if !m.buttons.is_empty() {
+        v["reply_markup"] = markup_json(&m.buttons);
+    }
+    v
+}
+
+fn markup_json(rows: &[Vec<Button>]) -> Value {
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|b| match &b.callback_data {
+                    Some(d) => json!({"text": b.text, "callback_data": d}),
+                    None => json!({"text": b.text, "url": "https://example.org/"}),
+                })
+                .collect()
+        })
+        .collect();
+    json!({"inline_keyboard": rows})
+}
+
+/// Validates a `reply_markup` as an `InlineKeyboardMarkup`, as the real API does, into its
+/// rows; the refusal is the real API's description. The descriptions come from what the real
+/// server answers (as quoted in client libraries' bug reports); the empty-text one is a guess.
+fn inline_keyboard(markup: &Value) -> Result<Vec<Vec<Button>>, String> {
+    const UNPARSABLE: &str = "Bad Request: can't parse reply keyboard markup JSON object";
+    // A form-encoded request carries it as a JSON string.
+    let parsed;
+    let markup = match markup {
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s).map_err(|_| UNPARSABLE.to_string())?;
+            &parsed
+        }
+        other => other,
+    };
+    let Some(obj) = markup.as_object() else {
+        return Err(UNPARSABLE.into());
+    };
+    let Some(rows) = obj.get("inline_keyboard") else {
+        // `keyboard`, `remove_keyboard`, `force_reply`: other markups the fake does not model.
+        return Err(UNPARSABLE.into());
+    };
+    const NOT_ARRAYS: &str =
+        "Bad Request: field \"inline_keyboard\" of the InlineKeyboardMarkup should be an Array of Arrays";
+    let rows = rows.as_array().ok_or(NOT_ARRAYS)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let row = row.as_array().ok_or(NOT_ARRAYS)?;
+        let mut buttons = Vec::new();
+        for b in row {
+            let button = |m: &str| format!("Bad Request: can't parse inline keyboard button: {m}");
+            let b = b
+                .as_object()
+                .ok_or_else(|| button("InlineKeyboardButton should be an Object"))?;
+            let text = b
+                .get("text")
+                .and_then(Value::as_str)
+                .ok_or_else(|| button("Field \"text\" must be of type String"))?;
+            if text.trim().is_empty() {
+                return Err("Bad Request: BUTTON_TEXT_INVALID".into());
+            }
+            let callback_data = match b.get("callback_data") {
+                None => None,
+                Some(Value::String(d)) if (1..=64).contains(&d.len()) => Some(d.clone()),
+                Some(Value::String(_)) => return Err("Bad Request: BUTTON_DATA_INVALID".into()),
+                Some(_) => return Err(button("Field \"callback_data\" must be of type String")),
+            };
+            let actions = [
+                "url",
+                "callback_data",
+                "web_app",
+                "login_url",
+                "switch_inline_query",
+                "switch_inline_query_current_chat",
+                "switch_inline_query_chosen_chat",
+                "copy_text",
+                "callback_game",
+                "pay",
+            ];
+            if !actions.iter().any(|a| b.contains_key(*a)) {
+                return Err(button("Text buttons are unallowed in the inline keyboard"));
+            }
+            buttons.push(Button {
+                text: text.to_string(),
+                callback_data,
+            });
+        }
+        out.push(buttons);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -450,6 +814,107 @@ mod tests {
         });
     }
 
+    async fn call(tg: &FakeTelegram, method: &str, body: Value) -> (u16, Value) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/bot{TOKEN}/{method}", tg.base_url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.json().await.unwrap())
+    }
+
+    #[test]
+    fn keyboards_are_validated_presses_come_as_real_callback_queries_and_are_answered_once() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let tg = FakeTelegram::start(TOKEN).unwrap();
+            let send = |markup: Value| json!({"chat_id": 5, "text": "ask", "reply_markup": markup});
+            let refused = |v: &Value| v["description"].as_str().unwrap_or("").to_string();
+            for (markup, want) in [
+                (json!([1]), "can't parse reply keyboard markup JSON object"),
+                (json!("{not json"), "can't parse reply keyboard markup JSON object"),
+                (json!({"inline_keyboard": [{"text": "x"}]}), "should be an Array of Arrays"),
+                (json!({"inline_keyboard": [["x"]]}), "InlineKeyboardButton should be an Object"),
+                (json!({"inline_keyboard": [[{"text": "x"}]]}), "Text buttons are unallowed"),
+                (
+                    json!({"inline_keyboard": [[{"text": "x", "callback_data": "a".repeat(65)}]]}),
+                    "BUTTON_DATA_INVALID",
+                ),
+                (
+                    json!({"inline_keyboard": [[{"text": "x", "callback_data": ""}]]}),
+                    "BUTTON_DATA_INVALID",
+                ),
+                (
+                    json!({"inline_keyboard": [[{"callback_data": "a"}]]}),
+                    "Field \"text\" must be of type String",
+                ),
+            ] {
+                let (code, v) = call(&tg, "sendMessage", send(markup.clone())).await;
+                assert_eq!((code, v["ok"].clone(), v["error_code"].clone()), (400, json!(false), json!(400)), "{markup}");
+                assert!(refused(&v).starts_with("Bad Request: ") && refused(&v).contains(want), "{markup}: {v}");
+            }
+            assert!(tg.sent().is_empty());
+
+            // A good keyboard (also as a JSON string, as form-encoded requests carry it).
+            let kb = json!({"inline_keyboard": [[{"text": "Approve", "callback_data": "approve:ap-1"},
+                                                  {"text": "Deny", "callback_data": "deny:ap-1"}]]});
+            let (code, v) = call(&tg, "sendMessage", send(kb.clone())).await;
+            assert_eq!(code, 200, "{v}");
+            assert_eq!(v["result"]["reply_markup"], kb);
+            let (code, _) = call(&tg, "sendMessage", send(json!(kb.to_string()))).await;
+            assert_eq!(code, 200);
+            let m = &tg.sent()[0];
+            assert_eq!(m.buttons[0][1].callback_data.as_deref(), Some("deny:ap-1"));
+
+            // Presses, in the real shape, after the client's allowed_updates.
+            let id = tg.press(PressOn::Message { chat_id: 5, message_id: m.message_id }, "approve:ap-1");
+            let (_, v) = call(&tg, "getUpdates", json!({"offset": 0, "timeout": 0, "allowed_updates": ["message", "callback_query"]})).await;
+            let q = &v["result"][0]["callback_query"];
+            assert_eq!(q["id"], id.as_str());
+            assert_eq!(q["data"], "approve:ap-1");
+            assert!(q["from"]["id"] == 5 && q["chat_instance"].is_string(), "{q}");
+            assert_eq!(q["message"]["chat"]["id"], 5);
+            assert_eq!(q["message"]["message_id"], m.message_id);
+            assert_eq!(q["message"]["reply_markup"], kb);
+            let offset = v["result"][0]["update_id"].as_i64().unwrap() + 1;
+
+            let (code, v) = call(&tg, "answerCallbackQuery", json!({"callback_query_id": id, "text": "ok"})).await;
+            assert_eq!((code, v), (200, json!({"ok": true, "result": true})));
+            assert_eq!(tg.presses()[0].answer, Some(CallbackAnswer { text: Some("ok".into()), show_alert: false }));
+            // Twice, unknown, expired: the real refusal.
+            let gone = json!({"ok": false, "error_code": 400, "description": QUERY_TOO_OLD});
+            let (code, v) = call(&tg, "answerCallbackQuery", json!({"callback_query_id": id})).await;
+            assert_eq!((code, v), (400, gone.clone()));
+            let (code, v) = call(&tg, "answerCallbackQuery", json!({"callback_query_id": "12345"})).await;
+            assert_eq!((code, v), (400, gone.clone()));
+            let late = tg.press(PressOn::Inaccessible { chat_id: 5, message_id: 1 }, "deny:ap-1");
+            tg.expire_presses();
+            let (code, v) = call(&tg, "answerCallbackQuery", json!({"callback_query_id": late})).await;
+            assert_eq!((code, v), (400, gone));
+            let (_, v) = call(&tg, "getUpdates", json!({"offset": offset, "timeout": 0})).await;
+            assert_eq!(v["result"][0]["callback_query"]["message"]["date"], 0, "{v}");
+            let offset = v["result"][0]["update_id"].as_i64().unwrap() + 1;
+
+            // The keyboard removed once; removing it again is "not modified".
+            let edit = json!({"chat_id": 5, "message_id": m.message_id});
+            let (code, v) = call(&tg, "editMessageReplyMarkup", edit.clone()).await;
+            assert_eq!(code, 200, "{v}");
+            assert!(tg.sent()[0].buttons.is_empty() && v["result"]["reply_markup"].is_null());
+            let (code, v) = call(&tg, "editMessageReplyMarkup", edit).await;
+            assert!(code == 400 && refused(&v).contains("message is not modified"), "{v}");
+            let (code, v) = call(&tg, "editMessageReplyMarkup", json!({"chat_id": 5, "message_id": 999})).await;
+            assert!(code == 400 && refused(&v).contains("message to edit not found"), "{v}");
+
+            // A client that asks for messages only never gets a press.
+            call(&tg, "getUpdates", json!({"offset": offset, "timeout": 0, "allowed_updates": ["message"]})).await;
+            tg.press(PressOn::Inline, "approve:ap-1");
+            assert_eq!(tg.presses_dropped(), 1);
+            let (_, v) = call(&tg, "getUpdates", json!({"offset": offset, "timeout": 0})).await;
+            assert_eq!(v["result"], json!([]));
+        });
+    }
+
     #[test]
     fn sent_messages_come_back_in_the_real_shape() {
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -472,7 +937,9 @@ mod tests {
                 tg.sent(),
                 vec![SentMessage {
                     chat_id: 5,
-                    text: "hello".into()
+                    text: "hello".into(),
+                    message_id: m["message_id"].as_i64().unwrap(),
+                    buttons: Vec::new(),
                 }]
             );
         });

@@ -9,7 +9,10 @@
 //! not JSON, `ok: false`, a `result` that is not a list, nothing new in it, an empty list at
 //! once) is waited out: 1 s doubling to 60 s (or the server's `retry_after` when longer), back
 //! to 1 s with the first good answer, and logged once per distinct failure, never once per poll.
-//! The token is part of every URL, so no URL is ever logged.
+//! The token is part of every URL, so no URL is ever logged. Tool-call approvals go out with
+//! inline buttons and come back as `callback_query` updates: see [`approvals`].
+
+mod approvals;
 
 use pegasus_proto::ctl::{CtlRequest, CtlResponse, ProjectInfo};
 use pegasus_proto::{BusBody, Channel, ProjectStatus};
@@ -67,6 +70,7 @@ async fn run(sup: FrontDoor, token: String) {
     }
     tracing::info!(chats = bot.allowed.len(), "telegram adapter started");
     tokio::spawn(push_notifications(sup.clone(), bot.clone()));
+    tokio::spawn(approvals::push(sup.clone(), bot.clone()));
     let offset_file = sup.home().root().join("telegram.offset");
     let mut offset: i64 = pegasus_store::read_text_limited(&offset_file, 64)
         .ok()
@@ -74,7 +78,7 @@ async fn run(sup: FrontDoor, token: String) {
         .unwrap_or(0);
     let mut pacing = Pacing::default();
     loop {
-        let body = json!({"offset": offset, "timeout": cfg.poll_timeout_s, "allowed_updates": ["message"]});
+        let body = json!({"offset": offset, "timeout": cfg.poll_timeout_s, "allowed_updates": ["message", "callback_query"]});
         let asked = Instant::now();
         let got = tokio::select! {
             _ = sup.shutdown().cancelled() => return,
@@ -94,23 +98,28 @@ async fn run(sup: FrontDoor, token: String) {
                 continue;
             }
         };
-        for (id, message) in updates {
+        for (id, update) in updates {
             offset = id + 1;
             // Durable before handling: a crash now loses this update rather than repeating it.
             if let Err(e) = pegasus_store::write_atomic(&offset_file, offset.to_string().as_bytes())
             {
                 tracing::warn!("telegram: cannot save the update offset: {e}");
             }
-            handle(&sup, &bot, &message);
+            if let Some(q) = update.get("callback_query") {
+                approvals::press(&sup, &bot, q);
+            } else {
+                handle(&sup, &bot, id, &update["message"]);
+            }
         }
     }
 }
 
 /// The updates of a `getUpdates` result that are new (`update_id` at or above `offset`, in
-/// increasing order), with their messages. An answer the poller cannot use is an error, so the
-/// caller waits before asking again instead of asking again at once: a result that is not a
-/// list, a list with nothing new in it (asking again with the same offset gets the same list),
-/// and an empty list that came back at once (a server ignoring the long-poll timeout).
+/// increasing order), whole (a `message` or a `callback_query`). An answer the poller cannot
+/// use is an error, so the caller waits before asking again instead of asking again at once: a
+/// result that is not a list, a list with nothing new in it (asking again with the same offset
+/// gets the same list), and an empty list that came back at once (a server ignoring the
+/// long-poll timeout).
 fn new_updates(result: Value, offset: i64, took: Duration) -> Result<Vec<(i64, Value)>, CallError> {
     let Value::Array(list) = result else {
         return Err(CallError::Other(format!(
@@ -129,7 +138,7 @@ fn new_updates(result: Value, offset: i64, took: Duration) -> Result<Vec<(i64, V
     let total = list.len();
     let mut next = offset;
     let mut fresh = Vec::new();
-    for mut u in list {
+    for u in list {
         // `id + 1` is the next offset, so the largest id is not usable either.
         let Some(id) = u["update_id"]
             .as_i64()
@@ -138,7 +147,7 @@ fn new_updates(result: Value, offset: i64, took: Duration) -> Result<Vec<(i64, V
             continue;
         };
         next = id + 1;
-        fresh.push((id, u["message"].take()));
+        fresh.push((id, u));
     }
     if fresh.is_empty() {
         return Err(CallError::Other(format!(
@@ -380,7 +389,9 @@ pub(crate) fn split(text: &str) -> Vec<String> {
     parts
 }
 
-fn handle(sup: &FrontDoor, bot: &Arc<Bot>, msg: &Value) {
+/// One message of update `update_id` (the client id of a `/send`, SPEC §11: were the update
+/// seen again, the project would not run it twice).
+fn handle(sup: &FrontDoor, bot: &Arc<Bot>, update_id: i64, msg: &Value) {
     let Some(chat) = msg["chat"]["id"].as_i64() else {
         return;
     };
@@ -396,12 +407,12 @@ fn handle(sup: &FrontDoor, bot: &Arc<Bot>, msg: &Value) {
     }
     let (sup, bot) = (sup.clone(), bot.clone());
     tokio::spawn(async move {
-        let reply = answer(&sup, chat, text.trim()).await;
+        let reply = answer(&sup, chat, update_id, text.trim()).await;
         bot.send(chat, &reply).await;
     });
 }
 
-async fn answer(sup: &FrontDoor, chat: i64, text: &str) -> String {
+async fn answer(sup: &FrontDoor, chat: i64, update_id: i64, text: &str) -> String {
     // Everything asked from this chat is recorded as from `telegram:<chat>`.
     let from = Channel::Telegram(Some(chat));
     let (cmd, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
@@ -445,6 +456,7 @@ async fn answer(sup: &FrontDoor, chat: i64, text: &str) -> String {
                 name: name.to_string(),
                 text: body.trim().to_string(),
                 wait: true,
+                client_id: Some(format!("telegram:{update_id}")),
             };
             match sup.request(&from, req).await {
                 CtlResponse::Reply { text, .. } => format!("{name}: {text}"),
