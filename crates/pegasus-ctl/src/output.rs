@@ -497,6 +497,7 @@ mod tests {
             task: Some("t-1".into()),
             stage: Some(pegasus_proto::Stage::Acting),
             unmerged_branches: Vec::new(),
+            approvals: 2,
         };
         let s = DaemonStatus {
             pid: 1,
@@ -511,6 +512,11 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("cost today $0.0012"), "{out}");
+        assert!(
+            out.contains("2 tool calls waiting for approval: see `pegasusctl approvals`"),
+            "{out}"
+        );
+        assert!(project_table(&s.projects).contains("APPROVALS"));
     }
 
     #[test]
