@@ -533,7 +533,9 @@ fn approvals_go_out_with_buttons_and_only_a_press_in_an_allowed_chat_answers_the
     let said = answer_to(&tg, &q);
     assert!(said.contains("already answered"), "{said}");
 
-    // A second request, denied: the model is told so, the command never runs.
+    // A second request, sent through a 429 (waited out, sent once) and denied: the model is
+    // told so, the command never runs.
+    tg.rate_limit_next_sends(1, 1);
     home.ctl_ok(&["project", "send", "ap", "make another"]);
     let second = waiting_request(&home, std::slice::from_ref(&id));
     let id2 = second["id"].as_str().unwrap().to_string();

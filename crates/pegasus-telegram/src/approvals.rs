@@ -203,9 +203,16 @@ pub(crate) fn message(r: &ApprovalInfo) -> String {
     } else {
         format!(", task {}", r.task)
     };
+    // `summary` is the whole command line for exec, the tool and its arguments for another
+    // tool, a sentence for a merge.
+    let what = match r.tool.as_str() {
+        "exec" => "exec wants to run:".to_string(),
+        "merge" => "a merge waits:".to_string(),
+        tool => format!("{tool} wants to be called:"),
+    };
     format!(
-        "Approval needed in {}{task}\n{} wants to run:\n{}\n\n{} — approve or deny with the buttons (or `pegasusctl approve {}` / `deny {}`).",
-        r.project, r.tool, r.summary, r.id, r.id, r.id
+        "Approval needed in {}{task}\n{what}\n{}\n\n{} — approve or deny with the buttons (or `pegasusctl approve {}` / `deny {}`).",
+        r.project, r.summary, r.id, r.id, r.id
     )
 }
 
@@ -438,7 +445,13 @@ mod tests {
             text.contains("\nrm -rf build && echo *done* <b>\n"),
             "{text}"
         );
+        assert!(text.contains("exec wants to run:"), "{text}");
         assert!(text.contains("pegasusctl approve ap-abc"), "{text}");
+        // A long command line is whole, in parts under the limit; the buttons go on the last.
+        let long = message(&info("ap-abc", &"x".repeat(9000)));
+        let parts = split(&long);
+        assert!(parts.len() >= 3 && parts.iter().all(|p| p.chars().count() <= 4000));
+        assert_eq!(parts.concat(), long);
         let kb = keyboard("ap-abc");
         assert_eq!(
             kb,
@@ -479,6 +492,8 @@ mod tests {
             q
         };
         let allowed = [42];
+        // The helper's message has `date: 0`, an InaccessibleMessage: it still names its chat,
+        // which is what decides.
         assert!(matches!(
             judge(&q(Some(42), "approve:ap-1"), &allowed),
             Verdict::Counts { chat: 42, action: Action::Approve(ref id) } if id == "ap-1"
