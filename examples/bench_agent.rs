@@ -387,6 +387,7 @@ fn write_session(project_dir: &Path) -> Res<u64> {
                                    "cache_read_tokens": 0, "cache_write_tokens": 0})
             }),
             ts: chrono::Utc::now(),
+            client_id: None,
         })
     };
     let tool_use = |id: String, c: usize| ContentBlock::ToolUse {

@@ -316,6 +316,7 @@ async fn stream_window(projects: usize, home: &Home, daemon: u32) -> Res<Window>
             name: support::project_name(i),
             text: "stream please".into(),
             wait: false,
+            client_id: None,
         };
         support::request(&mut ctl, send).await?;
     }
@@ -905,6 +906,7 @@ fn remote(bins: &Bins, _: &[String]) -> Res<bool> {
                 name: support::project_name(k),
                 text: format!("hi {i}"),
                 wait: true,
+                client_id: None,
             };
             let t0 = Instant::now();
             match rt.block_on(support::request(&mut ctl, send))? {

@@ -504,6 +504,7 @@ fn swap_files(
             model: None,
             usage: None,
             ts: now,
+            client_id: None,
         }));
     }
     let meta = SessionRecord::Meta {

@@ -8,7 +8,7 @@ use pegasus_proto::Channel;
 use pegasus_store::{Session, SessionRecord};
 
 use crate::error::AgentError;
-use crate::transcript::user_record;
+use crate::transcript::{sent_record, user_record};
 
 /// The shared session appender of one agent (see [`crate::Agent::session_handle`]).
 pub type SessionHandle = Arc<Mutex<Session>>;
@@ -35,6 +35,19 @@ pub fn record_inbound(
     text: &str,
 ) -> Result<(), AgentError> {
     append_blocking(session, &[user_record(id, from, text)])
+}
+
+/// [`record_inbound`] of a message that carries its sender's own id for it (SPEC §11): the id
+/// is in the same durable line as the message, so "was it recorded" and "is its id known"
+/// can never disagree, whatever crash comes between.
+pub fn record_sent(
+    session: &SessionHandle,
+    id: &str,
+    from: &Channel,
+    text: &str,
+    client_id: Option<&str>,
+) -> Result<(), AgentError> {
+    append_blocking(session, &[sent_record(id, from, text, client_id)])
 }
 
 /// Appends on tokio's blocking pool, so an fdatasync does not stall the runtime. `durable`:

@@ -322,6 +322,7 @@ pub fn assistant_record(blocks: &[Block], resp: &ChatResponse) -> SessionRecord 
         model: Some(resp.model.clone()).filter(|s| !s.is_empty()),
         usage: serde_json::to_value(resp.usage).ok(),
         ts: Utc::now(),
+        client_id: None,
     })
 }
 
@@ -335,11 +336,18 @@ pub fn tool_record(results: &[Block]) -> SessionRecord {
         model: None,
         usage: None,
         ts: Utc::now(),
+        client_id: None,
     })
 }
 
 /// The session record of an inbound message.
 pub fn user_record(id: &str, from: &Channel, text: &str) -> SessionRecord {
+    sent_record(id, from, text, None)
+}
+
+/// The session record of an inbound message with its sender's own id for it (SPEC §11), by
+/// which a repeat is recognised.
+pub fn sent_record(id: &str, from: &Channel, text: &str, client_id: Option<&str>) -> SessionRecord {
     SessionRecord::Message(SessionMessage {
         id: Some(id.to_string()).filter(|s| !s.is_empty()),
         role: SRole::User,
@@ -348,6 +356,7 @@ pub fn user_record(id: &str, from: &Channel, text: &str) -> SessionRecord {
         model: None,
         usage: None,
         ts: Utc::now(),
+        client_id: client_id.map(str::to_string),
     })
 }
 
@@ -480,6 +489,7 @@ mod tests {
             model: None,
             usage: None,
             ts: Utc::now(),
+            client_id: None,
         })
     }
     fn text(role: SRole, t: &str) -> SessionRecord {

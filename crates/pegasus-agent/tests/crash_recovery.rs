@@ -22,6 +22,7 @@ fn msg(role: SRole, content: Vec<ContentBlock>) -> SessionRecord {
         model: None,
         usage: None,
         ts: Utc::now(),
+        client_id: None,
     })
 }
 

@@ -74,6 +74,41 @@ impl Channel {
     pub fn is_project(&self) -> bool {
         matches!(self, Channel::Project(_))
     }
+
+    /// The channel without who on it, as a message record's `channel` key says it (SPEC §11):
+    /// `cli`, `dashboard`, `telegram`, `main`, `schedule`, `project`, `task`, `run`, or an
+    /// unknown word as written.
+    pub fn kind(&self) -> &str {
+        match self {
+            Channel::Cli => "cli",
+            Channel::Dashboard => "dashboard",
+            Channel::Telegram(_) => "telegram",
+            Channel::Main => "main",
+            Channel::Schedule(_) => "schedule",
+            Channel::Project(_) => "project",
+            Channel::Task => "task",
+            Channel::Run => "run",
+            Channel::Other(word) => word,
+        }
+    }
+
+    /// Who on the channel, as a message record's `sender` key says it: the chat id for
+    /// Telegram, the job for a schedule, the project for a project's agent. `None` where the
+    /// channel is the whole of what is known (`cli`: the one local user the control socket
+    /// admits; `dashboard`: whoever holds its token; `main`).
+    pub fn sender(&self) -> Option<String> {
+        match self {
+            Channel::Telegram(chat) => chat.map(|c| c.to_string()),
+            Channel::Schedule(job) => job.clone(),
+            Channel::Project(name) => Some(name.clone()),
+            Channel::Cli
+            | Channel::Dashboard
+            | Channel::Main
+            | Channel::Task
+            | Channel::Run
+            | Channel::Other(_) => None,
+        }
+    }
 }
 
 impl fmt::Display for Channel {
@@ -187,6 +222,32 @@ mod tests {
             assert_eq!(c, Channel::Other(word.to_string()), "{word}");
             assert_eq!(c.to_string(), word);
         }
+    }
+
+    #[test]
+    fn a_channel_splits_into_its_kind_and_its_sender() {
+        let split: Vec<(String, Option<String>)> = samples()
+            .iter()
+            .map(|(c, _)| (c.kind().to_string(), c.sender()))
+            .collect();
+        let want = [
+            ("cli", None),
+            ("dashboard", None),
+            ("telegram", Some("-1001234")),
+            ("telegram", None),
+            ("main", None),
+            ("schedule", Some("nightly")),
+            ("schedule", None),
+            ("project", Some("web")),
+            ("task", None),
+            ("run", None),
+            ("user", None),
+        ];
+        let want: Vec<(String, Option<String>)> = want
+            .iter()
+            .map(|(k, s)| (k.to_string(), s.map(str::to_string)))
+            .collect();
+        assert_eq!(split, want);
     }
 
     #[test]

@@ -296,7 +296,7 @@ mod tests {
         #[test]
         fn messages_round_trip(project in "[a-z0-9-]{1,20}", text in any::<String>(), nonce in any::<u64>()) {
             let msgs = vec![
-                ToWorker::Message(crate::worker::InboundMessage { id: nonce.to_string(), from: crate::Channel::Project(project.clone()), text: text.clone() }),
+                ToWorker::Message(crate::worker::InboundMessage { id: nonce.to_string(), from: crate::Channel::Project(project.clone()), text: text.clone(), client_id: Some(format!("cli-{nonce}")) }),
                 ToWorker::Ping { nonce },
                 ToWorker::Shutdown,
             ];

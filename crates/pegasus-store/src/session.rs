@@ -276,10 +276,7 @@ pub fn load_session(project_dir: &Path) -> Result<LoadedSession> {
 /// [`load_session`], except that the calls of an assistant message holding one of the `held`
 /// tool call ids are left open: a call waiting for a person's approval (SPEC §11) gets its
 /// real result when the request is answered, not the cancelled one.
-pub fn load_session_holding(
-    project_dir: &Path,
-    held: &HashSet<String>,
-) -> Result<LoadedSession> {
+pub fn load_session_holding(project_dir: &Path, held: &HashSet<String>) -> Result<LoadedSession> {
     let read = read_jsonl_with(&session_file(project_dir), parse_record)?;
     let (records, repairs) = close_dangling_tool_uses(read.records, held);
     let repaired_tool_uses = repairs
@@ -729,11 +726,20 @@ mod fast_parse_tests {
         assert_eq!(v["channel"], "dashboard");
         assert!(v.get("sender").is_none() && v.get("client_id").is_none());
         let v = written(Some(Channel::Schedule(Some("nightly".into()))), None);
-        assert_eq!((&v["channel"], &v["sender"]), (&serde_json::json!("schedule"), &serde_json::json!("nightly")));
+        assert_eq!(
+            (&v["channel"], &v["sender"]),
+            (
+                &serde_json::json!("schedule"),
+                &serde_json::json!("nightly")
+            )
+        );
         // A task's own request and a model's answer are nobody's message.
         for from in [Some(Channel::Task), None] {
             let v = written(from, None);
-            assert!(v.get("channel").is_none() && v.get("sender").is_none(), "{v}");
+            assert!(
+                v.get("channel").is_none() && v.get("sender").is_none(),
+                "{v}"
+            );
         }
     }
 

@@ -18,6 +18,7 @@ pub mod mcp;
 mod planning;
 mod proxy;
 mod review;
+pub mod sends;
 mod serve;
 mod work_queue;
 mod worker;

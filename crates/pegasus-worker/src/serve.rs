@@ -224,11 +224,7 @@ mod tests {
             ("shutdown", Box::new(|| Event::Frame(ToWorker::Shutdown))),
             (
                 "answered",
-                Box::new(|| {
-                    Event::Frame(ToWorker::ApprovalAnswered {
-                        id: "ap-x".into(),
-                    })
-                }),
+                Box::new(|| Event::Frame(ToWorker::ApprovalAnswered { id: "ap-x".into() })),
             ),
             (
                 "init",

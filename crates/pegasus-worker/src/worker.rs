@@ -1,6 +1,7 @@
 //! The worker's life: handshake, load, serve, stop.
 
 use crate::mcp::McpHub;
+use crate::sends::{self, Sends, Verdict};
 use crate::{
     connection, logging,
     proxy::ProxyModel,
@@ -8,12 +9,11 @@ use crate::{
     work_queue::{run_jobs, AgentPhases, Job},
     WorkerError,
 };
-use crate::sends::{self, Sends, Verdict};
 use pegasus_agent::{record_sent, Agent, AgentSettings, Approvals, Notice, ToolSet};
-use pegasus_tasks::TaskStore;
 use pegasus_proto::worker::{FromWorker, ToWorker};
 use pegasus_runs::{RunEngine, RunSettings, RunStore};
 use pegasus_store::{Config, Home, ProjectFile};
+use pegasus_tasks::TaskStore;
 use std::{
     io::BufRead,
     path::{Path, PathBuf},

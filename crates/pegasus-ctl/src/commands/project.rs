@@ -52,44 +52,16 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
             text,
             wait,
             stream,
+            id,
         } => {
-            let mut client = Client::connect(home).await?;
-            let req = CtlRequest::ProjectSend {
-                name: name.clone(),
+            let send = super::send::Send {
+                name,
                 text,
                 wait,
+                stream,
+                id,
             };
-            if wait && super::wants_stream(stream, json) {
-                let (resp, streamed) = super::streaming(home, &name, client.request(req)).await;
-                return match ok(resp?)? {
-                    CtlResponse::Reply { text, .. } => {
-                        super::finish_stream(&streamed, &text);
-                        Ok(())
-                    }
-                    other => Err(CtlError::Failed(format!(
-                        "unexpected answer to send: {other:?}"
-                    ))),
-                };
-            }
-            match ok(client.request(req).await?)? {
-                CtlResponse::Sent { id } if json => {
-                    super::print_json(&serde_json::json!({"project": name, "id": id}))
-                }
-                CtlResponse::Sent { id } => {
-                    println!("sent to {name} (message {id})");
-                    Ok(())
-                }
-                CtlResponse::Reply { id, text } if json => super::print_json(
-                    &serde_json::json!({"project": name, "id": id, "reply": text}),
-                ),
-                CtlResponse::Reply { text, .. } => {
-                    println!("{text}");
-                    Ok(())
-                }
-                other => Err(CtlError::Failed(format!(
-                    "unexpected answer to send: {other:?}"
-                ))),
-            }
+            super::send::run(home, json, send).await
         }
         ProjectCommand::Run {
             name,

@@ -56,14 +56,12 @@ pub(crate) async fn dispatch(
             text,
             wait,
             client_id,
-        } => {
-            project::send(sup, &name, from.clone(), text, wait, client_id)
-                .await
-                .map(|(id, reply)| match reply {
-                    Some(text) => CtlResponse::Reply { id, text },
-                    None => CtlResponse::Sent { id },
-                })
-        }
+        } => project::send(sup, &name, from.clone(), text, wait, client_id)
+            .await
+            .map(|(id, reply)| match reply {
+                Some(text) => CtlResponse::Reply { id, text },
+                None => CtlResponse::Sent { id },
+            }),
         CtlRequest::Chat { text } => {
             chat::chat(sup, from.clone(), text)
                 .await

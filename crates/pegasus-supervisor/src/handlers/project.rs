@@ -16,6 +16,9 @@ use pegasus_store::{NewProject, ProjectFile, ProjectStatus, Verb};
 use std::{path::PathBuf, sync::Arc};
 use tokio::sync::oneshot;
 
+/// The longest client id of a send (SPEC §11) kept with its message.
+const MAX_CLIENT_ID: usize = 200;
+
 /// Runs file work that fsyncs on the blocking pool, so a slow disk never stalls the daemon.
 async fn off_runtime<T: Send + 'static>(
     f: impl FnOnce() -> pegasus_store::Result<T> + Send + 'static,
@@ -132,14 +135,24 @@ pub(crate) async fn lifecycle(
 }
 
 /// `project send`: deliver a message from `from`. Answered with the message id once the
-/// worker has it durably, or — with `wait` — with the project agent's reply.
+/// worker has it durably, or — with `wait` — with the project agent's reply. A `client_id`
+/// the project's worker already has (SPEC §11) is answered with the first message's id (and
+/// its reply) without running anything again; with another text, refused as a conflict.
 pub(crate) async fn send(
     sup: &Supervisor,
     name: &str,
     from: Channel,
     text: String,
     wait: bool,
+    client_id: Option<String>,
 ) -> Result<(String, Option<String>), RequestError> {
+    if let Some(c) = &client_id {
+        if c.is_empty() || c.len() > MAX_CLIENT_ID || c.chars().any(char::is_control) {
+            return Err(RequestError::Store(pegasus_store::StoreError::Invalid(format!(
+                "a message id (--id, Idempotency-Key) must be 1 to {MAX_CLIENT_ID} bytes without control characters"
+            ))));
+        }
+    }
     pegasus_store::validate_name(name)?;
     let Some(cmd) = sup.slot_cmd(name) else {
         let Some(project) = sup.projects.get(name) else {
@@ -163,28 +176,22 @@ pub(crate) async fn send(
     let delivery = Delivery {
         from,
         text,
+        client_id,
         persisted,
         answer,
     };
     cmd.send(SlotCmd::Deliver(delivery))
         .await
         .map_err(|_| RequestError::unavailable(format!("project {name} is stopping; try again")))?;
-    let id = persisted_rx
-        .await
-        .map_err(|_| {
-            RequestError::unavailable(format!(
-                "project {name} stopped before taking the message; try again"
-            ))
-        })?
-        .map_err(RequestError::Unavailable)?;
+    let id = persisted_rx.await.map_err(|_| {
+        RequestError::unavailable(format!(
+            "project {name} stopped before taking the message; try again"
+        ))
+    })??;
     let reply = match answer_rx {
-        Some(rx) => Some(
-            rx.await
-                .map_err(|_| {
-                    RequestError::unavailable(format!("project {name} stopped before answering"))
-                })?
-                .map_err(RequestError::Unavailable)?,
-        ),
+        Some(rx) => Some(rx.await.map_err(|_| {
+            RequestError::unavailable(format!("project {name} stopped before answering"))
+        })??),
         None => None,
     };
     Ok((id, reply))

@@ -185,29 +185,44 @@ impl Slot {
                         }
                     }
                     Action::Persisted(id) => routing.persisted(id),
+                    Action::Repeated {
+                        id,
+                        original,
+                        same_text,
+                    } => routing.repeated(&self.name, &id, original, same_text),
                     Action::Reply {
                         message_id,
                         text,
                         answered,
-                    } => match routing.reply_to(&message_id) {
-                        Some(ReplyTo::Waiter(tx)) => {
-                            // A task that stopped without an answer is an error for a waiting
-                            // client (exit 1), with the agent's line saying why.
-                            let _ = tx.send(if answered {
-                                Ok(text)
+                    } => {
+                        let (to, repeats) = routing.reply_to(&message_id);
+                        // A task that stopped without an answer (failed, or stopped by a
+                        // budget, the watchdog, a cap) is an error for a waiting client
+                        // (exit 1), with the agent's line saying why.
+                        let answer = || {
+                            if answered {
+                                Ok(text.clone())
                             } else {
-                                Err(format!(
+                                Err(crate::error::RequestError::refused(format!(
                                     "project {} did not answer: {}",
                                     self.name,
                                     text.replace('\n', " ")
-                                ))
-                            });
+                                )))
+                            }
+                        };
+                        for tx in repeats {
+                            let _ = tx.send(answer());
                         }
-                        Some(ReplyTo::MainAgent) => self.sup.to_main(channel.clone(), text),
-                        Some(ReplyTo::Nobody) | None => {
-                            tracing::info!(project = %self.name, "reply: {text}");
+                        match to {
+                            Some(ReplyTo::Waiter(tx)) => {
+                                let _ = tx.send(answer());
+                            }
+                            Some(ReplyTo::MainAgent) => self.sup.to_main(channel.clone(), text),
+                            Some(ReplyTo::Nobody) | None => {
+                                tracing::info!(project = %self.name, "reply: {text}");
+                            }
                         }
-                    },
+                    }
                     Action::Notify(text) => {
                         self.sup
                             .bus

@@ -92,6 +92,12 @@ pub(super) enum Action {
     DeliverQueued,
     /// The worker has this message on disk.
     Persisted(String),
+    /// The worker already had this message's client id, on message `original` (SPEC §11).
+    Repeated {
+        id: String,
+        original: String,
+        same_text: bool,
+    },
     /// The agent answered this message.
     Reply {
         message_id: String,
@@ -257,6 +263,15 @@ impl Link {
                 Vec::new()
             }
             FromWorker::MessagePersisted { id } => vec![Persisted(id)],
+            FromWorker::MessageRepeated {
+                id,
+                original,
+                same_text,
+            } => vec![Repeated {
+                id,
+                original,
+                same_text,
+            }],
             FromWorker::Reply {
                 message_id,
                 text,
@@ -399,6 +414,7 @@ mod tests {
                 Action::Queue(_) => "queue",
                 Action::DeliverQueued => "deliver-queued",
                 Action::Persisted(_) => "persisted",
+                Action::Repeated { .. } => "repeated",
                 Action::Reply { .. } => "reply",
                 Action::Notify(_) => "notify",
                 Action::Publish(_) => "publish",
@@ -415,6 +431,7 @@ mod tests {
         Delivery {
             from: Channel::Cli,
             text: "hi".into(),
+            client_id: None,
             persisted: oneshot::channel().0,
             answer: None,
         }
@@ -431,6 +448,14 @@ mod tests {
             (
                 "persisted",
                 frame(|| FromWorker::MessagePersisted { id: "m".into() }),
+            ),
+            (
+                "repeated",
+                frame(|| FromWorker::MessageRepeated {
+                    id: "m2".into(),
+                    original: "m".into(),
+                    same_text: true,
+                }),
             ),
             (
                 "reply",
@@ -550,6 +575,7 @@ mod tests {
         let table: &[(Phase, &str, Phase, &[&str])] = &[
             (Loading, "ready", Ready, &["ready", "deliver-queued"]),
             (Loading, "persisted", Loading, &["persisted"]),
+            (Loading, "repeated", Loading, &["repeated"]),
             (Loading, "reply", Loading, &["reply"]),
             (Loading, "notify", Loading, &["notify"]),
             (Loading, "event", Loading, &["publish"]),
@@ -575,6 +601,7 @@ mod tests {
 
             (Ready, "ready", Ready, &[]),
             (Ready, "persisted", Ready, &["persisted"]),
+            (Ready, "repeated", Ready, &["repeated"]),
             (Ready, "reply", Ready, &["reply"]),
             (Ready, "notify", Ready, &["notify"]),
             (Ready, "event", Ready, &["publish"]),
@@ -600,6 +627,7 @@ mod tests {
 
             (Stopping, "ready", Stopping, &[]),
             (Stopping, "persisted", Stopping, &["persisted"]),
+            (Stopping, "repeated", Stopping, &["repeated"]),
             (Stopping, "reply", Stopping, &["reply"]),
             (Stopping, "notify", Stopping, &["notify"]),
             (Stopping, "event", Stopping, &["publish"]),
@@ -625,6 +653,7 @@ mod tests {
 
             (Lost, "ready", Lost, &[]),
             (Lost, "persisted", Lost, &["persisted"]),
+            (Lost, "repeated", Lost, &["repeated"]),
             (Lost, "reply", Lost, &["reply"]),
             (Lost, "notify", Lost, &["notify"]),
             (Lost, "event", Lost, &["publish"]),

@@ -17,7 +17,7 @@ mod routing;
 pub(crate) use launch::Launch;
 pub(crate) use routing::Delivery;
 
-use crate::{spawn, supervisor::Supervisor};
+use crate::{error::RequestError, spawn, supervisor::Supervisor};
 use pegasus_proto::{
     ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
 };
@@ -297,7 +297,9 @@ impl Slot {
                     Some(SlotCmd::Notify(_) | SlotCmd::Kill { .. }) => {}
                     Some(SlotCmd::Deliver(d)) => {
                         if until.is_none() {
-                            let _ = d.persisted.send(Err(self.crash_loop_refusal()));
+                            let _ = d
+                                .persisted
+                                .send(Err(RequestError::refused(self.crash_loop_refusal())));
                         } else {
                             self.queued.push_back(d);
                         }
@@ -339,10 +341,10 @@ impl Slot {
 
     fn fail_queued(&mut self, why: &str) {
         for d in self.queued.drain(..) {
-            let _ = d.persisted.send(Err(format!(
+            let _ = d.persisted.send(Err(RequestError::unavailable(format!(
                 "project {} {why}; the message was not delivered",
                 self.name
-            )));
+            ))));
         }
     }
 

@@ -52,6 +52,7 @@ impl Tool for Reply {
                         name: id.to_string(),
                         text: text.to_string(),
                         wait: false,
+                        client_id: None,
                     };
                     match request(&self.0, req).await {
                         Ok(CtlResponse::Sent { id: message_id }) => ToolOutput::ok(format!("delivered to project {id} (message {message_id}); its answer will arrive on channel project/{id}")),

@@ -1,0 +1,171 @@
+//! `pegasusctl project send NAME TEXT [--wait] [--id ID]`: a message that never runs twice
+//! (SPEC §11). It carries a client id (`--id`, or one made here); when the answer is lost in a
+//! way that leaves open whether pegasusd took the message (the connection dropped, the worker
+//! died before it said so), the same request is sent once more with the same id, and
+//! pegasusd answers a repeat with the first message's id (and its reply) without running it
+//! again.
+
+use crate::{
+    client::{ok, Client},
+    CtlError,
+};
+use pegasus_proto::ctl::{CtlRequest, CtlResponse, ErrorKind};
+use pegasus_store::Home;
+use std::time::{Duration, Instant};
+
+/// How long the retry waits for a daemon that went away to be back (a supervised pegasusd is
+/// restarted within seconds: the shipped unit's `RestartSec` is 2).
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// What `project send` was given.
+pub(crate) struct Send {
+    pub name: String,
+    pub text: String,
+    pub wait: bool,
+    pub stream: bool,
+    pub id: Option<String>,
+}
+
+pub(crate) async fn run(home: &Home, json: bool, send: Send) -> Result<(), CtlError> {
+    let Send {
+        name,
+        text,
+        wait,
+        stream,
+        id,
+    } = send;
+    let client_id = id.unwrap_or_else(new_client_id);
+    let req = CtlRequest::ProjectSend {
+        name: name.clone(),
+        text,
+        wait,
+        client_id: Some(client_id.clone()),
+    };
+    // Said before anything else, so the streamed text is not what tells a stopped daemon.
+    let first = Client::connect(home).await?;
+    if wait && super::wants_stream(stream, json) {
+        let (resp, streamed) =
+            super::streaming(home, &name, request(home, first, req, &client_id)).await;
+        return match resp? {
+            CtlResponse::Reply { text, .. } => {
+                super::finish_stream(&streamed, &text);
+                Ok(())
+            }
+            other => Err(CtlError::Failed(format!(
+                "unexpected answer to send: {other:?}"
+            ))),
+        };
+    }
+    let sent = request(home, first, req, &client_id);
+    let resp = if wait {
+        // A call of its task may wait for a person: say which, and how to answer.
+        super::watching_approvals(home, &name, sent).await
+    } else {
+        sent.await
+    };
+    match resp? {
+        CtlResponse::Sent { id } if json => {
+            super::print_json(&serde_json::json!({"project": name, "id": id}))
+        }
+        CtlResponse::Sent { id } => {
+            println!("sent to {name} (message {id})");
+            Ok(())
+        }
+        CtlResponse::Reply { id, text } if json => {
+            super::print_json(&serde_json::json!({"project": name, "id": id, "reply": text}))
+        }
+        CtlResponse::Reply { text, .. } => {
+            println!("{text}");
+            Ok(())
+        }
+        other => Err(CtlError::Failed(format!(
+            "unexpected answer to send: {other:?}"
+        ))),
+    }
+}
+
+/// How one attempt ended.
+enum Attempt {
+    /// An answer, or a failure that says the message was not taken (or was, and failed).
+    Done(Result<CtlResponse, CtlError>),
+    /// Lost in a way that leaves open whether the message was taken; the line says how.
+    Ambiguous(String),
+}
+
+/// The send on `client`, and once more on a new connection after an ambiguous failure.
+async fn request(
+    home: &Home,
+    client: Client,
+    req: CtlRequest,
+    client_id: &str,
+) -> Result<CtlResponse, CtlError> {
+    match attempt(client, req.clone()).await {
+        Attempt::Done(result) => result,
+        Attempt::Ambiguous(_) => {
+            let client = connect_patiently(home).await?;
+            match attempt(client, req).await {
+                Attempt::Done(result) => result,
+                Attempt::Ambiguous(why) => Err(CtlError::Failed(format!(
+                    "{why} (tried twice; `--id {client_id}` sends it again without running it twice)"
+                ))),
+            }
+        }
+    }
+}
+
+async fn attempt(mut client: Client, req: CtlRequest) -> Attempt {
+    match client.request(req).await {
+        // The request may have been read before the connection broke.
+        Err(e) => Attempt::Ambiguous(e.to_string()),
+        // The worker went away before it said whether it has the message (or before it
+        // answered): with the same id, asking again is safe.
+        Ok(CtlResponse::Failed {
+            kind: ErrorKind::Unavailable,
+            message,
+        }) => Attempt::Ambiguous(message),
+        Ok(resp) => Attempt::Done(ok(resp)),
+    }
+}
+
+/// A connection, waiting up to [`PATIENCE`] for a daemon that is not (yet) back.
+async fn connect_patiently(home: &Home) -> Result<Client, CtlError> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match Client::connect(home).await {
+            Err(CtlError::NotRunning { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// A client id no other send will have: 64 random bits from the kernel, or, failing that,
+/// the time, the pid and a counter.
+fn new_client_id() -> String {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if random {
+        return format!("cli-{:016x}", u64::from_le_bytes(bytes));
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("cli-{nanos:x}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn made_ids_differ() {
+        let ids: std::collections::HashSet<String> = (0..100).map(|_| new_client_id()).collect();
+        assert_eq!(ids.len(), 100);
+        assert!(ids.iter().all(|id| id.starts_with("cli-")));
+    }
+}
