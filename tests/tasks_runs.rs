@@ -189,7 +189,7 @@ fn a_role_without_exec_cannot_run_exec_even_when_the_model_asks() {
     );
     // Role listing and assignment through the CLI.
     let roles = home.json(&["role", "list"]);
-    assert_eq!(roles.as_array().unwrap().len(), 8);
+    assert_eq!(roles.as_array().unwrap().len(), 9, "the built-in roles");
     home.ctl_ok(&["role", "assign", "lab", "coder", "--var", "language=Go"]);
     assert!(home.project_md("lab").contains("coder"));
     let bad = home.ctl(&["role", "assign", "lab", "coder", "--var", "nonsense=1"]);
