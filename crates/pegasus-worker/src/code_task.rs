@@ -386,6 +386,15 @@ pub async fn run(
             true,
         );
     }
+    // `approvals.merge: ask`: a person says yes first.
+    if let Some(line) = agent
+        .tasks()
+        .get(&id)
+        .ok()
+        .and_then(|t| crate::merge_approval::ask(agent, &t))
+    {
+        return (format!("{outcome_text}\n\n{line}"), true);
+    }
     let merged = merge(agent, &code, &id).await;
     (format!("{outcome_text}\n\n{merged}"), true)
 }
@@ -867,6 +876,8 @@ pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
 /// and the ones `pegasusctl task merge` asked for. PROJECT.md is read only when a verified task
 /// exists (this runs at every nudge).
 pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
+    // Merges a person answered (`approvals.merge: ask`) are due, or pending, from here on.
+    crate::merge_approval::settle(agent);
     let verified: Vec<Task> = agent
         .tasks()
         .list()
@@ -881,12 +892,17 @@ pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
         Ok(c) => c,
         Err(e) => return tracing::warn!("verified tasks wait: {e}"),
     };
-    let due: Vec<String> = verified
+    let due: Vec<Task> = verified
         .into_iter()
         .filter(|t| t.merge.map_or(!code.manual, MergeState::is_due))
-        .map(|t| t.id)
         .collect();
-    for id in due {
+    for task in due {
+        // An automatic merge cut off before it was asked for: asked now.
+        if let Some(line) = crate::merge_approval::ask(agent, &task) {
+            tracing::info!(task = %task.id, "{line}");
+            continue;
+        }
+        let id = task.id;
         let line = merge(agent, &code, &id).await;
         tracing::info!(task = %id, "{line}");
     }

@@ -15,6 +15,7 @@ mod connection;
 pub mod error;
 mod logging;
 pub mod mcp;
+mod merge_approval;
 mod planning;
 mod proxy;
 mod review;
