@@ -122,9 +122,16 @@ fn a_call_waits_for_approve_runs_once_and_send_wait_says_what_it_waits_for() {
             .unwrap()
     };
     assert_eq!(row(home.json(&["project", "list"]))["approvals"], 1);
-    assert_eq!(row(home.json(&["status"])["projects"].clone())["approvals"], 1);
-    assert!(home.ctl_ok(&["status"]).contains("1 tool call waiting for approval"));
-    assert!(home.ctl_ok(&["approvals", "web"]).contains("echo ran >> runs.txt"));
+    assert_eq!(
+        row(home.json(&["status"])["projects"].clone())["approvals"],
+        1
+    );
+    assert!(home
+        .ctl_ok(&["status"])
+        .contains("1 tool call waiting for approval"));
+    assert!(home
+        .ctl_ok(&["approvals", "web"])
+        .contains("echo ran >> runs.txt"));
 
     assert!(home.ctl_ok(&["approve", &id]).contains("approved"));
     let out = send.wait_with_output().unwrap();
@@ -143,7 +150,10 @@ fn a_call_waits_for_approve_runs_once_and_send_wait_says_what_it_waits_for() {
     assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
     // A second answer is refused in one line.
     let again = home.ctl_fails(&["deny", &id]);
-    assert!(again.contains("already answered: approved by cli"), "{again}");
+    assert!(
+        again.contains("already answered: approved by cli"),
+        "{again}"
+    );
     assert!(home
         .ctl_fails(&["approve", "ap-doesnotexist"])
         .contains("no approval request ap-doesnotexist"));
@@ -294,7 +304,13 @@ fn merge_ask_holds_a_verified_task_until_a_person_says_yes() {
     let req = waiting(&home);
     assert_eq!(req["tool"], "merge");
     assert_eq!(req["task"], first.as_str());
-    assert!(req["summary"].as_str().unwrap().contains("main of repo app"), "{req}");
+    assert!(
+        req["summary"]
+            .as_str()
+            .unwrap()
+            .contains("main of repo app"),
+        "{req}"
+    );
     assert_eq!(state(&first), "blocked");
     assert_eq!(sh(&app, "cat a.txt"), "alpha", "not merged before the yes");
     home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);

@@ -14,10 +14,10 @@ use tokio::sync::Semaphore;
 
 use crate::approvals::Gate;
 use crate::outbox::send_event;
-use pegasus_store::approvals::Verdict;
 use crate::tool::{Tool, ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 use pegasus_proto::WorkerEvent;
+use pegasus_store::approvals::Verdict;
 
 /// One tool call as the model made it.
 #[derive(Debug, Clone, PartialEq)]

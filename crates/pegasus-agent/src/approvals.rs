@@ -92,7 +92,8 @@ impl Approvals {
 
     /// What the policy says about a call of `tool` with `input`.
     pub fn check(&self, tool: &str, input: &serde_json::Value) -> Verdict {
-        self.policy().decide(tool, command_of(tool, input).as_deref())
+        self.policy()
+            .decide(tool, command_of(tool, input).as_deref())
     }
 
     /// An answer may be on disk: every waiting call looks now.
@@ -154,7 +155,11 @@ impl Approvals {
     /// settles it later reads its answer from the files.
     pub fn ask_detached(&self, request: &ApprovalRequest, from: TaskState) -> Result<(), String> {
         store::write_request(&self.dir, request).map_err(|e| e.to_string())?;
-        self.move_task(&request.task, &[(from, TaskState::Blocked)], APPROVAL_REASON);
+        self.move_task(
+            &request.task,
+            &[(from, TaskState::Blocked)],
+            APPROVAL_REASON,
+        );
         tracing::info!(id = %request.id, tool = %request.tool, task = %request.task, "waiting for approval");
         send_event(
             &self.notices,
@@ -362,10 +367,7 @@ pub fn info(r: &ApprovalRequest) -> ApprovalInfo {
 pub fn held_after_restart(
     dir: &Path,
     tasks: &TaskStore,
-) -> (
-    Option<ApprovalRequest>,
-    std::collections::HashSet<String>,
-) {
+) -> (Option<ApprovalRequest>, std::collections::HashSet<String>) {
     let mut held = None;
     let mut calls = std::collections::HashSet::new();
     for open in store::open_requests(dir) {

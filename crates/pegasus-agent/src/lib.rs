@@ -25,8 +25,8 @@
 
 pub mod actor;
 pub mod agent;
-pub mod approvals;
 pub mod agent_loop;
+pub mod approvals;
 pub mod compaction;
 pub mod context;
 pub mod error;

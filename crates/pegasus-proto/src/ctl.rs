@@ -83,7 +83,9 @@ pub enum CtlRequest {
     Stop,
     /// `approvals [NAME]`: the tool calls waiting for a person; answered with
     /// [`CtlResponse::Approvals`].
-    Approvals { project: Option<String> },
+    Approvals {
+        project: Option<String>,
+    },
     /// `approve ID [--always]` / `deny ID [--reason T]`.
     ApprovalAnswer {
         id: String,

@@ -448,13 +448,14 @@ pub fn answer(
             fsync_dir(&dir(project_dir)).map_err(AnswerError::Store)?;
             Ok(())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match read_answer(project_dir, id)
-        {
-            Some(a) => Err(AnswerError::Already(a)),
-            None => Err(AnswerError::Store(StoreError::Invalid(format!(
-                "approval {id} has an answer that cannot be read"
-            )))),
-        },
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            match read_answer(project_dir, id) {
+                Some(a) => Err(AnswerError::Already(a)),
+                None => Err(AnswerError::Store(StoreError::Invalid(format!(
+                    "approval {id} has an answer that cannot be read"
+                )))),
+            }
+        }
         Err(e) => Err(AnswerError::Store(StoreError::io(&path)(e))),
     }
 }
@@ -613,7 +614,10 @@ pub fn find(projects_dir: &Path, id: &str) -> Option<(PathBuf, ApprovalRequest)>
 
 /// What `approvals` lists: every request of the home (or of one project) still waiting for
 /// a person, oldest first (one whose time ran out is denied by its worker, not listed).
-pub fn waiting(projects_dir: &Path, project: Option<&str>) -> Vec<pegasus_proto::ctl::ApprovalInfo> {
+pub fn waiting(
+    projects_dir: &Path,
+    project: Option<&str>,
+) -> Vec<pegasus_proto::ctl::ApprovalInfo> {
     let now = Utc::now();
     list_pending(projects_dir, project)
         .into_iter()
@@ -629,7 +633,9 @@ pub fn closed_answer(projects_dir: &Path, id: &str) -> Option<Answer> {
     }
     let entries = std::fs::read_dir(projects_dir).ok()?;
     for e in entries.flatten() {
-        let p = dir(&e.path()).join("closed").join(format!("{id}.answer.json"));
+        let p = dir(&e.path())
+            .join("closed")
+            .join(format!("{id}.answer.json"));
         if let Ok(text) = std::fs::read(&p) {
             return serde_json::from_slice(&text).ok();
         }
@@ -699,12 +705,21 @@ mod tests {
         }
         assert!(command_allowed("cargo test*", "cargo test --all"));
         // A glob that holds the operator may match it.
-        assert!(command_allowed("cargo test* | tee *", "cargo test | tee log"));
-        assert!(!command_allowed("cargo test* | tee *", "cargo test | tee log; rm x"));
+        assert!(command_allowed(
+            "cargo test* | tee *",
+            "cargo test | tee log"
+        ));
+        assert!(!command_allowed(
+            "cargo test* | tee *",
+            "cargo test | tee log; rm x"
+        ));
         // The exact line of `approve --always` matches itself only.
         let line = "ls *.rs && echo [done]?";
         assert!(command_allowed(&exact_glob(line), line));
-        assert!(!command_allowed(&exact_glob(line), "ls a.rs && echo [done]?"));
+        assert!(!command_allowed(
+            &exact_glob(line),
+            "ls a.rs && echo [done]?"
+        ));
     }
 
     #[test]
@@ -742,7 +757,9 @@ mod tests {
 
     #[test]
     fn a_project_block_extends_allow_and_wins_per_glob() {
-        let config = policy("exec: ask\nallow: [\"ls\"]\ntools: {\"mcp__*\": ask, edit_file: ask}\ntimeout_s: 60");
+        let config = policy(
+            "exec: ask\nallow: [\"ls\"]\ntools: {\"mcp__*\": ask, edit_file: ask}\ntimeout_s: 60",
+        );
         let project = policy("allow: [\"make\"]\ntools: {\"mcp__*\": allow}\nmerge: ask");
         let p = config.under(&project);
         assert_eq!(p.exec, Some(Mode::Ask));
@@ -820,7 +837,10 @@ mod tests {
         assert!(open_requests(&p)[0].ran);
         close(&p, &id).unwrap();
         assert!(open_requests(&p).is_empty());
-        assert!(p.join("approvals/closed").join(format!("{id}.json")).exists());
+        assert!(p
+            .join("approvals/closed")
+            .join(format!("{id}.json"))
+            .exists());
         assert!(matches!(answer(&p, &id, &no), Err(AnswerError::NotFound)));
         assert!(matches!(
             answer(&p, "../../etc", &no),

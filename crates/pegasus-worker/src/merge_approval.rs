@@ -85,7 +85,9 @@ pub fn settle(agent: &Agent) {
             Decision::Approved { .. } => (MergeState::Requested, "merge approved".to_string()),
             other => (
                 MergeState::Pending,
-                other.refusal().unwrap_or_else(|| "merge not approved".into()),
+                other
+                    .refusal()
+                    .unwrap_or_else(|| "merge not approved".into()),
             ),
         };
         match agent.move_task_with(

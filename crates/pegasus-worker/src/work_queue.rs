@@ -194,16 +194,14 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
         }
         let Some(task) = next else { return };
         let role = match &task.role {
-            Some(role_id) => {
-                match role_for(agent, &task, role_id) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        tracing::warn!(task = %task.id, "role {role_id}: {e}");
-                        agent.fail_unstartable(&task.id, &format!("role {role_id}: {e}"));
-                        continue;
-                    }
+            Some(role_id) => match role_for(agent, &task, role_id) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(task = %task.id, "role {role_id}: {e}");
+                    agent.fail_unstartable(&task.id, &format!("role {role_id}: {e}"));
+                    continue;
                 }
-            }
+            },
             None => None,
         };
         let id = task.id.clone();

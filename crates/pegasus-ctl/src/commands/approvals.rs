@@ -30,7 +30,9 @@ pub(crate) fn table(waiting: &[ApprovalInfo]) -> String {
             a.id, a.project, a.task, a.tool, a.asked_at, a.summary
         ));
     }
-    out.push_str("answer with `pegasusctl approve ID [--always]` or `pegasusctl deny ID [--reason TEXT]`\n");
+    out.push_str(
+        "answer with `pegasusctl approve ID [--always]` or `pegasusctl deny ID [--reason TEXT]`\n",
+    );
     out
 }
 

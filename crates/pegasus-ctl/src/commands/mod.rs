@@ -109,11 +109,30 @@ pub(crate) fn wants_stream(asked: bool, json: bool) -> bool {
 }
 
 /// Runs `work` while printing the text `project`'s agent streams (its `text_delta` events),
-/// as it arrives. Returns what `work` gave and the text printed. Without a daemon to follow,
-/// `work` just runs.
+/// as it arrives, and a line on stderr for each call that waits for approval. Returns what
+/// `work` gave and the text printed. Without a daemon to follow, `work` just runs.
 pub(crate) async fn streaming<T>(
     home: &Home,
     project: &str,
+    work: impl std::future::Future<Output = T>,
+) -> (T, String) {
+    following(home, project, true, work).await
+}
+
+/// Runs `work` (a `send --wait` that does not stream) while saying on stderr which call of
+/// `project` waits for approval and how to answer it (SPEC §11).
+pub(crate) async fn watching_approvals<T>(
+    home: &Home,
+    project: &str,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    following(home, project, false, work).await.0
+}
+
+async fn following<T>(
+    home: &Home,
+    project: &str,
+    show_text: bool,
     work: impl std::future::Future<Output = T>,
 ) -> (T, String) {
     use pegasus_proto::{ctl::CtlResponse, BusBody, WorkerEvent};
@@ -138,13 +157,20 @@ pub(crate) async fn streaming<T>(
         tokio::select! {
             out = &mut work => break out,
             ev = f.next_event() => match ev {
-                Some(CtlResponse::Event(e)) => {
-                    if let BusBody::Worker(WorkerEvent::TextDelta { text, .. }) = e.body {
+                Some(CtlResponse::Event(e)) => match e.body {
+                    BusBody::Worker(WorkerEvent::TextDelta { text, .. }) if show_text => {
                         print!("{text}");
                         let _ = std::io::stdout().flush();
                         printed.push_str(&text);
                     }
-                }
+                    BusBody::Worker(WorkerEvent::Approval { request: r }) => {
+                        eprintln!(
+                            "waiting for approval {}: {} `{}` (task {}); answer with `pegasusctl approve {}` or `pegasusctl deny {}`",
+                            r.id, r.tool, r.summary, r.task, r.id, r.id
+                        );
+                    }
+                    _ => {}
+                },
                 Some(_) => {}
                 None => follower = None,
             },

@@ -58,17 +58,17 @@ pub(crate) async fn answer(
         // pegasusd is PROJECT.md's one writer; the worker reads the policy at every check.
         let _guard = sup.lifecycle_lock.lock().await;
         let mut file = ProjectFile::load(&dir)?;
-        let mut block = store::ApprovalsConfig::from_yaml(file.get("approvals").as_ref())
-            .map_err(|m| RequestError::Refused(format!("PROJECT.md of {project}: approvals {m}")))?;
+        let mut block =
+            store::ApprovalsConfig::from_yaml(file.get("approvals").as_ref()).map_err(|m| {
+                RequestError::Refused(format!("PROJECT.md of {project}: approvals {m}"))
+            })?;
         if request.tool == "exec" {
             let glob = store::exact_glob(&request.always);
             if !block.allow.contains(&glob) {
                 block.allow.push(glob);
             }
         } else {
-            block
-                .tools
-                .insert(request.tool.clone(), store::Mode::Allow);
+            block.tools.insert(request.tool.clone(), store::Mode::Allow);
         }
         let value = serde_norway::to_value(&block).map_err(|e| {
             RequestError::Refused(format!("cannot write the approvals of {project}: {e}"))
