@@ -115,7 +115,7 @@ pub(super) async fn guard(State(d): State<Dash>, req: Request, next: Next) -> Re
     }
     let path = req.uri().path().to_string();
     let auth = who(&d, req.headers());
-    let public = path == "/static/app.js" || path == "/api/session";
+    let public = path == "/static/app.js" || path == "/static/app.css" || path == "/api/session";
     if auth == Auth::None && !public {
         if path.starts_with("/api/") {
             return error(

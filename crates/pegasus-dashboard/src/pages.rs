@@ -1,65 +1,116 @@
-//! The dashboard's pages: server-rendered with maud (every value is escaped; model output is
-//! text, never markup), one small script (`/static/app.js`) for the token exchange, the action
-//! forms and the live updates over `/api/events`. Nothing is fetched from anywhere else.
+//! The dashboard's pages: server-rendered with maud (every value is escaped; model text is
+//! Markdown rendered by [`crate::markdown`], whose raw HTML stays text), one stylesheet and one
+//! small script (`/static/app.css`, `/static/app.js`: the token exchange, the action forms,
+//! the approvals and the live updates over `/api/events`). Nothing is fetched from anywhere
+//! else, and the Content-Security-Policy says so to the browser.
+//!
+//! A page offers only what the state allows ([`crate::actions`]) and names states in words
+//! ([`crate::words`]); it reads on a phone (one column under 600 px, tap targets of 40 px).
 
-use crate::Dash;
+use crate::actions::{self, TaskAction};
+use crate::words::{self, usd};
+use crate::{chart, transcript, Dash};
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup, DOCTYPE};
 use pegasus_proto::ctl::{CtlRequest, CtlResponse, ProjectInfo};
 use pegasus_proto::Channel;
-use pegasus_store::{ContentBlock, SessionRecord};
-use pegasus_tasks::{board, Task, TaskState};
+use pegasus_store::{CostReport, SessionRecord};
+use pegasus_tasks::{board, BoardColumn, Task, TaskState};
+use std::collections::HashSet;
 
-const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222}\
-header{background:#1d2b3a;color:#fff;padding:8px 16px}header a{color:#cde;margin-right:16px}\
-main{padding:16px}table{border-collapse:collapse}td,th{padding:4px 8px;border-bottom:1px solid #ddd;text-align:left}\
-.cols{display:flex;gap:12px}.col{flex:1;background:#f4f6f8;padding:8px;border-radius:6px;min-width:0}\
-.card{background:#fff;border:1px solid #ccd;border-radius:4px;padding:6px;margin:6px 0}\
-.msg{white-space:pre-wrap;border-left:3px solid #ccd;padding:2px 8px;margin:6px 0}.msg.assistant{border-color:#5a8}\
-.msg.user{border-color:#58a}#live{white-space:pre-wrap;color:#555}.flash{color:#070}.bad{color:#b00}\
-form.inline{display:inline}small{color:#666}textarea{width:100%}svg rect{fill:#58a}";
+/// Everything from this origin, nothing inline, nothing from elsewhere.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
-fn page(title: &str, project: Option<&str>, body: Markup) -> Response {
-    let markup = html! {
+/// The last messages a project page shows.
+const SHOWN_MESSAGES: usize = 100;
+
+/// Which header link is the current page's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Nav {
+    Projects,
+    Approvals,
+    Costs,
+    Crashes,
+}
+
+/// The headers every page carries: the CSP above, and no sniffing of types.
+fn with_headers(status: StatusCode, markup: Markup) -> Response {
+    let mut resp = (status, Html(markup.into_string())).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    resp
+}
+
+fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · Pegasus" }
+            link rel="stylesheet" href="/static/app.css";
+            script src="/static/app.js" defer {}
+        }
+    }
+}
+
+fn page(title: &str, project: Option<&str>, nav: Option<Nav>, body: Markup) -> Markup {
+    let current = |n: Nav| (nav == Some(n)).then_some("page");
+    html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                title { (title) " · Pegasus" }
-                style { (maud::PreEscaped(STYLE)) }
-                script src="/static/app.js" defer {}
-            }
+            (head(title))
             body data-project=[project] {
                 header {
-                    a href="/" { "Projects" }
-                    a href="/costs" { "Costs" }
-                    a href="/crashes" { "Crashes" }
+                    a .brand href="/" { "Pegasus" }
+                    nav {
+                        a href="/" aria-current=[current(Nav::Projects)] { "Projects" }
+                        // Shown by the script once `/api/approvals` answers; the badge counts
+                        // what waits.
+                        a #approvals-link href="/approvals" aria-current=[current(Nav::Approvals)] hidden {
+                            "Approvals" span #approvals-badge .badge .zero { "0" }
+                        }
+                        a href="/costs" aria-current=[current(Nav::Costs)] { "Costs" }
+                        a href="/crashes" aria-current=[current(Nav::Crashes)] { "Crashes" }
+                    }
                 }
                 main {
-                    p #flash .flash {}
+                    p #flash .flash role="status" {}
                     (body)
                 }
             }
         }
-    };
-    Html(markup.into_string()).into_response()
+    }
 }
 
 /// What an unauthenticated browser gets: the script exchanges `#token=` for a cookie.
-pub(super) fn login() -> Html<String> {
-    Html(
+pub(super) fn login() -> Response {
+    with_headers(
+        StatusCode::UNAUTHORIZED,
         html! {
             (DOCTYPE)
             html lang="en" {
-                head { meta charset="utf-8"; title { "Pegasus" } script src="/static/app.js" defer {} }
+                (head("Pegasus"))
                 body {
-                    p #login { "This dashboard needs its token: open the URL `pegasusctl dashboard` prints." }
+                    main {
+                        p #login { "This dashboard needs its token: open the URL `pegasusctl dashboard` prints." }
+                    }
                 }
             }
-        }
-        .into_string(),
+        },
     )
 }
 
@@ -71,8 +122,12 @@ pub(super) async fn script() -> Response {
         .into_response()
 }
 
-fn money(x: f64) -> String {
-    format!("${x:.4}")
+pub(super) async fn stylesheet() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("app.css"),
+    )
+        .into_response()
 }
 
 async fn project_list(d: &Dash) -> Vec<ProjectInfo> {
@@ -89,82 +144,156 @@ async fn project_list(d: &Dash) -> Vec<ProjectInfo> {
     }
 }
 
+/// The ledger summed from `since` on (all of it for `None`), one project's lines or all;
+/// empty when it cannot be read (the costs page says what the API would).
+async fn cost_report(
+    d: &Dash,
+    project: Option<&str>,
+    since: Option<chrono::NaiveDate>,
+) -> CostReport {
+    let ledger = d.door.home().ledger_file();
+    let project = project.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        pegasus_store::cost_report(&ledger, project.as_deref(), since)
+    })
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default()
+}
+
+fn today() -> chrono::NaiveDate {
+    chrono::Utc::now().date_naive()
+}
+
+/// A project's lifecycle status as a chip.
+fn state_chip(p: &ProjectInfo) -> Markup {
+    html! { span class={ "state " (p.status_word()) } { (p.status_word()) } }
+}
+
+/// What a project's worker is doing now, in words; nothing for a project at rest.
+fn doing(p: &ProjectInfo) -> Markup {
+    html! {
+        @if let Some(e) = &p.error {
+            span .bad { (e) }
+        } @else if p.task.is_some() {
+            "working"
+            @if let Some(s) = p.stage { " · " (words::stage(s)) }
+        } @else if p.status == Some(pegasus_store::ProjectStatus::Active) {
+            (words::worker(p.worker_state))
+            @if let Some(host) = &p.worker_host { " on " (host) }
+        }
+        @if p.error.is_none() {
+            @if let Some(c) = &p.last_crash {
+                br; small .bad { "last crash: " (c) }
+            }
+        }
+    }
+}
+
+fn first_line(s: &str, max: usize) -> String {
+    let line = s.lines().next().unwrap_or_default();
+    match line.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
 pub(super) async fn projects(State(d): State<Dash>) -> Response {
     let list = project_list(&d).await;
+    let today = cost_report(&d, None, Some(today())).await;
+    let spent_today = |name: &str| today.by_project.get(name).map_or(0.0, |b| b.usd);
+    let active = list
+        .iter()
+        .filter(|p| p.status == Some(pegasus_store::ProjectStatus::Active))
+        .count();
+    let total: f64 = list.iter().map(|p| p.cost_usd).sum();
+    let waiting: u32 = list.iter().map(|p| p.approvals).sum();
     let body = html! {
         h1 { "Projects" }
-        table #projects data-live="" {
-            tr { th { "project" } th { "status" } th { "worker" } th { "running" } th { "spend" } th { "problem" } }
+        div .summary #summary data-live="" {
+            div { b { (active) } small { "active of " (list.len()) } }
+            div { b { (usd(today.total.usd)) } small { "spent today" } }
+            div { b { (usd(total)) } small { "spent in all" } }
+            div #approvals-summary { b #approvals-total { (waiting) } small { "waiting for approval" } }
+        }
+        table .list #projects data-live="" {
+            tr .head {
+                th { "Project" } th { "State" } th { "Now" }
+                th .num { "Today" } th .num { "Total" } th .num { "Approvals" }
+            }
             @for p in &list {
-                tr .project {
-                    td { a href={ "/projects/" (p.name) } { (p.name) } }
-                    td { (p.status_word()) }
-                    td { (p.worker_state) @if let Some(pid) = p.worker_pid { " (" (pid) @if let Some(host) = &p.worker_host { " on " (host) } ")" } }
-                    td { @if let Some(t) = &p.task { (t) @if let Some(s) = &p.stage { " · " (s) } } }
-                    td { (money(p.cost_usd)) }
-                    td { @if let Some(e) = p.error.as_ref().or(p.last_crash.as_ref()) { (e) } }
+                tr .project data-name=(p.name) {
+                    td {
+                        a href={ "/projects/" (p.name) } { b { (p.name) } }
+                        @if let Some(goal) = &p.goal { br; small { (first_line(goal, 80)) } }
+                    }
+                    td data-label="State" { (state_chip(p)) }
+                    td data-label="Now" { (doing(p)) }
+                    td .num data-label="Today" { (usd(spent_today(&p.name))) }
+                    td .num data-label="Total" { (usd(p.cost_usd)) }
+                    td .num data-label="Approvals" {
+                        @if p.approvals > 0 {
+                            a .approvals-count .badge data-project=(p.name) href={ "/projects/" (p.name) "#project-approvals" } { (p.approvals) }
+                        } @else {
+                            span .approvals-count .muted data-project=(p.name) { "none" }
+                        }
+                    }
                 }
             }
         }
+        @if list.is_empty() { p { small { "No projects yet: create one below." } } }
         h2 { "New project" }
-        form data-post="/api/projects" {
-            input name="name" placeholder="name" required;
-            " "
-            input name="goal" placeholder="goal" required size="60";
-            " "
-            button { "Create" }
+        form .row data-post="/api/projects" {
+            input name="name" placeholder="name" required aria-label="name";
+            input .grow name="goal" placeholder="goal" required aria-label="goal";
+            button .primary { "Create" }
         }
     };
-    page("Projects", None, body)
+    with_headers(
+        StatusCode::OK,
+        page("Projects", None, Some(Nav::Projects), body),
+    )
 }
 
-fn text_of(content: &[ContentBlock]) -> Vec<String> {
-    content
-        .iter()
-        .map(|b| match b {
-            ContentBlock::Text { text } => text.clone(),
-            ContentBlock::ToolUse { name, input, .. } => format!("→ {name} {input}"),
-            ContentBlock::ToolResult {
-                content, is_error, ..
-            } => {
-                let c: String = content.chars().take(400).collect();
-                format!("{} {c}", if *is_error { "✗" } else { "←" })
-            }
-            other => format!(
-                "[{}]",
-                serde_json::to_value(other)
-                    .ok()
-                    .and_then(|v| v.get("type").and_then(|t| t.as_str().map(str::to_string)))
-                    .unwrap_or_else(|| "block".into())
-            ),
-        })
-        .collect()
+/// A board column's id in the page (`data-column`), as the script and the tests find it.
+fn column_id(c: BoardColumn) -> &'static str {
+    match c {
+        BoardColumn::Todo => "todo",
+        BoardColumn::InProgress => "in-progress",
+        BoardColumn::Review => "review",
+        BoardColumn::Done => "done",
+    }
 }
 
-fn task_card(t: &Task) -> Markup {
+fn task_card(t: &Task, merge_blocked: bool) -> Markup {
+    let actions = actions::task_actions(t, merge_blocked);
     html! {
-        div .card .task data-id=(t.id) {
+        div .card .task data-id=(t.id) data-state=(t.state.as_str()) {
             b { (t.title) } br;
-            small { (t.id) " · " (t.state.as_str()) @if let Some(r) = t.shown_reason() { " · " (r) } }
+            small {
+                (t.state.as_str())
+                @if let Some(r) = t.shown_reason() { " · " (words::reason(r)) }
+                @if let Some(c) = t.cost_usd { " · " (usd(c)) }
+                " · " span .muted { (t.id) }
+            }
             @if let Some(q) = &t.question {
-                p { "Question: " (q) }
-                form data-post={ "/api/tasks/" (t.id) "/answer" } {
-                    input name="text" placeholder="your answer" required;
-                    button { "Answer" }
+                p .question { "Question: " (q) }
+            }
+            @if let (TaskState::Done, Some(s)) = (t.state, &t.result_summary) {
+                div .md .muted { (crate::markdown::render(&first_line(s, 200))) }
+            }
+            @if actions.contains(&TaskAction::Answer) {
+                form .row data-post={ "/api/tasks/" (t.id) "/answer" } {
+                    input .grow name="text" placeholder="your answer" required aria-label="your answer";
+                    button .primary { (TaskAction::Answer.label()) }
                 }
             }
-            div {
-                @if !t.state.is_terminal() {
-                    form .inline data-post={ "/api/tasks/" (t.id) "/cancel" } { button { "Cancel" } }
-                }
-                @if t.state == TaskState::Failed {
-                    form .inline data-post={ "/api/tasks/" (t.id) "/retry" } { button { "Retry" } }
-                }
-                @if t.state == TaskState::Planned {
-                    form .inline data-post={ "/api/tasks/" (t.id) "/approve" } { button { "Approve" } }
-                }
-                @if t.state == TaskState::Verified || t.state == TaskState::Blocked {
-                    form .inline data-post={ "/api/tasks/" (t.id) "/merge" } { button { "Merge" } }
+            div .actions {
+                @for a in actions.iter().filter(|a| **a != TaskAction::Answer) {
+                    form .inline data-post={ "/api/tasks/" (t.id) "/" (a.verb()) } {
+                        button .danger[*a == TaskAction::Cancel] data-action=(a.verb()) { (a.label()) }
+                    }
                 }
             }
         }
@@ -188,19 +317,46 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
             } else {
                 "Cannot show the project"
             };
-            return (status, page(title, None, html! { p .bad { (message) } })).into_response();
+            return with_headers(
+                status,
+                page(title, None, None, html! { p .bad { (message) } }),
+            );
         }
         _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };
     let dir = d.door.home().project_dir(&name);
-    let (tasks, records, memory, runs) = {
+    let (tasks, merge_blocked, records, memory, runs) = {
         let (dir, name) = (dir.clone(), name.clone());
         tokio::task::spawn_blocking(move || {
-            let tasks = pegasus_tasks::TaskStore::open(&dir, &name)
-                .and_then(|s| s.list())
+            let store = pegasus_tasks::TaskStore::open(&dir, &name);
+            let tasks = store
+                .as_ref()
+                .ok()
+                .and_then(|s| s.list().ok())
                 .unwrap_or_default();
+            // Which blocked tasks are blocked in their merge (only those offer Merge).
+            let merge_blocked: HashSet<String> = match &store {
+                Ok(s) => tasks
+                    .iter()
+                    .filter(|t| t.state == TaskState::Blocked && t.question.is_none())
+                    .filter(|t| {
+                        s.history(&t.id)
+                            .is_ok_and(|h| actions::blocked_from_verified(&h))
+                    })
+                    .map(|t| t.id.clone())
+                    .collect(),
+                Err(_) => HashSet::new(),
+            };
+            // The session as written: a call still running (or waiting for approval) has no
+            // result yet, so the cancelled one the loader makes up for a model is left out.
             let records = pegasus_store::load_session(&dir)
-                .map(|s| s.records)
+                .map(|s| {
+                    let made_up = s.repairs;
+                    s.records
+                        .into_iter()
+                        .filter(|r| !made_up.contains(r))
+                        .collect::<Vec<_>>()
+                })
                 .unwrap_or_default();
             let mut memory = Vec::new();
             if let Ok(entries) = std::fs::read_dir(dir.join("memory")) {
@@ -219,11 +375,12 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
             let runs = pegasus_runs::RunStore::open(&dir)
                 .and_then(|s| s.list())
                 .unwrap_or_default();
-            (tasks, records, memory, runs)
+            (tasks, merge_blocked, records, memory, runs)
         })
         .await
         .unwrap_or_default()
     };
+    let spent_today = cost_report(&d, Some(&name), Some(today())).await.total.usd;
     let messages: Vec<_> = records
         .iter()
         .filter_map(|r| match r {
@@ -231,100 +388,129 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
             _ => None,
         })
         .collect();
-    let shown = &messages[messages.len().saturating_sub(100)..];
+    let shown = &messages[messages.len().saturating_sub(SHOWN_MESSAGES)..];
+    let verbs = actions::lifecycle_verbs(info.status);
     let body = html! {
-        h1 { (info.name) }
-        p #info data-live="" {
-            "status " b { (info.status_word()) } " · worker " (info.worker_state)
-            @if let Some(t) = &info.task { " · running " (t) @if let Some(s) = &info.stage { " (" (s) ")" } }
-            " · spend " (money(info.cost_usd))
-        }
-        div {
-            @for verb in ["suspend", "resume", "complete", "archive"] {
-                form .inline data-post={ "/api/projects/" (info.name) "/" (verb) } { button { (verb) } }
-                " "
+        h1 { (info.name) " " (state_chip(&info)) }
+        @if let Some(goal) = &info.goal { p { (goal) } }
+        div .card #info data-live="" {
+            div .row {
+                span { small { "Now " } (doing(&info)) }
+                span { small { "Spent today " } b { (usd(spent_today)) } }
+                span { small { "In all " } b { (usd(info.cost_usd)) } }
             }
-        }
-        @if let Some(goal) = &info.goal { p { small { "Goal: " (goal) } } }
-        h2 { "Conversation" }
-        div #transcript data-live="" {
-            @for m in shown {
-                @let role = format!("{:?}", m.role).to_lowercase();
-                div class={ "msg " (role) } {
-                    small { (role) @if let Some(f) = &m.from { " · " (f) } } br;
-                    @for t in text_of(&m.content) { (t) br; }
+            @if !verbs.is_empty() {
+                div .actions #lifecycle {
+                    @for verb in &verbs {
+                        form .inline data-post={ "/api/projects/" (info.name) "/" (verb.as_str()) }
+                            data-confirm=[actions::verb_confirm(*verb, &info.name)] {
+                            button data-verb=(verb.as_str()) { (actions::verb_label(*verb)) }
+                        }
+                    }
                 }
             }
         }
+        section #project-approvals hidden {
+            h2 { "Waiting for your approval" }
+            div .approvals data-approvals=(info.name) {}
+        }
+        h2 { "Conversation" }
+        @if messages.len() > shown.len() {
+            p { small { "The last " (shown.len()) " of " (messages.len()) " messages." } }
+        }
+        div #transcript data-live="" { (transcript::render(shown)) }
         div #live {}
         form #send data-post={ "/api/projects/" (info.name) "/messages" } {
-            textarea name="text" rows="3" placeholder="Message to the project" required {}
-            button { "Send" }
+            textarea name="text" rows="3" placeholder="Message to the project" required aria-label="message" {}
+            button .primary { "Send" }
         }
         h2 { "Tasks" }
         div .cols #board data-live="" {
             @for (col, ts) in board(&tasks) {
-                div .col data-column=(format!("{col:?}").to_lowercase()) {
-                    h3 { (match format!("{col:?}").as_str() { "InProgress" => "In progress", "Todo" => "To do", other => other }.to_string()) }
-                    @for t in ts { (task_card(t)) }
+                div .col data-column=(column_id(col)) {
+                    h3 { (col.title()) " " small { (ts.len()) } }
+                    @for t in ts { (task_card(t, merge_blocked.contains(&t.id))) }
                 }
             }
         }
-        form data-post={ "/api/projects/" (info.name) "/tasks" } {
-            input name="goal" placeholder="new task: its goal" required size="60";
+        form .row data-post={ "/api/projects/" (info.name) "/tasks" } {
+            input .grow name="goal" placeholder="new task: its goal" required aria-label="new task";
             button { "Add task" }
         }
         h2 { "Runs" }
         @if runs.is_empty() { p { small { "No autonomous runs." } } }
         @for r in &runs {
             div .card {
-                b { (r.id) } " · " (format!("{:?}", r.status)) " · " (money(r.cost_usd)) br;
+                b { (r.id) } " · " (r.status.as_str()) " · " (usd(r.cost_usd)) br;
                 small { (r.brief) }
-                ol { @for ph in &r.phases { li { (ph.title) " — " (format!("{:?}", ph.status)) } } }
+                ol { @for ph in &r.phases { li { (ph.title) " — " (ph.status.as_str()) } } }
             }
         }
         h2 { "Memory" }
         @if memory.is_empty() { p { small { "No memory files." } } }
         @for (n, text) in &memory {
-            details { summary { (n) } pre { (text) } }
+            details .tool {
+                summary { (n) }
+                div .fold .md { (crate::markdown::render(text)) }
+            }
         }
     };
-    page(&name, Some(&name), body)
+    with_headers(StatusCode::OK, page(&name, Some(&name), None, body))
+}
+
+pub(super) async fn approvals() -> Response {
+    let body = html! {
+        h1 { "Approvals" }
+        p { small { "Tool calls waiting for a person's yes. A call never runs without it." } }
+        div .approvals #approvals-all data-approvals="" {
+            p .muted { "Loading…" }
+        }
+    };
+    with_headers(
+        StatusCode::OK,
+        page("Approvals", None, Some(Nav::Approvals), body),
+    )
 }
 
 pub(super) async fn costs(State(d): State<Dash>) -> Response {
-    let ledger = d.door.home().ledger_file();
-    let report =
-        tokio::task::spawn_blocking(move || pegasus_store::cost_report(&ledger, None, None))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
-    let days: Vec<(&String, f64)> = report.by_day.iter().map(|(d, b)| (d, b.usd)).collect();
-    let max = days
+    let report = cost_report(&d, None, None).await;
+    let today = today();
+    let days = chart::day_series(report.by_day.iter().map(|(d, b)| (d, b.usd)), today);
+    let spent_today = report.by_day.get(&today.to_string()).map_or(0.0, |b| b.usd);
+    let projects: Vec<(String, f64)> = report
+        .by_project
         .iter()
-        .map(|(_, u)| *u)
-        .fold(0.0f64, f64::max)
-        .max(1e-9);
-    let (w, h) = (24usize, 120.0f64);
+        .map(|(p, b)| (p.clone(), b.usd))
+        .collect();
     let body = html! {
         h1 { "Costs" }
-        p { "Total " b { (money(report.total.usd)) } " over " (report.total.calls) " calls"
-            @if report.total.unpriced_calls > 0 { " (" (report.total.unpriced_calls) " unpriced)" } }
-        h2 { "Per day" }
-        svg #chart width=(days.len().max(1) * w + 10) height=(h + 30.0) role="img" {
-            @for (i, (day, usd)) in days.iter().enumerate() {
-                @let bar = (usd / max * h).max(1.0);
-                rect x=(i * w + 5) y=(h - bar + 5.0) width=(w - 4) height=(bar) { title { (day) ": " (money(*usd)) } }
+        div .summary {
+            div { b { (usd(spent_today)) } small { "today" } }
+            div { b { (usd(report.total.usd)) } small { "in all, " (report.total.calls) " calls" } }
+            @if report.total.unpriced_calls > 0 {
+                div { b { (report.total.unpriced_calls) } small { "calls without a price" } }
             }
         }
+        h2 { "Per day" small { " · the last " (chart::DAYS) " days" } }
+        @if days.is_empty() { p { small { "No model calls in the last " (chart::DAYS) " days." } } }
+        @else { (chart::per_day(&days)) }
         h2 { "Per project" }
-        table {
-            tr { th { "project" } th { "spend" } th { "calls" } }
-            @for (p, b) in &report.by_project { tr { td { (p) } td { (money(b.usd)) } td { (b.calls) } } }
+        @if projects.is_empty() { p { small { "No model calls yet." } } }
+        @else {
+            (chart::per_project(&projects))
+            table .list #costs-projects {
+                tr .head { th { "Project" } th .num { "Spend" } th .num { "Calls" } }
+                @for (p, b) in &report.by_project {
+                    tr {
+                        td { @if p == "main" { "MainAgent" } @else { a href={ "/projects/" (p) } { (p) } } }
+                        td .num data-label="Spend" { (usd(b.usd)) }
+                        td .num data-label="Calls" { (b.calls) }
+                    }
+                }
+            }
         }
     };
-    page("Costs", None, body)
+    with_headers(StatusCode::OK, page("Costs", None, Some(Nav::Costs), body))
 }
 
 pub(super) async fn crashes(State(d): State<Dash>) -> Response {
@@ -345,12 +531,76 @@ pub(super) async fn crashes(State(d): State<Dash>) -> Response {
     .unwrap_or_default();
     let body = html! {
         h1 { "Crashes" }
-        table #crashes data-live="" {
-            tr { th { "when" } th { "project" } th { "what" } }
+        @if rows.is_empty() { p { small { "No crashes recorded." } } }
+        table .list #crashes data-live="" {
+            tr .head { th { "When" } th { "Project" } th { "What" } }
             @for (p, r) in &rows {
-                tr { td { (r.ts.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)) } td { (p) } td { (r.reason) } }
+                tr {
+                    td { time datetime=(r.ts.to_rfc3339()) { (r.ts.format("%Y-%m-%d %H:%M:%S UTC")) } }
+                    td data-label="Project" { a href={ "/projects/" (p) } { (p) } }
+                    td data-label="What" { (r.reason) }
+                }
             }
         }
     };
-    page("Crashes", None, body)
+    with_headers(
+        StatusCode::OK,
+        page("Crashes", None, Some(Nav::Crashes), body),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn every_page_is_escaped_and_loads_nothing_from_elsewhere() {
+        let html = page(
+            "<t>",
+            Some("a\"b"),
+            Some(Nav::Costs),
+            html! { p { "<script>x</script>" } },
+        )
+        .into_string();
+        assert!(html.contains("&lt;t&gt; · Pegasus"), "{html}");
+        assert!(html.contains("data-project=\"a&quot;b\""), "{html}");
+        assert!(html.contains("&lt;script&gt;x&lt;/script&gt;"), "{html}");
+        assert!(html.contains("<meta name=\"viewport\""), "{html}");
+        assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("//cdn"));
+        assert!(
+            !html.contains(" style="),
+            "inline styles would need the CSP to allow them"
+        );
+        assert!(html.contains("<header>"), "{html}");
+        let resp = with_headers(StatusCode::OK, html! {});
+        assert_eq!(resp.headers()[header::CONTENT_SECURITY_POLICY], CSP);
+    }
+
+    #[test]
+    fn a_task_card_shows_only_its_allowed_buttons() {
+        let now = chrono::Utc::now();
+        let mut t: Task = serde_json::from_value(serde_json::json!({
+            "id": "t-20260101-abcdef", "project": "p", "title": "<b>x</b>", "type": "task",
+            "state": "running", "created": now, "updated": now,
+        }))
+        .unwrap();
+        let card = task_card(&t, false).into_string();
+        assert!(card.contains("&lt;b&gt;x&lt;/b&gt;"), "{card}");
+        assert!(card.contains("data-action=\"cancel\""), "{card}");
+        assert!(
+            !card.contains("data-action=\"retry\"") && !card.contains("answer"),
+            "{card}"
+        );
+        t.state = TaskState::Done;
+        let card = task_card(&t, false).into_string();
+        assert!(!card.contains("<button"), "{card}");
+        t.state = TaskState::Blocked;
+        t.question = Some("which?".into());
+        let card = task_card(&t, false).into_string();
+        assert!(
+            card.contains("/answer") && card.contains("Question: which?"),
+            "{card}"
+        );
+    }
 }
