@@ -127,12 +127,14 @@ async fn attempt(mut client: Client, req: CtlRequest) -> Attempt {
     }
 }
 
-/// A connection, waiting up to [`PATIENCE`] for a daemon that is not (yet) back.
+/// A connection that said hello, waiting up to [`PATIENCE`] for a daemon that is not (yet)
+/// back. Any failure short of that counts as "not yet": a daemon being killed can still
+/// accept a connection in its last moment and then reset it, before the request is written.
 async fn connect_patiently(home: &Home) -> Result<Client, CtlError> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         match Client::connect(home).await {
-            Err(CtlError::NotRunning { .. }) if Instant::now() < deadline => {
+            Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             done => return done,
