@@ -11,8 +11,8 @@ pub(crate) const DAYS: i64 = 30;
 
 const W: f64 = 640.0;
 
-/// The days from the first with a cost (at most [`DAYS`] before `today`) to `today`, each
-/// with its spend; days without calls are there with 0, so the axis is time.
+/// The last [`DAYS`] days up to `today`, each with its spend (0 for a day without calls, so
+/// the axis is time); none when nothing was spent in them.
 pub(crate) fn day_series<'a>(
     by_day: impl IntoIterator<Item = (&'a String, f64)>,
     today: NaiveDate,
@@ -21,15 +21,10 @@ pub(crate) fn day_series<'a>(
         .into_iter()
         .filter_map(|(d, usd)| Some((NaiveDate::parse_from_str(d, "%Y-%m-%d").ok()?, usd)))
         .collect();
-    let earliest = today - chrono::Duration::days(DAYS - 1);
-    let Some(first) = spent
-        .iter()
-        .map(|(d, _)| *d)
-        .filter(|d| *d >= earliest)
-        .min()
-    else {
+    let first = today - chrono::Duration::days(DAYS - 1);
+    if !spent.iter().any(|(d, _)| (first..=today).contains(d)) {
         return Vec::new();
-    };
+    }
     first
         .iter_days()
         .take_while(|d| *d <= today)
@@ -63,7 +58,10 @@ pub(crate) fn per_day(days: &[(NaiveDate, f64)]) -> Markup {
                 rect .bar x=(x + slot * 0.15) y=(h - bottom - bar) width=(slot * 0.7) height=(bar) {
                     title { (day.format("%a %e %b")) ": " (usd(*spent)) }
                 }
-                @if i % label_every == 0 || i + 1 == days.len() {
+                // The last day (today) is labelled at the right edge, so it is not cut off.
+                @if i + 1 == days.len() {
+                    text .label x=(W - 2.0) y=(h - 6.0) text-anchor="end" { (day.format("%e %b")) }
+                } @else if i % label_every == 0 && i + label_every / 2 < days.len() {
                     text .label x=(x + slot / 2.0) y=(h - 6.0) text-anchor="middle" { (day.format("%e %b")) }
                 }
             }
@@ -112,16 +110,18 @@ mod tests {
     }
 
     #[test]
-    fn days_without_calls_are_on_the_axis_and_old_days_are_left_out() {
+    fn the_axis_is_the_last_thirty_days_with_quiet_days_at_zero() {
         let by_day = [
             ("2026-01-01".to_string(), 9.0),
             ("2026-03-02".to_string(), 1.0),
             ("2026-03-04".to_string(), 2.0),
         ];
         let series = day_series(by_day.iter().map(|(d, u)| (d, *u)), day("2026-03-05"));
+        assert_eq!(series.len(), DAYS as usize);
+        assert_eq!(series[0], (day("2026-02-04"), 0.0));
         assert_eq!(
-            series,
-            vec![
+            &series[series.len() - 4..],
+            [
                 (day("2026-03-02"), 1.0),
                 (day("2026-03-03"), 0.0),
                 (day("2026-03-04"), 2.0),

@@ -208,12 +208,13 @@ pub(super) async fn projects(State(d): State<Dash>) -> Response {
         .filter(|p| p.status == Some(pegasus_store::ProjectStatus::Active))
         .count();
     let total: f64 = list.iter().map(|p| p.cost_usd).sum();
+    let total_today: f64 = list.iter().map(|p| spent_today(&p.name)).sum();
     let waiting: u32 = list.iter().map(|p| p.approvals).sum();
     let body = html! {
         h1 { "Projects" }
         div .summary #summary data-live="" {
             div { b { (active) } small { "active of " (list.len()) } }
-            div { b { (usd(today.total.usd)) } small { "spent today" } }
+            div { b { (usd(total_today)) } small { "spent today" } }
             div { b { (usd(total)) } small { "spent in all" } }
             div #approvals-summary { b #approvals-total { (waiting) } small { "waiting for approval" } }
         }
