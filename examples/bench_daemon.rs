@@ -13,6 +13,8 @@
 //! * `remote` (root and `ip`): workers on another host (a network namespace, a `command`
 //!   launcher) beside local ones: the latency a link adds to a send answered, launch → Ready,
 //!   pegasusd with 100 idle remote workers and 100 local.
+//! * `search [PROJECTS]`: 1,000 projects × 1,000 session lines: the search index built from
+//!   scratch, `pegasusctl search` over it (median, p99), the commonest word.
 
 mod support;
 
@@ -54,6 +56,11 @@ fn main() -> ExitCode {
                 "remote",
                 "workers on another host (a network namespace) over mutual TLS",
                 remote,
+            ),
+            (
+                "search",
+                "1,000 projects × 1,000 session lines: the index from scratch, queries",
+                search,
             ),
         ],
     )
@@ -1038,5 +1045,209 @@ fn remote(bins: &Bins, _: &[String]) -> Res<bool> {
     idle("remote", far_idle)?;
     idle("local", local_idle)?;
     d.stop()?;
+    Ok(t.met())
+}
+
+// ---------------------------------------------------------------------------------------------
+// search
+
+const SEARCH_PROJECTS: usize = 1000;
+const SEARCH_LINES: usize = 1000;
+const SEARCH_QUERIES: usize = 100;
+/// Distinct words of the made-up language the sessions are written in.
+const VOCABULARY: usize = 20_000;
+
+/// xorshift64*: the same home on every run, with no dependency for it.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// `VOCABULARY` distinct words of two to four syllables, and the cumulative weights that draw
+/// them as prose does (Zipf, s = 1: the commonest word is a tenth of all words).
+fn vocabulary() -> (Vec<String>, Vec<f64>) {
+    const SYLLABLES: [&str; 40] = [
+        "ka", "lo", "mi", "ne", "ru", "ta", "vi", "so", "pe", "du", "ga", "hi", "jo", "ku", "la",
+        "me", "no", "pa", "ri", "se", "to", "ve", "wa", "yo", "za", "be", "ci", "fo", "gu", "ha",
+        "ji", "ke", "lu", "mo", "ni", "po", "re", "su", "ti", "vo",
+    ];
+    let mut words = Vec::with_capacity(VOCABULARY);
+    let mut seen = std::collections::HashSet::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    while words.len() < VOCABULARY {
+        let n = 2 + rng.below(3);
+        let w: String = (0..n)
+            .map(|_| SYLLABLES[rng.below(SYLLABLES.len())])
+            .collect();
+        if seen.insert(w.clone()) {
+            words.push(w);
+        }
+    }
+    let mut acc = 0.0;
+    let cumulative = (1..=VOCABULARY)
+        .map(|rank| {
+            acc += 1.0 / rank as f64;
+            acc
+        })
+        .collect();
+    (words, cumulative)
+}
+
+fn sentence(rng: &mut Rng, words: &[String], cumulative: &[f64], n: usize) -> String {
+    let total = cumulative.last().copied().unwrap_or(1.0);
+    let mut out = String::new();
+    for i in 0..n {
+        let x = (rng.next() >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let rank = cumulative.partition_point(|c| *c < x).min(words.len() - 1);
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&words[rank]);
+    }
+    out
+}
+
+/// `PROJECTS` (1,000) projects × 1,000 session lines, user messages of 12 words and answers of
+/// 40 alternating, written by the store's own `Session` on 8 threads. Then (a) the index built
+/// from scratch by the crate's catch-up (what pegasusd's first round or the first `search`
+/// does); (b) 100 queries of one or two words drawn uniformly from the vocabulary (a user
+/// looks for a term), each a whole `pegasusctl search` (its catch-up included: nothing new
+/// found) and in process; (c) the worst case, the commonest word, in every tenth word.
+fn search(_bins: &Bins, args: &[String]) -> Res<bool> {
+    let projects = support::count_arg(args, SEARCH_PROJECTS)?;
+    let pegasusctl = _bins.join("pegasusctl");
+    let tmp = support::temp_home("pgs")?;
+    let home = Home::new(tmp.path());
+    let t0 = Instant::now();
+    support::populate(&home, projects, |_| false)?;
+    let (words, cumulative) = vocabulary();
+    let (words, cumulative) = (&words, &cumulative);
+    std::thread::scope(|s| -> Res<()> {
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let home = &home;
+                s.spawn(move || -> Result<(), String> {
+                    for i in (t..projects).step_by(8) {
+                        let name = support::project_name(i);
+                        let dir = home.project_dir(&name);
+                        let mut rng = Rng(0x5851_f42d_4c95_7f2d ^ (i as u64 + 1));
+                        let t0 = chrono::Utc::now() - chrono::Duration::days(30);
+                        let records: Vec<pegasus_store::SessionRecord> = (0..SEARCH_LINES)
+                            .map(|k| {
+                                let (role, n) = if k % 2 == 0 { ("user", 12) } else { ("assistant", 40) };
+                                let ts = t0 + chrono::Duration::seconds(k as i64 * 37);
+                                serde_json::from_value(serde_json::json!({
+                                    "type": "message",
+                                    "role": role,
+                                    "content": [{"type": "text", "text": sentence(&mut rng, words, cumulative, n)}],
+                                    "ts": ts,
+                                }))
+                                .map_err(|e| e.to_string())
+                            })
+                            .collect::<Result<_, _>>()?;
+                        let mut session =
+                            pegasus_store::Session::open(&dir, &name).map_err(|e| e.to_string())?;
+                        session.append_turn(&records).map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join()
+                .map_err(|_| "a session-writing thread panicked")??;
+        }
+        Ok(())
+    })?;
+    println!(
+        "  home: {projects} projects × {SEARCH_LINES} session lines written in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let mut t = support::Targets::default();
+
+    // (a) From scratch.
+    let t0 = Instant::now();
+    let (done, _) = pegasus_search::catch_up(&home, &|| false)?;
+    let built = t0.elapsed();
+    let index = pegasus_search::index_file(&home);
+    let mib =
+        |p: &std::path::Path| std::fs::metadata(p).map_or(0.0, |m| m.len() as f64 / 1048576.0);
+    let mut wal = index.clone().into_os_string();
+    wal.push("-wal");
+    println!(
+        "  (a) {} entries from {} files, index {:.0} MiB (+ WAL {:.0} MiB)",
+        done.entries_added,
+        done.sources_read,
+        mib(&index),
+        mib(std::path::Path::new(&wal))
+    );
+    t.check(
+        &format!("index from scratch ({projects} × {SEARCH_LINES} lines)"),
+        format!("{:.1} s", built.as_secs_f64()),
+        "< 30 s",
+        built < Duration::from_secs(30) || projects != SEARCH_PROJECTS,
+    );
+
+    // (b) Queries a user makes.
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let queries: Vec<String> = (0..SEARCH_QUERIES)
+        .map(|i| {
+            let w = |rng: &mut Rng| words[rng.below(words.len())].clone();
+            match i % 3 {
+                2 => format!("{} {}", w(&mut rng), w(&mut rng)),
+                _ => w(&mut rng),
+            }
+        })
+        .collect();
+    let run_cli = |q: &str| -> Res<f64> {
+        let t0 = Instant::now();
+        support::ctl(&pegasusctl, home.root(), &["--json", "search", q])?;
+        Ok(ms(t0.elapsed()))
+    };
+    let run_lib = |q: &str| -> Res<(f64, usize)> {
+        let t0 = Instant::now();
+        let found = pegasus_search::search(
+            &home,
+            &pegasus_search::Query {
+                text: q.into(),
+                ..Default::default()
+            },
+        )?;
+        Ok((ms(t0.elapsed()), found.hits.len()))
+    };
+    run_cli(&queries[0])?;
+    let cli: Vec<f64> = queries.iter().map(|q| run_cli(q)).collect::<Res<_>>()?;
+    let lib: Vec<(f64, usize)> = queries.iter().map(|q| run_lib(q)).collect::<Res<_>>()?;
+    let hits: usize = lib.iter().filter(|(_, n)| *n > 0).count();
+    let lib: Vec<f64> = lib.into_iter().map(|(t, _)| t).collect();
+    let cli = Stats::of(&cli);
+    println!(
+        "  (b) {SEARCH_QUERIES} queries of 1-2 words ({hits} with hits); in process (catch-up included): {} ms",
+        Stats::of(&lib).line(1)
+    );
+    t.check(
+        "query: `pegasusctl search` (p99)",
+        format!("{} ms", cli.line(1)),
+        "< 50 ms",
+        cli.p99 < 50.0,
+    );
+
+    // (c) The worst case: the commonest word (a tenth of all words; in most lines).
+    let common: Vec<f64> = (0..10).map(|_| run_cli(&words[0])).collect::<Res<_>>()?;
+    println!(
+        "  (c) the commonest word, `pegasusctl search {}`: {} ms",
+        words[0],
+        Stats::of(&common).line(1)
+    );
     Ok(t.met())
 }

@@ -223,11 +223,10 @@ impl Index {
         let known = self.known_sources().map_err(err)?;
         let mut done = CatchUp::default();
         let mut seen: HashSet<Vec<u8>> = HashSet::with_capacity(known.len());
-        for (project, dir) in sources::projects(home) {
+        for files in sources::list_all(home) {
             if stop() {
                 return Ok(done);
             }
-            let files = sources::files_of(&project, &dir);
             let changed: Vec<&SourceFile> = files
                 .iter()
                 .filter(|f| {

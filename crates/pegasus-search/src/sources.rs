@@ -173,15 +173,53 @@ fn walk(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, fs::Metadata)>) {
         if e.file_name().as_encoded_bytes().first() == Some(&b'.') {
             continue;
         }
-        let Ok(meta) = fs::symlink_metadata(e.path()) else {
+        // The type comes with the listing (no `stat` for a folder); a file's metadata is that
+        // of the entry itself, never of what a link points to.
+        let Ok(kind) = e.file_type() else {
             continue;
         };
-        if meta.is_file() {
-            out.push((e.path(), meta));
-        } else if meta.is_dir() && depth > 1 {
+        if kind.is_file() {
+            if let Ok(meta) = e.metadata() {
+                out.push((e.path(), meta));
+            }
+        } else if kind.is_dir() && depth > 1 {
             walk(&e.path(), depth - 1, out);
         }
     }
+}
+
+/// Every project's sources ([`projects`], [`files_of`]), listed on a few threads: a catch-up
+/// that finds nothing new is nearly all this listing, one `stat` and a few folder reads per
+/// project, and a search waits for it.
+pub(crate) fn list_all(home: &Home) -> Vec<Vec<SourceFile>> {
+    let projects = projects(home);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
+        .min(projects.len().div_ceil(64).max(1));
+    if threads == 1 {
+        return projects
+            .into_iter()
+            .map(|(name, dir)| files_of(&name, &dir))
+            .collect();
+    }
+    let chunk = projects.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = projects
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|(name, dir)| files_of(name, dir))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 /// Bytes kept of the end of what was read of a session: the same bytes there next time mean
