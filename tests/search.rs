@@ -1,7 +1,7 @@
 //! Search (SPEC §11) through the real binaries: a message sent to a project is in pegasusd's
 //! own index within 10 s, `pegasusctl search` and `GET /api/search` find it in the same shape,
-//! search works with the daemon stopped, and a damaged index is rebuilt with a warning and the
-//! right answer.
+//! the dashboard's search page marks it, search works with the daemon stopped, and a damaged
+//! index is rebuilt with a warning and the right answer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -30,7 +30,9 @@ fn get(home: &Home, path: &str) -> (u16, String) {
     s.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
     assert!(
-        !head.to_ascii_lowercase().contains("transfer-encoding: chunked"),
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
         "{head}"
     );
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -53,11 +55,9 @@ fn keys(hits: &Value) -> Vec<(String, String, String, String)> {
 /// (no catch-up of the test's: this is what the daemon did by itself).
 fn indexed(home: &Home, word: &str) -> Option<i64> {
     let path = home.path().join("index/search.sqlite3");
-    let conn = rusqlite::Connection::open_with_flags(
-        &path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .ok()?;
+    let conn =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .ok()?;
     conn.query_row(
         "SELECT count(*) FROM fts WHERE fts MATCH ?1",
         [format!("\"{word}\"")],
@@ -101,13 +101,20 @@ fn search_finds_what_was_said_over_cli_and_rest_with_or_without_the_daemon() {
     for h in hits {
         let mut fields: Vec<&str> = h.as_object().unwrap().keys().map(|k| k.as_str()).collect();
         fields.sort();
-        assert_eq!(fields, ["kind", "location", "project", "score", "snippet"], "{h}");
+        assert_eq!(
+            fields,
+            ["kind", "location", "project", "score", "snippet"],
+            "{h}"
+        );
         assert!(h["score"].as_f64().unwrap() > 0.0, "{h}");
     }
     assert_eq!(hits[0]["project"], "web");
     assert_eq!(hits[0]["kind"], "session");
     assert!(
-        hits[0]["snippet"].as_str().unwrap().contains("zebra-crossing manual"),
+        hits[0]["snippet"]
+            .as_str()
+            .unwrap()
+            .contains("zebra-crossing manual"),
         "{cli}"
     );
     assert!(
@@ -137,8 +144,29 @@ fn search_finds_what_was_said_over_cli_and_rest_with_or_without_the_daemon() {
         let (status, body) = get(&home, path);
         assert_eq!(status, want, "{path}: {body}");
         let v: Value = serde_json::from_str(&body).unwrap();
-        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{path}: {body}");
+        assert!(
+            v["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{path}: {body}"
+        );
     }
+    // The search box on every page, and its answer page with the word marked and escaped.
+    let (status, page) = get(&home, "/");
+    assert_eq!(status, 200);
+    assert!(page.contains(r#"action="/search""#), "{page}");
+    let (status, page) = get(&home, "/search?q=zebra+%3Cb%3E");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("No match for"),
+        "every word must occur: {page}"
+    );
+    assert!(
+        page.contains("&lt;b&gt;") && !page.contains("<b>"),
+        "{page}"
+    );
+    let (status, page) = get(&home, "/search?q=zebra");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<mark>zebra</mark>"), "{page}");
+
     // Without the daemon.
     home.ctl_ok(&["stop"]);
     assert_eq!(daemon.wait_exit(Duration::from_secs(30)), Some(0));
@@ -170,7 +198,10 @@ fn the_query_is_plain_words_and_refusals_are_one_line() {
     // FTS5 syntax in the words is text: no error, just no match here.
     let out = home.ctl_ok(&["search", r#"a"b OR ("#]);
     assert!(out.starts_with("no match for"), "{out}");
-    assert_eq!(home.json(&["search", "NEAR(x y) col:z*"]), Value::Array(vec![]));
+    assert_eq!(
+        home.json(&["search", "NEAR(x y) col:z*"]),
+        Value::Array(vec![])
+    );
     let line = home.ctl_fails(&["search", "( * )"]);
     assert!(line.contains("give at least one word or number"), "{line}");
     let line = home.ctl_fails(&["search", "x", "--project", "nope"]);

@@ -111,7 +111,7 @@ fn what_went_wrong(
             "no API route {method} {path}: the routes are /api/status, /api/projects[/NAME[/tasks|/session|/messages|/ACTION]], /api/tasks/ID[/ACTION], /api/roles, /api/costs, /api/search?q= and /api/events"
         ),
         StatusCode::NOT_FOUND => format!(
-            "no page {path}: the pages are /, /projects/NAME, /costs and /crashes"
+            "no page {path}: the pages are /, /projects/NAME, /search, /costs and /crashes"
         ),
         StatusCode::METHOD_NOT_ALLOWED => {
             match allow.and_then(|a| a.to_str().ok()).filter(|a| !a.is_empty()) {

@@ -93,6 +93,7 @@ async fn serve(door: FrontDoor) {
         .route("/projects/{name}", get(pages::project))
         .route("/costs", get(pages::costs))
         .route("/crashes", get(pages::crashes))
+        .route("/search", get(pages::search))
         .route("/approvals", get(pages::approvals))
         .route("/static/app.js", get(pages::script))
         .route("/static/app.css", get(pages::stylesheet))

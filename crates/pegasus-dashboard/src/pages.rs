@@ -86,6 +86,9 @@ fn page(title: &str, project: Option<&str>, nav: Option<Nav>, body: Markup) -> M
                         a href="/costs" aria-current=[current(Nav::Costs)] { "Costs" }
                         a href="/crashes" aria-current=[current(Nav::Crashes)] { "Crashes" }
                     }
+                    form .search action="/search" method="get" role="search" {
+                        input type="search" name="q" placeholder="Search" aria-label="Search sessions, tasks and memory";
+                    }
                 }
                 main {
                     p #flash .flash role="status" {}
@@ -548,6 +551,70 @@ pub(super) async fn crashes(State(d): State<Dash>) -> Response {
         StatusCode::OK,
         page("Crashes", None, Some(Nav::Crashes), body),
     )
+}
+
+/// `/search?q=WORDS`: the header's search box answered, best first; the same search (and
+/// the same checks) as `GET /api/search`.
+pub(super) async fn search(
+    State(d): State<Dash>,
+    axum::extract::Query(q): axum::extract::Query<crate::api::SearchQuery>,
+) -> Response {
+    let words = q.q.clone();
+    let (status, results) = if words.trim().is_empty() {
+        let hint =
+            "Words to find in every project's sessions, tasks and memory, and the MainAgent's.";
+        (StatusCode::OK, html! { p { (hint) } })
+    } else {
+        match crate::api::find(&d, q).await {
+            Ok(found) => (
+                StatusCode::OK,
+                html! {
+                    @for w in &found.warnings { p .bad { (w) } }
+                    @if found.hits.is_empty() { p { "No match for “" (words.trim()) "”." } }
+                    ol .hits {
+                        @for h in &found.hits {
+                            li {
+                                p {
+                                    @if h.project == pegasus_search::MAIN { "MainAgent" }
+                                    @else { a href={ "/projects/" (h.project) } { (h.project) } }
+                                    " · " (h.kind) " · " code { (h.location) }
+                                }
+                                p { (highlighted(h)) }
+                            }
+                        }
+                    }
+                },
+            ),
+            Err((status, message)) => (status, html! { p .bad { (message) } }),
+        }
+    };
+    let body = html! {
+        h1 { "Search" }
+        form .row action="/search" method="get" role="search" {
+            input type="search" name="q" value=(words) aria-label="Search sessions, tasks and memory";
+            button type="submit" { "Search" }
+        }
+        (results)
+    };
+    with_headers(status, page("Search", None, None, body))
+}
+
+/// A hit's snippet with the words found marked (every piece escaped).
+fn highlighted(h: &pegasus_search::Hit) -> Markup {
+    let mut parts: Vec<(&str, bool)> = Vec::new();
+    let mut at = 0;
+    for r in &h.highlights {
+        if let (Some(before), Some(word)) = (h.snippet.get(at..r.start), h.snippet.get(r.clone())) {
+            parts.extend([(before, false), (word, true)]);
+            at = r.end;
+        }
+    }
+    parts.push((h.snippet.get(at..).unwrap_or(""), false));
+    html! {
+        @for (text, found) in parts {
+            @if found { mark { (text) } } @else { (text) }
+        }
+    }
 }
 
 #[cfg(test)]
