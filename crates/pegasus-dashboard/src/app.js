@@ -141,8 +141,19 @@
       if (i.type === "checkbox") { if (i.checked) { body[i.name] = true; any = true; } return; }
       if (i.value !== "") { body[i.name] = i.value; any = true; }
     });
-    var init = { method: "POST", credentials: "same-origin" };
-    if (any) { init.headers = { "Content-Type": "application/json" }; init.body = JSON.stringify(body); }
+    var init = { method: "POST", credentials: "same-origin", headers: {} };
+    if (any) { init.headers["Content-Type"] = "application/json"; init.body = JSON.stringify(body); }
+    // A message keeps its Idempotency-Key until it is answered: sent again after a lost
+    // answer, the same text never runs twice (a changed text gets a new key).
+    if (f.dataset.idempotent !== undefined) {
+      var text = JSON.stringify(body);
+      if (f.dataset.keyFor !== text) {
+        var a = new Uint8Array(12); crypto.getRandomValues(a);
+        f.dataset.key = "dash-" + Array.prototype.map.call(a, function (x) { return ("0" + x.toString(16)).slice(-2); }).join("");
+        f.dataset.keyFor = text;
+      }
+      init.headers["Idempotency-Key"] = f.dataset.key;
+    }
     var buttons = f.querySelectorAll("button");
     buttons.forEach(function (b) { b.disabled = true; });
     var r = await fetch(f.dataset.post, init).catch(function () { return null; });
@@ -150,7 +161,7 @@
     if (!r) { flash("pegasusd did not answer", true); return; }
     var j = await r.json().catch(function () { return {}; });
     flash(r.ok ? (j.message || "done") : (j.error || r.statusText), !r.ok);
-    if (r.ok) { f.reset(); soon(); }
+    if (r.ok) { f.reset(); delete f.dataset.key; delete f.dataset.keyFor; soon(); }
   });
   loadApprovals();
   var project = document.body.dataset.project;

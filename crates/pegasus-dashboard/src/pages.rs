@@ -424,7 +424,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
         }
         div #transcript data-live="" { (transcript::render(shown)) }
         div #live {}
-        form #send data-post={ "/api/projects/" (info.name) "/messages" } {
+        form #send data-post={ "/api/projects/" (info.name) "/messages" } data-idempotent {
             textarea name="text" rows="3" placeholder="Message to the project" required aria-label="message" {}
             button .primary { "Send" }
         }
