@@ -775,6 +775,7 @@ fn mcp(bins: &Bins, _: &[String]) -> Res<bool> {
             project_overview: String::new(),
             subagents_spawned: Default::default(),
             repos: vec![],
+            approvals: None,
         };
         let echo = tools
             .get("mcp__t__echo")
