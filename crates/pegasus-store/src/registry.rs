@@ -93,10 +93,7 @@ impl ProjectRegistry {
         for (name, dir) in dirs {
             if let Some(known) = self.look(&name, &dir, now) {
                 seen.insert(name);
-                let mut row = known.row;
-                // Not part of PROJECT.md, so never cached with it.
-                row.approvals = crate::approvals::count_pending(&dir);
-                out.push(row);
+                out.push(known.row);
             }
         }
         self.lock().retain(|name, _| seen.contains(name));

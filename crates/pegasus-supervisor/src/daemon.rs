@@ -161,6 +161,7 @@ async fn serve(
     let door = FrontDoor::new(&sup, secrets);
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
     crate::activity::observe(&sup.bus, &sup.activity);
+    crate::approval_counts::observe(&sup.bus, &sup.approval_counts);
     crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
     let crash_notices = crate::crash_notices::start(&sup);

@@ -49,6 +49,8 @@ pub(crate) struct Supervisor {
     pub bus: EventBus,
     /// What each worker is doing now (from the bus), for `status`.
     pub activity: Arc<Activity>,
+    /// Waiting approvals per project, for listings.
+    pub(crate) approval_counts: Arc<crate::approval_counts::ApprovalCounts>,
     /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
     pub watchdogs: Watchdogs,
     /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
@@ -88,6 +90,9 @@ impl Supervisor {
         slot_events: mpsc::UnboundedSender<SlotEvent>,
         elsewhere: crate::remote::Elsewhere,
     ) -> Arc<Self> {
+        let approval_counts = Arc::new(crate::approval_counts::ApprovalCounts::new(
+            home.projects_dir(),
+        ));
         Arc::new(Supervisor {
             projects: gateway.projects(),
             gateway,
@@ -110,6 +115,7 @@ impl Supervisor {
             shutdown: CancellationToken::new(),
             bus: EventBus::new(),
             activity: Arc::default(),
+            approval_counts,
             sweeper: Default::default(),
         })
     }
@@ -259,6 +265,7 @@ impl Supervisor {
         }
         drop(slots);
         self.activity.fill(infos);
+        self.approval_counts.fill(infos);
     }
 
     /// The model a project's worker uses: its PROJECT.md `model`, else the default.

@@ -95,6 +95,7 @@ pub(crate) async fn answer(
         Err(AnswerError::Store(e)) => return Err(e.into()),
     }
     tracing::info!(id, project = %project, decision = answer.decision.word(), by = %from, "approval answered");
+    sup.approval_counts.recount(&project);
     sup.nudge(&project, ToWorker::ApprovalAnswered { id: id.to_string() });
     let what = match (&answer.decision, always) {
         (Decision::Approved { .. }, true) if request.tool == "exec" => format!(
