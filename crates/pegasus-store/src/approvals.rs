@@ -103,7 +103,9 @@ impl ApprovalsConfig {
     pub fn under(&self, project: &ApprovalsConfig) -> ApprovalsConfig {
         let mut out = self.clone();
         if project.exec.is_some() {
+            // The same as the project writing `tools: {exec: ...}`: it wins over the config's.
             out.exec = project.exec;
+            out.tools.remove("exec");
         }
         for g in &project.allow {
             if !out.allow.contains(g) {
@@ -134,17 +136,21 @@ impl ApprovalsConfig {
 
     /// What the policy says about a call of `tool` (for `exec`, `command` is its line).
     pub fn decide(&self, tool: &str, command: Option<&str>) -> Verdict {
-        // The most specific glob that matches the name: an exact name first, then the one with
-        // the most literal characters.
+        // `exec:` is `tools: {exec: ...}`: an exact name, so it beats every glob. Otherwise the
+        // most specific glob that matches the name: an exact name first, then the one with the
+        // most literal characters, then the stricter mode.
+        let exec_key = (tool == "exec" && !self.tools.contains_key("exec"))
+            .then_some(self.exec)
+            .flatten();
         let entry = self
             .tools
             .iter()
             .filter(|(g, _)| glob_match(g, tool))
-            .max_by_key(|(g, _)| (*g == tool, literal_len(g)));
-        let (mode, label) = match entry {
-            Some((g, m)) => (*m, format!("approvals.tools[{g}]")),
-            None if tool == "exec" => (self.exec.unwrap_or(Mode::Allow), "approvals.exec".into()),
-            None => (Mode::Allow, String::new()),
+            .max_by_key(|(g, m)| (*g == tool, literal_len(g), strictness(**m)));
+        let (mode, label) = match (exec_key, entry) {
+            (Some(m), _) => (m, "approvals.exec".to_string()),
+            (None, Some((g, m))) => (*m, format!("approvals.tools[{g}]")),
+            (None, None) => (Mode::Allow, String::new()),
         };
         match mode {
             Mode::Allow => Verdict::Allow,
@@ -169,18 +175,33 @@ pub enum Verdict {
 }
 
 /// Shell operators that chain, pipe, substitute or redirect: a command line holding one matches
-/// only an `allow` glob that holds the same operator, so `cargo test*` never lets
-/// `cargo test; rm -rf ~` through. (`&` on its own is one too: it starts a second command.)
-const OPERATORS: [&str; 10] = [";", "&&", "||", "|", "`", "$(", "<", ">", "\n", "&"];
+/// only an `allow` glob that holds the same operator, as many times, so `cargo test*` never
+/// lets `cargo test; rm -rf ~` through, and `a && b*` not `a && b & c`. (`&` on its own is one
+/// too: it starts a second command.) Longest first: `&&` is not two `&`.
+const OPERATORS: [&str; 10] = ["&&", "||", "$(", ";", "|", "`", "<", ">", "\n", "&"];
+
+/// How many times each operator occurs in `s` (`\r` counts as a newline), longest match first.
+fn operators(s: &str) -> [usize; OPERATORS.len()] {
+    let s = s.replace('\r', "\n");
+    let mut counts = [0; OPERATORS.len()];
+    let mut rest = s.as_str();
+    while let Some(c) = rest.chars().next() {
+        match OPERATORS.iter().position(|op| rest.starts_with(op)) {
+            Some(i) => {
+                counts[i] += 1;
+                rest = &rest[OPERATORS[i].len()..];
+            }
+            None => rest = &rest[c.len_utf8()..],
+        }
+    }
+    counts
+}
 
 /// Whether `allow` glob `glob` lets command line `line` run without asking.
 pub fn command_allowed(glob: &str, line: &str) -> bool {
     let line = line.trim();
-    let norm = line.replace('\r', "\n");
-    if OPERATORS
-        .iter()
-        .any(|op| norm.contains(op) && !glob.contains(op))
-    {
+    let (have, may) = (operators(line), operators(glob));
+    if have.iter().zip(may.iter()).any(|(h, m)| h > m) {
         return false;
     }
     glob_match(glob.trim(), line)
@@ -197,6 +218,14 @@ pub fn exact_glob(line: &str) -> String {
         out.push(c);
     }
     out
+}
+
+fn strictness(m: Mode) -> u8 {
+    match m {
+        Mode::Allow => 0,
+        Mode::Ask => 1,
+        Mode::Deny => 2,
+    }
 }
 
 fn literal_len(glob: &str) -> usize {
@@ -433,10 +462,14 @@ pub fn answer(
     })?;
     // Written whole and synced aside, then linked into place: link(2) fails if the answer
     // exists, so two answers racing cannot both win, and nobody sees half an answer.
-    let aside = dir(project_dir).join(format!(".{id}.answer.{}.tmp", std::process::id()));
+    // Its own name: pegasusd answers from the CLI, the dashboard and Telegram at once.
+    let aside = dir(project_dir).join(format!(".{id}.answer.{}.tmp", new_id()));
     let write = || -> std::io::Result<()> {
         use std::io::Write;
-        let mut f = std::fs::File::create(&aside)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&aside)?;
         f.write_all(&bytes)?;
         f.sync_all()
     };
@@ -704,6 +737,11 @@ mod tests {
             assert!(!command_allowed("cargo test*", line), "{line:?}");
         }
         assert!(command_allowed("cargo test*", "cargo test --all"));
+        // `&&` in a glob is not two `&`, `||` not a `|`, and one operator not two.
+        assert!(!command_allowed("a && b*", "a && b & rm -rf ~"));
+        assert!(!command_allowed("make || echo*", "make || echo failed | sh"));
+        assert!(command_allowed("a && b*", "a && b --x"));
+        assert!(!command_allowed("cargo test* | tee *", "cargo test | tee log | sh"));
         // A glob that holds the operator may match it.
         assert!(command_allowed(
             "cargo test* | tee *",
@@ -753,6 +791,14 @@ mod tests {
             policy("exec: deny").decide("exec", Some("ls")),
             Verdict::Deny("approvals.exec".into())
         );
+        // `exec:` is exact: no glob overrides it; ties between globs go to the stricter mode.
+        let g = policy("exec: deny\ntools: {\"*\": allow, \"e*\": allow}");
+        assert_eq!(g.decide("exec", Some("rm -rf ~")), Verdict::Deny("approvals.exec".into()));
+        let tie = policy("tools: {\"*__push\": allow, \"mcp__*h\": deny}");
+        assert!(matches!(tie.decide("mcp__gh__push", None), Verdict::Deny(_)));
+        // A project's `exec:` wins over the config's `tools: {exec: ...}`.
+        let merged = policy("tools: {exec: deny}").under(&policy("exec: allow"));
+        assert_eq!(merged.decide("exec", Some("ls")), Verdict::Allow);
     }
 
     #[test]
