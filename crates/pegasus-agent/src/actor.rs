@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 use pegasus_proto::llm::Block;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 use crate::approvals::Gate;
 use crate::outbox::send_event;
@@ -111,41 +113,108 @@ pub struct Acted {
     /// A call was left waiting for its approval because the process is stopping: the results
     /// must not be recorded (the call gets its real one after the restart).
     pub held: bool,
+    /// A call was cut off by the deadline (its result says so).
+    pub out_of_time: bool,
+    /// Time spent waiting for people's answers: not the role's time, so the deadline moves
+    /// by it.
+    pub waited: std::time::Duration,
 }
 
-/// Runs one call that needs approval: asks, waits, and runs it once if approved.
-async fn run_asked(
-    call: &Call,
-    tool: &Arc<dyn Tool>,
-    input: &serde_json::Value,
-    ctx: &ToolCtx,
-) -> (ToolOutput, bool) {
-    let Some(gate) = ctx.approvals.as_ref() else {
-        return (tool.call(input.clone(), ctx).await, false);
-    };
-    match gate
-        .ask(ctx.task_id.as_deref(), &call.id, &call.name, input)
-        .await
-    {
-        Gate::Run(id) => {
-            let out = tool.call(input.clone(), ctx).await;
-            gate.done(&id);
-            (out, false)
+/// `f`, unless `deadline` passes first (`None`).
+async fn within<F: std::future::Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// The calls' shared state while they run.
+struct Run<'a> {
+    ctx: &'a ToolCtx,
+    deadline: Option<Instant>,
+    late: &'a str,
+    held: AtomicBool,
+    out_of_time: AtomicBool,
+    waited: std::sync::Mutex<std::time::Duration>,
+}
+
+impl Run<'_> {
+    fn waited(&self) -> std::time::Duration {
+        *self.waited.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one call within the deadline (moved by the time waited for answers so far); a
+    /// call cut off is dropped (an `exec` kills its process group) and answered with `late`.
+    async fn call(&self, tool: &Arc<dyn Tool>, input: &serde_json::Value) -> ToolOutput {
+        let deadline = self.deadline.map(|d| d + self.waited());
+        match within(deadline, tool.call(input.clone(), self.ctx)).await {
+            Some(out) => out,
+            None => {
+                self.out_of_time.store(true, Ordering::SeqCst);
+                ToolOutput::error(self.late)
+            }
         }
-        Gate::Result(out) => (out, false),
-        Gate::Held => (
-            ToolOutput::error("not run: the project stopped while this call waited for approval"),
-            true,
-        ),
+    }
+
+    /// Runs one call that needs approval: asks, waits (not counted against the deadline), and
+    /// runs it once if approved.
+    async fn asked(
+        &self,
+        call: &Call,
+        tool: &Arc<dyn Tool>,
+        input: &serde_json::Value,
+    ) -> ToolOutput {
+        let Some(gate) = self.ctx.approvals.as_ref() else {
+            return self.call(tool, input).await;
+        };
+        let asked = Instant::now();
+        let gate_says = gate
+            .ask(self.ctx.task_id.as_deref(), &call.id, &call.name, input)
+            .await;
+        *self.waited.lock().unwrap_or_else(|p| p.into_inner()) += asked.elapsed();
+        match gate_says {
+            Gate::Run(id) => {
+                let out = self.call(tool, input).await;
+                gate.done(&id);
+                out
+            }
+            Gate::Result(out) => out,
+            Gate::Held => {
+                self.held.store(true, Ordering::SeqCst);
+                ToolOutput::error(
+                    "not run: the project stopped while this call waited for approval",
+                )
+            }
+        }
+    }
+
+    /// Whether a call (this turn's, or a subagent's inside one) was left waiting at a stop.
+    fn holding(&self) -> bool {
+        self.held.load(Ordering::SeqCst) || self.ctx.approvals.as_ref().is_some_and(|g| g.holding())
     }
 }
 
 /// Runs the calls (see the module doc) and reports each as a `tool_call` event. A call the
-/// approval policy asks about runs alone, after its answer.
-pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Acted {
+/// approval policy asks about runs alone, after its answer. A call still running at
+/// `deadline` (moved by the time spent waiting for answers) is cut off with `late` as its
+/// result.
+pub async fn act(
+    calls: &[Call],
+    tools: &ToolSet,
+    ctx: &ToolCtx,
+    deadline: Option<Instant>,
+    late: &str,
+) -> Acted {
     let permits = Semaphore::new(ctx.settings.max_parallel_tools.max(1));
     let prepared: Vec<Prepared> = calls.iter().map(|c| prepare(c, tools, ctx)).collect();
-    let held = std::sync::atomic::AtomicBool::new(false);
+    let run = Run {
+        ctx,
+        deadline,
+        late,
+        held: AtomicBool::new(false),
+        out_of_time: AtomicBool::new(false),
+        waited: Default::default(),
+    };
     let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
     let mut i = 0;
     while i < prepared.len() {
@@ -164,26 +233,19 @@ pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Acted {
         let batch = (i..end).map(|k| {
             let permits = &permits;
             let p = &prepared[k];
-            let held = &held;
+            let run = &run;
             async move {
                 let out = match p {
                     Prepared::Refused(out) => out.clone(),
-                    // Once one call is held, the ones after it are not asked or run.
-                    _ if held.load(std::sync::atomic::Ordering::SeqCst) => {
-                        ToolOutput::error("not run: the project stopped")
-                    }
-                    Prepared::Ask(tool, input) => {
-                        let (out, was_held) = run_asked(&calls[k], tool, input, ctx).await;
-                        if was_held {
-                            held.store(true, std::sync::atomic::Ordering::SeqCst);
-                        }
-                        out
-                    }
+                    // Once one call is held or out of time, the ones after it are not run.
+                    _ if run.holding() => ToolOutput::error("not run: the project stopped"),
+                    _ if run.out_of_time.load(Ordering::SeqCst) => ToolOutput::error(late),
+                    Prepared::Ask(tool, input) => run.asked(&calls[k], tool, input).await,
                     Prepared::Run(tool, input) => {
                         // The semaphore is never closed, so acquire cannot fail; if it somehow
                         // did, running without a permit is better than dropping the call.
                         let _permit = permits.acquire().await.ok();
-                        tool.call(input.clone(), ctx).await
+                        run.call(tool, input).await
                     }
                 };
                 (k, out)
@@ -213,6 +275,8 @@ pub async fn act(calls: &[Call], tools: &ToolSet, ctx: &ToolCtx) -> Acted {
         .collect();
     Acted {
         outputs,
-        held: held.into_inner(),
+        held: run.holding(),
+        out_of_time: run.out_of_time.load(Ordering::SeqCst),
+        waited: run.waited(),
     }
 }

@@ -115,7 +115,7 @@ pub async fn run_loop(
     let ctx = spec.ctx;
     let settings = &ctx.settings;
     let mut guard = RepeatGuard::new(settings.loop_repeat_limit);
-    let deadline = settings
+    let mut deadline = settings
         .run_timeout_s
         .map(|s| Instant::now() + std::time::Duration::from_secs(s));
     let timed_out = StopKind::TimedOut(settings.run_timeout_s.unwrap_or(0));
@@ -268,25 +268,14 @@ pub async fn run_loop(
             None => {
                 stage(ctx, Stage::Acting);
                 // Tools cut off by the deadline are dropped (an `exec` kills its process
-                // group when dropped) and answered, so the transcript stays valid.
-                match within(deadline, act(&calls, spec.tools, ctx)).await {
-                    Some(acted) => {
-                        held = acted.held;
-                        acted.outputs
-                    }
-                    None => {
-                        out_of_time = true;
-                        calls
-                            .iter()
-                            .map(|_| {
-                                ToolOutput::error(format!(
-                                    "not finished: {}",
-                                    explain(&timed_out, 0, "", 0)
-                                ))
-                            })
-                            .collect()
-                    }
-                }
+                // group when dropped) and answered, so the transcript stays valid. Time spent
+                // waiting for a person's answer does not count: the deadline moves by it.
+                let late = format!("not finished: {}", explain(&timed_out, 0, "", 0));
+                let acted = act(&calls, spec.tools, ctx, deadline, &late).await;
+                held = acted.held;
+                out_of_time = acted.out_of_time;
+                deadline = deadline.map(|d| d + acted.waited);
+                acted.outputs
             }
         };
         // Stopping while a call waits for its approval: nothing of this turn's results is

@@ -53,6 +53,11 @@ pub struct Approvals {
     notices: UnboundedSender<Notice>,
     stop: Arc<AtomicBool>,
     wake: tokio::sync::Notify,
+    /// A call was left waiting because the process is stopping (a subagent's too: its parent
+    /// must hold its own turn then).
+    holding: AtomicBool,
+    /// When the earliest detached (merge) request runs out of time: its task is settled then.
+    merge_expiry: std::sync::Mutex<Option<chrono::DateTime<Utc>>>,
 }
 
 impl Approvals {
@@ -75,6 +80,8 @@ impl Approvals {
             notices,
             stop,
             wake: tokio::sync::Notify::new(),
+            holding: AtomicBool::new(false),
+            merge_expiry: std::sync::Mutex::new(None),
         }
     }
 
@@ -94,6 +101,11 @@ impl Approvals {
     pub fn check(&self, tool: &str, input: &serde_json::Value) -> Verdict {
         self.policy()
             .decide(tool, command_of(tool, input).as_deref())
+    }
+
+    /// Whether a call was left waiting because the process is stopping.
+    pub fn holding(&self) -> bool {
+        self.holding.load(Ordering::SeqCst)
     }
 
     /// An answer may be on disk: every waiting call looks now.
@@ -170,6 +182,25 @@ impl Approvals {
         Ok(())
     }
 
+    /// Remembers when a detached request runs out of time (the earliest one counts).
+    pub fn expires_detached(&self, at: chrono::DateTime<Utc>) {
+        let mut e = self.merge_expiry.lock().unwrap_or_else(|p| p.into_inner());
+        *e = Some(e.map_or(at, |old| old.min(at)));
+    }
+
+    /// Whether a detached request has run out of time since it was last settled (cheap: no
+    /// file is read); clears the mark.
+    pub fn detached_due(&self) -> bool {
+        let mut e = self.merge_expiry.lock().unwrap_or_else(|p| p.into_inner());
+        match *e {
+            Some(at) if Utc::now() >= at => {
+                *e = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The answer of a detached request, once it has one (its time running out is an answer
     /// too); reported like any answer.
     pub fn detached_answer(&self, request: &ApprovalRequest) -> Option<Answer> {
@@ -228,6 +259,7 @@ impl Approvals {
                 }
             }
             if self.stop.load(Ordering::SeqCst) {
+                self.holding.store(true, Ordering::SeqCst);
                 return Gate::Held;
             }
             let left = (request.expires_at() - now)

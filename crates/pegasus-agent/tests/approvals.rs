@@ -407,3 +407,37 @@ async fn mcp_tools_are_asked_about_by_their_glob() {
     assert_eq!(result_of(&model, "c2").unwrap(), ("pushed".into(), false));
     assert_eq!(pushes.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A role's time limit counts the work, not the wait for a person: an answer that comes after
+/// the limit still runs the call, and the task goes on.
+#[tokio::test]
+async fn waiting_for_a_person_does_not_count_against_the_time_limit() {
+    let fx = Fixture::new();
+    let model = ScriptedModel::new();
+    model.push(calls(&[(
+        "c1",
+        "exec",
+        serde_json::json!({"command": RUN_ONCE}),
+    )]));
+    model.push(text("done"));
+    let mut s = settings();
+    s.run_timeout_s = Some(1);
+    let (mut agent, _rx) = fx.open(model.clone(), s);
+    let g = gate(&fx, &mut agent, "exec: ask");
+    send(&mut agent, "m1", "build it");
+    let approver = async {
+        let r = pending(&fx).await;
+        // The person answers after the role's whole time limit has gone by.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        answer(&fx, &r.id, Decision::Approved { always: false });
+        g.wake();
+    };
+    let (outcome, ()) = tokio::join!(agent.run(), approver);
+    let outcome = outcome.unwrap();
+    assert_eq!(outcome.stop, StopKind::Answered, "{}", outcome.text);
+    assert_eq!(runs(&fx), 1);
+    assert_eq!(
+        agent.tasks().get(&outcome.task_id).unwrap().state,
+        TaskState::Done
+    );
+}

@@ -739,9 +739,15 @@ mod tests {
         assert!(command_allowed("cargo test*", "cargo test --all"));
         // `&&` in a glob is not two `&`, `||` not a `|`, and one operator not two.
         assert!(!command_allowed("a && b*", "a && b & rm -rf ~"));
-        assert!(!command_allowed("make || echo*", "make || echo failed | sh"));
+        assert!(!command_allowed(
+            "make || echo*",
+            "make || echo failed | sh"
+        ));
         assert!(command_allowed("a && b*", "a && b --x"));
-        assert!(!command_allowed("cargo test* | tee *", "cargo test | tee log | sh"));
+        assert!(!command_allowed(
+            "cargo test* | tee *",
+            "cargo test | tee log | sh"
+        ));
         // A glob that holds the operator may match it.
         assert!(command_allowed(
             "cargo test* | tee *",
@@ -793,9 +799,15 @@ mod tests {
         );
         // `exec:` is exact: no glob overrides it; ties between globs go to the stricter mode.
         let g = policy("exec: deny\ntools: {\"*\": allow, \"e*\": allow}");
-        assert_eq!(g.decide("exec", Some("rm -rf ~")), Verdict::Deny("approvals.exec".into()));
+        assert_eq!(
+            g.decide("exec", Some("rm -rf ~")),
+            Verdict::Deny("approvals.exec".into())
+        );
         let tie = policy("tools: {\"*__push\": allow, \"mcp__*h\": deny}");
-        assert!(matches!(tie.decide("mcp__gh__push", None), Verdict::Deny(_)));
+        assert!(matches!(
+            tie.decide("mcp__gh__push", None),
+            Verdict::Deny(_)
+        ));
         // A project's `exec:` wins over the config's `tools: {exec: ...}`.
         let merged = policy("tools: {exec: deny}").under(&policy("exec: allow"));
         assert_eq!(merged.decide("exec", Some("ls")), Verdict::Allow);

@@ -30,9 +30,18 @@ impl Activity {
     fn apply(&self, event: &BusEvent) {
         let mut now = lock(&self.now);
         match &event.body {
-            BusBody::Worker(WorkerEvent::Task { task, state, .. }) => {
+            BusBody::Worker(WorkerEvent::Task {
+                task,
+                state,
+                reason,
+                ..
+            }) => {
                 let doing = now.entry(event.project.clone()).or_default();
-                if *state == TaskState::Running {
+                // A task waiting for a person's yes (SPEC §11) still occupies its worker: the
+                // idle suspend must not stop the call that waits.
+                if *state == TaskState::Blocked && reason.as_deref() == Some("approval") {
+                    doing.stage = None;
+                } else if *state == TaskState::Running {
                     *doing = Doing {
                         task: Some(task.clone()),
                         stage: None,
@@ -143,5 +152,26 @@ mod tests {
         let mut rows = [row()];
         a.fill(&mut rows);
         assert_eq!((rows[0].task.as_deref(), rows[0].stage), (None, None));
+    }
+
+    #[test]
+    fn a_task_waiting_for_approval_still_occupies_its_worker() {
+        let a = Activity::default();
+        let task = |state, reason: Option<&str>| {
+            ev(BusBody::Worker(WorkerEvent::Task {
+                task: "t1".into(),
+                title: None,
+                state,
+                reason: reason.map(str::to_string),
+            }))
+        };
+        a.apply(&task(TaskState::Running, None));
+        a.apply(&task(TaskState::Blocked, Some("approval")));
+        assert!(
+            a.running("p"),
+            "idle suspend must not stop the waiting call"
+        );
+        a.apply(&task(TaskState::Blocked, Some("question")));
+        assert!(!a.running("p"));
     }
 }

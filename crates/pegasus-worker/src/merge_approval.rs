@@ -79,6 +79,8 @@ pub fn settle(agent: &Agent) {
             continue;
         }
         let Some(answer) = gate.detached_answer(&r) else {
+            // Still waiting: settled again when its time runs out (the worker's heartbeat).
+            gate.expires_detached(r.expires_at());
             continue;
         };
         let (merge, reason) = match &answer.decision {

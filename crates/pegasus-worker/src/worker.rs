@@ -363,6 +363,10 @@ async fn serve(
             },
             _ = heartbeat.tick() => Event::Heartbeat,
         };
+        // A merge waiting for a person ran out of time: the merge step settles it.
+        if matches!(event, Event::Heartbeat) && gate.detached_due() {
+            let _ = jobs.send(Job::ReadyTasks);
+        }
         let (next, actions) = serve::step(state, event);
         state = next;
         for action in actions {

@@ -54,28 +54,6 @@ pub(crate) async fn answer(
         )));
     }
     let project = request.project.clone();
-    if approve && always {
-        // pegasusd is PROJECT.md's one writer; the worker reads the policy at every check.
-        let _guard = sup.lifecycle_lock.lock().await;
-        let mut file = ProjectFile::load(&dir)?;
-        let mut block =
-            store::ApprovalsConfig::from_yaml(file.get("approvals").as_ref()).map_err(|m| {
-                RequestError::Refused(format!("PROJECT.md of {project}: approvals {m}"))
-            })?;
-        if request.tool == "exec" {
-            let glob = store::exact_glob(&request.always);
-            if !block.allow.contains(&glob) {
-                block.allow.push(glob);
-            }
-        } else {
-            block.tools.insert(request.tool.clone(), store::Mode::Allow);
-        }
-        let value = serde_norway::to_value(&block).map_err(|e| {
-            RequestError::Refused(format!("cannot write the approvals of {project}: {e}"))
-        })?;
-        file.set("approvals", &value)?;
-        file.save(&dir)?;
-    }
     let decision = if approve {
         Decision::Approved { always }
     } else {
@@ -94,6 +72,14 @@ pub(crate) async fn answer(
         Err(AnswerError::NotFound) => return Err(not_found()),
         Err(AnswerError::Store(e)) => return Err(e.into()),
     }
+    // Only once this answer won: a call that was refused never adds to the allow list.
+    let kept = if approve && always {
+        // pegasusd is PROJECT.md's one writer; the worker reads the policy at every check.
+        let _guard = sup.lifecycle_lock.lock().await;
+        allow_always(&dir, &project, &request).err()
+    } else {
+        None
+    };
     tracing::info!(id, project = %project, decision = answer.decision.word(), by = %from, "approval answered");
     sup.approval_counts.recount(&project);
     sup.nudge(&project, ToWorker::ApprovalAnswered { id: id.to_string() });
@@ -109,7 +95,37 @@ pub(crate) async fn answer(
         (Decision::Approved { .. }, false) => "approved: the call runs now".to_string(),
         _ => "denied: the model is told so".to_string(),
     };
-    Ok(format!("{id} {what}"))
+    Ok(match kept {
+        None => format!("{id} {what}"),
+        Some(e) => format!(
+            "{id} approved: the call runs now, but it could not be added to the allow list ({e}): approve the next one again"
+        ),
+    })
+}
+
+/// Adds the request's exact command line (exec) or its tool to `dir`'s PROJECT.md allow list.
+fn allow_always(
+    dir: &std::path::Path,
+    project: &str,
+    request: &store::ApprovalRequest,
+) -> Result<(), RequestError> {
+    let mut file = ProjectFile::load(dir)?;
+    let mut block = store::ApprovalsConfig::from_yaml(file.get("approvals").as_ref())
+        .map_err(|m| RequestError::Refused(format!("PROJECT.md of {project}: approvals {m}")))?;
+    if request.tool == "exec" {
+        let glob = store::exact_glob(&request.always);
+        if !block.allow.contains(&glob) {
+            block.allow.push(glob);
+        }
+    } else {
+        block.tools.insert(request.tool.clone(), store::Mode::Allow);
+    }
+    let value = serde_norway::to_value(&block).map_err(|e| {
+        RequestError::Refused(format!("cannot write the approvals of {project}: {e}"))
+    })?;
+    file.set("approvals", &value)?;
+    file.save(dir)?;
+    Ok(())
 }
 
 fn already(id: &str, a: &Answer) -> RequestError {
