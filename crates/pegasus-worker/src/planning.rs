@@ -15,7 +15,7 @@
 //! later step) fails the task with the reason; `pegasusctl task retry` plans it again.
 //! Subtasks are never planned again.
 
-use pegasus_agent::{prepare_role, Agent, StopKind, Workspace};
+use pegasus_agent::{Agent, StopKind, Workspace};
 use pegasus_tasks::{check_steps, Step, Task};
 use serde::Deserialize;
 
@@ -58,17 +58,7 @@ pub(crate) async fn plan(
     let Some(spec) = task.spec.clone() else {
         return Planned::Unsplit;
     };
-    let role = match prepare_role(
-        role_id,
-        &agent.settings().role_assignments,
-        agent.settings(),
-        &agent.tools().clone(),
-        agent.system_base(),
-        &agent.dir().join("memory"),
-        &agent.skill_dirs(),
-        &spec.goal,
-        &spec.acceptance,
-    ) {
+    let role = match crate::work_queue::role_for(agent, task, role_id) {
         Ok(r) => r,
         Err(e) => return Planned::Failed(format!("plan role {role_id}: {e}")),
     };

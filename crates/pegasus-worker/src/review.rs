@@ -7,7 +7,7 @@
 //! out) fails the task: nobody vouched for the change, and sending it back would only spend
 //! the agent's attempts on the reviewer's trouble.
 
-use pegasus_agent::{prepare_role, Agent, StopKind, Workspace};
+use pegasus_agent::{Agent, StopKind, Workspace};
 use pegasus_code::{worktree, Repo};
 use pegasus_runs::{parse_verdict, Verdict};
 use pegasus_tasks::Task;
@@ -41,28 +41,8 @@ pub(crate) async fn review(
     summary: &str,
     checks: &[String],
 ) -> Review {
-    let spec = task
-        .spec
-        .clone()
-        .unwrap_or_else(|| pegasus_tasks::TaskSpec {
-            goal: task.title.clone(),
-            constraints: vec![],
-            acceptance: vec![],
-            role: None,
-            model_policy: None,
-            repos: vec![],
-        });
-    let role = match prepare_role(
-        role_id,
-        &agent.settings().role_assignments,
-        agent.settings(),
-        &agent.tools().clone(),
-        agent.system_base(),
-        &agent.dir().join("memory"),
-        &agent.skill_dirs(),
-        &spec.goal,
-        &spec.acceptance,
-    ) {
+    let spec = crate::work_queue::spec_of(task);
+    let role = match crate::work_queue::role_for(agent, task, role_id) {
         Ok(r) => r,
         Err(e) => return Review::NoAnswer(format!("review role {role_id}: {e}")),
     };

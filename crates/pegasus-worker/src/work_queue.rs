@@ -238,14 +238,9 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
     }
 }
 
-/// Task `task` worked as role `role_id`.
-fn role_for(
-    agent: &Agent,
-    task: &pegasus_tasks::Task,
-    role_id: &str,
-) -> Result<pegasus_agent::RoleRun, String> {
-    let spec = task
-        .spec
+/// A task's frozen spec, or one made of its title.
+pub(crate) fn spec_of(task: &pegasus_tasks::Task) -> pegasus_tasks::TaskSpec {
+    task.spec
         .clone()
         .unwrap_or_else(|| pegasus_tasks::TaskSpec {
             goal: task.title.clone(),
@@ -254,7 +249,16 @@ fn role_for(
             role: None,
             model_policy: None,
             repos: vec![],
-        });
+        })
+}
+
+/// Task `task` worked as role `role_id` (its frozen goal and acceptance, else its title).
+pub(crate) fn role_for(
+    agent: &Agent,
+    task: &pegasus_tasks::Task,
+    role_id: &str,
+) -> Result<pegasus_agent::RoleRun, String> {
+    let spec = spec_of(task);
     prepare_role(
         role_id,
         &agent.settings().role_assignments,
