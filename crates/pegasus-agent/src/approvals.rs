@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use pegasus_proto::ctl::ApprovalInfo;
 use pegasus_proto::{TaskState, WorkerEvent};
 use pegasus_store::approvals::{
     self as store, Answer, AnswerError, ApprovalRequest, ApprovalsConfig, Decision, Verdict,
@@ -156,7 +155,7 @@ impl Approvals {
         send_event(
             &self.notices,
             WorkerEvent::Approval {
-                request: info(&request),
+                request: request.info(),
             },
         );
         self.wait(&request).await
@@ -176,7 +175,7 @@ impl Approvals {
         send_event(
             &self.notices,
             WorkerEvent::Approval {
-                request: info(request),
+                request: request.info(),
             },
         );
         Ok(())
@@ -384,11 +383,6 @@ fn summary(tool: &str, command: Option<&str>, input: &serde_json::Value) -> Stri
             s
         }
     }
-}
-
-/// A request as listings and events show it.
-pub fn info(r: &ApprovalRequest) -> ApprovalInfo {
-    r.info()
 }
 
 /// At a start, before the session loads: the request whose call the session must leave open

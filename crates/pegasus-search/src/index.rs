@@ -96,6 +96,23 @@ struct SourceRow {
     offset: u64,
 }
 
+impl SourceRow {
+    /// The row's `id, dev, ino, size, mtime_ns, ctime_ns, offset`, from column `at` on.
+    fn read(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<SourceRow> {
+        Ok(SourceRow {
+            id: r.get(at)?,
+            stamp: Stamp {
+                dev: r.get(at + 1)?,
+                ino: r.get(at + 2)?,
+                size: r.get(at + 3)?,
+                mtime_ns: r.get(at + 4)?,
+                ctime_ns: r.get(at + 5)?,
+            },
+            offset: u64::try_from(r.get::<_, i64>(at + 6)?).unwrap_or(0),
+        })
+    }
+}
+
 /// What was read of one source: its entries, where to go on from, and whether the entries it
 /// had are replaced.
 struct Read {
@@ -269,20 +286,7 @@ impl Index {
             .conn
             .prepare("SELECT path, id, dev, ino, size, mtime_ns, ctime_ns, offset FROM sources")?;
         let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, Vec<u8>>(0)?,
-                SourceRow {
-                    id: r.get(1)?,
-                    stamp: Stamp {
-                        dev: r.get(2)?,
-                        ino: r.get(3)?,
-                        size: r.get(4)?,
-                        mtime_ns: r.get(5)?,
-                        ctime_ns: r.get(6)?,
-                    },
-                    offset: u64::try_from(r.get::<_, i64>(7)?).unwrap_or(0),
-                },
-            ))
+            Ok((r.get::<_, Vec<u8>>(0)?, SourceRow::read(r, 1)?))
         })?;
         rows.collect()
     }
@@ -296,19 +300,7 @@ impl Index {
             .prepare_cached(
                 "SELECT id, dev, ino, size, mtime_ns, ctime_ns, offset FROM sources WHERE path = ?1",
             )?
-            .query_row([&key], |r| {
-                Ok(SourceRow {
-                    id: r.get(0)?,
-                    stamp: Stamp {
-                        dev: r.get(1)?,
-                        ino: r.get(2)?,
-                        size: r.get(3)?,
-                        mtime_ns: r.get(4)?,
-                        ctime_ns: r.get(5)?,
-                    },
-                    offset: u64::try_from(r.get::<_, i64>(6)?).unwrap_or(0),
-                })
-            })
+            .query_row([&key], |r| SourceRow::read(r, 0))
             .optional()?;
         if row.as_ref().is_some_and(|r| r.stamp == f.stamp) {
             return Ok(());

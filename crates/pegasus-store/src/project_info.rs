@@ -30,7 +30,8 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         task: None,
         stage: None,
         unmerged_branches: Vec::new(),
-        approvals: crate::approvals::count_pending(&entry.dir),
+        // Not in PROJECT.md: pegasusd counts them from its bus, the CLI from the files.
+        approvals: 0,
     };
     match &entry.project {
         Ok(p) => {

@@ -135,10 +135,12 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
             let mut list: Vec<ProjectInfo> = pegasus_store::scan_projects(home)?
                 .iter()
                 .map(|e| {
-                    pegasus_store::project_info::from_entry(
+                    let mut info = pegasus_store::project_info::from_entry(
                         e,
                         costs.get(&e.name).copied().unwrap_or(0.0),
-                    )
+                    );
+                    info.approvals = pegasus_store::approvals::count_pending(&e.dir);
+                    info
                 })
                 .collect();
             if let Some(filter) = status {
