@@ -505,6 +505,7 @@ mod tests {
             home: "/h".into(),
             cost_today_usd: 0.0012,
             projects: vec![p],
+            waiting: vec![],
         };
         let out = status(&s);
         assert!(

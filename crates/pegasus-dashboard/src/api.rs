@@ -166,22 +166,7 @@ fn project_dir(d: &Dash, name: &str) -> Result<std::path::PathBuf, Response> {
 }
 
 pub(super) async fn status(State(d): State<Dash>) -> Response {
-    let resp = d
-        .door
-        .request(&Channel::Dashboard, CtlRequest::Status)
-        .await;
-    let CtlResponse::Status(status) = resp else {
-        return answer(resp);
-    };
-    let waiting: Vec<String> = status
-        .projects
-        .iter()
-        .filter(|p| p.error.is_none())
-        .flat_map(|p| pegasus_tasks::waiting_on_user(&d.door.home().project_dir(&p.name), &p.name))
-        .collect();
-    let mut v = serde_json::to_value(&status).unwrap_or(Value::Null);
-    v["waiting"] = json!(waiting);
-    Json(v).into_response()
+    call(&d, CtlRequest::Status).await
 }
 
 #[derive(Deserialize)]

@@ -351,6 +351,10 @@ pub struct DaemonStatus {
     pub home: String,
     pub cost_today_usd: f64,
     pub projects: Vec<ProjectInfo>,
+    /// What waits for the user, one line each: blocked tasks with their question or reason,
+    /// verified tasks whose merge is pending (from the task indexes, by pegasusd).
+    #[serde(default)]
+    pub waiting: Vec<String>,
 }
 
 /// One project as every listing shows it, from the daemon (with its worker) or from the files.
@@ -587,6 +591,7 @@ mod tests {
                 home: "/h".into(),
                 cost_today_usd: 0.1,
                 projects: vec![info.clone()],
+                waiting: vec!["web: task t-1 asks: which?".into()],
             }),
             CtlResponse::Project(Box::new(info.clone())),
             CtlResponse::Projects(vec![info, invalid]),

@@ -51,6 +51,8 @@ pub(crate) struct Supervisor {
     pub activity: Arc<Activity>,
     /// Waiting approvals per project, for listings.
     pub(crate) approval_counts: Arc<crate::approval_counts::ApprovalCounts>,
+    /// What of each project waits for the user, for `status` (read again when its index changes).
+    pub(crate) waiting: pegasus_tasks::WaitingCache,
     /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
     pub watchdogs: Watchdogs,
     /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
@@ -116,6 +118,7 @@ impl Supervisor {
             bus: EventBus::new(),
             activity: Arc::default(),
             approval_counts,
+            waiting: Default::default(),
             sweeper: Default::default(),
         })
     }

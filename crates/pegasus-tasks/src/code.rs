@@ -2,13 +2,18 @@
 //! what waits for the user. Both are read-only views for listings (`status`, `project show`,
 //! the dashboard, the MainAgent), so they read the task index without the task lock.
 
+use std::{
+    collections::HashMap,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
 /// The project's tasks as its index holds them: no lock taken, nothing created, nothing
 /// re-folded. Writers update the index after every change, so it is current except right
 /// after a crash, which the next [`crate::TaskStore::list`] repairs. Empty when absent.
-pub fn peek_tasks(dir: &std::path::Path) -> Vec<crate::Task> {
-    let path = dir
-        .join(crate::store::TASKS_DIR)
-        .join(crate::store::INDEX_FILE);
+pub fn peek_tasks(dir: &Path) -> Vec<crate::Task> {
+    let path = index_path(dir);
     if !path.exists() {
         return Vec::new();
     }
@@ -18,7 +23,7 @@ pub fn peek_tasks(dir: &std::path::Path) -> Vec<crate::Task> {
 }
 
 /// The kept branches of a code project's ended tasks (SPEC §10), `repo: branch (task ID)`.
-pub fn unmerged_branches(dir: &std::path::Path) -> Vec<String> {
+pub fn unmerged_branches(dir: &Path) -> Vec<String> {
     let Ok(repos) = crate::project_repos(dir) else {
         return Vec::new();
     };
@@ -52,7 +57,7 @@ pub fn unmerged_branches(dir: &std::path::Path) -> Vec<String> {
 
 /// What of a project waits for the user, one line each: blocked tasks with their question (or
 /// reason) and verified tasks whose merge is pending (`status` and the MainAgent show these).
-pub fn waiting_on_user(dir: &std::path::Path, name: &str) -> Vec<String> {
+pub fn waiting_on_user(dir: &Path, name: &str) -> Vec<String> {
     let mut tasks = peek_tasks(dir);
     tasks.sort_by_key(|t| t.created);
     tasks
@@ -78,4 +83,50 @@ pub fn waiting_on_user(dir: &std::path::Path, name: &str) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+fn index_path(dir: &Path) -> PathBuf {
+    dir.join(crate::store::TASKS_DIR)
+        .join(crate::store::INDEX_FILE)
+}
+
+/// [`waiting_on_user`] for many projects, each read again only when its task index changed:
+/// pegasusd answers every `status` from it with a `stat` per project instead of reading and
+/// parsing every index. Every write of an index replaces the file (a new inode, size and
+/// change time), so a changed stamp is a changed index.
+#[derive(Default)]
+pub struct WaitingCache {
+    seen: Mutex<HashMap<PathBuf, (IndexStamp, Vec<String>)>>,
+}
+
+/// Device, inode, size, modification and change times (seconds, nanoseconds).
+type IndexStamp = (u64, u64, u64, i64, i64, i64, i64);
+
+impl WaitingCache {
+    /// What of project `name` (folder `dir`) waits for the user, as [`waiting_on_user`].
+    pub fn lines(&self, dir: &Path, name: &str) -> Vec<String> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let Ok(m) = std::fs::metadata(index_path(dir)) else {
+            seen.remove(dir);
+            return Vec::new();
+        };
+        let stamp = (
+            m.dev(),
+            m.ino(),
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        );
+        match seen.get(dir) {
+            Some((s, lines)) if *s == stamp => lines.clone(),
+            _ => {
+                // Read after the stamp: a change in between is seen at the next call.
+                let lines = waiting_on_user(dir, name);
+                seen.insert(dir.to_path_buf(), (stamp, lines.clone()));
+                lines
+            }
+        }
+    }
 }

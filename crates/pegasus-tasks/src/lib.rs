@@ -32,7 +32,7 @@ pub mod store;
 pub mod task;
 
 pub use board::{board, BoardColumn};
-pub use code::{peek_tasks, unmerged_branches, waiting_on_user};
+pub use code::{peek_tasks, unmerged_branches, waiting_on_user, WaitingCache};
 pub use error::TaskError;
 pub use event::{fold, TaskEvent};
 pub use find::find_task;
