@@ -136,7 +136,8 @@ impl TaskStore {
     /// Every `depends_on` id must be a task of this project.
     pub fn create(&self, t: NewTask, actor: &str) -> Result<Task, TaskError> {
         let _lock = self.lock()?;
-        let (path, task) = self.create_locked(t, None)?;
+        let (path, task, created) = self.new_task_locked(t, None)?;
+        write_new_events(&path, &[created])?;
         tracing::info!(task = %task.id, project = %self.project, actor, "task created");
         self.index_put(&task, &path);
         Ok(task)
@@ -163,20 +164,13 @@ impl TaskStore {
             return Err(TaskError::Frozen(task.id));
         }
         let version = task.spec_version + 1;
-        self.record(
-            &path,
-            &mut task,
-            TaskEvent::Spec {
-                ts: Utc::now(),
-                version,
-                spec,
-                actor: actor.to_string(),
-            },
-        )?;
-        if task.state == TaskState::Draft {
+        let mut batch = Batch::new(&path, &mut task, None);
+        batch.spec(version, spec, actor);
+        if batch.task.state == TaskState::Draft {
             let reason = format!("spec v{version} frozen");
-            self.record_transition(&path, &mut task, TaskState::Planned, actor, &reason)?;
+            batch.transition(TaskState::Planned, actor, &reason)?;
         }
+        batch.commit()?;
         tracing::info!(task = %task.id, version, actor, "spec frozen");
         self.index_put(&task, &path);
         Ok(task)
@@ -202,43 +196,13 @@ impl TaskStore {
         actor: &str,
         reason: &str,
     ) -> Result<Task, TaskError> {
-        let _lock = self.lock()?;
-        let (path, mut task) = self.load(id)?;
-        if task.state != expected {
-            return Err(TaskError::Conflict {
-                id: task.id,
-                expected,
-                actual: task.state,
-            });
-        }
-        check_transition(&task.id, task.state, to)?;
-        if matches!(to, TaskState::Planned | TaskState::Ready) && task.spec_version < 1 {
-            return Err(TaskError::NotFrozen(task.id));
-        }
-        if to == TaskState::Running {
-            if let Readiness::Skip { waiting_on } = self.readiness_locked(&task)? {
-                return Err(TaskError::Waiting {
-                    id: task.id,
-                    waiting_on,
-                });
-            }
-        }
-        self.record_transition(&path, &mut task, to, actor, reason)?;
-        tracing::info!(task = %task.id, from = %expected, to = %to, actor, reason, "task moved");
-        self.index_put(&task, &path);
-        Ok(task)
+        self.finish(id, &[], Some((expected, to, reason)), actor)
     }
 
     /// Changes one field with an `update` event. The update is checked before anything is
     /// written (a stage only while running, a cost finite and >= 0).
     pub fn update(&self, id: &str, update: TaskUpdate, actor: &str) -> Result<Task, TaskError> {
-        let _lock = self.lock()?;
-        let (path, mut task) = self.load(id)?;
-        // Dry run on a copy: a bad update must be refused, not logged and skipped on fold.
-        task.clone().apply_update(&update)?;
-        self.record(&path, &mut task, update_event(&update, actor))?;
-        self.index_put(&task, &path);
-        Ok(task)
+        self.finish(id, std::slice::from_ref(&update), None, actor)
     }
 
     /// A new task, frozen and moved on in one step: the `created` event, spec v1 and the
@@ -274,23 +238,13 @@ impl TaskStore {
         let _lock = self.lock()?;
         let (path, mut task, created) = self.new_task_locked(t, None)?;
         let mut batch = Batch::new(&path, &mut task, Some(created));
-        batch.push(TaskEvent::Spec {
-            ts: Utc::now(),
-            version: 1,
-            spec,
-            actor: actor.to_string(),
-        });
+        batch.spec(1, spec, actor);
         batch.transition(TaskState::Planned, actor, "spec v1 frozen")?;
         if to != TaskState::Planned {
             batch.transition(TaskState::Ready, actor, reason)?;
         }
         if to == TaskState::Running {
-            if let Readiness::Skip { waiting_on } = self.readiness_locked(batch.task)? {
-                return Err(TaskError::Waiting {
-                    id: batch.task.id.clone(),
-                    waiting_on,
-                });
-            }
+            self.check_deps_done(batch.task)?;
             batch.transition(TaskState::Running, actor, reason)?;
         }
         batch.commit()?;
@@ -300,10 +254,10 @@ impl TaskStore {
     }
 
     /// Several [`update`](Self::update)s and then, with `to = Some((expected, state,
-    /// reason))`, a compare-and-set [`transition`](Self::transition), appended with a single
-    /// fdatasync: how a run records its result, cost and end state. All or nothing: a bad
-    /// value, a task not in `expected` ([`TaskError::Conflict`]) or a move the table forbids
-    /// writes nothing.
+    /// reason))`, a compare-and-set [`transition`](Self::transition) with its checks, appended
+    /// with a single fdatasync: how a run records its result, cost and end state. All or
+    /// nothing: a bad value, a task not in `expected` ([`TaskError::Conflict`]) or a move the
+    /// table or a gate forbids writes nothing.
     pub fn finish(
         &self,
         id: &str,
@@ -313,13 +267,14 @@ impl TaskStore {
     ) -> Result<Task, TaskError> {
         let _lock = self.lock()?;
         let (path, mut task) = self.load(id)?;
-        if let Some((expected, _, _)) = to {
-            if task.state != expected {
-                return Err(TaskError::Conflict {
-                    id: task.id,
-                    expected,
-                    actual: task.state,
-                });
+        if let Some((expected, state, _)) = to {
+            expect_state(&task, expected)?;
+            check_transition(&task.id, task.state, state)?;
+            if matches!(state, TaskState::Planned | TaskState::Ready) && task.spec_version < 1 {
+                return Err(TaskError::NotFrozen(task.id));
+            }
+            if state == TaskState::Running {
+                self.check_deps_done(&task)?;
             }
         }
         let mut batch = Batch::new(&path, &mut task, None);
@@ -383,15 +338,6 @@ impl TaskStore {
         Ok(lines.into_iter().rev().map(|l| l.task).collect())
     }
 
-    /// Rebuilds `tasks/index.jsonl` from the event files alone; returns how many tasks it
-    /// holds. For recovery and for a user who deleted or edited the index.
-    pub fn rebuild_index(&self) -> Result<usize, TaskError> {
-        let _lock = self.lock()?;
-        let lines = self.fold_all()?;
-        write_index(&self.index_path(), &lines)?;
-        Ok(lines.len())
-    }
-
     /// Every event of task `id`, in order (a torn last line from a crash is left out).
     pub fn history(&self, id: &str) -> Result<Vec<TaskEvent>, TaskError> {
         let _lock = self.lock()?;
@@ -429,19 +375,12 @@ impl TaskStore {
             depends_on: source.depends_on.clone(),
             messages: Vec::new(),
         };
-        let (path, mut task) = self.create_locked(new, Some(source.id.clone()))?;
-        self.record(
-            &path,
-            &mut task,
-            TaskEvent::Spec {
-                ts: Utc::now(),
-                version: 1,
-                spec,
-                actor: actor.to_string(),
-            },
-        )?;
+        let (path, mut task, created) = self.new_task_locked(new, Some(source.id.clone()))?;
+        let mut batch = Batch::new(&path, &mut task, Some(created));
+        batch.spec(1, spec, actor);
         let reason = format!("replay of {}", source.id);
-        self.record_transition(&path, &mut task, TaskState::Planned, actor, &reason)?;
+        batch.transition(TaskState::Planned, actor, &reason)?;
+        batch.commit()?;
         tracing::info!(task = %task.id, source = %source.id, actor, "task replayed");
         self.index_put(&task, &path);
         Ok(task)
@@ -462,13 +401,7 @@ impl TaskStore {
         check_steps(steps).map_err(|e| TaskError::Invalid(format!("task {id}: {e}")))?;
         let _lock = self.lock()?;
         let (parent_path, mut parent) = self.load(id)?;
-        if parent.state != TaskState::Ready {
-            return Err(TaskError::Conflict {
-                id: parent.id,
-                expected: TaskState::Ready,
-                actual: parent.state,
-            });
-        }
+        expect_state(&parent, TaskState::Ready)?;
         if !parent.subtasks.is_empty() {
             return Err(TaskError::Invalid(format!(
                 "task {id} is already split into {}",
@@ -502,16 +435,7 @@ impl TaskStore {
                 )));
             }
             task.parent = Some(parent.id.clone());
-            task.depends_on = step
-                .depends_on
-                .iter()
-                .map(|n| made[n - 1].1.id.clone())
-                .fold(Vec::new(), |mut ids, dep| {
-                    if !ids.contains(&dep) {
-                        ids.push(dep);
-                    }
-                    ids
-                });
+            task.depends_on = dedup(step.depends_on.iter().map(|n| made[n - 1].1.id.clone()));
             let created = TaskEvent::Created {
                 ts: task.created,
                 task: task.clone(),
@@ -519,11 +443,9 @@ impl TaskStore {
             made.push((path, task, created));
         }
         let ids: Vec<String> = made.iter().map(|(_, t, _)| t.id.clone()).collect();
-        self.record(
-            &parent_path,
-            &mut parent,
-            update_event(&TaskUpdate::Subtasks(ids.clone()), actor),
-        )?;
+        let mut batch = Batch::new(&parent_path, &mut parent, None);
+        batch.push(update_event(&TaskUpdate::Subtasks(ids.clone()), actor));
+        batch.commit()?;
         self.index_put(&parent, &parent_path);
         let n = steps.len();
         let mut out = Vec::with_capacity(n);
@@ -551,12 +473,7 @@ impl TaskStore {
                     .collect(),
             };
             let mut batch = Batch::new(&path, &mut task, Some(created));
-            batch.push(TaskEvent::Spec {
-                ts: Utc::now(),
-                version: 1,
-                spec: sub,
-                actor: actor.to_string(),
-            });
+            batch.spec(1, sub, actor);
             batch.transition(TaskState::Planned, actor, "spec v1 frozen")?;
             batch.transition(
                 TaskState::Ready,
@@ -628,17 +545,11 @@ impl TaskStore {
             }
             batch.commit()?;
             line.events_bytes = file_len(&path)?;
-            match action {
-                Recovery::Rerun => {
-                    tracing::warn!(task = %line.task.id, project = %self.project, "message task interrupted: it runs again")
-                }
-                Recovery::CrashedTwice => {
-                    tracing::warn!(task = %line.task.id, project = %self.project, "task failed: {CRASHED_TWICE_REASON}")
-                }
-                Recovery::Failed => {
-                    tracing::warn!(task = %line.task.id, project = %self.project, "task failed: {RESTART_REASON}")
-                }
-            }
+            let what = match action {
+                Recovery::Rerun => "message task interrupted: it runs again".to_string(),
+                _ => format!("task failed: {}", action.reason()),
+            };
+            tracing::warn!(task = %line.task.id, project = %self.project, "{what}");
             done.push(Recovered {
                 id: line.task.id.clone(),
                 action,
@@ -662,17 +573,6 @@ impl TaskStore {
         ProjectLock::acquire(&self.tasks_dir.join(LOCK_FILE))
     }
 
-    /// Creates a task; the caller holds the lock and updates the index.
-    fn create_locked(
-        &self,
-        t: NewTask,
-        replay_of: Option<String>,
-    ) -> Result<(PathBuf, Task), TaskError> {
-        let (path, task, created) = self.new_task_locked(t, replay_of)?;
-        write_new_events(&path, &[created])?;
-        Ok((path, task))
-    }
-
     /// A checked new task, its event file's path and its `created` event, not yet written.
     fn new_task_locked(
         &self,
@@ -691,13 +591,10 @@ impl TaskStore {
                 t.priority
             )));
         }
-        let mut depends_on: Vec<String> = Vec::new();
-        for dep in t.depends_on {
-            self.locate(&dep)?;
-            if !depends_on.contains(&dep) {
-                depends_on.push(dep);
-            }
+        for dep in &t.depends_on {
+            self.locate(dep)?;
         }
+        let depends_on = dedup(t.depends_on);
         let now = Utc::now();
         let (id, path) = self.fresh_id(now)?;
         let kind = match t.kind.trim() {
@@ -753,34 +650,6 @@ impl TaskStore {
             "{}: no free task id after 16 tries: check /dev/urandom",
             day.display()
         )))
-    }
-
-    /// Appends `event` durably, then applies it to `task` exactly as a later fold will.
-    fn record(&self, path: &Path, task: &mut Task, event: TaskEvent) -> Result<(), TaskError> {
-        append_events(path, std::slice::from_ref(&event))?;
-        apply(task, &event);
-        Ok(())
-    }
-
-    /// Records a move the caller has already checked against the table (and re-checks it, so
-    /// no code path can write a transition the table forbids).
-    fn record_transition(
-        &self,
-        path: &Path,
-        task: &mut Task,
-        to: TaskState,
-        actor: &str,
-        reason: &str,
-    ) -> Result<(), TaskError> {
-        check_transition(&task.id, task.state, to)?;
-        let event = TaskEvent::Transition {
-            ts: Utc::now(),
-            from: task.state,
-            to,
-            actor: actor.to_string(),
-            reason: reason.to_string(),
-        };
-        self.record(path, task, event)
     }
 
     /// Finds the event file of `id`: directly from the date in the id, else (ids of another
@@ -912,6 +781,17 @@ impl TaskStore {
         Ok(readiness_of(deps))
     }
 
+    /// [`TaskError::Waiting`] unless every dependency and subtask of `task` is done.
+    fn check_deps_done(&self, task: &Task) -> Result<(), TaskError> {
+        match self.readiness_locked(task)? {
+            Readiness::Skip { waiting_on } => Err(TaskError::Waiting {
+                id: task.id.clone(),
+                waiting_on,
+            }),
+            Readiness::Go => Ok(()),
+        }
+    }
+
     /// Puts `task`'s line into the index. Best effort on purpose: the event is already durable,
     /// so the write has happened; a stale index is detected and repaired by [`Self::list`].
     fn index_put(&self, task: &Task, events: &Path) {
@@ -931,6 +811,29 @@ impl TaskStore {
             tracing::warn!(task = %task.id, "task index not updated (the next list repairs it): {e}");
         }
     }
+}
+
+/// [`TaskError::Conflict`] unless `task` is in `expected`.
+fn expect_state(task: &Task, expected: TaskState) -> Result<(), TaskError> {
+    if task.state == expected {
+        return Ok(());
+    }
+    Err(TaskError::Conflict {
+        id: task.id.clone(),
+        expected,
+        actual: task.state,
+    })
+}
+
+/// `ids` without repeats, in first-seen order.
+fn dedup(ids: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for id in ids {
+        if !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
 }
 
 /// The `update` event that records `update`.
@@ -998,6 +901,16 @@ impl<'a> Batch<'a> {
     fn push(&mut self, event: TaskEvent) {
         apply(self.task, &event);
         self.events.push(event);
+    }
+
+    /// Adds spec `version`.
+    fn spec(&mut self, version: u32, spec: TaskSpec, actor: &str) {
+        self.push(TaskEvent::Spec {
+            ts: Utc::now(),
+            version,
+            spec,
+            actor: actor.to_string(),
+        });
     }
 
     /// Adds a move, checked against the table from the state the batch has reached.

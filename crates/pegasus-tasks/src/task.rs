@@ -232,35 +232,35 @@ impl TaskUpdate {
     /// `stop_reason` that an older file used for the merge state ("merge pending", ...) reads
     /// as that [`TaskUpdate::Merge`].
     pub fn parse(id: &str, field: &str, value: &serde_json::Value) -> Result<Self, TaskError> {
+        let opt_string = || typed::<Option<String>>(id, field, value, "a string or null");
+        let strings = || typed(id, field, value, "a list of strings");
         Ok(match field {
-            "result_summary" => TaskUpdate::ResultSummary(opt_string(id, field, value)?),
-            "question" => TaskUpdate::Question(opt_string(id, field, value)?),
-            "answer" => TaskUpdate::Answer(opt_string(id, field, value)?),
-            "stop_reason" => match opt_string(id, field, value)? {
+            "result_summary" => TaskUpdate::ResultSummary(opt_string()?),
+            "question" => TaskUpdate::Question(opt_string()?),
+            "answer" => TaskUpdate::Answer(opt_string()?),
+            "stop_reason" => match opt_string()? {
                 Some(r) => match MergeState::from_legacy(&r) {
                     Some(m) => TaskUpdate::Merge(Some(m)),
                     None => TaskUpdate::StopReason(Some(r)),
                 },
                 None => TaskUpdate::StopReason(None),
             },
-            "files_changed" => TaskUpdate::FilesChanged(strings(id, field, value)?),
-            "artifacts" => TaskUpdate::Artifacts(strings(id, field, value)?),
-            "subtasks" => TaskUpdate::Subtasks(strings(id, field, value)?),
-            "stage" => TaskUpdate::Stage(serde_json::from_value(value.clone()).map_err(|_| {
-                bad_value(id, field, "reasoning, acting, reflecting or null", value)
-            })?),
-            "merge" => {
-                TaskUpdate::Merge(serde_json::from_value(value.clone()).map_err(|_| {
-                    bad_value(id, field, "pending, requested, merged or null", value)
-                })?)
-            }
-            "cost_usd" | "cost" => TaskUpdate::Cost(match value {
-                serde_json::Value::Null => None,
-                v => Some(
-                    v.as_f64()
-                        .ok_or_else(|| bad_value(id, field, "a number >= 0", v))?,
-                ),
-            }),
+            "files_changed" => TaskUpdate::FilesChanged(strings()?),
+            "artifacts" => TaskUpdate::Artifacts(strings()?),
+            "subtasks" => TaskUpdate::Subtasks(strings()?),
+            "stage" => TaskUpdate::Stage(typed(
+                id,
+                field,
+                value,
+                "reasoning, acting, reflecting or null",
+            )?),
+            "merge" => TaskUpdate::Merge(typed(
+                id,
+                field,
+                value,
+                "pending, requested, merged or null",
+            )?),
+            "cost_usd" | "cost" => TaskUpdate::Cost(typed(id, field, value, "a number >= 0")?),
             other => {
                 return Err(TaskError::Invalid(format!(
                     "task field `{other}` cannot be updated: use one of {}",
@@ -333,22 +333,14 @@ impl Task {
     }
 }
 
-fn opt_string(id: &str, field: &str, v: &serde_json::Value) -> Result<Option<String>, TaskError> {
-    match v {
-        serde_json::Value::Null => Ok(None),
-        serde_json::Value::String(s) => Ok(Some(s.clone())),
-        v => Err(bad_value(id, field, "a string or null", v)),
-    }
-}
-
-fn strings(id: &str, field: &str, v: &serde_json::Value) -> Result<Vec<String>, TaskError> {
-    v.as_array()
-        .and_then(|a| {
-            a.iter()
-                .map(|x| x.as_str().map(str::to_string))
-                .collect::<Option<Vec<_>>>()
-        })
-        .ok_or_else(|| bad_value(id, field, "a list of strings", v))
+/// `v` read as a `T`, or an error saying it must be `wanted`.
+fn typed<T: serde::de::DeserializeOwned>(
+    id: &str,
+    field: &str,
+    v: &serde_json::Value,
+    wanted: &str,
+) -> Result<T, TaskError> {
+    T::deserialize(v).map_err(|_| bad_value(id, field, wanted, v))
 }
 
 fn bad_value(id: &str, field: &str, wanted: &str, v: &serde_json::Value) -> TaskError {

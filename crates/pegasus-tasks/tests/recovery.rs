@@ -241,7 +241,6 @@ fn a_missing_index_and_one_missing_a_task_are_rebuilt() {
     std::fs::write(store.index_path(), &index_before).unwrap();
     assert_eq!(store.list().unwrap(), vec![c.clone(), b.clone(), a.clone()]);
     std::fs::write(store.index_path(), b"garbage\n").unwrap();
-    assert_eq!(store.rebuild_index().unwrap(), 3);
     assert_eq!(store.list().unwrap(), vec![c, b, a]);
 }
 
