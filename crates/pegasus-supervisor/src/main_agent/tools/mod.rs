@@ -9,37 +9,74 @@ mod list_projects;
 mod reply;
 
 use crate::front_door::{refusal, FrontDoor};
-use pegasus_agent::{Tool, ToolOutput};
+use pegasus_agent::{Tool, ToolCtx, ToolFuture, ToolOutput};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse, LifecycleVerb},
+    llm::ToolSpec,
     Channel,
 };
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Every MainAgent tool.
 pub(crate) fn all(door: FrontDoor) -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(create_project::CreateProject(door.clone())),
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(Door(door.clone(), create_project::CreateProject)),
         Arc::new(list_projects::ListProjects(door.clone())),
-        Arc::new(lifecycle::Lifecycle {
-            door: door.clone(),
-            verb: LifecycleVerb::Suspend,
-        }),
-        Arc::new(lifecycle::Lifecycle {
-            door: door.clone(),
-            verb: LifecycleVerb::Resume,
-        }),
-        Arc::new(lifecycle::Lifecycle {
-            door: door.clone(),
-            verb: LifecycleVerb::Complete,
-        }),
-        Arc::new(lifecycle::Lifecycle {
-            door: door.clone(),
-            verb: LifecycleVerb::Archive,
-        }),
-        Arc::new(add_task::AddTask(door.clone())),
-        Arc::new(reply::Reply(door)),
-    ]
+    ];
+    for verb in LifecycleVerb::ALL {
+        tools.push(Arc::new(Door(door.clone(), lifecycle::Lifecycle(verb))));
+    }
+    tools.push(Arc::new(Door(door.clone(), add_task::AddTask)));
+    tools.push(Arc::new(Door(door, reply::Reply)));
+    tools
+}
+
+/// A MainAgent tool that is one request to the front door.
+trait DoorCall: Send + Sync {
+    fn spec(&self) -> ToolSpec;
+    /// The request the model's arguments make, or the tool's output at once (an argument is
+    /// missing or wrong, or there is nothing to ask).
+    fn ask(&self, input: &Value) -> Result<CtlRequest, ToolOutput>;
+    /// What the model reads of the answer (an answer of another kind is [`unexpected`]);
+    /// unless said otherwise, the answer is one project.
+    fn read(&self, _input: &Value, resp: CtlResponse) -> ToolOutput {
+        match resp {
+            CtlResponse::Project(info) => ToolOutput::ok(project_json(&info).to_string()),
+            other => unexpected(other),
+        }
+    }
+}
+
+/// A [`DoorCall`] with the door it asks.
+struct Door<T>(FrontDoor, T);
+
+impl<T: DoorCall> Tool for Door<T> {
+    fn spec(&self) -> ToolSpec {
+        self.1.spec()
+    }
+
+    fn call<'a>(&'a self, input: Value, _ctx: &'a ToolCtx) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let req = match self.1.ask(&input) {
+                Ok(req) => req,
+                Err(out) => return out,
+            };
+            match request(&self.0, req).await {
+                Ok(resp) => self.1.read(&input, resp),
+                Err(e) => e,
+            }
+        })
+    }
+}
+
+/// A tool's spec; `schema` is its arguments' JSON Schema.
+fn spec(name: impl Into<String>, description: &str, schema: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        input_schema_json: schema.to_string(),
+    }
 }
 
 /// One request from the MainAgent; a refusal is the tool error the model reads.
@@ -58,11 +95,17 @@ fn unexpected(resp: CtlResponse) -> ToolOutput {
 }
 
 /// A required string argument, or the tool error that tells the model what is missing.
-fn arg<'a>(input: &'a serde_json::Value, key: &str) -> Result<&'a str, ToolOutput> {
+fn arg(input: &Value, key: &str) -> Result<String, ToolOutput> {
     input
         .get(key)
         .and_then(|v| v.as_str())
+        .map(str::to_string)
         .ok_or_else(|| ToolOutput::error(format!("missing string argument `{key}`")))
+}
+
+/// An optional string argument.
+fn opt(input: &Value, key: &str) -> Option<String> {
+    input.get(key).and_then(|v| v.as_str()).map(str::to_string)
 }
 
 /// A project as the model sees it: one JSON object.

@@ -2,23 +2,22 @@
 //! `project/NAME` the text goes to that project's agent (its answer comes back on the same
 //! channel); the user's own channel (`cli`) is answered by the MainAgent's final text.
 
-use super::{arg, request, unexpected};
-use crate::front_door::FrontDoor;
-use pegasus_agent::{Tool, ToolCtx, ToolOutput};
+use super::{arg, spec, unexpected, DoorCall};
+use pegasus_agent::ToolOutput;
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
     llm::ToolSpec,
 };
-use std::{future::Future, pin::Pin};
+use serde_json::Value;
 
-pub(crate) struct Reply(pub FrontDoor);
+pub(super) struct Reply;
 
-impl Tool for Reply {
+impl DoorCall for Reply {
     fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "reply".into(),
-            description: "Send text on a channel. channel_type \"project\" with channel_id = the project name delivers it to that project's agent; its answer arrives later on channel project/NAME.".into(),
-            input_schema_json: serde_json::json!({
+        spec(
+            "reply",
+            "Send text on a channel. channel_type \"project\" with channel_id = the project name delivers it to that project's agent; its answer arrives later on channel project/NAME.",
+            serde_json::json!({
                 "type": "object",
                 "properties": {
                     "channel_type": {"type": "string", "enum": ["project", "cli"]},
@@ -26,47 +25,37 @@ impl Tool for Reply {
                     "text": {"type": "string"}
                 },
                 "required": ["channel_type", "channel_id", "text"]
-            })
-            .to_string(),
+            }),
+        )
+    }
+
+    fn ask(&self, input: &Value) -> Result<CtlRequest, ToolOutput> {
+        let (kind, name, text) = (
+            arg(input, "channel_type")?,
+            arg(input, "channel_id")?,
+            arg(input, "text")?,
+        );
+        match kind.as_str() {
+            "project" => Ok(CtlRequest::ProjectSend {
+                name,
+                text,
+                wait: false,
+                client_id: None,
+            }),
+            "cli" => Err(ToolOutput::ok(
+                "the user sees your final answer; put the text there",
+            )),
+            other => Err(ToolOutput::error(format!(
+                "unknown channel_type `{other}`: use project or cli"
+            ))),
         }
     }
 
-    fn call<'a>(
-        &'a self,
-        input: serde_json::Value,
-        _ctx: &'a ToolCtx,
-    ) -> Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>> {
-        Box::pin(async move {
-            let args = (
-                arg(&input, "channel_type"),
-                arg(&input, "channel_id"),
-                arg(&input, "text"),
-            );
-            let (kind, id, text) = match args {
-                (Ok(k), Ok(i), Ok(t)) => (k, i, t),
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return e,
-            };
-            match kind {
-                "project" => {
-                    let req = CtlRequest::ProjectSend {
-                        name: id.to_string(),
-                        text: text.to_string(),
-                        wait: false,
-                        client_id: None,
-                    };
-                    match request(&self.0, req).await {
-                        Ok(CtlResponse::Sent { id: message_id }) => ToolOutput::ok(format!("delivered to project {id} (message {message_id}); its answer will arrive on channel project/{id}")),
-                        Ok(other) => unexpected(other),
-                        Err(e) => e,
-                    }
-                }
-                "cli" => ToolOutput::ok(
-                    "the user sees your final answer; put the text there".to_string(),
-                ),
-                other => ToolOutput::error(format!(
-                    "unknown channel_type `{other}`: use project or cli"
-                )),
-            }
-        })
+    fn read(&self, input: &Value, resp: CtlResponse) -> ToolOutput {
+        let id = input["channel_id"].as_str().unwrap_or_default();
+        match resp {
+            CtlResponse::Sent { id: message_id } => ToolOutput::ok(format!("delivered to project {id} (message {message_id}); its answer will arrive on channel project/{id}")),
+            other => unexpected(other),
+        }
     }
 }
