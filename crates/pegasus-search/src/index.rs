@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pegasus_store::Home;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use rusqlite::{
+    params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
+};
 
 use crate::error::SearchError;
 use crate::sources::{self, Entry, Kind, SourceFile, Stamp};
@@ -184,9 +186,7 @@ impl Index {
             return self.create_schema();
         }
         if version != SCHEMA_VERSION {
-            return Err(Fail::Damaged(format!(
-                "it has schema version {version}, this build uses {SCHEMA_VERSION}"
-            )));
+            return Err(other_version(version));
         }
         let tables: i64 = self
             .conn
@@ -202,13 +202,19 @@ impl Index {
         Ok(())
     }
 
+    /// A `BEGIN IMMEDIATE` transaction: the write lock is taken at the start, so the state
+    /// read inside it is the state written over. Rolled back unless committed.
+    fn begin(&self) -> rusqlite::Result<Transaction<'_>> {
+        Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)
+    }
+
     fn user_version(&self) -> rusqlite::Result<i32> {
         self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))
     }
 
     fn create_schema(&self) -> Result<(), Fail> {
         let err = |e| classify(&self.path, e);
-        let tx = Transaction::immediate(&self.conn).map_err(err)?;
+        let tx = self.begin().map_err(err)?;
         let version = self.user_version().map_err(err)?;
         if version == 0 {
             let objects: i64 = self
@@ -225,9 +231,7 @@ impl Index {
         }
         tx.commit().map_err(err)?;
         if version != 0 && version != SCHEMA_VERSION {
-            return Err(Fail::Damaged(format!(
-                "it has schema version {version}, this build uses {SCHEMA_VERSION}"
-            )));
+            return Err(other_version(version));
         }
         Ok(())
     }
@@ -256,7 +260,7 @@ impl Index {
             if changed.is_empty() {
                 continue;
             }
-            let tx = Transaction::immediate(&self.conn).map_err(err)?;
+            let tx = self.begin().map_err(err)?;
             for f in changed {
                 self.apply(f, &mut done).map_err(err)?;
             }
@@ -268,7 +272,7 @@ impl Index {
             .map(|(_, r)| r.id)
             .collect();
         if !gone.is_empty() && !stop() {
-            let tx = Transaction::immediate(&self.conn).map_err(err)?;
+            let tx = self.begin().map_err(err)?;
             for id in gone {
                 self.drop_entries(id).map_err(err)?;
                 self.conn
@@ -310,47 +314,32 @@ impl Index {
             // Gone between the listing and the read: the next catch-up drops it.
             None => return Ok(()),
         };
-        let id = match &row {
-            Some(r) => {
-                if read.replace {
-                    self.drop_entries(r.id)?;
-                }
-                self.conn
-                    .prepare_cached(
-                        "UPDATE sources SET dev = ?2, ino = ?3, size = ?4, mtime_ns = ?5, ctime_ns = ?6, offset = ?7, tail = ?8 WHERE id = ?1",
-                    )?
-                    .execute(params![
-                        r.id,
-                        f.stamp.dev,
-                        f.stamp.ino,
-                        f.stamp.size,
-                        f.stamp.mtime_ns,
-                        f.stamp.ctime_ns,
-                        read.offset as i64,
-                        read.tail,
-                    ])?;
-                r.id
-            }
-            None => {
-                self.conn
-                    .prepare_cached(
-                        "INSERT INTO sources(path, project, kind, dev, ino, size, mtime_ns, ctime_ns, offset, tail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                    )?
-                    .execute(params![
-                        key,
-                        f.project,
-                        f.kind.as_str(),
-                        f.stamp.dev,
-                        f.stamp.ino,
-                        f.stamp.size,
-                        f.stamp.mtime_ns,
-                        f.stamp.ctime_ns,
-                        read.offset as i64,
-                        read.tail,
-                    ])?;
-                self.conn.last_insert_rowid()
-            }
-        };
+        if let (Some(r), true) = (&row, read.replace) {
+            self.drop_entries(r.id)?;
+        }
+        // A known source keeps its id, project and kind.
+        let id: i64 = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO sources(path, project, kind, dev, ino, size, mtime_ns, ctime_ns, offset, tail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                 ON CONFLICT(path) DO UPDATE SET dev = excluded.dev, ino = excluded.ino, size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, offset = excluded.offset, tail = excluded.tail \
+                 RETURNING id",
+            )?
+            .query_row(
+                params![
+                    key,
+                    f.project,
+                    f.kind.as_str(),
+                    f.stamp.dev,
+                    f.stamp.ino,
+                    f.stamp.size,
+                    f.stamp.mtime_ns,
+                    f.stamp.ctime_ns,
+                    read.offset as i64,
+                    read.tail,
+                ],
+                |r| r.get(0),
+            )?;
         self.insert(id, &f.project, f.kind, &read.entries)?;
         done.sources_read += 1;
         done.entries_added += read.entries.len();
@@ -434,33 +423,6 @@ impl Index {
     }
 }
 
-/// A `BEGIN IMMEDIATE` transaction on a shared connection: the write lock is taken at the
-/// start, so the state read inside it is the state written over. Rolled back unless committed.
-pub(crate) struct Transaction<'c> {
-    conn: &'c Connection,
-    open: bool,
-}
-
-impl<'c> Transaction<'c> {
-    pub fn immediate(conn: &'c Connection) -> rusqlite::Result<Transaction<'c>> {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        Ok(Transaction { conn, open: true })
-    }
-
-    pub fn commit(mut self) -> rusqlite::Result<()> {
-        self.open = false;
-        self.conn.execute_batch("COMMIT")
-    }
-}
-
-impl Drop for Transaction<'_> {
-    fn drop(&mut self) {
-        if self.open {
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-    }
-}
-
 /// Why the database file is shorter than its own header says, if it is. SQLite notices a
 /// missing page only when a query reads it, and a search might not: a catch-up that finds
 /// nothing new reads no page of the entries it would then never return. The header's page
@@ -492,6 +454,12 @@ fn truncated(path: &Path) -> Option<String> {
     let want = pages * page_size;
     (be(92) == be(24) && pages > 0 && len < want)
         .then(|| format!("truncated: {len} of its {want} bytes"))
+}
+
+fn other_version(version: i32) -> Fail {
+    Fail::Damaged(format!(
+        "it has schema version {version}, this build uses {SCHEMA_VERSION}"
+    ))
 }
 
 fn path_key(path: &Path) -> Vec<u8> {

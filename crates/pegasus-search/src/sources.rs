@@ -310,14 +310,12 @@ pub(crate) fn task_entries(project_dir: &Path) -> Vec<Entry> {
             let spec = t.spec.as_ref();
             let parts = std::iter::once(t.title.as_str())
                 .chain(spec.map(|s| s.goal.as_str()))
-                .chain(
-                    spec.into_iter()
-                        .flat_map(|s| s.constraints.iter().map(String::as_str)),
-                )
-                .chain(
-                    spec.into_iter()
-                        .flat_map(|s| s.acceptance.iter().map(String::as_str)),
-                )
+                .chain(spec.into_iter().flat_map(|s| {
+                    s.constraints
+                        .iter()
+                        .chain(&s.acceptance)
+                        .map(String::as_str)
+                }))
                 .chain(t.result_summary.as_deref())
                 .chain(t.question.as_deref())
                 .chain(t.answer.as_deref());
