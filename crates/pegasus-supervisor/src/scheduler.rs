@@ -61,7 +61,7 @@ fn fire_due(sup: &Supervisor) -> Result<(), String> {
         } else {
             TaskState::Planned
         };
-        let result = task::add_as(sup, req, to, &Channel::Schedule(Some(j.name.clone())));
+        let result = task::add(sup, req, to, &Channel::Schedule(Some(j.name.clone())));
         match &result {
             Ok((id, _)) => {
                 tracing::info!(job = %j.name, task = %id, project = %j.project, "scheduled task added")

@@ -20,6 +20,7 @@ use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
     Channel,
 };
+use pegasus_tasks::TaskState;
 use std::sync::Arc;
 
 /// One request from `from` (the control socket's `cli`, the dashboard, Telegram), one
@@ -78,7 +79,7 @@ pub(crate) async fn dispatch(
         }
         CtlRequest::TaskAdd(add) => {
             let from = from.clone();
-            blocking(sup, move |s| task::add(s, add, &from))
+            blocking(sup, move |s| task::add(s, add, TaskState::Ready, &from))
                 .await
                 .map(|(id, message)| CtlResponse::TaskAdded { id, message })
         }

@@ -9,25 +9,16 @@ use pegasus_proto::{
     Channel,
 };
 use pegasus_store::ProjectStatus;
-use pegasus_tasks::{MergeState, NewTask, TaskSpec, TaskState, TaskStore, TaskUpdate};
+use pegasus_tasks::{MergeState, NewTask, Task, TaskSpec, TaskState, TaskStore, TaskUpdate};
 
 /// Longest title made from a goal.
 const TITLE_CHARS: usize = 80;
 
 /// `task add PROJECT --goal ...`: the task is created with its spec frozen (the repos' heads
-/// recorded) and made ready; the project's worker runs it when its dependencies are done, by
-/// priority. Returns the task's id and a one-line summary.
+/// recorded) in state `to` (`ready`, or `planned` to wait for `task approve`), by `from` (`cli`,
+/// `schedule:<job>`, ...: the events' actor); the project's worker runs it when its
+/// dependencies are done, by priority. Returns the task's id and a one-line summary.
 pub(crate) fn add(
-    sup: &Supervisor,
-    req: AddTask,
-    from: &Channel,
-) -> Result<(String, String), RequestError> {
-    add_as(sup, req, TaskState::Ready, from)
-}
-
-/// [`add`] with the state the task starts in (`ready`, or `planned` to wait for
-/// `task approve`) and who adds it (`cli`, `schedule:<job>`, ...: the events' actor).
-pub(crate) fn add_as(
     sup: &Supervisor,
     req: AddTask,
     to: TaskState,
@@ -141,86 +132,77 @@ pub(crate) fn verb(
     verb: TaskVerb,
     from: &Channel,
 ) -> Result<String, RequestError> {
-    let actor = from.to_string();
-    let actor = actor.as_str();
-    let (project, store) = pegasus_tasks::find_task(&sup.home.projects_dir(), id)?;
-    let task = store.get(id)?;
-    let message = match verb {
-        TaskVerb::Cancel => {
-            if task.state.is_terminal() {
-                return Err(RequestError::refused(format!(
-                    "task {id} is {}: nothing to cancel",
-                    task.state.as_str()
-                )));
-            }
-            store.transition(
-                id,
-                task.state,
-                TaskState::Cancelled,
-                actor,
-                "cancelled by the user",
-            )?;
-            format!("task {id} cancelled (it stops at its next step)")
-        }
-        TaskVerb::Approve => {
-            store.transition(
-                id,
-                TaskState::Planned,
-                TaskState::Ready,
-                actor,
-                "approved by the user",
-            )?;
-            format!("task {id} approved; it runs when its dependencies are done")
-        }
-        TaskVerb::Merge => {
-            // The worker merges it (its project's work is serialized there); this records
-            // that the user asked.
-            match task.state {
-                TaskState::Verified => {}
-                TaskState::Blocked if blocked_from_verified(&store, id) =>                 {
-                    store.transition(
-                        id,
-                        TaskState::Blocked,
-                        TaskState::Verified,
-                        actor,
-                        "merge asked for by the user",
-                    )?;
-                }
-                other => {
+    on_task(sup, id, from, |store, task, actor| {
+        let move_to = |from, to, why: &str| store.transition(id, from, to, actor, why);
+        Ok(match verb {
+            TaskVerb::Cancel => {
+                if task.state.is_terminal() {
                     return Err(RequestError::refused(format!(
-                        "task {id} is {}: only a verified code task (or one whose merge was blocked) can be merged",
-                        other.as_str()
-                    )))
+                        "task {id} is {}: nothing to cancel",
+                        task.state.as_str()
+                    )));
                 }
+                move_to(task.state, TaskState::Cancelled, "cancelled by the user")?;
+                format!("task {id} cancelled (it stops at its next step)")
             }
-            store.update(id, TaskUpdate::Merge(Some(MergeState::Requested)), actor)?;
-            format!("task {id}: merge requested; its project merges it now (see `pegasusctl task show {id}`)")
-        }
-        TaskVerb::Retry => {
-            store.transition(
-                id,
-                TaskState::Failed,
-                TaskState::Ready,
-                actor,
-                "retried by the user",
-            )?;
-            format!("task {id} is ready again")
-        }
-        TaskVerb::Replay => {
-            let new = store.replay(id, actor)?;
-            store.transition(
-                &new.id,
-                TaskState::Planned,
-                TaskState::Ready,
-                actor,
-                &format!("replay of {id}"),
-            )?;
-            format!(
-                "task {} replays {id} from its frozen spec (version {})",
-                new.id, new.spec_version
-            )
-        }
-    };
+            TaskVerb::Approve => {
+                move_to(TaskState::Planned, TaskState::Ready, "approved by the user")?;
+                format!("task {id} approved; it runs when its dependencies are done")
+            }
+            TaskVerb::Merge => {
+                // The worker merges it (its project's work is serialized there); this records
+                // that the user asked.
+                match task.state {
+                    TaskState::Verified => {}
+                    TaskState::Blocked if blocked_from_verified(store, id) => {
+                        move_to(
+                            TaskState::Blocked,
+                            TaskState::Verified,
+                            "merge asked for by the user",
+                        )?;
+                    }
+                    other => {
+                        return Err(RequestError::refused(format!(
+                            "task {id} is {}: only a verified code task (or one whose merge was blocked) can be merged",
+                            other.as_str()
+                        )))
+                    }
+                }
+                store.update(id, TaskUpdate::Merge(Some(MergeState::Requested)), actor)?;
+                format!("task {id}: merge requested; its project merges it now (see `pegasusctl task show {id}`)")
+            }
+            TaskVerb::Retry => {
+                move_to(TaskState::Failed, TaskState::Ready, "retried by the user")?;
+                format!("task {id} is ready again")
+            }
+            TaskVerb::Replay => {
+                let new = store.replay(id, actor)?;
+                store.transition(
+                    &new.id,
+                    TaskState::Planned,
+                    TaskState::Ready,
+                    actor,
+                    &format!("replay of {id}"),
+                )?;
+                format!(
+                    "task {} replays {id} from its frozen spec (version {})",
+                    new.id, new.spec_version
+                )
+            }
+        })
+    })
+}
+
+/// Runs `act` on task `id`, found in any project, with the name of the actor on channel
+/// `from`; then the project's worker is nudged to look at its tasks again.
+fn on_task(
+    sup: &Supervisor,
+    id: &str,
+    from: &Channel,
+    act: impl FnOnce(&TaskStore, Task, &str) -> Result<String, RequestError>,
+) -> Result<String, RequestError> {
+    let (project, store) = pegasus_tasks::find_task(&sup.home.projects_dir(), id)?;
+    let message = act(&store, store.get(id)?, &from.to_string())?;
     sup.nudge(&project, ToWorker::TasksChanged);
     Ok(message)
 }
@@ -251,20 +233,17 @@ pub(crate) fn answer(
     text: &str,
     from: &Channel,
 ) -> Result<String, RequestError> {
-    let actor = from.to_string();
-    let actor = actor.as_str();
-    let (project, store) = pegasus_tasks::find_task(&sup.home.projects_dir(), id)?;
-    let task = store.get(id)?;
-    if task.state != TaskState::Blocked {
-        return Err(RequestError::refused(format!(
-            "task {id} is {}, not blocked: there is no question to answer",
-            task.state.as_str()
-        )));
-    }
-    store.update(id, TaskUpdate::Answer(Some(text.to_string())), actor)?;
-    store.transition(id, TaskState::Blocked, TaskState::Ready, actor, "answered")?;
-    sup.nudge(&project, ToWorker::TasksChanged);
-    Ok(format!("task {id} answered; it is ready again"))
+    on_task(sup, id, from, |store, task, actor| {
+        if task.state != TaskState::Blocked {
+            return Err(RequestError::refused(format!(
+                "task {id} is {}, not blocked: there is no question to answer",
+                task.state.as_str()
+            )));
+        }
+        store.update(id, TaskUpdate::Answer(Some(text.to_string())), actor)?;
+        store.transition(id, TaskState::Blocked, TaskState::Ready, actor, "answered")?;
+        Ok(format!("task {id} answered; it is ready again"))
+    })
 }
 
 #[cfg(test)]
