@@ -30,8 +30,8 @@ pub const DEFAULT_TIMEOUT_S: u64 = 3600;
 /// The pseudo-tool name of a merge approval (`merge: ask`).
 pub const MERGE_TOOL: &str = "merge";
 
-/// What the policy says about one tool or command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What the policy says about one tool or command; ordered from the least strict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Allow,
@@ -115,12 +115,8 @@ impl ApprovalsConfig {
         for (g, m) in &project.tools {
             out.tools.insert(g.clone(), *m);
         }
-        if project.merge.is_some() {
-            out.merge = project.merge;
-        }
-        if project.timeout_s.is_some() {
-            out.timeout_s = project.timeout_s;
-        }
+        out.merge = project.merge.or(out.merge);
+        out.timeout_s = project.timeout_s.or(out.timeout_s);
         out
     }
 
@@ -146,7 +142,7 @@ impl ApprovalsConfig {
             .tools
             .iter()
             .filter(|(g, _)| glob_match(g, tool))
-            .max_by_key(|(g, m)| (*g == tool, literal_len(g), strictness(**m)));
+            .max_by_key(|(g, m)| (*g == tool, literal_len(g), **m));
         let (mode, label) = match (exec_key, entry) {
             (Some(m), _) => (m, "approvals.exec".to_string()),
             (None, Some((g, m))) => (*m, format!("approvals.tools[{g}]")),
@@ -218,14 +214,6 @@ pub fn exact_glob(line: &str) -> String {
         out.push(c);
     }
     out
-}
-
-fn strictness(m: Mode) -> u8 {
-    match m {
-        Mode::Allow => 0,
-        Mode::Ask => 1,
-        Mode::Deny => 2,
-    }
 }
 
 fn literal_len(glob: &str) -> usize {
@@ -495,17 +483,19 @@ pub fn answer(
 
 /// The answer of request `id`, if it has one.
 pub fn read_answer(project_dir: &Path, id: &str) -> Option<Answer> {
-    let text = std::fs::read(answer_path(project_dir, id)).ok()?;
-    serde_json::from_slice(&text).ok()
+    read_json(&answer_path(project_dir, id))
 }
 
 /// The request `id` of this project, open (not closed) or not.
 pub fn read_request(project_dir: &Path, id: &str) -> Option<ApprovalRequest> {
-    if !valid_id(id) {
-        return None;
-    }
-    let text = std::fs::read(request_path(project_dir, id)).ok()?;
-    serde_json::from_slice(&text).ok()
+    valid_id(id)
+        .then(|| read_json(&request_path(project_dir, id)))
+        .flatten()
+}
+
+/// The file at `path` as a `T`, if it is one.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// Marks request `id` as about to run (durably): it never runs again after this.
@@ -564,17 +554,13 @@ pub fn open_requests(project_dir: &Path) -> Vec<Open> {
         if id.ends_with(".answer") || !valid_id(id) {
             continue;
         }
-        match std::fs::read(e.path())
-            .ok()
-            .and_then(|b| serde_json::from_slice::<ApprovalRequest>(&b).ok())
-        {
-            Some(request) => out.push(Open {
+        // Half a request cannot be: it is written atomically. Anything else here is not ours.
+        if let Some(request) = read_json(&e.path()) {
+            out.push(Open {
                 answer: read_answer(project_dir, id),
                 ran: was_run(project_dir, id),
                 request,
-            }),
-            // Half a request cannot be: it is written atomically. Anything else here is not ours.
-            None => continue,
+            });
         }
     }
     out.sort_by(|a, b| {
@@ -609,40 +595,13 @@ pub fn count_pending(project_dir: &Path) -> u32 {
         .count() as u32
 }
 
-/// Answers every request of the project whose time ran out (downtime counts) as expired;
-/// returns their ids.
-pub fn expire_overdue(project_dir: &Path, now: DateTime<Utc>) -> Vec<String> {
-    let mut expired = Vec::new();
-    for r in pending(project_dir) {
-        if now >= r.expires_at() {
-            let a = Answer {
-                decision: Decision::Expired {
-                    after_s: r.timeout_s,
-                },
-                by: "policy".into(),
-                at: now,
-            };
-            if answer(project_dir, &r.id, &a).is_ok() {
-                expired.push(r.id);
-            }
-        }
-    }
-    expired
-}
-
 /// Finds the open request `id` among the home's projects: `(project folder, request)`.
 pub fn find(projects_dir: &Path, id: &str) -> Option<(PathBuf, ApprovalRequest)> {
-    if !valid_id(id) {
-        return None;
-    }
     let entries = std::fs::read_dir(projects_dir).ok()?;
-    for e in entries.flatten() {
+    entries.flatten().find_map(|e| {
         let p = e.path();
-        if let Some(r) = read_request(&p, id) {
-            return Some((p, r));
-        }
-    }
-    None
+        read_request(&p, id).map(|r| (p, r))
+    })
 }
 
 /// What `approvals` lists: every request of the home (or of one project) still waiting for
@@ -665,15 +624,15 @@ pub fn closed_answer(projects_dir: &Path, id: &str) -> Option<Answer> {
         return None;
     }
     let entries = std::fs::read_dir(projects_dir).ok()?;
-    for e in entries.flatten() {
-        let p = dir(&e.path())
-            .join("closed")
-            .join(format!("{id}.answer.json"));
-        if let Ok(text) = std::fs::read(&p) {
-            return serde_json::from_slice(&text).ok();
-        }
-    }
-    None
+    let text = entries.flatten().find_map(|e| {
+        std::fs::read(
+            dir(&e.path())
+                .join("closed")
+                .join(format!("{id}.answer.json")),
+        )
+        .ok()
+    })?;
+    serde_json::from_slice(&text).ok()
 }
 
 /// Every waiting request of the home (or of one project), oldest first.
@@ -911,10 +870,20 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let id = new_id();
         let asked = Utc::now() - chrono::Duration::seconds(120);
-        write_request(d.path(), &request(&id, asked)).unwrap();
+        let overdue = request(&id, asked);
+        write_request(d.path(), &overdue).unwrap();
         let fresh = new_id();
         write_request(d.path(), &request(&fresh, Utc::now())).unwrap();
-        assert_eq!(expire_overdue(d.path(), Utc::now()), vec![id.clone()]);
+        assert!(Utc::now() >= overdue.expires_at());
+        assert!(Utc::now() < request(&fresh, Utc::now()).expires_at());
+        let expired = Answer {
+            decision: Decision::Expired {
+                after_s: overdue.timeout_s,
+            },
+            by: "policy".into(),
+            at: Utc::now(),
+        };
+        answer(d.path(), &id, &expired).unwrap();
         let a = read_answer(d.path(), &id).unwrap();
         assert_eq!(
             a.decision.refusal().as_deref(),

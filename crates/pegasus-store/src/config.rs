@@ -616,17 +616,11 @@ impl Config {
                 }
             }
         }
-        if self
-            .watchdog
-            .max_usd_per_minute
-            .is_some_and(|x| !(x.is_finite() && x >= 0.0))
-        {
-            return Err(err(
-                "watchdog.max_usd_per_minute",
-                "must be a number of US dollars >= 0, or null for no cap",
-            ));
-        }
         for (key, v) in [
+            (
+                "watchdog.max_usd_per_minute",
+                self.watchdog.max_usd_per_minute,
+            ),
             ("budget.daily_usd", self.budget.daily_usd),
             ("budget.task_usd", self.budget.task_usd),
         ] {
