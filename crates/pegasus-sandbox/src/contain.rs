@@ -96,12 +96,10 @@ pub fn confined_shell(
     dir: &Path,
     sandbox: Option<&SandboxPaths>,
 ) -> Result<(std::process::Command, OwnedFd), String> {
-    let pipe_error = |e: nix::Error| format!("cannot create a pipe: {e}");
+    let pipe_error = |e: &dyn std::fmt::Display| format!("cannot create a pipe: {e}");
     let (read_end, write_end) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(pipe_error)?;
-    let write_end2 = write_end
-        .try_clone()
-        .map_err(|e| format!("cannot create a pipe: {e}"))?;
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| pipe_error(&e))?;
+    let write_end2 = write_end.try_clone().map_err(|e| pipe_error(&e))?;
     let mut cmd = std::process::Command::new("sh");
     cmd.arg("-c")
         .arg(command)
@@ -247,7 +245,7 @@ impl Prepared {
                 }
             }
             close_from(4);
-            let code = wait_for(init);
+            let code = wait_until(init, init);
             // SAFETY: ends this process without running anything of the parent's.
             unsafe { libc::_exit(code) }
         }
@@ -273,7 +271,7 @@ impl Prepared {
         forward_signals();
         close_from(3);
         // SAFETY: as above.
-        unsafe { libc::_exit(reap_until(command)) }
+        unsafe { libc::_exit(wait_until(-1, command)) }
     }
 
     /// Enters new PID and mount namespaces; `false` when the kernel allows neither way.
@@ -566,27 +564,14 @@ fn exit_code(status: libc::c_int) -> libc::c_int {
     }
 }
 
-fn wait_for(pid: libc::pid_t) -> libc::c_int {
+/// Waits (`waitpid(wait_on)`) until `pid` ends and returns its exit code: the launcher waits
+/// for init alone; init (`wait_on` -1) reaps every orphan of the namespace on the way.
+fn wait_until(wait_on: libc::pid_t, pid: libc::pid_t) -> libc::c_int {
     let mut status = 0;
     loop {
         // SAFETY: waitpid writes the status into a local.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        let r = unsafe { libc::waitpid(wait_on, &mut status, 0) };
         if r == pid {
-            return exit_code(status);
-        }
-        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return 1;
-        }
-    }
-}
-
-/// As init: reaps every orphan of the namespace until the command itself ends.
-fn reap_until(command: libc::pid_t) -> libc::c_int {
-    let mut status = 0;
-    loop {
-        // SAFETY: as in `wait_for`.
-        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if r == command {
             return exit_code(status);
         }
         if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
