@@ -114,7 +114,7 @@ fn pins() -> std::sync::MutexGuard<'static, Option<HashMap<PathBuf, Arc<Pin>>>> 
     PINS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn canonical(p: &Path) -> PathBuf {
+pub(crate) fn canonical(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
 }
 
@@ -160,11 +160,8 @@ pub fn unpin(work_tree: &Path) {
 
 /// The gitlinks (submodules) of the commit checked out in a worktree.
 fn gitlinks(work_tree: &Path, git_dir: &Path) -> Vec<String> {
-    let mut cmd = base_command(work_tree);
-    cmd.arg(format!("--git-dir={}", git_dir.display()))
-        .arg(format!("--work-tree={}", work_tree.display()))
-        .args(["ls-tree", "-r", "-z", "HEAD"]);
-    let Ok(out) = cmd.output() else {
+    let mut cmd = base_command_in(work_tree, git_dir);
+    let Ok(out) = cmd.args(["ls-tree", "-r", "-z", "HEAD"]).output() else {
         return Vec::new();
     };
     String::from_utf8_lossy(&out.stdout)
@@ -212,10 +209,8 @@ fn repository_overrides(
     work_tree: &Path,
     git_dir: &Path,
 ) -> Result<Vec<(String, String)>, CodeError> {
-    let mut cmd = base_command(work_tree);
-    cmd.arg(format!("--git-dir={}", git_dir.display()))
-        .arg(format!("--work-tree={}", work_tree.display()))
-        .args([
+    let mut cmd = base_command_in(work_tree, git_dir);
+    cmd.args([
             "config",
             "--includes",
             "--show-scope",
@@ -271,6 +266,14 @@ fn base_command(dir: &Path) -> Command {
     for c in ALWAYS {
         cmd.args(["-c", c]);
     }
+    cmd
+}
+
+/// [`base_command`] on the repository `git_dir` with `work_tree` as its work tree.
+fn base_command_in(work_tree: &Path, git_dir: &Path) -> Command {
+    let mut cmd = base_command(work_tree);
+    cmd.arg(format!("--git-dir={}", git_dir.display()))
+        .arg(format!("--work-tree={}", work_tree.display()));
     cmd
 }
 
@@ -381,11 +384,8 @@ pub fn git_output(dir: &Path, args: &[&str]) -> Result<Output, CodeError> {
 pub fn git(dir: &Path, args: &[&str]) -> Result<String, CodeError> {
     let out = git_output(dir, args)?;
     if out.status.success() {
-        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
-        while s.ends_with('\n') {
-            s.pop();
-        }
-        Ok(s)
+        let s = String::from_utf8_lossy(&out.stdout);
+        Ok(s.trim_end_matches('\n').to_string())
     } else {
         Err(failure(dir, args, &out))
     }
@@ -417,39 +417,32 @@ pub fn failure(dir: &Path, args: &[&str], out: &Output) -> CodeError {
 /// Checks that git runs and is new enough; the version string on success.
 pub fn check_version() -> Result<String, CodeError> {
     static CHECKED: OnceLock<Result<String, String>> = OnceLock::new();
-    let r = CHECKED.get_or_init(|| {
-        let out = base_command(Path::new("/"))
-            .arg("--version")
-            .output()
-            .map_err(|e| format!("nogit:{e}"))?;
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let version = text
-            .strip_prefix("git version ")
-            .unwrap_or(&text)
-            .to_string();
-        let mut parts = version.split('.').map(|p| {
-            p.chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-                .parse::<u32>()
-                .unwrap_or(0)
-        });
-        let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        if found < MIN_VERSION {
-            Err(format!("old:{version}"))
-        } else {
-            Ok(version)
-        }
+    let version = CHECKED
+        .get_or_init(|| {
+            let out = base_command(Path::new("/"))
+                .arg("--version")
+                .output()
+                .map_err(|e| e.to_string())?;
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            Ok(text
+                .strip_prefix("git version ")
+                .unwrap_or(&text)
+                .to_string())
+        })
+        .clone()
+        .map_err(CodeError::NoGit)?;
+    let mut parts = version.split('.').map(|p| {
+        p.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse::<u32>()
+            .unwrap_or(0)
     });
-    match r {
-        Ok(v) => Ok(v.clone()),
-        Err(e) => match e.strip_prefix("old:") {
-            Some(v) => Err(CodeError::OldGit(v.to_string())),
-            None => Err(CodeError::NoGit(
-                e.strip_prefix("nogit:").unwrap_or(e).to_string(),
-            )),
-        },
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if found < MIN_VERSION {
+        return Err(CodeError::OldGit(version));
     }
+    Ok(version)
 }
 
 /// The full sha of `rev` in the repository at `dir`, or `None` when it does not name a commit.

@@ -116,11 +116,9 @@ pub fn safe_merge(
     let mut moved = None;
     for _attempt in 0..2 {
         let mut staged: Vec<Staged> = Vec::new();
-        let result = stage_all(repos, task, project, title, checks, &mut staged);
-        let outcome = match result {
+        let outcome = match stage_all(repos, task, project, title, checks, &mut staged) {
             Ok(None) => advance_all(&staged, task),
-            Ok(Some(stop)) => Ok(Some(stop)),
-            Err(e) => Err(e),
+            stopped => stopped,
         };
         for s in &staged {
             if let Ok(_lock) = s.repo.lock() {

@@ -103,16 +103,12 @@ pub fn recover(
             }
         }
     }
-    for (branch, task, merged) in over_branches(repo, fate)? {
+    for (kept, merged) in over_branches(repo, fate)? {
         if merged {
-            git(&repo.root, &["branch", "-D", "-q", &branch])?;
-            report.deleted_branches.push(branch);
+            git(&repo.root, &["branch", "-D", "-q", &kept.branch])?;
+            report.deleted_branches.push(kept.branch);
         } else {
-            report.kept.push(KeptBranch {
-                repo: repo.id.clone(),
-                branch,
-                task,
-            });
+            report.kept.push(kept);
         }
     }
     Ok(report)
@@ -126,20 +122,16 @@ pub fn unmerged_branches(
 ) -> Result<Vec<KeptBranch>, CodeError> {
     Ok(over_branches(repo, fate)?
         .into_iter()
-        .filter(|(_, _, merged)| !merged)
-        .map(|(branch, task, _)| KeptBranch {
-            repo: repo.id.clone(),
-            branch,
-            task,
-        })
+        .filter(|(_, merged)| !merged)
+        .map(|(kept, _)| kept)
         .collect())
 }
 
-/// `(branch, task id, already in the base)` of every `pegasus/task-*` branch whose task is over.
+/// Every `pegasus/task-*` branch whose task is over, and whether it is already in the base.
 fn over_branches(
     repo: &Repo,
     fate: &dyn Fn(&str) -> TaskFate,
-) -> Result<Vec<(String, String, bool)>, CodeError> {
+) -> Result<Vec<(KeptBranch, bool)>, CodeError> {
     let base = repo.base_ref();
     let branches = git(
         &repo.root,
@@ -156,7 +148,12 @@ fn over_branches(
         };
         if fate(task) == TaskFate::Over {
             let merged = is_ancestor(&repo.root, branch, &base)?;
-            out.push((branch.to_string(), task.to_string(), merged));
+            let kept = KeptBranch {
+                repo: repo.id.clone(),
+                branch: branch.to_string(),
+                task: task.to_string(),
+            };
+            out.push((kept, merged));
         }
     }
     Ok(out)

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::CodeError;
-use crate::git::{check_version, git, git_output, rev};
+use crate::git::{canonical, check_version, git, git_output, rev};
 use crate::lock::RepoLock;
 
 /// The folder under a repo's root that holds Pegasus's worktrees.
@@ -178,7 +178,7 @@ impl Repo {
     /// common dir (see [`crate::git`]): the one whose `gitdir` names `path/.git`, and which
     /// `path/.git` names back. A `.git` that names anything else is [`CodeError::Tampered`].
     pub fn pin_worktree(&self, path: &Path) -> Result<PathBuf, CodeError> {
-        let dot = canonical_or(&path.join(".git"));
+        let dot = canonical(&path.join(".git"));
         let admin_root = self.common.join("worktrees");
         let admin = std::fs::read_dir(&admin_root)
             .map_err(CodeError::io(&admin_root))?
@@ -186,7 +186,7 @@ impl Repo {
             .map(|e| e.path())
             .find(|a| {
                 std::fs::read_to_string(a.join("gitdir"))
-                    .is_ok_and(|g| canonical_or(&a.join(g.trim())) == dot)
+                    .is_ok_and(|g| canonical(&a.join(g.trim())) == dot)
             });
         let tampered = || CodeError::Tampered {
             dir: path.to_path_buf(),
@@ -197,8 +197,8 @@ impl Repo {
         let named = text
             .trim()
             .strip_prefix("gitdir: ")
-            .map(|g| canonical_or(&path.join(g)));
-        if !meta.file_type().is_file() || named != Some(canonical_or(&admin)) {
+            .map(|g| canonical(&path.join(g)));
+        if !meta.file_type().is_file() || named != Some(canonical(&admin)) {
             return Err(tampered());
         }
         crate::git::pin(path, &admin)?;
@@ -221,58 +221,34 @@ impl Repo {
     }
 }
 
-fn canonical_or(p: &Path) -> PathBuf {
-    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
-}
-
 /// Parses `git worktree list --porcelain -z`: records separated by an empty field.
 pub fn parse_worktree_list(out: &str) -> Vec<WorktreeEntry> {
     let mut all = Vec::new();
     let mut cur: Option<WorktreeEntry> = None;
     for field in out.split('\0') {
         if field.is_empty() {
-            if let Some(w) = cur.take() {
-                all.push(w);
-            }
+            all.extend(cur.take());
             continue;
         }
         let (key, value) = field.split_once(' ').unwrap_or((field, ""));
+        if key == "worktree" {
+            all.extend(cur.take());
+            cur = Some(WorktreeEntry {
+                path: PathBuf::from(value),
+                ..Default::default()
+            });
+            continue;
+        }
+        let Some(w) = cur.as_mut() else { continue };
         match key {
-            "worktree" => {
-                if let Some(w) = cur.take() {
-                    all.push(w);
-                }
-                cur = Some(WorktreeEntry {
-                    path: PathBuf::from(value),
-                    ..Default::default()
-                });
-            }
-            "HEAD" => {
-                if let Some(w) = cur.as_mut() {
-                    w.head = Some(value.to_string());
-                }
-            }
-            "branch" => {
-                if let Some(w) = cur.as_mut() {
-                    w.branch = Some(value.to_string());
-                }
-            }
-            "locked" => {
-                if let Some(w) = cur.as_mut() {
-                    w.locked = Some(value.to_string());
-                }
-            }
-            "prunable" => {
-                if let Some(w) = cur.as_mut() {
-                    w.prunable = true;
-                }
-            }
+            "HEAD" => w.head = Some(value.to_string()),
+            "branch" => w.branch = Some(value.to_string()),
+            "locked" => w.locked = Some(value.to_string()),
+            "prunable" => w.prunable = true,
             _ => {}
         }
     }
-    if let Some(w) = cur {
-        all.push(w);
-    }
+    all.extend(cur);
     all
 }
 
