@@ -1,6 +1,6 @@
 //! The command line, as SPEC §11 fixes it.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Control the Pegasus daemon and its projects.
@@ -98,21 +98,7 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ProjectCommand {
     /// Create a project and start its worker.
-    Create {
-        name: String,
-        #[arg(long)]
-        goal: String,
-        #[arg(long)]
-        background: Option<String>,
-        #[arg(long)]
-        constraints: Option<String>,
-        /// provider/model, e.g. anthropic/claude-sonnet-4-5.
-        #[arg(long)]
-        model: Option<String>,
-        /// The directory the project works in.
-        #[arg(long)]
-        workdir: Option<PathBuf>,
-    },
+    Create(CreateArgs),
     /// List projects (works without the daemon).
     List {
         /// Only projects with this status (active, suspended, completed, archived, invalid).
@@ -130,21 +116,7 @@ pub enum ProjectCommand {
     /// Archive a completed project; nothing is deleted.
     Archive { name: String },
     /// Send a message to the project's agent.
-    Send {
-        name: String,
-        text: String,
-        /// Wait for the agent's answer and print it.
-        #[arg(long)]
-        wait: bool,
-        /// With --wait: print the answer's text as it arrives (the default on a terminal).
-        #[arg(long)]
-        stream: bool,
-        /// This message's own id: sent again with the same id, it is not run twice (the
-        /// first message's id, and with --wait its reply, come back); another text with a
-        /// used id is refused. Made up when not given.
-        #[arg(long, value_name = "ID")]
-        id: Option<String>,
-    },
+    Send(SendArgs),
     /// Plan a brief into phases and run them autonomously (see `run status`).
     Run {
         name: String,
@@ -172,31 +144,7 @@ pub enum TaskCommand {
         board: bool,
     },
     /// Add a task to a project; it runs when its dependencies are done, most urgent first.
-    Add {
-        /// The project.
-        name: String,
-        /// What must be achieved.
-        #[arg(long)]
-        goal: String,
-        /// One line for listings (default: the goal's first line).
-        #[arg(long)]
-        title: Option<String>,
-        /// The role that runs it (see `pegasusctl role list`).
-        #[arg(long)]
-        role: Option<String>,
-        /// A repo of the project (PROJECT.md `repos:` id) the task changes; repeatable.
-        #[arg(long = "repo", value_name = "ID")]
-        repos: Vec<String>,
-        /// A task of the same project that must be done first; repeatable.
-        #[arg(long = "depends-on", value_name = "ID")]
-        depends_on: Vec<String>,
-        /// 0 (most urgent) to 3.
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=3))]
-        priority: u8,
-        /// How to tell the goal is met; repeatable.
-        #[arg(long = "acceptance", value_name = "TEXT")]
-        acceptance: Vec<String>,
-    },
+    Add(AddArgs),
     /// One task: its fields, frozen spec and every transition.
     Show { id: String },
     /// Cancel a task that has not ended.
@@ -239,6 +187,70 @@ pub enum RunCommand {
     Pause { name: String },
     /// Resume a paused run.
     Resume { name: String },
+}
+
+// `project create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    pub name: String,
+    #[arg(long)]
+    pub goal: String,
+    #[arg(long)]
+    pub background: Option<String>,
+    #[arg(long)]
+    pub constraints: Option<String>,
+    /// provider/model, e.g. anthropic/claude-sonnet-4-5.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The directory the project works in.
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+}
+
+// `project send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    pub name: String,
+    pub text: String,
+    /// Wait for the agent's answer and print it.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: print the answer's text as it arrives (the default on a terminal).
+    #[arg(long)]
+    pub stream: bool,
+    /// This message's own id: sent again with the same id, it is not run twice (the
+    /// first message's id, and with --wait its reply, come back); another text with a
+    /// used id is refused. Made up when not given.
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+}
+
+// `task add`.
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// The project.
+    pub name: String,
+    /// What must be achieved.
+    #[arg(long)]
+    pub goal: String,
+    /// One line for listings (default: the goal's first line).
+    #[arg(long)]
+    pub title: Option<String>,
+    /// The role that runs it (see `pegasusctl role list`).
+    #[arg(long)]
+    pub role: Option<String>,
+    /// A repo of the project (PROJECT.md `repos:` id) the task changes; repeatable.
+    #[arg(long = "repo", value_name = "ID")]
+    pub repos: Vec<String>,
+    /// A task of the same project that must be done first; repeatable.
+    #[arg(long = "depends-on", value_name = "ID")]
+    pub depends_on: Vec<String>,
+    /// 0 (most urgent) to 3.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub priority: u8,
+    /// How to tell the goal is met; repeatable.
+    #[arg(long = "acceptance", value_name = "TEXT")]
+    pub acceptance: Vec<String>,
 }
 
 /// What `search --kind` takes.

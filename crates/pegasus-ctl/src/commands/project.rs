@@ -6,7 +6,7 @@ use crate::{
     output, CtlError,
 };
 use pegasus_proto::ctl::{
-    CreateProject, CtlRequest, CtlResponse, LifecycleVerb, ProjectFilter, ProjectInfo,
+    CreateProject, CtlRequest, CtlResponse, LifecycleVerb as V, ProjectFilter, ProjectInfo,
 };
 use pegasus_store::Home;
 
@@ -14,55 +14,31 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
     match cmd {
         ProjectCommand::List { status } => list(home, json, status).await,
         ProjectCommand::Show { name } => show(home, json, &name).await,
-        ProjectCommand::Create {
-            name,
-            goal,
-            background,
-            constraints,
-            model,
-            workdir,
-        } => {
-            let workdir =
-                workdir.map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string());
+        ProjectCommand::Create(c) => {
             let req = CreateProject {
-                name,
-                goal,
-                background,
-                constraints,
-                model,
-                workdir,
+                name: c.name,
+                goal: c.goal,
+                background: c.background,
+                constraints: c.constraints,
+                model: c.model,
+                workdir: c
+                    .workdir
+                    .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
             };
             let info = project_request(home, CtlRequest::ProjectCreate(req)).await?;
             report(json, &info, "created")
         }
         ProjectCommand::Suspend { name } => {
-            lifecycle(home, json, name, LifecycleVerb::Suspend, "suspended").await
+            lifecycle(home, json, name, V::Suspend, "suspended").await
         }
-        ProjectCommand::Resume { name } => {
-            lifecycle(home, json, name, LifecycleVerb::Resume, "resumed").await
-        }
+        ProjectCommand::Resume { name } => lifecycle(home, json, name, V::Resume, "resumed").await,
         ProjectCommand::Complete { name } => {
-            lifecycle(home, json, name, LifecycleVerb::Complete, "completed").await
+            lifecycle(home, json, name, V::Complete, "completed").await
         }
         ProjectCommand::Archive { name } => {
-            lifecycle(home, json, name, LifecycleVerb::Archive, "archived").await
+            lifecycle(home, json, name, V::Archive, "archived").await
         }
-        ProjectCommand::Send {
-            name,
-            text,
-            wait,
-            stream,
-            id,
-        } => {
-            let send = super::send::Send {
-                name,
-                text,
-                wait,
-                stream,
-                id,
-            };
-            super::send::run(home, json, send).await
-        }
+        ProjectCommand::Send(send) => super::send::run(home, json, send).await,
         ProjectCommand::Run {
             name,
             brief,
@@ -95,7 +71,7 @@ async fn lifecycle(
     home: &Home,
     json: bool,
     name: String,
-    verb: LifecycleVerb,
+    verb: V,
     done: &str,
 ) -> Result<(), CtlError> {
     let info = project_request(home, CtlRequest::ProjectLifecycle { name, verb }).await?;

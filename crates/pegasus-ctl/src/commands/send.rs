@@ -6,6 +6,7 @@
 //! again.
 
 use crate::{
+    cli::SendArgs,
     client::{ok, Client},
     CtlError,
 };
@@ -17,17 +18,8 @@ use std::time::{Duration, Instant};
 /// restarted within seconds: the shipped unit's `RestartSec` is 2).
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// What `project send` was given.
-pub(crate) struct Send {
-    pub name: String,
-    pub text: String,
-    pub wait: bool,
-    pub stream: bool,
-    pub id: Option<String>,
-}
-
-pub(crate) async fn run(home: &Home, json: bool, send: Send) -> Result<(), CtlError> {
-    let Send {
+pub(crate) async fn run(home: &Home, json: bool, send: SendArgs) -> Result<(), CtlError> {
+    let SendArgs {
         name,
         text,
         wait,

@@ -43,25 +43,16 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             }
             Ok(())
         }
-        TaskCommand::Add {
-            name,
-            goal,
-            title,
-            role,
-            repos,
-            depends_on,
-            priority,
-            acceptance,
-        } => {
+        TaskCommand::Add(a) => {
             let req = CtlRequest::TaskAdd(AddTask {
-                project: name,
-                goal,
-                title,
-                role,
-                repos,
-                depends_on,
-                priority,
-                acceptance,
+                project: a.name,
+                goal: a.goal,
+                title: a.title,
+                role: a.role,
+                repos: a.repos,
+                depends_on: a.depends_on,
+                priority: a.priority,
+                acceptance: a.acceptance,
             });
             let mut client = crate::client::Client::connect(home).await?;
             match crate::client::ok(client.request(req).await?)? {
