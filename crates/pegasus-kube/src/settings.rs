@@ -196,19 +196,24 @@ fn optional_id(map: &Map<String, Value>, key: &str) -> Result<Option<i64>, KubeE
     }
 }
 
+/// The mapping at `key`, if any; anything else there is not `what`.
+fn optional_map<'a>(
+    map: &'a Map<String, Value>,
+    key: &str,
+    what: &str,
+) -> Result<Option<&'a Map<String, Value>>, KubeError> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(_) => Err(KubeError::setting(key, format!("must be {what}"))),
+    }
+}
+
 /// `home_volume: {claim: NAME}`.
 fn home_volume_claim(map: &Map<String, Value>) -> Result<String, KubeError> {
     const WHAT: &str = "{claim: NAME}: the ReadWriteMany claim holding the home's projects/ folder";
-    let volume = match map.get("home_volume") {
-        None | Some(Value::Null) => {
-            return Err(KubeError::setting(
-                "home_volume",
-                format!("is missing: {WHAT}"),
-            ))
-        }
-        Some(Value::Object(v)) => v,
-        Some(_) => return Err(KubeError::setting("home_volume", format!("must be {WHAT}"))),
-    };
+    let volume = optional_map(map, "home_volume", WHAT)?
+        .ok_or_else(|| KubeError::setting("home_volume", format!("is missing: {WHAT}")))?;
     if let Some(key) = volume.keys().find(|k| k.as_str() != "claim") {
         return Err(KubeError::setting(
             &format!("home_volume.{key}"),
@@ -233,15 +238,9 @@ fn home_volume_claim(map: &Map<String, Value>) -> Result<String, KubeError> {
 /// `resources: {cpu: QUANTITY, memory: QUANTITY}`, both optional; numbers are taken as
 /// written (`cpu: 1`).
 fn resources(map: &Map<String, Value>) -> Result<(Option<String>, Option<String>), KubeError> {
-    let res = match map.get("resources") {
-        None | Some(Value::Null) => return Ok((None, None)),
-        Some(Value::Object(r)) => r,
-        Some(_) => {
-            return Err(KubeError::setting(
-                "resources",
-                "must be {cpu: QUANTITY, memory: QUANTITY}, e.g. {cpu: 500m, memory: 256Mi}",
-            ))
-        }
+    const WHAT: &str = "{cpu: QUANTITY, memory: QUANTITY}, e.g. {cpu: 500m, memory: 256Mi}";
+    let Some(res) = optional_map(map, "resources", WHAT)? else {
+        return Ok((None, None));
     };
     if let Some(key) = res
         .keys()
@@ -290,27 +289,14 @@ fn is_quantity(s: &str) -> bool {
     let (number, suffix) = s.split_at(digits_end);
     let number_ok = number.chars().filter(|c| *c == '.').count() <= 1
         && number.chars().any(|c| c.is_ascii_digit());
-    let suffix_ok = matches!(
-        suffix,
-        "" | "n"
-            | "u"
-            | "m"
-            | "k"
-            | "M"
-            | "G"
-            | "T"
-            | "P"
-            | "E"
-            | "Ki"
-            | "Mi"
-            | "Gi"
-            | "Ti"
-            | "Pi"
-            | "Ei"
-    ) || suffix
-        .strip_prefix(['e', 'E'])
-        .map(|e| e.strip_prefix(['+', '-']).unwrap_or(e))
-        .is_some_and(|e| !e.is_empty() && e.chars().all(|c| c.is_ascii_digit()));
+    const SUFFIXES: [&str; 16] = [
+        "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+    ];
+    let suffix_ok = SUFFIXES.contains(&suffix)
+        || suffix
+            .strip_prefix(['e', 'E'])
+            .map(|e| e.strip_prefix(['+', '-']).unwrap_or(e))
+            .is_some_and(|e| !e.is_empty() && e.chars().all(|c| c.is_ascii_digit()));
     number_ok && suffix_ok
 }
 
