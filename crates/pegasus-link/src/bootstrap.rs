@@ -114,29 +114,16 @@ impl Bootstrap {
     /// process environment.
     fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> Option<Result<Bootstrap, LinkError>> {
         let connect = get(ENV_CONNECT)?;
-        let value = |var: &'static str| -> Result<String, LinkError> {
-            let raw = get(var).ok_or(LinkError::Bootstrap {
-                var,
-                problem: "is not set".into(),
-            })?;
-            raw.into_string().map_err(|_| LinkError::Bootstrap {
-                var,
-                problem: "is not UTF-8".into(),
-            })
+        let bad = |var, problem: &str| LinkError::Bootstrap {
+            var,
+            problem: problem.into(),
         };
-        let connect = match connect.into_string() {
-            Ok(c) => c,
-            Err(_) => {
-                return Some(Err(LinkError::Bootstrap {
-                    var: ENV_CONNECT,
-                    problem: "is not UTF-8".into(),
-                }))
-            }
-        };
-        Some(value(ENV_ENROLL).and_then(|token| {
-            let ca = value(ENV_CA_SHA256)?;
-            Bootstrap::new(&connect, &token, &ca)
-        }))
+        let utf8 = |var, raw: OsString| raw.into_string().map_err(|_| bad(var, "is not UTF-8"));
+        let value = |var| utf8(var, get(var).ok_or_else(|| bad(var, "is not set"))?);
+        Some((|| {
+            let connect = utf8(ENV_CONNECT, connect)?;
+            Bootstrap::new(&connect, &value(ENV_ENROLL)?, &value(ENV_CA_SHA256)?)
+        })())
     }
 
     /// The three variables for the launched command's environment (or `{env}` argv), in the
@@ -147,11 +134,6 @@ impl Bootstrap {
             (ENV_ENROLL, self.token.clone()),
             (ENV_CA_SHA256, self.ca_sha256.clone()),
         ]
-    }
-
-    /// `host:port` of pegasusd.
-    pub fn connect_addr(&self) -> &str {
-        &self.connect
     }
 
     /// The enrollment token. A credential until it is spent: never log it. (pegasusd may also
