@@ -20,7 +20,7 @@
 //! `answerCallbackQuery`: the daemon's one line, `not allowed` for a refused chat (and a
 //! warning naming it in the log), or why the press did nothing.
 
-use crate::{split, Bot, CallError, ATTEMPTS};
+use crate::{split, Bot};
 use pegasus_proto::ctl::{ApprovalInfo, CtlRequest, CtlResponse};
 use pegasus_proto::{BusBody, Channel, WorkerEvent};
 use pegasus_supervisor::front_door::{self as bus, Received};
@@ -29,7 +29,6 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The file of sent requests, under the home.
 const SENT_FILE: &str = "telegram.approvals";
@@ -249,7 +248,7 @@ async fn offer(bot: &Bot, sent: &mut Sent, request: &ApprovalInfo) {
                     body["reply_markup"] = m.clone();
                 }
             }
-            match call_retrying(bot, "sendMessage", &body, chat).await {
+            match bot.call_retrying("sendMessage", &body, chat).await {
                 Some(result) => holder = result["message_id"].as_i64(),
                 None => {
                     holder = None;
@@ -275,39 +274,9 @@ async fn offer(bot: &Bot, sent: &mut Sent, request: &ApprovalInfo) {
 async fn close(bot: &Bot, sent: &mut Sent, id: &str, decision: &str) {
     for (chat, message_id) in sent.take(id) {
         let body = json!({"chat_id": chat, "message_id": message_id});
-        match call_retrying(bot, "editMessageReplyMarkup", &body, chat).await {
+        match bot.call_retrying("editMessageReplyMarkup", &body, chat).await {
             Some(_) => tracing::info!(id, chat, decision, "telegram: approval buttons removed"),
             None => tracing::info!(id, chat, "telegram: the approval's buttons stay (a press now is answered by the daemon's refusal)"),
-        }
-    }
-}
-
-/// One Bot API call for `chat`, a `429` waited out and other failures retried a few times; the
-/// result, or `None` (logged) once it is refused or keeps failing.
-async fn call_retrying(bot: &Bot, method: &str, body: &Value, chat: i64) -> Option<Value> {
-    let mut attempts = 0;
-    loop {
-        match bot.call(method, body).await {
-            Ok(v) => return Some(v),
-            Err(CallError::RetryAfter(s)) => {
-                tracing::info!(chat, "telegram: rate limited; waiting {s} s");
-                tokio::time::sleep(Duration::from_secs(s.clamp(1, 300))).await;
-            }
-            Err(CallError::Refused(e)) => {
-                tracing::warn!(chat, "telegram: {method} refused: {e}");
-                return None;
-            }
-            Err(CallError::Other(e)) => {
-                attempts += 1;
-                if attempts >= ATTEMPTS {
-                    tracing::warn!(
-                        chat,
-                        "telegram: {method} failed {attempts} times: {e}; giving up"
-                    );
-                    return None;
-                }
-                tokio::time::sleep(Duration::from_secs(1 << attempts)).await;
-            }
         }
     }
 }

@@ -321,30 +321,38 @@ impl Bot {
     /// Sends `text` to `chat` in parts of at most [`PART`] characters, each exactly once.
     async fn send(&self, chat: i64, text: &str) {
         for part in split(text) {
-            let mut attempts = 0;
-            loop {
-                match self
-                    .call("sendMessage", &json!({"chat_id": chat, "text": part}))
-                    .await
-                {
-                    Ok(_) => break,
-                    Err(CallError::RetryAfter(s)) => {
-                        tracing::info!(chat, "telegram: rate limited; waiting {s} s");
-                        tokio::time::sleep(Duration::from_secs(s.clamp(1, 300))).await;
+            let body = json!({"chat_id": chat, "text": part});
+            let Some(_) = self.call_retrying("sendMessage", &body, chat).await else {
+                return;
+            };
+        }
+    }
+
+    /// One Bot API call for `chat`, a `429` waited out and other failures retried a few times;
+    /// the result, or `None` (logged) once it is refused or keeps failing.
+    async fn call_retrying(&self, method: &str, body: &Value, chat: i64) -> Option<Value> {
+        let mut attempts = 0;
+        loop {
+            match self.call(method, body).await {
+                Ok(v) => return Some(v),
+                Err(CallError::RetryAfter(s)) => {
+                    tracing::info!(chat, "telegram: rate limited; waiting {s} s");
+                    tokio::time::sleep(Duration::from_secs(s.clamp(1, 300))).await;
+                }
+                Err(CallError::Refused(e)) => {
+                    tracing::warn!(chat, "telegram: {method} refused: {e}");
+                    return None;
+                }
+                Err(CallError::Other(e)) => {
+                    attempts += 1;
+                    if attempts >= ATTEMPTS {
+                        tracing::warn!(
+                            chat,
+                            "telegram: {method} failed {attempts} times: {e}; giving up"
+                        );
+                        return None;
                     }
-                    Err(CallError::Refused(e)) => {
-                        return tracing::warn!(chat, "telegram: sendMessage refused: {e}");
-                    }
-                    Err(CallError::Other(e)) => {
-                        attempts += 1;
-                        if attempts >= ATTEMPTS {
-                            return tracing::warn!(
-                                chat,
-                                "telegram: sendMessage failed {attempts} times: {e}; giving up"
-                            );
-                        }
-                        tokio::time::sleep(Duration::from_secs(1 << attempts)).await;
-                    }
+                    tokio::time::sleep(Duration::from_secs(1 << attempts)).await;
                 }
             }
         }
@@ -473,8 +481,7 @@ async fn answer(sup: &FrontDoor, chat: i64, update_id: i64, text: &str) -> Strin
 
 fn describe(resp: CtlResponse) -> String {
     match resp {
-        CtlResponse::Failed { message, .. } => message,
-        CtlResponse::Done { message } => message,
+        CtlResponse::Failed { message, .. } | CtlResponse::Done { message } => message,
         other => format!("{other:?}"),
     }
 }
