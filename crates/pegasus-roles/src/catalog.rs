@@ -12,8 +12,18 @@ use std::path::Path;
 use crate::error::RoleError;
 use crate::role::{validate_id, Role, RoleSource};
 
-/// The ids of the built-in roles, in the order they are listed.
-pub const BUILTIN_IDS: [&str; 9] = [
+/// Both tables below from one list of ids, so they cannot disagree.
+macro_rules! builtins {
+    ($($id:literal),* $(,)?) => {
+        /// The ids of the built-in roles, in the order they are listed.
+        pub const BUILTIN_IDS: [&str; 9] = [$($id),*];
+        /// The embedded built-in role files: id and text.
+        const BUILTIN_FILES: [(&str, &str); 9] =
+            [$(($id, include_str!(concat!("../../../data/roles/", $id, ".md")))),*];
+    };
+}
+
+builtins![
     "coder",
     "researcher",
     "reviewer",
@@ -23,28 +33,6 @@ pub const BUILTIN_IDS: [&str; 9] = [
     "tester",
     "refactor-finder",
     "duplicate-finder",
-];
-
-/// The embedded built-in role files: id and text.
-const BUILTIN_FILES: [(&str, &str); 9] = [
-    ("coder", include_str!("../../../data/roles/coder.md")),
-    (
-        "researcher",
-        include_str!("../../../data/roles/researcher.md"),
-    ),
-    ("reviewer", include_str!("../../../data/roles/reviewer.md")),
-    ("planner", include_str!("../../../data/roles/planner.md")),
-    ("designer", include_str!("../../../data/roles/designer.md")),
-    ("devops", include_str!("../../../data/roles/devops.md")),
-    ("tester", include_str!("../../../data/roles/tester.md")),
-    (
-        "refactor-finder",
-        include_str!("../../../data/roles/refactor-finder.md"),
-    ),
-    (
-        "duplicate-finder",
-        include_str!("../../../data/roles/duplicate-finder.md"),
-    ),
 ];
 
 fn parse_builtin(id: &str, text: &str) -> Result<Role, RoleError> {

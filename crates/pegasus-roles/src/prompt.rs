@@ -37,19 +37,16 @@ pub fn build_prompt(p: &PromptParts) -> String {
         blocks.push(role.to_string());
     }
 
-    let mut context: Vec<String> = Vec::new();
-    let overview = p.project_overview.trim();
-    if !overview.is_empty() {
-        context.push(format!("## Overview\n\n{overview}"));
-    }
-    let memory = p.memory.trim();
-    if !memory.is_empty() {
-        context.push(format!("## Memory\n\n{memory}"));
-    }
     let files = context_files(p.context_files, CONTEXT_BUDGET_CHARS);
-    if !files.is_empty() {
-        context.push(format!("## Relevant Context\n\n{files}"));
-    }
+    let context: Vec<String> = [
+        ("Overview", p.project_overview.trim()),
+        ("Memory", p.memory.trim()),
+        ("Relevant Context", files.as_str()),
+    ]
+    .into_iter()
+    .filter(|(_, text)| !text.is_empty())
+    .map(|(heading, text)| format!("## {heading}\n\n{text}"))
+    .collect();
     if !context.is_empty() {
         blocks.push("# Project Context".into());
         blocks.extend(context);
