@@ -16,12 +16,7 @@ pub fn find_task(projects_dir: &Path, id: &str) -> Result<(String, TaskStore), T
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(TaskError::NotFound(id.to_string()))
         }
-        Err(e) => {
-            return Err(TaskError::Io {
-                path: projects_dir.to_path_buf(),
-                source: e,
-            })
-        }
+        Err(e) => return Err(TaskError::io(projects_dir)(e)),
     };
     let mut projects = Vec::new();
     for entry in entries {

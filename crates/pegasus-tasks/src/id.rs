@@ -19,13 +19,8 @@ pub fn new_task_id(now: DateTime<Utc>) -> Result<String, TaskError> {
     std::fs::File::open(URANDOM)
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(TaskError::io(URANDOM))?;
-    Ok(format!(
-        "t-{}-{:02x}{:02x}{:02x}",
-        now.format("%Y%m%d"),
-        bytes[0],
-        bytes[1],
-        bytes[2]
-    ))
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("t-{}-{hex}", now.format("%Y%m%d")))
 }
 
 /// The event folder name (`YYYY-MM-DD`) an id of our format points to; `None` for an id of

@@ -155,15 +155,9 @@ impl Scheduled {
             .flatten()
             .max()
             .unwrap_or(now);
-        match self.cron.find_next_occurrence(&after, false) {
-            Ok(next) => next <= now,
-            Err(_) => false,
-        }
-    }
-
-    /// The next cron time after `t`.
-    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron.find_next_occurrence(&t, false).ok()
+        self.cron
+            .find_next_occurrence(&after, false)
+            .is_ok_and(|next| next <= now)
     }
 }
 
