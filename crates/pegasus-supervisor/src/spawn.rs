@@ -17,7 +17,10 @@ use std::{
     path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
 };
-use tokio::{io::AsyncWriteExt, process::Child};
+use tokio::{
+    io::AsyncWriteExt,
+    process::{Child, Command},
+};
 
 /// Environment variables a worker inherits; everything else (API keys first) is dropped.
 const ENV_ALLOWLIST: &[&str] = &[
@@ -58,24 +61,10 @@ pub async fn spawn_worker(
     token: &str,
     stderr_log: &Path,
 ) -> std::io::Result<Child> {
-    let stderr = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(stderr_log)?;
-    let mut cmd = tokio::process::Command::new(bin);
+    let mut cmd = command(bin, stderr_log)?;
     cmd.arg(project_dir)
-        .env_clear()
-        .envs(
-            ENV_ALLOWLIST
-                .iter()
-                .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
-        )
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(stderr))
-        .process_group(0)
-        .env(SUPERVISOR_PID_ENV, std::process::id().to_string())
-        .kill_on_drop(false);
+        .env(SUPERVISOR_PID_ENV, std::process::id().to_string());
     // Known to the escapee sweep: pegasusd is a child subreaper and kills children it did not
     // start on purpose (see `pegasus_store::adopted`).
     let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
@@ -105,25 +94,32 @@ pub fn spawn_launcher(
             "the launcher's argv is empty",
         ));
     };
+    let mut cmd = command(program, stderr_log)?;
+    cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())
+}
+
+/// A command with the environment cut down to [`ENV_ALLOWLIST`], in its own process group,
+/// its stdout dropped and its stderr appended to `stderr_log`.
+fn command(program: impl AsRef<std::ffi::OsStr>, stderr_log: &Path) -> std::io::Result<Command> {
     let stderr = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(stderr_log)?;
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .env_clear()
+    let mut cmd = Command::new(program);
+    cmd.env_clear()
         .envs(
             ENV_ALLOWLIST
                 .iter()
                 .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
         )
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr))
         .process_group(0)
         .kill_on_drop(false);
-    pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())
+    Ok(cmd)
 }
 
 /// Kills a worker's whole process group (the worker and anything it started). A group that is
