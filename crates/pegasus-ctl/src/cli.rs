@@ -1,6 +1,7 @@
 //! The command line, as SPEC §11 fixes it.
 
 use clap::{Args, Parser, Subcommand};
+use pegasus_proto::ctl::{AddTask, CreateProject};
 use std::path::PathBuf;
 
 /// Control the Pegasus daemon and its projects.
@@ -192,19 +193,34 @@ pub enum RunCommand {
 // `project create`.
 #[derive(Debug, Args)]
 pub struct CreateArgs {
-    pub name: String,
+    name: String,
     #[arg(long)]
-    pub goal: String,
+    goal: String,
     #[arg(long)]
-    pub background: Option<String>,
+    background: Option<String>,
     #[arg(long)]
-    pub constraints: Option<String>,
+    constraints: Option<String>,
     /// provider/model, e.g. anthropic/claude-sonnet-4-5.
     #[arg(long)]
-    pub model: Option<String>,
+    model: Option<String>,
     /// The directory the project works in.
     #[arg(long)]
-    pub workdir: Option<PathBuf>,
+    workdir: Option<PathBuf>,
+}
+
+impl From<CreateArgs> for CreateProject {
+    fn from(c: CreateArgs) -> Self {
+        CreateProject {
+            name: c.name,
+            goal: c.goal,
+            background: c.background,
+            constraints: c.constraints,
+            model: c.model,
+            workdir: c
+                .workdir
+                .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
+        }
+    }
 }
 
 // `project send`.
@@ -229,28 +245,43 @@ pub struct SendArgs {
 #[derive(Debug, Args)]
 pub struct AddArgs {
     /// The project.
-    pub name: String,
+    name: String,
     /// What must be achieved.
     #[arg(long)]
-    pub goal: String,
+    goal: String,
     /// One line for listings (default: the goal's first line).
     #[arg(long)]
-    pub title: Option<String>,
+    title: Option<String>,
     /// The role that runs it (see `pegasusctl role list`).
     #[arg(long)]
-    pub role: Option<String>,
+    role: Option<String>,
     /// A repo of the project (PROJECT.md `repos:` id) the task changes; repeatable.
     #[arg(long = "repo", value_name = "ID")]
-    pub repos: Vec<String>,
+    repos: Vec<String>,
     /// A task of the same project that must be done first; repeatable.
     #[arg(long = "depends-on", value_name = "ID")]
-    pub depends_on: Vec<String>,
+    depends_on: Vec<String>,
     /// 0 (most urgent) to 3.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=3))]
-    pub priority: u8,
+    priority: u8,
     /// How to tell the goal is met; repeatable.
     #[arg(long = "acceptance", value_name = "TEXT")]
-    pub acceptance: Vec<String>,
+    acceptance: Vec<String>,
+}
+
+impl From<AddArgs> for AddTask {
+    fn from(a: AddArgs) -> Self {
+        AddTask {
+            project: a.name,
+            goal: a.goal,
+            title: a.title,
+            role: a.role,
+            repos: a.repos,
+            depends_on: a.depends_on,
+            priority: a.priority,
+            acceptance: a.acceptance,
+        }
+    }
 }
 
 /// What `search --kind` takes.

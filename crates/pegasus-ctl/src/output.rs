@@ -31,6 +31,19 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// [`table`] with one row per item, or `empty` when there is none.
+fn listing<T>(
+    items: &[T],
+    empty: &str,
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> String {
+    if items.is_empty() {
+        return empty.to_string();
+    }
+    table(header, &items.iter().map(row).collect::<Vec<_>>())
+}
+
 /// Dollars with cents, or with four decimals below a dollar (a call costs fractions of a cent).
 pub fn money(usd: f64) -> String {
     if usd.abs() < 1.0 {
@@ -57,13 +70,11 @@ fn worker_cell(p: &ProjectInfo) -> String {
 }
 
 pub fn project_table(list: &[ProjectInfo]) -> String {
-    if list.is_empty() {
-        return "no projects; create one with `pegasusctl project create NAME --goal TEXT`\n"
-            .into();
-    }
-    let rows: Vec<Vec<String>> = list
-        .iter()
-        .map(|p| {
+    listing(
+        list,
+        "no projects; create one with `pegasusctl project create NAME --goal TEXT`\n",
+        &["NAME", "STATUS", "WORKER", "MODEL", "COST", "APPROVALS", ""],
+        |p| {
             vec![
                 p.name.clone(),
                 p.status_word().to_string(),
@@ -77,11 +88,7 @@ pub fn project_table(list: &[ProjectInfo]) -> String {
                 },
                 p.error.clone().unwrap_or_default(),
             ]
-        })
-        .collect();
-    table(
-        &["NAME", "STATUS", "WORKER", "MODEL", "COST", "APPROVALS", ""],
-        &rows,
+        },
     )
 }
 
@@ -223,13 +230,11 @@ pub fn task_table(
     tasks: &[pegasus_tasks::Task],
     waiting: &std::collections::HashMap<String, String>,
 ) -> String {
-    if tasks.is_empty() {
-        return "no tasks yet; a message to the project becomes one (`pegasusctl project send`)\n"
-            .into();
-    }
-    let rows: Vec<Vec<String>> = tasks
-        .iter()
-        .map(|t| {
+    listing(
+        tasks,
+        "no tasks yet; a message to the project becomes one (`pegasusctl project send`)\n",
+        &["ID", "STATE", "TYPE", "PRI", "ROLE", "REASON", "TITLE"],
+        |t| {
             vec![
                 t.id.clone(),
                 t.state.as_str().to_string(),
@@ -242,11 +247,7 @@ pub fn task_table(
                 },
                 clip(&t.title, 50),
             ]
-        })
-        .collect();
-    table(
-        &["ID", "STATE", "TYPE", "PRI", "ROLE", "REASON", "TITLE"],
-        &rows,
+        },
     )
 }
 

@@ -5,9 +5,7 @@ use crate::{
     client::{ok, Client},
     output, CtlError,
 };
-use pegasus_proto::ctl::{
-    CreateProject, CtlRequest, CtlResponse, LifecycleVerb as V, ProjectFilter, ProjectInfo,
-};
+use pegasus_proto::ctl::{CtlRequest, CtlResponse, LifecycleVerb as V, ProjectFilter, ProjectInfo};
 use pegasus_store::Home;
 
 pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), CtlError> {
@@ -15,17 +13,7 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
         ProjectCommand::List { status } => list(home, json, status).await,
         ProjectCommand::Show { name } => show(home, json, &name).await,
         ProjectCommand::Create(c) => {
-            let req = CreateProject {
-                name: c.name,
-                goal: c.goal,
-                background: c.background,
-                constraints: c.constraints,
-                model: c.model,
-                workdir: c
-                    .workdir
-                    .map(|w| std::path::absolute(&w).unwrap_or(w).display().to_string()),
-            };
-            let info = project_request(home, CtlRequest::ProjectCreate(req)).await?;
+            let info = project_request(home, CtlRequest::ProjectCreate(c.into())).await?;
             report(json, &info, "created")
         }
         ProjectCommand::Suspend { name } => {

@@ -2,7 +2,7 @@
 //! retry, replay and answer go through the daemon, which tells the project's worker.
 
 use crate::{cli::TaskCommand, output, CtlError};
-use pegasus_proto::ctl::{AddTask, CtlRequest, CtlResponse, TaskVerb};
+use pegasus_proto::ctl::{CtlRequest, CtlResponse, TaskVerb};
 use pegasus_store::Home;
 use pegasus_tasks::{board, find_task, Readiness, TaskState, TaskStore};
 
@@ -43,17 +43,8 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             }
             Ok(())
         }
-        TaskCommand::Add(a) => {
-            let req = CtlRequest::TaskAdd(AddTask {
-                project: a.name,
-                goal: a.goal,
-                title: a.title,
-                role: a.role,
-                repos: a.repos,
-                depends_on: a.depends_on,
-                priority: a.priority,
-                acceptance: a.acceptance,
-            });
+        TaskCommand::Add(add) => {
+            let req = CtlRequest::TaskAdd(add.into());
             let mut client = crate::client::Client::connect(home).await?;
             match crate::client::ok(client.request(req).await?)? {
                 CtlResponse::TaskAdded { id, message } => {
