@@ -81,10 +81,7 @@ impl KubeSettings {
         }
 
         let connect = required_str(map, "connect", "HOST:PORT where a pod reaches pegasusd's workers.listen, e.g. pegasusd.pegasus.svc:7475")?;
-        if connect
-            .rsplit_once(':')
-            .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-        {
+        if !pegasus_store::launcher::is_host_port(connect) {
             return Err(KubeError::setting(
                 "connect",
                 format!(

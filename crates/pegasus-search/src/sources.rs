@@ -193,33 +193,8 @@ fn walk(dir: &Path, depth: u32, out: &mut Vec<(PathBuf, fs::Metadata)>) {
 /// project, and a search waits for it.
 pub(crate) fn list_all(home: &Home) -> Vec<Vec<SourceFile>> {
     let projects = projects(home);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8)
-        .min(projects.len().div_ceil(64).max(1));
-    if threads == 1 {
-        return projects
-            .into_iter()
-            .map(|(name, dir)| files_of(&name, &dir))
-            .collect();
-    }
-    let chunk = projects.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = projects
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    part.iter()
-                        .map(|(name, dir)| files_of(name, dir))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    })
+    let threads = projects.len().div_ceil(64).clamp(1, 8);
+    pegasus_store::par_map(&projects, threads, |(name, dir)| files_of(name, dir))
 }
 
 /// Bytes kept of the end of what was read of a session: the same bytes there next time mean

@@ -6,7 +6,7 @@
 //! sweeps after every `exec` call; pegasusd sweeps after every worker exit, which catches what
 //! a `kill -9`-ed worker had adopted.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -16,9 +16,9 @@ use nix::unistd::Pid;
 
 /// Children this process started on purpose. Held while spawning and while sweeping, so a
 /// child between its fork and its registration can never be taken for an escapee.
-static KNOWN: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+static KNOWN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 
-fn known() -> MutexGuard<'static, Option<HashSet<u32>>> {
+fn known() -> MutexGuard<'static, BTreeSet<u32>> {
     KNOWN.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -36,24 +36,36 @@ pub fn spawn_known<T>(
     let mut guard = known();
     let child = spawn()?;
     if let Some(pid) = pid_of(&child) {
-        guard.get_or_insert_with(HashSet::new).insert(pid);
+        guard.insert(pid);
     }
     Ok(child)
 }
 
 /// The child `pid` has been reaped by its owner; a later process with the same pid is new.
 pub fn forget(pid: u32) {
-    if let Some(set) = known().as_mut() {
-        set.remove(&pid);
-    }
+    known().remove(&pid);
 }
 
-/// The pids whose parent is `parent`, from `/proc`.
-fn children_of(parent: u32) -> Vec<u32> {
+/// Every pid in `/proc`.
+fn pids() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .collect()
+}
+
+/// Kills `pid` and the process group it leads.
+fn kill_with_group(pid: u32) {
+    let p = Pid::from_raw(pid as i32);
+    let _ = killpg(p, Signal::SIGKILL);
+    let _ = kill(p, Signal::SIGKILL);
+}
+
+/// The pids whose parent is `parent`, from `/proc`.
+fn children_of(parent: u32) -> Vec<u32> {
+    pids()
+        .into_iter()
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
@@ -84,10 +96,7 @@ pub fn sweep_adopted() -> usize {
 /// `git` this process runs itself is left to the thread that waits for it.
 fn reap_adopted() {
     let me = std::process::id();
-    let guard = known();
-    let empty = HashSet::new();
-    let ours = guard.as_ref().unwrap_or(&empty).clone();
-    drop(guard);
+    let ours = known().clone();
     for pid in children_of(me).into_iter().filter(|p| !ours.contains(p)) {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
@@ -109,9 +118,7 @@ pub fn kill_adopted() -> usize {
     // Each round takes one generation of escapees; a fork bomb's depth is bounded by the rounds
     // and the rest waits for the next sweep.
     for _ in 0..16 {
-        let guard = known();
-        let empty = HashSet::new();
-        let ours = guard.as_ref().unwrap_or(&empty);
+        let ours = known();
         let strays: Vec<u32> = children_of(me)
             .into_iter()
             .filter(|p| !ours.contains(p))
@@ -119,12 +126,8 @@ pub fn kill_adopted() -> usize {
         if strays.is_empty() {
             break;
         }
-        for &pid in &strays {
-            let p = Pid::from_raw(pid as i32);
-            let _ = killpg(p, Signal::SIGKILL);
-            let _ = kill(p, Signal::SIGKILL);
-        }
-        drop(guard);
+        strays.iter().for_each(|&pid| kill_with_group(pid));
+        drop(ours);
         for &pid in &strays {
             reap(pid);
         }
@@ -151,11 +154,8 @@ pub fn kill_marked(home: &std::path::Path) -> usize {
     let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
         return 0;
     };
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
     let mut killed = 0;
-    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+    for pid in pids() {
         if pid == me
             || std::fs::metadata(format!("/proc/{pid}"))
                 .map(|m| m.uid() != uid)
@@ -167,9 +167,7 @@ pub fn kill_marked(home: &std::path::Path) -> usize {
             continue;
         };
         if environ.split(|&b| b == 0).any(|var| var == mark.as_slice()) {
-            let p = Pid::from_raw(pid as i32);
-            let _ = killpg(p, Signal::SIGKILL);
-            let _ = kill(p, Signal::SIGKILL);
+            kill_with_group(pid);
             killed += 1;
         }
     }

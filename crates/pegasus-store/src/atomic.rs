@@ -133,10 +133,7 @@ pub fn create_dir_all_durable(dir: &Path) -> Result<()> {
         Ok(()) => fsync_dir(&parent),
         // Someone else made it meanwhile: fine, that is what we wanted.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
-        Err(e) => Err(StoreError::Io {
-            path: dir.to_path_buf(),
-            source: e,
-        }),
+        Err(e) => Err(StoreError::io(dir)(e)),
     }
 }
 

@@ -68,6 +68,13 @@ pub fn expand_argv(argv: &[String], v: &LaunchValues) -> Vec<String> {
     out
 }
 
+/// Whether `connect` has the form `HOST:PORT` (a host, a colon, a port number).
+pub fn is_host_port(connect: &str) -> bool {
+    connect
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+}
+
 /// Checks `launchers`, `default_launcher` and `workers.listen` together; the error is the
 /// dotted key and what to do.
 pub fn check(
@@ -99,10 +106,7 @@ pub fn check(
                         "has no `{worker}`: the command must start the project-worker binary, e.g. [ssh, HOST, \"{env}\", \"{worker}\", \"{project_dir}\"]".into(),
                     ));
                 }
-                if c.connect
-                    .rsplit_once(':')
-                    .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-                {
+                if !is_host_port(&c.connect) {
                     return Err((
                         format!("{key}.connect"),
                         format!("`{}` must be HOST:PORT where the worker's host reaches pegasusd's workers.listen", c.connect),

@@ -56,6 +56,6 @@ pub use project::{
 };
 pub use read::{read_capped, read_text_limited, Capped, ReadError};
 pub use registry::ProjectRegistry;
-pub use scan::{scan_projects, ScanEntry};
+pub use scan::{par_map, scan_projects, ScanEntry};
 pub use session::*;
 pub use stamp::FileStamp;

@@ -27,12 +27,7 @@ pub fn project_dirs(home: &Home) -> Result<Vec<(String, PathBuf)>> {
     let entries = match std::fs::read_dir(&projects) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(StoreError::Io {
-                path: projects,
-                source: e,
-            })
-        }
+        Err(e) => return Err(StoreError::io(&projects)(e)),
     };
     let mut dirs = Vec::new();
     for entry in entries {
@@ -62,49 +57,52 @@ pub fn project_dirs(home: &Home) -> Result<Vec<(String, PathBuf)>> {
 /// and the files are read and parsed on every core.
 pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
     let dirs = project_dirs(home)?;
-    let load = |batch: &[(String, PathBuf)]| -> Vec<ScanEntry> {
-        batch
-            .iter()
-            .filter_map(|(name, dir)| match ProjectFile::load(dir) {
-                // No PROJECT.md (or not a folder after all): not a project.
-                Err(StoreError::NotFound(_)) => None,
-                Err(StoreError::Io { ref source, .. })
-                    if source.kind() == std::io::ErrorKind::NotADirectory =>
-                {
-                    None
-                }
-                project => Some(ScanEntry {
-                    name: name.clone(),
-                    dir: dir.clone(),
-                    project,
-                }),
-            })
-            .collect()
-    };
-    let threads = if dirs.len() < 64 {
-        1
-    } else {
-        std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(8)
-    };
-    let mut out: Vec<ScanEntry> = if threads <= 1 {
-        load(&dirs)
-    } else {
-        let chunk = dirs.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = dirs
-                .chunks(chunk)
-                .map(|c| scope.spawn(move || load(c)))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        })
-    };
+    let threads = if dirs.len() < 64 { 1 } else { 8 };
+    let loaded = par_map(&dirs, threads, |(name, dir)| match ProjectFile::load(dir) {
+        // No PROJECT.md (or not a folder after all): not a project.
+        Err(StoreError::NotFound(_)) => None,
+        Err(StoreError::Io { ref source, .. })
+            if source.kind() == std::io::ErrorKind::NotADirectory =>
+        {
+            None
+        }
+        project => Some(ScanEntry {
+            name: name.clone(),
+            dir: dir.clone(),
+            project,
+        }),
+    });
+    let mut out: Vec<ScanEntry> = loaded.into_iter().flatten().collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// `f` of every item, in order, on up to `threads` threads (never more than the machine has
+/// cores, nor than items), each taking one contiguous chunk.
+pub fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(threads)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| scope.spawn(move || c.iter().map(f).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -114,6 +112,16 @@ mod tests {
     use crate::project::{create_project, NewProject};
     use chrono::Utc;
     use std::fs;
+
+    #[test]
+    fn par_map_keeps_the_order_whatever_the_threads() {
+        let items: Vec<usize> = (0..1000).collect();
+        let doubled: Vec<usize> = items.iter().map(|i| i * 2).collect();
+        for threads in [0, 1, 3, 8, 2000] {
+            assert_eq!(par_map(&items, threads, |i| i * 2), doubled);
+        }
+        assert!(par_map(&[] as &[usize], 8, |i| *i).is_empty());
+    }
 
     #[test]
     fn scan_lists_valid_malformed_and_mismatched_projects_sorted() {

@@ -46,10 +46,8 @@ pub(crate) fn is_key_line(line: &str, key: &str) -> bool {
         .find_map(|k| line.strip_prefix(k.as_str()).map(str::to_string));
     let Some(rest) = rest else { return false };
     let rest = rest.trim_start_matches([' ', '\t']);
-    match rest.strip_prefix(':') {
-        Some(after) => after.is_empty() || after.starts_with([' ', '\t']),
-        None => false,
-    }
+    rest.strip_prefix(':')
+        .is_some_and(|after| after.is_empty() || after.starts_with([' ', '\t']))
 }
 
 /// 0-based index of the line holding the top-level `key`, if written in block style.
