@@ -452,12 +452,8 @@ impl Config {
             return Ok(Config::default());
         }
         if !value.is_mapping() {
-            return Err(StoreError::Parse {
-                path: path.to_path_buf(),
-                line: 1,
-                key: None,
-                message: "config must be a mapping of `key: value` lines".into(),
-            });
+            let message = "config must be a mapping of `key: value` lines";
+            return Err(StoreError::parse_at(path, 1, message));
         }
         let mut config: Config = serde_norway::from_str(text).map_err(to_err)?;
         for (name, provider) in default_providers() {

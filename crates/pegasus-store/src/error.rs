@@ -68,6 +68,16 @@ impl StoreError {
         let path = path.into();
         move |source| StoreError::Io { path, source }
     }
+
+    /// A [`StoreError::Parse`] about the file as a whole (no key) at `line`.
+    pub fn parse_at(path: impl Into<PathBuf>, line: usize, message: impl Into<String>) -> Self {
+        StoreError::Parse {
+            path: path.into(),
+            line,
+            key: None,
+            message: message.into(),
+        }
+    }
 }
 
 /// Result with [`StoreError`] as the default error.

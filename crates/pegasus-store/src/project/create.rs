@@ -126,12 +126,7 @@ fn rename_new(from: &Path, to: &Path, name: &str) -> Result<()> {
             Err(Errno::EEXIST | Errno::ENOTEMPTY) => return Err(StoreError::Exists(name.into())),
             // File systems without RENAME_NOREPLACE: fall back to the checked rename below.
             Err(Errno::EINVAL | Errno::ENOSYS) => {}
-            Err(e) => {
-                return Err(StoreError::Io {
-                    path: to.to_path_buf(),
-                    source: e.into(),
-                });
-            }
+            Err(e) => return Err(StoreError::io(to)(e.into())),
         }
     }
     if to.symlink_metadata().is_ok() {

@@ -76,8 +76,9 @@ impl Ctx<'_> {
         }
     }
 
-    fn timestamp(&self, key: &str, v: &Value) -> Result<Option<DateTime<Utc>>> {
-        match v {
+    /// The timestamp at `key`, if there is one (absent or null: none).
+    fn timestamp(&self, map: &Mapping, key: &str) -> Result<Option<DateTime<Utc>>> {
+        match map.get(key).unwrap_or(&Value::Null) {
             Value::Null => Ok(None),
             Value::String(s) => DateTime::parse_from_rfc3339(s.trim())
                 .map(|t| Some(t.with_timezone(&Utc)))
@@ -145,19 +146,11 @@ impl Ctx<'_> {
         if workdir.as_deref().is_some_and(|w| w.trim().is_empty()) {
             return Err(self.err("workdir", "is empty: give a path or remove the key".into()));
         }
-        let created = match map.get("created") {
-            None | Some(Value::Null) => None,
-            Some(v) => self.timestamp("created", v)?,
-        }
-        .ok_or_else(|| self.missing("created", "2026-02-28T10:00:00Z"))?;
-        let suspended = match map.get("suspended") {
-            None => None,
-            Some(v) => self.timestamp("suspended", v)?,
-        };
-        let completed = match map.get("completed") {
-            None => None,
-            Some(v) => self.timestamp("completed", v)?,
-        };
+        let created = self
+            .timestamp(map, "created")?
+            .ok_or_else(|| self.missing("created", "2026-02-28T10:00:00Z"))?;
+        let suspended = self.timestamp(map, "suspended")?;
+        let completed = self.timestamp(map, "completed")?;
         let budget_usd = match map.get("budget_usd") {
             None | Some(Value::Null) => None,
             Some(v) => match v.as_f64() {
@@ -216,12 +209,11 @@ pub(super) fn frontmatter_mapping(fm: &str, path: &Path) -> Result<Mapping> {
     match value {
         Value::Null => Ok(Mapping::new()),
         Value::Mapping(m) => Ok(m),
-        _ => Err(StoreError::Parse {
-            path: path.to_path_buf(),
-            line: 2,
-            key: None,
-            message: "the frontmatter must be `key: value` lines".into(),
-        }),
+        _ => Err(StoreError::parse_at(
+            path,
+            2,
+            "the frontmatter must be `key: value` lines",
+        )),
     }
 }
 
@@ -230,12 +222,8 @@ impl ProjectFile {
     /// and an error names the file line and key; unknown keys are allowed and kept. A leading
     /// byte-order mark is accepted and kept, so a save writes the file back as it came.
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let split = split_frontmatter(text).map_err(|e| StoreError::Parse {
-            path: path.to_path_buf(),
-            line: 1,
-            key: None,
-            message: e.to_string(),
-        })?;
+        let split =
+            split_frontmatter(text).map_err(|e| StoreError::parse_at(path, 1, e.to_string()))?;
         let map = frontmatter_mapping(split.yaml, path)?;
         let ctx = Ctx {
             path,
@@ -265,36 +253,24 @@ impl ProjectFile {
         // block the daemon for good) or `/dev/zero` (would fill its memory) is invalid.
         let bytes = match crate::read::read_capped(&path, MAX_PROJECT_FILE + 1) {
             Ok(c) if c.size > MAX_PROJECT_FILE || c.truncated() => {
-                return Err(StoreError::Parse {
-                    path,
-                    line: 1,
-                    key: None,
-                    message: format!(
-                        "the file is {} bytes, over the {MAX_PROJECT_FILE}-byte limit: keep long material in the project's files and memory",
-                        c.size
-                    ),
-                })
+                let message = format!(
+                    "the file is {} bytes, over the {MAX_PROJECT_FILE}-byte limit: keep long material in the project's files and memory",
+                    c.size
+                );
+                return Err(StoreError::parse_at(path, 1, message));
             }
             Ok(c) => c.bytes,
             Err(crate::read::ReadError::NotFound) => return Err(StoreError::NotFound(folder)),
             Err(crate::read::ReadError::Io(e)) => return Err(StoreError::Io { path, source: e }),
             Err(e) => {
-                return Err(StoreError::Parse {
-                    path,
-                    line: 1,
-                    key: None,
-                    message: format!("the file {e}: PROJECT.md must be a regular file"),
-                })
+                let message = format!("the file {e}: PROJECT.md must be a regular file");
+                return Err(StoreError::parse_at(path, 1, message));
             }
         };
         let text = String::from_utf8(bytes).map_err(|e| {
             let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-            StoreError::Parse {
-                line: good.iter().filter(|&&b| b == b'\n').count() + 1,
-                path: path.clone(),
-                key: None,
-                message: "not valid UTF-8 text: save the file as UTF-8".into(),
-            }
+            let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+            StoreError::parse_at(&path, line, "not valid UTF-8 text: save the file as UTF-8")
         })?;
         let file = Self::parse(&text, &path)?;
         if file.name() != folder {
