@@ -5,7 +5,8 @@
 //! for that verb (`crates/pegasus-supervisor/src/handlers/task.rs`).
 
 use pegasus_store::{ProjectStatus, Verb};
-use pegasus_tasks::{check_transition, MergeState, Task, TaskEvent, TaskState};
+pub(crate) use pegasus_supervisor::blocked_from_verified;
+use pegasus_tasks::{check_transition, MergeState, Task, TaskState};
 
 /// The lifecycle verbs a project in `status` takes, in the lifecycle's order; none for a
 /// project whose PROJECT.md does not load.
@@ -113,27 +114,11 @@ pub(crate) fn task_actions(task: &Task, merge_blocked: bool) -> Vec<TaskAction> 
         .collect()
 }
 
-/// Whether a task's last move into `blocked` came from `verified`, read from its history as
-/// the merge handler reads it.
-pub(crate) fn blocked_from_verified(history: &[TaskEvent]) -> bool {
-    history
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            TaskEvent::Transition {
-                from,
-                to: TaskState::Blocked,
-                ..
-            } => Some(*from == TaskState::Verified),
-            _ => None,
-        })
-        .unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use pegasus_tasks::TaskEvent;
 
     #[test]
     fn a_project_offers_only_the_verbs_its_status_allows() {

@@ -9,7 +9,9 @@ use pegasus_proto::{
     Channel,
 };
 use pegasus_store::ProjectStatus;
-use pegasus_tasks::{MergeState, NewTask, Task, TaskSpec, TaskState, TaskStore, TaskUpdate};
+use pegasus_tasks::{
+    MergeState, NewTask, Task, TaskEvent, TaskSpec, TaskState, TaskStore, TaskUpdate,
+};
 
 /// Longest title made from a goal.
 const TITLE_CHARS: usize = 80;
@@ -154,7 +156,9 @@ pub(crate) fn verb(
                 // that the user asked.
                 match task.state {
                     TaskState::Verified => {}
-                    TaskState::Blocked if blocked_from_verified(store, id) => {
+                    TaskState::Blocked
+                        if store.history(id).is_ok_and(|h| blocked_from_verified(&h)) =>
+                    {
                         move_to(
                             TaskState::Blocked,
                             TaskState::Verified,
@@ -207,21 +211,20 @@ fn on_task(
     Ok(message)
 }
 
-/// Whether the task's last move into `blocked` came from `verified` (its merge could not land),
-/// as opposed to a question or a stop while it was still being worked on.
-fn blocked_from_verified(store: &pegasus_tasks::TaskStore, id: &str) -> bool {
-    store
-        .history(id)
-        .ok()
-        .and_then(|h| {
-            h.into_iter().rev().find_map(|e| match e {
-                pegasus_tasks::TaskEvent::Transition {
-                    from,
-                    to: TaskState::Blocked,
-                    ..
-                } => Some(from == TaskState::Verified),
-                _ => None,
-            })
+/// Whether a task's last move into `blocked` came from `verified` (its merge could not land),
+/// as opposed to a question or a stop while it was still being worked on; read from its
+/// history. The dashboard offers Merge by the same rule.
+pub fn blocked_from_verified(history: &[TaskEvent]) -> bool {
+    history
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            TaskEvent::Transition {
+                from,
+                to: TaskState::Blocked,
+                ..
+            } => Some(*from == TaskState::Verified),
+            _ => None,
         })
         .unwrap_or(false)
 }
