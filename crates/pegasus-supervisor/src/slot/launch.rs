@@ -167,15 +167,10 @@ impl Slot {
                         REMOTE_HELLO_TIMEOUT.as_secs()
                     ));
                 }
-                cmd = rx.recv() => match cmd {
-                    None | Some(SlotCmd::Stop(_)) => {
-                        self.sup.cancel_spawn(&token);
-                        process.kill();
-                        let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
-                        break Outcome::Stopped(reply);
-                    }
-                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
-                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
+                    self.sup.cancel_spawn(&token);
+                    process.kill();
+                    break stopped;
                 },
             }
         };
@@ -265,11 +260,8 @@ impl Slot {
         loop {
             tokio::select! {
                 _ = sleep_until(until) => return None,
-                cmd = rx.recv() => match cmd {
-                    None => return Some(Outcome::Stopped(None)),
-                    Some(SlotCmd::Stop(reply)) => return Some(Outcome::Stopped(Some(reply))),
-                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
-                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
+                    return Some(stopped);
                 },
             }
         }

@@ -442,21 +442,30 @@ impl Slot {
                     self.sup.cancel_spawn(&token);
                     return self.kill_and_reap(child, pid, "no hello within 10 s").await;
                 }
-                cmd = rx.recv() => match cmd {
-                    None | Some(SlotCmd::Stop(_)) => {
-                        self.sup.cancel_spawn(&token);
-                        let reply = match cmd { Some(SlotCmd::Stop(r)) => Some(r), _ => None };
-                        spawn::kill_group(pid);
-                        let _ = child.wait().await;
-                        return Outcome::Stopped(reply);
-                    }
-                    Some(SlotCmd::Deliver(d)) => self.queued.push_back(d),
-                    Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => {}
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
+                    self.sup.cancel_spawn(&token);
+                    spawn::kill_group(pid);
+                    let _ = child.wait().await;
+                    return stopped;
                 },
             }
         };
         self.run_connected(conn, WorkerProcess::Local { child, pid }, rx)
             .await
+    }
+
+    /// A command while no worker is linked: a stop (or the daemon dropping the slot) is the
+    /// outcome; a message waits in the queue; the rest mean nothing yet.
+    fn unlinked_cmd(&mut self, cmd: Option<SlotCmd>) -> Option<Outcome> {
+        match cmd {
+            None => Some(Outcome::Stopped(None)),
+            Some(SlotCmd::Stop(reply)) => Some(Outcome::Stopped(Some(reply))),
+            Some(SlotCmd::Deliver(d)) => {
+                self.queued.push_back(d);
+                None
+            }
+            Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => None,
+        }
     }
 
     async fn kill_and_reap(&self, mut child: Child, pid: u32, reason: &str) -> Outcome {

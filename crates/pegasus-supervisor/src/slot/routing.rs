@@ -13,6 +13,9 @@ use pegasus_proto::{
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
+/// Where a message's id, or its answer, goes (or why there is none).
+pub(crate) type Answer = oneshot::Sender<Result<String, RequestError>>;
+
 /// A message for the worker, with who waits for what.
 pub(crate) struct Delivery {
     /// Where it comes from.
@@ -23,14 +26,14 @@ pub(crate) struct Delivery {
     pub client_id: Option<String>,
     /// Answered once the worker has the message durably (its id, or the first one's for a
     /// repeat), or why not.
-    pub persisted: oneshot::Sender<Result<String, RequestError>>,
+    pub persisted: Answer,
     /// Answered with the project agent's reply, when somebody waits for it.
-    pub answer: Option<oneshot::Sender<Result<String, RequestError>>>,
+    pub answer: Option<Answer>,
 }
 
 /// Who gets the project's reply to a delivered message.
 pub(crate) enum ReplyTo {
-    Waiter(oneshot::Sender<Result<String, RequestError>>),
+    Waiter(Answer),
     MainAgent,
     Nobody,
 }
@@ -38,10 +41,10 @@ pub(crate) enum ReplyTo {
 /// The messages of one worker connection that are not persisted or not answered yet.
 #[derive(Default)]
 pub(crate) struct Routing {
-    persisting: HashMap<String, oneshot::Sender<Result<String, RequestError>>>,
+    persisting: HashMap<String, Answer>,
     awaiting: HashMap<String, ReplyTo>,
     /// Waiters of repeats (SPEC §11), by the first message's id: they get its reply too.
-    repeats: HashMap<String, Vec<oneshot::Sender<Result<String, RequestError>>>>,
+    repeats: HashMap<String, Vec<Answer>>,
 }
 
 /// Message ids: unique across restarts of the daemon (time) and within one (counter).
@@ -118,13 +121,7 @@ impl Routing {
 
     /// Who gets the agent's reply to message `id` (it is forgotten here), and the waiters of
     /// its repeats.
-    pub fn reply_to(
-        &mut self,
-        id: &str,
-    ) -> (
-        Option<ReplyTo>,
-        Vec<oneshot::Sender<Result<String, RequestError>>>,
-    ) {
+    pub fn reply_to(&mut self, id: &str) -> (Option<ReplyTo>, Vec<Answer>) {
         (
             self.awaiting.remove(id),
             self.repeats.remove(id).unwrap_or_default(),
