@@ -99,6 +99,17 @@ fn page(title: &str, project: Option<&str>, nav: Option<Nav>, body: Markup) -> M
     }
 }
 
+/// A page, with [`with_headers`].
+fn respond(
+    status: StatusCode,
+    title: &str,
+    project: Option<&str>,
+    nav: Option<Nav>,
+    body: Markup,
+) -> Response {
+    with_headers(status, page(title, project, nav, body))
+}
+
 /// What an unauthenticated browser gets: the script exchanges `#token=` for a cookie.
 pub(super) fn login() -> Response {
     with_headers(
@@ -254,10 +265,7 @@ pub(super) async fn projects(State(d): State<Dash>) -> Response {
             button .primary { "Create" }
         }
     };
-    with_headers(
-        StatusCode::OK,
-        page("Projects", None, Some(Nav::Projects), body),
-    )
+    respond(StatusCode::OK, "Projects", None, Some(Nav::Projects), body)
 }
 
 /// A board column's id in the page (`data-column`), as the script and the tests find it.
@@ -321,10 +329,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
             } else {
                 "Cannot show the project"
             };
-            return with_headers(
-                status,
-                page(title, None, None, html! { p .bad { (message) } }),
-            );
+            return respond(status, title, None, None, html! { p .bad { (message) } });
         }
         _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };
@@ -459,7 +464,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
             }
         }
     };
-    with_headers(StatusCode::OK, page(&name, Some(&name), None, body))
+    respond(StatusCode::OK, &name, Some(&name), None, body)
 }
 
 pub(super) async fn approvals() -> Response {
@@ -470,9 +475,12 @@ pub(super) async fn approvals() -> Response {
             p .muted { "Loading…" }
         }
     };
-    with_headers(
+    respond(
         StatusCode::OK,
-        page("Approvals", None, Some(Nav::Approvals), body),
+        "Approvals",
+        None,
+        Some(Nav::Approvals),
+        body,
     )
 }
 
@@ -514,7 +522,7 @@ pub(super) async fn costs(State(d): State<Dash>) -> Response {
             }
         }
     };
-    with_headers(StatusCode::OK, page("Costs", None, Some(Nav::Costs), body))
+    respond(StatusCode::OK, "Costs", None, Some(Nav::Costs), body)
 }
 
 pub(super) async fn crashes(State(d): State<Dash>) -> Response {
@@ -547,10 +555,7 @@ pub(super) async fn crashes(State(d): State<Dash>) -> Response {
             }
         }
     };
-    with_headers(
-        StatusCode::OK,
-        page("Crashes", None, Some(Nav::Crashes), body),
-    )
+    respond(StatusCode::OK, "Crashes", None, Some(Nav::Crashes), body)
 }
 
 /// `/search?q=WORDS`: the header's search box answered, best first; the same search (and
@@ -596,7 +601,7 @@ pub(super) async fn search(
         }
         (results)
     };
-    with_headers(status, page("Search", None, None, body))
+    respond(status, "Search", None, None, body)
 }
 
 /// A hit's snippet with the words found marked (every piece escaped).

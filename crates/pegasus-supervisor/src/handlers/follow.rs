@@ -11,7 +11,10 @@ use crate::{
     bus::{self, Received},
     front_door::FrontDoor,
 };
-use pegasus_proto::{ctl::CtlResponse, FrameReader, FrameWriter};
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse},
+    FrameReader, FrameWriter,
+};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -39,14 +42,7 @@ pub(crate) async fn follow<R, W>(
         return;
     }
     // The client sends nothing more; a read that ends means it hung up.
-    let hung_up = async {
-        loop {
-            match reader.read::<pegasus_proto::ctl::CtlRequest>().await {
-                Ok(Some(_)) => continue,
-                _ => return,
-            }
-        }
-    };
+    let hung_up = async { while let Ok(Some(_)) = reader.read::<CtlRequest>().await {} };
     tokio::pin!(hung_up);
     loop {
         let frame = tokio::select! {
