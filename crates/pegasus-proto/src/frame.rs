@@ -20,7 +20,11 @@ pub const MAX_FRAME: usize = 16 * 1024 * 1024;
 
 /// Checks a length prefix against the limit.
 fn checked_len(prefix: [u8; 4]) -> Result<usize, ProtoError> {
-    let len = u32::from_be_bytes(prefix) as usize;
+    check_len(u32::from_be_bytes(prefix) as usize)
+}
+
+/// Checks a payload length against the limit.
+fn check_len(len: usize) -> Result<usize, ProtoError> {
     if len > MAX_FRAME {
         return Err(ProtoError::TooLarge {
             len,
@@ -138,15 +142,9 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     /// message whose encoding is over the limit, so the peer never has to drop us for it.
     pub async fn write<T: Serialize>(&mut self, msg: &T) -> Result<(), ProtoError> {
         let payload = codec::encode(msg)?;
-        if payload.len() > MAX_FRAME {
-            return Err(ProtoError::TooLarge {
-                len: payload.len(),
-                max: MAX_FRAME,
-            });
-        }
+        let len = check_len(payload.len())?;
         self.buf.clear();
-        self.buf
-            .extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        self.buf.extend_from_slice(&(len as u32).to_be_bytes());
         self.buf.extend_from_slice(&payload);
         self.inner.write_all(&self.buf).await?;
         self.inner.flush().await?;
