@@ -138,30 +138,20 @@ fn unmark(marked: &str) -> (String, Vec<Range<usize>>) {
     let mut start = None;
     let mut space = false;
     for c in marked.chars() {
+        if c.is_whitespace() {
+            space = !out.is_empty();
+            continue;
+        }
+        // A space before the words found or other text, never inside a highlight's end.
+        if space && c != CLOSE {
+            out.push(' ');
+            space = false;
+        }
         match c {
-            OPEN => {
-                if space {
-                    out.push(' ');
-                    space = false;
-                }
-                start = Some(out.len());
-            }
-            CLOSE => {
-                if let Some(s) = start.take() {
-                    highlights.push(s..out.len());
-                }
-            }
-            c if c.is_whitespace() => space = !out.is_empty(),
-            c => {
-                if space {
-                    out.push(' ');
-                    space = false;
-                }
-                if c.is_control() {
-                    continue;
-                }
-                out.push(c);
-            }
+            OPEN => start = Some(out.len()),
+            CLOSE => highlights.extend(start.take().map(|s| s..out.len())),
+            c if !c.is_control() => out.push(c),
+            _ => {}
         }
     }
     (out, highlights)
