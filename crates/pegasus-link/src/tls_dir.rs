@@ -58,10 +58,7 @@ pub(crate) fn open_or_create(dir: &Path, server_names: &[String]) -> Result<TlsF
             // written must not leave an old certificate beside it, which would read as a
             // mismatch instead of as a CA to finish making.
             remove_if_present(&dir.join(CA_CERT))?;
-            let key = certs::new_key()?;
-            let cert = certs::make_ca(&key)?;
-            write_key(dir, CA_KEY, &key)?;
-            (write_cert(dir, CA_CERT, &cert)?, key)
+            make_pair(dir, CA_KEY, CA_CERT, certs::make_ca)?
         }
     };
     let issuer = rcgen::Issuer::new(certs::ca_params(), ca_key);
@@ -80,12 +77,9 @@ pub(crate) fn open_or_create(dir: &Path, server_names: &[String]) -> Result<TlsF
     };
     let (server_cert, server_key) = match existing {
         Some(pair) => pair,
-        None => {
-            let key = certs::new_key()?;
-            let cert = certs::make_server_cert(&key, &issuer, &names)?;
-            write_key(dir, SERVER_KEY, &key)?;
-            (write_cert(dir, SERVER_CERT, &cert)?, key)
-        }
+        None => make_pair(dir, SERVER_KEY, SERVER_CERT, |key| {
+            certs::make_server_cert(key, &issuer, &names)
+        })?,
     };
     Ok(TlsFiles {
         ca_cert,
@@ -160,24 +154,23 @@ fn read_cert(dir: &Path, name: &str) -> Result<Option<CertificateDer<'static>>, 
         })
 }
 
-fn write_key(dir: &Path, name: &str, key: &KeyPair) -> Result<(), LinkError> {
-    write(&dir.join(name), key.serialize_pem().as_bytes())
-}
-
-/// Writes a certificate as PEM, as `openssl x509` reads it, and returns its DER.
-fn write_cert(
+/// A new key and its certificate (`make`), written key first, the certificate as PEM as
+/// `openssl x509` reads it; returns the certificate's DER and the key.
+fn make_pair(
     dir: &Path,
-    name: &str,
-    cert: &rcgen::Certificate,
-) -> Result<CertificateDer<'static>, LinkError> {
-    write(&dir.join(name), cert.pem().as_bytes())?;
-    Ok(cert.der().clone())
+    key_name: &str,
+    cert_name: &str,
+    make: impl FnOnce(&KeyPair) -> Result<rcgen::Certificate, LinkError>,
+) -> Result<(CertificateDer<'static>, KeyPair), LinkError> {
+    let key = certs::new_key()?;
+    let cert = make(&key)?;
+    write(&dir.join(key_name), key.serialize_pem().as_bytes())?;
+    write(&dir.join(cert_name), cert.pem().as_bytes())?;
+    Ok((cert.der().clone(), key))
 }
 
 /// Writes through the one atomic-write helper of the workspace (files 0600).
 fn write(path: &Path, bytes: &[u8]) -> Result<(), LinkError> {
-    pegasus_store::write_atomic(path, bytes).map_err(|e| LinkError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
-    })
+    pegasus_store::write_atomic(path, bytes)
+        .map_err(|e| LinkError::io(path)(std::io::Error::other(e.to_string())))
 }
