@@ -19,7 +19,7 @@ pub enum RoleError {
     },
     /// A malformed role file, located to the line (and key) so it can be fixed by hand:
     /// `<file>:<line>: key `model.thinking`: unknown variant ...`.
-    #[error("{origin}:{line}: {}{message}", key_prefix(.key))]
+    #[error("{origin}:{line}: {}{message}", pegasus_store::error::key_prefix(.key))]
     Parse {
         /// The file (or `built-in <id>`) that failed to parse.
         origin: String,
@@ -81,11 +81,4 @@ pub enum RoleError {
         /// What is wrong and what to do.
         message: String,
     },
-}
-
-fn key_prefix(key: &Option<String>) -> String {
-    match key {
-        Some(k) => format!("key `{k}`: "),
-        None => String::new(),
-    }
 }

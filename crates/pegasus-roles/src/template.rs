@@ -61,10 +61,8 @@ pub fn fill(template: &str, values: &BTreeMap<String, String>) -> String {
     let mut last = 0;
     for p in placeholders(template) {
         out.push_str(&template[last..p.range.start]);
-        match values.get(p.name) {
-            Some(v) => out.push_str(v),
-            None => out.push_str(&template[p.range.clone()]),
-        }
+        let as_written = &template[p.range.clone()];
+        out.push_str(values.get(p.name).map_or(as_written, String::as_str));
         last = p.range.end;
     }
     out.push_str(&template[last..]);

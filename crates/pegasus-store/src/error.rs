@@ -54,7 +54,9 @@ pub enum StoreError {
     NotFound(String),
 }
 
-fn key_prefix(key: &Option<String>) -> String {
+/// `key `K`: ` before a parse message about key `K`, nothing when there is none (also how
+/// pegasus-roles words its parse errors).
+pub fn key_prefix(key: &Option<String>) -> String {
     match key {
         Some(k) => format!("key `{k}`: "),
         None => String::new(),
