@@ -11,7 +11,7 @@ use crate::error::CodeError;
 use crate::git::{git, git_output, is_ancestor, rev};
 use crate::repo::Repo;
 use crate::shell::run_shell;
-use crate::worktree::{link_env, lock_reason, remove_locked, task_branch};
+use crate::worktree::{conflicted_files, link_env, lock_reason, remove_locked, task_branch};
 
 /// The project's own commands and their limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,14 +221,14 @@ fn stage_all<'a>(
         let margs = ["merge", "--no-ff", "-q", "-m", &message, &branch];
         let out = git_output(&staging, &margs)?;
         if !out.status.success() {
-            let files = git(&staging, &["diff", "--name-only", "--diff-filter=U"])?;
+            let files = conflicted_files(&staging)?;
             let _ = git_output(&staging, &["merge", "--abort"]);
             if files.is_empty() {
                 return Err(crate::git::failure(&staging, &margs, &out));
             }
             return Ok(Some(AdvanceStop::Outcome(MergeOutcome::Conflict {
                 repo: repo.id.clone(),
-                files: files.lines().map(str::to_string).collect(),
+                files,
             })));
         }
         // What reaches the base never holds a link out of the repository or a nested

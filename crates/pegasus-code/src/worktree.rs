@@ -198,11 +198,7 @@ mod tests {
 }
 
 fn same_path(a: &Path, b: &Path) -> bool {
-    a == b
-        || match (a.canonicalize(), b.canonicalize()) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => false,
-        }
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// Commits everything in the worktree (`add -A`; excluded files stay out) as one commit with
@@ -378,8 +374,7 @@ pub fn merge_base_in(worktree: &Path, base_ref: &str, abort: bool) -> Result<Mer
     if out.status.success() {
         return Ok(MergeIn::Clean);
     }
-    let files = git(worktree, &["diff", "--name-only", "--diff-filter=U"])?;
-    let files: Vec<String> = files.lines().map(str::to_string).collect();
+    let files = conflicted_files(worktree)?;
     if files.is_empty() {
         // Not a conflict: something else stopped the merge (a hook, a dirty file).
         let _ = git_output(worktree, &["merge", "--abort"]);
@@ -389,6 +384,12 @@ pub fn merge_base_in(worktree: &Path, base_ref: &str, abort: bool) -> Result<Mer
         let _ = git_output(worktree, &["merge", "--abort"]);
     }
     Ok(MergeIn::Conflict(files))
+}
+
+/// The files a merge in `dir` left conflicted.
+pub(crate) fn conflicted_files(dir: &Path) -> Result<Vec<String>, CodeError> {
+    let out = git(dir, &["diff", "--name-only", "--diff-filter=U"])?;
+    Ok(out.lines().map(str::to_string).collect())
 }
 
 /// The files changed on the task branch since `from`.

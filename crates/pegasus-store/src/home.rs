@@ -175,12 +175,7 @@ impl Home {
         match fs::DirBuilder::new().mode(0o700).create(&run) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(StoreError::Io {
-                    path: run,
-                    source: e,
-                })
-            }
+            Err(e) => return Err(StoreError::io(&run)(e)),
         }
         let meta = fs::metadata(&run).map_err(StoreError::io(&run))?;
         if !meta.is_dir() {
