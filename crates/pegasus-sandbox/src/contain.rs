@@ -25,7 +25,7 @@
 //! Everything runs between `fork` and `exec`, so the child code makes raw system calls only:
 //! what needs memory (paths, the Landlock ruleset) is prepared before the fork.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -143,23 +143,20 @@ struct Prepared {
     /// tmux, X): hidden, or a command could ask one of them to start a process outside its
     /// namespace. Folders get an empty tmpfs, sockets `/dev/null`.
     hidden: Vec<(CString, bool)>,
-    tmpfs: CString,
-    dev_null: CString,
-    proc_: CString,
-    proc_dir: CString,
-    root_dir: CString,
-    setgroups: CString,
-    uid_map: (CString, Vec<u8>),
-    gid_map: (CString, Vec<u8>),
+    /// What `/proc/self/uid_map` and `gid_map` get in a user namespace.
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
 }
+
+const TMPFS: &CStr = c"tmpfs";
+const DEV_NULL: &CStr = c"/dev/null";
+const PROC: &CStr = c"proc";
+const PROC_DIR: &CStr = c"/proc";
+const ROOT_DIR: &CStr = c"/";
 
 fn cstring(p: &Path) -> Result<CString, String> {
     CString::new(p.as_os_str().as_bytes())
         .map_err(|_| format!("{}: a NUL in the path", p.display()))
-}
-
-fn fixed(s: &str) -> CString {
-    CString::new(s).unwrap_or_default()
 }
 
 impl Prepared {
@@ -194,25 +191,13 @@ impl Prepared {
         }
         Ok(Prepared {
             hidden,
-            tmpfs: fixed("tmpfs"),
-            dev_null: fixed("/dev/null"),
             parent: std::process::id(),
             root: uid == 0,
             ruleset,
             ruleset_fd,
             read_only,
-            proc_: fixed("proc"),
-            proc_dir: fixed("/proc"),
-            root_dir: fixed("/"),
-            setgroups: fixed("/proc/self/setgroups"),
-            uid_map: (
-                fixed("/proc/self/uid_map"),
-                format!("{uid} {uid} 1\n").into_bytes(),
-            ),
-            gid_map: (
-                fixed("/proc/self/gid_map"),
-                format!("{gid} {gid} 1\n").into_bytes(),
-            ),
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
         })
     }
 
@@ -286,9 +271,9 @@ impl Prepared {
             return Ok(false);
         }
         // Inside a fresh user namespace: map just this user, or every file would be nobody's.
-        write_file(&self.setgroups, b"deny");
-        if !write_file(&self.uid_map.0, &self.uid_map.1)
-            || !write_file(&self.gid_map.0, &self.gid_map.1)
+        write_file(c"/proc/self/setgroups", b"deny");
+        if !write_file(c"/proc/self/uid_map", &self.uid_map)
+            || !write_file(c"/proc/self/gid_map", &self.gid_map)
         {
             return Err(io::Error::other(
                 "cannot map the user into the command's namespace",
@@ -307,7 +292,7 @@ impl Prepared {
         unsafe {
             if libc::mount(
                 null,
-                self.root_dir.as_ptr(),
+                ROOT_DIR.as_ptr(),
                 null,
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
@@ -316,24 +301,24 @@ impl Prepared {
                 return;
             }
             libc::mount(
-                self.proc_.as_ptr(),
-                self.proc_dir.as_ptr(),
-                self.proc_.as_ptr(),
+                PROC.as_ptr(),
+                PROC_DIR.as_ptr(),
+                PROC.as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             );
             for (path, dir) in &self.hidden {
                 if *dir {
                     libc::mount(
-                        self.tmpfs.as_ptr(),
+                        TMPFS.as_ptr(),
                         path.as_ptr(),
-                        self.tmpfs.as_ptr(),
+                        TMPFS.as_ptr(),
                         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                         std::ptr::null(),
                     );
                 } else {
                     libc::mount(
-                        self.dev_null.as_ptr(),
+                        DEV_NULL.as_ptr(),
                         path.as_ptr(),
                         null,
                         libc::MS_BIND,
@@ -366,7 +351,7 @@ impl Prepared {
         if let Some(fd) = &self.ruleset_fd {
             // SAFETY: open of a fixed path; the attr lives across the call.
             unsafe {
-                let proc_fd = libc::open(self.proc_dir.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                let proc_fd = libc::open(PROC_DIR.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
                 if proc_fd >= 0 {
                     let attr = PathBeneathAttr {
                         allowed_access: READ_V1,
@@ -507,7 +492,7 @@ fn raw_fork() -> io::Result<libc::pid_t> {
     Ok(pid as libc::pid_t)
 }
 
-fn write_file(path: &CString, bytes: &[u8]) -> bool {
+fn write_file(path: &CStr, bytes: &[u8]) -> bool {
     // SAFETY: open/write/close with a NUL-terminated path and a live buffer.
     unsafe {
         let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
