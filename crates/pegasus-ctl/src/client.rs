@@ -20,24 +20,18 @@ impl Client {
     /// Connects to the daemon of `home`. No socket or nobody listening = [`CtlError::NotRunning`].
     pub async fn connect(home: &Home) -> Result<Client, CtlError> {
         let path = home.control_socket();
-        let not_running = || CtlError::NotRunning {
-            home: home.root().display().to_string(),
-        };
         let name = path
             .as_path()
             .to_fs_name::<GenericFilePath>()
             .map_err(|e| CtlError::Failed(format!("bad socket path {}: {e}", path.display())))?;
-        let stream = match Stream::connect(name).await {
-            Ok(s) => s,
-            Err(e) => {
-                return Err(match e.kind() {
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                        not_running()
-                    }
-                    _ => CtlError::Failed(format!("cannot connect to {}: {e}", path.display())),
-                })
+        let stream = Stream::connect(name).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                CtlError::NotRunning {
+                    home: home.root().display().to_string(),
+                }
             }
-        };
+            _ => CtlError::Failed(format!("cannot connect to {}: {e}", path.display())),
+        })?;
         let (recv, send) = tokio::io::split(stream);
         let mut client = Client {
             reader: FrameReader::new(recv),

@@ -128,19 +128,16 @@ async fn list(home: &Home, json: bool, status: Option<String>) -> Result<(), Ctl
 /// Task counts by state, from the project's task files: `3 done, 1 failed`.
 fn task_counts(home: &Home, name: &str) -> std::collections::BTreeMap<String, usize> {
     let mut counts = std::collections::BTreeMap::new();
-    if let Ok(tasks) =
-        pegasus_tasks::TaskStore::open(&home.project_dir(name), name).and_then(|s| s.list())
-    {
-        for t in tasks {
-            *counts.entry(t.state.as_str().to_string()).or_insert(0) += 1;
-        }
+    let store = pegasus_tasks::TaskStore::open(&home.project_dir(name), name);
+    for t in store.and_then(|s| s.list()).unwrap_or_default() {
+        *counts.entry(t.state.as_str().to_string()).or_insert(0) += 1;
     }
     counts
 }
 
 async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
     pegasus_store::validate_name(name)?;
-    let info = infos(home, None)
+    let mut info = infos(home, None)
         .await?
         .into_iter()
         .find(|p| p.name == name)
@@ -149,7 +146,6 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
                 "project {name} not found: see `pegasusctl project list`"
             ))
         })?;
-    let mut info = info;
     info.unmerged_branches = pegasus_tasks::unmerged_branches(&home.project_dir(name));
     let counts = task_counts(home, name);
     let mcp = pegasus_store::mcp::read_mcp_status(&home.project_dir(name));
