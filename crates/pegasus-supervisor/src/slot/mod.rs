@@ -215,15 +215,7 @@ impl Slot {
                 }
                 Outcome::Unreached(why) => {
                     self.unreached += 1;
-                    let factor = 1u64 << (self.unreached - 1).min(16);
-                    let delay = Duration::from_millis(
-                        self.sup
-                            .config
-                            .workers
-                            .restart_backoff_ms
-                            .saturating_mul(factor),
-                    )
-                    .clamp(Duration::from_secs(1), MAX_BACKOFF);
+                    let delay = self.backoff(self.unreached).max(Duration::from_secs(1));
                     tracing::warn!(project = %self.name, ?delay, "the launched worker did not reach pegasusd ({why}); launching again after the delay");
                     self.set(|i| i.last_crash = Some(why));
                     self.set_state(WorkerState::Backoff, None);
@@ -258,10 +250,7 @@ impl Slot {
                     None => self.crashes.clear(),
                 }
             } else {
-                let factor = 1u64 << (recent.saturating_sub(1)).min(16);
-                let delay =
-                    Duration::from_millis(workers.restart_backoff_ms.saturating_mul(factor))
-                        .min(MAX_BACKOFF);
+                let delay = self.backoff(recent);
                 tracing::info!(project = %self.name, ?delay, "restarting worker after backoff");
                 self.set_state(WorkerState::Backoff, None);
                 if let Some(reply) = self
@@ -272,6 +261,14 @@ impl Slot {
                 }
             }
         }
+    }
+
+    /// The wait before the `n`th restart in a row: `workers.restart_backoff_ms`, doubled for
+    /// each one before it, at most [`MAX_BACKOFF`].
+    fn backoff(&self, n: u32) -> Duration {
+        let factor = 1u64 << n.saturating_sub(1).min(16);
+        let ms = self.sup.config.workers.restart_backoff_ms;
+        Duration::from_millis(ms.saturating_mul(factor)).min(MAX_BACKOFF)
     }
 
     /// Waits out a backoff (`until`) or a crash loop (`None`: until `Restart`). Returns the stop
