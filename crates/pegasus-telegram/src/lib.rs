@@ -269,19 +269,13 @@ impl Bot {
             }
             raw.extend_from_slice(&chunk);
         }
-        let v: Value = match serde_json::from_slice(&raw) {
-            Ok(v) => v,
-            Err(_) if !json_type => {
-                return Err(CallError::Other(format!(
-                    "HTTP {status}: the answer is not JSON (a proxy's error page?)"
-                )))
-            }
-            Err(e) => {
-                return Err(CallError::Other(format!(
-                    "HTTP {status}: the answer is malformed JSON ({e})"
-                )))
-            }
-        };
+        let v: Value = serde_json::from_slice(&raw).map_err(|e| {
+            CallError::Other(if json_type {
+                format!("HTTP {status}: the answer is malformed JSON ({e})")
+            } else {
+                format!("HTTP {status}: the answer is not JSON (a proxy's error page?)")
+            })
+        })?;
         let Some(ok) = v["ok"].as_bool() else {
             return Err(CallError::Other(format!(
                 "HTTP {status}: the answer has no `ok` field, so it is not a Bot API answer"
