@@ -50,13 +50,11 @@ pub(super) fn error(status: StatusCode, msg: &str) -> Response {
 }
 
 fn allowed_hosts(d: &Dash) -> Vec<String> {
-    let port = d.addr.port();
-    let mut hosts = vec![d.addr.to_string(), format!("localhost:{port}")];
     if d.addr.ip().is_unspecified() || d.door.config().dashboard.allow_remote {
         // Served on every address (or remotely): the host name cannot be pinned.
-        hosts.clear();
+        return Vec::new();
     }
-    hosts
+    vec![d.addr.to_string(), format!("localhost:{}", d.addr.port())]
 }
 
 fn bearer(h: &HeaderMap) -> Option<&str> {

@@ -93,7 +93,8 @@ pub(crate) fn per_project(projects: &[(String, f64)]) -> Markup {
     }
 }
 
-fn short(s: &str, max: usize) -> String {
+/// `s` cut at `max` characters, with `…` when something was left out.
+pub(crate) fn short(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         None => s.to_string(),
         Some((i, _)) => format!("{}…", &s[..i]),

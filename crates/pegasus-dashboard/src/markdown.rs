@@ -6,6 +6,7 @@
 
 use maud::{Markup, PreEscaped};
 use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use std::fmt::Write as _;
 
 /// Renders `text` (Markdown) as safe HTML.
 pub(crate) fn render(text: &str) -> Markup {
@@ -155,15 +156,7 @@ fn safe_url(url: &str) -> bool {
 
 /// Escapes text for an element's content or a double-quoted attribute.
 fn escape(text: &str, out: &mut String) {
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
+    let _ = maud::Escaper::new(out).write_str(text);
 }
 
 #[cfg(test)]

@@ -206,11 +206,7 @@ fn doing(p: &ProjectInfo) -> Markup {
 }
 
 fn first_line(s: &str, max: usize) -> String {
-    let line = s.lines().next().unwrap_or_default();
-    match line.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &line[..i]),
-        None => line.to_string(),
-    }
+    chart::short(s.lines().next().unwrap_or_default(), max)
 }
 
 pub(super) async fn projects(State(d): State<Dash>) -> Response {
@@ -344,18 +340,15 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
                 .and_then(|s| s.list().ok())
                 .unwrap_or_default();
             // Which blocked tasks are blocked in their merge (only those offer Merge).
-            let merge_blocked: HashSet<String> = match &store {
-                Ok(s) => tasks
-                    .iter()
-                    .filter(|t| t.state == TaskState::Blocked && t.question.is_none())
-                    .filter(|t| {
-                        s.history(&t.id)
-                            .is_ok_and(|h| actions::blocked_from_verified(&h))
-                    })
-                    .map(|t| t.id.clone())
-                    .collect(),
-                Err(_) => HashSet::new(),
-            };
+            let merge_blocked: HashSet<String> = tasks
+                .iter()
+                .filter(|t| t.state == TaskState::Blocked && t.question.is_none())
+                .filter(|t| {
+                    let history = store.as_ref().ok().and_then(|s| s.history(&t.id).ok());
+                    history.is_some_and(|h| actions::blocked_from_verified(&h))
+                })
+                .map(|t| t.id.clone())
+                .collect();
             // The session as written: a call still running (or waiting for approval) has no
             // result yet, so the cancelled one the loader makes up for a model is left out.
             let records = pegasus_store::load_session(&dir)
@@ -367,20 +360,21 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
                         .collect::<Vec<_>>()
                 })
                 .unwrap_or_default();
-            let mut memory = Vec::new();
-            if let Ok(entries) = std::fs::read_dir(dir.join("memory")) {
-                let mut names: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-                names.sort();
-                for p in names.into_iter().take(30) {
-                    if let Ok(text) = pegasus_store::read_text_limited(&p, 64 * 1024) {
-                        let n = p
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default();
-                        memory.push((n, text));
-                    }
-                }
-            }
+            let mut paths: Vec<_> = std::fs::read_dir(dir.join("memory"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            paths.sort();
+            let memory: Vec<(String, String)> = paths
+                .iter()
+                .take(30)
+                .filter_map(|p| {
+                    let text = pegasus_store::read_text_limited(p, 64 * 1024).ok()?;
+                    Some((p.file_name()?.to_string_lossy().into_owned(), text))
+                })
+                .collect();
             let runs = pegasus_runs::RunStore::open(&dir)
                 .and_then(|s| s.list())
                 .unwrap_or_default();
