@@ -150,35 +150,23 @@ impl PodLauncher {
                 .await
                 .map_err(|e| self.api_err("watch", &pod.name, e))?;
             let mut events = std::pin::pin!(events);
-            let mut broke = false;
             while let Some(event) = events.next().await {
-                match event {
-                    Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
-                        if let Some(end) = judge(&p, pod) {
-                            return Ok(end);
-                        }
+                let why = match event {
+                    Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => match judge(&p, pod) {
+                        Some(end) => return Ok(end),
+                        None => continue,
+                    },
+                    Ok(WatchEvent::Deleted(p)) if p.uid().as_deref() == Some(pod.uid.as_str()) => {
+                        return Ok(PodEnd::Gone)
                     }
-                    Ok(WatchEvent::Deleted(p)) => {
-                        if p.uid().as_deref() == Some(pod.uid.as_str()) {
-                            return Ok(PodEnd::Gone);
-                        }
-                    }
-                    Ok(WatchEvent::Bookmark(_)) => {}
+                    Ok(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_)) => continue,
                     // 410 Gone (the version is too old) or a broken stream: look again.
-                    Ok(WatchEvent::Error(status)) => {
-                        tracing::debug!(pod = %pod.name, "watch ended: {status}");
-                        broke = true;
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::debug!(pod = %pod.name, "watch broke: {e}");
-                        broke = true;
-                        break;
-                    }
-                }
-            }
-            if broke {
+                    Ok(WatchEvent::Error(status)) => format!("watch ended: {status}"),
+                    Err(e) => format!("watch broke: {e}"),
+                };
+                tracing::debug!(pod = %pod.name, "{why}");
                 tokio::time::sleep(REWATCH_PAUSE).await;
+                break;
             }
         }
     }
