@@ -286,65 +286,26 @@ impl Prepared {
     /// Each step is best effort, but none is tried after the first fails (a mount while the
     /// tree still propagates would reach the parent's namespace).
     fn mount(&self) {
-        let null = std::ptr::null::<libc::c_char>();
-        // SAFETY: mount with NUL-terminated strings made before the fork, or NULL where the
-        // call takes none.
-        unsafe {
-            if libc::mount(
-                null,
-                ROOT_DIR.as_ptr(),
-                null,
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
+        let no_exec = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        if !sys_mount(None, ROOT_DIR, None, libc::MS_REC | libc::MS_PRIVATE) {
+            return;
+        }
+        sys_mount(Some(PROC), PROC_DIR, Some(PROC), no_exec);
+        for (path, dir) in &self.hidden {
+            if *dir {
+                sys_mount(Some(TMPFS), path, Some(TMPFS), no_exec);
+            } else {
+                sys_mount(Some(DEV_NULL), path, None, libc::MS_BIND);
+            }
+        }
+        for (path, keep) in &self.read_only {
+            let read_only = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep;
+            if sys_mount(Some(path), path, None, libc::MS_BIND)
+                && !sys_mount(None, path, None, read_only)
             {
-                return;
-            }
-            libc::mount(
-                PROC.as_ptr(),
-                PROC_DIR.as_ptr(),
-                PROC.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                std::ptr::null(),
-            );
-            for (path, dir) in &self.hidden {
-                if *dir {
-                    libc::mount(
-                        TMPFS.as_ptr(),
-                        path.as_ptr(),
-                        TMPFS.as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        std::ptr::null(),
-                    );
-                } else {
-                    libc::mount(
-                        DEV_NULL.as_ptr(),
-                        path.as_ptr(),
-                        null,
-                        libc::MS_BIND,
-                        std::ptr::null(),
-                    );
-                }
-            }
-            for (path, keep) in &self.read_only {
-                if libc::mount(
-                    path.as_ptr(),
-                    path.as_ptr(),
-                    null,
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                ) == 0
-                    && libc::mount(
-                        null,
-                        path.as_ptr(),
-                        null,
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
-                        std::ptr::null(),
-                    ) != 0
-                {
-                    // A bind left writable would only look protected.
-                    libc::umount2(path.as_ptr(), libc::MNT_DETACH);
-                }
+                // A bind left writable would only look protected.
+                // SAFETY: umount2 of a NUL-terminated path made before the fork.
+                unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
             }
         }
         // The ruleset was made before the new /proc existed: grant reading it.
@@ -461,6 +422,27 @@ fn kept_flags(path: &Path) -> libc::c_ulong {
         }
     }
     out
+}
+
+/// `mount(2)` without data (`None`: no source or file system type); whether it worked. Makes
+/// no allocation: it runs between fork and exec.
+fn sys_mount(
+    src: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+) -> bool {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: NUL-terminated strings that outlive the call, or NULL where mount takes none.
+    unsafe {
+        libc::mount(
+            ptr(src),
+            target.as_ptr(),
+            ptr(fstype),
+            flags,
+            std::ptr::null(),
+        ) == 0
+    }
 }
 
 fn set_pdeathsig() -> io::Result<()> {
