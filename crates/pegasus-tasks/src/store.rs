@@ -411,13 +411,7 @@ impl TaskStore {
         let Some(spec) = parent.spec.clone().filter(|_| parent.spec_version >= 1) else {
             return Err(TaskError::NotFrozen(parent.id));
         };
-        let whole = spec
-            .goal
-            .trim()
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let whole = spec.goal.trim().lines().next().unwrap_or_default();
         let mut made: Vec<(PathBuf, Task, TaskEvent)> = Vec::with_capacity(steps.len());
         for step in steps {
             let new = NewTask {
