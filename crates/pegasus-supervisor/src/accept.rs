@@ -31,12 +31,16 @@ impl Acceptor for tokio::net::TcpListener {
     }
 }
 
+/// How many connections of one listener may be open at once (a worker's leaves the count once
+/// it is handed to its slot): far above what a burst of restarts needs, low enough to bound a
+/// flood; more wait in the kernel's backlog.
+const MAX_OPEN: usize = 256;
+
 /// Accepts connections on `listener` until `shutdown`, running `handle` for each on its own
-/// task with at most `max_open` running at once. `what` names the socket in log lines.
+/// task with at most [`MAX_OPEN`] running at once. `what` names the socket in log lines.
 pub(crate) async fn serve<L, F, Fut>(
     what: &'static str,
     listener: L,
-    max_open: usize,
     shutdown: CancellationToken,
     handle: F,
 ) where
@@ -44,7 +48,7 @@ pub(crate) async fn serve<L, F, Fut>(
     F: Fn(L::Conn) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(max_open));
+    let permits = Arc::new(Semaphore::new(MAX_OPEN));
     loop {
         let permit = tokio::select! {
             _ = shutdown.cancelled() => return,

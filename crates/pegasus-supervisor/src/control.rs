@@ -16,13 +16,11 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request frame may take from its first byte to its last: a client that starts
 /// a frame and stalls loses its connection (an idle one between requests is fine).
 const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
-/// How many control connections may be open at once; more wait in the kernel's backlog.
-const MAX_OPEN: usize = 256;
 
 /// Accepts control connections until the daemon stops.
 pub(crate) async fn serve(door: FrontDoor, listener: Listener) {
     let shutdown = door.shutdown().clone();
-    crate::accept::serve("control", listener, MAX_OPEN, shutdown, move |stream| {
+    crate::accept::serve("control", listener, shutdown, move |stream| {
         connection(door.clone(), stream)
     })
     .await

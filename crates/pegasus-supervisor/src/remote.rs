@@ -14,9 +14,6 @@ use pegasus_store::{launcher::LauncherConfig, Config, Home};
 use std::{net::SocketAddr, sync::Arc};
 use tokio::net::{TcpListener, TcpStream};
 
-/// How many connections may be in their TLS handshake, enrollment or hello at once.
-const MAX_OPEN: usize = 256;
-
 /// How pegasusd reaches workers elsewhere: the link's authority (with `workers.listen`) and
 /// the Kubernetes launchers.
 #[derive(Default)]
@@ -188,7 +185,7 @@ pub(crate) async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), Stri
 /// Accepts remote worker connections until the daemon stops.
 pub(crate) async fn serve(sup: Arc<Supervisor>, listener: TcpListener) {
     let shutdown = sup.shutdown.clone();
-    crate::accept::serve("remote worker", listener, MAX_OPEN, shutdown, move |conn| {
+    crate::accept::serve("remote worker", listener, shutdown, move |conn| {
         connection(sup.clone(), conn)
     })
     .await

@@ -17,14 +17,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// whole frames to a local socket; one that stalls mid-frame is hung, and its slot restarts it.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How many handshakes may be in flight at once (a connection leaves the count once it is
-/// handed to its slot). Far above what a burst of restarts needs, low enough to bound a flood.
-const MAX_OPEN: usize = 256;
-
 /// Accepts worker connections until the daemon stops.
 pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
-    let shutdown = sup.shutdown.clone();
-    crate::accept::serve("worker", listener, MAX_OPEN, shutdown, move |stream| {
+    crate::accept::serve("worker", listener, sup.shutdown.clone(), move |stream| {
         handshake(sup.clone(), stream)
     })
     .await
