@@ -27,6 +27,9 @@ pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// is a peer speaking something other than TLS, refused by name without a handshake attempt.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
+/// The step a refusal names while TLS is being set up.
+const HANDSHAKE: &str = "the TLS handshake";
+
 /// The most an enrollment request may take on the wire (one is about 300 bytes).
 const MAX_ENROLL_REQUEST: u64 = 4096;
 
@@ -145,17 +148,14 @@ impl Authority {
     pub async fn accept(&self, tcp: TcpStream) -> Result<Accepted, Refusal> {
         let deadline = tokio::time::Instant::now() + ACCEPT_TIMEOUT;
 
+        let timed_out = |_| Refusal::Timeout { during: HANDSHAKE };
         let mut first = [0u8; 1];
         let peeked = timeout_at(deadline, tcp.peek(&mut first))
             .await
-            .map_err(|_| Refusal::Timeout {
-                during: "the TLS handshake",
-            })?
+            .map_err(timed_out)?
             .map_err(|e| Refusal::Handshake(e.to_string()))?;
         if peeked == 0 {
-            return Err(Refusal::Closed {
-                during: "the TLS handshake",
-            });
+            return Err(Refusal::Closed { during: HANDSHAKE });
         }
         if first[0] != TLS_HANDSHAKE_RECORD {
             return Err(Refusal::PlainTcp {
@@ -165,9 +165,7 @@ impl Authority {
 
         let tls = timeout_at(deadline, self.acceptor.accept(tcp))
             .await
-            .map_err(|_| Refusal::Timeout {
-                during: "the TLS handshake",
-            })?
+            .map_err(timed_out)?
             .map_err(handshake_refusal)?;
 
         let presented = tls
@@ -284,9 +282,9 @@ fn handshake_refusal(e: std::io::Error) -> Refusal {
     match tls_error {
         Some(rustls::Error::InvalidCertificate(why)) => Refusal::BadCertificate(why.to_string()),
         Some(other) => Refusal::Handshake(other.to_string()),
-        None if e.kind() == std::io::ErrorKind::UnexpectedEof => Refusal::Closed {
-            during: "the TLS handshake",
-        },
+        None if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Refusal::Closed { during: HANDSHAKE }
+        }
         None => Refusal::Handshake(e.to_string()),
     }
 }
