@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 
-use chrono::Utc;
 use pegasus_proto::llm::{Block, ChatResponse, Message, Role};
 use pegasus_proto::Channel;
 use pegasus_store::{
@@ -278,36 +277,35 @@ fn input_value(input_json: &str) -> serde_json::Value {
 pub fn to_content(blocks: &[Block]) -> Vec<ContentBlock> {
     blocks
         .iter()
+        .cloned()
         .map(|b| match b {
-            Block::Text { text } => ContentBlock::Text { text: text.clone() },
+            Block::Text { text } => ContentBlock::Text { text },
             Block::ToolUse {
                 id,
                 name,
                 input_json,
             } => ContentBlock::ToolUse {
-                id: id.clone(),
-                name: name.clone(),
-                input: input_value(input_json),
+                id,
+                name,
+                input: input_value(&input_json),
             },
             Block::ToolResult {
                 tool_use_id,
                 content,
                 is_error,
             } => ContentBlock::ToolResult {
-                tool_use_id: tool_use_id.clone(),
-                content: content.clone(),
-                is_error: *is_error,
+                tool_use_id,
+                content,
+                is_error,
             },
             Block::Thinking {
                 thinking,
                 signature,
             } => ContentBlock::Thinking {
-                thinking: thinking.clone(),
-                signature: signature.clone(),
+                thinking,
+                signature,
             },
-            Block::RedactedThinking { data } => {
-                ContentBlock::RedactedThinking { data: data.clone() }
-            }
+            Block::RedactedThinking { data } => ContentBlock::RedactedThinking { data },
         })
         .collect()
 }
@@ -316,28 +314,15 @@ pub fn to_content(blocks: &[Block]) -> Vec<ContentBlock> {
 pub fn assistant_record(blocks: &[Block], resp: &ChatResponse) -> SessionRecord {
     SessionRecord::Message(SessionMessage {
         id: Some(resp.request_id.clone()).filter(|s| !s.is_empty()),
-        role: SRole::Assistant,
-        from: None,
-        content: to_content(blocks),
         model: Some(resp.model.clone()).filter(|s| !s.is_empty()),
         usage: serde_json::to_value(resp.usage).ok(),
-        ts: Utc::now(),
-        client_id: None,
+        ..SessionMessage::new(SRole::Assistant, to_content(blocks))
     })
 }
 
 /// The session record of one turn's tool results.
 pub fn tool_record(results: &[Block]) -> SessionRecord {
-    SessionRecord::Message(SessionMessage {
-        id: None,
-        role: SRole::Tool,
-        from: None,
-        content: to_content(results),
-        model: None,
-        usage: None,
-        ts: Utc::now(),
-        client_id: None,
-    })
+    SessionRecord::Message(SessionMessage::new(SRole::Tool, to_content(results)))
 }
 
 /// The session record of an inbound message.
@@ -350,13 +335,9 @@ pub fn user_record(id: &str, from: &Channel, text: &str) -> SessionRecord {
 pub fn sent_record(id: &str, from: &Channel, text: &str, client_id: Option<&str>) -> SessionRecord {
     SessionRecord::Message(SessionMessage {
         id: Some(id.to_string()).filter(|s| !s.is_empty()),
-        role: SRole::User,
         from: Some(from.clone()),
-        content: vec![ContentBlock::Text { text: text.into() }],
-        model: None,
-        usage: None,
-        ts: Utc::now(),
         client_id: client_id.map(str::to_string),
+        ..SessionMessage::new(SRole::User, vec![ContentBlock::Text { text: text.into() }])
     })
 }
 
@@ -479,18 +460,10 @@ fn clip(s: &str, max: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use chrono::Utc;
 
     fn msg(role: SRole, content: Vec<ContentBlock>) -> SessionRecord {
-        SessionRecord::Message(SessionMessage {
-            id: None,
-            role,
-            from: None,
-            content,
-            model: None,
-            usage: None,
-            ts: Utc::now(),
-            client_id: None,
-        })
+        SessionRecord::Message(SessionMessage::new(role, content))
     }
     fn text(role: SRole, t: &str) -> SessionRecord {
         msg(role, vec![ContentBlock::Text { text: t.into() }])

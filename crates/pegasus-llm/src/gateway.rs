@@ -22,6 +22,7 @@ use pegasus_store::{Config, Home, LedgerEntry, ProjectRegistry};
 use crate::budget::{self, Limits, MAIN_PROJECT};
 use crate::journal::{self, Journal, PendingCall, Reserved};
 use crate::ledger::Ledger;
+use crate::lock;
 use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
 use crate::provider::{self, Kind, Target};
@@ -294,13 +295,7 @@ impl Gateway {
             _ => return Some(info.context_window),
         };
         let _one = self.inner.probing.lock().await;
-        let asked = self
-            .inner
-            .learned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&full)
-            .copied();
+        let asked = lock(&self.inner.learned).get(&full).copied();
         match asked {
             Some((Some(w), _)) => return Some(w),
             Some((None, at)) if at.elapsed() < PROBE_AGAIN => return Some(info.context_window),
@@ -314,21 +309,12 @@ impl Gateway {
             None => tracing::info!(model = %full, default = info.context_window,
                 "the model's server does not say its context window; using default_context_window"),
         }
-        self.inner
-            .learned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(full, (found, Instant::now()));
+        lock(&self.inner.learned).insert(full, (found, Instant::now()));
         Some(found.unwrap_or(info.context_window))
     }
 
     fn learned(&self, model: &str) -> Option<u64> {
-        self.inner
-            .learned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(model)
-            .and_then(|(w, _)| *w)
+        lock(&self.inner.learned).get(model).and_then(|(w, _)| *w)
     }
 
     /// What a `provider/model` can do (SPEC §5 model table).
@@ -348,12 +334,7 @@ impl Gateway {
             .is_some_and(|t| matches!(t, "low" | "medium" | "high"));
         if wants && !(info.thinking || info.reasoning) {
             req.thinking = None;
-            let first = self
-                .inner
-                .thinking_refused
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(model.to_string());
+            let first = lock(&self.inner.thinking_refused).insert(model.to_string());
             if first {
                 tracing::info!(%model, "the role asks for thinking, but this model has none (data/models.yml); running without it");
             }
@@ -420,7 +401,7 @@ impl Gateway {
         }
         let today = Utc::now().date_naive();
         let usd = worst.unwrap_or(0.0);
-        let mut reserved = inner.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reserved = lock(&inner.reserved);
         inner.ledger.with_totals(|t| {
             budget::admit(
                 t,
@@ -526,7 +507,7 @@ impl Gateway {
 
     /// The instant before which `provider` must not be called, if still in the future.
     fn gate(&self, provider: &str) -> Option<Instant> {
-        let gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+        let gates = lock(&self.inner.gates);
         gates
             .get(provider)
             .copied()
@@ -536,7 +517,7 @@ impl Gateway {
     /// Holds every call to `provider` for `wait` (never shortening an existing hold).
     fn hold_provider(&self, provider: &str, wait: Duration) {
         let at = Instant::now() + wait;
-        let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+        let mut gates = lock(&self.inner.gates);
         let gate = gates.entry(provider.to_string()).or_insert(at);
         if *gate < at {
             *gate = at;
@@ -610,10 +591,7 @@ impl Gateway {
                 if let Some(w) = crate::window::from_refusal(&text) {
                     let info = self.model_info(&target.full);
                     if !info.window_known {
-                        self.inner
-                            .learned
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
+                        lock(&self.inner.learned)
                             .insert(target.full.clone(), (Some(w), Instant::now()));
                     }
                 }
@@ -826,16 +804,12 @@ impl Drop for Reservation {
                 // The caller went away while the answer arrived: metered all the same.
                 inner.ledger.record_blocking(entry);
             }
-            inner
-                .reserved
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(
-                    day,
-                    &call.project,
-                    call.task.as_deref(),
-                    call.usd.unwrap_or(0.0),
-                );
+            lock(&inner.reserved).remove(
+                day,
+                &call.project,
+                call.task.as_deref(),
+                call.usd.unwrap_or(0.0),
+            );
             inner.journal.done(&call.call);
         };
         if self.settled || !self.progress.get().answered {
@@ -859,7 +833,7 @@ impl Inner {
     /// line: a model priced only under the id its server reports costs the same in each.
     fn price(&self, target: &Target, reported: &str, usage: &Usage) -> Option<f64> {
         let reported = {
-            let mut known = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+            let mut known = lock(&self.reported);
             if reported.is_empty() {
                 known.get(&target.full).cloned()
             } else {

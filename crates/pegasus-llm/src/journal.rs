@@ -15,6 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
+use crate::lock;
 use chrono::{DateTime, Utc};
 use pegasus_store::{Home, JsonlAppender, LedgerEntry};
 use serde::{Deserialize, Serialize};
@@ -131,7 +132,7 @@ impl Journal {
     /// Empties the journal (after its unsettled calls were written to the ledger).
     pub fn reset(&self, home: &Home) -> Result<(), pegasus_store::StoreError> {
         let path = home.pending_calls_file();
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = lock(&self.file);
         pegasus_store::write_atomic(&path, b"")?;
         file.appender = JsonlAppender::open(&path)?;
         file.calls.clear();
@@ -143,7 +144,7 @@ impl Journal {
     /// Past [`COMPACT_AFTER`] lines, the journal is first rewritten atomically with only the
     /// calls still open (a crash during it leaves the old file or the new one, both complete).
     pub fn sent(&self, p: &PendingCall) -> Result<(), pegasus_store::StoreError> {
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = lock(&self.file);
         if file.lines >= COMPACT_AFTER && file.lines > 4 * file.calls.len() {
             let mut text = String::new();
             for call in file.calls.values() {
@@ -166,7 +167,7 @@ impl Journal {
     /// Records that `call` ended without a bill, or with its ledger line written (not synced:
     /// losing it only makes the next start count the call's worst case).
     pub fn done(&self, call: &str) {
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = lock(&self.file);
         file.calls.remove(call);
         file.lines += 1;
         if let Err(e) = file.appender.append(&Line::Done {
@@ -179,7 +180,7 @@ impl Journal {
     /// Lines in the journal file now.
     #[cfg(test)]
     fn lines(&self) -> usize {
-        self.file.lock().unwrap_or_else(|p| p.into_inner()).lines
+        lock(&self.file).lines
     }
 }
 

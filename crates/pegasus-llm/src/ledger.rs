@@ -11,6 +11,7 @@ use pegasus_proto::llm::LlmError;
 use pegasus_store::{Home, JsonlAppender, LedgerEntry};
 
 use crate::budget::Totals;
+use crate::lock;
 
 /// The ledger file and the totals it feeds.
 #[derive(Debug, Clone)]
@@ -53,15 +54,12 @@ impl Ledger {
     fn write(file: &Mutex<JsonlAppender>, totals: &Mutex<Totals>, entry: LedgerEntry) {
         // The totals are updated while the file lock is held, so two calls ending together
         // are added in file order and the totals always equal a fresh read of the file.
-        let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = lock(file);
         if let Err(e) = file.append_durable(&entry) {
             tracing::error!(error = %e, model = %entry.model, usd = ?entry.usd,
                 "could not write the cost ledger line");
         }
-        totals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add_entry(&entry);
+        lock(totals).add_entry(&entry);
         drop(file);
     }
 
@@ -78,6 +76,6 @@ impl Ledger {
 
     /// Reads the totals (a short lock; never held across an await).
     pub fn with_totals<R>(&self, f: impl FnOnce(&Totals) -> R) -> R {
-        f(&self.totals.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&lock(&self.totals))
     }
 }

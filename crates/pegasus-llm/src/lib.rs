@@ -36,3 +36,8 @@ pub mod window;
 pub use gateway::{Gateway, GatewayStats};
 pub use pegasus_proto::llm::*;
 pub use provider::take_keys_from_env;
+
+/// Locks `m`; a panic elsewhere while it was held must not take the gateway down with it.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use pegasus_proto::llm::LlmError;
 use pegasus_store::{Config, ModelConfig};
 
-use crate::prices::{glob_match, strip_date_suffix};
+use crate::prices::{lookup, shipped_with};
 
 /// The table shipped with Pegasus.
 const SHIPPED: &str = include_str!("../../../data/models.yml");
@@ -39,11 +39,8 @@ pub struct ModelTable {
 impl ModelTable {
     /// The shipped table with config.yml `models:` on top.
     pub fn new(config: &Config) -> Result<ModelTable, LlmError> {
-        let mut entries: BTreeMap<String, ModelConfig> = serde_norway::from_str(SHIPPED)
-            .map_err(|e| LlmError::Other(format!("shipped data/models.yml is broken: {e}")))?;
-        entries.extend(config.models.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(ModelTable {
-            entries,
+            entries: shipped_with(SHIPPED, "models.yml", &config.models)?,
             default_context_window: config.default_context_window,
         })
     }
@@ -52,10 +49,7 @@ impl ModelTable {
     /// else the same for the id without a date suffix, else the defaults. `fallback_window`
     /// is a context window known elsewhere (an old `prices` entry).
     pub fn info(&self, model: &str, fallback_window: Option<u64>) -> ModelInfo {
-        let entry = self
-            .lookup(model)
-            .or_else(|| strip_date_suffix(model).and_then(|m| self.lookup(m)));
-        match entry {
+        match lookup(&self.entries, model) {
             Some(m) => ModelInfo {
                 context_window: m
                     .context_window
@@ -76,17 +70,6 @@ impl ModelTable {
                 window_known: fallback_window.is_some(),
             },
         }
-    }
-
-    fn lookup(&self, model: &str) -> Option<&ModelConfig> {
-        if let Some(m) = self.entries.get(model) {
-            return Some(m);
-        }
-        self.entries
-            .iter()
-            .filter(|(k, _)| k.contains('*') && glob_match(k, model))
-            .max_by_key(|(k, _)| (k.chars().filter(|&c| c != '*').count(), k.len()))
-            .map(|(_, m)| m)
     }
 }
 

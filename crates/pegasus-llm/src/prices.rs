@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use pegasus_proto::llm::{LlmError, Usage};
 use pegasus_store::PriceConfig;
+use serde::de::DeserializeOwned;
 
 /// The table shipped with Pegasus.
 const SHIPPED: &str = include_str!("../../../data/prices.yml");
@@ -22,30 +23,14 @@ pub struct PriceTable {
 impl PriceTable {
     /// The shipped table with `overrides` (config.yml `prices:`) applied on top.
     pub fn new(overrides: &BTreeMap<String, PriceConfig>) -> Result<PriceTable, LlmError> {
-        let mut entries: BTreeMap<String, PriceConfig> = serde_norway::from_str(SHIPPED)
-            .map_err(|e| LlmError::Other(format!("shipped data/prices.yml is broken: {e}")))?;
-        entries.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-        Ok(PriceTable { entries })
+        Ok(PriceTable {
+            entries: shipped_with(SHIPPED, "prices.yml", overrides)?,
+        })
     }
 
-    /// The entry for `model`: an exact key first, then the most specific matching pattern,
-    /// then the same two steps for the id without a date suffix (providers report
-    /// `claude-sonnet-4-5-20250929` for `claude-sonnet-4-5`).
+    /// The entry for `model` (see [`lookup`]).
     pub fn get(&self, model: &str) -> Option<&PriceConfig> {
-        self.lookup(model)
-            .or_else(|| strip_date_suffix(model).and_then(|m| self.lookup(m)))
-    }
-
-    fn lookup(&self, model: &str) -> Option<&PriceConfig> {
-        if let Some(p) = self.entries.get(model) {
-            return Some(p);
-        }
-        self.entries
-            .iter()
-            .filter(|(k, _)| k.contains('*') && glob_match(k, model))
-            // Most literal characters = most specific; ties go to the longer key.
-            .max_by_key(|(k, _)| (k.chars().filter(|&c| c != '*').count(), k.len()))
-            .map(|(_, p)| p)
+        lookup(&self.entries, model)
     }
 
     /// What `usage` cost on `model` in USD; `None` when the model has no price.
@@ -57,6 +42,37 @@ impl PriceTable {
     pub fn context_window(&self, model: &str) -> Option<u64> {
         self.get(model).and_then(|p| p.context_window)
     }
+}
+
+/// A shipped table (`data/{name}`, compiled in as `shipped`) with config.yml's `overrides` on
+/// top.
+pub(crate) fn shipped_with<V: DeserializeOwned + Clone>(
+    shipped: &str,
+    name: &str,
+    overrides: &BTreeMap<String, V>,
+) -> Result<BTreeMap<String, V>, LlmError> {
+    let mut entries: BTreeMap<String, V> = serde_norway::from_str(shipped)
+        .map_err(|e| LlmError::Other(format!("shipped data/{name} is broken: {e}")))?;
+    entries.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(entries)
+}
+
+/// The entry for `model` in a table keyed by `provider/model` or by a glob pattern with `*`:
+/// an exact key first, then the most specific matching pattern, then the same two steps for
+/// the id without a date suffix (providers report `claude-sonnet-4-5-20250929` for
+/// `claude-sonnet-4-5`).
+pub(crate) fn lookup<'a, V>(entries: &'a BTreeMap<String, V>, model: &str) -> Option<&'a V> {
+    let find = |model: &str| {
+        entries.get(model).or_else(|| {
+            entries
+                .iter()
+                .filter(|(k, _)| k.contains('*') && glob_match(k, model))
+                // Most literal characters = most specific; ties go to the longer key.
+                .max_by_key(|(k, _)| (k.chars().filter(|&c| c != '*').count(), k.len()))
+                .map(|(_, v)| v)
+        })
+    };
+    find(model).or_else(|| strip_date_suffix(model).and_then(find))
 }
 
 /// USD for `usage` at price `p` (per million tokens). Cache prices default to the input price:
@@ -72,7 +88,7 @@ pub fn cost_of(p: &PriceConfig, usage: &Usage) -> f64 {
 }
 
 /// `*` matches any run of characters (including `/`); everything else is literal.
-pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let (first, rest) = match parts.split_first() {
         Some(x) => x,
@@ -94,7 +110,7 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 /// `x-20250929` -> `x`, `x-2024-08-06` -> `x`; `None` when there is no such suffix.
-pub(crate) fn strip_date_suffix(model: &str) -> Option<&str> {
+fn strip_date_suffix(model: &str) -> Option<&str> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if let Some((head, tail)) = model.rsplit_once('-') {
         if tail.len() == 8 && digits(tail) {

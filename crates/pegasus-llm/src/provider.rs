@@ -5,6 +5,7 @@
 //! Keys are read from the environment at call time, never stored: a user who exports a key
 //! after pegasusd started does not need to restart it, and no key ever reaches a worker.
 
+use crate::lock;
 use pegasus_proto::llm::LlmError;
 use pegasus_store::{Config, ProviderConfig};
 
@@ -91,7 +92,7 @@ static KEYS: std::sync::Mutex<Option<std::collections::HashMap<String, String>>>
 /// them from the environment (see pegasusd's start), so no child (worker, `exec`, MainAgent
 /// command) inherits them. Call it at start, before any thread exists.
 pub fn take_keys_from_env(config: &Config) -> Vec<String> {
-    let mut keys = KEYS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut keys = lock(&KEYS);
     let keys = keys.get_or_insert_with(Default::default);
     let mut taken = Vec::new();
     for pc in config.providers.values() {
@@ -115,11 +116,7 @@ pub fn credential(target: &Target) -> Result<Option<String>, LlmError> {
     let Some(env) = &target.api_key_env else {
         return Ok(None);
     };
-    let kept = KEYS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .and_then(|k| k.get(env).cloned());
+    let kept = lock(&KEYS).as_ref().and_then(|k| k.get(env).cloned());
     match kept.or_else(|| std::env::var(env).ok()) {
         Some(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_string())),
         // A local server takes a key when one is set and works without.

@@ -5,6 +5,7 @@
 //! written once. Usage is an `Option` on purpose: a reply without usage is *unknown* cost,
 //! which must not be mistaken for a free call.
 
+use crate::lock;
 use pegasus_proto::llm::{Block, LlmError, StopReason, ToolSpec, Usage};
 
 /// One successful answer as the provider gave it.
@@ -88,12 +89,12 @@ pub struct Arrived {
 
 impl Progress {
     pub fn answered(&self) {
-        self.lock().answered = true;
+        lock(&self.state).answered = true;
     }
 
     /// Records what a stream parser has assembled so far.
     pub fn update(&self, bytes: u64, usage: SeenUsage, id: &str, model: &str) {
-        let mut s = self.lock();
+        let mut s = lock(&self.state);
         s.bytes = bytes;
         s.usage = usage;
         if s.id.is_empty() && !id.is_empty() {
@@ -105,11 +106,7 @@ impl Progress {
     }
 
     pub fn get(&self) -> Arrived {
-        self.lock().clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Arrived> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state).clone()
     }
 }
 

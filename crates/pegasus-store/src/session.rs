@@ -107,6 +107,22 @@ pub struct SessionMessage {
     pub client_id: Option<String>,
 }
 
+impl SessionMessage {
+    /// A message of `role` with `content`, recorded now, with nothing else known about it.
+    pub fn new(role: Role, content: Vec<ContentBlock>) -> SessionMessage {
+        SessionMessage {
+            id: None,
+            role,
+            from: None,
+            content,
+            model: None,
+            usage: None,
+            ts: Utc::now(),
+            client_id: None,
+        }
+    }
+}
+
 impl Serialize for SessionMessage {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
         /// The line as written: the fields, in their old order, then the derived keys.
@@ -377,14 +393,8 @@ fn flush(
 
 fn synthetic(content: Vec<ContentBlock>, ts: DateTime<Utc>) -> SessionRecord {
     SessionRecord::Message(SessionMessage {
-        id: None,
-        role: Role::Tool,
-        from: None,
-        content,
-        model: None,
-        usage: None,
         ts,
-        client_id: None,
+        ..SessionMessage::new(Role::Tool, content)
     })
 }
 
@@ -395,16 +405,7 @@ mod tests {
     use std::fs;
 
     fn msg(role: Role, content: Vec<ContentBlock>) -> SessionRecord {
-        SessionRecord::Message(SessionMessage {
-            id: None,
-            role,
-            from: None,
-            content,
-            model: None,
-            usage: None,
-            ts: Utc::now(),
-            client_id: None,
-        })
+        SessionRecord::Message(SessionMessage::new(role, content))
     }
 
     fn text(role: Role, t: &str) -> SessionRecord {
