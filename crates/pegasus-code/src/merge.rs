@@ -11,7 +11,9 @@ use crate::error::CodeError;
 use crate::git::{git, git_output, is_ancestor, rev};
 use crate::repo::Repo;
 use crate::shell::run_shell;
-use crate::worktree::{conflicted_files, link_env, lock_reason, remove_locked, task_branch};
+use crate::worktree::{
+    add_target, conflicted_files, link_env, lock_reason, remove_locked, task_branch,
+};
 
 /// The project's own commands and their limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,10 +204,7 @@ fn stage_all<'a>(
         {
             let _lock = repo.lock()?;
             remove_locked(repo, &staging)?;
-            if let Some(parent) = staging.parent() {
-                std::fs::create_dir_all(parent).map_err(CodeError::io(parent))?;
-            }
-            let p = staging.to_string_lossy().into_owned();
+            let p = add_target(&staging)?;
             git(&repo.root, &["worktree", "add", "--detach", &p, &old])?;
             let reason = lock_reason(task, project);
             git(&repo.root, &["worktree", "lock", "--reason", &reason, &p])?;

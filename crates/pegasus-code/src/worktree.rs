@@ -67,10 +67,7 @@ pub fn create(
                     // crash between the two): clear both so `add` can start clean.
                     remove_locked(repo, &path)?;
                 }
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(CodeError::io(parent))?;
-                }
-                let p = path.to_string_lossy().into_owned();
+                let p = add_target(&path)?;
                 if rev(&repo.root, &branch_ref)?.is_some() {
                     git(&repo.root, &["worktree", "add", &p, &branch])?;
                     created = false;
@@ -125,6 +122,14 @@ pub fn create(
         created,
         warnings,
     })
+}
+
+/// Makes the folder `git worktree add` puts `path` in; returns `path` as its argument.
+pub(crate) fn add_target(path: &Path) -> Result<String, CodeError> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(CodeError::io(parent))?;
+    }
+    Ok(path.to_string_lossy().into_owned())
 }
 
 /// Symlinks `<root>/<env_file>` into `worktree` when the file exists and the worktree has none.

@@ -320,12 +320,7 @@ impl TaskStore {
                 Some(line) if line.events_bytes == len => lines.push(line),
                 _ => {
                     refolded = true;
-                    if let Some(task) = self.fold_file(&path)? {
-                        lines.push(IndexLine {
-                            task,
-                            events_bytes: len,
-                        });
-                    }
+                    lines.extend(self.fold_line(&path, len)?);
                 }
             }
         }
@@ -732,6 +727,12 @@ impl TaskStore {
         Ok(task)
     }
 
+    /// [`Self::fold_file`] as the index line of an event file `events_bytes` long.
+    fn fold_line(&self, path: &Path, events_bytes: u64) -> Result<Option<IndexLine>, TaskError> {
+        let task = self.fold_file(path)?;
+        Ok(task.map(|task| IndexLine { task, events_bytes }))
+    }
+
     fn load(&self, id: &str) -> Result<(PathBuf, Task), TaskError> {
         let path = self.locate(id)?;
         match self.fold_file(&path)? {
@@ -749,13 +750,7 @@ impl TaskStore {
     fn fold_all(&self) -> Result<Vec<IndexLine>, TaskError> {
         let mut lines = Vec::new();
         for (_, path) in self.event_files()? {
-            let len = file_len(&path)?;
-            if let Some(task) = self.fold_file(&path)? {
-                lines.push(IndexLine {
-                    task,
-                    events_bytes: len,
-                });
-            }
+            lines.extend(self.fold_line(&path, file_len(&path)?)?);
         }
         sort_oldest_first(&mut lines);
         Ok(lines)
