@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Name of the tool; the loop stops a task after a successful call of it.
 pub const NAME: &str = "ask_user";
@@ -15,7 +15,7 @@ const MAX_CHARS: usize = 2000;
 pub struct AskUser;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     question: String,
 }
 
@@ -26,41 +26,37 @@ pub fn question_of(input_json: &str) -> Option<String> {
     (!q.is_empty()).then(|| q.chars().take(MAX_CHARS).collect())
 }
 
-impl Tool for AskUser {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            NAME,
-            "Ask the user a question you cannot answer yourself and that blocks the task (a \
-             missing requirement, a choice only they can make). The task pauses after this \
-             turn until they answer; you then continue with the answer. Do not use it for \
-             things you can find out with your other tools.",
-            serde_json::json!({
-                "type": "object",
-                "properties": {"question": {"type": "string"}},
-                "required": ["question"]
-            }),
-        )
+impl super::Builtin for AskUser {
+    const NAME: &'static str = NAME;
+    const DESCRIPTION: &'static str =
+        "Ask the user a question you cannot answer yourself and that blocks the task (a \
+         missing requirement, a choice only they can make). The task pauses after this \
+         turn until they answer; you then continue with the answer. Do not use it for \
+         things you can find out with your other tools.";
+    type Args = Args;
+
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {"question": {"type": "string"}},
+            "required": ["question"]
+        })
     }
 
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args(NAME, input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            if args.question.trim().is_empty() {
-                return ToolOutput::error("`question` is empty: say what you need to know");
-            }
-            if ctx.task_id.is_none() || ctx.depth > 0 {
-                return ToolOutput::error(
-                    "only a task's own agent can ask the user; report what you need to know \
-                     in your answer instead",
-                );
-            }
-            ToolOutput::ok(
-                "Your question was sent to the user. This task now waits for the answer; end \
-                 your turn.",
-            )
-        })
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        if args.question.trim().is_empty() {
+            return Err("`question` is empty: say what you need to know".into());
+        }
+        if ctx.task_id.is_none() || ctx.depth > 0 {
+            return Err(
+                "only a task's own agent can ask the user; report what you need to \
+                        know in your answer instead"
+                    .into(),
+            );
+        }
+        Ok(ToolOutput::ok(
+            "Your question was sent to the user. This task now waits for the answer; end \
+             your turn.",
+        ))
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Replaces the one occurrence of `old` with `new`. Requiring exactly one occurrence makes the
 /// model quote enough context that the edit lands where it meant, instead of silently editing
@@ -10,68 +10,56 @@ use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 pub struct EditFile;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     path: String,
     old: String,
     new: String,
 }
 
-impl Tool for EditFile {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            "edit_file",
-            "Replace the text `old` with `new` in a file. `old` must occur exactly once; include enough surrounding lines to make it unique.",
-            serde_json::json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "file path relative to the workdir"},
-                    "old": {"type": "string", "description": "exact text to replace (must occur once)"},
-                    "new": {"type": "string", "description": "replacement text"}
-                },
-                "required": ["path", "old", "new"]
-            }),
-        )
+impl super::Builtin for EditFile {
+    const NAME: &'static str = "edit_file";
+    const DESCRIPTION: &'static str = "Replace the text `old` with `new` in a file. `old` must occur exactly once; include enough surrounding lines to make it unique.";
+    type Args = Args;
+
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "file path relative to the workdir"},
+                "old": {"type": "string", "description": "exact text to replace (must occur once)"},
+                "new": {"type": "string", "description": "replacement text"}
+            },
+            "required": ["path", "old", "new"]
+        })
     }
 
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args("edit_file", input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            let path = match ctx.resolve_for_write(&args.path) {
-                Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
-            };
-            if args.old.is_empty() {
-                return ToolOutput::error("`old` is empty; quote the text to replace");
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        let path = ctx.resolve_for_write(&args.path)?;
+        if args.old.is_empty() {
+            return Err("`old` is empty; quote the text to replace".into());
+        }
+        // Regular files only, and not larger than what the model could have read whole.
+        let cap = 4 * super::READ_CAP_BYTES as u64;
+        let text = pegasus_store::read_text_limited(&path, cap)
+            .map_err(|e| format!("cannot edit {}: it {e}", args.path))?;
+        match text.matches(&args.old).count() {
+            1 => {}
+            0 => {
+                return Err(format!(
+                    "`old` does not occur in {}; read the file and quote it exactly",
+                    args.path
+                ))
             }
-            // Regular files only, and not larger than what the model could have read whole.
-            let cap = 4 * super::READ_CAP_BYTES as u64;
-            let text = match pegasus_store::read_text_limited(&path, cap) {
-                Ok(t) => t,
-                Err(e) => return ToolOutput::error(format!("cannot edit {}: it {e}", args.path)),
-            };
-            match text.matches(&args.old).count() {
-                1 => {}
-                0 => {
-                    return ToolOutput::error(format!(
-                        "`old` does not occur in {}; read the file and quote it exactly",
-                        args.path
-                    ))
-                }
-                n => {
-                    return ToolOutput::error(format!(
-                        "`old` occurs {n} times in {}; include more context so it occurs once",
-                        args.path
-                    ))
-                }
+            n => {
+                return Err(format!(
+                    "`old` occurs {n} times in {}; include more context so it occurs once",
+                    args.path
+                ))
             }
-            let edited = text.replacen(&args.old, &args.new, 1);
-            match super::write_text(&path, &edited) {
-                Ok(()) => ToolOutput::ok(format!("edited {}", args.path)),
-                Err(e) => ToolOutput::error(format!("cannot write {}: {e}", args.path)),
-            }
-        })
+        }
+        let edited = text.replacen(&args.old, &args.new, 1);
+        super::write_text(&path, &edited)
+            .map_err(|e| format!("cannot write {}: {e}", args.path))?;
+        Ok(ToolOutput::ok(format!("edited {}", args.path)))
     }
 }

@@ -18,13 +18,13 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Runs a shell command (see the module doc).
 pub struct Exec;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     command: String,
     #[serde(default)]
     timeout_s: Option<u64>,
@@ -34,40 +34,34 @@ struct Args {
 /// process that escaped the group (`setsid`) can hold the pipe open that long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-impl Tool for Exec {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            "exec",
-            "Run a shell command (sh -c) in the working directory. Returns the exit code and the combined stdout+stderr (long output is cut). Background processes are killed when the command ends; a command running past the timeout is killed.",
-            serde_json::json!({
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "description": "the shell command"},
-                    "timeout_s": {"type": "integer", "minimum": 1, "description": "seconds before the command is killed (capped by the configured maximum)"}
-                },
-                "required": ["command"]
-            }),
-        )
+impl super::Builtin for Exec {
+    const NAME: &'static str = "exec";
+    const DESCRIPTION: &'static str = "Run a shell command (sh -c) in the working directory. Returns the exit code and the combined stdout+stderr (long output is cut). Background processes are killed when the command ends; a command running past the timeout is killed.";
+    type Args = Args;
+
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "the shell command"},
+                "timeout_s": {"type": "integer", "minimum": 1, "description": "seconds before the command is killed (capped by the configured maximum)"}
+            },
+            "required": ["command"]
+        })
     }
 
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args("exec", input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            let max = ctx.settings.exec_timeout_s.max(1);
-            let secs = args.timeout_s.unwrap_or(max).clamp(1, max);
-            run_command(CommandSpec {
-                command: &args.command,
-                workdir: &ctx.workdir,
-                timeout: Duration::from_secs(secs),
-                output_cap: ctx.settings.exec_output_cap,
-                registry: ctx.settings.exec_registry.as_deref(),
-                sandbox: ctx.settings.sandbox.as_ref(),
-            })
-            .await
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        let max = ctx.settings.exec_timeout_s.max(1);
+        let secs = args.timeout_s.unwrap_or(max).clamp(1, max);
+        Ok(run_command(CommandSpec {
+            command: &args.command,
+            workdir: &ctx.workdir,
+            timeout: Duration::from_secs(secs),
+            output_cap: ctx.settings.exec_output_cap,
+            registry: ctx.settings.exec_registry.as_deref(),
+            sandbox: ctx.settings.sandbox.as_ref(),
         })
+        .await)
     }
 }
 

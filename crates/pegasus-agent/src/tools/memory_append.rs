@@ -1,32 +1,27 @@
 //! `memory_append{path, content}`: add lines to a memory file.
 
 use crate::memory::append_text;
-use crate::tool::{Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Appends to a memory file (created if missing); the usual way to record a new fact.
 pub struct MemoryAppend;
 
-impl Tool for MemoryAppend {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::memory_text_spec(
-            "memory_append",
-            "Append text to a memory file (created if missing); `path` is relative to the memory folder.",
-        )
+impl super::Builtin for MemoryAppend {
+    const NAME: &'static str = "memory_append";
+    const DESCRIPTION: &'static str = "Append text to a memory file (created if missing); `path` is relative to the memory folder.";
+    type Args = super::MemoryText;
+
+    fn schema() -> serde_json::Value {
+        super::memory_text_schema()
     }
 
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let (args, path) = match super::memory_text("memory_append", input, ctx) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            if path.is_dir() {
-                return ToolOutput::error(format!("{} is a folder", args.path));
-            }
-            match append_text(&path, &args.content) {
-                Ok(()) => ToolOutput::ok(format!("appended to memory {}", args.path)),
-                Err(e) => ToolOutput::error(format!("cannot append to memory {}: {e}", args.path)),
-            }
-        })
+    async fn run(&self, args: super::MemoryText, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        let path = super::memory_path(ctx, &args.path)?;
+        if path.is_dir() {
+            return Err(format!("{} is a folder", args.path));
+        }
+        append_text(&path, &args.content)
+            .map_err(|e| format!("cannot append to memory {}: {e}", args.path))?;
+        Ok(ToolOutput::ok(format!("appended to memory {}", args.path)))
     }
 }

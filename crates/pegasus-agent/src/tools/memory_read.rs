@@ -2,47 +2,35 @@
 
 use serde::Deserialize;
 
-use crate::paths::resolve_inside;
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Reads a file of the project's memory.
 pub struct MemoryRead;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     path: String,
 }
 
-impl Tool for MemoryRead {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            "memory_read",
-            "Read a memory file; `path` is relative to the memory folder (e.g. facts/context.md).",
-            serde_json::json!({
-                "type": "object",
-                "properties": {"path": {"type": "string"}},
-                "required": ["path"]
-            }),
-        )
-    }
+impl super::Builtin for MemoryRead {
+    const NAME: &'static str = "memory_read";
+    const DESCRIPTION: &'static str =
+        "Read a memory file; `path` is relative to the memory folder (e.g. facts/context.md).";
+    const CONCURRENT: bool = true;
+    type Args = Args;
 
-    fn concurrent(&self) -> bool {
-        true
-    }
-
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args("memory_read", input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            if let Err(e) = std::fs::create_dir_all(&ctx.memory_dir) {
-                return ToolOutput::error(format!("memory is not available: {e}"));
-            }
-            match resolve_inside(&ctx.memory_dir, &args.path, "memory folder") {
-                Ok(p) => super::read_text(&p, &args.path),
-                Err(e) => ToolOutput::error(e),
-            }
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"]
         })
+    }
+
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        Ok(super::read_text(
+            &super::memory_path(ctx, &args.path)?,
+            &args.path,
+        ))
     }
 }

@@ -1,28 +1,23 @@
 //! `memory_write{path, content}`: create or replace a memory file.
 
-use crate::tool::{Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Writes a whole memory file.
 pub struct MemoryWrite;
 
-impl Tool for MemoryWrite {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::memory_text_spec(
-            "memory_write",
-            "Create or replace a memory file (markdown); `path` is relative to the memory folder, e.g. facts/decisions.md.",
-        )
+impl super::Builtin for MemoryWrite {
+    const NAME: &'static str = "memory_write";
+    const DESCRIPTION: &'static str = "Create or replace a memory file (markdown); `path` is relative to the memory folder, e.g. facts/decisions.md.";
+    type Args = super::MemoryText;
+
+    fn schema() -> serde_json::Value {
+        super::memory_text_schema()
     }
 
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let (args, path) = match super::memory_text("memory_write", input, ctx) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            match super::write_text(&path, &args.content) {
-                Ok(()) => ToolOutput::ok(format!("wrote memory {}", args.path)),
-                Err(e) => ToolOutput::error(format!("cannot write memory {}: {e}", args.path)),
-            }
-        })
+    async fn run(&self, args: super::MemoryText, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        let path = super::memory_path(ctx, &args.path)?;
+        super::write_text(&path, &args.content)
+            .map_err(|e| format!("cannot write memory {}: {e}", args.path))?;
+        Ok(ToolOutput::ok(format!("wrote memory {}", args.path)))
     }
 }

@@ -1,11 +1,13 @@
 //! The built-in tools, one file per tool (SPEC §6). Their names and JSON arguments are a
 //! contract with the model and with role allowlists: do not rename them.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use pegasus_proto::llm::ToolSpec;
+use serde::de::DeserializeOwned;
 
-use crate::tool::Tool;
+use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
 
 pub mod ask_user;
 pub mod edit_file;
@@ -43,6 +45,42 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// The shape every built-in tool shares: a name, a description, a JSON schema and arguments
+/// of one serde type. Its [`Tool`] impl parses the arguments (bad ones are the model's
+/// "bad arguments" error) and gives an `Err` of `run` to the model as a tool error.
+pub(crate) trait Builtin: Send + Sync {
+    const NAME: &'static str;
+    const DESCRIPTION: &'static str;
+    /// See [`Tool::concurrent`]: only read-only tools say yes.
+    const CONCURRENT: bool = false;
+    type Args: DeserializeOwned + Send;
+    fn schema() -> serde_json::Value;
+    fn run(
+        &self,
+        args: Self::Args,
+        ctx: &ToolCtx,
+    ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
+}
+
+impl<T: Builtin> Tool for T {
+    fn spec(&self) -> ToolSpec {
+        spec(T::NAME, T::DESCRIPTION, T::schema())
+    }
+
+    fn concurrent(&self) -> bool {
+        T::CONCURRENT
+    }
+
+    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
+        Box::pin(async move {
+            match parse_args(T::NAME, input) {
+                Ok(args) => self.run(args, ctx).await.unwrap_or_else(ToolOutput::error),
+                Err(e) => e,
+            }
+        })
+    }
+}
+
 /// A spec from a name, a description and a JSON schema value.
 pub(crate) fn spec(name: &str, description: &str, schema: serde_json::Value) -> ToolSpec {
     ToolSpec {
@@ -57,8 +95,7 @@ pub(crate) fn spec(name: &str, description: &str, schema: serde_json::Value) -> 
 pub(crate) const READ_CAP_BYTES: usize = 256 * 1024;
 
 /// Reads a text file for the model: lossy UTF-8, cut at [`READ_CAP_BYTES`] with a note.
-pub(crate) fn read_text(path: &std::path::Path, shown: &str) -> crate::tool::ToolOutput {
-    use crate::tool::ToolOutput;
+pub(crate) fn read_text(path: &std::path::Path, shown: &str) -> ToolOutput {
     use pegasus_store::ReadError;
     if path.is_dir() {
         return ToolOutput::error(format!("{shown} is a directory; use list_dir"));
@@ -99,39 +136,19 @@ pub(crate) struct MemoryText {
     pub content: String,
 }
 
-/// The spec of a tool that takes [`MemoryText`].
-pub(crate) fn memory_text_spec(name: &str, description: &str) -> ToolSpec {
-    spec(
-        name,
-        description,
-        serde_json::json!({
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"]
-        }),
-    )
-}
-
-/// Parses `tool`'s [`MemoryText`] and resolves its file (see [`memory_path`]), or the tool
-/// error to give the model.
-pub(crate) fn memory_text(
-    tool: &str,
-    input: serde_json::Value,
-    ctx: &crate::tool::ToolCtx,
-) -> Result<(MemoryText, std::path::PathBuf), crate::tool::ToolOutput> {
-    let args: MemoryText = crate::tool::parse_args(tool, input)?;
-    let path = memory_path(ctx, &args.path)?;
-    Ok((args, path))
+/// The schema of [`MemoryText`].
+pub(crate) fn memory_text_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"]
+    })
 }
 
 /// The file a memory tool acts on: `path` resolved inside the memory folder (created if
 /// missing), or the tool error to give the model.
-pub(crate) fn memory_path(
-    ctx: &crate::tool::ToolCtx,
-    path: &str,
-) -> Result<std::path::PathBuf, crate::tool::ToolOutput> {
+pub(crate) fn memory_path(ctx: &ToolCtx, path: &str) -> Result<std::path::PathBuf, String> {
     std::fs::create_dir_all(&ctx.memory_dir)
-        .map_err(|e| crate::tool::ToolOutput::error(format!("memory is not available: {e}")))?;
+        .map_err(|e| format!("memory is not available: {e}"))?;
     crate::paths::resolve_inside(&ctx.memory_dir, path, "memory folder")
-        .map_err(crate::tool::ToolOutput::error)
 }

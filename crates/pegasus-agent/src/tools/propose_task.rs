@@ -4,12 +4,12 @@
 
 use serde::Deserialize;
 
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 pub struct ProposeTask;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     title: String,
     goal: String,
     #[serde(default)]
@@ -18,74 +18,73 @@ struct Args {
     acceptance: Vec<String>,
 }
 
-impl Tool for ProposeTask {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            "propose_task",
-            "Propose a task for this project: it is added as planned and runs only when the \
-             user approves it. Give a one-line title, a goal precise enough to act on (files, \
-             functions, why), and how to tell it is done.",
-            serde_json::json!({
-                "type": "object",
-                "properties": {
-                    "title": {"type": "string"},
-                    "goal": {"type": "string"},
-                    "priority": {"type": "integer", "minimum": 0, "maximum": 3},
-                    "acceptance": {"type": "array", "items": {"type": "string"}}
-                },
-                "required": ["title", "goal"]
-            }),
-        )
+impl super::Builtin for ProposeTask {
+    const NAME: &'static str = "propose_task";
+    const DESCRIPTION: &'static str =
+        "Propose a task for this project: it is added as planned and runs only when the \
+         user approves it. Give a one-line title, a goal precise enough to act on (files, \
+         functions, why), and how to tell it is done.";
+    type Args = Args;
+
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string"},
+                "goal": {"type": "string"},
+                "priority": {"type": "integer", "minimum": 0, "maximum": 3},
+                "acceptance": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["title", "goal"]
+        })
     }
 
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args("propose_task", input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            if args.title.trim().is_empty() || args.goal.trim().is_empty() {
-                return ToolOutput::error("`title` and `goal` must not be empty");
-            }
-            let Some(project) = ctx.settings.project.clone() else {
-                return ToolOutput::error("only a project's agent can propose its tasks");
-            };
-            let Some(dir) = ctx.memory_dir.parent().map(|p| p.to_path_buf()) else {
-                return ToolOutput::error("the project folder is unknown");
-            };
-            let made = tokio::task::spawn_blocking(move || {
-                let store = pegasus_tasks::TaskStore::open(&dir, &project)?;
-                store.create_frozen(
-                    pegasus_tasks::NewTask {
-                        title: args.title.trim().chars().take(120).collect(),
-                        kind: "task".into(),
-                        priority: args.priority.unwrap_or(2),
-                        role: None,
-                        depends_on: Vec::new(),
-                        messages: Vec::new(),
-                    },
-                    pegasus_tasks::TaskSpec {
-                        goal: args.goal,
-                        constraints: Vec::new(),
-                        acceptance: args.acceptance,
-                        role: None,
-                        model_policy: None,
-                        repos: Vec::new(),
-                    },
-                    pegasus_tasks::TaskState::Planned,
-                    "agent",
-                    "proposed",
-                )
-            })
-            .await;
-            match made {
-                Ok(Ok(t)) => ToolOutput::ok(format!(
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        if args.title.trim().is_empty() || args.goal.trim().is_empty() {
+            return Err("`title` and `goal` must not be empty".into());
+        }
+        let project = ctx
+            .settings
+            .project
+            .clone()
+            .ok_or("only a project's agent can propose its tasks")?;
+        let dir = ctx
+            .memory_dir
+            .parent()
+            .ok_or("the project folder is unknown")?
+            .to_path_buf();
+        let made = tokio::task::spawn_blocking(move || {
+            let store = pegasus_tasks::TaskStore::open(&dir, &project)?;
+            store.create_frozen(
+                pegasus_tasks::NewTask {
+                    title: args.title.trim().chars().take(120).collect(),
+                    kind: "task".into(),
+                    priority: args.priority.unwrap_or(2),
+                    role: None,
+                    depends_on: Vec::new(),
+                    messages: Vec::new(),
+                },
+                pegasus_tasks::TaskSpec {
+                    goal: args.goal,
+                    constraints: Vec::new(),
+                    acceptance: args.acceptance,
+                    role: None,
+                    model_policy: None,
+                    repos: Vec::new(),
+                },
+                pegasus_tasks::TaskState::Planned,
+                "agent",
+                "proposed",
+            )
+        })
+        .await;
+        match made {
+                Ok(Ok(t)) => Ok(ToolOutput::ok(format!(
                     "proposed as task {} (planned; the user approves it with `pegasusctl task approve {}`)",
                     t.id, t.id
-                )),
-                Ok(Err(e)) => ToolOutput::error(e.to_string()),
-                Err(e) => ToolOutput::error(format!("proposing failed: {e}")),
+                ))),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(format!("proposing failed: {e}")),
             }
-        })
     }
 }

@@ -2,43 +2,32 @@
 
 use serde::Deserialize;
 
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Reads a file inside the workdir.
 pub struct ReadFile;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     path: String,
 }
 
-impl Tool for ReadFile {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            "read_file",
-            "Read a text file. `path` is relative to the project's working directory.",
-            serde_json::json!({
-                "type": "object",
-                "properties": {"path": {"type": "string", "description": "file path relative to the workdir"}},
-                "required": ["path"]
-            }),
-        )
-    }
+impl super::Builtin for ReadFile {
+    const NAME: &'static str = "read_file";
+    const DESCRIPTION: &'static str =
+        "Read a text file. `path` is relative to the project's working directory.";
+    const CONCURRENT: bool = true;
+    type Args = Args;
 
-    fn concurrent(&self) -> bool {
-        true
-    }
-
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args("read_file", input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            match ctx.resolve(&args.path) {
-                Ok(p) => super::read_text(&p, &args.path),
-                Err(e) => ToolOutput::error(e),
-            }
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "file path relative to the workdir"}},
+            "required": ["path"]
         })
+    }
+
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        Ok(super::read_text(&ctx.resolve(&args.path)?, &args.path))
     }
 }

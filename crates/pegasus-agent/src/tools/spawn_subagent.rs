@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::agent_loop::{run_loop, LoopSpec};
 use crate::outcome::StopKind;
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 
 /// Runs a one-off agent inside the worker: a fresh transcript holding only the task, the same
@@ -17,7 +17,7 @@ use crate::toolset::ToolSet;
 pub struct SpawnSubagent;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     task: String,
     #[serde(default)]
     role: Option<String>,
@@ -41,60 +41,51 @@ pub fn subagent_system(role: Option<&str>, overview: &str) -> String {
     s
 }
 
-impl Tool for SpawnSubagent {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            "spawn_subagent",
-            "Delegate a self-contained sub-task to a sub-agent with its own short context and the same tools. Give it everything it needs in `task`; it returns its final answer.",
-            serde_json::json!({
-                "type": "object",
-                "properties": {
-                    "task": {"type": "string", "description": "the complete task description"},
-                    "role": {"type": "string", "description": "optional role, e.g. researcher, coder, reviewer"}
-                },
-                "required": ["task"]
-            }),
-        )
+impl super::Builtin for SpawnSubagent {
+    const NAME: &'static str = "spawn_subagent";
+    const DESCRIPTION: &'static str = "Delegate a self-contained sub-task to a sub-agent with its own short context and the same tools. Give it everything it needs in `task`; it returns its final answer.";
+    type Args = Args;
+
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "task": {"type": "string", "description": "the complete task description"},
+                "role": {"type": "string", "description": "optional role, e.g. researcher, coder, reviewer"}
+            },
+            "required": ["task"]
+        })
     }
 
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args("spawn_subagent", input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            if args.task.trim().is_empty() {
-                return ToolOutput::error("`task` is empty; describe what the sub-agent should do");
-            }
-            let s = &ctx.settings;
-            let depth = ctx.depth + 1;
-            if depth > s.max_subagent_depth {
-                return ToolOutput::error(format!(
-                    "sub-agents may nest at most {} deep; do this yourself",
-                    s.max_subagent_depth
-                ));
-            }
-            let max = s.max_subagents_per_task;
-            let reserved =
-                ctx.subagents_spawned
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                        (n < max).then_some(n + 1)
-                    });
-            if reserved.is_err() {
-                return ToolOutput::error(format!(
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        if args.task.trim().is_empty() {
+            return Err("`task` is empty; describe what the sub-agent should do".into());
+        }
+        let s = &ctx.settings;
+        let depth = ctx.depth + 1;
+        if depth > s.max_subagent_depth {
+            return Err(format!(
+                "sub-agents may nest at most {} deep; do this yourself",
+                s.max_subagent_depth
+            ));
+        }
+        let max = s.max_subagents_per_task;
+        ctx.subagents_spawned
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+                .map_err(|_| format!(
                     "this task already spawned {max} sub-agents (max_subagents_per_task); do the rest yourself"
-                ));
-            }
-            // Only a task's own agent may ask the user (and block the task).
-            let mut tools = ToolSet::project_tools().without(crate::tools::ask_user::NAME);
-            if depth >= s.max_subagent_depth {
-                tools = tools.without("spawn_subagent");
-            }
-            let mut child = ctx.clone();
-            child.depth = depth;
-            // With a role, the sub-agent works as it: the role's prompt, tools and model.
-            let system = match args.role.as_deref().filter(|r| !r.trim().is_empty()) {
-                Some(role) => match crate::roles::prepare_role(
+                ))?;
+        // Only a task's own agent may ask the user (and block the task).
+        let mut tools = ToolSet::project_tools().without(crate::tools::ask_user::NAME);
+        if depth >= s.max_subagent_depth {
+            tools = tools.without("spawn_subagent");
+        }
+        let mut child = ctx.clone();
+        child.depth = depth;
+        // With a role, the sub-agent works as it: the role's prompt, tools and model.
+        let system = match args.role.as_deref().filter(|r| !r.trim().is_empty()) {
+            Some(role) => {
+                let r = crate::roles::prepare_role(
                     role.trim(),
                     &s.role_assignments,
                     s,
@@ -104,34 +95,30 @@ impl Tool for SpawnSubagent {
                     &ctx.skill_dirs,
                     &args.task,
                     &[],
-                ) {
-                    Ok(r) => {
-                        tools = r.tools;
-                        child.settings = r.settings;
-                        r.system
-                    }
-                    Err(e) => return ToolOutput::error(e),
-                },
-                None => subagent_system(None, &ctx.project_overview),
-            };
-            let mut transcript = vec![Message {
-                role: Role::User,
-                content: vec![Block::Text { text: args.task }],
-            }];
-            let spec = LoopSpec {
-                system: &system,
-                tools: &tools,
-                ctx: &child,
-                session: None,
-                role: args.role,
-                cancelled: None,
-                compactor: None,
-            };
-            match run_loop(spec, &mut transcript).await {
-                Ok(end) if end.stop == StopKind::Answered => ToolOutput::ok(end.text),
-                Ok(end) => ToolOutput::error(format!("the sub-agent did not finish: {}", end.text)),
-                Err(e) => ToolOutput::error(format!("the sub-agent failed: {e}")),
+                )?;
+                tools = r.tools;
+                child.settings = r.settings;
+                r.system
             }
-        })
+            None => subagent_system(None, &ctx.project_overview),
+        };
+        let mut transcript = vec![Message {
+            role: Role::User,
+            content: vec![Block::Text { text: args.task }],
+        }];
+        let spec = LoopSpec {
+            system: &system,
+            tools: &tools,
+            ctx: &child,
+            session: None,
+            role: args.role,
+            cancelled: None,
+            compactor: None,
+        };
+        match run_loop(spec, &mut transcript).await {
+            Ok(end) if end.stop == StopKind::Answered => Ok(ToolOutput::ok(end.text)),
+            Ok(end) => Err(format!("the sub-agent did not finish: {}", end.text)),
+            Err(e) => Err(format!("the sub-agent failed: {e}")),
+        }
     }
 }

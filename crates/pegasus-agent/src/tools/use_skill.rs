@@ -3,67 +3,53 @@
 use serde::Deserialize;
 
 use crate::skills;
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput};
 
 /// Returns a skill's SKILL.md body; a project skill overrides a global one of the same name.
 pub struct UseSkill;
 
 #[derive(Deserialize)]
-struct Args {
+pub(crate) struct Args {
     name: String,
 }
 
-impl Tool for UseSkill {
-    fn spec(&self) -> pegasus_proto::llm::ToolSpec {
-        super::spec(
-            "use_skill",
-            "Load the instructions of a skill listed under ## Skills in your system prompt.",
-            serde_json::json!({
-                "type": "object",
-                "properties": {"name": {"type": "string"}},
-                "required": ["name"]
-            }),
-        )
-    }
+impl super::Builtin for UseSkill {
+    const NAME: &'static str = "use_skill";
+    const DESCRIPTION: &'static str =
+        "Load the instructions of a skill listed under ## Skills in your system prompt.";
+    const CONCURRENT: bool = true;
+    type Args = Args;
 
-    fn concurrent(&self) -> bool {
-        true
-    }
-
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let args: Args = match parse_args("use_skill", input) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            let allowed = |name: &str| {
-                ctx.settings
-                    .skills
-                    .as_ref()
-                    .is_none_or(|list| list.iter().any(|s| s == name))
-            };
-            match skills::find(&ctx.skill_dirs, &args.name) {
-                Some(s) if allowed(&s.name) => ToolOutput::ok(s.body),
-                found => {
-                    let names: Vec<String> = skills::discover(&ctx.skill_dirs)
-                        .into_keys()
-                        .filter(|n| allowed(n))
-                        .collect();
-                    let why = match found {
-                        Some(_) => "your role may not use the skill",
-                        None => "no skill named",
-                    };
-                    ToolOutput::error(format!(
-                        "{why} `{}`; available: {}",
-                        args.name,
-                        if names.is_empty() {
-                            "(none)".to_string()
-                        } else {
-                            names.join(", ")
-                        }
-                    ))
-                }
-            }
+    fn schema() -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"]
         })
+    }
+
+    async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        let allowed = |name: &str| {
+            ctx.settings
+                .skills
+                .as_ref()
+                .is_none_or(|list| list.iter().any(|s| s == name))
+        };
+        let found = skills::find(&ctx.skill_dirs, &args.name);
+        let why = match found {
+            Some(s) if allowed(&s.name) => return Ok(ToolOutput::ok(s.body)),
+            Some(_) => "your role may not use the skill",
+            None => "no skill named",
+        };
+        let names: Vec<String> = skills::discover(&ctx.skill_dirs)
+            .into_keys()
+            .filter(|n| allowed(n))
+            .collect();
+        let names = if names.is_empty() {
+            "(none)".to_string()
+        } else {
+            names.join(", ")
+        };
+        Err(format!("{why} `{}`; available: {names}", args.name))
     }
 }
