@@ -173,21 +173,15 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
-    use std::path::PathBuf;
+    use std::path::Path;
 
+    /// The spec's example entry, run as uid and gid 1000, as pegasusd reads it.
     fn settings() -> KubeSettings {
-        KubeSettings {
-            connect: "pegasusd.pegasus.svc:7475".into(),
-            namespace: "pegasus".into(),
-            image: "registry.example/pegasus-worker:0.1".into(),
-            service_account: None,
-            claim: "pegasus-home".into(),
-            home_path: PathBuf::from("/srv/pegasus"),
-            cpu: Some("500m".into()),
-            memory: Some("256Mi".into()),
-            run_as_user: Some(1000),
-            run_as_group: Some(1000),
-        }
+        let entry = json!({"kind": "kubernetes", "connect": "pegasusd.pegasus.svc:7475",
+            "namespace": "pegasus", "image": "registry.example/pegasus-worker:0.1",
+            "home_volume": {"claim": "pegasus-home"}, "resources": {"cpu": "500m", "memory": "256Mi"},
+            "run_as_user": 1000, "run_as_group": 1000});
+        KubeSettings::from_value(&entry, Path::new("/srv/pegasus")).unwrap()
     }
 
     pub(crate) fn bootstrap_env() -> Vec<(String, String)> {
