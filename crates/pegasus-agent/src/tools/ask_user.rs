@@ -36,11 +36,7 @@ impl super::Builtin for AskUser {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {"question": {"type": "string"}},
-            "required": ["question"]
-        })
+        super::string_args(&[("question", "")], &[])
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {

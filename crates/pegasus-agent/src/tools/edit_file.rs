@@ -22,15 +22,14 @@ impl super::Builtin for EditFile {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "file path relative to the workdir"},
-                "old": {"type": "string", "description": "exact text to replace (must occur once)"},
-                "new": {"type": "string", "description": "replacement text"}
-            },
-            "required": ["path", "old", "new"]
-        })
+        super::string_args(
+            &[
+                ("path", "file path relative to the workdir"),
+                ("old", "exact text to replace (must occur once)"),
+                ("new", "replacement text"),
+            ],
+            &[],
+        )
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {

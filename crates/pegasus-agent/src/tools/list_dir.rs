@@ -20,11 +20,7 @@ impl super::Builtin for ListDir {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {"path": {"type": "string", "description": "folder path relative to the workdir"}},
-            "required": ["path"]
-        })
+        super::string_args(&[("path", "folder path relative to the workdir")], &[])
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {

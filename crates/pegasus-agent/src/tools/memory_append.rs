@@ -12,7 +12,7 @@ impl super::Builtin for MemoryAppend {
     type Args = super::MemoryText;
 
     fn schema() -> serde_json::Value {
-        super::memory_text_schema()
+        super::string_args(&[("path", ""), ("content", "")], &[])
     }
 
     async fn run(&self, args: super::MemoryText, ctx: &ToolCtx) -> Result<ToolOutput, String> {

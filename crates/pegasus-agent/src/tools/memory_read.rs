@@ -20,11 +20,7 @@ impl super::Builtin for MemoryRead {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {"path": {"type": "string"}},
-            "required": ["path"]
-        })
+        super::string_args(&[("path", "")], &[])
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {

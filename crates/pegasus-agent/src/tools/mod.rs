@@ -90,6 +90,27 @@ pub(crate) fn spec(name: &str, description: &str, schema: serde_json::Value) -> 
     }
 }
 
+/// The schema of an object of string arguments, each `(name, description)` (`""` for none):
+/// the model must give the `required` ones and may give the `optional` ones.
+pub(crate) fn string_args(
+    required: &[(&str, &str)],
+    optional: &[(&str, &str)],
+) -> serde_json::Value {
+    let property = |(name, description): &(&str, &str)| {
+        let mut p = serde_json::json!({"type": "string"});
+        if !description.is_empty() {
+            p["description"] = (*description).into();
+        }
+        (name.to_string(), p)
+    };
+    let names: Vec<&str> = required.iter().map(|(name, _)| *name).collect();
+    serde_json::json!({
+        "type": "object",
+        "properties": required.iter().chain(optional).map(property).collect::<serde_json::Map<_, _>>(),
+        "required": names
+    })
+}
+
 /// Largest file `read_file`/`memory_read` return whole; bigger ones are cut and say so, so one
 /// call cannot flood the context window.
 pub(crate) const READ_CAP_BYTES: usize = 256 * 1024;
@@ -134,15 +155,6 @@ pub(crate) fn write_text(path: &std::path::Path, content: &str) -> Result<(), St
 pub(crate) struct MemoryText {
     pub path: String,
     pub content: String,
-}
-
-/// The schema of [`MemoryText`].
-pub(crate) fn memory_text_schema() -> serde_json::Value {
-    serde_json::json!({
-        "type": "object",
-        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-        "required": ["path", "content"]
-    })
 }
 
 /// The file a memory tool acts on: `path` resolved inside the memory folder (created if

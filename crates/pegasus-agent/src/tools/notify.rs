@@ -21,11 +21,7 @@ impl super::Builtin for Notify {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "required": ["text"]
-        })
+        super::string_args(&[("text", "")], &[])
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {

@@ -47,14 +47,10 @@ impl super::Builtin for SpawnSubagent {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "task": {"type": "string", "description": "the complete task description"},
-                "role": {"type": "string", "description": "optional role, e.g. researcher, coder, reviewer"}
-            },
-            "required": ["task"]
-        })
+        super::string_args(
+            &[("task", "the complete task description")],
+            &[("role", "optional role, e.g. researcher, coder, reviewer")],
+        )
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {

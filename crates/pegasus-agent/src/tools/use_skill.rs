@@ -21,11 +21,7 @@ impl super::Builtin for UseSkill {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {"name": {"type": "string"}},
-            "required": ["name"]
-        })
+        super::string_args(&[("name", "")], &[])
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {

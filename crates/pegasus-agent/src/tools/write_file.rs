@@ -19,14 +19,13 @@ impl super::Builtin for WriteFile {
     type Args = Args;
 
     fn schema() -> serde_json::Value {
-        serde_json::json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "file path relative to the workdir"},
-                "content": {"type": "string", "description": "the whole new content"}
-            },
-            "required": ["path", "content"]
-        })
+        super::string_args(
+            &[
+                ("path", "file path relative to the workdir"),
+                ("content", "the whole new content"),
+            ],
+            &[],
+        )
     }
 
     async fn run(&self, args: Args, ctx: &ToolCtx) -> Result<ToolOutput, String> {
