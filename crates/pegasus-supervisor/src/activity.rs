@@ -4,14 +4,11 @@
 //! It observes the event bus (see `crate::bus`): every event is folded in inside `publish`, in
 //! bus order, so it never lags and never needs a task of its own.
 
-use crate::{bus::EventBus, supervisor::lock};
+use crate::supervisor::lock;
 use pegasus_proto::{
     ctl::ProjectInfo, BusBody, BusEvent, Stage, TaskState, WorkerEvent, WorkerState,
 };
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, sync::Mutex};
 
 /// The running task and its stage, per project.
 #[derive(Default)]
@@ -27,7 +24,7 @@ struct Doing {
 
 impl Activity {
     /// Folds one event in.
-    fn apply(&self, event: &BusEvent) {
+    pub fn apply(&self, event: &BusEvent) {
         let mut now = lock(&self.now);
         match &event.body {
             BusBody::Worker(WorkerEvent::Task {
@@ -84,16 +81,6 @@ impl Activity {
             }
         }
     }
-}
-
-/// Makes the tracker an observer of the bus.
-pub(crate) fn observe(bus: &EventBus, activity: &Arc<Activity>) {
-    let activity = Arc::downgrade(activity);
-    bus.observe(move |event| {
-        if let Some(activity) = activity.upgrade() {
-            activity.apply(event);
-        }
-    });
 }
 
 #[cfg(test)]

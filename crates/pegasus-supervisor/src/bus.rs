@@ -49,6 +49,21 @@ impl EventBus {
     }
 
     /// Publishes one event about `project`; never blocks, and nobody listening is fine.
+    /// Makes `observe` see every event with `target`, for as long as `target` lives (the bus
+    /// does not keep it alive).
+    pub fn observe_weak<T: Send + Sync + 'static>(
+        &self,
+        target: &Arc<T>,
+        observe: impl Fn(&T, &BusEvent) + Send + Sync + 'static,
+    ) {
+        let target = Arc::downgrade(target);
+        self.observe(move |event| {
+            if let Some(target) = target.upgrade() {
+                observe(&target, event);
+            }
+        });
+    }
+
     pub fn publish(&self, project: &str, body: BusBody) {
         let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;

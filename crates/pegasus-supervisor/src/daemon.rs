@@ -160,7 +160,8 @@ async fn serve(
     let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
     let door = FrontDoor::new(&sup, secrets);
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
-    crate::activity::observe(&sup.bus, &sup.activity);
+    sup.bus
+        .observe_weak(&sup.activity, crate::activity::Activity::apply);
     crate::approval_counts::observe(&sup.bus, &sup.approval_counts);
     crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));

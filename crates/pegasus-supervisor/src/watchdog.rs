@@ -296,12 +296,9 @@ impl Watchdogs {
 
 /// Makes the watchdogs an observer of the bus.
 pub(crate) fn observe(sup: &Arc<Supervisor>) {
-    let weak = Arc::downgrade(sup);
-    sup.bus.observe(move |event| {
-        if let Some(sup) = weak.upgrade() {
-            if let Some(line) = sup.watchdogs.apply(event) {
-                sup.to_main(Channel::Project(event.project.clone()), line);
-            }
+    sup.bus.observe_weak(sup, |sup, event| {
+        if let Some(line) = sup.watchdogs.apply(event) {
+            sup.to_main(Channel::Project(event.project.clone()), line);
         }
     });
 }

@@ -32,25 +32,24 @@ pub(crate) async fn dispatch(
     req: CtlRequest,
 ) -> CtlResponse {
     let done = |message: String| CtlResponse::Done { message };
+    let shown = |p| CtlResponse::Project(Box::new(p));
     let result: Result<CtlResponse, RequestError> = match req {
         CtlRequest::Hello { .. } => Err(RequestError::refused("already said hello")),
         CtlRequest::Follow { .. } => Err(RequestError::refused(
             "follow opens its own connection: it takes no other request",
         )),
         CtlRequest::Status => blocking(sup, status::status).await.map(CtlResponse::Status),
-        CtlRequest::ProjectCreate(create) => project::create(sup, create)
-            .await
-            .map(|p| CtlResponse::Project(Box::new(p))),
+        CtlRequest::ProjectCreate(create) => project::create(sup, create).await.map(shown),
         CtlRequest::ProjectList { status } => blocking(sup, move |s| project::list(s, status))
             .await
             .map(CtlResponse::Projects),
         CtlRequest::ProjectShow { name } => blocking(sup, move |s| project::info(s, &name))
             .await
-            .map(|p| CtlResponse::Project(Box::new(p))),
+            .map(shown),
         CtlRequest::ProjectLifecycle { name, verb } => {
             project::lifecycle(sup, &name, project::store_verb(verb))
                 .await
-                .map(|p| CtlResponse::Project(Box::new(p)))
+                .map(shown)
         }
         CtlRequest::ProjectSend {
             name,
