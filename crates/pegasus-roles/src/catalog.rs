@@ -102,19 +102,11 @@ fn user_roles(dir: &Path) -> Result<Vec<Role>, RoleError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(RoleError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(e) => return Err(RoleError::io(dir)(e)),
     };
     let mut paths = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| RoleError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        let entry = entry.map_err(RoleError::io(dir))?;
         let path = entry.path();
         let is_md = path.extension().is_some_and(|e| e == "md");
         // Editors leave hidden swap and backup files next to the real ones.
@@ -126,10 +118,7 @@ fn user_roles(dir: &Path) -> Result<Vec<Role>, RoleError> {
     paths.sort();
     let mut roles = Vec::with_capacity(paths.len());
     for path in paths {
-        let text = read_role_file(&path).map_err(|source| RoleError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let text = read_role_file(&path).map_err(RoleError::io(&path))?;
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())

@@ -82,3 +82,11 @@ pub enum RoleError {
         message: String,
     },
 }
+
+impl RoleError {
+    /// Wraps an I/O error with the path it happened on, for `map_err`.
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RoleError {
+        let path = path.into();
+        move |source| RoleError::Io { path, source }
+    }
+}

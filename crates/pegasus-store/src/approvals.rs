@@ -112,9 +112,7 @@ impl ApprovalsConfig {
                 out.allow.push(g.clone());
             }
         }
-        for (g, m) in &project.tools {
-            out.tools.insert(g.clone(), *m);
-        }
+        out.tools.extend(project.tools.clone());
         out.merge = project.merge.or(out.merge);
         out.timeout_s = project.timeout_s.or(out.timeout_s);
         out
