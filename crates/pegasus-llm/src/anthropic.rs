@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use pegasus_proto::llm::{Block, ChatRequest, LlmError, Role, StopReason};
 
-use crate::reply::{tool_schema, without_empty_text, ProviderReply, SeenUsage};
+use crate::reply::{insert_tools, without_empty_text, ProviderReply, SeenUsage};
 use crate::sse::{forward, StreamParser};
 
 /// The API version header every request carries.
@@ -56,17 +56,11 @@ pub fn request_body(req: &ChatRequest, model: &str, stream: bool) -> Result<Valu
         .map(|m| message(m, budget.is_some()))
         .collect();
     body.insert("messages".into(), Value::Array(messages));
-    if !req.tools.is_empty() {
-        let tools = req
-            .tools
-            .iter()
-            .map(|t| {
-                let schema = tool_schema(t)?;
-                Ok(json!({"name": t.name, "description": t.description, "input_schema": schema}))
-            })
-            .collect::<Result<Vec<_>, LlmError>>()?;
-        body.insert("tools".into(), Value::Array(tools));
-    }
+    insert_tools(
+        &mut body,
+        &req.tools,
+        |t, schema| json!({"name": t.name, "description": t.description, "input_schema": schema}),
+    )?;
     match budget {
         Some(b) => {
             body.insert(
@@ -280,30 +274,15 @@ pub fn parse_response(body: &[u8]) -> Result<ProviderReply, String> {
     })
 }
 
-/// A content block being assembled from stream deltas.
-#[derive(Debug)]
-enum Partial {
-    Text(String),
-    Tool {
-        id: String,
-        name: String,
-        json: String,
-    },
-    Thinking {
-        thinking: String,
-        signature: String,
-    },
-    Redacted(String),
-    Ignored,
-}
-
 /// Assembles a streamed message: `message_start`, then per content block `start`/`delta`*/
 /// `stop`, then `message_delta` (stop reason, output tokens) and `message_stop`.
 #[derive(Debug, Default)]
 pub struct Stream {
     id: String,
     model: String,
-    blocks: BTreeMap<u64, Partial>,
+    /// The content blocks as far as their deltas came; `None` for a kind not kept (server
+    /// tools, citations...).
+    blocks: BTreeMap<u64, Option<Block>>,
     stop_reason: Option<String>,
     usage: WireUsage,
     saw_usage: bool,
@@ -332,30 +311,32 @@ impl StreamParser for Stream {
             }
             "content_block_start" => {
                 let b = v.get("content_block").cloned().unwrap_or(Value::Null);
-                let partial = match b.get("type").and_then(Value::as_str) {
+                let block = match b.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         let text = str_at(&b, "text");
                         forward(deltas, &text);
-                        Partial::Text(text)
+                        Some(Block::Text { text })
                     }
-                    Some("tool_use") => Partial::Tool {
+                    Some("tool_use") => Some(Block::ToolUse {
                         id: str_at(&b, "id"),
                         name: str_at(&b, "name"),
-                        json: String::new(),
-                    },
-                    Some("thinking") => Partial::Thinking {
+                        input_json: String::new(),
+                    }),
+                    Some("thinking") => Some(Block::Thinking {
                         thinking: str_at(&b, "thinking"),
                         signature: str_at(&b, "signature"),
-                    },
-                    Some("redacted_thinking") => Partial::Redacted(str_at(&b, "data")),
-                    _ => Partial::Ignored,
+                    }),
+                    Some("redacted_thinking") => Some(Block::RedactedThinking {
+                        data: str_at(&b, "data"),
+                    }),
+                    _ => None,
                 };
-                self.received += match &partial {
-                    Partial::Text(t) => t.len(),
-                    Partial::Tool { id, name, .. } => id.len() + name.len(),
+                self.received += match &block {
+                    Some(Block::Text { text }) => text.len(),
+                    Some(Block::ToolUse { id, name, .. }) => id.len() + name.len(),
                     _ => 0,
                 } as u64;
-                self.blocks.insert(index, partial);
+                self.blocks.insert(index, block);
             }
             "content_block_delta" => {
                 let d = v.get("delta").cloned().unwrap_or(Value::Null);
@@ -364,33 +345,34 @@ impl StreamParser for Stream {
                         self.received += piece.len() as u64;
                     }
                 }
+                let block = self.blocks.get_mut(&index).and_then(Option::as_mut);
                 match d.get("type").and_then(Value::as_str) {
                     Some("text_delta") => {
                         let piece = str_at(&d, "text");
                         forward(deltas, &piece);
-                        match self
-                            .blocks
-                            .entry(index)
-                            .or_insert_with(|| Partial::Text(String::new()))
-                        {
-                            Partial::Text(t) => t.push_str(&piece),
+                        match self.blocks.entry(index).or_insert_with(|| {
+                            Some(Block::Text {
+                                text: String::new(),
+                            })
+                        }) {
+                            Some(Block::Text { text }) => text.push_str(&piece),
                             _ => return Err(format!("text delta for non-text block {index}")),
                         }
                     }
-                    Some("input_json_delta") => match self.blocks.get_mut(&index) {
-                        Some(Partial::Tool { json, .. }) => {
-                            json.push_str(&str_at(&d, "partial_json"))
+                    Some("input_json_delta") => match block {
+                        Some(Block::ToolUse { input_json, .. }) => {
+                            input_json.push_str(&str_at(&d, "partial_json"))
                         }
                         _ => return Err(format!("tool input delta for non-tool block {index}")),
                     },
-                    Some("thinking_delta") => match self.blocks.get_mut(&index) {
-                        Some(Partial::Thinking { thinking, .. }) => {
+                    Some("thinking_delta") => match block {
+                        Some(Block::Thinking { thinking, .. }) => {
                             thinking.push_str(&str_at(&d, "thinking"))
                         }
                         _ => return Err(format!("thinking delta for non-thinking block {index}")),
                     },
-                    Some("signature_delta") => match self.blocks.get_mut(&index) {
-                        Some(Partial::Thinking { signature, .. }) => {
+                    Some("signature_delta") => match block {
+                        Some(Block::Thinking { signature, .. }) => {
                             signature.push_str(&str_at(&d, "signature"))
                         }
                         _ => return Err(format!("signature delta for non-thinking block {index}")),
@@ -426,33 +408,26 @@ impl StreamParser for Stream {
         (self.received, self.usage.seen(), &self.id, &self.model)
     }
 
-    fn finish(self) -> Result<ProviderReply, String> {
+    fn finish(self: Box<Self>) -> Result<ProviderReply, String> {
         if !self.stopped {
             return Err("stream ended before message_stop".into());
         }
         let content = self
             .blocks
             .into_values()
-            .filter_map(|p| match p {
-                Partial::Text(text) => Some(Block::Text { text }),
-                Partial::Tool { id, name, json } => Some(Block::ToolUse {
+            .flatten()
+            .map(|b| match b {
+                // A tool called without arguments streams none.
+                Block::ToolUse {
                     id,
                     name,
-                    input_json: if json.trim().is_empty() {
-                        "{}".into()
-                    } else {
-                        json
-                    },
-                }),
-                Partial::Thinking {
-                    thinking,
-                    signature,
-                } => Some(Block::Thinking {
-                    thinking,
-                    signature,
-                }),
-                Partial::Redacted(data) => Some(Block::RedactedThinking { data }),
-                Partial::Ignored => None,
+                    input_json,
+                } if input_json.trim().is_empty() => Block::ToolUse {
+                    id,
+                    name,
+                    input_json: "{}".into(),
+                },
+                b => b,
             })
             .collect();
         Ok(ProviderReply {

@@ -462,21 +462,19 @@ impl Gateway {
         Ok(limits)
     }
 
-    /// The caps of a call: the day's and a task's from the config, the project's from its
-    /// PROJECT.md.
+    /// The caps of a call: the day's and a task's from the config, the project's `budget_usd`
+    /// as its PROJECT.md says at this call (an edit applies at once; the file is parsed again
+    /// only when it changed, see [`ProjectRegistry`]).
     fn limits(&self, meta: &CallMeta) -> Limits {
         let config = &self.inner.config;
         Limits {
             daily: config.budget.daily_usd,
-            project: meta.project.as_deref().and_then(|p| self.project_budget(p)),
+            project: meta
+                .project
+                .as_deref()
+                .and_then(|p| self.inner.projects.budget_usd(p)),
             task: config.budget.task_usd,
         }
-    }
-
-    /// The project's `budget_usd` as its PROJECT.md says at this call (an edit applies at
-    /// once; the file is parsed again only when it changed, see [`ProjectRegistry`]).
-    fn project_budget(&self, name: &str) -> Option<f64> {
-        self.inner.projects.budget_usd(name)
     }
 
     /// The project registry the gateway reads budgets from: pegasusd's one reader of
@@ -539,24 +537,12 @@ impl Gateway {
     ) -> Result<ProviderReply, AttemptError> {
         let http = &self.inner.http;
         let request = match target.kind {
-            Kind::Anthropic => {
-                let r = http
-                    .post(format!("{}/v1/messages", target.base_url))
-                    .header("anthropic-version", anthropic::API_VERSION);
-                match key {
-                    Some(k) => r.header("x-api-key", k),
-                    None => r,
-                }
-            }
-            Kind::OpenAi => {
-                let r = http.post(format!("{}/chat/completions", target.base_url));
-                match key {
-                    Some(k) => r.bearer_auth(k),
-                    None => r,
-                }
-            }
-        }
-        .json(body);
+            Kind::Anthropic => http
+                .post(format!("{}/v1/messages", target.base_url))
+                .header("anthropic-version", anthropic::API_VERSION),
+            Kind::OpenAi => http.post(format!("{}/chat/completions", target.base_url)),
+        };
+        let request = provider::authorize(request, target.kind, key).json(body);
         let deadline = Instant::now() + timeout;
         let timed_out =
             || AttemptError::retry(format!("no answer within {} s", timeout.as_secs_f64()));
@@ -629,30 +615,11 @@ impl Gateway {
             return Err(too_large("answer"));
         }
         if stream && is_sse {
-            let read = match target.kind {
-                Kind::Anthropic => {
-                    sse::read(
-                        response,
-                        anthropic::Stream::default(),
-                        timeout,
-                        limit,
-                        deltas,
-                        progress,
-                    )
-                    .await
-                }
-                Kind::OpenAi => {
-                    sse::read(
-                        response,
-                        openai::Stream::default(),
-                        timeout,
-                        limit,
-                        deltas,
-                        progress,
-                    )
-                    .await
-                }
+            let parser: Box<dyn sse::StreamParser + Send> = match target.kind {
+                Kind::Anthropic => Box::<anthropic::Stream>::default(),
+                Kind::OpenAi => Box::<openai::Stream>::default(),
             };
+            let read = sse::read(response, parser, timeout, limit, deltas, progress).await;
             return read.map_err(|e| match e {
                 sse::ReadError::TooLarge => too_large("streamed answer"),
                 sse::ReadError::Attempt(e) => e,
@@ -707,22 +674,8 @@ impl Gateway {
             tracing::warn!(model = %target.full,
                 "no price for this model; add it under prices: in config.yml");
         }
-        let call = &reservation.call;
-        let entry = LedgerEntry {
-            ts: Utc::now(),
-            project: call.project.clone(),
-            task: call.task.clone(),
-            role: call.role.clone(),
-            model: target.full.clone(),
-            input_tokens: usage.input_tokens,
-            output_tokens: usage.output_tokens,
-            cache_read_tokens: usage.cache_read_tokens,
-            cache_write_tokens: usage.cache_write_tokens,
-            usd: cost,
-            request_id: (!reply.id.is_empty()).then(|| reply.id.clone()),
-            call: Some(call.call.clone()),
-            estimated,
-        };
+        let request_id = (!reply.id.is_empty()).then(|| reply.id.clone());
+        let entry = reservation.call.entry(&usage, cost, request_id, estimated);
         self.inner.ledger.record(entry).await;
         reservation.settled = true;
         ChatResponse {
@@ -775,15 +728,8 @@ impl Reservation {
             seen.or_estimate(self.input_estimate, tokens_of_bytes(arrived.bytes as usize));
         usage.output_tokens = usage.output_tokens.max(reported_output);
         let usd = self.inner.price(&self.target, &arrived.model, &usage);
-        let mut entry = self
-            .call
-            .estimated_entry((!arrived.id.is_empty()).then_some(arrived.id));
-        entry.input_tokens = usage.input_tokens;
-        entry.output_tokens = usage.output_tokens;
-        entry.cache_read_tokens = usage.cache_read_tokens;
-        entry.cache_write_tokens = usage.cache_write_tokens;
-        entry.usd = usd;
-        Some(entry)
+        let request_id = (!arrived.id.is_empty()).then_some(arrived.id);
+        Some(self.call.entry(&usage, usd, request_id, true))
     }
 
     /// Writes the estimated line of an answer that began and broke.

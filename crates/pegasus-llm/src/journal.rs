@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use crate::lock;
 use chrono::{DateTime, Utc};
+use pegasus_proto::llm::Usage;
 use pegasus_store::{Home, JsonlAppender, LedgerEntry};
 use serde::{Deserialize, Serialize};
 
@@ -40,23 +41,40 @@ pub struct PendingCall {
 }
 
 impl PendingCall {
-    /// The ledger line of this call when only its worst case is known.
-    pub fn estimated_entry(&self, request_id: Option<String>) -> LedgerEntry {
+    /// The ledger line of this call: `usage` costing `usd`, with the provider's `request_id` if
+    /// it gave one; `estimated` when the counts are not the provider's.
+    pub fn entry(
+        &self,
+        usage: &Usage,
+        usd: Option<f64>,
+        request_id: Option<String>,
+        estimated: bool,
+    ) -> LedgerEntry {
         LedgerEntry {
             ts: Utc::now(),
             project: self.project.clone(),
             task: self.task.clone(),
             role: self.role.clone(),
             model: self.model.clone(),
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-            cache_read_tokens: 0,
-            cache_write_tokens: 0,
-            usd: self.usd,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            usd,
             request_id,
             call: Some(self.call.clone()),
-            estimated: true,
+            estimated,
         }
+    }
+
+    /// The ledger line of this call when only its worst case is known.
+    pub fn estimated_entry(&self, request_id: Option<String>) -> LedgerEntry {
+        let worst = Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            ..Usage::default()
+        };
+        self.entry(&worst, self.usd, request_id, true)
     }
 }
 

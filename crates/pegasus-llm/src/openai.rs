@@ -15,7 +15,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use pegasus_proto::llm::{Block, ChatRequest, LlmError, Message, Role, StopReason};
 
-use crate::reply::{tool_schema, without_empty_text, ProviderReply, SeenUsage};
+use crate::reply::{insert_tools, without_empty_text, ProviderReply, SeenUsage};
 use crate::sse::{forward, StreamParser};
 
 /// The JSON body of `POST /chat/completions` for `req`, addressed to `model`. A `reasoning`
@@ -37,20 +37,12 @@ pub fn request_body(
         push_message(&mut messages, m);
     }
     body.insert("messages".into(), Value::Array(messages));
-    if !req.tools.is_empty() {
-        let tools = req
-            .tools
-            .iter()
-            .map(|t| {
-                let schema = tool_schema(t)?;
-                Ok(json!({
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": schema}
-                }))
-            })
-            .collect::<Result<Vec<_>, LlmError>>()?;
-        body.insert("tools".into(), Value::Array(tools));
-    }
+    insert_tools(&mut body, &req.tools, |t, schema| {
+        json!({
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": schema}
+        })
+    })?;
     if reasoning {
         body.insert("max_completion_tokens".into(), json!(req.max_tokens));
         if let Some(effort @ ("low" | "medium" | "high")) = req.thinking.as_deref() {
@@ -220,15 +212,17 @@ struct WireCompletion {
     usage: Option<WireUsage>,
 }
 
-/// A tool call id for servers that send none, so the result can still be matched to it.
-fn fallback_id(index: usize) -> String {
-    format!("call_{index}")
-}
-
-fn arguments(raw: Option<String>) -> String {
-    match raw {
-        Some(a) if !a.trim().is_empty() => a,
-        _ => "{}".into(),
+/// The `i`th tool call of an answer as a block: a server that sent no id gets `call_{i}`, so
+/// the result can still be matched to it; no (or blank) arguments are `{}`.
+fn tool_use(i: usize, id: Option<String>, name: String, arguments: Option<String>) -> Block {
+    Block::ToolUse {
+        id: id
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| format!("call_{i}")),
+        name,
+        input_json: arguments
+            .filter(|a| !a.trim().is_empty())
+            .unwrap_or_else(|| "{}".into()),
     }
 }
 
@@ -245,21 +239,10 @@ pub fn parse_response(body: &[u8]) -> Result<ProviderReply, String> {
     if let Some(text) = choice.message.content {
         content.push(Block::Text { text });
     }
-    for (i, call) in choice
-        .message
-        .tool_calls
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-    {
-        content.push(Block::ToolUse {
-            id: call
-                .id
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| fallback_id(i)),
-            name: call.function.name,
-            input_json: arguments(call.function.arguments),
-        });
+    let calls = choice.message.tool_calls.unwrap_or_default();
+    for (i, call) in calls.into_iter().enumerate() {
+        let f = call.function;
+        content.push(tool_use(i, call.id, f.name, f.arguments));
     }
     let has_tools = content.iter().any(|b| matches!(b, Block::ToolUse { .. }));
     Ok(ProviderReply {
@@ -314,19 +297,10 @@ impl StreamParser for Stream {
                 .unwrap_or("unknown error");
             return Err(format!("error in stream: {message}"));
         }
-        if let Some(id) = v
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
-            self.id = id.to_string();
-        }
-        if let Some(m) = v
-            .get("model")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
-            self.model = m.to_string();
+        for (key, to) in [("id", &mut self.id), ("model", &mut self.model)] {
+            if let Some(s) = v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
+                *to = s.to_string();
+            }
         }
         let choices = v.get("choices").and_then(Value::as_array);
         for choice in choices.into_iter().flatten() {
@@ -346,10 +320,12 @@ impl StreamParser for Stream {
                     .and_then(Value::as_u64)
                     .unwrap_or(pos as u64);
                 let slot = self.calls.entry(index).or_default();
-                if let Some(id) = call.get("id").and_then(Value::as_str) {
-                    if !id.is_empty() {
-                        slot.id = id.to_string();
-                    }
+                if let Some(id) = call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                {
+                    slot.id = id.to_string();
                 }
                 // The name comes whole with the first piece; some servers repeat it later.
                 if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
@@ -378,23 +354,15 @@ impl StreamParser for Stream {
         (self.received, self.usage, &self.id, &self.model)
     }
 
-    fn finish(self) -> Result<ProviderReply, String> {
+    fn finish(self: Box<Self>) -> Result<ProviderReply, String> {
         // A finish_reason means the answer is whole even if [DONE] got lost; without either
         // the stream was cut mid-answer.
         if !self.done && self.finish.is_none() {
             return Err("stream ended before [DONE] and without a finish_reason".into());
         }
         let mut content = vec![Block::Text { text: self.text }];
-        for (i, (_, call)) in self.calls.into_iter().enumerate() {
-            content.push(Block::ToolUse {
-                id: if call.id.is_empty() {
-                    fallback_id(i)
-                } else {
-                    call.id
-                },
-                name: call.name,
-                input_json: arguments(Some(call.arguments)),
-            });
+        for (i, call) in self.calls.into_values().enumerate() {
+            content.push(tool_use(i, Some(call.id), call.name, Some(call.arguments)));
         }
         let has_tools = content.len() > 1;
         Ok(ProviderReply {

@@ -83,6 +83,20 @@ fn kind_of(name: &str, pc: &ProviderConfig) -> Result<Kind, LlmError> {
     }
 }
 
+/// `request` carrying `key` as `kind` wants it: Anthropic's `x-api-key` header, else a bearer
+/// token.
+pub fn authorize(
+    request: reqwest::RequestBuilder,
+    kind: Kind,
+    key: Option<&str>,
+) -> reqwest::RequestBuilder {
+    match (key, kind) {
+        (Some(k), Kind::Anthropic) => request.header("x-api-key", k),
+        (Some(k), Kind::OpenAi) => request.bearer_auth(k),
+        (None, _) => request,
+    }
+}
+
 /// Keys taken out of the environment by [`take_keys_from_env`], by variable name.
 static KEYS: std::sync::Mutex<Option<std::collections::HashMap<String, String>>> =
     std::sync::Mutex::new(None);

@@ -191,18 +191,34 @@ pub fn is_context_overflow(status: u16, body: &str) -> bool {
     .any(|p| lower.contains(p))
 }
 
-/// A tool's input schema as the JSON object both APIs want, or the error that names the tool
-/// whose schema is not one.
-pub fn tool_schema(t: &ToolSpec) -> Result<serde_json::Value, LlmError> {
-    serde_json::from_str::<serde_json::Value>(&t.input_schema_json)
-        .ok()
-        .filter(serde_json::Value::is_object)
-        .ok_or_else(|| {
-            LlmError::Other(format!(
-                "tool {} has an input schema that is not a JSON object",
-                t.name
-            ))
+/// Puts `tools` in a request `body` (none: no `tools` key), each as `wire` shapes it with its
+/// input schema as the JSON object both APIs want; the error names a tool whose schema is not
+/// one.
+pub fn insert_tools(
+    body: &mut serde_json::Map<String, serde_json::Value>,
+    tools: &[ToolSpec],
+    wire: impl Fn(&ToolSpec, serde_json::Value) -> serde_json::Value,
+) -> Result<(), LlmError> {
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let tools = tools
+        .iter()
+        .map(|t| {
+            serde_json::from_str::<serde_json::Value>(&t.input_schema_json)
+                .ok()
+                .filter(serde_json::Value::is_object)
+                .map(|schema| wire(t, schema))
+                .ok_or_else(|| {
+                    LlmError::Other(format!(
+                        "tool {} has an input schema that is not a JSON object",
+                        t.name
+                    ))
+                })
         })
+        .collect::<Result<_, _>>()?;
+    body.insert("tools".into(), serde_json::Value::Array(tools));
+    Ok(())
 }
 
 /// Drops empty text blocks: providers emit them around tool calls, and Anthropic refuses

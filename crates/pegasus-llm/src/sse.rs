@@ -32,7 +32,7 @@ pub trait StreamParser {
 
     /// The assembled reply once the byte stream ended; `Err` when it ended too early (a cut
     /// stream), so the caller retries instead of returning half an answer.
-    fn finish(self) -> Result<ProviderReply, String>;
+    fn finish(self: Box<Self>) -> Result<ProviderReply, String>;
 }
 
 /// Why a stream was not read to its end.
@@ -46,9 +46,9 @@ pub enum ReadError {
 
 /// Drives `response`'s body through `parser`. `idle` bounds the silence between two chunks;
 /// `limit` the bytes of the whole body.
-pub async fn read<P: StreamParser>(
+pub async fn read(
     response: reqwest::Response,
-    mut parser: P,
+    mut parser: Box<dyn StreamParser + Send>,
     idle: Duration,
     limit: usize,
     deltas: Option<&UnboundedSender<String>>,
@@ -133,5 +133,5 @@ pub fn feed<P: StreamParser>(
             break;
         }
     }
-    parser.finish()
+    Box::new(parser).finish()
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::provider::{Kind, Target};
+use crate::provider::{authorize, Target};
 
 /// How long one probe request may take; a server that does not answer is not waited for.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -61,13 +61,12 @@ fn on_loopback(base_url: &str) -> bool {
 /// The context window `target`'s server reports for its model, if it says.
 pub async fn probe(http: &reqwest::Client, target: &Target, key: Option<&str>) -> Option<u64> {
     let root = root(&target.base_url);
-    let auth = |r: reqwest::RequestBuilder| match (key, target.kind) {
-        (Some(k), Kind::Anthropic) => r.header("x-api-key", k),
-        (Some(k), Kind::OpenAi) => r.bearer_auth(k),
-        (None, _) => r,
-    };
     let get_json = |r: reqwest::RequestBuilder| async move {
-        let resp = auth(r).timeout(PROBE_TIMEOUT).send().await.ok()?;
+        let resp = authorize(r, target.kind, key)
+            .timeout(PROBE_TIMEOUT)
+            .send()
+            .await
+            .ok()?;
         if !resp.status().is_success() {
             return None;
         }
@@ -145,6 +144,7 @@ pub fn from_refusal(body: &str) -> Option<u64> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::provider::Kind;
     use serde_json::json;
 
     #[test]
