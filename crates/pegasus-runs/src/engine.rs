@@ -182,14 +182,8 @@ impl RunEngine {
         if run.status == crate::RunStatus::Planning {
             run.apply(RunTrigger::Planned)?;
         }
-        self.save(&run).await?;
-        self.log(
-            &run.id,
-            RunEvent::Planned {
-                phases: run.phases.len() as u32,
-            },
-        )
-        .await?;
+        let phases = run.phases.len() as u32;
+        self.record(&mut run, RunEvent::Planned { phases }).await?;
         Ok(Flow::Continue)
     }
 
@@ -203,14 +197,9 @@ impl RunEngine {
         else {
             run.apply(RunTrigger::Complete)?;
             run.error = None;
-            self.save(&run).await?;
-            self.log(
-                &run.id,
-                RunEvent::Completed {
-                    cost_usd: run.cost_usd,
-                },
-            )
-            .await?;
+            let cost_usd = run.cost_usd;
+            self.record(&mut run, RunEvent::Completed { cost_usd })
+                .await?;
             tracing::info!(run = %run.id, cost_usd = run.cost_usd, "run completed");
             return Ok(Flow::Stop(run));
         };
@@ -241,11 +230,9 @@ impl RunEngine {
         let (number, attempt) = (run.phases[idx].number, run.phases[idx].attempt);
         let task = run.attempt_task_id(number, attempt);
         run.current_phase = Some(number);
-        run.updated = Utc::now();
         // Persisted before any work, so a crash from here on is seen as "executing" on restart.
-        self.save(&run).await?;
-        self.log(
-            &run.id,
+        self.record(
+            &mut run,
             RunEvent::PhaseStarted {
                 phase: number,
                 attempt,
@@ -302,10 +289,8 @@ impl RunEngine {
             Err(ExecError::Failed(msg)) => return Ok(AttemptEnd::Failed(msg)),
         };
         run.phases[idx].output = Some(output.clone());
-        run.updated = Utc::now();
-        self.save(run).await?;
-        self.log(
-            &run.id,
+        self.record(
+            run,
             RunEvent::Executed {
                 phase: number,
                 attempt,
@@ -336,10 +321,8 @@ impl RunEngine {
         };
         let fallback = summary.is_none();
         run.phases[idx].summary = Some(summary.unwrap_or_else(|| fallback_summary(&output)));
-        run.updated = Utc::now();
-        self.save(run).await?;
-        self.log(
-            &run.id,
+        self.record(
+            run,
             RunEvent::Summarised {
                 phase: number,
                 attempt,
@@ -371,18 +354,13 @@ impl RunEngine {
     }
 
     async fn approve(&self, mut run: Run, idx: usize) -> Result<Flow, RunError> {
-        run.phases[idx].apply(&run.id, PhaseTrigger::Approve)?;
-        run.updated = Utc::now();
-        self.save(&run).await?;
-        let phase = &run.phases[idx];
-        self.log(
-            &run.id,
-            RunEvent::PhaseCompleted {
-                phase: phase.number,
-                cost_usd: phase.cost_usd,
-            },
-        )
-        .await?;
+        let phase = &mut run.phases[idx];
+        phase.apply(&run.id, PhaseTrigger::Approve)?;
+        let event = RunEvent::PhaseCompleted {
+            phase: phase.number,
+            cost_usd: phase.cost_usd,
+        };
+        self.record(&mut run, event).await?;
         Ok(Flow::Continue)
     }
 
@@ -393,10 +371,8 @@ impl RunEngine {
         run.phases[idx].feedback = Some(reason.clone());
         if attempt < run.max_attempts {
             run.phases[idx].apply(&run.id, PhaseTrigger::Retry)?;
-            run.updated = Utc::now();
-            self.save(&run).await?;
-            self.log(
-                &run.id,
+            self.record(
+                &mut run,
                 RunEvent::PhaseRetry {
                     phase: number,
                     attempt,
@@ -436,9 +412,8 @@ impl RunEngine {
         interrupt_phases(&mut run)?;
         run.apply(RunTrigger::Pause)?;
         run.error = Some(reason.clone());
-        self.save(&run).await?;
-        self.log(
-            &run.id,
+        self.record(
+            &mut run,
             RunEvent::Paused {
                 reason: reason.clone(),
             },
@@ -460,8 +435,7 @@ impl RunEngine {
                 interrupt_phases(&mut run)?;
                 run.apply(RunTrigger::Cancel)?;
                 run.requested = None;
-                self.save(&run).await?;
-                self.log(&run.id, RunEvent::Cancelled).await?;
+                self.record(&mut run, RunEvent::Cancelled).await?;
                 tracing::info!(run = %run.id, "run cancelled");
                 run
             }
@@ -534,6 +508,14 @@ impl RunEngine {
     async fn load(&self, id: &str) -> Result<Run, RunError> {
         let id = id.to_string();
         self.blocking(move |s| s.get(&id)).await
+    }
+
+    /// Saves the run, stamped now, then logs `event`: the file first, so the log never tells
+    /// of a state the run file does not have.
+    async fn record(&self, run: &mut Run, event: RunEvent) -> Result<(), RunError> {
+        run.updated = Utc::now();
+        self.save(run).await?;
+        self.log(&run.id, event).await
     }
 
     async fn save(&self, run: &Run) -> Result<(), RunError> {

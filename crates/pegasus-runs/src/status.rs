@@ -221,6 +221,27 @@ mod tests {
         PhaseTrigger::Interrupt,
     ];
 
+    /// Every state × every trigger moves exactly as `allowed` says, and nowhere else.
+    fn assert_table<S, T>(
+        states: impl IntoIterator<Item = S>,
+        triggers: impl IntoIterator<Item = T> + Clone,
+        allowed: &[(S, T, S)],
+        next: fn(S, T) -> Option<S>,
+    ) where
+        S: Copy + PartialEq + std::fmt::Display + std::fmt::Debug,
+        T: Copy + PartialEq + std::fmt::Debug,
+    {
+        for from in states {
+            for trigger in triggers.clone() {
+                let expected = allowed
+                    .iter()
+                    .find(|(f, t, _)| *f == from && *t == trigger)
+                    .map(|(_, _, to)| *to);
+                assert_eq!(next(from, trigger), expected, "{from} on {trigger:?}");
+            }
+        }
+    }
+
     #[test]
     fn run_table_is_exactly_the_documented_one() {
         use RunStatus::*;
@@ -238,15 +259,7 @@ mod tests {
             (Paused, T::Resume { planned: true }, Executing),
             (Paused, T::Resume { planned: false }, Planning),
         ];
-        for from in RunStatus::ALL {
-            for trigger in RUN_TRIGGERS {
-                let expected = allowed
-                    .iter()
-                    .find(|(f, t, _)| *f == from && *t == trigger)
-                    .map(|(_, _, to)| *to);
-                assert_eq!(from.next(trigger), expected, "{from} on {trigger:?}");
-            }
-        }
+        assert_table(RunStatus::ALL, RUN_TRIGGERS, allowed, RunStatus::next);
     }
 
     #[test]
@@ -273,15 +286,7 @@ mod tests {
             (Executing, T::Fail, Failed),
             (Executing, T::Interrupt, Pending),
         ];
-        for from in PhaseStatus::ALL {
-            for trigger in PHASE_TRIGGERS {
-                let expected = allowed
-                    .iter()
-                    .find(|(f, t, _)| *f == from && *t == trigger)
-                    .map(|(_, _, to)| *to);
-                assert_eq!(from.next(trigger), expected, "{from} on {trigger:?}");
-            }
-        }
+        assert_table(PhaseStatus::ALL, PHASE_TRIGGERS, allowed, PhaseStatus::next);
     }
 
     #[test]
