@@ -138,26 +138,12 @@ impl Approvals {
 
     /// Asks with a request made by the caller (a merge), and waits for the answer.
     pub async fn ask_request(&self, request: ApprovalRequest) -> Gate {
-        if let Err(e) = store::write_request(&self.dir, &request) {
+        if let Err(e) = self.ask_detached(&request, TaskState::Running) {
             tracing::error!(id = %request.id, "cannot write the approval request: {e}");
             return Gate::Result(ToolOutput::error(format!(
                 "not run: this call needs a person's approval and the request could not be saved ({e})"
             )));
         }
-        // Blocked only once the request is on disk: a crash in between leaves a running task,
-        // which the restart fails, and a request that the restart withdraws.
-        self.move_task(
-            &request.task,
-            &[(TaskState::Running, TaskState::Blocked)],
-            APPROVAL_REASON,
-        );
-        tracing::info!(id = %request.id, tool = %request.tool, task = %request.task, "waiting for approval");
-        send_event(
-            &self.notices,
-            WorkerEvent::Approval {
-                request: request.info(),
-            },
-        );
         self.wait(&request).await
     }
 
@@ -166,6 +152,8 @@ impl Approvals {
     /// settles it later reads its answer from the files.
     pub fn ask_detached(&self, request: &ApprovalRequest, from: TaskState) -> Result<(), String> {
         store::write_request(&self.dir, request).map_err(|e| e.to_string())?;
+        // Blocked only once the request is on disk: a crash in between leaves a running task,
+        // which the restart fails, and a request that the restart withdraws.
         self.move_task(
             &request.task,
             &[(from, TaskState::Blocked)],
