@@ -475,12 +475,7 @@ impl Agent {
         to: TaskState,
         reason: &str,
     ) -> Result<Task, AgentError> {
-        let t = self
-            .tasks
-            .transition(id, from, to, "pegasus", reason)
-            .map_err(AgentError::tasks)?;
-        task_record::report(&self.notices, &t);
-        Ok(t)
+        self.move_task_with(id, from, to, reason, &[])
     }
 
     /// Like [`Agent::move_task`], with field updates written in the same step (one write
@@ -554,8 +549,7 @@ impl Agent {
                     .any(|b| matches!(b, Block::Text { text: t } if *t == text))
         });
         if !already_there {
-            crate::session_writer::record_inbound(&self.session, &task.id, &Channel::Task, &text)?;
-            push_user(&mut self.transcript, vec![Block::Text { text }]);
+            self.record_request(&task.id, &Channel::Task, text)?;
         }
         self.run_task(task.id, true, false, role, None).await
     }
@@ -573,8 +567,7 @@ impl Agent {
         workspace: &Workspace,
         started: bool,
     ) -> Result<Outcome, AgentError> {
-        crate::session_writer::record_inbound(&self.session, task_id, &Channel::Task, &text)?;
-        push_user(&mut self.transcript, vec![Block::Text { text }]);
+        self.record_request(task_id, &Channel::Task, text)?;
         self.run_task(task_id.to_string(), true, started, role, Some(workspace))
             .await
     }
@@ -589,15 +582,17 @@ impl Agent {
         from: &Channel,
         ledger_task: &str,
     ) -> Result<Outcome, AgentError> {
-        crate::session_writer::record_inbound(&self.session, ledger_task, from, text)?;
-        push_user(
-            &mut self.transcript,
-            vec![Block::Text {
-                text: text.to_string(),
-            }],
-        );
+        self.record_request(ledger_task, from, text.to_string())?;
         self.run_task(ledger_task.to_string(), false, false, None, None)
             .await
+    }
+
+    /// Records `text` in the session as a message from `from` (id `id`) and adds it to the
+    /// transcript: the request a run starts from.
+    fn record_request(&mut self, id: &str, from: &Channel, text: String) -> Result<(), AgentError> {
+        crate::session_writer::record_inbound(&self.session, id, from, &text)?;
+        push_user(&mut self.transcript, vec![Block::Text { text }]);
+        Ok(())
     }
 
     /// What the tool calls of task `task_id` may use; `place` is a code task's workdir and

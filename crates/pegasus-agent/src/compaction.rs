@@ -258,22 +258,11 @@ pub async fn compact(
         keep.window.or(ctx.settings.context_window),
         SUMMARY_INPUT_CHARS,
     );
-    let req = thinker::request(
-        ctx,
-        COMPACTION_SYSTEM,
-        &[Message {
-            role: Role::User,
-            content: vec![Block::Text {
-                text: format!(
-                    "The conversation so far:\n\n{}\n\nWrite the summary now.",
-                    render(transcript, input_chars)
-                ),
-            }],
-        }],
-        Vec::new(),
-        None,
+    let text = format!(
+        "The conversation so far:\n\n{}\n\nWrite the summary now.",
+        render(transcript, input_chars)
     );
-    let resp = match thinker::think(ctx.model.as_ref(), ctx, req).await {
+    let resp = match thinker::ask(ctx, COMPACTION_SYSTEM, text).await {
         Ok(r) => r,
         Err(stop) => return (Err(CompactionError::Summary(format!("{stop:?}"))), 0.0),
     };

@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use chrono::Utc;
-use pegasus_proto::llm::{Block, Message, Role, StopReason};
+use pegasus_proto::llm::StopReason;
 use serde::Deserialize;
 
 use crate::memory::{memory_index, sanitize_fact_file};
@@ -103,19 +103,7 @@ pub async fn condense_episodes(ctx: &ToolCtx) -> Condensed {
         }
         Err(e) => return unchanged(e, 0.0),
     };
-    let req = thinker::request(
-        ctx,
-        EPISODES_SYSTEM,
-        &[Message {
-            role: Role::User,
-            content: vec![Block::Text {
-                text: plan.prompt(memory_dir),
-            }],
-        }],
-        Vec::new(),
-        None,
-    );
-    let resp = match thinker::think(ctx.model.as_ref(), ctx, req).await {
+    let resp = match thinker::ask(ctx, EPISODES_SYSTEM, plan.prompt(memory_dir)).await {
         Ok(r) => r,
         Err(stop) => return unchanged(format!("the call failed: {stop:?}"), 0.0),
     };
@@ -430,7 +418,9 @@ mod tests {
     use std::sync::atomic::AtomicU32;
     use std::sync::{Arc, Mutex};
 
-    use pegasus_proto::llm::{ChatFuture, ChatModel, ChatRequest, ChatResponse, LlmError, Usage};
+    use pegasus_proto::llm::{
+        Block, ChatFuture, ChatModel, ChatRequest, ChatResponse, LlmError, Usage,
+    };
 
     /// Answers every call with one reply and records the requests.
     struct OneReply {

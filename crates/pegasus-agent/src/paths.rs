@@ -60,15 +60,6 @@ pub fn resolve_inside(root: &Path, rel: &str, label: &str) -> Result<PathBuf, St
     Ok(out)
 }
 
-/// The path of `p` relative to `root` for messages and listings (`p` itself if not under it).
-pub fn display_relative(root: &Path, p: &Path) -> String {
-    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    p.strip_prefix(&root)
-        .unwrap_or(p)
-        .to_string_lossy()
-        .into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use chrono::Utc;
-use pegasus_proto::llm::{Block, Message, Role};
+use pegasus_proto::llm::Message;
 use serde::Deserialize;
 
 use crate::memory::{append_text, sanitize_fact_file};
@@ -61,17 +61,7 @@ pub async fn reflect(ctx: &ToolCtx, task_messages: &[Message]) -> Reflected {
         "The task record:\n\n{}\n\nReply with the JSON object only.",
         render(task_messages, REFLECT_CHARS)
     );
-    let req = thinker::request(
-        ctx,
-        REFLECTOR_SYSTEM,
-        &[Message {
-            role: Role::User,
-            content: vec![Block::Text { text: prompt }],
-        }],
-        Vec::new(),
-        None,
-    );
-    let resp = match thinker::think(ctx.model.as_ref(), ctx, req).await {
+    let resp = match thinker::ask(ctx, REFLECTOR_SYSTEM, prompt).await {
         Ok(r) => r,
         Err(stop) => {
             tracing::warn!(?stop, "reflection call failed; memory not updated");

@@ -1,6 +1,8 @@
 //! The Thinker: one model call with the transcript and the tool list.
 
-use pegasus_proto::llm::{CallMeta, ChatRequest, ChatResponse, LlmError, Message, ToolSpec};
+use pegasus_proto::llm::{
+    Block, CallMeta, ChatRequest, ChatResponse, LlmError, Message, Role, ToolSpec,
+};
 
 use crate::model::ChatModel;
 use crate::outbox::send_event;
@@ -34,6 +36,17 @@ pub fn request(
             role,
         },
     }
+}
+
+/// One call outside the conversation and without tools (a summary, a reflection): `system`
+/// and one user message, `text`.
+pub async fn ask(ctx: &ToolCtx, system: &str, text: String) -> Result<ChatResponse, StopKind> {
+    let messages = [Message {
+        role: Role::User,
+        content: vec![Block::Text { text }],
+    }];
+    let req = request(ctx, system, &messages, Vec::new(), None);
+    think(ctx.model.as_ref(), ctx, req).await
 }
 
 /// Makes the call and reports it as a `model_response` event; a failure becomes the stop it
