@@ -83,8 +83,7 @@ impl Repo {
         let git_dir = git(&root, &["rev-parse", "--absolute-git-dir"])?;
         crate::git::pin(&root, Path::new(&git_dir))?;
         if git_output(&root, &["rev-parse", "--is-bare-repository"])
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
-            .unwrap_or(false)
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "true")
         {
             return Err(CodeError::repo(
                 id,

@@ -36,8 +36,7 @@ pub fn project_dirs(home: &Home) -> Result<Vec<(String, PathBuf)>> {
         // A symlinked project folder is followed like a real one.
         let is_dir = entry
             .file_type()
-            .map(|t| t.is_dir() || t.is_symlink())
-            .unwrap_or(false);
+            .is_ok_and(|t| t.is_dir() || t.is_symlink());
         if name.starts_with('.') || !is_dir {
             continue;
         }

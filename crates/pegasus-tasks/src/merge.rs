@@ -58,10 +58,7 @@ impl MergeState {
     /// Whether the worker merges a verified task in this state now (a pending one waits for
     /// the user).
     pub fn is_due(self) -> bool {
-        match self {
-            MergeState::Pending => false,
-            MergeState::Requested | MergeState::Merged => true,
-        }
+        self != MergeState::Pending
     }
 }
 
