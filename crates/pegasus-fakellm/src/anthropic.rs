@@ -87,9 +87,45 @@ pub(crate) fn message(a: &Answer) -> Value {
     msg
 }
 
+/// Content blocks as stream events, numbered in order.
+struct Blocks {
+    out: Vec<SseEvent>,
+    index: usize,
+    pinged: bool,
+}
+
+impl Blocks {
+    /// One block: its start, a ping right after it when `ping`, its deltas, its stop.
+    fn push(&mut self, start: Value, ping: bool, deltas: impl IntoIterator<Item = Value>) {
+        let index = self.index;
+        self.out.push(SseEvent::named(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        if ping {
+            self.out.push(ping_event());
+            self.pinged = true;
+        }
+        for delta in deltas {
+            self.out.push(SseEvent::named(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        self.out.push(SseEvent::named(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+        self.index += 1;
+    }
+}
+
+fn ping_event() -> SseEvent {
+    SseEvent::named("ping", &json!({"type": "ping"}))
+}
+
 /// The full streaming event sequence for an answer.
 pub(crate) fn events(a: &Answer) -> Vec<SseEvent> {
-    let mut out = Vec::new();
     let mut start_msg = json!({
         "id": a.id,
         "type": "message",
@@ -104,94 +140,46 @@ pub(crate) fn events(a: &Answer) -> Vec<SseEvent> {
         usage["output_tokens"] = json!(1);
         obj.insert("usage".into(), usage);
     }
-    out.push(SseEvent::named(
-        "message_start",
-        &json!({"type": "message_start", "message": start_msg}),
-    ));
-
-    let ping = || SseEvent::named("ping", &json!({"type": "ping"}));
-    let mut pinged = false;
-    let mut index = 0usize;
-
+    let mut b = Blocks {
+        out: vec![SseEvent::named(
+            "message_start",
+            &json!({"type": "message_start", "message": start_msg}),
+        )],
+        index: 0,
+        pinged: false,
+    };
+    let pieces = |text: &str, n: usize, kind: &str, key: &str| {
+        let deltas = split_pieces(text, n).into_iter();
+        deltas
+            .map(|p| json!({"type": kind, key: p}))
+            .collect::<Vec<_>>()
+    };
     if let Some((thinking, signature)) = &a.thinking {
-        out.push(SseEvent::named(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-        ));
-        out.push(ping());
-        pinged = true;
-        for piece in split_pieces(thinking, 3) {
-            out.push(SseEvent::named(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": piece}}),
-            ));
-        }
-        out.push(SseEvent::named(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": signature}}),
-        ));
-        out.push(SseEvent::named(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        ));
-        index += 1;
+        let mut deltas = pieces(thinking, 3, "thinking_delta", "thinking");
+        deltas.push(json!({"type": "signature_delta", "signature": signature}));
+        let start = json!({"type": "thinking", "thinking": "", "signature": ""});
+        b.push(start, true, deltas);
     }
     if let Some(data) = &a.redacted {
-        out.push(SseEvent::named(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "redacted_thinking", "data": data}}),
-        ));
-        out.push(SseEvent::named(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        ));
-        index += 1;
+        b.push(
+            json!({"type": "redacted_thinking", "data": data}),
+            false,
+            [],
+        );
     }
-
     if let Some(text) = &a.text {
-        out.push(SseEvent::named(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
-        ));
-        out.push(ping());
-        pinged = true;
-        for piece in split_pieces(text, a.pieces) {
-            out.push(SseEvent::named(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),
-            ));
-        }
-        out.push(SseEvent::named(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        ));
-        index += 1;
+        let deltas = pieces(text, a.pieces, "text_delta", "text");
+        b.push(json!({"type": "text", "text": ""}), true, deltas);
     }
     for t in &a.tools {
-        out.push(SseEvent::named(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index,
-                    "content_block": {"type": "tool_use", "id": t.id, "name": t.name, "input": {}}}),
-        ));
-        if !pinged {
-            out.push(ping());
-            pinged = true;
-        }
-        for piece in split_pieces(&t.input.to_string(), 3) {
-            out.push(SseEvent::named(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "input_json_delta", "partial_json": piece}}),
-            ));
-        }
-        out.push(SseEvent::named(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        ));
-        index += 1;
+        let deltas = pieces(&t.input.to_string(), 3, "input_json_delta", "partial_json");
+        let start = json!({"type": "tool_use", "id": t.id, "name": t.name, "input": {}});
+        let ping = !b.pinged;
+        b.push(start, ping, deltas);
     }
-    if !pinged {
-        out.push(ping());
+    let mut out = b.out;
+    if !b.pinged {
+        out.push(ping_event());
     }
 
     let mut delta = json!({

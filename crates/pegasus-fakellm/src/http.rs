@@ -47,7 +47,7 @@ impl Request {
 
 /// Why a request could not be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HttpError {
+enum HttpError {
     #[error("i/o error: {0}")]
     Io(#[from] io::Error),
     #[error("connection closed before a full request arrived")]
@@ -75,10 +75,18 @@ impl Conn {
         }
     }
 
-    /// Reads the next request; [`HttpError::Closed`] when the client closed the connection
-    /// between requests (or in the middle of one).
-    pub async fn read_request(&mut self) -> Result<Request, HttpError> {
-        read_request(&mut self.stream, &mut self.buf).await
+    /// Reads the next request; `None` when there is none to answer: the client closed the
+    /// connection (between requests or in the middle of one), or sent one that could not be
+    /// read, which is refused first ([`write_refusal`]).
+    pub async fn next_request(&mut self) -> Option<Request> {
+        match read_request(&mut self.stream, &mut self.buf).await {
+            Ok(r) => Some(r),
+            Err(HttpError::Bad(msg)) => {
+                let _ = write_refusal(&mut self.stream, &msg).await;
+                None
+            }
+            Err(_) => None,
+        }
     }
 }
 
@@ -292,7 +300,7 @@ pub(crate) async fn write_json(
 /// Refuses a request that could not be read (400, an `invalid_request_error` naming the
 /// problem) with `Connection: close`, and closes: what follows a bad request on the
 /// connection cannot be trusted to start a new one.
-pub(crate) async fn write_refusal(stream: &mut TcpStream, message: &str) -> io::Result<()> {
+async fn write_refusal(stream: &mut TcpStream, message: &str) -> io::Result<()> {
     let body = serde_json::json!({"error": {"type": "invalid_request_error", "message": message}});
     write_json(stream, 400, &[("connection", "close".to_string())], &body).await?;
     stream.shutdown().await

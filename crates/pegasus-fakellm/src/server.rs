@@ -15,7 +15,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::answer::Answer;
-use crate::http::{self, Framing, HttpError, Request};
+use crate::http::{self, Framing, Request};
 use crate::record::{Format, Recorded};
 use crate::script::{Fault, MatchContext, Reply, Rule, ToolCall, UsageSpec};
 use crate::sse::SseEvent;
@@ -78,15 +78,7 @@ impl Shared {
 /// asks to, or an answer ends it (a cut or stalled stream).
 pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream) {
     let mut conn = http::Conn::new(stream);
-    loop {
-        let request = match conn.read_request().await {
-            Ok(r) => r,
-            Err(HttpError::Bad(msg)) => {
-                let _ = http::write_refusal(&mut conn.stream, &msg).await;
-                return;
-            }
-            Err(_) => return,
-        };
+    while let Some(request) = conn.next_request().await {
         let keep_alive = request.keep_alive;
         let plan = decide(&shared, request);
         match execute(&mut conn.stream, plan).await {
@@ -110,19 +102,11 @@ enum Next {
 
 /// What to send back, decided under the lock.
 enum Plan {
-    /// Not a provider endpoint.
-    NotFound(String),
-    /// An error in the provider's shape.
-    Error {
-        format: Format,
-        code: u16,
-        message: String,
-        retry_after_s: Option<u64>,
-    },
+    /// A refusal (not a provider endpoint, an error in the provider's shape): its status and
+    /// JSON body.
+    Json(u16, Value),
     /// A scripted reply (possibly a fault).
     Reply(ReplyPlan),
-    /// The request is longer than the model's context window: the provider's 400.
-    ContextTooLong { format: Format, message: String },
 }
 
 /// The context window of every model unless a test sets another (the size `data/models.yml`
@@ -185,13 +169,25 @@ struct ReplyPlan {
     thinking: bool,
 }
 
-fn error(format: Format, code: u16, message: impl Into<String>) -> Plan {
-    Plan::Error {
-        format,
-        code,
-        message: message.into(),
-        retry_after_s: None,
+/// The error body of `format` for `code`.
+fn error_body(format: Format, code: u16, message: &str) -> Value {
+    match format {
+        Format::Anthropic => anthropic::error_body(code, message),
+        Format::OpenAi => openai::error_body(code, message),
     }
+}
+
+fn error(format: Format, code: u16, message: &str) -> Plan {
+    Plan::Json(code, error_body(format, code, message))
+}
+
+/// The 404 of a path that is not a provider endpoint.
+fn not_found(what: &str) -> Plan {
+    let message = format!("fake-llm: no endpoint {what}");
+    Plan::Json(
+        404,
+        serde_json::json!({"error": {"type": "not_found_error", "message": message}}),
+    )
 }
 
 fn decide(shared: &Shared, req: Request) -> Plan {
@@ -204,7 +200,7 @@ fn decide(shared: &Shared, req: Request) -> Plan {
         // apart (neither a request of the API nor a violation).
         ("GET", "/props") | ("GET", "/v1/models") | ("POST", "/api/show") => {
             shared.lock().window_probes += 1;
-            return Plan::NotFound(format!("{} {}", req.method, req.target));
+            return not_found(&format!("{} {}", req.method, req.target));
         }
         (method, _) => {
             let what = format!("{method} {}", req.target);
@@ -212,7 +208,7 @@ fn decide(shared: &Shared, req: Request) -> Plan {
                 .lock()
                 .violations
                 .push(format!("request to unknown endpoint {what}"));
-            return Plan::NotFound(what);
+            return not_found(&what);
         }
     };
 
@@ -237,7 +233,7 @@ fn decide(shared: &Shared, req: Request) -> Plan {
     if let Err(e) = parsed {
         let msg = format!("request body is not valid JSON: {e}");
         st.violations.push(format!("request #{nth}: {msg}"));
-        return error(format, 400, msg);
+        return error(format, 400, &msg);
     }
 
     if let Some(key) = &st.api_key {
@@ -262,14 +258,18 @@ fn decide(shared: &Shared, req: Request) -> Plan {
         for p in &problems {
             st.violations.push(format!("request #{nth}: {p}"));
         }
-        return error(format, 400, problems.join("; "));
+        return error(format, 400, &problems.join("; "));
     }
 
     let window = st.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
     if let Some(message) = context_overflow(format, &body, window) {
         st.violations
             .push(format!("request #{nth}: context too long: {message}"));
-        return Plan::ContextTooLong { format, message };
+        let body = match format {
+            Format::Anthropic => anthropic::error_body(400, &message),
+            Format::OpenAi => openai::context_error_body(&message),
+        };
+        return Plan::Json(400, body);
     }
 
     let transcript = Transcript::from_body(format, &body);
@@ -314,26 +314,8 @@ fn decide(shared: &Shared, req: Request) -> Plan {
 
 async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<Next> {
     match plan {
-        Plan::NotFound(what) => {
-            let body = serde_json::json!({"error": {"type": "not_found_error", "message": format!("fake-llm: no endpoint {what}")}});
-            http::write_json(stream, 404, &[], &body).await?;
-            Ok(Next::Request)
-        }
-        Plan::Error {
-            format,
-            code,
-            message,
-            retry_after_s,
-        } => {
-            send_error(stream, format, code, &message, retry_after_s).await?;
-            Ok(Next::Request)
-        }
-        Plan::ContextTooLong { format, message } => {
-            let body = match format {
-                Format::Anthropic => anthropic::error_body(400, &message),
-                Format::OpenAi => openai::context_error_body(&message),
-            };
-            http::write_json(stream, 400, &[], &body).await?;
+        Plan::Json(code, body) => {
+            http::write_json(stream, code, &[], &body).await?;
             Ok(Next::Request)
         }
         Plan::Reply(p) => {
@@ -343,22 +325,13 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<Next> {
     }
 }
 
-async fn send_error(
-    stream: &mut TcpStream,
-    format: Format,
-    code: u16,
-    message: &str,
-    retry_after_s: Option<u64>,
-) -> io::Result<()> {
-    let body = match format {
-        Format::Anthropic => anthropic::error_body(code, message),
-        Format::OpenAi => openai::error_body(code, message),
-    };
-    let mut extra = Vec::new();
-    if let Some(s) = retry_after_s {
-        extra.push(("retry-after", s.to_string()));
+/// Starts a streamed answer: the head, then `events`.
+async fn start_stream(stream: &mut TcpStream, events: &[SseEvent]) -> io::Result<()> {
+    http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked).await?;
+    for e in events {
+        http::write_chunk(stream, e.to_wire().as_bytes()).await?;
     }
-    http::write_json(stream, code, &extra, &body).await
+    Ok(())
 }
 
 type BoxFuture<'a> = Pin<Box<dyn Future<Output = io::Result<Next>> + Send + 'a>>;
@@ -396,7 +369,12 @@ fn send_reply<'a>(
                     message,
                     retry_after_s,
                 } => {
-                    send_error(stream, p.format, code, &message, retry_after_s).await?;
+                    let extra: Vec<_> = retry_after_s
+                        .map(|s| ("retry-after", s.to_string()))
+                        .into_iter()
+                        .collect();
+                    let body = error_body(p.format, code, &message);
+                    http::write_json(stream, code, &extra, &body).await?;
                     done
                 }
                 Fault::Delay { ms, then } => {
@@ -421,11 +399,7 @@ fn send_reply<'a>(
                 Fault::StallStream => {
                     if p.stream {
                         let events = events(p, &placeholder());
-                        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked)
-                            .await?;
-                        for e in events.iter().take(3) {
-                            http::write_chunk(stream, e.to_wire().as_bytes()).await?;
-                        }
+                        start_stream(stream, &events[..events.len().min(3)]).await?;
                     }
                     http::hold_until_client_leaves(stream).await;
                     Ok(Next::Close)
@@ -433,11 +407,7 @@ fn send_reply<'a>(
                 Fault::CutStream => {
                     if p.stream {
                         let events = events(p, &placeholder());
-                        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked)
-                            .await?;
-                        for e in events.iter().take(events.len() / 2) {
-                            http::write_chunk(stream, e.to_wire().as_bytes()).await?;
-                        }
+                        start_stream(stream, &events[..events.len() / 2]).await?;
                     } else {
                         let body = json_body(p, &placeholder());
                         let half = &body.as_bytes()[..body.len() / 2];
@@ -458,17 +428,14 @@ fn send_reply<'a>(
                 Fault::MalformedJson => {
                     let a = placeholder();
                     if p.stream {
-                        let events = events(p, &a);
-                        let bad = match p.format {
+                        // The first event, then one that is not JSON.
+                        let mut events = events(p, &a);
+                        events.truncate(1);
+                        events.push(match p.format {
                             Format::Anthropic => anthropic::malformed_event(),
                             Format::OpenAi => openai::malformed_event(),
-                        };
-                        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked)
-                            .await?;
-                        if let Some(first) = events.first() {
-                            http::write_chunk(stream, first.to_wire().as_bytes()).await?;
-                        }
-                        http::write_chunk(stream, bad.to_wire().as_bytes()).await?;
+                        });
+                        start_stream(stream, &events).await?;
                         http::finish_chunks(stream).await?;
                     } else {
                         let body = match p.format {
@@ -508,7 +475,7 @@ async fn send_answer(
     gap: Option<Duration>,
 ) -> io::Result<Next> {
     if p.stream {
-        http::write_head(stream, 200, "text/event-stream", &[], Framing::Chunked).await?;
+        start_stream(stream, &[]).await?;
         for (i, e) in events(p, a).into_iter().enumerate() {
             if let (Some(gap), true) = (gap, i > 0) {
                 tokio::time::sleep(gap).await;

@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use crate::background::Background;
-use crate::http::{write_full, write_refusal, Conn, HttpError};
+use crate::http::{write_full, Conn};
 
 /// An unusable answer `getUpdates` gives while [`FakeTelegram::break_updates`] says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +145,14 @@ impl Shared {
     }
 }
 
+impl State {
+    /// The id of a new update.
+    fn new_update(&mut self) -> i64 {
+        self.next_update += 1;
+        self.next_update - 1
+    }
+}
+
 /// The fake server; dropping it stops it.
 pub struct FakeTelegram {
     shared: Arc<Shared>,
@@ -175,12 +183,7 @@ impl FakeTelegram {
 
     /// A user writes `text` in chat `chat_id`; returns the update's id.
     pub fn push_message(&self, chat_id: i64, text: &str) -> i64 {
-        let id = {
-            let mut st = self.shared.lock();
-            let id = st.next_update;
-            st.next_update += 1;
-            id
-        };
+        let id = self.shared.lock().new_update();
         self.push_update(id, chat_id, text)
     }
 
@@ -214,47 +217,39 @@ impl FakeTelegram {
     pub fn press(&self, on: PressOn, data: &str) -> String {
         let id = {
             let mut st = self.shared.lock();
-            let update_id = st.next_update;
-            st.next_update += 1;
+            let update_id = st.new_update();
             // Real ids are opaque strings of digits.
             let id = format!("{}", 4_382_000_000_000_000_000u64 + update_id as u64);
             let user = |chat: i64| json!({"id": chat, "is_bot": false, "first_name": "Tester"});
-            let bot = json!({"id": 7_654_321, "is_bot": true, "first_name": "Pegasus", "username": "pegasus_test_bot"});
             let mut q = json!({"id": id, "data": data});
             match on {
                 PressOn::Message {
                     chat_id,
                     message_id,
-                } => {
-                    let sent = st
-                        .sent
-                        .iter()
-                        .find(|m| m.chat_id == chat_id && m.message_id == message_id);
-                    let mut message = json!({
-                        "message_id": message_id,
-                        "from": bot,
-                        "chat": {"id": chat_id, "type": "private"},
-                        "date": 1_700_000_000,
-                        "text": sent.map_or("an earlier message", |m| m.text.as_str()),
-                    });
-                    if let Some(m) = sent.filter(|m| !m.buttons.is_empty()) {
-                        message["reply_markup"] = markup_json(&m.buttons);
-                    }
-                    q["from"] = user(chat_id);
-                    q["message"] = message;
-                    q["chat_instance"] = json!(format!("{}", -(chat_id.wrapping_mul(7919))));
                 }
-                PressOn::Inaccessible {
+                | PressOn::Inaccessible {
                     chat_id,
                     message_id,
                 } => {
                     q["from"] = user(chat_id);
-                    q["message"] = json!({
-                        "chat": {"id": chat_id, "type": "private"},
-                        "message_id": message_id,
-                        "date": 0,
-                    });
                     q["chat_instance"] = json!(format!("{}", -(chat_id.wrapping_mul(7919))));
+                    q["message"] = if let PressOn::Inaccessible { .. } = on {
+                        json!({
+                            "chat": {"id": chat_id, "type": "private"},
+                            "message_id": message_id,
+                            "date": 0,
+                        })
+                    } else {
+                        let earlier = SentMessage {
+                            chat_id,
+                            text: "an earlier message".into(),
+                            message_id,
+                            buttons: Vec::new(),
+                        };
+                        let is_it =
+                            |m: &&SentMessage| m.chat_id == chat_id && m.message_id == message_id;
+                        message_json(st.sent.iter().find(is_it).unwrap_or(&earlier))
+                    };
                 }
                 PressOn::Inline => {
                     q["from"] = user(1);
@@ -423,15 +418,7 @@ fn rate_limited(after: u64) -> (u16, Value) {
 /// connections, as the Bot API's are.
 async fn connection(shared: Arc<Shared>, stream: TcpStream) {
     let mut conn = Conn::new(stream);
-    loop {
-        let req = match conn.read_request().await {
-            Ok(req) => req,
-            Err(HttpError::Bad(msg)) => {
-                let _ = write_refusal(&mut conn.stream, &msg).await;
-                return;
-            }
-            Err(_) => return,
-        };
+    while let Some(req) = conn.next_request().await {
         let (code, content_type, body) = match handle(&shared, &req.target, &req.body).await {
             Answer::Json(code, v) => (code, "application/json", v.to_string()),
             Answer::Raw {
@@ -532,10 +519,9 @@ async fn handle(shared: &Shared, target: &str, body: &[u8]) -> Answer {
             if text.chars().count() > 4096 {
                 return err(400, "Bad Request: message is too long").into();
             }
-            let buttons = match p.get("reply_markup").map(inline_keyboard) {
-                None => Vec::new(),
-                Some(Ok(rows)) => rows,
-                Some(Err(description)) => return err(400, &description).into(),
+            let buttons = match p.get("reply_markup").map(inline_keyboard).transpose() {
+                Ok(rows) => rows.unwrap_or_default(),
+                Err(description) => return err(400, &description).into(),
             };
             st.next_message += 1;
             let message_id = st.next_message;
@@ -591,10 +577,9 @@ async fn handle(shared: &Shared, target: &str, body: &[u8]) -> Answer {
                 return err(400, "Bad Request: message identifier is not specified").into();
             };
             // No `reply_markup`: the keyboard is removed.
-            let buttons = match p.get("reply_markup").map(inline_keyboard) {
-                None => Vec::new(),
-                Some(Ok(rows)) => rows,
-                Some(Err(description)) => return err(400, &description).into(),
+            let buttons = match p.get("reply_markup").map(inline_keyboard).transpose() {
+                Ok(rows) => rows.unwrap_or_default(),
+                Err(description) => return err(400, &description).into(),
             };
             let Some(m) = st
                 .sent

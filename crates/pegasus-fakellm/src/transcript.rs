@@ -31,9 +31,27 @@ pub(crate) struct Transcript {
 
 impl Transcript {
     pub fn from_body(format: Format, body: &Value) -> Transcript {
-        match format {
-            Format::Anthropic => from_anthropic(body),
-            Format::OpenAi => from_openai(body),
+        let messages = body.get("messages").and_then(Value::as_array);
+        let turns = messages.into_iter().flatten().map(|msg| {
+            let turn = Turn {
+                role: msg
+                    .get("role")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                ..Turn::default()
+            };
+            match format {
+                Format::Anthropic => anthropic_turn(turn, msg),
+                Format::OpenAi => openai_turn(turn, msg),
+            }
+        });
+        Transcript {
+            system: match format {
+                Format::Anthropic => body.get("system").map(content_texts).unwrap_or_default(),
+                Format::OpenAi => Vec::new(),
+            },
+            turns: turns.collect(),
         }
     }
 
@@ -111,94 +129,42 @@ fn content_texts(content: &Value) -> Vec<String> {
     }
 }
 
-fn from_anthropic(body: &Value) -> Transcript {
-    let mut tr = Transcript {
-        system: body.get("system").map(content_texts).unwrap_or_default(),
-        turns: Vec::new(),
-    };
-    for msg in body
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let mut turn = Turn {
-            role: msg
-                .get("role")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            ..Turn::default()
-        };
-        match msg.get("content") {
-            Some(Value::String(s)) => turn.texts.push(s.clone()),
-            Some(Value::Array(blocks)) => {
-                for block in blocks {
-                    match block.get("type").and_then(Value::as_str) {
-                        Some("text") => {
-                            if let Some(t) = block.get("text").and_then(Value::as_str) {
-                                turn.texts.push(t.to_string());
-                            }
-                        }
-                        Some("tool_use") => {
-                            let input = block.get("input").cloned().unwrap_or(Value::Null);
-                            turn.tool_inputs.push(input.to_string());
-                        }
-                        Some("tool_result") => {
-                            let text = block.get("content").map(content_texts).unwrap_or_default();
-                            turn.tool_results.push(text.join("\n"));
-                        }
-                        _ => {}
-                    }
-                }
+fn anthropic_turn(mut turn: Turn, msg: &Value) -> Turn {
+    let content = msg.get("content");
+    turn.texts = content.map(content_texts).unwrap_or_default();
+    for block in content.and_then(Value::as_array).into_iter().flatten() {
+        match block.get("type").and_then(Value::as_str) {
+            Some("tool_use") => {
+                let input = block.get("input").cloned().unwrap_or(Value::Null);
+                turn.tool_inputs.push(input.to_string());
+            }
+            Some("tool_result") => {
+                let text = block.get("content").map(content_texts).unwrap_or_default();
+                turn.tool_results.push(text.join("\n"));
             }
             _ => {}
         }
-        tr.turns.push(turn);
     }
-    tr
+    turn
 }
 
-fn from_openai(body: &Value) -> Transcript {
-    let mut tr = Transcript::default();
-    for msg in body
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let role = msg
-            .get("role")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let texts = msg.get("content").map(content_texts).unwrap_or_default();
-        let mut turn = Turn {
-            role,
-            ..Turn::default()
-        };
-        if turn.role == "tool" {
-            turn.tool_results.push(texts.join("\n"));
-        } else {
-            turn.texts = texts;
-        }
-        for call in msg
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let args = call.pointer("/function/arguments");
-            let args = match args {
+fn openai_turn(mut turn: Turn, msg: &Value) -> Turn {
+    let texts = msg.get("content").map(content_texts).unwrap_or_default();
+    if turn.role == "tool" {
+        turn.tool_results.push(texts.join("\n"));
+    } else {
+        turn.texts = texts;
+    }
+    let calls = msg.get("tool_calls").and_then(Value::as_array);
+    for call in calls.into_iter().flatten() {
+        turn.tool_inputs
+            .push(match call.pointer("/function/arguments") {
                 Some(Value::String(s)) => s.clone(),
                 Some(other) => other.to_string(),
                 None => String::new(),
-            };
-            turn.tool_inputs.push(args);
-        }
-        tr.turns.push(turn);
+            });
     }
-    tr
+    turn
 }
 
 #[cfg(test)]
