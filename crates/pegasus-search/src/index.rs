@@ -136,13 +136,9 @@ impl Index {
     pub fn open(home: &Home) -> Result<Index, Fail> {
         let root = home.root();
         if !root.is_dir() {
-            return Err(Fail::Error(SearchError::Io {
-                path: root.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "no Pegasus home here: pass --home DIR or start pegasusd once",
-                ),
-            }));
+            let why = "no Pegasus home here: pass --home DIR or start pegasusd once";
+            let source = std::io::Error::new(std::io::ErrorKind::NotFound, why);
+            return Err(SearchError::io(root)(source).into());
         }
         let dir = root.join(INDEX_DIR);
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {

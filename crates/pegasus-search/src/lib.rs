@@ -95,12 +95,10 @@ fn with_index<T>(
     match Index::open(home).and_then(|index| work(&index, warnings)) {
         Ok(v) => Ok(v),
         Err(Fail::Error(e)) => Err(e),
-        Err(Fail::Damaged(why)) => Err(SearchError::Io {
-            path,
-            source: std::io::Error::other(format!(
-                "damaged again right after a rebuild ({why}); check the disk"
-            )),
-        }),
+        Err(Fail::Damaged(why)) => {
+            let why = format!("damaged again right after a rebuild ({why}); check the disk");
+            Err(SearchError::io(&path)(std::io::Error::other(why)))
+        }
     }
 }
 
