@@ -145,14 +145,8 @@ pub(super) async fn stylesheet() -> Response {
 }
 
 async fn project_list(d: &Dash) -> Vec<ProjectInfo> {
-    match d
-        .door
-        .request(
-            &Channel::Dashboard,
-            CtlRequest::ProjectList { status: None },
-        )
-        .await
-    {
+    let req = CtlRequest::ProjectList { status: None };
+    match d.door.request(&Channel::Dashboard, req).await {
         CtlResponse::Projects(p) => p,
         _ => Vec::new(),
     }
@@ -309,14 +303,8 @@ fn task_card(t: &Task, merge_blocked: bool) -> Markup {
 }
 
 pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> Response {
-    let info = match d
-        .door
-        .request(
-            &Channel::Dashboard,
-            CtlRequest::ProjectShow { name: name.clone() },
-        )
-        .await
-    {
+    let req = CtlRequest::ProjectShow { name: name.clone() };
+    let info = match d.door.request(&Channel::Dashboard, req).await {
         CtlResponse::Project(p) => *p,
         CtlResponse::Failed { kind, message } => {
             let status = super::api::status_of(kind);

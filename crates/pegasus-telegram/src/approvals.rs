@@ -158,13 +158,8 @@ pub(crate) async fn push(sup: FrontDoor, bot: Arc<Bot>) {
 
 /// Sends the waiting requests not sent yet, and closes the sent ones no longer waiting.
 async fn catch_up(sup: &FrontDoor, bot: &Bot, sent: &mut Sent, closed: &BTreeSet<String>) {
-    let waiting = match sup
-        .request(
-            &Channel::Telegram(None),
-            CtlRequest::Approvals { project: None },
-        )
-        .await
-    {
+    let req = CtlRequest::Approvals { project: None };
+    let waiting = match sup.request(&Channel::Telegram(None), req).await {
         CtlResponse::Approvals(list) => list,
         other => {
             return tracing::warn!(

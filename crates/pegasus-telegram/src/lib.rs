@@ -394,10 +394,7 @@ pub(crate) fn split(text: &str) -> Vec<String> {
 /// One message of update `update_id` (the client id of a `/send`, SPEC §11: were the update
 /// seen again, the project would not run it twice).
 fn handle(sup: &FrontDoor, bot: &Arc<Bot>, update_id: i64, msg: &Value) {
-    let Some(chat) = msg["chat"]["id"].as_i64() else {
-        return;
-    };
-    let Some(text) = msg["text"].as_str().map(str::to_string) else {
+    let (Some(chat), Some(text)) = (msg["chat"]["id"].as_i64(), msg["text"].as_str()) else {
         return;
     };
     if !bot.allowed.contains(&chat) {
@@ -407,9 +404,9 @@ fn handle(sup: &FrontDoor, bot: &Arc<Bot>, update_id: i64, msg: &Value) {
         );
         return;
     }
-    let (sup, bot) = (sup.clone(), bot.clone());
+    let (sup, bot, text) = (sup.clone(), bot.clone(), text.trim().to_string());
     tokio::spawn(async move {
-        let reply = answer(&sup, chat, update_id, text.trim()).await;
+        let reply = answer(&sup, chat, update_id, &text).await;
         bot.send(chat, &reply).await;
     });
 }

@@ -57,11 +57,16 @@ impl WorkerProcess {
             WorkerProcess::Local { pid, .. } => spawn::kill_group(*pid),
             WorkerProcess::Remote { launched, gone, .. } => {
                 gone.cancel();
-                if let Some(pid) = launched.as_ref().and_then(Child::id) {
-                    spawn::kill_group(pid);
-                }
+                kill_launched(launched);
             }
         }
+    }
+}
+
+/// Kills the group of a launcher command that still runs.
+fn kill_launched(launched: &Option<Child>) {
+    if let Some(pid) = launched.as_ref().and_then(Child::id) {
+        spawn::kill_group(pid);
     }
 }
 
@@ -69,14 +74,8 @@ impl Drop for WorkerProcess {
     /// A launcher command outlives nothing of ours: whatever it still runs here goes with the
     /// slot's hold on the worker.
     fn drop(&mut self) {
-        if let WorkerProcess::Remote {
-            launched: Some(child),
-            ..
-        } = self
-        {
-            if let Some(pid) = child.id() {
-                spawn::kill_group(pid);
-            }
+        if let WorkerProcess::Remote { launched, .. } = self {
+            kill_launched(launched);
         }
     }
 }
