@@ -68,9 +68,8 @@ impl CodeProject {
             })
             .collect();
         let text = |key: &str| -> Result<Option<String>, String> {
-            match file.get(key) {
+            match file.get(key).filter(|v| !v.is_null()) {
                 None => Ok(None),
-                Some(v) if v.is_null() => Ok(None),
                 Some(v) => v
                     .as_str()
                     .map(|s| Some(s.to_string()))
@@ -88,23 +87,20 @@ impl CodeProject {
                 },
             }
         };
-        let verify = match file.get("verify") {
+        let verify = match file.get("verify").filter(|v| !v.is_null()) {
             None => Vec::new(),
-            Some(v) if v.is_null() => Vec::new(),
-            Some(v) => match (v.as_str(), v.as_sequence()) {
-                (Some(s), _) => vec![s.to_string()],
-                (_, Some(list)) => list
-                    .iter()
-                    .map(|c| c.as_str().map(str::to_string))
-                    .collect::<Option<Vec<_>>>()
+            Some(v) => match v.as_str() {
+                Some(s) => vec![s.to_string()],
+                None => v
+                    .as_sequence()
+                    .and_then(|list| {
+                        list.iter()
+                            .map(|c| c.as_str().map(str::to_string))
+                            .collect()
+                    })
                     .ok_or_else(|| {
                         format!("{where_}: key `verify` must be a command or a list of commands")
                     })?,
-                _ => {
-                    return Err(format!(
-                        "{where_}: key `verify` must be a command or a list of commands"
-                    ))
-                }
             },
         };
         let manual = match text("merge")?.as_deref() {
@@ -139,12 +135,9 @@ impl CodeProject {
     pub fn check_roles(&self, roles_dir: &Path) -> Result<(), String> {
         for (key, role) in [("review", &self.review), ("plan", &self.plan)] {
             if let Some(id) = role {
-                if let Err(e) = pegasus_roles::find_role(roles_dir, id.trim()) {
-                    return Err(format!(
-                        "PROJECT.md of project {}: key `{key}`: {e}",
-                        self.name
-                    ));
-                }
+                pegasus_roles::find_role(roles_dir, id.trim()).map_err(|e| {
+                    format!("PROJECT.md of project {}: key `{key}`: {e}", self.name)
+                })?;
             }
         }
         Ok(())
@@ -548,9 +541,10 @@ fn finish_split(agent: &Agent, task: &Task) -> (String, bool) {
     }
 }
 
-/// Keeps `body` as artifact `name` of task `id` (under `artifacts/<date>/<id>/`) and lists it
-/// on the task. Best effort: an artifact that cannot be written is logged, never a failure.
-pub(crate) fn keep_artifact(agent: &Agent, id: &str, name: &str, body: &str) {
+/// Keeps each `(name, body)` as an artifact of task `id` (under `artifacts/<date>/<id>/`) and
+/// lists the new ones on the task. Best effort: an artifact that cannot be written is logged,
+/// never a failure.
+pub(crate) fn keep_artifacts(agent: &Agent, id: &str, files: &[(String, String)]) {
     let kept = (|| -> Result<(), String> {
         let dir = agent
             .tasks()
@@ -558,16 +552,22 @@ pub(crate) fn keep_artifact(agent: &Agent, id: &str, name: &str, body: &str) {
             .map_err(|e| e.to_string())?
             .join(id);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let path = dir.join(name);
-        pegasus_store::atomic::write_atomic(&path, body.as_bytes()).map_err(|e| e.to_string())?;
-        let rel = path
-            .strip_prefix(agent.dir())
-            .unwrap_or(&path)
-            .to_string_lossy()
-            .into_owned();
+        // The task's list as it is now: a review or plan kept since the task was read is on it.
         let mut all = agent.tasks().get(id).map_err(|e| e.to_string())?.artifacts;
-        if !all.contains(&rel) {
-            all.push(rel);
+        let listed = all.len();
+        for (name, body) in files {
+            let path = dir.join(name);
+            if let Err(e) = pegasus_store::atomic::write_atomic(&path, body.as_bytes()) {
+                tracing::warn!(task = %id, "cannot keep {name}: {e}");
+                continue;
+            }
+            let rel = path.strip_prefix(agent.dir()).unwrap_or(&path);
+            let rel = rel.to_string_lossy().into_owned();
+            if !all.contains(&rel) {
+                all.push(rel);
+            }
+        }
+        if all.len() > listed {
             agent
                 .update_task(id, TaskUpdate::Artifacts(all))
                 .map_err(|e| e.to_string())?;
@@ -575,7 +575,7 @@ pub(crate) fn keep_artifact(agent: &Agent, id: &str, name: &str, body: &str) {
         Ok(())
     })();
     if let Err(e) = kept {
-        tracing::warn!(task = %id, "cannot keep {name}: {e}");
+        tracing::warn!(task = %id, "cannot keep artifacts: {e}");
     }
 }
 
@@ -667,51 +667,20 @@ fn write_artifacts(
     log: &str,
     summary: &str,
 ) {
-    let Ok(day) = agent.tasks().artifacts_dir() else {
-        return;
-    };
-    let dir = day.join(&task.id);
-    if std::fs::create_dir_all(&dir).is_err() {
-        return;
-    }
-    let project = agent.dir().to_path_buf();
-    let mut written = Vec::new();
-    let mut put = |name: String, body: &str| {
-        let path = dir.join(&name);
-        if pegasus_store::atomic::write_atomic(&path, body.as_bytes()).is_ok() {
-            written.push(
-                path.strip_prefix(&project)
-                    .unwrap_or(&path)
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-        }
-    };
-    for ((repo, tree), head) in repos.iter().zip(trees).zip(
-        task.spec
-            .as_ref()
-            .map(|s| s.repos.iter().map(|r| r.head.clone()).collect::<Vec<_>>())
-            .unwrap_or_default(),
-    ) {
+    let heads = task
+        .spec
+        .iter()
+        .flat_map(|s| s.repos.iter().map(|r| r.head.clone()));
+    let mut files = Vec::new();
+    for ((repo, tree), head) in repos.iter().zip(trees).zip(heads) {
         let from = head.unwrap_or_else(|| repo.base_ref());
         if let Ok(d) = worktree::diff(&tree.path, &from) {
-            put(format!("diff-{}.patch", repo.id), &d);
+            files.push((format!("diff-{}.patch", repo.id), d));
         }
     }
-    put("verify.log".to_string(), log);
-    put("summary.md".to_string(), summary);
-    // The task's list as it is now: a review or plan kept since the task was read is on it.
-    let mut all = agent
-        .tasks()
-        .get(&task.id)
-        .map(|t| t.artifacts)
-        .unwrap_or_else(|_| task.artifacts.clone());
-    for w in written {
-        if !all.contains(&w) {
-            all.push(w);
-        }
-    }
-    let _ = agent.update_task(&task.id, TaskUpdate::Artifacts(all));
+    files.push(("verify.log".to_string(), log.to_string()));
+    files.push(("summary.md".to_string(), summary.to_string()));
+    keep_artifacts(agent, &task.id, &files);
 }
 
 /// The safe merge of a verified task, then cleanup (worktree, branch) and `done`; a merge

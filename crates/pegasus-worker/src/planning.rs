@@ -101,7 +101,7 @@ pub(crate) async fn plan(
         }
         Err(e) => return Planned::Failed(format!("plan: the planner ({role_id}) failed: {e}")),
     };
-    crate::code_task::keep_artifact(agent, &task.id, "plan.md", &answer);
+    crate::code_task::keep_artifacts(agent, &task.id, &[("plan.md".into(), answer.clone())]);
     let steps = match parse_split(&answer) {
         Ok(s) => s,
         Err(e) => {

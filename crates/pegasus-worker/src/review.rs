@@ -82,7 +82,7 @@ pub(crate) async fn review(
         }
         Err(e) => return Review::NoAnswer(format!("the reviewer ({role_id}) failed: {e}")),
     };
-    crate::code_task::keep_artifact(agent, &task.id, "review.md", &verdict);
+    crate::code_task::keep_artifacts(agent, &task.id, &[("review.md".into(), verdict.clone())]);
     decide(role_id, &verdict)
 }
 
