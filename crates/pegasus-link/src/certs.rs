@@ -99,21 +99,6 @@ pub(crate) fn make_ca(key: &KeyPair) -> Result<rcgen::Certificate, LinkError> {
     p.self_signed(key).map_err(LinkError::cert)
 }
 
-/// `p` as an end entity's: named `common_name`, for signatures in `purpose`, valid `for_`.
-fn leaf(
-    mut p: CertificateParams,
-    common_name: &str,
-    purpose: ExtendedKeyUsagePurpose,
-    for_: Duration,
-) -> CertificateParams {
-    p.distinguished_name = DistinguishedName::new();
-    p.distinguished_name.push(DnType::CommonName, common_name);
-    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    p.extended_key_usages = vec![purpose];
-    (p.not_before, p.not_after) = validity(for_);
-    p
-}
-
 /// The configured names plus [`ALWAYS_SERVER_NAMES`], without repeats.
 pub(crate) fn all_server_names(names: &[String]) -> Vec<String> {
     let mut all: Vec<String> = Vec::new();
@@ -137,15 +122,13 @@ pub(crate) fn make_server_cert(
             return Err(LinkError::ServerName { name: n.clone() });
         }
     }
-    let p = CertificateParams::new(names.to_vec()).map_err(LinkError::cert)?;
-    leaf(
-        p,
-        "pegasusd",
-        ExtendedKeyUsagePurpose::ServerAuth,
-        SERVER_CERT_VALIDITY,
-    )
-    .signed_by(key, issuer)
-    .map_err(LinkError::cert)
+    let mut p = CertificateParams::new(names.to_vec()).map_err(LinkError::cert)?;
+    p.distinguished_name = DistinguishedName::new();
+    p.distinguished_name.push(DnType::CommonName, "pegasusd");
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    (p.not_before, p.not_after) = validity(SERVER_CERT_VALIDITY);
+    p.signed_by(key, issuer).map_err(LinkError::cert)
 }
 
 /// Whether `cert` (with `key`) can go on serving: it is `key`'s, chains to `ca`, is still valid
@@ -213,12 +196,11 @@ pub(crate) fn make_client_cert(
         .map_err(LinkError::cert)?;
     let mut p = CertificateParams::default();
     p.subject_alt_names = vec![SanType::URI(uri)];
-    let p = leaf(
-        p,
-        project,
-        ExtendedKeyUsagePurpose::ClientAuth,
-        CLIENT_CERT_VALIDITY,
-    );
+    p.distinguished_name = DistinguishedName::new();
+    p.distinguished_name.push(DnType::CommonName, project);
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    (p.not_before, p.not_after) = validity(CLIENT_CERT_VALIDITY);
     Ok(p.signed_by(key, issuer)
         .map_err(LinkError::cert)?
         .der()
