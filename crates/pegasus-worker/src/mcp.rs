@@ -809,23 +809,21 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
 }
 
 fn render(content: &[ContentBlock], structured: Option<&serde_json::Value>) -> String {
-    let mut parts = Vec::new();
-    for c in content {
-        match c {
-            ContentBlock::Text(t) => parts.push(t.text.clone()),
-            ContentBlock::Image(_) => parts.push("[an image, not shown]".into()),
-            ContentBlock::Audio(_) => parts.push("[audio, not shown]".into()),
-            ContentBlock::Resource(_) => parts.push("[an embedded resource, not shown]".into()),
-            ContentBlock::ResourceLink(r) => parts.push(format!("[resource {}]", r.uri)),
-            _ => parts.push("[content of a kind Pegasus does not show]".into()),
-        }
+    let parts: Vec<String> = content
+        .iter()
+        .map(|c| match c {
+            ContentBlock::Text(t) => t.text.clone(),
+            ContentBlock::Image(_) => "[an image, not shown]".into(),
+            ContentBlock::Audio(_) => "[audio, not shown]".into(),
+            ContentBlock::Resource(_) => "[an embedded resource, not shown]".into(),
+            ContentBlock::ResourceLink(r) => format!("[resource {}]", r.uri),
+            _ => "[content of a kind Pegasus does not show]".into(),
+        })
+        .collect();
+    match structured {
+        Some(v) if parts.is_empty() => v.to_string(),
+        _ => parts.join("\n"),
     }
-    if parts.is_empty() {
-        if let Some(v) = structured {
-            parts.push(v.to_string());
-        }
-    }
-    parts.join("\n")
 }
 
 struct McpTool {
@@ -846,11 +844,7 @@ impl Tool for McpTool {
         ctx: &'a ToolCtx,
     ) -> pegasus_agent::tool::ToolFuture<'a> {
         let max_bytes = ctx.settings.tool_result_cap();
-        Box::pin(async move {
-            self.hub
-                .call(&self.server, &self.tool, input, max_bytes)
-                .await
-        })
+        Box::pin(self.hub.call(&self.server, &self.tool, input, max_bytes))
     }
 }
 

@@ -110,10 +110,10 @@ async fn resume_held(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>)
     let Some(task) = agent.held_task().and_then(|id| agent.tasks().get(id).ok()) else {
         return;
     };
-    let role = match &task.role {
-        Some(role_id) => role_for(agent, &task, role_id).ok(),
-        None => None,
-    };
+    let role = task
+        .role
+        .as_ref()
+        .and_then(|role_id| role_for(agent, &task, role_id).ok());
     let runnable = !crate::code_task::is_code_task(&task);
     let Some(result) = agent.resume_held(role, runnable).await else {
         return;
@@ -128,13 +128,7 @@ async fn resume_held(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>)
             (format!("the project agent failed: {e}"), false)
         }
     };
-    for message_id in task.messages {
-        let _ = out.send(FromWorker::Reply {
-            message_id,
-            text: text.clone(),
-            answered,
-        });
-    }
+    reply(out, task.messages, &text, answered);
 }
 
 /// Messages waiting together become one task; every one of them gets its answer.
@@ -153,10 +147,20 @@ async fn answer_messages(
             (format!("the project agent failed: {e}"), false)
         }
     };
-    for m in batch {
+    reply(out, batch.into_iter().map(|m| m.id), &text, answered);
+}
+
+/// Sends `text` as the reply to each of `messages`.
+fn reply(
+    out: &mpsc::UnboundedSender<FromWorker>,
+    messages: impl IntoIterator<Item = String>,
+    text: &str,
+    answered: bool,
+) {
+    for message_id in messages {
         let _ = out.send(FromWorker::Reply {
-            message_id: m.id,
-            text: text.clone(),
+            message_id,
+            text: text.to_string(),
             answered,
         });
     }
@@ -209,13 +213,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
         if crate::code_task::is_code_task(&task) {
             let (text, answered) = crate::code_task::run(agent, &dir, &name, task, role).await;
             tracing::info!(task = %id, answered, "code task ran");
-            for message_id in messages {
-                let _ = out.send(FromWorker::Reply {
-                    message_id,
-                    text: text.clone(),
-                    answered,
-                });
-            }
+            reply(out, messages, &text, answered);
             continue;
         }
         let (text, answered) = match agent.run_existing(task, role).await {
@@ -228,13 +226,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
                 (format!("the project agent failed: {e}"), false)
             }
         };
-        for message_id in messages {
-            let _ = out.send(FromWorker::Reply {
-                message_id,
-                text: text.clone(),
-                answered,
-            });
-        }
+        reply(out, messages, &text, answered);
     }
 }
 
