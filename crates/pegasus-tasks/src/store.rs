@@ -126,11 +126,6 @@ impl TaskStore {
         self.tasks_dir.join(INDEX_FILE)
     }
 
-    /// The event file of task `id`, or `NotFound`.
-    pub fn events_path(&self, id: &str) -> Result<PathBuf, TaskError> {
-        self.locate(id)
-    }
-
     /// New task in `draft`; id = `t-<YYYYMMDD>-<6 random hex>`, event file
     /// `tasks/<date of creation>/<id>.jsonl` starting with a `created` event, index line added.
     /// Every `depends_on` id must be a task of this project.
@@ -336,7 +331,7 @@ impl TaskStore {
     /// Every event of task `id`, in order (a torn last line from a crash is left out).
     pub fn history(&self, id: &str) -> Result<Vec<TaskEvent>, TaskError> {
         let _lock = self.lock()?;
-        let path = self.locate(id)?;
+        let path = self.events_path(id)?;
         self.read_events(&path)
     }
 
@@ -508,7 +503,7 @@ impl TaskStore {
             if !(running || (shut_down && message_task)) {
                 continue;
             }
-            let path = self.locate(&task.id)?;
+            let path = self.events_path(&task.id)?;
             let rerun_before = message_task
                 && self.read_events(&path)?.iter().any(
                     |e| matches!(e, TaskEvent::Transition { reason, .. } if reason == RERUN_REASON),
@@ -581,7 +576,7 @@ impl TaskStore {
             )));
         }
         for dep in &t.depends_on {
-            self.locate(dep)?;
+            self.events_path(dep)?;
         }
         let depends_on = dedup(t.depends_on);
         let now = Utc::now();
@@ -641,9 +636,9 @@ impl TaskStore {
         )))
     }
 
-    /// Finds the event file of `id`: directly from the date in the id, else (ids of another
-    /// shape) by looking in every date folder.
-    fn locate(&self, id: &str) -> Result<PathBuf, TaskError> {
+    /// The event file of task `id`, or `NotFound`: found directly from the date in the id,
+    /// else (ids of another shape) by looking in every date folder.
+    pub fn events_path(&self, id: &str) -> Result<PathBuf, TaskError> {
         if !is_safe_id(id) {
             return Err(TaskError::NotFound(id.to_string()));
         }
@@ -734,7 +729,7 @@ impl TaskStore {
     }
 
     fn load(&self, id: &str) -> Result<(PathBuf, Task), TaskError> {
-        let path = self.locate(id)?;
+        let path = self.events_path(id)?;
         match self.fold_file(&path)? {
             Some(task) => Ok((path, task)),
             None => Err(TaskError::Corrupt {
