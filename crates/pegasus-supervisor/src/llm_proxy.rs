@@ -76,11 +76,8 @@ impl LlmProxy {
     /// text goes on the bus as it arrives.
     pub fn request(&mut self, id: u64, mut request: ChatRequest, deltas: bool) {
         self.calls.retain(|_, call| !call.is_finished());
-        if let Some(refusal) = self
-            .sup
-            .watchdogs
-            .refusal(&self.project, request.meta.task.as_deref())
-        {
+        let task = request.meta.task.clone();
+        if let Some(refusal) = self.sup.watchdogs.refusal(&self.project, task.as_deref()) {
             let _ = self.to_worker.send(ToWorker::LlmResponse {
                 id,
                 result: Err(refusal),
@@ -88,7 +85,6 @@ impl LlmProxy {
             return;
         }
         request.meta.project = Some(self.project.clone());
-        let task = request.meta.task.clone();
         let gateway = self.sup.gateway.clone();
         let bus = self.sup.bus.clone();
         let project = self.project.clone();

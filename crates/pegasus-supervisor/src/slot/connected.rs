@@ -224,9 +224,8 @@ impl Slot {
                         }
                     }
                     Action::Notify(text) => {
-                        self.sup
-                            .bus
-                            .publish(&self.name, BusBody::Notify { text: text.clone() });
+                        let notify = BusBody::Notify { text: text.clone() };
+                        self.sup.bus.publish(&self.name, notify);
                         self.sup.to_main(
                             channel.clone(),
                             format!("[notify from project {}] {text}", self.name),

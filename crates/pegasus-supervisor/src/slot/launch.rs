@@ -218,12 +218,7 @@ impl Slot {
                         env,
                     },
                 );
-                let stderr_log = self
-                    .sup
-                    .home
-                    .logs_dir()
-                    .join(format!("worker-{}.stderr", self.name));
-                match spawn::spawn_launcher(&argv, env, &stderr_log) {
+                match spawn::spawn_launcher(&argv, env, &self.stderr_log()) {
                     Ok(child) => {
                         tracing::info!(project = %self.name, launcher = name, pid = ?child.id(), "worker launched");
                         Ok(Started::Command(child))

@@ -193,9 +193,8 @@ impl Slot {
                 i.host = None;
             }
         });
-        self.sup
-            .bus
-            .publish(&self.name, BusBody::WorkerState { state, pid });
+        let body = BusBody::WorkerState { state, pid };
+        self.sup.bus.publish(&self.name, body);
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<SlotCmd>) {
@@ -219,10 +218,7 @@ impl Slot {
                     tracing::warn!(project = %self.name, ?delay, "the launched worker did not reach pegasusd ({why}); launching again after the delay");
                     self.set(|i| i.last_crash = Some(why));
                     self.set_state(WorkerState::Backoff, None);
-                    match self
-                        .wait_for_restart(&mut rx, Some(Instant::now() + delay))
-                        .await
-                    {
+                    match self.wait_for_restart(&mut rx, Some(delay)).await {
                         Some(reply) => return self.finish(reply),
                         None => continue,
                     }
@@ -233,13 +229,7 @@ impl Slot {
             let window = Duration::from_secs(workers.crash_loop_window_s);
             let now = std::time::Instant::now();
             self.crashes.push_back(now);
-            while self
-                .crashes
-                .front()
-                .is_some_and(|t| now.duration_since(*t) > window)
-            {
-                self.crashes.pop_front();
-            }
+            self.crashes.retain(|t| now.duration_since(*t) <= window);
             let recent = self.crashes.len() as u32;
             if recent > workers.crash_loop_max {
                 tracing::error!(project = %self.name, crashes = recent, "worker is crash-looping; not restarting until `pegasusctl project resume {}`", self.name);
@@ -253,10 +243,7 @@ impl Slot {
                 let delay = self.backoff(recent);
                 tracing::info!(project = %self.name, ?delay, "restarting worker after backoff");
                 self.set_state(WorkerState::Backoff, None);
-                if let Some(reply) = self
-                    .wait_for_restart(&mut rx, Some(Instant::now() + delay))
-                    .await
-                {
+                if let Some(reply) = self.wait_for_restart(&mut rx, Some(delay)).await {
                     return self.finish(reply);
                 }
             }
@@ -271,13 +258,14 @@ impl Slot {
         Duration::from_millis(ms.saturating_mul(factor)).min(MAX_BACKOFF)
     }
 
-    /// Waits out a backoff (`until`) or a crash loop (`None`: until `Restart`). Returns the stop
+    /// Waits out a backoff (`delay`) or a crash loop (`None`: until `Restart`). Returns the stop
     /// reply if a stop came first.
     async fn wait_for_restart(
         &mut self,
         rx: &mut mpsc::Receiver<SlotCmd>,
-        until: Option<Instant>,
+        delay: Option<Duration>,
     ) -> Option<Option<oneshot::Sender<()>>> {
+        let until = delay.map(|d| Instant::now() + d);
         loop {
             let sleep = async {
                 match until {
@@ -294,9 +282,8 @@ impl Slot {
                     Some(SlotCmd::Notify(_) | SlotCmd::Kill { .. }) => {}
                     Some(SlotCmd::Deliver(d)) => {
                         if until.is_none() {
-                            let _ = d
-                                .persisted
-                                .send(Err(RequestError::refused(self.crash_loop_refusal())));
+                            let refusal = RequestError::refused(self.crash_loop_refusal());
+                            let _ = d.persisted.send(Err(refusal));
                         } else {
                             self.queued.push_back(d);
                         }
@@ -318,6 +305,12 @@ impl Slot {
             }
             Err(e) => tracing::warn!(project = %self.name, "cannot sweep exec groups: {e}"),
         }
+    }
+
+    /// Where the worker (or its launcher command) writes what it prints outside its log.
+    fn stderr_log(&self) -> std::path::PathBuf {
+        let file = format!("worker-{}.stderr", self.name);
+        self.sup.home.logs_dir().join(file)
     }
 
     fn crash_loop_refusal(&self) -> String {
@@ -389,11 +382,7 @@ impl Slot {
         };
         let mut conn_rx = self.sup.register_spawn(&token, &self.name);
         let dir = self.sup.home.project_dir(&self.name);
-        let stderr_log = self
-            .sup
-            .home
-            .logs_dir()
-            .join(format!("worker-{}.stderr", self.name));
+        let stderr_log = self.stderr_log();
         let mut child =
             match spawn::spawn_worker(&self.sup.worker_bin, &dir, &token, &stderr_log).await {
                 Ok(c) => c,
