@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use pegasus_proto::llm::Block;
+use pegasus_proto::llm::{tool_uses, Block};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -35,19 +35,11 @@ pub struct Call {
 impl Call {
     /// The calls in an assistant message, in order.
     pub fn from_blocks(blocks: &[Block]) -> Vec<Call> {
-        blocks
-            .iter()
-            .filter_map(|b| match b {
-                Block::ToolUse {
-                    id,
-                    name,
-                    input_json,
-                } => Some(Call {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input_json: input_json.clone(),
-                }),
-                _ => None,
+        tool_uses(blocks)
+            .map(|(id, name, input_json)| Call {
+                id: id.into(),
+                name: name.into(),
+                input_json: input_json.into(),
             })
             .collect()
     }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use pegasus_proto::llm::{Block, ChatResponse, Message, Role};
+use pegasus_proto::llm::{tool_uses, Block, ChatResponse, Message, Role};
 use pegasus_proto::Channel;
 use pegasus_store::{
     ContentBlock, Role as SRole, SessionMessage, SessionRecord, CANCELLED_TOOL_RESULT,
@@ -248,13 +248,7 @@ pub fn push_user(out: &mut Vec<Message>, blocks: Vec<Block>) {
 
 /// The ids of the tool calls in `blocks`, in order.
 pub fn tool_use_ids(blocks: &[Block]) -> Vec<String> {
-    blocks
-        .iter()
-        .filter_map(|b| match b {
-            Block::ToolUse { id, .. } => Some(id.clone()),
-            _ => None,
-        })
-        .collect()
+    tool_uses(blocks).map(|(id, ..)| id.to_string()).collect()
 }
 
 /// Tool input as the JSON text a provider expects. A model's unparsable arguments were stored

@@ -132,9 +132,13 @@ impl Answer {
         self
     }
 
-    /// Did the model stop to call tools?
-    pub fn is_tool_stop(&self) -> bool {
-        !self.tools.is_empty()
+    /// Why the model stopped, in a format's words: `tools` when it stopped to call tools.
+    pub fn stop_reason(&self, tools: &'static str, end: &'static str) -> &'static str {
+        if self.tools.is_empty() {
+            end
+        } else {
+            tools
+        }
     }
 }
 

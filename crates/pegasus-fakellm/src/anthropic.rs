@@ -49,14 +49,6 @@ fn usage_json(u: &UsageSpec) -> Value {
     })
 }
 
-fn stop_reason(a: &Answer) -> &'static str {
-    if a.is_tool_stop() {
-        "tool_use"
-    } else {
-        "end_turn"
-    }
-}
-
 /// The non-streaming `message` response body.
 pub(crate) fn message(a: &Answer) -> Value {
     let mut content = Vec::new();
@@ -78,7 +70,7 @@ pub(crate) fn message(a: &Answer) -> Value {
         "role": "assistant",
         "model": a.model,
         "content": content,
-        "stop_reason": stop_reason(a),
+        "stop_reason": a.stop_reason("tool_use", "end_turn"),
         "stop_sequence": null,
     });
     if let (Some(u), Some(obj)) = (&a.usage, msg.as_object_mut()) {
@@ -184,7 +176,7 @@ pub(crate) fn events(a: &Answer) -> Vec<SseEvent> {
 
     let mut delta = json!({
         "type": "message_delta",
-        "delta": {"stop_reason": stop_reason(a), "stop_sequence": null},
+        "delta": {"stop_reason": a.stop_reason("tool_use", "end_turn"), "stop_sequence": null},
     });
     if let (Some(u), Some(obj)) = (&a.usage, delta.as_object_mut()) {
         obj.insert("usage".into(), json!({"output_tokens": u.output}));

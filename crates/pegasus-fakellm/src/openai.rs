@@ -58,14 +58,6 @@ fn usage_json(u: &UsageSpec) -> Value {
     })
 }
 
-fn finish_reason(a: &Answer) -> &'static str {
-    if a.is_tool_stop() {
-        "tool_calls"
-    } else {
-        "stop"
-    }
-}
-
 /// The non-streaming `chat.completion` response body.
 pub(crate) fn completion(a: &Answer) -> Value {
     let mut message = json!({
@@ -93,7 +85,7 @@ pub(crate) fn completion(a: &Answer) -> Value {
             "index": 0,
             "message": message,
             "logprobs": null,
-            "finish_reason": finish_reason(a),
+            "finish_reason": a.stop_reason("tool_calls", "stop"),
         }],
         "usage": a.usage.as_ref().map(usage_json),
     })
@@ -136,7 +128,7 @@ pub(crate) fn events(a: &Answer, include_usage: bool) -> Vec<SseEvent> {
             ));
         }
     }
-    out.push(chunk(json!({}), Some(finish_reason(a))));
+    out.push(chunk(json!({}), Some(a.stop_reason("tool_calls", "stop"))));
     if include_usage {
         out.push(SseEvent::data(&json!({
             "id": a.id,

@@ -16,7 +16,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
-use pegasus_proto::llm::{tokens_of_bytes, CallMeta, ChatRequest, ChatResponse, LlmError, Usage};
+use pegasus_proto::llm::{
+    tokens_of_bytes, Block, CallMeta, ChatRequest, ChatResponse, LlmError, Usage,
+};
 use pegasus_store::{Config, Home, LedgerEntry, ProjectRegistry};
 
 use crate::budget::{self, Limits, MAIN_PROJECT};
@@ -26,7 +28,7 @@ use crate::lock;
 use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
 use crate::provider::{self, Kind, Target};
-use crate::reply::{self, answer_bytes, Progress, ProviderReply, SeenUsage};
+use crate::reply::{self, Progress, ProviderReply, SeenUsage};
 use crate::retry::{self, AttemptError};
 use crate::{anthropic, openai, sse};
 
@@ -644,7 +646,7 @@ impl Gateway {
         if stream {
             // The caller asked for deltas; give it the whole text as one.
             for block in &reply.content {
-                if let pegasus_proto::llm::Block::Text { text } = block {
+                if let Block::Text { text } = block {
                     sse::forward(deltas, text);
                 }
             }
@@ -661,7 +663,7 @@ impl Gateway {
         reply: ProviderReply,
         mut reservation: Reservation,
     ) -> ChatResponse {
-        let output_estimate = tokens_of_bytes(answer_bytes(&reply.content) as usize);
+        let output_estimate = tokens_of_bytes(reply.content.iter().map(Block::bytes).sum());
         let (usage, estimated) = reply
             .usage
             .or_estimate(reservation.input_estimate, output_estimate);

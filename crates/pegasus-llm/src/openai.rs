@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
-use pegasus_proto::llm::{Block, ChatRequest, LlmError, Message, Role, StopReason};
+use pegasus_proto::llm::{tool_uses, Block, ChatRequest, LlmError, Message, Role, StopReason};
 
 use crate::reply::{insert_tools, without_empty_text, ProviderReply, SeenUsage};
 use crate::sse::{forward, StreamParser};
@@ -74,20 +74,9 @@ fn push_message(out: &mut Vec<Value>, m: &Message) {
         .collect();
     match m.role {
         Role::Assistant => {
-            let calls: Vec<Value> = m
-                .content
-                .iter()
-                .filter_map(|b| match b {
-                    Block::ToolUse {
-                        id,
-                        name,
-                        input_json,
-                    } => Some(json!({
-                        "id": id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": input_json},
-                    })),
-                    _ => None,
+            let calls: Vec<Value> = tool_uses(&m.content)
+                .map(|(id, name, arguments)| {
+                    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
                 })
                 .collect();
             let content = if text.is_empty() {

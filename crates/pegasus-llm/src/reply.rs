@@ -110,27 +110,6 @@ impl Progress {
     }
 }
 
-/// Bytes of answer in `content`: what the output-token estimate counts.
-pub fn answer_bytes(content: &[Block]) -> u64 {
-    content
-        .iter()
-        .map(|b| match b {
-            Block::Text { text } => text.len(),
-            Block::ToolUse {
-                id,
-                name,
-                input_json,
-            } => id.len() + name.len() + input_json.len(),
-            Block::ToolResult { content, .. } => content.len(),
-            Block::Thinking {
-                thinking,
-                signature,
-            } => thinking.len() + signature.len(),
-            Block::RedactedThinking { data } => data.len(),
-        } as u64)
-        .sum()
-}
-
 /// The human-readable message of an error body. Anthropic and OpenAI both send
 /// `{"error": {"message": ...}}`; Ollama and others send `{"error": "..."}` or
 /// `{"message": ...}`; anything else is shown as (shortened) text so the user still sees what

@@ -51,26 +51,10 @@ impl ChatRequest {
         for m in &self.messages {
             tokens += OVERHEAD_TOKENS;
             for b in &m.content {
-                tokens += match b {
-                    Block::Text { text } => tokens_of_bytes(text.len()),
-                    Block::ToolUse {
-                        id,
-                        name,
-                        input_json,
-                    } => {
-                        tokens_of_bytes(id.len() + name.len() + input_json.len()) + OVERHEAD_TOKENS
-                    }
-                    Block::ToolResult {
-                        tool_use_id,
-                        content,
-                        ..
-                    } => tokens_of_bytes(tool_use_id.len() + content.len()) + OVERHEAD_TOKENS,
-                    Block::Thinking {
-                        thinking,
-                        signature,
-                    } => tokens_of_bytes(thinking.len() + signature.len()),
-                    Block::RedactedThinking { data } => tokens_of_bytes(data.len()),
-                };
+                tokens += tokens_of_bytes(b.bytes());
+                if matches!(b, Block::ToolUse { .. } | Block::ToolResult { .. }) {
+                    tokens += OVERHEAD_TOKENS;
+                }
             }
         }
         for t in &self.tools {
@@ -133,6 +117,43 @@ pub enum Block {
     RedactedThinking {
         data: String,
     },
+}
+
+impl Block {
+    /// The bytes of text the block carries, ids and names included: what a token estimate
+    /// counts.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Block::Text { text } => text.len(),
+            Block::ToolUse {
+                id,
+                name,
+                input_json,
+            } => id.len() + name.len() + input_json.len(),
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => tool_use_id.len() + content.len(),
+            Block::Thinking {
+                thinking,
+                signature,
+            } => thinking.len() + signature.len(),
+            Block::RedactedThinking { data } => data.len(),
+        }
+    }
+}
+
+/// The tool calls in `content`, in order: each one's id, tool name and input JSON.
+pub fn tool_uses(content: &[Block]) -> impl Iterator<Item = (&str, &str, &str)> {
+    content.iter().filter_map(|b| match b {
+        Block::ToolUse {
+            id,
+            name,
+            input_json,
+        } => Some((id.as_str(), name.as_str(), input_json.as_str())),
+        _ => None,
+    })
 }
 
 /// A tool the model may call; `input_schema_json` is a JSON Schema object as text.
