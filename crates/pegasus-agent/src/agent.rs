@@ -507,14 +507,8 @@ impl Agent {
     /// Fails a ready task that cannot start (its role cannot be prepared): `ready → running →
     /// failed` with `why`, each move reported like any other.
     pub fn fail_unstartable(&self, id: &str, why: &str) {
-        if task_record::start(&self.tasks, &self.notices, id).is_err() {
-            return;
-        }
-        if let Ok(t) =
-            self.tasks
-                .transition(id, TaskState::Running, TaskState::Failed, "agent", why)
-        {
-            task_record::report(&self.notices, &t);
+        if task_record::start(&self.tasks, &self.notices, id).is_ok() {
+            task_record::fail_running(&self.tasks, &self.notices, id, why);
         }
     }
 
@@ -702,7 +696,8 @@ impl Agent {
                     self.transcript = rebuild(&loaded.records);
                 }
                 if tracked {
-                    task_record::fail_on_session_error(&self.tasks, &self.notices, &task_id);
+                    let why = "session write failed";
+                    task_record::fail_running(&self.tasks, &self.notices, &task_id, why);
                 }
                 return Err(e);
             }

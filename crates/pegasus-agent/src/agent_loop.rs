@@ -168,7 +168,7 @@ pub async fn run_loop(
         // provider counts tokens its own way) compacts and tries once more.
         let mut retried = false;
         let resp = loop {
-            let estimated = context::estimate_tokens(&req);
+            let estimated = req.estimated_input_tokens();
             match within(
                 deadline,
                 thinker::think_streaming(ctx.model.as_ref(), ctx, req),

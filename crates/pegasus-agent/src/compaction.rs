@@ -49,10 +49,7 @@ this request: the summary above says what was already done. Carry on from there.
 
 /// Whether a response of `used` tokens calls for compaction under `window`.
 pub fn needed(used: u64, window: Option<u64>) -> bool {
-    match window {
-        Some(w) if w > 0 => used as f64 > THRESHOLD * w as f64,
-        _ => false,
-    }
+    window.is_some_and(|w| w > 0 && used as f64 > THRESHOLD * w as f64)
 }
 
 /// What a compaction produced.

@@ -3,7 +3,8 @@
 //!
 //! Three defences, from cheapest to dearest: a single tool result is capped
 //! ([`cap_tool_result`]) so no one turn can overflow; each request is estimated before it is
-//! sent ([`estimate_tokens`]) and the session is compacted first when it reaches
+//! sent ([`ChatRequest::estimated_input_tokens`], the one estimator, shared with the gateway's
+//! estimated ledger lines) and the session is compacted first when it reaches
 //! [`THRESHOLD`] of the window ([`needs_compaction`]); and a provider's context-length refusal
 //! compacts and retries once (in [`crate::agent_loop`]). The estimate is deliberately
 //! pessimistic (3.5 bytes per token, where real tokenizers average about 4 on prose), because
@@ -14,21 +15,13 @@ use pegasus_proto::llm::ChatRequest;
 /// Share of the context window at which the session is compacted before the next call.
 pub const THRESHOLD: f64 = 0.8;
 
-/// A pessimistic estimate of the prompt tokens of `req` (the one estimator, shared with the
-/// gateway's estimated ledger lines: [`ChatRequest::estimated_input_tokens`]).
-pub fn estimate_tokens(req: &ChatRequest) -> u64 {
-    req.estimated_input_tokens()
-}
-
 /// Whether `req` (its estimated prompt plus the answer it allows) reaches [`THRESHOLD`] of
 /// `window`, so the session should be compacted before sending it.
 pub fn needs_compaction(req: &ChatRequest, window: Option<u64>) -> bool {
-    match window {
-        Some(w) if w > 0 => {
-            (estimate_tokens(req) + u64::from(req.max_tokens)) as f64 > THRESHOLD * w as f64
-        }
-        _ => false,
-    }
+    crate::compaction::needed(
+        req.estimated_input_tokens() + u64::from(req.max_tokens),
+        window,
+    )
 }
 
 /// The context window a provider's context-length refusal names, in tokens, if it does:
@@ -138,7 +131,7 @@ mod tests {
     #[test]
     fn the_estimate_is_pessimistic_about_prose() {
         let text = "word ".repeat(10_000); // 50,000 bytes: about 12,500 real tokens
-        let est = estimate_tokens(&req(&text, 1));
+        let est = req(&text, 1).estimated_input_tokens();
         assert!(est > 12_500 && est < 16_000, "{est}");
         // It counts at least what the fake LLM counts (JSON characters / 4).
         assert!(est >= 50_000 / 4);
@@ -148,7 +141,7 @@ mod tests {
     fn compaction_is_needed_at_eighty_percent_with_the_answer_counted() {
         let text = "x".repeat(7_000); // 2,000 tokens + a little structure
         let r = req(&text, 1000);
-        let est = estimate_tokens(&r) + 1000;
+        let est = r.estimated_input_tokens() + 1000;
         assert!(!needs_compaction(&r, Some(est * 2)));
         assert!(needs_compaction(&r, Some(est)));
         assert!(needs_compaction(&r, Some((est as f64 / 0.8) as u64 - 10)));

@@ -150,8 +150,13 @@ pub fn append_text(path: &Path, content: &str) -> std::io::Result<()> {
         .read(true)
         .open(path)?;
     let len = f.metadata()?.len();
+    // The file's last byte; one that cannot be read counts as a line end.
+    let mut last = [b'\n'];
+    if len > 0 {
+        let _ = std::os::unix::fs::FileExt::read_exact_at(&f, &mut last, len - 1);
+    }
     let mut text = String::new();
-    if len > 0 && !ends_with_newline(path, len) {
+    if last[0] != b'\n' {
         text.push('\n');
     }
     text.push_str(content);
@@ -160,15 +165,6 @@ pub fn append_text(path: &Path, content: &str) -> std::io::Result<()> {
     }
     f.write_all(text.as_bytes())?;
     f.sync_data()
-}
-
-fn ends_with_newline(path: &Path, len: u64) -> bool {
-    use std::os::unix::fs::FileExt;
-    let mut b = [0u8; 1];
-    std::fs::File::open(path)
-        .and_then(|f| f.read_exact_at(&mut b, len - 1))
-        .map(|()| b[0] == b'\n')
-        .unwrap_or(true)
 }
 
 /// A safe file name for a fact file from whatever the model proposed: one path component of

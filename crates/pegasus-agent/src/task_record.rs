@@ -147,12 +147,10 @@ pub(crate) fn request_of(tasks: &TaskStore, task: &Task) -> String {
         .as_ref()
         .map(|s| s.goal.clone())
         .unwrap_or_else(|| task.title.clone());
-    if let Some(spec) = &task.spec {
-        if !spec.acceptance.is_empty() {
-            text.push_str("\n\nAcceptance criteria:\n");
-            for a in &spec.acceptance {
-                text.push_str(&format!("- {a}\n"));
-            }
+    if let Some(spec) = task.spec.as_ref().filter(|s| !s.acceptance.is_empty()) {
+        text.push_str("\n\nAcceptance criteria:\n");
+        for a in &spec.acceptance {
+            text.push_str(&format!("- {a}\n"));
         }
     }
     if let Some(answer) = task_answer(tasks, &task.id) {
@@ -167,29 +165,21 @@ pub(crate) fn start(
     notices: &UnboundedSender<Notice>,
     id: &str,
 ) -> Result<(), String> {
-    match tasks.transition(id, TaskState::Ready, TaskState::Running, "agent", "started") {
-        Ok(t) => {
-            report(notices, &t);
-            Ok(())
-        }
-        Err(e) => Err(e.to_string()),
-    }
+    tasks
+        .transition(id, TaskState::Ready, TaskState::Running, "agent", "started")
+        .map(|t| report(notices, &t))
+        .map_err(|e| e.to_string())
 }
 
-/// `running → failed` because the session could not be written (best effort: the write that
-/// failed may fail here too).
-pub(crate) fn fail_on_session_error(
+/// `running → failed` with `why` (best effort: after a failed session write, this may fail
+/// too).
+pub(crate) fn fail_running(
     tasks: &TaskStore,
     notices: &UnboundedSender<Notice>,
     id: &str,
+    why: &str,
 ) {
-    if let Ok(t) = tasks.transition(
-        id,
-        TaskState::Running,
-        TaskState::Failed,
-        "agent",
-        "session write failed",
-    ) {
+    if let Ok(t) = tasks.transition(id, TaskState::Running, TaskState::Failed, "agent", why) {
         report(notices, &t);
     }
 }

@@ -339,7 +339,7 @@ async fn a_request_nearing_the_window_is_compacted_before_it_is_sent_and_the_tas
         text.contains("cut to fit the context window (2500 tokens)"),
         "{text}"
     );
-    let fits = pegasus_agent::context::estimate_tokens(after) + u64::from(after.max_tokens);
+    let fits = after.estimated_input_tokens() + u64::from(after.max_tokens);
     assert!(fits as f64 <= 0.8 * 2500.0, "{fits}");
     // The summary call itself fitted the window.
     let summary = model
@@ -347,7 +347,7 @@ async fn a_request_nearing_the_window_is_compacted_before_it_is_sent_and_the_tas
         .into_iter()
         .find(|r| r.system.contains("compaction"))
         .unwrap();
-    assert!(pegasus_agent::context::estimate_tokens(&summary) + 64 < 2500);
+    assert!(summary.estimated_input_tokens() + 64 < 2500);
 
     // On disk: the compaction, the request with the note, then the final answer.
     assert_eq!(archives(&fx).len(), 1);
