@@ -129,19 +129,16 @@ pub(super) fn login() -> Response {
 }
 
 pub(super) async fn script() -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-        include_str!("app.js"),
-    )
-        .into_response()
+    asset("text/javascript; charset=utf-8", include_str!("app.js"))
 }
 
 pub(super) async fn stylesheet() -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        include_str!("app.css"),
-    )
-        .into_response()
+    asset("text/css; charset=utf-8", include_str!("app.css"))
+}
+
+/// A file built into the binary, as `content_type`.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 async fn project_list(d: &Dash) -> Vec<ProjectInfo> {

@@ -173,19 +173,14 @@ fn read_new(
     pending: &mut String,
     json: bool,
 ) -> Result<(), CtlError> {
+    let cannot =
+        |e: std::io::Error| CtlError::Failed(format!("cannot read {}: {e}", path.display()));
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => {
-            return Err(CtlError::Failed(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
-        }
+        Err(e) => return Err(cannot(e)),
     };
-    let meta = file
-        .metadata()
-        .map_err(|e| CtlError::Failed(format!("cannot read {}: {e}", path.display())))?;
+    let meta = file.metadata().map_err(cannot)?;
     if meta.ino() != *inode || meta.len() < *offset {
         *inode = meta.ino();
         *offset = 0;

@@ -91,17 +91,14 @@ async fn request(
     req: CtlRequest,
     client_id: &str,
 ) -> Result<CtlResponse, CtlError> {
-    match attempt(client, req.clone()).await {
+    if let Attempt::Done(result) = attempt(client, req.clone()).await {
+        return result;
+    }
+    match attempt(connect_patiently(home).await?, req).await {
         Attempt::Done(result) => result,
-        Attempt::Ambiguous(_) => {
-            let client = connect_patiently(home).await?;
-            match attempt(client, req).await {
-                Attempt::Done(result) => result,
-                Attempt::Ambiguous(why) => Err(CtlError::Failed(format!(
-                    "{why} (tried twice; `--id {client_id}` sends it again without running it twice)"
-                ))),
-            }
-        }
+        Attempt::Ambiguous(why) => Err(CtlError::Failed(format!(
+            "{why} (tried twice; `--id {client_id}` sends it again without running it twice)"
+        ))),
     }
 }
 
