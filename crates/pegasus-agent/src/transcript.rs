@@ -37,9 +37,12 @@ pub fn rebuild_owned(records: impl IntoIterator<Item = SessionRecord>) -> Vec<Me
             // Everything before a compaction is in its summary.
             SessionRecord::Compaction { summary, .. } => {
                 b = Builder::default();
-                b.user_blocks(vec![Block::Text {
-                    text: format!("{SUMMARY_PREFIX}{summary}"),
-                }]);
+                push_user(
+                    &mut b.out,
+                    vec![Block::Text {
+                        text: format!("{SUMMARY_PREFIX}{summary}"),
+                    }],
+                );
             }
             SessionRecord::Message(m) => b.message(m),
         }
@@ -102,25 +105,17 @@ impl Builder {
             .into_iter()
             .map(|id| (id, false))
             .collect();
+        if self.out.is_empty() {
+            let text = LOST_START.into();
+            push_user(&mut self.out, vec![Block::Text { text }]);
+        }
         match self.out.last_mut() {
             // Two assistant turns in a row (the first made no calls): one message.
             Some(last) if last.role == Role::Assistant => last.content.extend(blocks),
-            Some(_) => self.out.push(Message {
+            _ => self.out.push(Message {
                 role: Role::Assistant,
                 content: blocks,
             }),
-            None => {
-                self.out.push(Message {
-                    role: Role::User,
-                    content: vec![Block::Text {
-                        text: LOST_START.into(),
-                    }],
-                });
-                self.out.push(Message {
-                    role: Role::Assistant,
-                    content: blocks,
-                });
-            }
         }
     }
 
@@ -147,7 +142,7 @@ impl Builder {
         if self.pending() {
             self.deferred.extend(texts);
         } else {
-            self.user_blocks(texts);
+            push_user(&mut self.out, texts);
         }
     }
 
@@ -221,12 +216,8 @@ impl Builder {
         self.calls.clear();
         let deferred = std::mem::take(&mut self.deferred);
         if !deferred.is_empty() {
-            self.user_blocks(deferred);
+            push_user(&mut self.out, deferred);
         }
-    }
-
-    fn user_blocks(&mut self, blocks: Vec<Block>) {
-        push_user(&mut self.out, blocks);
     }
 
     fn finish(mut self) -> Vec<Message> {

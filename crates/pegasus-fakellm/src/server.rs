@@ -37,10 +37,7 @@ pub(crate) struct Slot {
 
 impl Slot {
     fn available(&self) -> bool {
-        match self.rule.times {
-            None => true,
-            Some(t) => self.used < t,
-        }
+        self.rule.times.is_none_or(|t| self.used < t)
     }
 }
 

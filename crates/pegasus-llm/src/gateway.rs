@@ -519,9 +519,7 @@ impl Gateway {
         let at = Instant::now() + wait;
         let mut gates = lock(&self.inner.gates);
         let gate = gates.entry(provider.to_string()).or_insert(at);
-        if *gate < at {
-            *gate = at;
-        }
+        *gate = (*gate).max(at);
     }
 
     /// One HTTP attempt. `timeout` bounds the wait for the response headers and, for a plain

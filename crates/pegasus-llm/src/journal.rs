@@ -101,12 +101,6 @@ struct Open {
 /// call: without this it would grow until the next start).
 const COMPACT_AFTER: usize = 4096;
 
-impl Open {
-    fn appender_path(&self) -> std::path::PathBuf {
-        self.appender.path().to_path_buf()
-    }
-}
-
 impl Journal {
     /// Opens the journal of `home`, returning it (emptied) and the calls it held that have
     /// no ledger line (`settled`: the call ids the ledger has) and no `done` line.
@@ -171,8 +165,8 @@ impl Journal {
                 text.push_str(&line);
                 text.push('\n');
             }
-            pegasus_store::write_atomic(&file.appender_path(), text.as_bytes())?;
-            let path = file.appender_path();
+            let path = file.appender.path().to_path_buf();
+            pegasus_store::write_atomic(&path, text.as_bytes())?;
             file.appender = JsonlAppender::open(&path)?;
             file.lines = file.calls.len();
         }

@@ -72,15 +72,13 @@ pub async fn probe(http: &reqwest::Client, target: &Target, key: Option<&str>) -
         }
         resp.json::<Value>().await.ok()
     };
-    if let Some(v) = get_json(http.get(format!("{root}/props"))).await {
-        if let Some(n) = llama_props(&v) {
-            return Some(n);
-        }
+    let props = get_json(http.get(format!("{root}/props"))).await;
+    if let Some(n) = props.and_then(|v| llama_props(&v)) {
+        return Some(n);
     }
-    if let Some(v) = get_json(http.get(format!("{root}/v1/models"))).await {
-        if let Some(n) = listed_window(&v, &target.model) {
-            return Some(n);
-        }
+    let models = get_json(http.get(format!("{root}/v1/models"))).await;
+    if let Some(n) = models.and_then(|v| listed_window(&v, &target.model)) {
+        return Some(n);
     }
     let show = http
         .post(format!("{root}/api/show"))

@@ -90,14 +90,10 @@ impl JsonlAppender {
         line.push(b'\n');
         // One write call per record keeps lines whole in the common case; if it fails midway
         // the tail is cut back so the next append does not glue onto a fragment.
-        if let Err(e) = self.file.write_all(&line) {
+        self.file.write_all(&line).map_err(|e| {
             let _ = self.repair_tail();
-            return Err(StoreError::Io {
-                path: self.path.clone(),
-                source: e,
-            });
-        }
-        Ok(())
+            StoreError::io(&self.path)(e)
+        })
     }
 
     /// Makes every appended line durable (fdatasync: the data, not the timestamps).
@@ -175,12 +171,7 @@ pub fn read_jsonl_with<T: Send>(
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(JsonlRead::default()),
-        Err(e) => {
-            return Err(StoreError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        }
+        Err(e) => return Err(StoreError::io(path)(e)),
     };
     let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
     // `split` yields a final segment after the last '\n': empty for a healthy file, a torn

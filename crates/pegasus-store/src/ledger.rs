@@ -234,17 +234,13 @@ pub fn cost_report(
         project.is_none_or(|p| e.project == p) && since.is_none_or(|d| e.ts.date_naive() >= d)
     }) {
         report.total.add(e);
-        report
-            .by_project
-            .entry(e.project.clone())
-            .or_default()
-            .add(e);
-        report
-            .by_day
-            .entry(e.ts.date_naive().to_string())
-            .or_default()
-            .add(e);
-        report.by_model.entry(e.model.clone()).or_default().add(e);
+        for (by, key) in [
+            (&mut report.by_project, e.project.clone()),
+            (&mut report.by_day, e.ts.date_naive().to_string()),
+            (&mut report.by_model, e.model.clone()),
+        ] {
+            by.entry(key).or_default().add(e);
+        }
     }
     Ok(report)
 }

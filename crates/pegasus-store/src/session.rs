@@ -229,9 +229,7 @@ impl Session {
         if records.is_empty() {
             return Ok(());
         }
-        for r in records {
-            self.appender.append(r)?;
-        }
+        self.append_unsynced(records)?;
         self.appender.sync()
     }
 
@@ -255,11 +253,6 @@ impl Session {
     /// records appended since (e.g. messages that arrived during a run).
     pub fn len(&self) -> Result<u64> {
         self.appender.len()
-    }
-
-    /// True when the file is empty (never the case after [`Session::open`], which writes meta).
-    pub fn is_empty(&self) -> Result<bool> {
-        self.appender.is_empty()
     }
 }
 
