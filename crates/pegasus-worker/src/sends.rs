@@ -204,6 +204,18 @@ mod tests {
     use pegasus_proto::Channel;
     use pegasus_store::Session;
 
+    fn repeat(original: &str) -> Verdict {
+        Verdict::Repeat {
+            original: original.into(),
+        }
+    }
+
+    fn conflict(original: &str) -> Verdict {
+        Verdict::Conflict {
+            original: original.into(),
+        }
+    }
+
     fn at(hours_ago: i64) -> DateTime<Utc> {
         Utc::now() - chrono::TimeDelta::hours(hours_ago)
     }
@@ -221,18 +233,8 @@ mod tests {
         let mut s = Sends::default();
         assert_eq!(s.check("c1", "hi"), Verdict::New);
         s.remember("c1", "m1", "hi", Utc::now());
-        assert_eq!(
-            s.check("c1", "hi"),
-            Verdict::Repeat {
-                original: "m1".into()
-            }
-        );
-        assert_eq!(
-            s.check("c1", "hello"),
-            Verdict::Conflict {
-                original: "m1".into()
-            }
-        );
+        assert_eq!(s.check("c1", "hi"), repeat("m1"));
+        assert_eq!(s.check("c1", "hello"), conflict("m1"));
         assert_eq!(s.check("c2", "hi"), Verdict::New);
     }
 
@@ -288,18 +290,8 @@ mod tests {
             .unwrap();
         let s = Sends::load(dir.path(), Utc::now());
         assert_eq!(s.len(), 2);
-        assert_eq!(
-            s.check("c1", "one"),
-            Verdict::Repeat {
-                original: "m1".into()
-            }
-        );
-        assert_eq!(
-            s.check("c3", "three"),
-            Verdict::Repeat {
-                original: "m3".into()
-            }
-        );
+        assert_eq!(s.check("c1", "one"), repeat("m1"));
+        assert_eq!(s.check("c3", "three"), repeat("m3"));
         assert_eq!(s.check("c-old", "old"), Verdict::New);
         assert_eq!(s.check("c4", "x"), Verdict::New);
         assert_eq!(s.check("c5", "five"), Verdict::New);
