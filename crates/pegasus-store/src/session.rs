@@ -254,6 +254,11 @@ impl Session {
     pub fn len(&self) -> Result<u64> {
         self.appender.len()
     }
+
+    /// True when the file is empty (never the case after [`Session::open`], which writes meta).
+    pub fn is_empty(&self) -> Result<bool> {
+        self.appender.is_empty()
+    }
 }
 
 /// A session as loaded, with what had to be repaired so the caller can log it.
