@@ -26,24 +26,19 @@ pub(crate) fn add(
     to: TaskState,
     from: &Channel,
 ) -> Result<(String, String), RequestError> {
-    let actor = from.to_string();
-    let actor = actor.as_str();
+    let actor = &from.to_string();
     pegasus_store::validate_name(&req.project)?;
     let dir = sup.home.project_dir(&req.project);
-    let file = match sup.projects.get(&req.project) {
-        None => return Err(RequestError::ProjectNotFound(req.project)),
-        Some(file) => {
-            file.map_err(|why| RequestError::Store(pegasus_store::StoreError::Invalid(why)))?
-        }
+    let Some(file) = sup.projects.get(&req.project) else {
+        return Err(RequestError::ProjectNotFound(req.project));
     };
-    if matches!(
-        file.status(),
-        ProjectStatus::Completed | ProjectStatus::Archived
-    ) {
+    let status = file
+        .map_err(|why| RequestError::Store(pegasus_store::StoreError::Invalid(why)))?
+        .status();
+    if matches!(status, ProjectStatus::Completed | ProjectStatus::Archived) {
         return Err(RequestError::refused(format!(
             "project {} is {}: a task can be added to an active or suspended project only",
-            req.project,
-            file.status()
+            req.project, status
         )));
     }
     let goal = req.goal.trim().to_string();
