@@ -25,14 +25,7 @@ fn lines(ledger: &Path) -> Vec<LedgerEntry> {
 
 /// Spend of one task id: the sum of its priced lines, and how many lines had no price.
 pub fn ledger_cost_for_task(ledger: &Path, task_id: &str) -> (f64, u32) {
-    let mut usd = 0.0;
-    let mut unpriced = 0;
-    for line in lines(ledger) {
-        if line.task.as_deref() == Some(task_id) {
-            add(&mut usd, &mut unpriced, &line);
-        }
-    }
-    (usd, unpriced)
+    spend(ledger, |line| line.task.as_deref() == Some(task_id))
 }
 
 /// Spend of one run, split the way the run file shows it.
@@ -56,13 +49,12 @@ pub fn ledger_costs_for_run(ledger: &Path, run_id: &str) -> RunCosts {
             continue;
         };
         if task == plan_id {
-            add(&mut out.plan.0, &mut out.plan.1, &line);
+            add(&mut out.plan, &line);
         } else if let Some(phase) = task
             .strip_prefix(&phase_prefix)
             .and_then(phase_of_attempt_suffix)
         {
-            let (usd, unpriced) = out.phases.entry(phase).or_insert((0.0, 0));
-            add(usd, unpriced, &line);
+            add(out.phases.entry(phase).or_insert((0.0, 0)), &line);
         }
     }
     out
@@ -80,19 +72,22 @@ fn phase_of_attempt_suffix(rest: &str) -> Option<u32> {
 
 /// Spend of every project on `day` (UTC): the daily limit is global, like the gateway's.
 pub fn ledger_cost_on_day(ledger: &Path, day: NaiveDate) -> f64 {
-    let mut usd = 0.0;
-    let mut unpriced = 0;
-    for line in lines(ledger) {
-        if line.ts.date_naive() == day {
-            add(&mut usd, &mut unpriced, &line);
-        }
+    spend(ledger, |line| line.ts.date_naive() == day).0
+}
+
+/// The spend of the lines `keep` selects: the sum of the priced ones, and how many had no
+/// price.
+fn spend(ledger: &Path, keep: impl Fn(&LedgerEntry) -> bool) -> (f64, u32) {
+    let mut sum = (0.0, 0);
+    for line in lines(ledger).iter().filter(|line| keep(line)) {
+        add(&mut sum, line);
     }
-    usd
+    sum
 }
 
 /// Unknown, negative or non-finite prices are counted as unpriced, never guessed as 0
 /// silently: the ledger's one rule ([`LedgerEntry::counted_usd`]).
-fn add(usd: &mut f64, unpriced: &mut u32, line: &LedgerEntry) {
+fn add((usd, unpriced): &mut (f64, u32), line: &LedgerEntry) {
     match line.counted_usd() {
         Some(u) => *usd += u,
         None => *unpriced += 1,
