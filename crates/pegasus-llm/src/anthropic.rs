@@ -464,8 +464,8 @@ fn str_at(v: &Value, key: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::sse::feed;
-    use pegasus_proto::llm::{CallMeta, Message, ToolSpec, Usage};
+    use crate::sse::{feed, feed_deltas, tool_use, usage};
+    use pegasus_proto::llm::{CallMeta, Message, ToolSpec};
 
     fn request() -> ChatRequest {
         ChatRequest {
@@ -623,22 +623,10 @@ mod tests {
                 Block::Text {
                     text: "Let me check.".into()
                 },
-                Block::ToolUse {
-                    id: "toolu_9".into(),
-                    name: "get_weather".into(),
-                    input_json: r#"{"city":"Paris"}"#.into()
-                }
+                tool_use("toolu_9", "get_weather", r#"{"city":"Paris"}"#)
             ]
         );
-        assert_eq!(
-            r.usage.complete(),
-            Some(Usage {
-                input_tokens: 100,
-                output_tokens: 20,
-                cache_read_tokens: 50,
-                cache_write_tokens: 10
-            })
-        );
+        assert_eq!(r.usage.complete(), usage(100, 20, 50, 10));
     }
 
     #[test]
@@ -702,8 +690,7 @@ data: {"type":"message_stop"}
 
     #[test]
     fn stream_assembles_text_and_split_tool_json_and_forwards_deltas() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let r = feed(Stream::default(), STREAM, Some(&tx)).unwrap();
+        let (r, deltas) = feed_deltas(Stream::default(), STREAM).unwrap();
         assert_eq!(r.id, "msg_s");
         assert_eq!(r.model, "claude-haiku-4-5");
         assert_eq!(r.stop_reason, StopReason::ToolUse);
@@ -713,27 +700,11 @@ data: {"type":"message_stop"}
                 Block::Text {
                     text: "Hello".into()
                 },
-                Block::ToolUse {
-                    id: "toolu_s".into(),
-                    name: "get_weather".into(),
-                    input_json: r#"{"city": "Paris"}"#.into()
-                }
+                tool_use("toolu_s", "get_weather", r#"{"city": "Paris"}"#)
             ]
         );
-        assert_eq!(
-            r.usage.complete(),
-            Some(Usage {
-                input_tokens: 25,
-                output_tokens: 42,
-                cache_read_tokens: 5,
-                cache_write_tokens: 0
-            })
-        );
-        let mut got = Vec::new();
-        while let Ok(d) = rx.try_recv() {
-            got.push(d);
-        }
-        assert_eq!(got, vec!["Hel", "lo"]);
+        assert_eq!(r.usage.complete(), usage(25, 42, 5, 0));
+        assert_eq!(deltas, vec!["Hel", "lo"]);
     }
 
     #[test]
@@ -765,14 +736,7 @@ event: message_stop
 data: {"type":"message_stop"}
 "#;
         let r = feed(Stream::default(), text, None).unwrap();
-        assert_eq!(
-            r.content,
-            vec![Block::ToolUse {
-                id: "t".into(),
-                name: "now".into(),
-                input_json: "{}".into()
-            }]
-        );
+        assert_eq!(r.content, vec![tool_use("t", "now", "{}")]);
         assert_eq!(r.usage.complete().unwrap().output_tokens, 7);
     }
 }

@@ -368,8 +368,8 @@ impl StreamParser for Stream {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::sse::feed;
-    use pegasus_proto::llm::{CallMeta, ToolSpec, Usage};
+    use crate::sse::{feed, feed_deltas, tool_use, usage};
+    use pegasus_proto::llm::{CallMeta, ToolSpec};
 
     fn request() -> ChatRequest {
         ChatRequest {
@@ -512,21 +512,9 @@ mod tests {
         assert_eq!(r.stop_reason, StopReason::ToolUse);
         assert_eq!(
             r.content,
-            vec![Block::ToolUse {
-                id: "call_x".into(),
-                name: "get_weather".into(),
-                input_json: r#"{"city":"Paris"}"#.into()
-            }]
+            vec![tool_use("call_x", "get_weather", r#"{"city":"Paris"}"#)]
         );
-        assert_eq!(
-            r.usage.complete(),
-            Some(Usage {
-                input_tokens: 200,
-                output_tokens: 30,
-                cache_read_tokens: 800,
-                cache_write_tokens: 0
-            })
-        );
+        assert_eq!(r.usage.complete(), usage(200, 30, 800, 0));
     }
 
     #[test]
@@ -570,8 +558,7 @@ data: [DONE]
 
     #[test]
     fn stream_assembles_tool_calls_by_index_and_usage_from_the_last_chunk() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let r = feed(Stream::default(), STREAM, Some(&tx)).unwrap();
+        let (r, deltas) = feed_deltas(Stream::default(), STREAM).unwrap();
         assert_eq!(r.id, "chatcmpl-s");
         assert_eq!(r.model, "gpt-4o-mini");
         assert_eq!(r.stop_reason, StopReason::ToolUse);
@@ -581,32 +568,12 @@ data: [DONE]
                 Block::Text {
                     text: "Checking".into()
                 },
-                Block::ToolUse {
-                    id: "call_p".into(),
-                    name: "get_weather".into(),
-                    input_json: r#"{"city":"Paris"}"#.into()
-                },
-                Block::ToolUse {
-                    id: "call_r".into(),
-                    name: "get_weather".into(),
-                    input_json: r#"{"city":"Rome"}"#.into()
-                },
+                tool_use("call_p", "get_weather", r#"{"city":"Paris"}"#),
+                tool_use("call_r", "get_weather", r#"{"city":"Rome"}"#),
             ]
         );
-        assert_eq!(
-            r.usage.complete(),
-            Some(Usage {
-                input_tokens: 36,
-                output_tokens: 12,
-                cache_read_tokens: 64,
-                cache_write_tokens: 0
-            })
-        );
-        let mut got = Vec::new();
-        while let Ok(d) = rx.try_recv() {
-            got.push(d);
-        }
-        assert_eq!(got, vec!["Check", "ing"]);
+        assert_eq!(r.usage.complete(), usage(36, 12, 64, 0));
+        assert_eq!(deltas, vec!["Check", "ing"]);
     }
 
     #[test]

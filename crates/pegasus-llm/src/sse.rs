@@ -135,3 +135,44 @@ pub fn feed<P: StreamParser>(
     }
     Box::new(parser).finish()
 }
+
+/// Test helper: [`feed`] with a listener; also returns the text deltas it forwarded.
+#[cfg(test)]
+pub fn feed_deltas<P: StreamParser>(
+    parser: P,
+    text: &str,
+) -> Result<(ProviderReply, Vec<String>), String> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reply = feed(parser, text, Some(&tx))?;
+    let mut deltas = Vec::new();
+    while let Ok(d) = rx.try_recv() {
+        deltas.push(d);
+    }
+    Ok((reply, deltas))
+}
+
+/// Test helper: a tool call block.
+#[cfg(test)]
+pub fn tool_use(id: &str, name: &str, input_json: &str) -> pegasus_proto::llm::Block {
+    pegasus_proto::llm::Block::ToolUse {
+        id: id.into(),
+        name: name.into(),
+        input_json: input_json.into(),
+    }
+}
+
+/// Test helper: a whole usage report, as [`SeenUsage::complete`] gives it.
+#[cfg(test)]
+pub fn usage(
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+) -> Option<pegasus_proto::llm::Usage> {
+    Some(pegasus_proto::llm::Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+    })
+}
