@@ -169,12 +169,9 @@ pub async fn run_loop(
         let mut retried = false;
         let resp = loop {
             let estimated = req.estimated_input_tokens();
-            match within(
-                deadline,
-                thinker::think_streaming(ctx.model.as_ref(), ctx, req),
-            )
-            .await
-            .unwrap_or(Err(timed_out.clone()))
+            match within(deadline, thinker::think_streaming(ctx, req))
+                .await
+                .unwrap_or(Err(timed_out.clone()))
             {
                 Ok(r) => break r,
                 Err(StopKind::ContextTooLong(msg)) if !retried && spec.compactor.is_some() => {

@@ -4,7 +4,6 @@ use pegasus_proto::llm::{
     Block, CallMeta, ChatRequest, ChatResponse, LlmError, Message, Role, ToolSpec,
 };
 
-use crate::model::ChatModel;
 use crate::outbox::send_event;
 use crate::outcome::StopKind;
 use crate::tool::ToolCtx;
@@ -46,32 +45,24 @@ pub async fn ask(ctx: &ToolCtx, system: &str, text: String) -> Result<ChatRespon
         content: vec![Block::Text { text }],
     }];
     let req = request(ctx, system, &messages, Vec::new(), None);
-    think(ctx.model.as_ref(), ctx, req).await
+    think(ctx, req).await
 }
 
 /// Makes the call and reports it as a `model_response` event; a failure becomes the stop it
 /// means for the run.
-pub async fn think(
-    model: &dyn ChatModel,
-    ctx: &ToolCtx,
-    req: ChatRequest,
-) -> Result<ChatResponse, StopKind> {
-    report(ctx, model.chat(req).await)
+pub async fn think(ctx: &ToolCtx, req: ChatRequest) -> Result<ChatResponse, StopKind> {
+    report(ctx, ctx.model.chat(req).await)
 }
 
 /// [`think`] for a task's own agent (depth 0): the answer's text is sent as `text_delta`
 /// events while it arrives, for `log -f`, `send --wait` and `chat`. The deltas are never
 /// written to the session; the finished message is, once, by the loop.
-pub async fn think_streaming(
-    model: &dyn ChatModel,
-    ctx: &ToolCtx,
-    req: ChatRequest,
-) -> Result<ChatResponse, StopKind> {
+pub async fn think_streaming(ctx: &ToolCtx, req: ChatRequest) -> Result<ChatResponse, StopKind> {
     if ctx.depth > 0 || !req.stream {
-        return think(model, ctx, req).await;
+        return think(ctx, req).await;
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let call = model.chat_streaming(req, tx);
+    let call = ctx.model.chat_streaming(req, tx);
     tokio::pin!(call);
     let forward = |text: String| {
         send_event(
