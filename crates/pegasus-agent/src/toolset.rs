@@ -26,11 +26,7 @@ struct Entry {
 impl ToolSet {
     /// A set of the given tools.
     pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
-        let mut set = ToolSet { tools: Vec::new() };
-        for t in tools {
-            set.insert(t);
-        }
-        set
+        ToolSet::default().with(tools)
     }
 
     fn insert(&mut self, tool: Arc<dyn Tool>) {
@@ -78,14 +74,7 @@ impl ToolSet {
     /// The same set without the tool called `name` (e.g. a role's allowlist, or no
     /// `spawn_subagent` at the deepest subagent level).
     pub fn without(&self, name: &str) -> Self {
-        ToolSet {
-            tools: self
-                .tools
-                .iter()
-                .filter(|t| t.spec.name != name)
-                .cloned()
-                .collect(),
-        }
+        self.only(|n| n != name)
     }
 
     /// The same set with only the tools `keep` accepts: a role's allowlist. A tool left out
