@@ -62,12 +62,9 @@ impl Client {
     /// Sends one request and waits for its response.
     pub async fn request(&mut self, req: CtlRequest) -> Result<CtlResponse, CtlError> {
         self.writer.write(&req).await?;
-        match self.reader.read::<CtlResponse>().await? {
-            Some(resp) => Ok(resp),
-            None => Err(CtlError::Failed(
-                "pegasusd closed the connection; check `pegasusctl status`".into(),
-            )),
-        }
+        let closed =
+            || CtlError::Failed("pegasusd closed the connection; check `pegasusctl status`".into());
+        self.reader.read::<CtlResponse>().await?.ok_or_else(closed)
     }
 
     /// Waits until the daemon closes the connection (it exits).
@@ -84,10 +81,7 @@ impl Client {
     /// The next frame of a follower: an event, or a resync after a gap. `None` once the daemon
     /// closed the connection (it stopped).
     pub async fn next_event(&mut self) -> Option<CtlResponse> {
-        match self.reader.read::<CtlResponse>().await {
-            Ok(Some(resp)) => Some(resp),
-            _ => None,
-        }
+        self.reader.read::<CtlResponse>().await.ok().flatten()
     }
 }
 

@@ -385,31 +385,23 @@ pub fn role_table(roles: &[pegasus_roles::Role]) -> String {
 
 pub fn role_details(r: &pegasus_roles::Role) -> String {
     let mut out = format!("{} {} ({})\n{}\n\n", r.emoji, r.name, r.id, r.description);
-    let _ = writeln!(out, "specialty    {}", r.specialty);
-    let _ = writeln!(out, "model        {}", dash(r.model.model.as_ref()));
-    let _ = writeln!(out, "thinking     {}", r.model.thinking.as_str());
-    let _ = writeln!(out, "temperature  {}", dash(r.model.temperature));
-    let _ = writeln!(out, "max tokens   {}", dash(r.model.max_tokens));
-    let _ = writeln!(
-        out,
-        "timeout      {}",
-        dash(r.model.timeout_s.map(|t| format!("{t} s")))
-    );
-    let _ = writeln!(
-        out,
-        "tools        {}",
-        r.tools
-            .as_ref()
-            .map(|t| t.join(", "))
-            .unwrap_or_else(|| "all".into())
-    );
+    let mut field = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:<12} {v}");
+    };
+    let m = &r.model;
+    field("specialty", r.specialty.clone());
+    field("model", dash(m.model.as_ref()));
+    field("thinking", m.thinking.as_str().to_string());
+    field("temperature", dash(m.temperature));
+    field("max tokens", dash(m.max_tokens));
+    field("timeout", dash(m.timeout_s.map(|t| format!("{t} s"))));
+    let tools = r.tools.as_ref().map(|t| t.join(", "));
+    field("tools", tools.unwrap_or_else(|| "all".into()));
     for v in &r.variables {
-        let _ = writeln!(
-            out,
-            "variable     {} — {} (default: {})",
-            v.name,
-            v.description,
-            dash(v.default.as_ref())
+        let default = dash(v.default.as_ref());
+        field(
+            "variable",
+            format!("{} — {} (default: {default})", v.name, v.description),
         );
     }
     let _ = writeln!(out, "\n{}", r.template.trim_end());

@@ -235,21 +235,19 @@ async fn on_slot_events(
             ev = events.recv() => ev,
             _ = sup.shutdown.cancelled() => None,
         };
-        match event {
-            Some(SlotEvent::Idle(name)) => {
-                let sup = sup.clone();
-                tokio::spawn(async move {
-                    let verb = pegasus_store::Verb::Suspend;
-                    match crate::handlers::project::lifecycle(&sup, &name, verb).await {
-                        Ok(_) => {
-                            tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
-                        }
-                        Err(e) => tracing::warn!(project = %name, "idle suspend failed: {e}"),
-                    }
-                });
+        let Some(SlotEvent::Idle(name)) = event else {
+            return;
+        };
+        let sup = sup.clone();
+        tokio::spawn(async move {
+            let verb = pegasus_store::Verb::Suspend;
+            match crate::handlers::project::lifecycle(&sup, &name, verb).await {
+                Ok(_) => {
+                    tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
+                }
+                Err(e) => tracing::warn!(project = %name, "idle suspend failed: {e}"),
             }
-            None => return,
-        }
+        });
     }
 }
 

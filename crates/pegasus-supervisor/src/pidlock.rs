@@ -33,14 +33,13 @@ impl PidLock {
                 if errno == nix::errno::Errno::EWOULDBLOCK {
                     let mut pid = String::new();
                     let _ = file.read_to_string(&mut pid);
-                    let pid = pid.trim();
+                    let pid = match pid.trim() {
+                        "" => "unknown",
+                        pid => pid,
+                    };
                     return Err(SupervisorError::AlreadyRunning {
                         home: home_label.to_string(),
-                        pid: if pid.is_empty() {
-                            "unknown".into()
-                        } else {
-                            pid.to_string()
-                        },
+                        pid: pid.to_string(),
                     });
                 }
                 return Err(SupervisorError::io(

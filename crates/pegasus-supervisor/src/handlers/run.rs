@@ -37,12 +37,7 @@ pub(crate) fn start(
         }
     }
     let run = store.create(project, brief, max_attempts)?;
-    sup.nudge(
-        project,
-        ToWorker::RunStart {
-            run_id: run.id.clone(),
-        },
-    );
+    drive(sup, project, &run.id);
     Ok(format!(
         "run {} started on project {project}: follow it with `pegasusctl run status {project}`",
         run.id
@@ -67,12 +62,7 @@ pub(crate) fn control(
         RunAction::Pause => pegasus_runs::RunRequest::Pause,
         RunAction::Resume => {
             store.resume(&run.id)?;
-            sup.nudge(
-                project,
-                ToWorker::RunStart {
-                    run_id: run.id.clone(),
-                },
-            );
+            drive(sup, project, &run.id);
             return Ok(format!("run {} resumed", run.id));
         }
     };
@@ -82,4 +72,10 @@ pub(crate) fn control(
         run.id,
         action.as_str()
     ))
+}
+
+/// Nudges `project`'s worker to drive run `id` (a new or resumed one).
+fn drive(sup: &Supervisor, project: &str, id: &str) {
+    let run_id = id.to_string();
+    sup.nudge(project, ToWorker::RunStart { run_id });
 }
