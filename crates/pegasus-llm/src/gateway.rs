@@ -178,13 +178,8 @@ impl Gateway {
         let inner = &*self.inner;
         inner.calls.fetch_add(1, Ordering::Relaxed);
         let target = provider::resolve(&inner.config, &req.model)?;
-        let project = req
-            .meta
-            .project
-            .clone()
-            .unwrap_or_else(|| MAIN_PROJECT.to_string());
         // PROJECT.md is read once here; a retry, which may come much later, reads it again.
-        let mut limits = Some(self.check_budgets(&req.meta, &project)?);
+        let mut limits = Some(self.check_budgets(&req.meta)?);
         let key = provider::credential(&target)?;
         let info = self.model_info(&target.full);
         let req = self.adapt(req, &target.full, &info);
@@ -455,8 +450,9 @@ impl Gateway {
 
     /// Refuses the call if the day, the project or the task has already spent its cap;
     /// returns the caps it checked.
-    fn check_budgets(&self, meta: &CallMeta, project: &str) -> Result<Limits, LlmError> {
+    fn check_budgets(&self, meta: &CallMeta) -> Result<Limits, LlmError> {
         let limits = self.limits(meta);
+        let project = meta.project.as_deref().unwrap_or(MAIN_PROJECT);
         let today = Utc::now().date_naive();
         self.inner
             .ledger
