@@ -49,17 +49,13 @@ pub async fn answer(
             "`{id}` is not an approval id (they look like ap-k3m9x2q7rt): see `pegasusctl approvals`"
         )));
     }
-    super::mutate(
-        home,
-        json,
-        CtlRequest::ApprovalAnswer {
-            id,
-            approve,
-            always,
-            reason,
-        },
-    )
-    .await
+    let req = CtlRequest::ApprovalAnswer {
+        id,
+        approve,
+        always,
+        reason,
+    };
+    super::mutate(home, json, req).await
 }
 
 #[cfg(test)]

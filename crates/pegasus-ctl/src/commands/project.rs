@@ -32,16 +32,12 @@ pub async fn run(home: &Home, json: bool, cmd: ProjectCommand) -> Result<(), Ctl
             brief,
             max_attempts,
         } => {
-            super::mutate(
-                home,
-                json,
-                CtlRequest::RunStart {
-                    project: name,
-                    brief,
-                    max_attempts,
-                },
-            )
-            .await
+            let req = CtlRequest::RunStart {
+                project: name,
+                brief,
+                max_attempts,
+            };
+            super::mutate(home, json, req).await
         }
         ProjectCommand::Log { name, follow } => super::log::run(home, json, &name, follow).await,
     }

@@ -34,16 +34,12 @@ pub async fn run(home: &Home, json: bool, cmd: RoleCommand) -> Result<(), CtlErr
                 };
                 variables.push((k.trim().to_string(), val.to_string()));
             }
-            super::mutate(
-                home,
-                json,
-                CtlRequest::RoleAssign {
-                    project: name,
-                    role,
-                    variables,
-                },
-            )
-            .await
+            let req = CtlRequest::RoleAssign {
+                project: name,
+                role,
+                variables,
+            };
+            super::mutate(home, json, req).await
         }
     }
 }

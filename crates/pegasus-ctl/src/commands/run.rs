@@ -26,13 +26,9 @@ pub async fn run(home: &Home, json: bool, cmd: RunCommand) -> Result<(), CtlErro
         RunCommand::Pause { name } => (name, RunAction::Pause),
         RunCommand::Resume { name } => (name, RunAction::Resume),
     };
-    super::mutate(
-        home,
-        json,
-        CtlRequest::RunControl {
-            project: name,
-            action,
-        },
-    )
-    .await
+    let req = CtlRequest::RunControl {
+        project: name,
+        action,
+    };
+    super::mutate(home, json, req).await
 }
