@@ -2,23 +2,23 @@
 //! over the worker socket. The agent code cannot tell it from a direct client; the worker never
 //! sees a credential.
 
-use pegasus_agent::ChatModel;
+use pegasus_agent::{ChatFuture, ChatModel};
 use pegasus_proto::{
     llm::{ChatRequest, ChatResponse, LlmError},
     worker::FromWorker,
 };
 use std::{
     collections::HashMap,
-    future::Future,
-    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc, Mutex, MutexGuard,
     },
 };
 use tokio::sync::{mpsc, oneshot};
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<ChatResponse, LlmError>>>>>;
+/// The calls waiting for their answer, by id.
+type Waiters = HashMap<u64, oneshot::Sender<Result<ChatResponse, LlmError>>>;
+type Pending = Arc<Mutex<Waiters>>;
 
 /// Sends `LlmRequest` frames and matches `LlmResponse` frames to them by id.
 #[derive(Clone)]
@@ -40,11 +40,7 @@ impl ProxyModel {
 
     /// Delivers the gateway's answer to the call waiting for it (if it still waits).
     pub fn complete(&self, id: u64, result: Result<ChatResponse, LlmError>) {
-        let waiter = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        let waiter = waiters(&self.pending).remove(&id);
         match waiter {
             Some(tx) => {
                 let _ = tx.send(result);
@@ -55,16 +51,16 @@ impl ProxyModel {
 
     /// Fails every waiting call: the supervisor connection is gone.
     pub fn fail_all(&self) {
-        let waiters: Vec<_> = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .collect();
-        for (_, tx) in waiters {
+        let failed: Vec<_> = waiters(&self.pending).drain().collect();
+        for (_, tx) in failed {
             let _ = tx.send(Err(LlmError::Cancelled));
         }
     }
+}
+
+/// The waiting calls (a panic elsewhere does not lose them).
+fn waiters(pending: &Pending) -> MutexGuard<'_, Waiters> {
+    pending.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Tells the gateway to drop a call whose caller went away (its future was dropped).
@@ -78,20 +74,14 @@ struct CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if !self.done {
-            self.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&self.id);
+            waiters(&self.pending).remove(&self.id);
             let _ = self.out.send(FromWorker::LlmCancel { id: self.id });
         }
     }
 }
 
 impl ChatModel for ProxyModel {
-    fn chat(
-        &self,
-        request: ChatRequest,
-    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
+    fn chat(&self, request: ChatRequest) -> ChatFuture<'_> {
         self.call(request, false)
     }
 
@@ -101,7 +91,7 @@ impl ChatModel for ProxyModel {
         &self,
         request: ChatRequest,
         deltas: mpsc::UnboundedSender<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
+    ) -> ChatFuture<'_> {
         drop(deltas);
         self.call(request, true)
     }
@@ -109,18 +99,11 @@ impl ChatModel for ProxyModel {
 
 impl ProxyModel {
     /// One call over the socket; with `deltas`, pegasusd publishes its text on the bus.
-    fn call(
-        &self,
-        request: ChatRequest,
-        deltas: bool,
-    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, LlmError>> + Send + '_>> {
+    fn call(&self, request: ChatRequest, deltas: bool) -> ChatFuture<'_> {
         Box::pin(async move {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
-            self.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id, tx);
+            waiters(&self.pending).insert(id, tx);
             let mut guard = CancelOnDrop {
                 id,
                 done: false,
@@ -136,11 +119,7 @@ impl ProxyModel {
                 })
                 .is_err()
             {
-                guard.done = true;
-                self.pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
+                // The guard takes the call off the list (its cancel frame goes nowhere either).
                 return Err(LlmError::Other("the connection to pegasusd is gone".into()));
             }
             let result = rx.await.unwrap_or(Err(LlmError::Cancelled));
