@@ -266,12 +266,11 @@ impl Gateway {
     pub fn context_window(&self, model: &str) -> Option<u64> {
         let full = self.resolve_model(model);
         let info = self.model_info(&full);
-        if !info.window_known {
-            if let Some(w) = self.learned(&full) {
-                return Some(w);
-            }
+        if info.window_known {
+            return Some(info.context_window);
         }
-        Some(info.context_window)
+        let learned = lock(&self.inner.learned).get(&full).and_then(|(w, _)| *w);
+        Some(learned.unwrap_or(info.context_window))
     }
 
     /// [`Gateway::context_window`], asking the model's server first when no table knows the
@@ -308,10 +307,6 @@ impl Gateway {
         }
         lock(&self.inner.learned).insert(full, (found, Instant::now()));
         Some(found.unwrap_or(info.context_window))
-    }
-
-    fn learned(&self, model: &str) -> Option<u64> {
-        lock(&self.inner.learned).get(model).and_then(|(w, _)| *w)
     }
 
     /// What a `provider/model` can do (SPEC §5 model table).
