@@ -64,7 +64,11 @@ pub(crate) trait Builtin: Send + Sync {
 
 impl<T: Builtin> Tool for T {
     fn spec(&self) -> ToolSpec {
-        spec(T::NAME, T::DESCRIPTION, T::schema())
+        ToolSpec {
+            name: T::NAME.to_string(),
+            description: T::DESCRIPTION.to_string(),
+            input_schema_json: T::schema().to_string(),
+        }
     }
 
     fn concurrent(&self) -> bool {
@@ -78,15 +82,6 @@ impl<T: Builtin> Tool for T {
                 Err(e) => e,
             }
         })
-    }
-}
-
-/// A spec from a name, a description and a JSON schema value.
-pub(crate) fn spec(name: &str, description: &str, schema: serde_json::Value) -> ToolSpec {
-    ToolSpec {
-        name: name.to_string(),
-        description: description.to_string(),
-        input_schema_json: schema.to_string(),
     }
 }
 
