@@ -188,6 +188,11 @@ fn tail(s: &str, max: usize) -> &str {
     &s[start..]
 }
 
+/// `verifying → failed` with `reason` (best effort: the task may have moved meanwhile).
+fn fail_verifying(agent: &Agent, id: &str, reason: &str) {
+    let _ = agent.move_task(id, TaskState::Verifying, TaskState::Failed, reason);
+}
+
 /// One line for a task's stop reason from a longer text.
 fn one_line(s: &str) -> String {
     let line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -297,12 +302,7 @@ pub async fn run(
                 match review_gate(agent, &code, &task, &repos, &trees, &outcome.text).await {
                     Gate::Back { reason, feedback } => (reason, feedback),
                     Gate::Fail(reason) => {
-                        let _ = agent.move_task(
-                            &id,
-                            TaskState::Verifying,
-                            TaskState::Failed,
-                            &one_line(&reason),
-                        );
+                        fail_verifying(agent, &id, &one_line(&reason));
                         return (
                             format!("The task failed: {reason}; the base branch was not touched."),
                             false,
@@ -334,24 +334,14 @@ pub async fn run(
                 } else {
                     format!("commit or merge failed: {e}")
                 };
-                let _ = agent.move_task(
-                    &id,
-                    TaskState::Verifying,
-                    TaskState::Failed,
-                    &one_line(&reason),
-                );
+                fail_verifying(agent, &id, &one_line(&reason));
                 return (format!("The task failed: {e}"), false);
             }
         };
         let (reason, feedback) = feedback;
         if attempt >= code.max_attempts {
             write_artifacts(agent, &task, &repos, &trees, &feedback, &outcome.text);
-            let _ = agent.move_task(
-                &id,
-                TaskState::Verifying,
-                TaskState::Failed,
-                &format!("{reason} (after {attempt} attempts)"),
-            );
+            fail_verifying(agent, &id, &format!("{reason} (after {attempt} attempts)"));
             return (
                 format!(
                     "The task failed: {reason} after {attempt} attempts; the base branch was not touched."
