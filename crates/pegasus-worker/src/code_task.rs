@@ -194,7 +194,7 @@ fn fail_verifying(agent: &Agent, id: &str, reason: &str) {
 }
 
 /// One line for a task's stop reason from a longer text.
-fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     let line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     line.chars().take(300).collect()
 }

@@ -68,17 +68,7 @@ pub(crate) async fn plan(
         task.title,
         spec.goal.trim()
     );
-    for (head, list) in [
-        ("Acceptance criteria", &spec.acceptance),
-        ("Constraints", &spec.constraints),
-    ] {
-        if !list.is_empty() {
-            text.push_str(&format!("\n{head}:\n"));
-            for item in list {
-                text.push_str(&format!("- {item}\n"));
-            }
-        }
-    }
+    text.push_str(&crate::work_queue::spec_lists(&spec));
     let ids: Vec<&str> = repos.iter().map(|(id, _)| id.as_str()).collect();
     text.push_str(&format!(
         "\nRepos: {} (read their files with read_file as `repo-id:path`).\n\n\

@@ -77,7 +77,7 @@ pub(crate) async fn review(
         Ok(end) => {
             return Review::NoAnswer(format!(
                 "the reviewer ({role_id}) did not answer: {}",
-                one_line(&end.text)
+                crate::code_task::one_line(&end.text)
             ))
         }
         Err(e) => return Review::NoAnswer(format!("the reviewer ({role_id}) failed: {e}")),
@@ -114,18 +114,7 @@ fn prompt(
         task.title,
         spec.goal.trim()
     );
-    if !spec.acceptance.is_empty() {
-        s.push_str("\nAcceptance criteria:\n");
-        for a in &spec.acceptance {
-            s.push_str(&format!("- {a}\n"));
-        }
-    }
-    if !spec.constraints.is_empty() {
-        s.push_str("\nConstraints:\n");
-        for c in &spec.constraints {
-            s.push_str(&format!("- {c}\n"));
-        }
-    }
+    s.push_str(&crate::work_queue::spec_lists(spec));
     if checks.is_empty() {
         s.push_str("\nThe project has no checks (`verify`); nothing was run.\n");
     } else {
@@ -170,11 +159,6 @@ fn cut(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
-}
-
-fn one_line(s: &str) -> String {
-    let line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    line.chars().take(300).collect()
 }
 
 #[cfg(test)]

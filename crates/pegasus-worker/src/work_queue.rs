@@ -244,6 +244,24 @@ pub(crate) fn spec_of(task: &pegasus_tasks::Task) -> pegasus_tasks::TaskSpec {
         })
 }
 
+/// A spec's acceptance criteria and constraints, each a titled list (nothing for an empty
+/// one), as the prompts of a task's planner and reviewer show them.
+pub(crate) fn spec_lists(spec: &pegasus_tasks::TaskSpec) -> String {
+    let mut s = String::new();
+    for (head, list) in [
+        ("Acceptance criteria", &spec.acceptance),
+        ("Constraints", &spec.constraints),
+    ] {
+        if !list.is_empty() {
+            s.push_str(&format!("\n{head}:\n"));
+            for item in list {
+                s.push_str(&format!("- {item}\n"));
+            }
+        }
+    }
+    s
+}
+
 /// Task `task` worked as role `role_id` (its frozen goal and acceptance, else its title).
 pub(crate) fn role_for(
     agent: &Agent,
