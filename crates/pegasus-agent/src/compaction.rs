@@ -113,37 +113,32 @@ pub fn task_results(transcript: &[Message]) -> Vec<(String, String)> {
             m.role == Role::User && m.content.iter().any(|b| matches!(b, Block::Text { .. }))
         })
         .map_or(0, |i| i + 1);
-    let task = &transcript[start..];
-    let calls: std::collections::HashMap<&str, String> = task
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|b| match b {
+    // A call always comes before its result: one pass pairs them.
+    let mut calls = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for block in transcript[start..].iter().flat_map(|m| &m.content) {
+        match block {
             Block::ToolUse {
                 id,
                 name,
                 input_json,
-            } => Some((id.as_str(), format!("{name} {input_json}"))),
-            _ => None,
-        })
-        .collect();
-    let mut out: Vec<(String, String)> = task
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|b| match b {
+            } => {
+                calls.insert(id.as_str(), format!("{name} {input_json}"));
+            }
             Block::ToolResult {
                 tool_use_id,
                 content,
                 ..
-            } => Some((
-                calls
-                    .get(tool_use_id.as_str())
-                    .cloned()
-                    .unwrap_or_else(|| "a tool call".into()),
-                content.clone(),
-            )),
-            _ => None,
-        })
-        .collect();
+            } => {
+                let call = calls.get(tool_use_id.as_str()).cloned();
+                out.push((
+                    call.unwrap_or_else(|| "a tool call".into()),
+                    content.clone(),
+                ));
+            }
+            _ => {}
+        }
+    }
     out.reverse();
     out
 }
