@@ -93,15 +93,13 @@ impl LlmProxy {
         let call = tokio::spawn(async move {
             // Start and end are published by this one task, so a consumer always sees the start
             // first.
-            bus.publish(
-                &project,
-                BusBody::LlmCall {
-                    task: task.clone(),
-                    ended: false,
-                    in_flight,
-                    cost_usd: None,
-                },
-            );
+            let start = BusBody::LlmCall {
+                task: task.clone(),
+                ended: false,
+                in_flight,
+                cost_usd: None,
+            };
+            bus.publish(&project, start);
             // Deltas go on the bus in order and before the answer reaches the worker (so
             // before anything the worker says after it): the call and its deltas are drained
             // on this one task.
@@ -138,15 +136,13 @@ impl LlmProxy {
             };
             let _ = to_worker.send(ToWorker::LlmResponse { id, result });
             let in_flight = guard.leave();
-            bus.publish(
-                &project,
-                BusBody::LlmCall {
-                    task,
-                    ended: true,
-                    in_flight,
-                    cost_usd,
-                },
-            );
+            let end = BusBody::LlmCall {
+                task,
+                ended: true,
+                in_flight,
+                cost_usd,
+            };
+            bus.publish(&project, end);
         });
         self.calls.insert(id, call);
     }

@@ -351,13 +351,8 @@ async fn stop_silent(sup: &Arc<Supervisor>, project: &str, pid: u32, task: &str)
         Channel::Project(project.to_string()),
         format!("[task {task} of project {project} stopped: silent for {secs} s; the worker is restarted]"),
     );
-    sup.try_slot_cmd(
-        project,
-        SlotCmd::Kill {
-            pid,
-            reason: format!("watchdog: silent for {secs} s while running task {task}"),
-        },
-    );
+    let reason = format!("watchdog: silent for {secs} s while running task {task}");
+    sup.try_slot_cmd(project, SlotCmd::Kill { pid, reason });
 }
 
 #[cfg(test)]

@@ -342,12 +342,10 @@ impl Slot {
         let now = chrono::Utc::now();
         tracing::warn!(project = %self.name, "[Project Worker crashed with {reason}]");
         // The MainAgent hears of it from the bus, batched (`crate::crash_notices`).
-        self.sup.bus.publish(
-            &self.name,
-            BusBody::Crash {
-                reason: reason.to_string(),
-            },
-        );
+        let crash = BusBody::Crash {
+            reason: reason.to_string(),
+        };
+        self.sup.bus.publish(&self.name, crash);
         self.set(|i| {
             i.restarts += 1;
             i.last_crash = Some(reason.to_string());
