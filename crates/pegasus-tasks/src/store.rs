@@ -278,14 +278,17 @@ impl TaskStore {
             batch.task.clone().apply_update(update)?;
             batch.push(update_event(update, actor));
         }
-        if let Some((expected, state, reason)) = to {
+        if let Some((_, state, reason)) = to {
             batch.transition(state, actor, reason)?;
-            tracing::info!(task = %id, from = %expected, to = %state, actor, reason, "task moved");
         }
         if batch.events.is_empty() {
             return Ok(task);
         }
         batch.commit()?;
+        // Logged once durable: a failed append moved nothing.
+        if let Some((expected, state, reason)) = to {
+            tracing::info!(task = %id, from = %expected, to = %state, actor, reason, "task moved");
+        }
         self.index_put(&task, &path);
         Ok(task)
     }
