@@ -7,13 +7,9 @@
 //! bus carries an approval or an answer, its worker changes state (a worker that died before
 //! its event reached us is counted when the next one starts), or a handler answers one.
 
-use crate::{bus::EventBus, supervisor::lock};
+use crate::supervisor::lock;
 use pegasus_proto::{ctl::ProjectInfo, BusBody, BusEvent, WorkerEvent};
-use std::{
-    collections::HashMap,
-    path::PathBuf,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, path::PathBuf, sync::Mutex};
 
 /// Waiting approvals per project.
 pub(crate) struct ApprovalCounts {
@@ -55,7 +51,7 @@ impl ApprovalCounts {
         }
     }
 
-    fn apply(&self, event: &BusEvent) {
+    pub fn apply(&self, event: &BusEvent) {
         match &event.body {
             BusBody::Worker(WorkerEvent::Approval { .. })
             | BusBody::Worker(WorkerEvent::ApprovalAnswered { .. })
@@ -71,16 +67,6 @@ impl ApprovalCounts {
             info.approvals = counts.get(&info.name).copied().unwrap_or(0);
         }
     }
-}
-
-/// Makes the counts an observer of the bus.
-pub(crate) fn observe(bus: &EventBus, counts: &Arc<ApprovalCounts>) {
-    let counts = Arc::downgrade(counts);
-    bus.observe(move |event| {
-        if let Some(counts) = counts.upgrade() {
-            counts.apply(event);
-        }
-    });
 }
 
 #[cfg(test)]

@@ -48,7 +48,6 @@ impl EventBus {
             .push(Box::new(observer));
     }
 
-    /// Publishes one event about `project`; never blocks, and nobody listening is fine.
     /// Makes `observe` see every event with `target`, for as long as `target` lives (the bus
     /// does not keep it alive).
     pub fn observe_weak<T: Send + Sync + 'static>(
@@ -64,6 +63,7 @@ impl EventBus {
         });
     }
 
+    /// Publishes one event about `project`; never blocks, and nobody listening is fine.
     pub fn publish(&self, project: &str, body: BusBody) {
         let mut seq = self.seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;

@@ -162,7 +162,10 @@ async fn serve(
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
     sup.bus
         .observe_weak(&sup.activity, crate::activity::Activity::apply);
-    crate::approval_counts::observe(&sup.bus, &sup.approval_counts);
+    sup.bus.observe_weak(
+        &sup.approval_counts,
+        crate::approval_counts::ApprovalCounts::apply,
+    );
     crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
     let crash_notices = crate::crash_notices::start(&sup);
