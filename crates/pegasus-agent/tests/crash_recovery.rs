@@ -5,7 +5,6 @@ mod common;
 
 use std::io::Write;
 
-use chrono::Utc;
 use common::{send, settings, text, Fixture, ScriptedModel};
 use pegasus_agent::transcript::check_valid;
 use pegasus_proto::llm::{Block, Role};
@@ -14,16 +13,7 @@ use pegasus_store::{
 };
 
 fn msg(role: SRole, content: Vec<ContentBlock>) -> SessionRecord {
-    SessionRecord::Message(SessionMessage {
-        id: None,
-        role,
-        from: None,
-        content,
-        model: None,
-        usage: None,
-        ts: Utc::now(),
-        client_id: None,
-    })
+    SessionRecord::Message(SessionMessage::new(role, content))
 }
 
 #[tokio::test]

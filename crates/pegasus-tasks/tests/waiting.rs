@@ -17,6 +17,10 @@ fn lines(cache: &WaitingCache, store: &TaskStore) -> Vec<String> {
     got
 }
 
+fn mv(store: &TaskStore, id: &str, from: TaskState, to: TaskState, reason: &str) {
+    store.transition(id, from, to, "test", reason).unwrap();
+}
+
 #[test]
 fn the_cache_follows_every_change_of_the_index() {
     let (_dir, store) = project();
@@ -28,15 +32,13 @@ fn the_cache_follows_every_change_of_the_index() {
 
     let t = task_in(&store, TaskState::Running);
     assert!(lines(&cache, &store).is_empty());
-    store
-        .transition(
-            &t.id,
-            TaskState::Running,
-            TaskState::Blocked,
-            "agent",
-            "budget",
-        )
-        .unwrap();
+    mv(
+        &store,
+        &t.id,
+        TaskState::Running,
+        TaskState::Blocked,
+        "budget",
+    );
     assert_eq!(
         lines(&cache, &store),
         vec![format!("web: task {} is blocked: budget", t.id)]
@@ -46,24 +48,20 @@ fn the_cache_follows_every_change_of_the_index() {
 
     // A second task blocked right after, and the first one moved on: both seen at once.
     let u = task_in(&store, TaskState::Running);
-    store
-        .transition(
-            &u.id,
-            TaskState::Running,
-            TaskState::Blocked,
-            "agent",
-            "asks",
-        )
-        .unwrap();
-    store
-        .transition(
-            &t.id,
-            TaskState::Blocked,
-            TaskState::Ready,
-            "user",
-            "raised",
-        )
-        .unwrap();
+    mv(
+        &store,
+        &u.id,
+        TaskState::Running,
+        TaskState::Blocked,
+        "asks",
+    );
+    mv(
+        &store,
+        &t.id,
+        TaskState::Blocked,
+        TaskState::Ready,
+        "raised",
+    );
     assert_eq!(
         lines(&cache, &store),
         vec![format!("web: task {} is blocked: asks", u.id)]
