@@ -115,6 +115,8 @@ struct Spawned {
     child: Child,
     stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
+    /// The two readers: joined once the child exited, so its last words are in.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Spawned {
@@ -128,10 +130,11 @@ impl Spawned {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let collect = |mut from: Box<dyn Read + Send>| {
+        let mut readers = Vec::new();
+        let mut collect = |mut from: Box<dyn Read + Send>| {
             let seen = Arc::new(Mutex::new(String::new()));
             let sink = seen.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 let mut buf = [0u8; 1024];
                 while let Ok(n) = from.read(&mut buf) {
                     if n == 0 {
@@ -141,7 +144,7 @@ impl Spawned {
                         .unwrap()
                         .push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
-            });
+            }));
             seen
         };
         let stdout = collect(Box::new(child.stdout.take().unwrap()));
@@ -150,6 +153,7 @@ impl Spawned {
             child,
             stdout,
             stderr,
+            readers,
         }
     }
 
@@ -162,7 +166,12 @@ impl Spawned {
     }
 
     fn wait(&mut self, timeout: Duration, what: &str) -> std::process::ExitStatus {
-        poll(timeout, what, || self.child.try_wait().unwrap())
+        let status = poll(timeout, what, || self.child.try_wait().unwrap());
+        // The pipes end with the child: the readers finish with everything it wrote.
+        for reader in self.readers.drain(..) {
+            reader.join().unwrap();
+        }
+        status
     }
 }
 
