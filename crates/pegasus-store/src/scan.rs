@@ -77,7 +77,7 @@ pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
 }
 
 /// `f` of every item, in order, on up to `threads` threads (never more than the machine has
-/// cores, nor than items), each taking one contiguous chunk.
+/// cores, nor than items), each taking one contiguous chunk. A panic in `f` reaches the caller.
 pub fn par_map<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
@@ -99,7 +99,8 @@ pub fn par_map<T: Sync, R: Send>(
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
+            // A chunk that panicked is not dropped from the answer: the panic goes on here.
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
 }
@@ -120,6 +121,12 @@ mod tests {
             assert_eq!(par_map(&items, threads, |i| i * 2), doubled);
         }
         assert!(par_map(&[] as &[usize], 8, |i| *i).is_empty());
+        // A panic in one chunk is the caller's, not a shorter list.
+        let items: Vec<usize> = (0..100).collect();
+        let caught = std::panic::catch_unwind(|| {
+            par_map(&items, 4, |i| if *i == 70 { panic!("item 70") } else { *i })
+        });
+        assert!(caught.is_err(), "a panicking chunk must not vanish");
     }
 
     #[test]
