@@ -93,16 +93,22 @@ fn runs(fx: &Fixture) -> usize {
 
 const RUN_ONCE: &str = "echo ran >> runs.txt";
 
-#[tokio::test]
-async fn an_asked_call_blocks_its_task_and_runs_once_when_approved() {
-    let fx = Fixture::new();
+/// A model that calls exec `RUN_ONCE` as `c1`, then answers `last`.
+fn run_once_then(last: &str) -> std::sync::Arc<ScriptedModel> {
     let model = ScriptedModel::new();
     model.push(calls(&[(
         "c1",
         "exec",
         serde_json::json!({"command": RUN_ONCE}),
     )]));
-    model.push(text("done"));
+    model.push(text(last));
+    model
+}
+
+#[tokio::test]
+async fn an_asked_call_blocks_its_task_and_runs_once_when_approved() {
+    let fx = Fixture::new();
+    let model = run_once_then("done");
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     let g = gate(&fx, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
@@ -141,13 +147,7 @@ async fn an_asked_call_blocks_its_task_and_runs_once_when_approved() {
 async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
     // Denied by the user, with a reason.
     let fx = Fixture::new();
-    let model = ScriptedModel::new();
-    model.push(calls(&[(
-        "c1",
-        "exec",
-        serde_json::json!({"command": RUN_ONCE}),
-    )]));
-    model.push(text("ok"));
+    let model = run_once_then("ok");
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     let g = gate(&fx, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
@@ -199,13 +199,7 @@ async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
 
     // No answer in time.
     let fx = Fixture::new();
-    let model = ScriptedModel::new();
-    model.push(calls(&[(
-        "c1",
-        "exec",
-        serde_json::json!({"command": RUN_ONCE}),
-    )]));
-    model.push(text("ok"));
+    let model = run_once_then("ok");
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     gate(&fx, &mut agent, "exec: ask\ntimeout_s: 1");
     send(&mut agent, "m1", "build it");
@@ -413,13 +407,7 @@ async fn mcp_tools_are_asked_about_by_their_glob() {
 #[tokio::test]
 async fn waiting_for_a_person_does_not_count_against_the_time_limit() {
     let fx = Fixture::new();
-    let model = ScriptedModel::new();
-    model.push(calls(&[(
-        "c1",
-        "exec",
-        serde_json::json!({"command": RUN_ONCE}),
-    )]));
-    model.push(text("done"));
+    let model = run_once_then("done");
     let mut s = settings();
     s.run_timeout_s = Some(1);
     let (mut agent, _rx) = fx.open(model.clone(), s);
