@@ -209,6 +209,14 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// A pegasusd this test spawned itself (with its own limits or environment).
+    pub fn adopt(child: Child, pid: u32) -> Daemon {
+        Daemon {
+            child: Some(child),
+            pid,
+        }
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();

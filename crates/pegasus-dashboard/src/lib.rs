@@ -27,9 +27,12 @@ mod words;
 
 use axum::routing::{get, post};
 use axum::Router;
+use pegasus_supervisor::gate::{Caps, Gate, Idle, Peer};
 use pegasus_supervisor::FrontDoor;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// What every request handler may use.
 #[derive(Clone)]
@@ -131,12 +134,64 @@ async fn serve(door: FrontDoor) {
         .fallback_service(app)
         .layer(axum::middleware::from_fn(api::json_errors));
     tracing::info!(%addr, "dashboard listening");
-    let stop = door.shutdown().clone();
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
-    {
-        tracing::warn!("the dashboard stopped: {e}");
-    }
+    accept(listener, app, door.shutdown().clone()).await;
     let _ = std::fs::remove_file(home.dashboard_addr_file());
+}
+
+/// How many connections the dashboard admits: a browser opens a handful per tab (one of them
+/// the event stream), so a peer (one user of this host, or one address) gets 64.
+const CAPS: Caps = Caps {
+    total: 512,
+    per_peer: 64,
+    per_process: 64,
+};
+/// How long a request's headers may take from the moment the connection waits for them (so
+/// also how long a kept-alive connection may sit idle between requests).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may move no byte at all (a response nobody reads, a stalled body);
+/// the event stream says something every 15 s.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The dashboard's accept loop (SPEC §12, Listeners): each connection is admitted under
+/// [`CAPS`] (a connection past them is closed at once, the refusal logged at a bounded rate)
+/// and served on its own task with the header deadline and the idle timeout, until `stop`.
+async fn accept(listener: tokio::net::TcpListener, app: Router, stop: CancellationToken) {
+    let gate = Gate::new("dashboard", CAPS);
+    tokio::spawn(gate.log().clone().run(stop.clone()));
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    gate.log().refused("(accept)", &format!("accept failed: {e}"));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(ticket) = gate.admit(Peer::of_tcp(&tcp, peer)) else {
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let (app, stop) = (app.clone(), stop.clone());
+        tokio::spawn(async move {
+            let _ticket = ticket;
+            let (io, activity) = Idle::new(tcp);
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = activity.idle_for(IDLE_TIMEOUT) => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                }
+            }
+        });
+    }
 }

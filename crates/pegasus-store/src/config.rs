@@ -52,6 +52,28 @@ pub struct Config {
     pub default_launcher: String,
     /// Which tool calls need a person's yes (SPEC §11); PROJECT.md `approvals:` extends it.
     pub approvals: crate::approvals::ApprovalsConfig,
+    /// How long pegasusd's and the workers' logs under `<home>/logs/` are kept (SPEC §12).
+    pub logs: LogsConfig,
+}
+
+/// `logs:` in config.yml: log files older than `keep_days` are deleted, then the oldest until
+/// all of them together weigh at most `max_mb`; at start and daily.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogsConfig {
+    /// Days a log file is kept after its last write (at least 1).
+    pub keep_days: u64,
+    /// Megabytes (MiB) all log files may weigh together (at least 1).
+    pub max_mb: u64,
+}
+
+impl Default for LogsConfig {
+    fn default() -> Self {
+        LogsConfig {
+            keep_days: 14,
+            max_mb: 500,
+        }
+    }
 }
 
 /// What a model can do (SPEC §5 model table): `data/models.yml`, extended by config.yml
@@ -94,6 +116,7 @@ impl Default for Config {
             launchers: BTreeMap::new(),
             default_launcher: crate::launcher::LOCAL.into(),
             approvals: Default::default(),
+            logs: LogsConfig::default(),
         }
     }
 }
@@ -492,6 +515,12 @@ impl Config {
             }
             Ok(_) => {}
         }
+        if self.logs.keep_days < 1 {
+            return Err(err("logs.keep_days", "must be at least 1 (day)"));
+        }
+        if self.logs.max_mb < 1 {
+            return Err(err("logs.max_mb", "must be at least 1 (MiB)"));
+        }
         if !(1..=50).contains(&self.telegram.poll_timeout_s) {
             return Err(err(
                 "telegram.poll_timeout_s",
@@ -688,6 +717,21 @@ dashboard: {listen: 127.0.0.1:7474}
         assert_eq!(c.prices["ollama/*"].input, 0.0);
         assert_eq!(c.telegram.allowed_chats, vec![42]);
         assert_eq!(c.workers.heartbeat_interval_s, 5.0);
+    }
+
+    #[test]
+    fn logs_default_to_two_weeks_and_500_mb_and_refuse_zero() {
+        let c = Config::default();
+        assert_eq!((c.logs.keep_days, c.logs.max_mb), (14, 500));
+        let c = parse("logs: {keep_days: 3}\n").unwrap();
+        assert_eq!((c.logs.keep_days, c.logs.max_mb), (3, 500));
+        let err = parse("logs:\n  max_mb: 0\n").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "config.yml:2: key `logs.max_mb`: must be at least 1 (MiB)"
+        );
+        let err = parse("logs: {keep_days: 0}\n").unwrap_err().to_string();
+        assert!(err.contains("logs.keep_days"), "{err}");
     }
 
     #[test]

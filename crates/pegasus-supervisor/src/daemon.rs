@@ -74,6 +74,8 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     if let Err(e) = pegasus_store::adopted::become_subreaper() {
         eprintln!("pegasusd: cannot become a child subreaper ({e}); commands that escape with setsid may outlive their worker");
     }
+    // Every listener's caps are made to fit what this gives (crate::gate).
+    let open_files = crate::gate::raise_open_files_limit();
     let mut taken = pegasus_llm::take_keys_from_env(&config);
     // The clients' secrets (the Telegram bot token), likewise: read once, then gone from the
     // environment; a client gets them through its front door.
@@ -87,6 +89,15 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         scrub_env(name);
     }
     logging::init(&home.logs_dir(), "pegasusd.log");
+    match open_files {
+        Ok((before, after)) if after > before => {
+            tracing::info!("open files limit raised from {before} to {after} (the hard limit)")
+        }
+        Ok((_, after)) => tracing::info!("open files limit: {after} (already the hard limit)"),
+        Err(e) => tracing::warn!(
+            "cannot raise the open files limit ({e}); raise LimitNOFILE= in the service unit"
+        ),
+    }
     if !taken.is_empty() {
         tracing::info!(variables = ?taken, "API keys read and removed from the environment");
     }
@@ -169,6 +180,11 @@ async fn serve(
     crate::watchdog::observe(&sup);
     let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
     let crash_notices = crate::crash_notices::start(&sup);
+    let log_pruner = tokio::spawn(crate::log_prune::run(
+        home.logs_dir(),
+        sup.config.logs.clone(),
+        sup.shutdown.clone(),
+    ));
     let sweeper = tokio::spawn(crate::sweeper::run(
         sup.sweeper.clone(),
         sup.shutdown.clone(),
@@ -211,6 +227,7 @@ async fn serve(
         watchdog,
         crash_notices,
         sweeper,
+        log_pruner,
         scheduler,
         slot_events,
     ]

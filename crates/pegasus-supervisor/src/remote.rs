@@ -5,6 +5,7 @@
 //! address and the reason, and closed within [`pegasus_link::ACCEPT_TIMEOUT`].
 
 use crate::{
+    gate::{Caps, Gate, Peer as Who, PeerKey, RefusalLog},
     slot::{LinkRead, LinkWrite},
     supervisor::Supervisor,
     worker_server::{hello, Peer},
@@ -182,18 +183,40 @@ pub(crate) async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), Stri
     Ok((bound, listener))
 }
 
+/// A connection counts from its accept until its hello hands it to its slot (at most
+/// [`pegasus_link::ACCEPT_TIMEOUT`] for the TLS and enrollment, then the hello's): one peer —
+/// a host, or one user of this host — may have that many handshakes under way, so a flood of
+/// silent connections is refused at once instead of delaying a real worker's.
+const CAPS: Caps = Caps {
+    total: 256,
+    per_peer: 32,
+    per_process: 32,
+};
+
 /// Accepts remote worker connections until the daemon stops.
 pub(crate) async fn serve(sup: Arc<Supervisor>, listener: TcpListener) {
     let shutdown = sup.shutdown.clone();
-    crate::accept::serve("remote worker", listener, shutdown, move |conn| {
-        connection(sup.clone(), conn)
+    let gate = Gate::new("workers.listen", CAPS);
+    let log = gate.log().clone();
+    crate::accept::serve(gate, listener, shutdown, move |conn, who| {
+        connection(sup.clone(), conn, who, log.clone())
     })
     .await
 }
 
-async fn connection(sup: Arc<Supervisor>, (tcp, addr): (TcpStream, SocketAddr)) {
+async fn connection(
+    sup: Arc<Supervisor>,
+    (tcp, addr): (TcpStream, SocketAddr),
+    who: Who,
+    log: Arc<RefusalLog>,
+) {
     let Some(remote) = sup.remote.as_ref() else {
         return;
+    };
+    // Refusals are grouped by the address (a local peer's uid too), not the port.
+    let label = match who.key {
+        PeerKey::User { uid, .. } => format!("{} (uid {uid})", addr.ip()),
+        _ => addr.ip().to_string(),
     };
     let _ = tcp.set_nodelay(true);
     match remote.authority.accept(tcp).await {
@@ -208,11 +231,10 @@ async fn connection(sup: Arc<Supervisor>, (tcp, addr): (TcpStream, SocketAddr)) 
                 Box::new(recv) as LinkRead,
                 Box::new(send) as LinkWrite,
                 peer,
+                &log,
             )
             .await;
         }
-        Err(refusal) => {
-            tracing::warn!(peer = %addr, "refusing a remote worker connection: {refusal}");
-        }
+        Err(refusal) => log.refused(&label, &refusal.to_string()),
     }
 }

@@ -4,6 +4,7 @@
 //! and every other worker carry on.
 
 use crate::{
+    gate::{Caps, Gate, RefusalLog},
     slot::{LinkRead, LinkWrite, WorkerConn},
     supervisor::Supervisor,
 };
@@ -16,19 +17,29 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one frame from a worker may take from its first byte to its last. A worker writes
 /// whole frames to a local socket; one that stalls mid-frame is hung, and its slot restarts it.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection counts until its hello hands it to its slot. Workers are pegasusd's children,
+/// so one uid: room for every project restarting at once; one worker process opens one link.
+const CAPS: Caps = Caps {
+    total: 512,
+    per_peer: 512,
+    per_process: 4,
+};
 
 /// Accepts worker connections until the daemon stops.
 pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
-    crate::accept::serve("worker", listener, sup.shutdown.clone(), move |stream| {
-        handshake(sup.clone(), stream)
+    let gate = Gate::new("worker socket", CAPS);
+    let log = gate.log().clone();
+    let shutdown = sup.shutdown.clone();
+    crate::accept::serve(gate, listener, shutdown, move |stream, _| {
+        handshake(sup.clone(), stream, log.clone())
     })
     .await
 }
 
-async fn handshake(sup: Arc<Supervisor>, stream: Stream) {
+async fn handshake(sup: Arc<Supervisor>, stream: Stream, log: Arc<RefusalLog>) {
     let peer = Peer::Local(crate::peer::pid_of(&stream));
     let (recv, send) = tokio::io::split(stream);
-    hello(&sup, Box::new(recv), Box::new(send), peer).await;
+    hello(&sup, Box::new(recv), Box::new(send), peer, &log).await;
 }
 
 /// Who is on the other end of a worker link.
@@ -52,10 +63,17 @@ impl std::fmt::Display for Peer {
     }
 }
 
-/// Reads a worker's hello on a new link and hands the link to the slot of the spawn it proves.
-pub(crate) async fn hello(sup: &Supervisor, recv: LinkRead, send: LinkWrite, peer: Peer) {
+/// Reads a worker's hello on a new link and hands the link to the slot of the spawn it proves;
+/// a refusal goes to its listener's `log`.
+pub(crate) async fn hello(
+    sup: &Supervisor,
+    recv: LinkRead,
+    send: LinkWrite,
+    peer: Peer,
+    log: &RefusalLog,
+) {
     let mut reader = FrameReader::new(recv).with_frame_timeout(FRAME_TIMEOUT);
-    let reject = |why: &str| tracing::warn!("dropping worker connection from {peer}: {why}");
+    let reject = |why: &str| log.refused(&peer.to_string(), why);
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, reader.read::<FromWorker>()).await {
         Ok(Ok(Some(FromWorker::Hello(hello)))) => hello,
         Ok(Ok(Some(other))) => return reject(&format!("first frame is not a hello: {other:?}")),

@@ -42,6 +42,9 @@ pub async fn run(
     }
     let stdin = std::io::stdin();
     let mut line = String::new();
+    // pegasusd closes a control connection silent for 15 minutes: after a long pause at the
+    // prompt, the next question goes over a fresh one.
+    let mut last = std::time::Instant::now();
     loop {
         print!("you> ");
         let _ = std::io::stdout().flush();
@@ -62,6 +65,9 @@ pub async fn run(
         if matches!(text, "/quit" | "/exit") {
             return Ok(());
         }
+        if last.elapsed() > std::time::Duration::from_secs(10 * 60) {
+            client = Client::connect(home).await?;
+        }
         if stream {
             print!("main> ");
             let (reply, streamed) =
@@ -70,11 +76,13 @@ pub async fn run(
                 Ok(reply) => super::finish_stream(&streamed, &reply),
                 Err(e) => eprintln!("\npegasusctl: {e}"),
             }
+            last = std::time::Instant::now();
             continue;
         }
         match ask(&mut client, text.to_string()).await {
             Ok(reply) => println!("main> {reply}"),
             Err(e) => eprintln!("pegasusctl: {e}"),
         }
+        last = std::time::Instant::now();
     }
 }
