@@ -242,7 +242,7 @@ impl Gate {
         self.lock().total
     }
 
-    /// Why the listener's name: for its refusal log's lines.
+    /// The listener's name, as its log lines say it.
     pub fn what(&self) -> &'static str {
         self.what
     }
