@@ -119,13 +119,12 @@ pub fn project_workdir(project_dir: &Path, file: &ProjectFile) -> PathBuf {
 
 /// The writable paths of MCP entries, each with the key that names it.
 fn mcp_writable<'a>(
-    prefix: &'a str,
     servers: impl IntoIterator<Item = (&'a String, &'a McpServerConfig)>,
 ) -> impl Iterator<Item = (String, &'a str)> {
     servers.into_iter().flat_map(move |(name, s)| {
         s.writable
             .iter()
-            .map(move |w| (format!("{prefix}mcp_servers.{name}.writable"), w.as_str()))
+            .map(move |w| (format!("mcp_servers.{name}.writable"), w.as_str()))
     })
 }
 
@@ -134,32 +133,42 @@ fn mcp_writable<'a>(
 /// is the error, naming the key.
 pub fn check_project(home: &Home, project_dir: &Path, file: &ProjectFile) -> Result<(), String> {
     let where_ = project_dir.join(crate::PROJECT_FILE);
-    let at = |e: String| format!("{}: key `{e}", where_.display());
-    let workdir = file.workdir().map(|w| project_dir.join(w));
-    if let Some(w) = &workdir {
-        check_outside_home(home.root(), "workdir", project_dir, w)
-            .map_err(|e| at(format!("workdir`: {e}")))?;
+    let at = |key: &str, e: String| format!("{}: key `{key}`: {e}", where_.display());
+    if let Some(w) = file.workdir() {
+        check_outside_home(home.root(), "workdir", project_dir, w).map_err(|e| at("workdir", e))?;
     }
     if let Some(serde_norway::Value::Sequence(repos)) = file.get("repos") {
         for r in repos {
             if let Some(p) = r.get("path").and_then(|p| p.as_str()) {
                 check_outside_home(home.root(), "repo path", project_dir, Path::new(p))
-                    .map_err(|e| at(format!("repos`: {e}")))?;
+                    .map_err(|e| at("repos", e))?;
             }
         }
     }
     if let Ok(servers) = crate::mcp::parse_mcp_servers(file.get("mcp_servers").as_ref()) {
-        // Relative `writable` paths are taken from the workdir (as the worker does); inside
-        // the project's own default workdir, which its commands may write anyway, is fine.
-        let own = real_path(Path::new("/"), &project_dir.join(DEFAULT_WORKDIR));
-        let base = workdir.unwrap_or_else(|| project_dir.join(DEFAULT_WORKDIR));
-        for (key, w) in mcp_writable("", &servers) {
-            if workdir_is_default(file) && real_path(&base, Path::new(w)).starts_with(&own) {
-                continue;
-            }
-            check_outside_home(home.root(), "writable path", &base, Path::new(w))
-                .map_err(|e| at(format!("{key}`: {e}")))?;
+        check_mcp_writable(home, project_dir, file, &servers)
+            .map_err(|e| format!("{}: {e}", where_.display()))?;
+    }
+    Ok(())
+}
+
+/// The `writable` paths of `servers` (PROJECT.md's, or merged with config.yml's) of project
+/// `file`: relative ones are taken from the workdir (as the worker does), and inside the
+/// project's own default workdir, which its commands may write anyway, is fine.
+pub fn check_mcp_writable(
+    home: &Home,
+    project_dir: &Path,
+    file: &ProjectFile,
+    servers: &std::collections::BTreeMap<String, McpServerConfig>,
+) -> Result<(), String> {
+    let own = real_path(Path::new("/"), &project_dir.join(DEFAULT_WORKDIR));
+    let base = project_workdir(project_dir, file);
+    for (key, w) in mcp_writable(servers) {
+        if workdir_is_default(file) && real_path(&base, Path::new(w)).starts_with(&own) {
+            continue;
         }
+        check_outside_home(home.root(), "writable path", &base, Path::new(w))
+            .map_err(|e| format!("key `{key}`: {e}"))?;
     }
     Ok(())
 }
@@ -181,7 +190,7 @@ pub fn check_config(home: &Home, config: &crate::Config) -> Result<(), String> {
         check_outside_home(home.root(), "path", Path::new("/"), Path::new(w))
             .map_err(|e| format!("config.yml: key `agent.exec_writable`: {e}"))?;
     }
-    for (key, w) in mcp_writable("", &config.mcp_servers) {
+    for (key, w) in mcp_writable(&config.mcp_servers) {
         if Path::new(w).is_absolute() {
             check_outside_home(home.root(), "writable path", Path::new("/"), Path::new(w))
                 .map_err(|e| format!("config.yml: key `{key}`: {e}"))?;

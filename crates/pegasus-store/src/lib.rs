@@ -32,6 +32,7 @@ pub mod project;
 pub mod project_info;
 pub mod read;
 pub mod registry;
+pub mod remote_record;
 pub mod scan;
 pub mod session;
 pub mod stamp;
