@@ -18,12 +18,13 @@ answer without calling a tool; that answer is your reply.";
 const PREFERENCES_CAP: u64 = 16 * 1024;
 
 /// The `## User preferences` section from `path` (the home's `preferences.md`), or nothing
-/// when it is absent, empty or unreadable (a FIFO or a device is not read).
+/// when it is absent, empty or unreadable (a FIFO, a device or a symlink is not read).
 pub fn preferences_section(path: Option<&Path>) -> String {
     let Some(path) = path else {
         return String::new();
     };
-    match pegasus_store::read_text_limited(path, PREFERENCES_CAP) {
+    // Never through a symlink: what is read as policy is only a file that is really there.
+    match pegasus_store::read_text_nofollow(path, PREFERENCES_CAP) {
         Ok(text) if !text.trim().is_empty() => format!(
             "\n\n## User preferences\nThe user asked for these always; follow them unless a task says \
              otherwise.\n{}\n",

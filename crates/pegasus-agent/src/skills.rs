@@ -39,8 +39,10 @@ const MAX_SKILL_FILE: u64 = 256 * 1024;
 /// cannot be read is skipped (logged), a frontmatter that does not parse is treated as absent:
 /// one bad skill must not hide the others.
 pub fn load_skill(path: &Path, folder: &str) -> Option<Skill> {
-    // A regular file only, never past the cap: a FIFO named SKILL.md must not block the worker.
-    let text = match pegasus_store::read_text_limited(path, MAX_SKILL_FILE) {
+    // A regular file only, never through a symlink, never past the cap: a FIFO named SKILL.md
+    // must not block the worker, and a link must not make `use_skill` show a file the sandbox
+    // hides.
+    let text = match pegasus_store::read_text_nofollow(path, MAX_SKILL_FILE) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "skipping unreadable skill");
@@ -76,13 +78,18 @@ fn skills_in(dir: &Path) -> Vec<Skill> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut folders: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    // A skill is a real folder holding a regular SKILL.md: symlinks are not followed.
+    let mut folders: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
     folders.sort();
     folders
         .into_iter()
         .filter_map(|f| {
             let file = f.join("SKILL.md");
-            if !file.is_file() {
+            if !std::fs::symlink_metadata(&file).is_ok_and(|m| m.file_type().is_file()) {
                 return None;
             }
             let folder = f.file_name()?.to_string_lossy().into_owned();
@@ -185,5 +192,27 @@ mod tests {
         assert_eq!(find(&dirs, "deploy").unwrap().body, "P");
         assert_eq!(find(&dirs, "dep").unwrap().body, "P");
         assert!(find(&dirs, "nope").is_none());
+    }
+
+    #[test]
+    fn a_skill_behind_a_symlink_is_not_a_skill() {
+        let root = tempfile::tempdir().unwrap();
+        let hidden = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(hidden.path().join("secret")).unwrap();
+        std::fs::write(hidden.path().join("secret/SKILL.md"), "the CA key").unwrap();
+        std::fs::write(hidden.path().join("key"), "the CA key").unwrap();
+        // A linked folder, and a real folder whose SKILL.md is a link.
+        std::os::unix::fs::symlink(hidden.path().join("secret"), root.path().join("linked"))
+            .unwrap();
+        std::fs::create_dir(root.path().join("file-linked")).unwrap();
+        std::os::unix::fs::symlink(
+            hidden.path().join("key"),
+            root.path().join("file-linked/SKILL.md"),
+        )
+        .unwrap();
+        let dirs = vec![root.path().to_path_buf()];
+        assert!(discover(&dirs).is_empty());
+        assert!(find(&dirs, "linked").is_none() && find(&dirs, "file-linked").is_none());
+        assert!(load_skill(&root.path().join("file-linked/SKILL.md"), "x").is_none());
     }
 }

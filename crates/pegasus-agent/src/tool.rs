@@ -1,7 +1,7 @@
 //! The tool contract: what a tool is, what it may use and what it gives back.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -96,13 +96,44 @@ pub struct ToolCtx {
 impl ToolCtx {
     /// Resolves a file tool's path: `repo-id:path` inside that repo's worktree (code tasks),
     /// anything else inside the workdir. The error is a sentence for the model.
+    ///
+    /// A path that resolves into the Pegasus home is refused (SPEC §12), whatever the workdir:
+    /// only the project's own default working folder (`<project>/workdir`) lies there.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
-        if let Some((id, rest)) = path.split_once(':') {
-            if let Some((_, root)) = self.repos.iter().find(|(r, _)| r == id) {
-                return crate::paths::resolve_inside(root, rest, &format!("worktree of repo {id}"));
+        let repo = path.split_once(':').and_then(|(id, rest)| {
+            let (_, root) = self.repos.iter().find(|(r, _)| r == id)?;
+            Some((id, root, rest))
+        });
+        let resolved = match repo {
+            Some((id, root, rest)) => {
+                crate::paths::resolve_inside(root, rest, &format!("worktree of repo {id}"))?
             }
+            None => crate::paths::resolve_inside(&self.workdir, path, "workdir")?,
+        };
+        self.outside_home(path, resolved)
+    }
+
+    /// `resolved` (the real path of the model's `path`) unless it lies in the Pegasus home
+    /// outside the project's own working folder.
+    fn outside_home(&self, path: &str, resolved: PathBuf) -> Result<PathBuf, String> {
+        let Some(sandbox) = &self.settings.sandbox else {
+            return Ok(resolved);
+        };
+        let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if !resolved.starts_with(real(&sandbox.home)) {
+            return Ok(resolved);
         }
-        crate::paths::resolve_inside(&self.workdir, path, "workdir")
+        let own = real(
+            &sandbox
+                .own_dir
+                .join(pegasus_store::home_guard::DEFAULT_WORKDIR),
+        );
+        if resolved.starts_with(&own) {
+            return Ok(resolved);
+        }
+        Err(format!(
+            "{path}: resolves into the Pegasus home, which the file tools never touch; refused (work in your workdir)"
+        ))
     }
 
     /// [`ToolCtx::resolve`] for a tool that writes: a path into a `.git` (a repository's own

@@ -87,10 +87,11 @@ pub fn find_role(user_roles_dir: &Path, id: &str) -> Result<Role, RoleError> {
 /// The largest role file read (256 KiB): a role is a prompt template, not a document.
 const MAX_ROLE_FILE: u64 = 256 * 1024;
 
-/// Reads a user role file: a regular file only, never past the cap (a FIFO or a device behind
-/// a role's name must not block or fill the reader).
+/// Reads a user role file: a regular file only, never through a symlink, never past the cap
+/// (a FIFO or a device behind a role's name must not block or fill the reader, and a link
+/// planted where roles are read must not make a role of a file the sandbox hides).
 fn read_role_file(path: &Path) -> std::io::Result<String> {
-    pegasus_store::read_text_limited(path, MAX_ROLE_FILE).map_err(|e| match e {
+    pegasus_store::read_text_nofollow(path, MAX_ROLE_FILE).map_err(|e| match e {
         pegasus_store::ReadError::NotFound => ErrorKind::NotFound.into(),
         pegasus_store::ReadError::Io(e) => e,
         other => std::io::Error::other(other.to_string()),
@@ -111,7 +112,9 @@ fn user_roles(dir: &Path) -> Result<Vec<Role>, RoleError> {
         let is_md = path.extension().is_some_and(|e| e == "md");
         // Editors leave hidden swap and backup files next to the real ones.
         let hidden = entry.file_name().to_string_lossy().starts_with('.');
-        if is_md && !hidden && path.is_file() {
+        // A regular file only: a symlink is never followed to a role (SPEC §12).
+        let regular = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_md && !hidden && regular {
             paths.push(path);
         }
     }

@@ -491,9 +491,18 @@ pub fn read_request(project_dir: &Path, id: &str) -> Option<ApprovalRequest> {
         .flatten()
 }
 
-/// The file at `path` as a `T`, if it is one.
+/// The largest request or answer file read: a request holds one tool call's input, itself
+/// bounded by the model's answer.
+const MAX_APPROVAL_FILE: u64 = 16 << 20;
+
+/// The file at `path` as a `T`, if it is one: a regular file only (a FIFO planted among the
+/// requests must not hang a listing), never past [`MAX_APPROVAL_FILE`].
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    let capped = crate::read::read_capped(path, MAX_APPROVAL_FILE).ok()?;
+    if capped.truncated() {
+        return None;
+    }
+    serde_json::from_slice(&capped.bytes).ok()
 }
 
 /// Marks request `id` as about to run (durably): it never runs again after this.
@@ -622,15 +631,13 @@ pub fn closed_answer(projects_dir: &Path, id: &str) -> Option<Answer> {
         return None;
     }
     let entries = std::fs::read_dir(projects_dir).ok()?;
-    let text = entries.flatten().find_map(|e| {
-        std::fs::read(
-            dir(&e.path())
+    entries.flatten().find_map(|e| {
+        read_json(
+            &dir(&e.path())
                 .join("closed")
                 .join(format!("{id}.answer.json")),
         )
-        .ok()
-    })?;
-    serde_json::from_slice(&text).ok()
+    })
 }
 
 /// Every waiting request of the home (or of one project), oldest first.

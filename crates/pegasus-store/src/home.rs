@@ -134,6 +134,12 @@ impl Home {
         self.root.join("roles")
     }
 
+    /// `remote/`: what pegasusd alone decided for each remote project (its launcher, workdir
+    /// and commands; see [`crate::remote_record`]), outside the shared `projects/`.
+    pub fn remote_records_dir(&self) -> PathBuf {
+        self.root.join("remote")
+    }
+
     /// `projects/`: one folder per project; the folder list *is* the project list.
     pub fn projects_dir(&self) -> PathBuf {
         self.root.join("projects")

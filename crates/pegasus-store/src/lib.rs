@@ -22,6 +22,7 @@ pub mod error;
 pub mod exec_groups;
 pub mod frontmatter;
 pub mod home;
+pub mod home_guard;
 pub mod jsonl;
 pub mod launcher;
 pub mod ledger;
@@ -31,6 +32,7 @@ pub mod project;
 pub mod project_info;
 pub mod read;
 pub mod registry;
+pub mod remote_record;
 pub mod scan;
 pub mod session;
 pub mod stamp;
@@ -54,7 +56,9 @@ pub use project::{
     create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
     PROJECT_SUBDIRS,
 };
-pub use read::{read_capped, read_text_limited, Capped, ReadError};
+pub use read::{
+    no_symlink_below, read_capped, read_text_limited, read_text_nofollow, Capped, ReadError,
+};
 pub use registry::ProjectRegistry;
 pub use scan::{par_map, scan_projects, ScanEntry};
 pub use session::*;

@@ -16,6 +16,8 @@ pub enum ReadError {
     NotFound,
     #[error("is not a regular file (a directory, FIFO, device or socket)")]
     NotRegular,
+    #[error("is a symbolic link, which is not followed here: make it a regular file")]
+    Symlink,
     #[error("is {size} bytes, over the {cap}-byte limit")]
     TooLarge { size: u64, cap: u64 },
     #[error("{0}")]
@@ -35,13 +37,32 @@ impl Capped {
     }
 }
 
+/// Whether a symlink is followed to open a file: never for what is read as configuration or
+/// policy from a folder a model's commands may have written (SPEC §12).
+#[derive(Clone, Copy, PartialEq)]
+enum Links {
+    Follow,
+    Refuse,
+}
+
 fn open_regular(path: &Path) -> Result<(File, u64), ReadError> {
+    open_file(path, Links::Follow)
+}
+
+fn open_file(path: &Path, links: Links) -> Result<(File, u64), ReadError> {
+    let mut flags = nix::libc::O_NONBLOCK;
+    if links == Links::Refuse {
+        flags |= nix::libc::O_NOFOLLOW;
+    }
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
+        .custom_flags(flags)
         .open(path)
         .map_err(|e| match e.kind() {
             ErrorKind::NotFound => ReadError::NotFound,
+            _ if e.raw_os_error() == Some(nix::libc::ELOOP) && links == Links::Refuse => {
+                ReadError::Symlink
+            }
             _ => ReadError::Io(e),
         })?;
     let meta = file.metadata().map_err(ReadError::Io)?;
@@ -64,7 +85,35 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Capped, ReadError> {
 
 /// Reads the whole regular file at `path` as UTF-8 text, refusing one larger than `cap` bytes.
 pub fn read_text_limited(path: &Path, cap: u64) -> Result<String, ReadError> {
-    let (file, size) = open_regular(path)?;
+    read_text_opened(open_regular(path)?, cap)
+}
+
+/// [`read_text_limited`] for configuration and policy (a role, a skill, the preferences):
+/// a symlink as the file itself is refused ([`ReadError::Symlink`]), never followed, so a
+/// link planted where such a file is read cannot make its reader show a file the sandbox
+/// hides. The folders on the way are the caller's to check ([`no_symlink_below`]).
+pub fn read_text_nofollow(path: &Path, cap: u64) -> Result<String, ReadError> {
+    read_text_opened(open_file(path, Links::Refuse)?, cap)
+}
+
+/// Refuses `path` when any component of it below `root` is a symbolic link (or `path` is not
+/// below `root`): the folders between a trusted root and a file read without following links.
+pub fn no_symlink_below(root: &Path, path: &Path) -> Result<(), ReadError> {
+    let rest = path.strip_prefix(root).map_err(|_| ReadError::Symlink)?;
+    let mut at = root.to_path_buf();
+    for c in rest.components() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => return Err(ReadError::Symlink),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(ReadError::NotFound),
+            Err(e) => return Err(ReadError::Io(e)),
+        }
+    }
+    Ok(())
+}
+
+fn read_text_opened((file, size): (File, u64), cap: u64) -> Result<String, ReadError> {
     if size > cap {
         return Err(ReadError::TooLarge { size, cap });
     }
@@ -86,6 +135,35 @@ pub fn read_text_limited(path: &Path, cap: u64) -> Result<String, ReadError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn policy_reads_refuse_symlinks_at_the_file_and_on_the_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::write(root.join("real/SKILL.md"), "body").unwrap();
+        std::fs::write(root.join("secret"), "hidden").unwrap();
+        std::os::unix::fs::symlink(root.join("secret"), root.join("real/link.md")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+        assert_eq!(
+            read_text_nofollow(&root.join("real/SKILL.md"), 100).unwrap(),
+            "body"
+        );
+        assert!(matches!(
+            read_text_nofollow(&root.join("real/link.md"), 100),
+            Err(ReadError::Symlink)
+        ));
+        no_symlink_below(root, &root.join("real/SKILL.md")).unwrap();
+        assert!(matches!(
+            no_symlink_below(root, &root.join("alias/SKILL.md")),
+            Err(ReadError::Symlink)
+        ));
+        // The plain reader still follows links (files the user controls).
+        assert_eq!(
+            read_text_limited(&root.join("real/link.md"), 100).unwrap(),
+            "hidden"
+        );
+    }
 
     #[test]
     fn a_fifo_is_refused_at_once_instead_of_blocking() {

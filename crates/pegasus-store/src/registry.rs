@@ -162,7 +162,7 @@ impl ProjectRegistry {
         #[cfg(test)]
         self.reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        ProjectFile::load(dir)
+        crate::home_guard::load_checked(&self.home, dir)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Known>> {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::error::{Result, StoreError};
 use crate::home::Home;
+use crate::home_guard::load_checked;
 use crate::project::ProjectFile;
 
 /// One project folder found by [`scan_projects`]. A malformed PROJECT.md is reported here
@@ -46,7 +47,7 @@ pub fn project_dirs(home: &Home) -> Result<Vec<(String, PathBuf)>> {
     Ok(dirs)
 }
 
-/// Every folder in `projects/` that holds a PROJECT.md, loaded with [`ProjectFile::load`] and
+/// Every folder in `projects/` that holds a PROJECT.md, loaded with [`load_checked`] and
 /// sorted by name. Folders without one and hidden folders (like the `.tmp-*` of an interrupted
 /// create) are ignored; a missing `projects/` is an empty list.
 ///
@@ -57,19 +58,21 @@ pub fn project_dirs(home: &Home) -> Result<Vec<(String, PathBuf)>> {
 pub fn scan_projects(home: &Home) -> Result<Vec<ScanEntry>> {
     let dirs = project_dirs(home)?;
     let threads = if dirs.len() < 64 { 1 } else { 8 };
-    let loaded = par_map(&dirs, threads, |(name, dir)| match ProjectFile::load(dir) {
-        // No PROJECT.md (or not a folder after all): not a project.
-        Err(StoreError::NotFound(_)) => None,
-        Err(StoreError::Io { ref source, .. })
-            if source.kind() == std::io::ErrorKind::NotADirectory =>
-        {
-            None
+    let loaded = par_map(&dirs, threads, |(name, dir)| {
+        match load_checked(home, dir) {
+            // No PROJECT.md (or not a folder after all): not a project.
+            Err(StoreError::NotFound(_)) => None,
+            Err(StoreError::Io { ref source, .. })
+                if source.kind() == std::io::ErrorKind::NotADirectory =>
+            {
+                None
+            }
+            project => Some(ScanEntry {
+                name: name.clone(),
+                dir: dir.clone(),
+                project,
+            }),
         }
-        project => Some(ScanEntry {
-            name: name.clone(),
-            dir: dir.clone(),
-            project,
-        }),
     });
     let mut out: Vec<ScanEntry> = loaded.into_iter().flatten().collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -18,6 +18,7 @@ use interprocess::{
     local_socket::{tokio::Listener, GenericFilePath, ListenerOptions, ToFsName},
     os::unix::local_socket::ListenerOptionsExt,
 };
+use pegasus_store::StoreError;
 use pegasus_store::{Config, Home};
 use std::{
     path::{Path, PathBuf},
@@ -56,6 +57,8 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         None => home.config_file(),
     };
     let config = Config::load(&config_path)?;
+    // A path the projects' commands may write that reaches the home would hand them its files.
+    pegasus_store::home_guard::check_config(&home, &config).map_err(StoreError::Invalid)?;
     std::fs::create_dir_all(home.root())
         .map_err(|e| SupervisorError::io("cannot create home", home.root(), e))?;
     // The lock comes before anything that touches the sockets: a second daemon must not unlink

@@ -77,9 +77,17 @@ pub(crate) async fn pod_launchers(
             .map_err(|e| e.to_string())?
             .into_iter()
             .filter(|e| {
+                // A remote project's launcher is pegasusd's record's, not its shared folder's.
+                let recorded = pegasus_store::remote_record::read(home, &e.name)
+                    .ok()
+                    .flatten()
+                    .map(|r| r.launcher);
                 e.project.as_ref().is_ok_and(|p| {
-                    p.status() == pegasus_store::ProjectStatus::Active
-                        && p.launcher().unwrap_or(&config.default_launcher) == name
+                    let launcher = recorded
+                        .as_deref()
+                        .or(p.launcher())
+                        .unwrap_or(&config.default_launcher);
+                    p.status() == pegasus_store::ProjectStatus::Active && launcher == name
                 })
             })
             .map(|e| e.name)

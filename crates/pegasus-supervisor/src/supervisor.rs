@@ -27,6 +27,15 @@ pub(crate) struct PendingSpawn {
     pub tx: oneshot::Sender<WorkerConn>,
 }
 
+/// Why a project's worker is not started now.
+#[derive(Debug)]
+pub enum StartError {
+    /// Something that may pass (a missing client, a config to fix): counted like a crash.
+    Crash(String),
+    /// The project must not start as it is (SPEC §12): not retried until `project resume`.
+    Refused(String),
+}
+
 pub(crate) struct Supervisor {
     pub home: Home,
     pub config: Config,
@@ -278,28 +287,76 @@ impl Supervisor {
     }
 
     /// Where project `name`'s worker runs: `None` for this machine (`local`), else the name of
-    /// its launcher and how it launches; an error says what to fix.
-    pub fn launcher_of(&self, name: &str) -> Result<Option<(String, crate::slot::Launch)>, String> {
+    /// its launcher and how it launches; an error says what to fix, and whether to retry.
+    ///
+    /// Checked first, the project is never started (a [`StartError::Refused`]) when one of its
+    /// paths reaches the home (SPEC §12: a PROJECT.md edited by hand), or when it is a remote
+    /// project whose PROJECT.md changed its launcher, workdir or commands outside pegasusd
+    /// (its folder is on storage the worker's host writes): a remote project is launched only
+    /// where pegasusd's own record says (`pegasus_store::remote_record`), kept at its first
+    /// launch.
+    pub fn launcher_of(
+        &self,
+        name: &str,
+    ) -> Result<Option<(String, crate::slot::Launch)>, StartError> {
         use crate::slot::Launch;
         use pegasus_store::launcher::{LauncherConfig, LOCAL};
-        let named = self
-            .projects
-            .project(name)
-            .and_then(|p| p.launcher().map(str::to_string));
-        let launcher = named.unwrap_or_else(|| self.config.default_launcher.clone());
+        use pegasus_store::remote_record::{self, RemoteRecord};
+        let dir = self.home.project_dir(name);
+        // An unloadable PROJECT.md is reported by the worker that loads it.
+        let file = pegasus_store::ProjectFile::load(&dir).ok();
+        if let Some(f) = &file {
+            pegasus_store::home_guard::check_project(&self.home, &dir, f)
+                .map_err(StartError::Refused)?;
+        }
+        let record = remote_record::read(&self.home, name).map_err(StartError::Refused)?;
+        let said = file
+            .as_ref()
+            .and_then(|p| p.launcher().map(str::to_string))
+            .unwrap_or_else(|| self.config.default_launcher.clone());
+        let launcher = match (&record, &file) {
+            (Some(rec), Some(f)) => {
+                let changed = rec.changed(&said, f);
+                if !changed.is_empty() {
+                    return Err(StartError::Refused(format!(
+                        "PROJECT.md of remote project {name} changed `{}` outside pegasusd (its worker's host can write that folder); if you made that change, remove {} and run `pegasusctl project resume {name}`",
+                        changed.join("`, `"),
+                        remote_record::path(&self.home, name).display()
+                    )));
+                }
+                rec.launcher.clone()
+            }
+            // Unreadable PROJECT.md: where the record says; the worker reports the file.
+            (Some(rec), None) => rec.launcher.clone(),
+            (None, _) => said,
+        };
         if launcher == LOCAL {
             return Ok(None);
         }
-        match self.config.launchers.get(&launcher) {
-            Some(LauncherConfig::Command(c)) => Ok(Some((launcher, Launch::Command(c.clone())))),
+        let launch = match self.config.launchers.get(&launcher) {
+            Some(LauncherConfig::Command(c)) => Launch::Command(c.clone()),
             Some(LauncherConfig::Kubernetes(_)) => match self.pods.get(&launcher) {
-                Some(pods) => Ok(Some((launcher, Launch::Pod(pods.clone())))),
-                None => Err(format!("launcher {launcher} has no Kubernetes client; see the pegasusd log")),
+                Some(pods) => Launch::Pod(pods.clone()),
+                None => {
+                    return Err(StartError::Crash(format!(
+                        "launcher {launcher} has no Kubernetes client; see the pegasusd log"
+                    )))
+                }
             },
-            None => Err(format!(
+            None => return Err(StartError::Crash(format!(
                 "project {name} names launcher {launcher}, which config.yml does not have under `launchers:`; fix PROJECT.md or config.yml, then `pegasusctl project resume {name}`"
-            )),
+            ))),
+        };
+        if let (None, Some(f)) = (&record, &file) {
+            remote_record::write(&self.home, name, &RemoteRecord::of(&launcher, f)).map_err(
+                |e| {
+                    StartError::Crash(format!(
+                        "cannot keep the record of remote project {name}: {e}"
+                    ))
+                },
+            )?;
         }
+        Ok(Some((launcher, launch)))
     }
 
     /// Nudges a project's worker (if it has one running); see [`SlotCmd::Notify`].

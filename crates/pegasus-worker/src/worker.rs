@@ -105,34 +105,63 @@ struct Shared {
     preferences: PathBuf,
 }
 
-/// Writes the home's files a remote worker got over its link below `dir` (emptied first), in
-/// the home's own layout; each name must be one plain path component (two for a skill's
-/// `<name>/SKILL.md`), whatever pegasusd sent.
+/// Where a remote worker keeps the home's files pegasusd sent it, in its project folder:
+/// outside every path its commands may write (the workdir, `tmp/`, `agent.exec_writable` and
+/// MCP `writable` paths, none of which may lie in the home), so a model cannot plant a role,
+/// a skill or preferences there (SPEC §12).
+pub const REMOTE_HOME: &str = "remote-home";
+
+/// Writes the home's files a remote worker got over its link below `dir`, in the home's own
+/// layout; each name must be one plain path component (two for a skill's `<name>/SKILL.md`),
+/// whatever pegasusd sent. What an earlier start left there is removed first, without following
+/// a link (a link in its place is removed, never written through), and a failed removal fails
+/// the start; every folder and file is then created new (`O_EXCL`, `O_NOFOLLOW`).
 fn materialize(dir: &Path, files: &pegasus_proto::worker::HomeFiles) -> std::io::Result<Shared> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let plain = |c: &str| !c.is_empty() && c != "." && c != ".." && !c.contains(['/', '\\', '\0']);
-    let _ = std::fs::remove_dir_all(dir);
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(dir)?,
+        Ok(_) => std::fs::remove_file(dir)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mkdir = |d: &Path| std::fs::DirBuilder::new().mode(0o700).create(d);
+    let write = |path: &Path, text: &str| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(path)?;
+        f.write_all(text.as_bytes())
+    };
+    mkdir(dir)?;
     let shared = Shared {
         roles: dir.join("roles"),
         skills: dir.join("skills"),
         preferences: dir.join("preferences.md"),
     };
-    std::fs::create_dir_all(&shared.roles)?;
-    std::fs::create_dir_all(&shared.skills)?;
+    mkdir(&shared.roles)?;
+    mkdir(&shared.skills)?;
     for (name, text) in &files.roles {
         if plain(name) {
-            std::fs::write(shared.roles.join(name), text)?;
+            write(&shared.roles.join(name), text)?;
         }
     }
     for (rel, text) in &files.skills {
         if let Some((skill, "SKILL.md")) = rel.split_once('/') {
             if plain(skill) {
-                std::fs::create_dir_all(shared.skills.join(skill))?;
-                std::fs::write(shared.skills.join(skill).join("SKILL.md"), text)?;
+                let folder = shared.skills.join(skill);
+                if std::fs::symlink_metadata(&folder).is_err() {
+                    mkdir(&folder)?;
+                }
+                write(&folder.join("SKILL.md"), text)?;
             }
         }
     }
     if let Some(text) = &files.preferences {
-        std::fs::write(&shared.preferences, text)?;
+        write(&shared.preferences, text)?;
     }
     Ok(shared)
 }
@@ -166,14 +195,14 @@ async fn serve(
     let proxy = ProxyModel::new(out.clone());
 
     // The home's roles, skills and preferences: a local worker reads the home's own; a remote
-    // one (SPEC §14) got them over the link and keeps them in its project's tmp/.
+    // one (SPEC §14) got them over the link and keeps them where its commands cannot write.
     let shared = match &init.home_files {
         None => Shared {
             roles: home.roles_dir(),
             skills: home.skills_dir(),
             preferences: home.preferences_file(),
         },
-        Some(files) => materialize(&project_dir.join("tmp").join("home"), files).map_err(|e| {
+        Some(files) => materialize(&project_dir.join(REMOTE_HOME), files).map_err(|e| {
             WorkerError::Config(format!("cannot keep the home's files pegasusd sent: {e}"))
         })?,
     };
@@ -183,6 +212,10 @@ async fn serve(
         .map_err(|e| WorkerError::Config(format!("the settings pegasusd sent are unreadable: {e}")))
         .and_then(|config| Ok((config, ProjectFile::load(&project_dir)?)))
         .and_then(|(config, project)| {
+            // The home is never inside a project (SPEC §12), whoever edited PROJECT.md.
+            pegasus_store::home_guard::check_project(&home, &project_dir, &project)
+                .and_then(|()| pegasus_store::home_guard::check_config(&home, &config))
+                .map_err(WorkerError::Config)?;
             let mut settings = AgentSettings::from_config(
                 &config,
                 init.model.clone(),
@@ -224,10 +257,7 @@ async fn serve(
                 daily_limit_usd: config.budget.daily_usd,
                 max_tokens: config.agent.max_tokens,
             };
-            let workdir = project
-                .workdir()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| project_dir.join("workdir"));
+            let workdir = pegasus_store::home_guard::project_workdir(&project_dir, &project);
             let mut agent = Agent::open(
                 &project_dir,
                 &workdir,
@@ -256,8 +286,11 @@ async fn serve(
                             project_dir.join("PROJECT.md").display()
                         ))
                     })?;
+            let merged = pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, &servers);
+            pegasus_store::home_guard::check_mcp_writable(&home, &project_dir, &project, &merged)
+                .map_err(WorkerError::Config)?;
             let mcp = McpHub::new(
-                pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, &servers),
+                merged,
                 &project_dir,
                 &workdir,
                 Some(home.exec_registry(&name)),
@@ -583,7 +616,7 @@ mod tests {
             ],
             preferences: Some("prefs".into()),
         };
-        let at = dir.path().join("tmp/home");
+        let at = dir.path().join(REMOTE_HOME);
         let shared = materialize(&at, &files).unwrap();
         assert_eq!(
             std::fs::read_to_string(shared.roles.join("coder.md")).unwrap(),
@@ -597,8 +630,37 @@ mod tests {
             std::fs::read_to_string(&shared.preferences).unwrap(),
             "prefs"
         );
-        assert!(!dir.path().join("tmp/escape.md").exists());
-        assert!(!dir.path().join("tmp/home/x").exists());
+        assert!(!dir.path().join("escape.md").exists());
+        assert!(!at.join("x").exists());
         assert!(!shared.skills.join("deploy/other.sh").exists());
+    }
+
+    /// A link left where the next start writes is removed, never written through.
+    #[test]
+    fn a_link_in_place_of_the_home_files_is_removed_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::create_dir_all(victim.join("roles")).unwrap();
+        std::fs::write(victim.join("roles/coder.md"), "session").unwrap();
+        let at = dir.path().join(REMOTE_HOME);
+        std::os::unix::fs::symlink(&victim, &at).unwrap();
+        let files = pegasus_proto::worker::HomeFiles {
+            roles: vec![("coder.md".into(), "role".into())],
+            skills: vec![],
+            preferences: None,
+        };
+        let shared = materialize(&at, &files).unwrap();
+        assert!(!std::fs::symlink_metadata(&at)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            std::fs::read_to_string(shared.roles.join("coder.md")).unwrap(),
+            "role"
+        );
+        assert_eq!(
+            std::fs::read_to_string(victim.join("roles/coder.md")).unwrap(),
+            "session"
+        );
     }
 }

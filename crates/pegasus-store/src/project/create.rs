@@ -87,6 +87,17 @@ impl ProjectFile {
 /// project (scans ignore hidden folders). Refuses an existing project with `Exists`.
 pub fn create_project(home: &Home, p: &NewProject, now: DateTime<Utc>) -> Result<ProjectFile> {
     let file = ProjectFile::new(p, now)?;
+    if let Some(w) = &p.workdir {
+        // Over the wire a relative path means nothing (pegasusd's own folder is no one's).
+        if !w.is_absolute() {
+            return Err(StoreError::Invalid(format!(
+                "workdir {} is a relative path: give an absolute one",
+                w.display()
+            )));
+        }
+        crate::home_guard::check_outside_home(home.root(), "workdir", Path::new("/"), w)
+            .map_err(StoreError::Invalid)?;
+    }
     let projects = home.projects_dir();
     create_dir_all_durable(&projects)?;
     let target = projects.join(&p.name);

@@ -423,6 +423,7 @@ mod tests {
                 Action::End(Outcome::Stopped(_)) => "stopped",
                 Action::End(Outcome::Crashed(_)) => "crashed",
                 Action::End(Outcome::Unreached(_)) => "unreached",
+                Action::End(Outcome::Refused(_)) => "refused",
             })
             .collect()
     }

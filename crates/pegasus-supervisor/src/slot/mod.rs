@@ -17,7 +17,11 @@ mod routing;
 pub(crate) use launch::Launch;
 pub(crate) use routing::Delivery;
 
-use crate::{error::RequestError, spawn, supervisor::Supervisor};
+use crate::{
+    error::RequestError,
+    spawn,
+    supervisor::{StartError, Supervisor},
+};
 use pegasus_proto::{
     ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
 };
@@ -166,6 +170,9 @@ enum Outcome {
     /// A launched worker never reached pegasusd (its host or the network is down): backed off
     /// like a crash, but never counted towards crash-looping (SPEC §14).
     Unreached(String),
+    /// The project must not start as it is (its paths reach the home, or its shared folder
+    /// changed what only pegasusd decides): reported, then nothing until `project resume`.
+    Refused(String),
 }
 
 struct Slot {
@@ -211,6 +218,16 @@ impl Slot {
                 Outcome::Crashed(reason) => {
                     self.unreached = 0;
                     reason
+                }
+                Outcome::Refused(why) => {
+                    tracing::error!(project = %self.name, "not started: {why}");
+                    self.record_crash(&format!("not started: {why}"));
+                    self.set_state(WorkerState::CrashLooping, None);
+                    self.fail_queued(&format!("is not started ({why})"));
+                    match self.wait_for_restart(&mut rx, None).await {
+                        Some(reply) => return self.finish(reply),
+                        None => continue,
+                    }
                 }
                 Outcome::Unreached(why) => {
                     self.unreached += 1;
@@ -366,7 +383,8 @@ impl Slot {
     async fn run_once(&mut self, rx: &mut mpsc::Receiver<SlotCmd>) -> Outcome {
         self.set_state(WorkerState::Starting, None);
         match self.sup.launcher_of(&self.name) {
-            Err(why) => Outcome::Crashed(why),
+            Err(StartError::Crash(why)) => Outcome::Crashed(why),
+            Err(StartError::Refused(why)) => Outcome::Refused(why),
             Ok(None) => self.run_local(rx).await,
             Ok(Some((name, launch))) => self.run_launched(rx, &name, launch).await,
         }
