@@ -82,7 +82,10 @@ mod tests {
         assert_eq!(escape("rm\u{200b} -rf"), "rm\\u{200b} -rf");
         assert_eq!(escape("a\nb\tc\0"), "a\\nb\\tc\\0");
         assert_eq!(escape("\u{7f}\u{9b}"), "\\x7f\\x9b");
-        assert_eq!(escape("\u{2066}x\u{2069}\u{feff}"), "\\u{2066}x\\u{2069}\\u{feff}");
+        assert_eq!(
+            escape("\u{2066}x\u{2069}\u{feff}"),
+            "\\u{2066}x\\u{2069}\\u{feff}"
+        );
         assert_eq!(escape("tag\u{e0041}"), "tag\\u{e0041}");
         assert!(has_hidden("a\u{200d}b") && !has_hidden("a b"));
     }

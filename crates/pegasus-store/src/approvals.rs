@@ -359,9 +359,11 @@ pub fn summary(tool: &str, input: &serde_json::Value) -> String {
     }
     let mut rest = input.clone();
     if let Some(obj) = rest.as_object_mut() {
-        let target = TARGET_KEYS
-            .iter()
-            .find_map(|k| obj.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v.to_string())));
+        let target = TARGET_KEYS.iter().find_map(|k| {
+            obj.get(*k)
+                .and_then(|v| v.as_str())
+                .map(|v| (*k, v.to_string()))
+        });
         if let Some((key, value)) = target {
             obj.remove(key);
             let quoted = serde_json::Value::String(cut(&value, TARGET_CHARS)).to_string();
@@ -1053,13 +1055,22 @@ mod tests {
         let big = "x".repeat(10_240);
         let input = serde_json::json!({"content": big, "path": "src/ma\u{202e}in.rs"});
         let s = summary("write_file", &input);
-        assert!(s.starts_with("write_file path=\"src/ma\u{202e}in.rs\" {\"content\":\"xxx"), "{s}");
+        assert!(
+            s.starts_with("write_file path=\"src/ma\u{202e}in.rs\" {\"content\":\"xxx"),
+            "{s}"
+        );
         assert!(s.chars().count() < SUMMARY_CHARS + 120, "{}", s.len());
         assert!(s.contains("pegasusctl approvals --full"), "{s}");
-        let url = summary("fetch", &serde_json::json!({"url": "https://x.test/a", "max": 3}));
+        let url = summary(
+            "fetch",
+            &serde_json::json!({"url": "https://x.test/a", "max": 3}),
+        );
         assert_eq!(url, "fetch url=\"https://x.test/a\" {\"max\":3}");
         let mcp = summary("mcp__github__push", &serde_json::json!({"branch": "main"}));
-        assert_eq!(mcp, "mcp__github__push (MCP server github) {\"branch\":\"main\"}");
+        assert_eq!(
+            mcp,
+            "mcp__github__push (MCP server github) {\"branch\":\"main\"}"
+        );
         assert_eq!(summary("list_tasks", &serde_json::json!({})), "list_tasks");
         // An exec's command line is whole, however long.
         let line = format!("echo {big}");
@@ -1094,7 +1105,10 @@ mod tests {
         assert_eq!(again.get("ap-behind").map(ms), Some(ms(now)));
         // Unseen: counts from now.
         let other = request("ap-other", now - chrono::Duration::hours(5));
-        assert_eq!(again.expires_at(&other, now), now + chrono::Duration::seconds(60));
+        assert_eq!(
+            again.expires_at(&other, now),
+            now + chrono::Duration::seconds(60)
+        );
         let mut pruned = again.clone();
         assert!(pruned.keep_only(&std::collections::HashSet::from(["ap-other"])));
         assert_eq!(pruned.get("ap-behind"), None);

@@ -109,6 +109,9 @@ mod tests {
         let t = table(&[sneaky], true);
         assert!(t.contains("touch X #\\r\\x1b[2Kls -la"), "{t}");
         assert!(t.contains("\\u{202e}"), "{t}");
-        assert!(!t.contains('\r') && !t.contains('\x1b') && !t.contains('\u{202e}'), "{t}");
+        assert!(
+            !t.contains('\r') && !t.contains('\x1b') && !t.contains('\u{202e}'),
+            "{t}"
+        );
     }
 }
