@@ -126,7 +126,7 @@ impl Approvals {
             project: self.project.clone(),
             task: task.unwrap_or_default().to_string(),
             tool: tool.to_string(),
-            summary: summary(tool, command.as_deref(), input),
+            summary: store::summary(tool, input),
             asked_at: Utc::now(),
             call_id: call_id.to_string(),
             input_json: input.to_string(),
@@ -355,22 +355,6 @@ fn command_of(tool: &str, input: &serde_json::Value) -> Option<String> {
         .then(|| input.get("command").and_then(|c| c.as_str()))
         .flatten()
         .map(str::to_string)
-}
-
-/// What a person reads: the whole command line of an exec, else the tool and its arguments
-/// (cut at 500 characters).
-fn summary(tool: &str, command: Option<&str>, input: &serde_json::Value) -> String {
-    match command {
-        Some(c) => c.to_string(),
-        None => {
-            let args = input.to_string();
-            let mut s = format!("{tool} {args}");
-            if s.chars().count() > 500 {
-                s = s.chars().take(499).collect::<String>() + "…";
-            }
-            s
-        }
-    }
 }
 
 /// At a start, before the session loads: the request whose call the session must leave open

@@ -71,6 +71,9 @@ pub enum Command {
     Approvals {
         /// Only this project's.
         name: Option<String>,
+        /// Show each call's whole input under its summary (escaped, like the summary).
+        #[arg(long)]
+        full: bool,
     },
     /// Approve a waiting tool call: it runs now.
     Approve {

@@ -23,7 +23,7 @@
     return e;
   }
 
-  // Approvals: GET /api/approvals, an array of {id, project, task, tool, summary, asked_at}.
+  // Approvals: GET /api/approvals, an array of {id, project, task, tool, summary, asked_at, input}.
   // A pegasusd without the endpoint (404) shows no approvals at all.
   function ago(iso) {
     var s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
@@ -41,7 +41,14 @@
     var where = (withProject ? a.project + " · " : "") + "task " + a.task + " · asked " + ago(a.asked_at);
     head.appendChild(el("small", "", where));
     card.appendChild(head);
+    // `summary` comes escaped from pegasusd (control, escape, bidi and zero-width characters
+    // written out); the whole input is on the request's own page, escaped the same way.
     card.appendChild(el("pre", "", a.summary));
+    var whole = el("a", "", "Whole input");
+    whole.href = "/approvals/" + encodeURIComponent(a.id);
+    var wp = el("p");
+    wp.appendChild(whole);
+    card.appendChild(wp);
     var row = el("div", "row");
     var yes = el("form", "inline");
     yes.dataset.post = "/api/approvals/" + encodeURIComponent(a.id) + "/approve";

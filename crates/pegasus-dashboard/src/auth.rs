@@ -128,8 +128,11 @@ pub(super) async fn guard(State(d): State<Dash>, req: Request, next: Next) -> Re
             .headers()
             .get(header::ORIGIN)
             .and_then(|v| v.to_str().ok());
+        let public = d.door.config().dashboard.public_origin().ok().flatten();
         let ok = match origin {
-            Some(o) => hosts.is_empty() || hosts.iter().any(|h| o == format!("http://{h}")),
+            // Whatever `allow_remote` says: a page of another port or a sibling host is
+            // another origin, and the cookie would go with its request.
+            Some(o) => same_origin(o, host, public.as_deref()),
             // A browser always sends Origin on a POST; only a token holder (curl, scripts)
             // may leave it out.
             None => auth == Auth::Token || path == "/api/session",
@@ -137,11 +140,22 @@ pub(super) async fn guard(State(d): State<Dash>, req: Request, next: Next) -> Re
         if !ok {
             return error(
                 StatusCode::FORBIDDEN,
-                "cross-origin request refused: changes are only accepted from the dashboard's own pages",
+                "cross-origin request refused: changes are only accepted from the dashboard's own pages (behind a proxy, set `dashboard.public_url` to the URL you open)",
             );
         }
     }
     next.run(req).await
+}
+
+/// Whether `origin` is the request's own origin (`http(s)://` and its `Host`, exactly) or the
+/// configured public one (`dashboard.public_url`, for a proxy that rewrites `Host`).
+fn same_origin(origin: &str, host: &str, public: Option<&str>) -> bool {
+    let origin = origin.trim().to_ascii_lowercase();
+    let host = host.trim().to_ascii_lowercase();
+    if public.is_some_and(|p| origin == p) {
+        return true;
+    }
+    !host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}"))
 }
 
 /// `POST /api/session` with the token as Bearer: a session cookie (HttpOnly, SameSite=Strict)
@@ -166,4 +180,44 @@ pub(super) async fn session(State(d): State<Dash>, headers: HeaderMap) -> Respon
         axum::Json(serde_json::json!({"ok": true})),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_origin;
+
+    #[test]
+    fn only_the_requests_own_origin_or_the_public_one_may_change_things() {
+        assert!(same_origin("http://127.0.0.1:7474", "127.0.0.1:7474", None));
+        assert!(same_origin(
+            "https://dash.example.com",
+            "dash.example.com",
+            None
+        ));
+        // Another port, a sibling, a lookalike, an opaque origin: refused.
+        for bad in [
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1",
+            "http://evil.example.com",
+            "http://dash.example.com.evil.test",
+            "null",
+            "",
+        ] {
+            assert!(!same_origin(bad, "127.0.0.1:7474", None), "{bad}");
+            assert!(!same_origin(bad, "dash.example.com", None), "{bad}");
+        }
+        assert!(!same_origin("http://x", "", None));
+        // Behind a proxy that rewrites Host: the configured public origin.
+        let public = Some("https://pegasus.example.com");
+        assert!(same_origin(
+            "https://pegasus.example.com",
+            "127.0.0.1:7474",
+            public
+        ));
+        assert!(!same_origin(
+            "https://other.example.com",
+            "127.0.0.1:7474",
+            public
+        ));
+    }
 }

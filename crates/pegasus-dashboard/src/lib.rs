@@ -98,6 +98,7 @@ async fn serve(door: FrontDoor) {
         .route("/crashes", get(pages::crashes))
         .route("/search", get(pages::search))
         .route("/approvals", get(pages::approvals))
+        .route("/approvals/{id}", get(pages::approval))
         .route("/static/app.js", get(pages::script))
         .route("/static/app.css", get(pages::stylesheet))
         .route("/api/session", post(auth::session))

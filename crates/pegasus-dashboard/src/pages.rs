@@ -446,12 +446,16 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
     respond(StatusCode::OK, &name, Some(&name), None, body)
 }
 
-pub(super) async fn approvals() -> Response {
+pub(super) async fn approvals(State(d): State<Dash>) -> Response {
+    let list = waiting_approvals(&d).await;
+    // Rendered here too (the script draws the same cards from `/api/approvals` and keeps them
+    // current): a page read without the script shows what waits, escaped the same way.
     let body = html! {
         h1 { "Approvals" }
         p { small { "Tool calls waiting for a person's yes. A call never runs without it." } }
         div .approvals #approvals-all data-approvals="" {
-            p .muted { "Loading…" }
+            @for a in &list { (approval_card(a)) }
+            @if list.is_empty() { p .muted { "Nothing waits for your approval." } }
         }
     };
     respond(
@@ -461,6 +465,70 @@ pub(super) async fn approvals() -> Response {
         Some(Nav::Approvals),
         body,
     )
+}
+
+async fn waiting_approvals(d: &Dash) -> Vec<pegasus_proto::ctl::ApprovalInfo> {
+    let req = CtlRequest::Approvals { project: None };
+    match d.door.request(&Channel::Dashboard, req).await {
+        CtlResponse::Approvals(list) => list,
+        _ => Vec::new(),
+    }
+}
+
+/// One waiting request as a card: everything a person reads escaped
+/// ([`pegasus_proto::shown::escape`]: control, escape, bidi and zero-width characters written
+/// out), its whole input one click away.
+fn approval_card(a: &pegasus_proto::ctl::ApprovalInfo) -> Markup {
+    use pegasus_proto::shown::escape;
+    html! {
+        div .card .approval data-id=(a.id) {
+            div .row {
+                b { (escape(&a.tool)) }
+                small { (escape(&a.project)) " · task " (escape(&a.task)) " · asked " (a.asked_at) }
+            }
+            pre { (escape(&a.summary)) }
+            p { a href={ "/approvals/" (a.id) } { "Whole input" } }
+        }
+    }
+}
+
+/// `/approvals/:id`: one waiting request with its whole input (pretty JSON, escaped) and the
+/// buttons to answer it.
+pub(super) async fn approval(State(d): State<Dash>, Path(id): Path<String>) -> Response {
+    use pegasus_proto::shown::escape;
+    let list = waiting_approvals(&d).await;
+    let Some(a) = list.into_iter().find(|a| a.id == id) else {
+        return respond(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            None,
+            Some(Nav::Approvals),
+            html! { p .bad { "No approval " (escape(&id)) " is waiting: it was answered, expired or never asked." } p { a href="/approvals" { "The waiting ones" } } },
+        );
+    };
+    let input = serde_json::from_str::<serde_json::Value>(&a.input)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| a.input.clone());
+    let body = html! {
+        h1 { "Approval " (a.id) }
+        p { small { (escape(&a.project)) " · task " (escape(&a.task)) " · " (escape(&a.tool)) " · asked " (a.asked_at) } }
+        h2 { "Summary" }
+        pre #approval-summary { (escape(&a.summary)) }
+        h2 { "Whole input" }
+        @if a.input.is_empty() { p .muted { "This request has no tool input (a merge)." } }
+        @else { pre #approval-input { (escape(&input)) } }
+        div .row {
+            form .inline data-post={ "/api/approvals/" (a.id) "/approve" } {
+                button .primary data-action="approve" { "Approve" }
+            }
+            form .row .grow data-post={ "/api/approvals/" (a.id) "/deny" } {
+                input .grow name="reason" placeholder="why not (optional)" aria-label="reason to deny";
+                button .danger data-action="deny" { "Deny" }
+            }
+        }
+    };
+    respond(StatusCode::OK, "Approval", None, Some(Nav::Approvals), body)
 }
 
 pub(super) async fn costs(State(d): State<Dash>) -> Response {

@@ -101,6 +101,8 @@ pub struct Press {
     /// The update that carried it.
     pub update_id: i64,
     pub on: PressOn,
+    /// The user who pressed (`callback_query.from.id`).
+    pub from: i64,
     pub data: String,
     /// `None` until the bot answers it.
     pub answer: Option<CallbackAnswer>,
@@ -213,14 +215,27 @@ impl FakeTelegram {
 
     /// A user in `on`'s chat presses a button carrying `data`: queues a `callback_query`
     /// update (unless the client's `allowed_updates` leaves it out, as the real server never
-    /// creates it then) and returns the query's id.
+    /// creates it then) and returns the query's id. The presser is the chat's own user (a
+    /// private chat's id is its user's); [`FakeTelegram::press_by`] names another.
     pub fn press(&self, on: PressOn, data: &str) -> String {
+        self.press_by(on, None, data)
+    }
+
+    /// [`FakeTelegram::press`] by user `from` (`callback_query.from.id`), as a member of a
+    /// group presses a button there; `None`: the chat's own user (user 1 in inline mode).
+    pub fn press_by(&self, on: PressOn, from: Option<i64>, data: &str) -> String {
         let id = {
             let mut st = self.shared.lock();
             let update_id = st.new_update();
             // Real ids are opaque strings of digits.
             let id = format!("{}", 4_382_000_000_000_000_000u64 + update_id as u64);
-            let user = |chat: i64| json!({"id": chat, "is_bot": false, "first_name": "Tester"});
+            let presser = match on {
+                PressOn::Message { chat_id, .. } | PressOn::Inaccessible { chat_id, .. } => {
+                    from.unwrap_or(chat_id)
+                }
+                PressOn::Inline => from.unwrap_or(1),
+            };
+            let user = |_chat: i64| json!({"id": presser, "is_bot": false, "first_name": "Tester", "language_code": "en"});
             let mut q = json!({"id": id, "data": data});
             match on {
                 PressOn::Message {
@@ -261,6 +276,7 @@ impl FakeTelegram {
                 id: id.clone(),
                 update_id,
                 on,
+                from: presser,
                 data: data.to_string(),
                 answer: None,
                 expired: false,

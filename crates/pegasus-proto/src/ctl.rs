@@ -301,10 +301,42 @@ pub struct ApprovalInfo {
     pub task: String,
     /// The tool's name (`exec`, `mcp__NAME__TOOL`, ...), or `merge`.
     pub tool: String,
-    /// The whole exec command line, or the tool and its arguments.
+    /// What a person reads, escaped ([`crate::shown::escape`]): the whole exec command line,
+    /// else the tool, its target (`path`, `url`, MCP server) and then its other arguments.
     pub summary: String,
     /// RFC 3339, UTC.
     pub asked_at: String,
+    /// The call's whole input as the model wrote it, unescaped (`null` for a merge): a JSON
+    /// value in JSON (`approvals --json`, REST), its text on the binary links.
+    #[serde(default, with = "json_text")]
+    pub input: String,
+}
+
+/// A JSON document kept as its text: written as the value itself where the format is JSON
+/// (human-readable), as a string on the binary links (bincode cannot carry an untyped value).
+mod json_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            return text.serialize(s);
+        }
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(v) => v.serialize(s),
+            // Not JSON (an empty input): null, never a half-made value.
+            Err(_) => serde_json::Value::Null.serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        if !d.is_human_readable() {
+            return String::deserialize(d);
+        }
+        Ok(match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Null => String::new(),
+            v => v.to_string(),
+        })
+    }
 }
 
 /// Why a request was refused or failed, as a client acts on it; the text is for people only.
@@ -622,6 +654,7 @@ mod tests {
                 tool: "exec".into(),
                 summary: "rm -rf build".into(),
                 asked_at: "2026-11-26T10:00:00Z".into(),
+                input: "{\"command\":\"rm -rf build\"}".into(),
             }]),
         ];
         for resp in all {
@@ -678,6 +711,36 @@ mod tests {
         }
         let bad = row.replace(r#""status":"invalid""#, r#""status":"paused""#);
         assert!(serde_json::from_str::<ProjectInfo>(&bad).is_err());
+    }
+
+    #[test]
+    fn an_approval_carries_its_input_as_a_value_in_json_and_as_text_on_the_wire() {
+        let a = ApprovalInfo {
+            id: "ap-abc".into(),
+            project: "web".into(),
+            task: "t-1".into(),
+            tool: "write_file".into(),
+            summary: "write_file src/a.rs {...}".into(),
+            asked_at: "2026-11-26T10:00:00Z".into(),
+            input: r#"{"content":"x","path":"src/a.rs"}"#.into(),
+        };
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["input"]["path"], "src/a.rs");
+        let back: ApprovalInfo = serde_json::from_value(v).unwrap();
+        assert_eq!(back, a);
+        let resp = CtlResponse::Approvals(vec![a.clone()]);
+        let bytes = crate::encode(&resp).unwrap();
+        assert_eq!(crate::decode::<CtlResponse>(&bytes).unwrap(), resp);
+        // A merge has no input: null in JSON, and a listing from before `input` still reads.
+        let merge = ApprovalInfo {
+            input: String::new(),
+            ..a
+        };
+        let v = serde_json::to_value(&merge).unwrap();
+        assert!(v["input"].is_null());
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("input");
+        assert_eq!(serde_json::from_value::<ApprovalInfo>(old).unwrap(), merge);
     }
 
     #[test]

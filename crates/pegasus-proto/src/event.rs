@@ -331,6 +331,7 @@ mod tests {
                     tool: "exec".into(),
                     summary: "rm -rf build".into(),
                     asked_at: "2026-11-26T10:00:00Z".into(),
+                    input: "{\"command\":\"rm -rf build\"}".into(),
                 },
             },
             WorkerEvent::ApprovalAnswered {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic::{fsync_dir, write_atomic};
 use crate::error::{Result, StoreError};
+use pegasus_proto::shown::escape;
 
 /// The folder of a project's approvals.
 pub const APPROVALS_DIR: &str = "approvals";
@@ -123,9 +124,10 @@ impl ApprovalsConfig {
         self.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S)
     }
 
-    /// `merge: ask`?
+    /// `merge: ask`, and no `tools: {merge: allow}` (what `approve --always` on a merge wrote
+    /// before it wrote `merge: auto`) that says otherwise?
     pub fn merge_asks(&self) -> bool {
-        self.merge == Some(MergeMode::Ask)
+        self.merge == Some(MergeMode::Ask) && self.tools.get(MERGE_TOOL) != Some(&Mode::Allow)
     }
 
     /// What the policy says about a call of `tool` (for `exec`, `command` is its line).
@@ -294,17 +296,27 @@ pub struct ApprovalRequest {
 }
 
 impl ApprovalRequest {
-    /// The request as listings, events and Telegram show it.
+    /// The request as listings, events and Telegram show it: the summary made again from the
+    /// input (so the target comes first whoever wrote the file) and escaped, like the tool's
+    /// name; the input whole and as written.
     pub fn info(&self) -> pegasus_proto::ctl::ApprovalInfo {
+        let input = (!self.input_json.is_empty())
+            .then(|| serde_json::from_str::<serde_json::Value>(&self.input_json).ok())
+            .flatten();
+        let summary = match &input {
+            Some(v) if self.tool != MERGE_TOOL => summary(&self.tool, v),
+            _ => self.summary.clone(),
+        };
         pegasus_proto::ctl::ApprovalInfo {
             id: self.id.clone(),
-            project: self.project.clone(),
-            task: self.task.clone(),
-            tool: self.tool.clone(),
-            summary: self.summary.clone(),
+            project: escape(&self.project),
+            task: escape(&self.task),
+            tool: escape(&self.tool),
+            summary: escape(&summary),
             asked_at: self
                 .asked_at
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            input: input.map(|v| v.to_string()).unwrap_or_default(),
         }
     }
 
@@ -312,6 +324,84 @@ impl ApprovalRequest {
     pub fn expires_at(&self) -> DateTime<Utc> {
         self.asked_at + chrono::Duration::seconds(self.timeout_s.min(i64::MAX as u64 / 2) as i64)
     }
+}
+
+/// Characters of a non-exec summary before it is cut (an exec command line is never cut).
+pub const SUMMARY_CHARS: usize = 500;
+/// Characters of a call's target shown before it is cut.
+const TARGET_CHARS: usize = 300;
+/// The argument that names what a call acts on, first found first.
+const TARGET_KEYS: [&str; 8] = [
+    "path",
+    "file_path",
+    "url",
+    "uri",
+    "repo",
+    "dir",
+    "directory",
+    "cwd",
+];
+
+/// What a person reads about a call of `tool` with `input` (unescaped: every place that shows
+/// it escapes it with [`pegasus_proto::shown::escape`]). An exec's whole command line; any
+/// other tool's name, its MCP server, its target (`path`, `url`, ...) and then its other
+/// arguments, cut at [`SUMMARY_CHARS`] with a note where the rest is. So `write_file`'s path is
+/// read before its content, however long that is.
+pub fn summary(tool: &str, input: &serde_json::Value) -> String {
+    if tool == "exec" {
+        if let Some(c) = input.get("command").and_then(|c| c.as_str()) {
+            return c.to_string();
+        }
+    }
+    let mut head = tool.to_string();
+    if let Some(server) = mcp_server(tool) {
+        head.push_str(&format!(" (MCP server {server})"));
+    }
+    let mut rest = input.clone();
+    if let Some(obj) = rest.as_object_mut() {
+        let target = TARGET_KEYS.iter().find_map(|k| {
+            obj.get(*k)
+                .and_then(|v| v.as_str())
+                .map(|v| (*k, v.to_string()))
+        });
+        if let Some((key, value)) = target {
+            obj.remove(key);
+            let quoted = serde_json::Value::String(cut(&value, TARGET_CHARS)).to_string();
+            head.push_str(&format!(" {key}={quoted}"));
+        }
+    }
+    let args = match &rest {
+        serde_json::Value::Object(o) if o.is_empty() => String::new(),
+        serde_json::Value::Null => String::new(),
+        v => v.to_string(),
+    };
+    let whole = if args.is_empty() {
+        head.clone()
+    } else {
+        format!("{head} {args}")
+    };
+    if whole.chars().count() <= SUMMARY_CHARS {
+        return whole;
+    }
+    let room = SUMMARY_CHARS.saturating_sub(head.chars().count() + 1);
+    format!(
+        "{head} {} (cut: `pegasusctl approvals --full` or the dashboard shows the whole input)",
+        cut(&args, room.max(40))
+    )
+}
+
+/// `text` cut at `n` characters, with `…` when it was.
+fn cut(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        return text.to_string();
+    }
+    text.chars().take(n.saturating_sub(1)).collect::<String>() + "…"
+}
+
+/// The server of an MCP tool (`mcp__SERVER__TOOL`).
+fn mcp_server(tool: &str) -> Option<&str> {
+    let rest = tool.strip_prefix("mcp__")?;
+    rest.split_once("__").map(|(server, _)| server)
 }
 
 /// How a request was answered.
@@ -612,17 +702,114 @@ pub fn find(projects_dir: &Path, id: &str) -> Option<(PathBuf, ApprovalRequest)>
 }
 
 /// What `approvals` lists: every request of the home (or of one project) still waiting for
-/// a person, oldest first (one whose time ran out is denied by its worker, not listed).
+/// a person, oldest first. One whose time ran out by pegasusd's clock ([`Seen`], read from the
+/// home) is denied, not listed; one pegasusd has not seen yet is listed (its time starts when
+/// pegasusd sees it).
 pub fn waiting(
     projects_dir: &Path,
     project: Option<&str>,
 ) -> Vec<pegasus_proto::ctl::ApprovalInfo> {
+    let seen = projects_dir.parent().map(Seen::load).unwrap_or_default();
+    waiting_seen(projects_dir, project, &seen)
+}
+
+/// [`waiting`], judged by `seen`.
+pub fn waiting_seen(
+    projects_dir: &Path,
+    project: Option<&str>,
+    seen: &Seen,
+) -> Vec<pegasus_proto::ctl::ApprovalInfo> {
     let now = Utc::now();
     list_pending(projects_dir, project)
         .into_iter()
-        .filter(|r| now < r.expires_at())
+        .filter(|r| now < seen.expires_at(r, now))
         .map(|r| r.info())
         .collect()
+}
+
+/// The file under the home where pegasusd remembers when it first saw each waiting request.
+pub const SEEN_FILE: &str = "approvals.seen";
+
+/// When pegasusd first saw each waiting request (SPEC §11: expiry is judged by pegasusd's
+/// clock from that moment, so a remote host whose clock is behind or ahead neither hides its
+/// requests nor stretches them). `<home>/approvals.seen`, lines `ID RFC3339`, written
+/// atomically by pegasusd only; a request answered or gone is forgotten.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Seen {
+    map: BTreeMap<String, DateTime<Utc>>,
+}
+
+impl Seen {
+    /// The record of the home at `home_root` (empty when missing or unreadable: every request
+    /// then counts as seen at its next look).
+    pub fn load(home_root: &Path) -> Seen {
+        let path = home_root.join(SEEN_FILE);
+        let text = crate::read_text_limited(&path, 4 << 20).unwrap_or_default();
+        let map = text
+            .lines()
+            .filter_map(|l| {
+                let (id, at) = l.trim().split_once(' ')?;
+                let at = DateTime::parse_from_rfc3339(at.trim()).ok()?;
+                valid_id(id).then(|| (id.to_string(), at.with_timezone(&Utc)))
+            })
+            .collect();
+        Seen { map }
+    }
+
+    /// Writes the record atomically.
+    pub fn save(&self, home_root: &Path) -> Result<()> {
+        let mut text = String::new();
+        for (id, at) in &self.map {
+            text.push_str(&format!(
+                "{id} {}\n",
+                at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            ));
+        }
+        write_atomic(&home_root.join(SEEN_FILE), text.as_bytes())
+    }
+
+    /// When pegasusd first saw request `id`.
+    pub fn get(&self, id: &str) -> Option<DateTime<Utc>> {
+        self.map.get(id).copied()
+    }
+
+    /// When `request` runs out of time by pegasusd's clock (one not seen yet counts as seen
+    /// `now`).
+    pub fn expires_at(&self, request: &ApprovalRequest, now: DateTime<Utc>) -> DateTime<Utc> {
+        let from = self.get(&request.id).unwrap_or(now);
+        from + chrono::Duration::seconds(request.timeout_s.min(i64::MAX as u64 / 4) as i64)
+    }
+
+    /// Notes the first sight of `id` at `now`; whether it is new.
+    pub fn note(&mut self, id: &str, now: DateTime<Utc>) -> bool {
+        if !valid_id(id) || self.map.contains_key(id) {
+            return false;
+        }
+        self.map.insert(id.to_string(), now);
+        true
+    }
+
+    /// Forgets every request not in `waiting`; whether any was forgotten.
+    pub fn keep_only(&mut self, waiting: &std::collections::HashSet<&str>) -> bool {
+        let before = self.map.len();
+        self.map.retain(|id, _| waiting.contains(id.as_str()));
+        self.map.len() != before
+    }
+}
+
+/// Every waiting request of the home with its project folder, oldest first.
+pub fn pending_with_dirs(projects_dir: &Path) -> Vec<(PathBuf, ApprovalRequest)> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(projects_dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if dir(&p).is_dir() {
+                out.extend(pending(&p).into_iter().map(|r| (p.clone(), r)));
+            }
+        }
+    }
+    out.sort_by(|a, b| (a.1.asked_at, &a.1.id).cmp(&(b.1.asked_at, &b.1.id)));
+    out
 }
 
 /// The answer of a request `id` that was closed (its call has its result), in any project.
@@ -868,6 +1055,79 @@ mod tests {
             answer(&p, "../../etc", &no),
             Err(AnswerError::NotFound)
         ));
+    }
+
+    #[test]
+    fn a_summary_names_the_target_before_the_content_and_is_shown_escaped() {
+        let big = "x".repeat(10_240);
+        let input = serde_json::json!({"content": big, "path": "src/ma\u{202e}in.rs"});
+        let s = summary("write_file", &input);
+        assert!(
+            s.starts_with("write_file path=\"src/ma\u{202e}in.rs\" {\"content\":\"xxx"),
+            "{s}"
+        );
+        assert!(s.chars().count() < SUMMARY_CHARS + 120, "{}", s.len());
+        assert!(s.contains("pegasusctl approvals --full"), "{s}");
+        let url = summary(
+            "fetch",
+            &serde_json::json!({"url": "https://x.test/a", "max": 3}),
+        );
+        assert_eq!(url, "fetch url=\"https://x.test/a\" {\"max\":3}");
+        let mcp = summary("mcp__github__push", &serde_json::json!({"branch": "main"}));
+        assert_eq!(
+            mcp,
+            "mcp__github__push (MCP server github) {\"branch\":\"main\"}"
+        );
+        assert_eq!(summary("list_tasks", &serde_json::json!({})), "list_tasks");
+        // An exec's command line is whole, however long.
+        let line = format!("echo {big}");
+        assert_eq!(summary("exec", &serde_json::json!({"command": line})), line);
+        // What listings show is escaped, and the input is there whole.
+        let mut r = request("ap-x", Utc::now());
+        r.input_json = serde_json::json!({"command": "touch X #\r\x1b[2Kls -la"}).to_string();
+        r.summary = "stale".into();
+        let info = r.info();
+        assert_eq!(info.summary, "touch X #\\r\\x1b[2Kls -la");
+        let back: serde_json::Value = serde_json::from_str(&info.input).unwrap();
+        assert_eq!(back["command"], "touch X #\r\x1b[2Kls -la");
+    }
+
+    #[test]
+    fn pegasusds_clock_starts_when_it_first_sees_a_request() {
+        let home = tempfile::tempdir().unwrap();
+        let now = Utc::now();
+        // Asked five hours ago by a host's clock: pegasusd sees it now, so it waits its 60 s.
+        let behind = request("ap-behind", now - chrono::Duration::hours(5));
+        let mut seen = Seen::load(home.path());
+        assert!(seen.note("ap-behind", now));
+        assert!(!seen.note("ap-behind", now + chrono::Duration::seconds(30)));
+        assert!(!seen.note("../x", now));
+        assert_eq!(
+            seen.expires_at(&behind, now + chrono::Duration::seconds(50)),
+            now + chrono::Duration::seconds(60)
+        );
+        seen.save(home.path()).unwrap();
+        let again = Seen::load(home.path());
+        let ms = |t: DateTime<Utc>| t.timestamp_millis();
+        assert_eq!(again.get("ap-behind").map(ms), Some(ms(now)));
+        // Unseen: counts from now.
+        let other = request("ap-other", now - chrono::Duration::hours(5));
+        assert_eq!(
+            again.expires_at(&other, now),
+            now + chrono::Duration::seconds(60)
+        );
+        let mut pruned = again.clone();
+        assert!(pruned.keep_only(&std::collections::HashSet::from(["ap-other"])));
+        assert_eq!(pruned.get("ap-behind"), None);
+        // `waiting` lists it by that clock.
+        let projects = home.path().join("projects");
+        let p = projects.join("web");
+        std::fs::create_dir_all(&p).unwrap();
+        write_request(&p, &behind).unwrap();
+        assert_eq!(waiting(&projects, None).len(), 1);
+        let mut old = Seen::default();
+        old.note("ap-behind", now - chrono::Duration::seconds(61));
+        assert!(waiting_seen(&projects, None, &old).is_empty());
     }
 
     #[test]

@@ -339,6 +339,10 @@ pub struct TelegramConfig {
     pub base_url: String,
     /// Chats allowed to talk to Pegasus; empty = none.
     pub allowed_chats: Vec<i64>,
+    /// Users (Telegram user ids) whose approval button presses count; empty = any member of
+    /// an allowed chat (warned about at start).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_users: Vec<i64>,
     /// Seconds one `getUpdates` long poll may wait.
     pub poll_timeout_s: u64,
 }
@@ -349,6 +353,7 @@ impl Default for TelegramConfig {
             token_env: "TELEGRAM_BOT_TOKEN".into(),
             base_url: "https://api.telegram.org".into(),
             allowed_chats: Vec::new(),
+            allowed_users: Vec::new(),
             poll_timeout_s: 30,
         }
     }
@@ -365,6 +370,37 @@ pub struct DashboardConfig {
     pub allow_remote: bool,
     /// Serve the dashboard at all.
     pub enabled: bool,
+    /// The origin browsers see when the dashboard is behind a proxy
+    /// (`https://pegasus.example.com`): a change is accepted from a page of the request's own
+    /// `Host` or of this origin, never from anywhere else.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+}
+
+impl DashboardConfig {
+    /// `public_url` as an origin (`scheme://host[:port]`, lowercase, no trailing `/`), or why
+    /// it is not one.
+    pub fn public_origin(&self) -> std::result::Result<Option<String>, String> {
+        let Some(url) = &self.public_url else {
+            return Ok(None);
+        };
+        let bad = || {
+            format!("`{url}` is not an origin: write the scheme and host the browser sees, e.g. https://pegasus.example.com (a port may follow; no path)")
+        };
+        let lower = url.trim().trim_end_matches('/').to_ascii_lowercase();
+        let rest = lower
+            .strip_prefix("https://")
+            .or_else(|| lower.strip_prefix("http://"))
+            .ok_or_else(bad)?;
+        let ok = !rest.is_empty()
+            && rest
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+        if !ok {
+            return Err(bad());
+        }
+        Ok(Some(lower))
+    }
 }
 
 impl Default for DashboardConfig {
@@ -373,6 +409,7 @@ impl Default for DashboardConfig {
             listen: "127.0.0.1:7474".into(),
             allow_remote: false,
             enabled: true,
+            public_url: None,
         }
     }
 }
@@ -520,6 +557,9 @@ impl Config {
         }
         if self.logs.max_mb < 1 {
             return Err(err("logs.max_mb", "must be at least 1 (MiB)"));
+        }
+        if let Err(m) = self.dashboard.public_origin() {
+            return Err(err("dashboard.public_url", &m));
         }
         if !(1..=50).contains(&self.telegram.poll_timeout_s) {
             return Err(err(

@@ -200,6 +200,7 @@ async fn serve(
     let remotes = remote_listener.map(|l| tokio::spawn(crate::remote::serve(sup.clone(), l)));
     sup.restart_scan()?;
     let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
+    let approval_clock = tokio::spawn(crate::approval_clock::run(sup.clone()));
     let controls = tokio::spawn(control::serve(door.clone(), control_listener));
     let clients: Vec<_> = clients
         .into_iter()
@@ -232,6 +233,7 @@ async fn serve(
         sweeper,
         log_pruner,
         scheduler,
+        approval_clock,
         slot_events,
     ]
     .into_iter()

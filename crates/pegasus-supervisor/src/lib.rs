@@ -16,6 +16,7 @@
 
 mod accept;
 mod activity;
+mod approval_clock;
 mod approval_counts;
 mod bus;
 mod control;

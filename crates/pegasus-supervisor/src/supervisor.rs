@@ -60,6 +60,8 @@ pub(crate) struct Supervisor {
     pub activity: Arc<Activity>,
     /// Waiting approvals per project, for listings.
     pub(crate) approval_counts: Arc<crate::approval_counts::ApprovalCounts>,
+    /// When pegasusd first saw each waiting approval: its expiry is judged from there.
+    pub(crate) approval_clock: crate::approval_clock::ApprovalClock,
     /// What of each project waits for the user, for `status` (read again when its index changes).
     pub(crate) waiting: pegasus_tasks::WaitingCache,
     /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
@@ -104,6 +106,7 @@ impl Supervisor {
         let approval_counts = Arc::new(crate::approval_counts::ApprovalCounts::new(
             home.projects_dir(),
         ));
+        let approval_clock = crate::approval_clock::ApprovalClock::new(&home);
         Arc::new(Supervisor {
             projects: gateway.projects(),
             gateway,
@@ -127,6 +130,7 @@ impl Supervisor {
             bus: EventBus::new(),
             activity: Arc::default(),
             approval_counts,
+            approval_clock,
             waiting: Default::default(),
             sweeper: Default::default(),
         })

@@ -16,7 +16,8 @@
 //!
 //! A press counts only when `callback_query.message.chat.id` is an allowed chat (an
 //! inaccessible message still names its chat; a press with no message at all, from a message
-//! sent in inline mode, names none and does not count). Every press is answered with
+//! sent in inline mode, names none and does not count) and, when `telegram.allowed_users` is
+//! set, `callback_query.from.id` is one of them. Every press is answered with
 //! `answerCallbackQuery`: the daemon's one line, `not allowed` for a refused chat (and a
 //! warning naming it in the log), or why the press did nothing.
 
@@ -190,8 +191,19 @@ async fn catch_up(sup: &FrontDoor, bot: &Bot, sent: &mut Sent, closed: &BTreeSet
 }
 
 /// The message of a request: plain text (no `parse_mode`, so nothing in the command line is
-/// taken as markup).
+/// taken as markup), everything from the request escaped (control, escape, bidi and
+/// zero-width characters written out: what the person reads is what runs).
 pub(crate) fn message(r: &ApprovalInfo) -> String {
+    use pegasus_proto::shown::escape;
+    let r = &ApprovalInfo {
+        id: escape(&r.id),
+        project: escape(&r.project),
+        task: escape(&r.task),
+        tool: escape(&r.tool),
+        summary: escape(&r.summary),
+        asked_at: escape(&r.asked_at),
+        input: String::new(),
+    };
     let task = if r.task.is_empty() {
         String::new()
     } else {
@@ -309,8 +321,9 @@ pub(crate) enum Verdict {
     Refused { text: &'static str, log: String },
 }
 
-/// Decides about a `callback_query` (SPEC §11: only `message.chat.id` decides).
-pub(crate) fn judge(q: &Value, allowed: &[i64]) -> Verdict {
+/// Decides about a `callback_query` (SPEC §11: `message.chat.id` must be an allowed chat, and
+/// `from.id` an allowed user when `users` is not empty).
+pub(crate) fn judge(q: &Value, allowed: &[i64], users: &[i64]) -> Verdict {
     let from = q["from"]["id"].as_i64().unwrap_or(0);
     let Some(chat) = q["message"]["chat"]["id"].as_i64() else {
         return Verdict::Refused {
@@ -325,6 +338,14 @@ pub(crate) fn judge(q: &Value, allowed: &[i64]) -> Verdict {
             text: "not allowed",
             log: format!(
                 "telegram: button press from chat {chat} (user {from}), which is not in telegram.allowed_chats, refused; nothing changed"
+            ),
+        };
+    }
+    if !users.is_empty() && !q["from"]["id"].as_i64().is_some_and(|u| users.contains(&u)) {
+        return Verdict::Refused {
+            text: "not allowed",
+            log: format!(
+                "telegram: button press by user {from} in chat {chat}, who is not in telegram.allowed_users, refused; nothing changed"
             ),
         };
     }
@@ -347,7 +368,7 @@ pub(crate) fn press(sup: &FrontDoor, bot: &Arc<Bot>, q: &Value) {
     let Some(query_id) = q["id"].as_str().map(str::to_string) else {
         return tracing::warn!("telegram: a callback_query without an id ignored");
     };
-    let verdict = judge(q, &bot.allowed);
+    let verdict = judge(q, &bot.allowed, &bot.users);
     let (sup, bot) = (sup.clone(), bot.clone());
     tokio::spawn(async move {
         let text = match verdict {
@@ -398,6 +419,7 @@ mod tests {
             tool: "exec".into(),
             summary: summary.into(),
             asked_at: "2026-11-26T10:00:00Z".into(),
+            input: String::new(),
         }
     }
 
@@ -459,10 +481,10 @@ mod tests {
         // The helper's message has `date: 0`, an InaccessibleMessage: it still names its chat,
         // which is what decides.
         assert!(matches!(
-            judge(&q(Some(42), "approve:ap-1"), &allowed),
+            judge(&q(Some(42), "approve:ap-1"), &allowed, &[]),
             Verdict::Counts { chat: 42, action: Action::Approve(ref id) } if id == "ap-1"
         ));
-        match judge(&q(Some(7), "approve:ap-1"), &allowed) {
+        match judge(&q(Some(7), "approve:ap-1"), &allowed, &[]) {
             Verdict::Refused { text, log } => {
                 assert_eq!(text, "not allowed");
                 assert!(log.contains("chat 7"), "{log}");
@@ -470,16 +492,59 @@ mod tests {
             Verdict::Counts { .. } => panic!("a chat not allowed counted"),
         }
         assert!(matches!(
-            judge(&q(None, "approve:ap-1"), &allowed),
+            judge(&q(None, "approve:ap-1"), &allowed, &[]),
             Verdict::Refused { .. }
         ));
         assert!(matches!(
-            judge(&q(Some(42), "rm -rf /"), &allowed),
+            judge(&q(Some(42), "rm -rf /"), &allowed, &[]),
             Verdict::Refused {
                 text: "unknown button",
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn with_allowed_users_only_their_presses_count() {
+        let q = |from: Option<i64>| {
+            let mut q = json!({"id": "1", "chat_instance": "-1", "data": "approve:ap-1",
+                "message": {"message_id": 3, "date": 0, "chat": {"id": 42}}});
+            if let Some(f) = from {
+                q["from"] = json!({"id": f, "is_bot": false, "first_name": "x"});
+            }
+            q
+        };
+        assert!(matches!(
+            judge(&q(Some(5)), &[42], &[5]),
+            Verdict::Counts { chat: 42, .. }
+        ));
+        for press in [q(Some(6)), q(None)] {
+            match judge(&press, &[42], &[5]) {
+                Verdict::Refused { text, log } => {
+                    assert_eq!(text, "not allowed");
+                    assert!(log.contains("telegram.allowed_users"), "{log}");
+                }
+                Verdict::Counts { .. } => panic!("a user not allowed counted"),
+            }
+        }
+        // No list: any member of an allowed chat, as before.
+        assert!(matches!(
+            judge(&q(Some(6)), &[42], &[]),
+            Verdict::Counts { .. }
+        ));
+    }
+
+    #[test]
+    fn a_request_hides_nothing_in_its_message() {
+        let text = message(&info("ap-abc", "touch X #\r\x1b[2Kls -la \u{202e}\u{200b}"));
+        assert!(
+            text.contains("touch X #\\r\\x1b[2Kls -la \\u{202e}\\u{200b}"),
+            "{text}"
+        );
+        assert!(
+            !pegasus_proto::shown::has_hidden(&text.replace('\n', " ")),
+            "{text}"
+        );
     }
 
     #[test]

@@ -36,6 +36,9 @@ struct Bot {
     /// Where the token comes from, for the refusal that says to fix it.
     token_env: String,
     allowed: Vec<i64>,
+    /// Users whose approval presses count (`telegram.allowed_users`); empty = any member of an
+    /// allowed chat.
+    users: Vec<i64>,
 }
 
 /// Telegram as a client of pegasusd's core ([`pegasus_supervisor::DaemonOptions`]); it has
@@ -64,11 +67,19 @@ async fn run(sup: FrontDoor, token: String) {
         token,
         token_env: cfg.token_env.clone(),
         allowed: cfg.allowed_chats.clone(),
+        users: cfg.allowed_users.clone(),
     });
     if bot.allowed.is_empty() {
         tracing::warn!("telegram: `telegram.allowed_chats` is empty, so every message is ignored; add your chat id");
     }
-    tracing::info!(chats = bot.allowed.len(), "telegram adapter started");
+    if !bot.allowed.is_empty() && bot.users.is_empty() {
+        tracing::warn!("telegram: `telegram.allowed_users` is empty, so any member of an allowed chat can approve tool calls; list the user ids that may (yours: the `from.id` of your messages)");
+    }
+    tracing::info!(
+        chats = bot.allowed.len(),
+        users = bot.users.len(),
+        "telegram adapter started"
+    );
     tokio::spawn(push_notifications(sup.clone(), bot.clone()));
     tokio::spawn(approvals::push(sup.clone(), bot.clone()));
     let offset_file = sup.home().root().join("telegram.offset");

@@ -52,7 +52,7 @@ pub async fn run(cli: Cli) -> Result<(), CtlError> {
             limit,
         } => search::run(&home, cli.json, query, project, kind, limit),
         Command::Stop => stop::run(&home, cli.json).await,
-        Command::Approvals { name } => approvals::list(&home, cli.json, name),
+        Command::Approvals { name, full } => approvals::list(&home, cli.json, name, full),
         Command::Approve { id, always } => {
             approvals::answer(&home, cli.json, id, true, always, None).await
         }
@@ -164,9 +164,11 @@ async fn following<T>(
                         printed.push_str(&text);
                     }
                     BusBody::Worker(WorkerEvent::Approval { request: r }) => {
+                        // Escaped here too: what a person reads is what runs, whoever sent it.
+                        use pegasus_proto::shown::escape;
                         eprintln!(
                             "waiting for approval {}: {} `{}` (task {}); answer with `pegasusctl approve {}` or `pegasusctl deny {}`",
-                            r.id, r.tool, r.summary, r.task, r.id, r.id
+                            escape(&r.id), escape(&r.tool), escape(&r.summary), escape(&r.task), escape(&r.id), escape(&r.id)
                         );
                     }
                     _ => {}

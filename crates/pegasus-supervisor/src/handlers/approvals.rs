@@ -8,8 +8,8 @@ use pegasus_proto::{ctl::ApprovalInfo, worker::ToWorker, Channel};
 use pegasus_store::approvals::{self as store, Answer, AnswerError, Decision};
 use pegasus_store::ProjectFile;
 
-/// The waiting requests, oldest first (every project's, or `project`'s); overdue ones are
-/// denied first, as their worker would.
+/// The waiting requests, oldest first (every project's, or `project`'s), without those whose
+/// time ran out by pegasusd's clock (from when it first saw them).
 pub(crate) fn list(
     sup: &Supervisor,
     project: Option<&str>,
@@ -20,7 +20,7 @@ pub(crate) fn list(
             return Err(RequestError::ProjectNotFound(name.to_string()));
         }
     }
-    Ok(store::waiting(&sup.home.projects_dir(), project))
+    Ok(sup.approval_clock.waiting(project))
 }
 
 /// Approves or denies request `id` for `from`; the line says what happens next.
@@ -46,8 +46,8 @@ pub(crate) async fn answer(
     if let Some(a) = store::read_answer(&dir, id) {
         return Err(already(id, &a));
     }
-    if chrono::Utc::now() >= request.expires_at() {
-        // Its worker (now, or at its next start) denies it for the timeout.
+    if chrono::Utc::now() >= sup.approval_clock.expires_at(&request) {
+        // pegasusd's clock denies it within a second (its worker's too).
         return Err(RequestError::Refused(format!(
             "approval {id} timed out after {} s and is denied: ask the project again if the call is still wanted",
             request.timeout_s
@@ -88,6 +88,13 @@ pub(crate) async fn answer(
             "approved: the call runs now, and `{}` runs without asking from now on in {project}",
             request.always
         ),
+        (Decision::Approved { .. }, true)
+            if request.tool == store::MERGE_TOOL && request.call_id.is_empty() =>
+        {
+            format!(
+                "approved: the merge goes ahead, and merges in {project} no longer ask (approvals.merge: auto in its PROJECT.md)"
+            )
+        }
         (Decision::Approved { .. }, true) => format!(
             "approved: the call runs now, and `{}` is allowed from now on in {project}",
             request.tool
@@ -117,6 +124,9 @@ fn allow_always(
         if !block.allow.contains(&glob) {
             block.allow.push(glob);
         }
+    } else if request.tool == store::MERGE_TOOL && request.call_id.is_empty() {
+        // A merge is not a tool call: `merge: auto` is what makes the next one go through.
+        block.merge = Some(store::MergeMode::Auto);
     } else {
         block.tools.insert(request.tool.clone(), store::Mode::Allow);
     }
