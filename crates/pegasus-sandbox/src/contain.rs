@@ -146,6 +146,9 @@ struct Prepared {
     /// What `/proc/self/uid_map` and `gid_map` get in a user namespace.
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    /// The project's `commands` cgroup (`cgroup.procs` in each hierarchy) when limits apply
+    /// (see [`crate::cgroups`]): the command joins it before anything else.
+    cgroup_procs: Vec<CString>,
 }
 
 const TMPFS: &CStr = c"tmpfs";
@@ -198,6 +201,9 @@ impl Prepared {
             read_only,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            cgroup_procs: crate::cgroups::CommandCgroup::get()
+                .map(|c| c.procs().to_vec())
+                .unwrap_or_default(),
         })
     }
 
@@ -208,6 +214,12 @@ impl Prepared {
         // The worker may have died before the prctl: then nobody would kill us later.
         if nix::unistd::getppid().as_raw() as u32 != self.parent {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        if !self.cgroup_procs.is_empty() {
+            // Into the project's cgroup before it can start anything, and first in line for
+            // an out-of-memory kill there, before its worker (raising it needs no privilege).
+            crate::cgroups::join_in_child(&self.cgroup_procs)?;
+            write_file(c"/proc/self/oom_score_adj", b"1000");
         }
         if !self.unshare()? {
             return self.restrict();

@@ -3,9 +3,12 @@
 //!
 //! * [`contain`]: each command in PID and mount namespaces of its own, so the kernel kills all
 //!   it started when its worker dies; its own `/proc`; the `.git` it could rewrite read-only.
+//! * [`cgroups`]: per-project limits (memory, processes, cpu), each project's worker and
+//!   everything it starts in a cgroup of its own.
 //! * [`landlock_rules`]: what it may write (its workdir, its temp dir, configured extras) and
 //!   read (everything but the Pegasus home, except its own project folder).
 
+pub mod cgroups;
 pub mod contain;
 pub mod landlock_rules;
 

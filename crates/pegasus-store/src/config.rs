@@ -52,6 +52,8 @@ pub struct Config {
     pub default_launcher: String,
     /// Which tool calls need a person's yes (SPEC §11); PROJECT.md `approvals:` extends it.
     pub approvals: crate::approvals::ApprovalsConfig,
+    /// Per-project limits (SPEC §12), enforced with cgroups; PROJECT.md `limits:` wins per key.
+    pub limits: crate::limits::LimitsConfig,
     /// How long pegasusd's and the workers' logs under `<home>/logs/` are kept (SPEC §12).
     pub logs: LogsConfig,
 }
@@ -117,6 +119,7 @@ impl Default for Config {
             default_launcher: crate::launcher::LOCAL.into(),
             approvals: Default::default(),
             logs: LogsConfig::default(),
+            limits: Default::default(),
         }
     }
 }
@@ -537,6 +540,9 @@ impl Config {
         if let Err(m) = self.approvals.check() {
             return Err(err("approvals", &m));
         }
+        if let Err((key, m)) = self.limits.check() {
+            return Err(err(&format!("limits.{key}"), &m));
+        }
         match self.dashboard.listen.parse::<std::net::SocketAddr>() {
             Err(_) => {
                 return Err(err(
@@ -772,6 +778,29 @@ dashboard: {listen: 127.0.0.1:7474}
         );
         let err = parse("logs: {keep_days: 0}\n").unwrap_err().to_string();
         assert!(err.contains("logs.keep_days"), "{err}");
+    }
+
+    #[test]
+    fn limits_load_and_a_bad_size_is_one_line_with_its_key() {
+        let c = parse("limits: {memory: 64M, pids: 64}\n").unwrap();
+        assert_eq!(c.limits.memory.bytes(), 64 << 20);
+        assert_eq!((c.limits.pids, c.limits.cpu), (64, 1.0));
+        assert_eq!(
+            Config::default().limits.describe(),
+            "memory 2G, pids 512, cpu 1.0"
+        );
+        let err = parse("default_model: a/b\nlimits:\n  memory: 2GB\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config.yml:3: key `limits.memory`: `2GB` is not a size"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+        let err = parse("limits:\n  cpu: 0\n").unwrap_err().to_string();
+        assert!(err.starts_with("config.yml:2: key `limits.cpu`:"), "{err}");
+        let err = parse("limits: {swap: 1G}\n").unwrap_err().to_string();
+        assert!(err.contains("unknown field `swap`"), "{err}");
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod jsonl;
 pub mod launcher;
 pub mod ledger;
 pub mod lifecycle;
+pub mod limits;
 pub mod mcp;
 pub mod project;
 pub mod project_info;

@@ -64,6 +64,8 @@ struct Known {
     budget_usd: Option<f64>,
     /// Where the worker runs (SPEC §14): a name under config.yml `launchers:`, or `local`.
     launcher: Option<String>,
+    /// Its own `limits:` (SPEC §12), each key winning over config.yml's.
+    limits: crate::limits::ProjectLimits,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -137,6 +139,11 @@ impl ProjectFile {
     /// `default_launcher`.
     pub fn launcher(&self) -> Option<&str> {
         self.known.launcher.as_deref()
+    }
+
+    /// Its own `limits:` keys; config.yml's `limits:` gives the others.
+    pub fn limits(&self) -> crate::limits::ProjectLimits {
+        self.known.limits
     }
 
     /// The frontmatter text between the `---` lines, exactly as in the file.

@@ -169,6 +169,8 @@ impl Ctx<'_> {
         if let Err(m) = crate::approvals::ApprovalsConfig::from_yaml(map.get("approvals")) {
             return Err(self.err("approvals", m));
         }
+        let limits = crate::limits::ProjectLimits::from_yaml(map.get("limits"))
+            .map_err(|m| self.err("limits", m))?;
         let launcher = self.opt_string("launcher", map.get("launcher"))?;
         if launcher
             .as_deref()
@@ -189,6 +191,7 @@ impl Ctx<'_> {
             completed,
             budget_usd,
             launcher,
+            limits,
         })
     }
 }
@@ -361,6 +364,13 @@ mod tests {
             ),
             ("budget_usd: 3", "budget_usd: -1", 9, "budget_usd", ">= 0"),
             ("budget_usd: 3", "budget_usd: lots", 9, "budget_usd", ">= 0"),
+            (
+                "budget_usd: 3",
+                "limits: {memory: 2GB}",
+                9,
+                "limits",
+                "is not a size",
+            ),
         ];
         for (from, to, line, key, msg) in cases {
             let e = err_text(&base.replace(from, to));
