@@ -20,7 +20,7 @@ pub enum KubeError {
     /// A variable other than the three bootstrap values was asked for in a pod's environment.
     /// A pod's spec is readable by anyone who may read pods in the namespace, so nothing but
     /// the one-time bootstrap values may go there; a provider key never does.
-    #[error("`{name}` may not be set in a worker pod: a pod gets only PEGASUS_CONNECT, PEGASUS_ENROLL and PEGASUS_CA_SHA256 (everything else comes over the link)")]
+    #[error("`{name}` may not be set in a worker pod: a pod gets only PEGASUS_CONNECT and PEGASUS_CA_SHA256 in its environment, its enrollment token from a Secret (everything else comes over the link)")]
     EnvNotAllowed { name: String },
 
     /// The worker command has no program.
@@ -48,7 +48,7 @@ pub enum KubeError {
 
     /// A pod with this project's name exists but carries another home's label: two homes
     /// share the namespace and their short ids collide. Never touched.
-    #[error("pod `{pod}` in namespace `{namespace}` belongs to another Pegasus home (`{owner}`): give this launcher its own namespace")]
+    #[error("pod or secret `{pod}` in namespace `{namespace}` belongs to another Pegasus home (`{owner}`): give this launcher its own namespace")]
     NameTaken {
         pod: String,
         namespace: String,
@@ -84,7 +84,7 @@ impl KubeError {
                     detail.push_str(&status.message);
                 }
                 let hint = if status.is_forbidden() {
-                    " (pegasusd's credentials need a Role allowing pods create, get, list, watch and delete in this namespace: see docs/SCALING.md)"
+                    " (pegasusd's credentials need a Role allowing pods create, get, list, watch and delete, and secrets create, get, list and delete, in this namespace: see docs/SCALING.md)"
                 } else if status.is_not_found() {
                     " (does the namespace exist?)"
                 } else {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{
     Api, DeleteParams, ListParams, PostParams, Preconditions, WatchEvent, WatchParams,
 };
@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use tokio::time::Instant;
 
 use crate::error::KubeError;
-use crate::manifest::{pod_manifest, TERMINATION_GRACE_SECONDS};
+use crate::manifest::{enroll_secret, pod_manifest, TERMINATION_GRACE_SECONDS};
 use crate::names::{
     pod_name, HomeId, HOME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, PROJECT_ANNOTATION,
 };
@@ -58,6 +58,8 @@ pub struct Adoption {
 /// namespace, and only ever lists, watches or deletes pods labelled with its home.
 pub struct PodLauncher {
     pods: Api<Pod>,
+    /// The enrollment Secrets, one per launch, named as their pods.
+    secrets: Api<Secret>,
     settings: KubeSettings,
     home: HomeId,
 }
@@ -65,9 +67,11 @@ pub struct PodLauncher {
 impl PodLauncher {
     /// A launcher over an existing client (a mock one in tests).
     pub fn new(client: kube::Client, settings: KubeSettings, home: HomeId) -> PodLauncher {
-        let pods = Api::namespaced(client, &settings.namespace);
+        let pods = Api::namespaced(client.clone(), &settings.namespace);
+        let secrets = Api::namespaced(client, &settings.namespace);
         PodLauncher {
             pods,
+            secrets,
             settings,
             home,
         }
@@ -90,16 +94,20 @@ impl PodLauncher {
         &self.settings
     }
 
-    /// Makes the pod of `project` running `worker_cmd` with `env` (see [`pod_manifest`]).
-    /// An earlier pod of the project and home is deleted first, and its end awaited (up to
-    /// [`DELETE_PATIENCE`]), since the new one takes its name.
+    /// Makes the pod of `project` running `worker_cmd` with `env` (see [`pod_manifest`]), and
+    /// first the Secret holding `enroll_line` that the pod reads its token from
+    /// ([`enroll_secret`]; an earlier one of the same name is replaced). An earlier pod of the
+    /// project and home is deleted first, and its end awaited (up to [`DELETE_PATIENCE`]),
+    /// since the new one takes its name.
     pub async fn launch(
         &self,
         project: &str,
         env: &[(String, String)],
+        enroll_line: &str,
         worker_cmd: &[String],
     ) -> Result<LaunchedPod, KubeError> {
         let pod = pod_manifest(&self.settings, &self.home, project, env, worker_cmd)?;
+        let secret = enroll_secret(&self.settings, &self.home, project, enroll_line)?;
         let name = pod_name(&self.home, project);
         if let Some(old) = self.get(&name).await? {
             self.check_ours(&old, &name)?;
@@ -107,6 +115,11 @@ impl PodLauncher {
                 self.wait_gone(&name, old.uid().as_deref()).await?;
             }
         }
+        self.delete_secret(&name).await?;
+        self.secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .map_err(|e| self.secret_err("create", &name, e))?;
         let created = self
             .pods
             .create(&PostParams::default(), &pod)
@@ -115,14 +128,49 @@ impl PodLauncher {
         launched(project, &name, &created)
     }
 
-    /// Deletes the pod of `project` (on suspend and stop). No pod is fine.
+    /// Deletes the pod of `project` (on suspend and stop, and when its worker is done), and
+    /// its enrollment Secret. None is fine.
     pub async fn delete(&self, project: &str) -> Result<(), KubeError> {
         let name = pod_name(&self.home, project);
         if let Some(old) = self.get(&name).await? {
             self.check_ours(&old, &name)?;
             self.delete_pod(&old, &name).await?;
         }
-        Ok(())
+        self.delete_secret(&name).await
+    }
+
+    /// Deletes the enrollment Secret of `project`'s launch, once its worker enrolled: the token
+    /// in it is spent. None is fine.
+    pub async fn forget_enrollment(&self, project: &str) -> Result<(), KubeError> {
+        self.delete_secret(&pod_name(&self.home, project)).await
+    }
+
+    /// Deletes the Secret `name` if it is this home's; a missing one is fine.
+    async fn delete_secret(&self, name: &str) -> Result<(), KubeError> {
+        let Some(secret) = self
+            .secrets
+            .get_opt(name)
+            .await
+            .map_err(|e| self.secret_err("read", name, e))?
+        else {
+            return Ok(());
+        };
+        if secret.labels().get(HOME_LABEL).map(String::as_str) != Some(self.home.as_str()) {
+            return Err(KubeError::NameTaken {
+                pod: name.to_string(),
+                namespace: self.settings.namespace.clone(),
+                owner: secret
+                    .labels()
+                    .get(HOME_LABEL)
+                    .cloned()
+                    .unwrap_or_else(|| "no pegasus/home label".to_string()),
+            });
+        }
+        match self.secrets.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(e) => Err(self.secret_err("delete", name, e)),
+        }
     }
 
     /// Returns when `pod` has ended: `Succeeded`, `Failed` with its reason, found unable to
@@ -222,6 +270,27 @@ impl PodLauncher {
                 }
             }
         }
+        // Every enrollment Secret of this home is an earlier pegasusd's: its token died with
+        // that pegasusd (tokens live in its memory only), so none has anything left to give.
+        let secrets = self
+            .secrets
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| {
+                KubeError::api(
+                    "list",
+                    format!("secrets labelled `{selector}`"),
+                    &self.settings.namespace,
+                    e,
+                )
+            })?;
+        for secret in secrets.items {
+            if let Some(name) = secret.metadata.name.as_deref() {
+                if secret.labels().get(HOME_LABEL).map(String::as_str) == Some(self.home.as_str()) {
+                    self.delete_secret(name).await?;
+                }
+            }
+        }
         Ok(adoption)
     }
 
@@ -280,6 +349,15 @@ impl PodLauncher {
                 Some(_) => tokio::time::sleep(GONE_POLL).await,
             }
         }
+    }
+
+    fn secret_err(&self, action: &'static str, name: &str, e: kube::Error) -> KubeError {
+        KubeError::api(
+            action,
+            format!("secret `{name}`"),
+            &self.settings.namespace,
+            e,
+        )
     }
 
     fn api_err(&self, action: &'static str, name: &str, e: kube::Error) -> KubeError {

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaimVolumeSource, Pod,
-    PodSecurityContext, PodSpec, ResourceRequirements, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, ResourceRequirements, Secret, SecretVolumeSource, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
 
 use crate::error::KubeError;
 use crate::names::{
@@ -17,11 +19,29 @@ use crate::names::{
 };
 use crate::settings::KubeSettings;
 
-/// The only environment variables a worker pod may carry (SPEC §14's bootstrap values): where
-/// pegasusd listens, the one-time enrollment token, and the CA's fingerprint. Anyone who may
-/// read pods in the namespace reads these, which is why the token is single-use and short-lived
-/// and why nothing else, above all no provider key, is ever put here.
-pub const BOOTSTRAP_ENV: [&str; 3] = ["PEGASUS_CONNECT", "PEGASUS_ENROLL", "PEGASUS_CA_SHA256"];
+/// The only environment variables a caller may give a worker pod (SPEC §14's public bootstrap
+/// values): where pegasusd listens and the CA's fingerprint. Anyone who may read pods in the
+/// namespace reads these, which is why nothing secret, neither the enrollment token nor a
+/// provider key, is ever put here. The pod also gets [`ENROLL_FILE_ENV`], set here.
+pub const BOOTSTRAP_ENV: [&str; 2] = ["PEGASUS_CONNECT", "PEGASUS_CA_SHA256"];
+
+/// The variable naming the file the worker reads its enrollment line from (pegasus-link's
+/// `PEGASUS_ENROLL_FILE`): a path, no secret.
+pub const ENROLL_FILE_ENV: &str = "PEGASUS_ENROLL_FILE";
+
+/// Where the launch's Secret is mounted in the worker container (read-only), and the one file
+/// in it: the enrollment line, `PEGASUS_ENROLL=<token>`.
+pub const ENROLL_DIR: &str = "/run/pegasus-enroll";
+/// The key of the enrollment line in the Secret, and its file's name under [`ENROLL_DIR`].
+pub const ENROLL_KEY: &str = "enroll";
+
+/// The volume of the launch's Secret.
+const ENROLL_VOLUME: &str = "enroll";
+
+/// The mode of the enrollment file: readable by the container's user whatever uid it runs as
+/// (a Secret's files belong to root), and by nothing outside the pod; the token in it is spent
+/// within seconds of the start, and the Secret deleted then.
+const ENROLL_FILE_MODE: i32 = 0o444;
 
 /// The worker container's name, which `kubectl logs` and the status of a pod name.
 pub const CONTAINER: &str = "worker";
@@ -48,8 +68,10 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 10;
 /// * One container, [`CONTAINER`], of the settings' image, with `worker_cmd` as its
 ///   arguments (so an image entrypoint such as tini stays PID 1 and reaps what the worker
 ///   leaves), and exactly `env`, which may hold only [`BOOTSTRAP_ENV`] names
-///   ([`KubeError::EnvNotAllowed`] otherwise). Service links are off: Kubernetes would
-///   otherwise add a variable per service in the namespace.
+///   ([`KubeError::EnvNotAllowed`] otherwise), plus [`ENROLL_FILE_ENV`]. Service links are
+///   off: Kubernetes would otherwise add a variable per service in the namespace.
+/// * The one-time enrollment token from the Secret of the same name ([`enroll_secret`]),
+///   mounted read-only at [`ENROLL_DIR`]: never in the pod's spec.
 /// * The project's own folder, and nothing else of the home, from the claim (whose root is the
 ///   home's `projects/`): mounted at `<home_path>/projects/<project>`, the path pegasusd
 ///   knows it by. The rest of the home (config.yml, the ledger, `tls/` with the CA key, other
@@ -108,6 +130,41 @@ pub fn pod_manifest(
         ..Volume::default()
     };
 
+    let enroll_mount = VolumeMount {
+        name: ENROLL_VOLUME.to_string(),
+        mount_path: ENROLL_DIR.to_string(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    };
+    let enroll_volume = Volume {
+        name: ENROLL_VOLUME.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(pod_name(home, project)),
+            items: Some(vec![KeyToPath {
+                key: ENROLL_KEY.to_string(),
+                path: ENROLL_KEY.to_string(),
+                ..KeyToPath::default()
+            }]),
+            default_mode: Some(ENROLL_FILE_MODE),
+            optional: Some(false),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mut env_vars: Vec<EnvVar> = env
+        .iter()
+        .map(|(name, value)| EnvVar {
+            name: name.clone(),
+            value: Some(value.clone()),
+            value_from: None,
+        })
+        .collect();
+    env_vars.push(EnvVar {
+        name: ENROLL_FILE_ENV.to_string(),
+        value: Some(format!("{ENROLL_DIR}/{ENROLL_KEY}")),
+        value_from: None,
+    });
+
     let amounts: BTreeMap<String, Quantity> =
         [("cpu", &settings.cpu), ("memory", &settings.memory)]
             .into_iter()
@@ -123,17 +180,9 @@ pub fn pod_manifest(
         name: CONTAINER.to_string(),
         image: Some(settings.image.clone()),
         args: Some(worker_cmd.to_vec()),
-        env: Some(
-            env.iter()
-                .map(|(name, value)| EnvVar {
-                    name: name.clone(),
-                    value: Some(value.clone()),
-                    value_from: None,
-                })
-                .collect(),
-        ),
+        env: Some(env_vars),
         // The home first: the project's folder is mounted inside it.
-        volume_mounts: Some(vec![home_mount, project_mount]),
+        volume_mounts: Some(vec![home_mount, project_mount, enroll_mount]),
         resources,
         ..Container::default()
     };
@@ -156,7 +205,7 @@ pub fn pod_manifest(
         spec: Some(PodSpec {
             restart_policy: Some("Never".to_string()),
             containers: vec![container],
-            volumes: Some(vec![home_volume, projects_volume]),
+            volumes: Some(vec![home_volume, projects_volume, enroll_volume]),
             service_account_name: settings.service_account.clone(),
             automount_service_account_token: settings.service_account.is_none().then_some(false),
             enable_service_links: Some(false),
@@ -165,6 +214,42 @@ pub fn pod_manifest(
             ..PodSpec::default()
         }),
         status: None,
+    })
+}
+
+/// The Secret made for one launch of `project`'s worker: named and labelled as its pod, holding
+/// only `enroll_line` (`PEGASUS_ENROLL=<token>`, the token pegasusd issued for this launch)
+/// under [`ENROLL_KEY`], immutable (the kubelet need not watch it). pegasusd deletes it once the
+/// worker enrolled, and with its pod.
+pub fn enroll_secret(
+    settings: &KubeSettings,
+    home: &HomeId,
+    project: &str,
+    enroll_line: &str,
+) -> Result<Secret, KubeError> {
+    pegasus_store::validate_name(project).map_err(|e| KubeError::Project(e.to_string()))?;
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(pod_name(home, project)),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+                (HOME_LABEL.to_string(), home.as_str().to_string()),
+                (PROJECT_LABEL.to_string(), project_label(project)),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                PROJECT_ANNOTATION.to_string(),
+                project.to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".to_string()),
+        immutable: Some(true),
+        data: Some(BTreeMap::from([(
+            ENROLL_KEY.to_string(),
+            ByteString(enroll_line.as_bytes().to_vec()),
+        )])),
+        string_data: None,
     })
 }
 
@@ -187,7 +272,6 @@ mod tests {
     pub(crate) fn bootstrap_env() -> Vec<(String, String)> {
         vec![
             ("PEGASUS_CONNECT".into(), "pegasusd.pegasus.svc:7475".into()),
-            ("PEGASUS_ENROLL".into(), "one-time-token".into()),
             ("PEGASUS_CA_SHA256".into(), "ab".repeat(32)),
         ]
     }
@@ -229,8 +313,8 @@ mod tests {
                         "args": ["project-worker", "/srv/pegasus/projects/web"],
                         "env": [
                             {"name": "PEGASUS_CONNECT", "value": "pegasusd.pegasus.svc:7475"},
-                            {"name": "PEGASUS_ENROLL", "value": "one-time-token"},
-                            {"name": "PEGASUS_CA_SHA256", "value": "ab".repeat(32)}
+                            {"name": "PEGASUS_CA_SHA256", "value": "ab".repeat(32)},
+                            {"name": "PEGASUS_ENROLL_FILE", "value": "/run/pegasus-enroll/enroll"}
                         ],
                         "resources": {
                             "requests": {"cpu": "500m", "memory": "256Mi"},
@@ -242,16 +326,61 @@ mod tests {
                                 "name": "projects",
                                 "mountPath": "/srv/pegasus/projects/web",
                                 "subPath": "web"
-                            }
+                            },
+                            {"name": "enroll", "mountPath": "/run/pegasus-enroll", "readOnly": true}
                         ]
                     }],
                     "volumes": [
                         {"name": "home", "emptyDir": {}},
-                        {"name": "projects", "persistentVolumeClaim": {"claimName": "pegasus-home"}}
+                        {"name": "projects", "persistentVolumeClaim": {"claimName": "pegasus-home"}},
+                        {"name": "enroll", "secret": {
+                            "secretName": "pegasus-3f9a2c71-web",
+                            "items": [{"key": "enroll", "path": "enroll"}],
+                            "defaultMode": 0o444,
+                            "optional": false
+                        }}
                     ]
                 }
             })
         );
+    }
+
+    /// The token is in the Secret alone, never in the pod's spec.
+    #[test]
+    fn the_token_goes_into_a_secret_of_the_pods_name_and_never_into_the_pod() {
+        let home = HomeId::new("3f9a2c71d0e4").unwrap();
+        let line = format!("PEGASUS_ENROLL={}\n", "cd".repeat(32));
+        let secret = enroll_secret(&settings(), &home, "web", &line).unwrap();
+        assert_eq!(
+            serde_json::to_value(&secret).unwrap(),
+            json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": "pegasus-3f9a2c71-web",
+                    "namespace": "pegasus",
+                    "labels": {
+                        "app.kubernetes.io/managed-by": "pegasus",
+                        "pegasus/home": "3f9a2c71d0e4",
+                        "pegasus/project": "web"
+                    },
+                    "annotations": {"pegasus/project": "web"}
+                },
+                "type": "Opaque",
+                "immutable": true,
+                // base64 of the line
+                "data": {"enroll": serde_json::to_value(ByteString(line.as_bytes().to_vec())).unwrap()}
+            })
+        );
+        let pod = pod_manifest(&settings(), &home, "web", &bootstrap_env(), &cmd()).unwrap();
+        let text = serde_json::to_string(&pod).unwrap();
+        assert!(!text.contains(&"cd".repeat(32)) && !text.contains("PEGASUS_ENROLL\""));
+        let mut env = bootstrap_env();
+        env.push(("PEGASUS_ENROLL".into(), "cd".repeat(32)));
+        assert!(matches!(
+            pod_manifest(&settings(), &home, "web", &env, &cmd()),
+            Err(KubeError::EnvNotAllowed { name }) if name == "PEGASUS_ENROLL"
+        ));
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use kube::client::Body;
 use pegasus_kube::{
-    pod_manifest, Adoption, HomeId, KubeError, KubeSettings, LaunchedPod, PodEnd, PodLauncher,
+    enroll_secret, pod_manifest, Adoption, HomeId, KubeError, KubeSettings, LaunchedPod, PodEnd,
+    PodLauncher,
 };
 use serde_json::{json, Value};
 use tower_test::mock::{Handle, SendResponse};
@@ -18,6 +19,11 @@ use tower_test::mock::{Handle, SendResponse};
 const HOME: &str = "3f9a2c71d0e4";
 const PODS: &str = "/api/v1/namespaces/pegasus/pods";
 const WEB_POD: &str = "/api/v1/namespaces/pegasus/pods/pegasus-3f9a2c71-web";
+const SECRETS: &str = "/api/v1/namespaces/pegasus/secrets";
+const WEB_SECRET: &str = "/api/v1/namespaces/pegasus/secrets/pegasus-3f9a2c71-web";
+/// A launch's enrollment line (a token of pegasus-link's form).
+const LINE: &str =
+    "PEGASUS_ENROLL=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n";
 
 fn settings() -> KubeSettings {
     KubeSettings::from_value(
@@ -36,7 +42,6 @@ fn home() -> HomeId {
 fn env() -> Vec<(String, String)> {
     vec![
         ("PEGASUS_CONNECT".into(), "pegasusd.pegasus.svc:7475".into()),
-        ("PEGASUS_ENROLL".into(), "one-time-token".into()),
         ("PEGASUS_CA_SHA256".into(), "ab".repeat(32)),
     ]
 }
@@ -59,6 +64,34 @@ fn pod(project: &str, home: &str, uid: &str, status: Value) -> Value {
         "spec": {"containers": [{"name": "worker", "image": "registry.example/pegasus-worker:0.1"}]},
         "status": status
     })
+}
+
+/// An enrollment Secret as the API server shows it.
+fn secret(project: &str, home: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": format!("pegasus-{}-{project}", &home[..8]),
+            "namespace": "pegasus", "uid": format!("uid-secret-{project}"), "resourceVersion": "42",
+            "labels": {"app.kubernetes.io/managed-by": "pegasus", "pegasus/home": home,
+                       "pegasus/project": project},
+            "annotations": {"pegasus/project": project}
+        },
+        "type": "Opaque", "immutable": true, "data": {"enroll": "cmVkYWN0ZWQ="}
+    })
+}
+
+fn success() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200})
+}
+
+/// The server's side of a launch's Secret: none there yet, then its creation; the body sent.
+async fn secret_made(server: &mut ApiServer) -> Value {
+    let (_, send) = server.expect(Method::GET, WEB_SECRET).await;
+    reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
+    let (seen, send) = server.expect(Method::POST, SECRETS).await;
+    reply(send, 201, &seen.body);
+    seen.body
 }
 
 fn running() -> Value {
@@ -190,14 +223,25 @@ async fn launch_posts_the_manifest_to_the_namespace() {
     let scenario = tokio::spawn(async move {
         let (_, send) = server.expect(Method::GET, WEB_POD).await;
         reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
+        // The Secret first: the pod mounts it.
+        let secret = secret_made(&mut server).await;
         let (seen, send) = server.expect(Method::POST, PODS).await;
         let mut created = seen.body.clone();
         created["metadata"]["uid"] = json!("uid-1");
         reply(send, 201, &created);
-        (seen, server)
+        (seen, secret, server)
     });
-    let launched = launcher.launch("web", &env(), &cmd()).await.unwrap();
-    let (seen, server) = scenario.await.unwrap();
+    let launched = launcher.launch("web", &env(), LINE, &cmd()).await.unwrap();
+    let (seen, secret, server) = scenario.await.unwrap();
+    let made = enroll_secret(&settings(), &home(), "web", LINE).unwrap();
+    assert_eq!(secret, serde_json::to_value(&made).unwrap());
+    // The token is in the Secret, and nowhere in the pod.
+    let token = LINE.trim_end().strip_prefix("PEGASUS_ENROLL=").unwrap();
+    assert!(!seen.body.to_string().contains(token), "{}", seen.body);
+    assert_eq!(
+        seen.body["spec"]["volumes"][2]["secret"]["secretName"],
+        "pegasus-3f9a2c71-web"
+    );
 
     assert_eq!(
         launched,
@@ -218,7 +262,11 @@ async fn launch_posts_the_manifest_to_the_namespace() {
         .collect();
     assert_eq!(
         names,
-        ["PEGASUS_CONNECT", "PEGASUS_ENROLL", "PEGASUS_CA_SHA256"]
+        [
+            "PEGASUS_CONNECT",
+            "PEGASUS_CA_SHA256",
+            "PEGASUS_ENROLL_FILE"
+        ]
     );
     drop(launcher);
     server.no_more().await;
@@ -245,13 +293,14 @@ async fn launch_deletes_the_projects_old_pod_and_waits_for_it_to_go() {
         reply(send, 200, &terminating);
         let (_, send) = server.expect(Method::GET, WEB_POD).await;
         reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
+        secret_made(&mut server).await;
         let (seen, send) = server.expect(Method::POST, PODS).await;
         let mut created = seen.body.clone();
         created["metadata"]["uid"] = json!("uid-new");
         reply(send, 201, &created);
         server
     });
-    let launched = launcher.launch("web", &env(), &cmd()).await.unwrap();
+    let launched = launcher.launch("web", &env(), LINE, &cmd()).await.unwrap();
     let server = scenario.await.unwrap();
     assert_eq!(launched.uid, "uid-new");
     drop(launcher);
@@ -272,7 +321,7 @@ async fn another_homes_pod_of_the_same_name_is_never_touched() {
         }
         server
     });
-    let launch = launcher.launch("web", &env(), &cmd()).await;
+    let launch = launcher.launch("web", &env(), LINE, &cmd()).await;
     let delete = launcher.delete("web").await;
     let server = scenario.await.unwrap();
     for result in [launch.map(|_| ()), delete] {
@@ -407,23 +456,41 @@ async fn delete_sends_delete_and_a_missing_pod_is_fine() {
         let (seen, send) = server.expect(Method::DELETE, WEB_POD).await;
         assert_eq!(seen.body["preconditions"], json!({"uid": "uid-1"}));
         reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
+        // The pod's enrollment Secret goes with it.
+        let (_, send) = server.expect(Method::GET, WEB_SECRET).await;
+        reply(send, 200, &secret("web", HOME));
+        let (_, send) = server.expect(Method::DELETE, WEB_SECRET).await;
+        reply(send, 200, &success());
         // No pod at all: nothing to delete.
         let (_, send) = server.expect(Method::GET, WEB_POD).await;
+        reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
+        let (_, send) = server.expect(Method::GET, WEB_SECRET).await;
         reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
         // A pod deleted at once (the server answers with a Status).
         let (_, send) = server.expect(Method::GET, WEB_POD).await;
         reply(send, 200, &pod("web", HOME, "uid-2", running()));
         let (_, send) = server.expect(Method::DELETE, WEB_POD).await;
-        reply(
-            send,
-            200,
-            &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}),
-        );
+        reply(send, 200, &success());
+        let (_, send) = server.expect(Method::GET, WEB_SECRET).await;
+        reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
+        // Once its worker enrolled, the Secret alone; one that vanished meanwhile is fine.
+        let (_, send) = server.expect(Method::GET, WEB_SECRET).await;
+        reply(send, 200, &secret("web", HOME));
+        let (_, send) = server.expect(Method::DELETE, WEB_SECRET).await;
+        reply(send, 404, &not_found("pegasus-3f9a2c71-web"));
+        // Another home's Secret of that name is never touched.
+        let (_, send) = server.expect(Method::GET, WEB_SECRET).await;
+        reply(send, 200, &secret("web", "3f9a2c71ffff"));
         server
     });
     launcher.delete("web").await.unwrap();
     launcher.delete("web").await.unwrap();
     launcher.delete("web").await.unwrap();
+    launcher.forget_enrollment("web").await.unwrap();
+    assert!(matches!(
+        launcher.forget_enrollment("web").await,
+        Err(KubeError::NameTaken { .. })
+    ));
     let server = scenario.await.unwrap();
     drop(launcher);
     server.no_more().await;
@@ -460,12 +527,24 @@ async fn adoption_keeps_live_pods_of_active_projects_and_deletes_the_rest() {
             let (seen, send) = server.next().await;
             assert_eq!(seen.method, Method::DELETE);
             deleted.push((seen.path.clone(), seen.body["preconditions"]["uid"].clone()));
-            reply(
-                send,
-                200,
-                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}),
-            );
+            reply(send, 200, &success());
         }
+        // Every enrollment Secret of this home is an earlier pegasusd's: deleted.
+        let (seen, send) = server.expect(Method::GET, SECRETS).await;
+        assert!(
+            seen.query.contains(
+                "labelSelector=app.kubernetes.io/managed-by=pegasus,pegasus/home=3f9a2c71d0e4"
+            ),
+            "{}",
+            seen.query
+        );
+        let list = json!({"kind": "SecretList", "apiVersion": "v1", "metadata": {"resourceVersion": "51"},
+            "items": [secret("web", HOME), secret("web", "aaaaaaaa0000")]});
+        reply(send, 200, &list);
+        let (_, send) = server.expect(Method::GET, WEB_SECRET).await;
+        reply(send, 200, &secret("web", HOME));
+        let (_, send) = server.expect(Method::DELETE, WEB_SECRET).await;
+        reply(send, 200, &success());
         (deleted, server)
     });
     let active: Vec<String> = ["web", "api", "shop", "docs"].map(String::from).to_vec();
@@ -513,7 +592,10 @@ async fn a_refused_launch_says_which_rights_are_missing() {
         );
         server
     });
-    let err = launcher.launch("web", &env(), &cmd()).await.unwrap_err();
+    let err = launcher
+        .launch("web", &env(), LINE, &cmd())
+        .await
+        .unwrap_err();
     let server = scenario.await.unwrap();
     let text = err.to_string();
     assert!(text.starts_with("Kubernetes could not read pod `pegasus-3f9a2c71-web` in namespace `pegasus`: 403 Forbidden: pods"), "{text}");

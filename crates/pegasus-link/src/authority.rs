@@ -9,8 +9,9 @@ use pegasus_proto::{FrameReader, FrameWriter};
 use rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -40,6 +41,48 @@ pub struct Authority {
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
     ca_sha256: String,
     tokens: TokenBook,
+    /// The one valid client certificate of each project: the one its latest enrollment was
+    /// issued. Any other certificate of the CA, earlier ones of the same project included, is
+    /// refused ([`Refusal::CertificateRevoked`]); this one serves one link only.
+    issued: Mutex<HashMap<String, Issued>>,
+}
+
+/// The certificate a project's latest enrollment was issued, kept in memory only: a
+/// certificate never outlives the pegasusd that issued it.
+struct Issued {
+    /// Hex SHA-256 of the certificate's DER.
+    fingerprint: String,
+    /// Hex SHA-256 of the token it was enrolled with: the token its hello must carry.
+    token_sha256: String,
+    /// Whether a connection already presented it (a certificate serves one link).
+    used: bool,
+}
+
+/// What a worker's client certificate proves, from [`Accepted::Worker`]: the project it was
+/// issued for and the enrollment it was issued at. The hello on that link must match both
+/// ([`Certified::check_hello`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certified {
+    /// The project the certificate names: the only one this connection may serve.
+    pub project: String,
+    /// Hex SHA-256 of the enrollment token the certificate was issued for.
+    token_sha256: String,
+}
+
+impl Certified {
+    /// Checks a connected worker's hello against its certificate: the hello must name the
+    /// certificate's project and carry the very token that certificate was enrolled with. A
+    /// token seen elsewhere, said over a link with any other certificate (an earlier one of the
+    /// same project too), is refused.
+    pub fn check_hello(&self, project: &str, token: &str) -> Result<(), Refusal> {
+        crate::check_hello_project(&self.project, project)?;
+        if certs::sha256_hex(token.as_bytes()) != self.token_sha256 {
+            return Err(Refusal::HelloNotBound {
+                project: self.project.clone(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A connection [`Authority::accept`] let through.
@@ -50,12 +93,12 @@ pub enum Accepted {
         /// The project the certificate was issued for.
         project: String,
     },
-    /// A worker presented a certificate of this CA, issued for `project`. `stream` is ready for
-    /// the worker frames (Hello first); check the Hello's project with
-    /// [`crate::check_hello_project`].
+    /// A worker presented the certificate its project's latest enrollment was issued, for the
+    /// first time. `stream` is ready for the worker frames (Hello first); check the Hello with
+    /// [`Certified::check_hello`].
     Worker {
-        /// The project the certificate names: the only one this connection may serve.
-        project: String,
+        /// The project and enrollment the certificate was issued for.
+        certified: Certified,
         /// The server side of the mutual-TLS stream (boxed: a TLS state is large).
         stream: Box<TlsStream<TcpStream>>,
     },
@@ -69,9 +112,10 @@ impl std::fmt::Debug for Accepted {
                 .debug_struct("Enrolled")
                 .field("project", project)
                 .finish(),
-            Accepted::Worker { project, .. } => {
-                f.debug_struct("Worker").field("project", project).finish()
-            }
+            Accepted::Worker { certified, .. } => f
+                .debug_struct("Worker")
+                .field("project", &certified.project)
+                .finish(),
         }
     }
 }
@@ -113,6 +157,7 @@ impl Authority {
             issuer: files.issuer,
             ca_sha256: certs::sha256_hex(files.ca_cert.as_ref()),
             tokens: TokenBook::default(),
+            issued: Mutex::new(HashMap::new()),
         })
     }
 
@@ -123,20 +168,34 @@ impl Authority {
     }
 
     /// A one-time enrollment token for `project`, valid [`crate::TOKEN_VALIDITY`] from now,
-    /// kept in memory only. Fails only if the OS random source does.
+    /// kept in memory only. A new launch of the project revokes the certificate of its last
+    /// one. Fails only if the OS random source does.
     pub fn issue_token(&self, project: &str) -> Result<String, LinkError> {
-        self.tokens.issue(project, Instant::now())
+        self.issue_token_at(project, Instant::now())
     }
 
     /// [`Authority::issue_token`] as if issued at `issued`: for tests of expiry, and for a
     /// caller that wants the validity to count from when it decided to launch.
     pub fn issue_token_at(&self, project: &str, issued: Instant) -> Result<String, LinkError> {
-        self.tokens.issue(project, issued)
+        let token = self.tokens.issue(project, issued)?;
+        self.revoke(project);
+        Ok(token)
+    }
+
+    /// Revokes `project`'s certificate: until its next enrollment, no certificate of it is
+    /// accepted. (A link already up is not cut: its certificate was checked once, at its start.)
+    pub fn revoke(&self, project: &str) {
+        self.issued_map().remove(project);
+    }
+
+    fn issued_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Issued>> {
+        // Every change to the map is one insert, remove or flag: never left half-made.
+        self.issued.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Everything one launch of `project`'s worker needs to reach this pegasusd at `connect`
-    /// (`host:port`): a fresh token and the CA fingerprint. Put [`Bootstrap::env`] into the
-    /// launched command's environment.
+    /// (`host:port`): a fresh token and the CA fingerprint. Put [`Bootstrap::public_env`] into
+    /// the launched command's environment and [`Bootstrap::enroll_line`] on its standard input.
     pub fn bootstrap(&self, connect: &str, project: &str) -> Result<Bootstrap, LinkError> {
         Bootstrap::new(connect, &self.issue_token(project)?, &self.ca_sha256)
     }
@@ -177,12 +236,38 @@ impl Authority {
         match presented {
             Some(cert) => match certs::project_of(&cert) {
                 Some(project) => Ok(Accepted::Worker {
-                    project,
+                    certified: self.take_certificate(&project, &cert)?,
                     stream: Box::new(tls),
                 }),
                 None => Err(Refusal::NoProject),
             },
             None => self.enroll(tls, deadline).await,
+        }
+    }
+
+    /// Lets `cert` (a certificate of this CA naming `project`) through once: only if it is the
+    /// one the project's latest enrollment was issued, and not presented before.
+    fn take_certificate(
+        &self,
+        project: &str,
+        cert: &CertificateDer<'_>,
+    ) -> Result<Certified, Refusal> {
+        let fingerprint = certs::sha256_hex(cert.as_ref());
+        let mut issued = self.issued_map();
+        match issued.get_mut(project) {
+            Some(i) if i.fingerprint == fingerprint && !i.used => {
+                i.used = true;
+                Ok(Certified {
+                    project: project.to_string(),
+                    token_sha256: i.token_sha256.clone(),
+                })
+            }
+            Some(i) if i.fingerprint == fingerprint => Err(Refusal::CertificateUsed {
+                project: project.to_string(),
+            }),
+            _ => Err(Refusal::CertificateRevoked {
+                project: project.to_string(),
+            }),
         }
     }
 
@@ -264,12 +349,22 @@ impl Authority {
         self.tokens
             .redeem(&request.token, &request.project, now)
             .map_err(Refusal::Token)?;
-        certs::make_client_cert(
+        let cert = certs::make_client_cert(
             &EnrolledKey(&request.public_key),
             &self.issuer,
             &request.project,
         )
-        .map_err(|e| Refusal::Enrollment(e.to_string()))
+        .map_err(|e| Refusal::Enrollment(e.to_string()))?;
+        // From now on this is the project's one valid certificate: every earlier one is revoked.
+        self.issued_map().insert(
+            request.project.clone(),
+            Issued {
+                fingerprint: certs::sha256_hex(cert.as_ref()),
+                token_sha256: certs::sha256_hex(request.token.as_bytes()),
+                used: false,
+            },
+        );
+        Ok(cert)
     }
 }
 

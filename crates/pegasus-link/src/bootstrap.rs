@@ -1,5 +1,6 @@
-//! A remote worker's side of the link: the three bootstrap values from its environment, and
-//! the connect that turns them into a mutual-TLS stream to pegasusd.
+//! A remote worker's side of the link: the bootstrap values (the two public ones from its
+//! environment, the one-time token from its standard input or a file), and the connect that
+//! turns them into a mutual-TLS stream to pegasusd.
 
 use crate::certs;
 use crate::enroll::{EnrollRequest, EnrollResponse};
@@ -12,6 +13,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::{CertificateError, ClientConfig, OtherError};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use std::ffi::OsString;
+use std::io::{BufRead, Read};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -22,8 +24,16 @@ use tokio_rustls::TlsConnector;
 /// Where pegasusd listens for this worker, `host:port`. Its presence is what makes a worker
 /// remote.
 pub const ENV_CONNECT: &str = "PEGASUS_CONNECT";
-/// The one-time enrollment token of this launch.
+/// The one-time enrollment token of this launch: never an environment variable (another user
+/// of the host may read a process's environment), but the key of the one line the launched
+/// command gets on its standard input, `PEGASUS_ENROLL=<token>` ([`Bootstrap::enroll_line`]).
 pub const ENV_ENROLL: &str = "PEGASUS_ENROLL";
+/// Where a launched worker reads its enrollment line instead of standard input: a file only it
+/// can read (a Kubernetes Secret's volume). Its path is no secret.
+pub const ENV_ENROLL_FILE: &str = "PEGASUS_ENROLL_FILE";
+
+/// The most an enrollment line may take (`PEGASUS_ENROLL=` and 64 hex characters, a newline).
+const MAX_ENROLL_LINE: u64 = 256;
 /// Lowercase hex SHA-256 of the CA certificate's DER: how the worker recognises pegasusd.
 pub const ENV_CA_SHA256: &str = "PEGASUS_CA_SHA256";
 
@@ -42,8 +52,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// What a launched worker needs to reach the pegasusd that launched it: the address, a token
 /// and the CA fingerprint. pegasusd makes one per launch ([`crate::Authority::bootstrap`]) and
-/// passes it as environment ([`Bootstrap::env`]); the worker reads it back
-/// ([`Bootstrap::from_env`]).
+/// passes the public values as environment ([`Bootstrap::public_env`]) and the token on the
+/// launched command's standard input ([`Bootstrap::enroll_line`]); the worker reads them back
+/// ([`Bootstrap::from_launch`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Bootstrap {
     connect: String,
@@ -103,16 +114,21 @@ impl Bootstrap {
         })
     }
 
-    /// Reads the bootstrap from the process environment: `None` when `PEGASUS_CONNECT` is not
-    /// set (a local worker, on the Unix socket), an error naming the variable when it is set
-    /// but another is missing or malformed.
-    pub fn from_env() -> Option<Result<Bootstrap, LinkError>> {
-        Bootstrap::from_lookup(|var| std::env::var_os(var))
+    /// Reads the bootstrap a launch gave this process: `None` when `PEGASUS_CONNECT` is not
+    /// set (a local worker, on the Unix socket); else the public values from the environment
+    /// and the token from the file `PEGASUS_ENROLL_FILE` names or, without it, from the first
+    /// line of standard input (waiting up to [`CONNECT_PATIENCE`] for it). An error names what
+    /// is missing or malformed, and a token found in the environment is refused.
+    pub fn from_launch() -> Option<Result<Bootstrap, LinkError>> {
+        Bootstrap::from_sources(|var| std::env::var_os(var), read_enroll_source)
     }
 
-    /// [`Bootstrap::from_env`] over any lookup, so it is testable without touching the
-    /// process environment.
-    fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> Option<Result<Bootstrap, LinkError>> {
+    /// [`Bootstrap::from_launch`] over any environment and token source, so it is testable
+    /// without touching the process's own.
+    fn from_sources(
+        get: impl Fn(&str) -> Option<OsString>,
+        read_line: impl FnOnce(Option<OsString>) -> Result<String, LinkError>,
+    ) -> Option<Result<Bootstrap, LinkError>> {
         let connect = get(ENV_CONNECT)?;
         let bad = |var, problem: &str| LinkError::Bootstrap {
             var,
@@ -121,19 +137,33 @@ impl Bootstrap {
         let utf8 = |var, raw: OsString| raw.into_string().map_err(|_| bad(var, "is not UTF-8"));
         let value = |var| utf8(var, get(var).ok_or_else(|| bad(var, "is not set"))?);
         Some((|| {
+            if get(ENV_ENROLL).is_some() {
+                return Err(bad(
+                    ENV_ENROLL,
+                    "is in the environment, where other users of this host can read it: the token goes on the worker's standard input",
+                ));
+            }
             let connect = utf8(ENV_CONNECT, connect)?;
-            Bootstrap::new(&connect, &value(ENV_ENROLL)?, &value(ENV_CA_SHA256)?)
+            let ca_sha256 = value(ENV_CA_SHA256)?;
+            let line = read_line(get(ENV_ENROLL_FILE))?;
+            Bootstrap::new(&connect, &parse_enroll_line(&line)?, &ca_sha256)
         })())
     }
 
-    /// The three variables for the launched command's environment (or `{env}` argv), in the
-    /// form [`Bootstrap::from_env`] reads back.
-    pub fn env(&self) -> [(&'static str, String); 3] {
+    /// The public values for the launched command's environment (or `{env}` argv), in the
+    /// form [`Bootstrap::from_launch`] reads back: where pegasusd listens and the CA's
+    /// fingerprint. Never the token.
+    pub fn public_env(&self) -> [(&'static str, String); 2] {
         [
             (ENV_CONNECT, self.connect.clone()),
-            (ENV_ENROLL, self.token.clone()),
             (ENV_CA_SHA256, self.ca_sha256.clone()),
         ]
+    }
+
+    /// The one line the launched command gets on its standard input (or a worker pod in its
+    /// Secret): `PEGASUS_ENROLL=<token>` and a newline. A credential until it is spent.
+    pub fn enroll_line(&self) -> String {
+        format!("{ENV_ENROLL}={}\n", self.token)
     }
 
     /// The enrollment token. A credential until it is spent: never log it. (pegasusd may also
@@ -149,26 +179,64 @@ impl Bootstrap {
 
     /// Reaches pegasusd as `project`'s worker: keeps trying TCP for up to
     /// [`CONNECT_PATIENCE`], trusts the server only by the CA fingerprint, makes a fresh key,
-    /// trades the token for a client certificate on a first connection, and returns a second
-    /// connection that presents it (mutual TLS), ready for the worker frames.
+    /// trades the token for a client certificate on a first connection ([`Bootstrap::enroll`]),
+    /// and returns a second connection that presents it (mutual TLS,
+    /// [`Bootstrap::connect_with`]), ready for the worker frames; the hello on it must carry
+    /// this token.
     ///
     /// Any refusal is an error naming it; the worker exits non-zero on it at once. (In TLS 1.3
     /// the server checks a client certificate after the client finished its handshake, so a
     /// refusal of the certificate itself shows at the first read of the returned stream, as a
-    /// TLS alert. The certificate is the one pegasusd just signed, so that is not expected.)
+    /// TLS alert or a close. The certificate is the one pegasusd just signed, so that is not
+    /// expected.)
     pub async fn connect(&self, project: &str) -> Result<TlsStream<TcpStream>, LinkError> {
         let deadline = Instant::now() + CONNECT_PATIENCE;
+        let identity = self.enroll_until(project, deadline).await?;
+        self.connect_until(&identity, deadline).await
+    }
+
+    /// Trades the token for a client certificate of `project` (a fresh key, kept in memory):
+    /// the first half of [`Bootstrap::connect`]. The token is spent, whatever the answer.
+    pub async fn enroll(&self, project: &str) -> Result<Identity, LinkError> {
+        self.enroll_until(project, Instant::now() + CONNECT_PATIENCE)
+            .await
+    }
+
+    /// Connects with a certificate [`Bootstrap::enroll`] got: the second half of
+    /// [`Bootstrap::connect`]. pegasusd accepts a certificate once, and only while it is its
+    /// project's latest.
+    pub async fn connect_with(
+        &self,
+        identity: &Identity,
+    ) -> Result<TlsStream<TcpStream>, LinkError> {
+        self.connect_until(identity, Instant::now() + CONNECT_PATIENCE)
+            .await
+    }
+
+    async fn enroll_until(&self, project: &str, deadline: Instant) -> Result<Identity, LinkError> {
         let provider = certs::provider();
         let verifier = Arc::new(PinnedCa::new(&self.ca_sha256, provider.clone()));
         let key = certs::new_key()?;
-
-        let config = client_config(&provider, verifier.clone(), None)?;
+        let config = client_config(&provider, verifier, None)?;
         let tcp = self.tcp(deadline).await?;
-        let cert = timeout(EXCHANGE_TIMEOUT, self.enroll(config, tcp, project, &key))
+        let cert = timeout(EXCHANGE_TIMEOUT, self.enroll_on(config, tcp, project, &key))
             .await
             .map_err(|_| self.link_error("no enrollment answer in time".into()))??;
+        Ok(Identity { cert, key })
+    }
 
-        let config = client_config(&provider, verifier, Some((cert, &key)))?;
+    async fn connect_until(
+        &self,
+        identity: &Identity,
+        deadline: Instant,
+    ) -> Result<TlsStream<TcpStream>, LinkError> {
+        let provider = certs::provider();
+        let verifier = Arc::new(PinnedCa::new(&self.ca_sha256, provider.clone()));
+        let config = client_config(
+            &provider,
+            verifier,
+            Some((identity.cert.clone(), &identity.key)),
+        )?;
         let tcp = self.tcp(deadline).await?;
         timeout(
             EXCHANGE_TIMEOUT,
@@ -180,7 +248,7 @@ impl Bootstrap {
     }
 
     /// One enrollment: TLS without a client certificate, the request, the answer.
-    async fn enroll(
+    async fn enroll_on(
         &self,
         config: Arc<ClientConfig>,
         tcp: TcpStream,
@@ -304,6 +372,79 @@ fn is_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// A worker's client certificate and its private key, from [`Bootstrap::enroll`]; in memory
+/// only.
+pub struct Identity {
+    cert: CertificateDer<'static>,
+    key: KeyPair,
+}
+
+/// The key is a credential: never in a log line.
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("cert_len", &self.cert.as_ref().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The token out of an enrollment line, `PEGASUS_ENROLL=<token>` (its newline, if any, taken
+/// off); its form is checked by [`Bootstrap::new`].
+fn parse_enroll_line(line: &str) -> Result<String, LinkError> {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    match line.split_once('=') {
+        Some((ENV_ENROLL, token)) => Ok(token.to_string()),
+        _ if line.is_empty() => Err(LinkError::Bootstrap {
+            var: ENV_ENROLL,
+            problem: "did not come: standard input held no enrollment line (a launcher must forward its standard input: ssh without -n, srun)".into(),
+        }),
+        _ => Err(LinkError::Bootstrap {
+            var: ENV_ENROLL,
+            problem: "did not come: the first line of standard input is not `PEGASUS_ENROLL=<token>`".into(),
+        }),
+    }
+}
+
+/// Reads the enrollment line: from the file `file` names (a Secret's volume), else from standard
+/// input, waiting at most [`CONNECT_PATIENCE`] for it (a launcher that keeps its input open but
+/// sends nothing must not hang the worker).
+fn read_enroll_source(file: Option<OsString>) -> Result<String, LinkError> {
+    let bad = |problem: String| LinkError::Bootstrap {
+        var: ENV_ENROLL,
+        problem,
+    };
+    if let Some(path) = file {
+        let path = std::path::PathBuf::from(path);
+        return pegasus_store::read_text_limited(&path, MAX_ENROLL_LINE).map_err(|e| {
+            bad(format!(
+                "cannot be read from {} ({ENV_ENROLL_FILE}): {e}",
+                path.display()
+            ))
+        });
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    // A thread of its own, so the wait is bounded; it is left blocked if nothing comes, and
+    // goes with the process.
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let read = std::io::stdin()
+            .lock()
+            .take(MAX_ENROLL_LINE)
+            .read_line(&mut line)
+            .map(|_| line);
+        let _ = tx.send(read);
+    });
+    match rx.recv_timeout(CONNECT_PATIENCE) {
+        Ok(Ok(line)) => Ok(line),
+        Ok(Err(e)) => Err(bad(format!("cannot be read from standard input: {e}"))),
+        Err(_) => Err(bad(format!(
+            "did not come on standard input within {} s",
+            CONNECT_PATIENCE.as_secs()
+        ))),
+    }
+}
+
 /// A TLS 1.3 client config trusting only the pinned CA, with `identity` as the client
 /// certificate if given. No resumption: each connection shows what it is.
 fn client_config(
@@ -346,52 +487,120 @@ mod tests {
         move |k| map.get(k).cloned()
     }
 
-    #[test]
-    fn no_connect_variable_means_a_local_worker() {
-        assert!(Bootstrap::from_lookup(lookup(&[(ENV_ENROLL, TOKEN)])).is_none());
+    /// The token source of a launch whose standard input held `line`.
+    fn stdin(line: &str) -> impl FnOnce(Option<OsString>) -> Result<String, LinkError> {
+        let line = line.to_string();
+        move |file| {
+            assert_eq!(file, None, "no PEGASUS_ENROLL_FILE was set");
+            Ok(line)
+        }
     }
 
     #[test]
-    fn a_complete_bootstrap_round_trips_through_its_environment() {
+    fn no_connect_variable_means_a_local_worker() {
+        let line = format!("PEGASUS_ENROLL={TOKEN}\n");
+        assert!(Bootstrap::from_sources(lookup(&[]), stdin(&line)).is_none());
+    }
+
+    #[test]
+    fn a_bootstrap_round_trips_through_its_public_environment_and_its_enroll_line() {
         let b = Bootstrap::new("10.0.0.1:7475", TOKEN, &SHA.to_uppercase()).unwrap();
         assert_eq!(b.ca_sha256(), SHA);
-        let env = b.env();
+        let env = b.public_env();
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let back = Bootstrap::from_lookup(lookup(&pairs)).unwrap().unwrap();
+        assert!(
+            pairs
+                .iter()
+                .all(|(k, v)| *k != ENV_ENROLL && !v.contains(TOKEN)),
+            "no token in the environment: {pairs:?}"
+        );
+        let line = b.enroll_line();
+        assert_eq!(line, format!("PEGASUS_ENROLL={TOKEN}\n"));
+        let back = Bootstrap::from_sources(lookup(&pairs), stdin(&line))
+            .unwrap()
+            .unwrap();
         assert_eq!(back, b);
         assert!(!format!("{b:?}").contains(TOKEN));
     }
 
     #[test]
-    fn a_missing_or_malformed_variable_is_named() {
-        let cases: [(&[(&str, &str)], &str); 4] = [
+    fn the_enroll_line_may_come_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, format!("PEGASUS_ENROLL={TOKEN}\n")).unwrap();
+        let vars = [
+            (ENV_CONNECT, "h:1"),
+            (ENV_CA_SHA256, SHA),
+            (ENV_ENROLL_FILE, path.to_str().unwrap()),
+        ];
+        let b = Bootstrap::from_sources(lookup(&vars), read_enroll_source)
+            .unwrap()
+            .unwrap();
+        assert_eq!(b.token(), TOKEN);
+        let missing = dir.path().join("gone");
+        let vars = [
+            (ENV_CONNECT, "h:1"),
+            (ENV_CA_SHA256, SHA),
+            (ENV_ENROLL_FILE, missing.to_str().unwrap()),
+        ];
+        let err = Bootstrap::from_sources(lookup(&vars), read_enroll_source)
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("PEGASUS_ENROLL cannot be read from"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_malformed_value_is_named_and_a_token_in_the_environment_refused() {
+        let good = format!("PEGASUS_ENROLL={TOKEN}\n");
+        let cases: [(&[(&str, &str)], &str, &str); 7] = [
             (
                 &[(ENV_CONNECT, "h:1"), (ENV_CA_SHA256, SHA)],
-                "PEGASUS_ENROLL is not set",
+                "",
+                "PEGASUS_ENROLL did not come: standard input held no enrollment line",
             ),
             (
-                &[(ENV_CONNECT, "h:1"), (ENV_ENROLL, TOKEN)],
-                "PEGASUS_CA_SHA256 is not set",
+                &[(ENV_CONNECT, "h:1"), (ENV_CA_SHA256, SHA)],
+                TOKEN,
+                "PEGASUS_ENROLL did not come: the first line of standard input is not",
+            ),
+            (
+                &[(ENV_CONNECT, "h:1"), (ENV_CA_SHA256, SHA)],
+                "PEGASUS_ENROLL=abc\n",
+                "PEGASUS_ENROLL is not a token pegasusd issued",
             ),
             (
                 &[
                     (ENV_CONNECT, "h:1"),
+                    (ENV_CA_SHA256, SHA),
                     (ENV_ENROLL, TOKEN),
-                    (ENV_CA_SHA256, "abc"),
                 ],
+                &good,
+                "PEGASUS_ENROLL is in the environment, where other users",
+            ),
+            (
+                &[(ENV_CONNECT, "h:1")],
+                &good,
+                "PEGASUS_CA_SHA256 is not set",
+            ),
+            (
+                &[(ENV_CONNECT, "h:1"), (ENV_CA_SHA256, "abc")],
+                &good,
                 "PEGASUS_CA_SHA256 is `abc`",
             ),
             (
-                &[
-                    (ENV_CONNECT, "h"),
-                    (ENV_ENROLL, TOKEN),
-                    (ENV_CA_SHA256, SHA),
-                ],
+                &[(ENV_CONNECT, "h"), (ENV_CA_SHA256, SHA)],
+                &good,
                 "PEGASUS_CONNECT is `h`, not host:port",
             ),
         ];
-        for (vars, want) in cases {
-            let err = Bootstrap::from_lookup(lookup(vars)).unwrap().unwrap_err();
+        for (vars, line, want) in cases {
+            let err = Bootstrap::from_sources(lookup(vars), stdin(line))
+                .unwrap()
+                .unwrap_err();
             assert!(err.to_string().starts_with(want), "{err}");
         }
     }

@@ -21,9 +21,10 @@ pub(crate) static KEY_ALG: &SignatureAlgorithm = &rcgen::PKCS_ECDSA_P256_SHA256;
 /// DNS or IP check can confuse with a host, read back when the worker connects with it.
 pub const PROJECT_URI_PREFIX: &str = "pegasus-project:";
 
-/// How long a worker's client certificate is valid. A worker uses it for its connection's
-/// life (a TLS session is not re-checked), and a relaunch enrolls again.
-pub const CLIENT_CERT_VALIDITY: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long a worker's client certificate is valid: long enough for the one connection that
+/// follows its enrollment (a TLS session is not re-checked after its handshake). pegasusd
+/// accepts it only once, and only until the project's next launch; a relaunch enrolls again.
+pub const CLIENT_CERT_VALIDITY: Duration = Duration::from_secs(5 * 60);
 
 /// How long the server certificate is valid; it is re-issued at a start that finds less than
 /// [`SERVER_CERT_MARGIN`] left.

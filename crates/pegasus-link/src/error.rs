@@ -37,8 +37,8 @@ pub enum LinkError {
     )]
     Certificate(String),
 
-    /// A bootstrap variable is missing or malformed in a launched worker's environment.
-    #[error("{var} {problem}: a remote worker must be launched by pegasusd, which sets PEGASUS_CONNECT, PEGASUS_ENROLL and PEGASUS_CA_SHA256")]
+    /// A bootstrap value is missing or malformed in a launched worker's environment or input.
+    #[error("{var} {problem}: a remote worker must be launched by pegasusd, which sets PEGASUS_CONNECT and PEGASUS_CA_SHA256 in its environment and sends PEGASUS_ENROLL=<token> on its standard input")]
     Bootstrap { var: &'static str, problem: String },
 
     /// The worker kept trying to reach pegasusd and never got a TCP connection.

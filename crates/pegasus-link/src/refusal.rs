@@ -46,6 +46,20 @@ pub enum Refusal {
     /// ([`crate::check_hello_project`]).
     #[error("the certificate is for project `{certified}` but the hello says `{hello}`")]
     OtherProject { certified: String, hello: String },
+
+    /// A certificate of this CA for `project`, but not the one its latest enrollment was issued
+    /// (an earlier link's, or one from before pegasusd restarted): revoked.
+    #[error("the client certificate for project `{project}` is revoked (only the certificate of its latest enrollment is valid, for one link): the worker must enroll again")]
+    CertificateRevoked { project: String },
+
+    /// The project's current certificate, presented again after its link started.
+    #[error("the client certificate for project `{project}` already served a link (a certificate serves one): the worker must enroll again")]
+    CertificateUsed { project: String },
+
+    /// The hello's token is not the one the link's certificate was enrolled with
+    /// ([`crate::Certified::check_hello`]).
+    #[error("the hello's token is not the one this certificate of project `{project}` was enrolled with")]
+    HelloNotBound { project: String },
 }
 
 /// Why an enrollment token was refused.
@@ -108,6 +122,15 @@ mod tests {
             Refusal::BadCertificate("unknown issuer".into()),
             Refusal::Handshake("peer is incompatible".into()),
             Refusal::NoProject,
+            Refusal::CertificateRevoked {
+                project: "web".into(),
+            },
+            Refusal::CertificateUsed {
+                project: "web".into(),
+            },
+            Refusal::HelloNotBound {
+                project: "web".into(),
+            },
             Refusal::Enrollment("no request".into()),
             Refusal::Token(TokenRefusal::Unknown),
             Refusal::Token(TokenRefusal::Replayed),

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pegasus_link::{
-    check_hello_project, Accepted, Authority, Bootstrap, LinkError, Refusal, TokenRefusal,
-    ACCEPT_TIMEOUT, TOKEN_VALIDITY,
+    Accepted, Authority, Bootstrap, LinkError, Refusal, TokenRefusal, ACCEPT_TIMEOUT,
+    TOKEN_VALIDITY,
 };
 use pegasus_proto::worker::{FromWorker, Hello, ToWorker};
 use pegasus_proto::{FrameReader, FrameWriter};
@@ -116,12 +116,12 @@ async fn closed_within(stream: &mut (impl AsyncReadExt + Unpin), within: Duratio
     }
 }
 
-fn hello(project: &str) -> FromWorker {
+fn hello(project: &str, token: &str) -> FromWorker {
     FromWorker::Hello(Hello {
         protocol_version: pegasus_proto::PROTOCOL_VERSION,
         project: project.into(),
         pid: std::process::id(),
-        token: String::new(),
+        token: token.into(),
     })
 }
 
@@ -133,10 +133,11 @@ async fn a_worker_enrolls_then_speaks_worker_frames_over_mutual_tls_as_its_proje
         .bootstrap(&server.connect(), "web")
         .unwrap();
     assert_eq!(bootstrap.ca_sha256(), server.authority.ca_sha256_hex());
+    let token = bootstrap.token().to_string();
     let worker = tokio::spawn(async move {
         let mut stream = bootstrap.connect("web").await.unwrap();
         FrameWriter::new(&mut stream)
-            .write(&hello("web"))
+            .write(&hello("web", bootstrap.token()))
             .await
             .unwrap();
         FrameReader::new(&mut stream)
@@ -149,21 +150,115 @@ async fn a_worker_enrolls_then_speaks_worker_frames_over_mutual_tls_as_its_proje
         Ok(Accepted::Enrolled { project }) => assert_eq!(project, "web"),
         other => panic!("expected an enrollment, got {other:?}"),
     }
-    let (project, mut stream) = match server.next().await.0 {
-        Ok(Accepted::Worker { project, stream }) => (project, stream),
+    let (certified, mut stream) = match server.next().await.0 {
+        Ok(Accepted::Worker { certified, stream }) => (certified, stream),
         other => panic!("expected a worker, got {other:?}"),
     };
-    assert_eq!(project, "web");
+    assert_eq!(certified.project, "web");
     let Some(FromWorker::Hello(h)) = FrameReader::new(&mut stream).read().await.unwrap() else {
         panic!("expected a hello");
     };
-    assert_eq!(check_hello_project(&project, &h.project), Ok(()));
-    assert!(check_hello_project(&project, "billing").is_err());
+    assert_eq!(h.token, token);
+    assert_eq!(certified.check_hello(&h.project, &h.token), Ok(()));
+    assert!(certified.check_hello("billing", &h.token).is_err());
     FrameWriter::new(&mut stream)
         .write(&ToWorker::Ping { nonce: 7 })
         .await
         .unwrap();
     assert_eq!(worker.await.unwrap(), Some(ToWorker::Ping { nonce: 7 }));
+}
+
+/// Waits for the accept of a connection with a client certificate: its certificate's claims.
+async fn next_worker(server: &mut Server) -> pegasus_link::Certified {
+    match server.next().await.0 {
+        Ok(Accepted::Worker { certified, .. }) => certified,
+        other => panic!("expected a worker, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_hello_is_bound_to_the_certificate_of_its_own_enrollment() {
+    let mut server = Server::start().await;
+    let connect = server.connect();
+    let first = server.authority.bootstrap(&connect, "web").unwrap();
+    // A second launch's token, seen by someone who holds the first launch's certificate.
+    let second = server.authority.bootstrap(&connect, "web").unwrap();
+    let identity = first.enroll("web").await.unwrap();
+    assert!(matches!(
+        server.next().await.0,
+        Ok(Accepted::Enrolled { .. })
+    ));
+    let _stream = first.connect_with(&identity).await.unwrap();
+    let certified = next_worker(&mut server).await;
+    let refusal = certified.check_hello("web", second.token()).unwrap_err();
+    assert_eq!(
+        refusal,
+        Refusal::HelloNotBound {
+            project: "web".into()
+        }
+    );
+    assert_eq!(
+        refusal.to_string(),
+        "the hello's token is not the one this certificate of project `web` was enrolled with"
+    );
+    assert_eq!(certified.check_hello("web", first.token()), Ok(()));
+}
+
+#[tokio::test]
+async fn a_certificate_serves_one_link_and_an_earlier_one_is_revoked() {
+    let mut server = Server::start().await;
+    let connect = server.connect();
+    let first = server.authority.bootstrap(&connect, "web").unwrap();
+    let identity = first.enroll("web").await.unwrap();
+    server.next().await.0.unwrap();
+    let _link = first.connect_with(&identity).await.unwrap();
+    next_worker(&mut server).await;
+
+    // The same certificate again, while its link is up: refused, and closed.
+    let mut again = first.connect_with(&identity).await.unwrap();
+    assert_eq!(
+        server.next_refusal().await,
+        Refusal::CertificateUsed {
+            project: "web".into()
+        }
+    );
+    closed_within(&mut again, Duration::from_secs(2)).await;
+
+    // The project's next launch: the earlier certificate is revoked from its token on, and
+    // the new certificate once issued is the one valid one.
+    let second = server.authority.bootstrap(&connect, "web").unwrap();
+    let _ = first.connect_with(&identity).await;
+    assert_eq!(
+        server.next_refusal().await,
+        Refusal::CertificateRevoked {
+            project: "web".into()
+        }
+    );
+    let current = second.enroll("web").await.unwrap();
+    server.next().await.0.unwrap();
+    let mut old = first.connect_with(&identity).await.unwrap();
+    let refusal = server.next_refusal().await;
+    assert_eq!(
+        refusal,
+        Refusal::CertificateRevoked {
+            project: "web".into()
+        }
+    );
+    assert!(refusal.to_string().contains("revoked"), "{refusal}");
+    closed_within(&mut old, Duration::from_secs(2)).await;
+    let _link = second.connect_with(&current).await.unwrap();
+    assert_eq!(next_worker(&mut server).await.project, "web");
+
+    // A launch that never connected leaves its certificate revoked by the next one.
+    let third = server.authority.bootstrap(&connect, "web").unwrap();
+    let unused = third.enroll("web").await.unwrap();
+    server.next().await.0.unwrap();
+    server.authority.bootstrap(&connect, "web").unwrap();
+    let _ = third.connect_with(&unused).await;
+    assert!(matches!(
+        server.next_refusal().await,
+        Refusal::CertificateRevoked { .. }
+    ));
 }
 
 #[tokio::test]
@@ -173,7 +268,7 @@ async fn plain_tcp_is_refused_by_name_and_closed() {
     // A worker frame, as a worker built for the Unix socket would send.
     let mut tcp = TcpStream::connect(server.addr).await.unwrap();
     FrameWriter::new(&mut tcp)
-        .write(&hello("web"))
+        .write(&hello("web", ""))
         .await
         .unwrap();
     assert_eq!(
@@ -212,7 +307,7 @@ async fn a_client_without_certificate_must_enroll_or_is_refused() {
     // Sends a frame that is no enrollment request.
     let mut tls = tls_client(&server, None).await;
     FrameWriter::new(&mut tls)
-        .write(&hello("web"))
+        .write(&hello("web", ""))
         .await
         .unwrap();
     let refusal = server.next_refusal().await;

@@ -231,9 +231,9 @@ async fn connection(
         Ok(Accepted::Enrolled { project }) => {
             tracing::info!(peer = %addr, %project, "remote worker enrolled");
         }
-        Ok(Accepted::Worker { project, stream }) => {
+        Ok(Accepted::Worker { certified, stream }) => {
             let (recv, send) = tokio::io::split(stream);
-            let peer = Peer::Remote { addr, project };
+            let peer = Peer::Remote { addr, certified };
             hello(
                 &sup,
                 Box::new(recv) as LinkRead,

@@ -53,13 +53,15 @@ pub fn new_token() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Spawns the worker for `project_dir` and hands it `token`. `stderr_log` catches what the
-/// worker prints outside its tracing log (a panic message, a loader error).
+/// Spawns the worker for `project_dir` and hands it `token`, after `spawned` was told its pid
+/// (so the worker socket knows it before the worker can say hello). `stderr_log` catches what
+/// the worker prints outside its tracing log (a panic message, a loader error).
 pub async fn spawn_worker(
     bin: &Path,
     project_dir: &Path,
     token: &str,
     stderr_log: &Path,
+    spawned: impl FnOnce(u32),
 ) -> std::io::Result<Child> {
     let mut cmd = command(bin, stderr_log)?;
     cmd.arg(project_dir)
@@ -68,6 +70,9 @@ pub async fn spawn_worker(
     // Known to the escapee sweep: pegasusd is a child subreaper and kills children it did not
     // start on purpose (see `pegasus_store::adopted`).
     let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
+    if let Some(pid) = child.id() {
+        spawned(pid);
+    }
     if let Some(mut stdin) = child.stdin.take() {
         let line = format!("{token}\n");
         if let Err(e) = stdin.write_all(line.as_bytes()).await {
@@ -81,11 +86,13 @@ pub async fn spawn_worker(
 
 /// Starts a launcher's command (SPEC §14: `ssh`, `ip netns exec`, ...) that starts a worker
 /// elsewhere: `argv` already expanded, the same short environment allowlist as a local worker
-/// plus the bootstrap values in `env`, its own process group, output to `stderr_log`. Its exit
-/// says nothing about the worker: the worker is judged by its link.
-pub fn spawn_launcher(
+/// plus the public bootstrap values in `env`, `enroll_line` (the one-time token) on its
+/// standard input, which is then closed, its own process group, output to `stderr_log`. Its
+/// exit says nothing about the worker: the worker is judged by its link.
+pub async fn spawn_launcher(
     argv: &[String],
     env: &[(String, String)],
+    enroll_line: &str,
     stderr_log: &Path,
 ) -> std::io::Result<Child> {
     let Some((program, args)) = argv.split_first() else {
@@ -97,8 +104,26 @@ pub fn spawn_launcher(
     let mut cmd = command(program, stderr_log)?;
     cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null());
-    pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())
+        .stdin(Stdio::piped());
+    let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
+    // One line, far below a pipe's buffer: the write never waits for the command to read it.
+    // Dropping the handle closes the pipe, so the worker sees the end of its input after it.
+    // A command that already exited (a broken pipe) is judged like any launch: by whether a
+    // worker connects.
+    if let Some(mut stdin) = child.stdin.take() {
+        match stdin.write_all(enroll_line.as_bytes()).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                tracing::debug!("the launcher command closed its input before its token: {e}")
+            }
+            Err(e) => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(child)
 }
 
 /// A command with the environment cut down to [`ENV_ALLOWLIST`], in its own process group,

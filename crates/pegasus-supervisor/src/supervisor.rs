@@ -25,6 +25,9 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct PendingSpawn {
     pub project: String,
     pub tx: oneshot::Sender<WorkerConn>,
+    /// A local worker's pid, once spawned: the only process that may say this spawn's hello
+    /// on the worker socket. `None` for a launch elsewhere (it comes over TLS).
+    pub pid: Option<u32>,
 }
 
 /// Why a project's worker is not started now.
@@ -144,9 +147,24 @@ impl Supervisor {
             PendingSpawn {
                 project: project.to_string(),
                 tx,
+                pid: None,
             },
         );
         rx
+    }
+
+    /// Records the pid of a local spawn's worker, before it is handed its token: from then on
+    /// the worker socket lets that process (and only it) say the spawn's hello.
+    pub fn spawned(&self, token: &str, pid: u32) {
+        if let Some(p) = lock(&self.pending).get_mut(token) {
+            p.pid = Some(pid);
+        }
+    }
+
+    /// Whether `pid` is a worker pegasusd spawned that has not said hello yet: the only peers
+    /// the worker socket serves.
+    pub fn awaits_hello_from(&self, pid: u32) -> bool {
+        lock(&self.pending).values().any(|p| p.pid == Some(pid))
     }
 
     /// Forgets a spawn that will never say hello (it died or timed out).

@@ -1,7 +1,10 @@
 //! The worker socket `<home>/run/w.sock`: every spawned worker connects here and proves which
-//! spawn it is (a remote worker comes through [`crate::remote`] and says the same hello). Anything else — garbage, an oversized frame, a wrong version, an unknown or
-//! reused token, a pid that is not the peer's — loses its connection and is logged; the daemon
-//! and every other worker carry on.
+//! spawn it is (a remote worker comes through [`crate::remote`] and says the same hello). Only
+//! a process pegasusd spawned as a worker and still waits to hear from may talk here (its pid,
+//! `SO_PEERCRED`): any other peer (a command a model ran, another program of the user's) is
+//! refused before it says anything, with one logged line. Anything else — garbage, an
+//! oversized frame, a wrong version, an unknown or reused token, a pid that is not the peer's —
+//! loses its connection and is logged; the daemon and every other worker carry on.
 
 use crate::{
     gate::{Caps, Gate, RefusalLog},
@@ -37,7 +40,25 @@ pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
 }
 
 async fn handshake(sup: Arc<Supervisor>, stream: Stream, log: Arc<RefusalLog>) {
-    let peer = Peer::Local(crate::peer::pid_of(&stream));
+    let pid = crate::peer::pid_of(&stream);
+    match pid {
+        Some(p) if p != 0 && sup.awaits_hello_from(p) => {}
+        Some(p) if p != 0 => {
+            log.refused(
+                &format!("pid {p}"),
+                "not a worker pegasusd spawned (only its own workers may connect here)",
+            );
+            return;
+        }
+        _ => {
+            log.refused(
+                "an unnamed process",
+                "the kernel does not name its process, so it cannot be a worker pegasusd spawned",
+            );
+            return;
+        }
+    }
+    let peer = Peer::Local(pid);
     let (recv, send) = tokio::io::split(stream);
     hello(&sup, Box::new(recv), Box::new(send), peer, &log).await;
 }
@@ -46,10 +67,10 @@ async fn handshake(sup: Arc<Supervisor>, stream: Stream, log: Arc<RefusalLog>) {
 pub(crate) enum Peer {
     /// A process on this machine: the pid the kernel reports, when it can.
     Local(Option<u32>),
-    /// A worker on another host: its address and the project its certificate names.
+    /// A worker on another host: its address and what its certificate was issued for.
     Remote {
         addr: std::net::SocketAddr,
-        project: String,
+        certified: pegasus_link::Certified,
     },
 }
 
@@ -58,7 +79,9 @@ impl std::fmt::Display for Peer {
         match self {
             Peer::Local(Some(pid)) => write!(f, "pid {pid}"),
             Peer::Local(None) => write!(f, "an unknown local process"),
-            Peer::Remote { addr, project } => write!(f, "{addr} (certified for {project})"),
+            Peer::Remote { addr, certified } => {
+                write!(f, "{addr} (certified for {})", certified.project)
+            }
         }
     }
 }
@@ -92,9 +115,10 @@ pub(crate) async fn hello(
             return reject(&format!("claims pid {}", hello.pid))
         }
         Peer::Local(p) => p.unwrap_or(hello.pid),
-        // A remote worker's identity is its certificate: it speaks for its project only.
-        Peer::Remote { project, .. } => {
-            if let Err(refusal) = pegasus_link::check_hello_project(project, &hello.project) {
+        // A remote worker's identity is its certificate: it speaks for its project only, and
+        // only with the token its certificate was enrolled with.
+        Peer::Remote { certified, .. } => {
+            if let Err(refusal) = certified.check_hello(&hello.project, &hello.token) {
                 return reject(&refusal.to_string());
             }
             hello.pid
@@ -111,6 +135,12 @@ pub(crate) async fn hello(
             "token of project {} used for {}",
             pending.project, hello.project
         ));
+    }
+    // A local spawn's token is its process's alone; a remote launch's comes over TLS only.
+    match (&peer, pending.pid) {
+        (Peer::Local(Some(p)), Some(spawned)) if *p == spawned => {}
+        (Peer::Remote { .. }, None) => {}
+        _ => return reject("the token of another spawn"),
     }
     let host = match &peer {
         Peer::Remote { addr, .. } => Some(addr.ip().to_string()),

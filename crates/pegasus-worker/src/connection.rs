@@ -34,12 +34,8 @@ pub async fn connect_remote(
         .connect(project)
         .await
         .map_err(|e| WorkerError::Link(e.to_string()))?;
-    let token = bootstrap
-        .env()
-        .into_iter()
-        .find(|(k, _)| *k == pegasus_link::ENV_ENROLL)
-        .map(|(_, v)| v)
-        .unwrap_or_default();
+    // The hello carries the token the certificate was enrolled with: pegasusd binds the two.
+    let token = bootstrap.token().to_string();
     let (recv, send) = tokio::io::split(stream);
     handshake(Box::new(recv), Box::new(send), project, token).await
 }

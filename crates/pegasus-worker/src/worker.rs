@@ -43,9 +43,10 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         .and_then(|n| n.to_str())
         .map(str::to_string)
         .ok_or_else(|| WorkerError::NotAProject(project_dir.display().to_string()))?;
-    // Launched on another host (SPEC §14): the bootstrap values are in the environment;
-    // started by a local pegasusd: the spawn token comes on stdin.
-    let remote = pegasus_link::Bootstrap::from_env()
+    // Launched on another host (SPEC §14): the public bootstrap values are in the environment
+    // and the enrollment token comes on stdin (or from a Secret's file); started by a local
+    // pegasusd: the spawn token comes on stdin.
+    let remote = pegasus_link::Bootstrap::from_launch()
         .transpose()
         .map_err(|e| WorkerError::Link(e.to_string()))?;
     let mut token = String::new();

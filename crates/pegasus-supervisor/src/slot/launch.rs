@@ -80,21 +80,27 @@ impl Slot {
                 return stopped;
             }
         }
-        let token = match remote.authority.issue_token(&self.name) {
-            Ok(t) => t,
+        let connect = launch.connect();
+        // A fresh one-time token (which revokes the certificate of the project's last launch):
+        // the public values go in the environment, the token on the launched command's
+        // standard input (or a pod's Secret), never on a command line.
+        let bootstrap = match remote.authority.bootstrap(&connect, &self.name) {
+            Ok(b) => b,
             Err(e) => return Outcome::Crashed(format!("cannot make an enrollment token: {e}")),
         };
-        let connect = launch.connect();
-        let env = vec![
-            (pegasus_link::ENV_CONNECT.to_string(), connect.clone()),
-            (pegasus_link::ENV_ENROLL.to_string(), token.clone()),
-            (
-                pegasus_link::ENV_CA_SHA256.to_string(),
-                remote.authority.ca_sha256_hex().to_string(),
-            ),
-        ];
+        let token = bootstrap.token().to_string();
+        let env: Vec<(String, String)> = bootstrap
+            .public_env()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let enroll_line = bootstrap.enroll_line();
+        drop(bootstrap);
         let mut conn_rx = self.sup.register_spawn(&token, &self.name);
-        let started = match self.start(name, &launch, &env, &connect).await {
+        let started = match self
+            .start(name, &launch, &env, &enroll_line, &connect)
+            .await
+        {
             Ok(started) => started,
             Err(outcome) => {
                 self.sup.cancel_spawn(&token);
@@ -137,6 +143,10 @@ impl Slot {
                     Ok(conn) => {
                         if let WorkerProcess::Remote { pid, .. } = &mut process {
                             *pid = conn.pid;
+                        }
+                        // Enrolled: the token is spent, and its Secret has nothing left to keep.
+                        if let Some((launcher, pod, _)) = &pod {
+                            forget_enrollment(launcher.clone(), pod.project.clone());
                         }
                         let host = conn.host.clone();
                         self.set(|i| i.host = host);
@@ -202,6 +212,7 @@ impl Slot {
         name: &str,
         launch: &Launch,
         env: &[(String, String)],
+        enroll_line: &str,
         connect: &str,
     ) -> Result<Started, Outcome> {
         match launch {
@@ -218,7 +229,7 @@ impl Slot {
                         env,
                     },
                 );
-                match spawn::spawn_launcher(&argv, env, &self.stderr_log()) {
+                match spawn::spawn_launcher(&argv, env, enroll_line, &self.stderr_log()).await {
                     Ok(child) => {
                         tracing::info!(project = %self.name, launcher = name, pid = ?child.id(), "worker launched");
                         Ok(Started::Command(child))
@@ -232,7 +243,7 @@ impl Slot {
             Launch::Pod(launcher) => {
                 let dir = launcher.settings().project_dir(&self.name);
                 let cmd = vec!["project-worker".to_string(), dir.display().to_string()];
-                match launcher.launch(&self.name, env, &cmd).await {
+                match launcher.launch(&self.name, env, enroll_line, &cmd).await {
                     Ok(pod) => {
                         tracing::info!(project = %self.name, launcher = name, pod = %pod.name, "worker pod created");
                         Ok(Started::Pod(launcher.clone(), pod))
@@ -261,4 +272,18 @@ impl Slot {
             }
         }
     }
+}
+
+/// Deletes the Secret that carried a pod's enrollment token, in the background (the worker is
+/// served meanwhile); a failure is logged, and the pod's deletion tries again.
+fn forget_enrollment(launcher: Arc<PodLauncher>, project: String) {
+    tokio::spawn(async move {
+        match tokio::time::timeout(DELETE_PATIENCE, launcher.forget_enrollment(&project)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(%project, "cannot delete the enrollment Secret: {e}")
+            }
+            Err(_) => tracing::warn!(%project, "cannot delete the enrollment Secret: no answer"),
+        }
+    });
 }

@@ -400,7 +400,11 @@ impl Slot {
         let dir = self.sup.home.project_dir(&self.name);
         let stderr_log = self.stderr_log();
         let mut child =
-            match spawn::spawn_worker(&self.sup.worker_bin, &dir, &token, &stderr_log).await {
+            match spawn::spawn_worker(&self.sup.worker_bin, &dir, &token, &stderr_log, |pid| {
+                self.sup.spawned(&token, pid)
+            })
+            .await
+            {
                 Ok(c) => c,
                 Err(e) => {
                     self.sup.cancel_spawn(&token);
