@@ -124,10 +124,30 @@ impl FakeLlm {
 
     /// Context-window probes received (`GET /props`, `GET /v1/models`, `POST /api/show`): a
     /// worker's gateway asks a server on a loopback address for its window when no table
-    /// knows the model. Each is answered 404, as the hosted APIs do, and is neither counted in
-    /// [`FakeLlm::request_count`] nor a violation.
+    /// knows the model. Each is answered 404, as the hosted APIs do (unless
+    /// [`FakeLlm::report_window`]), and is neither counted in [`FakeLlm::request_count`] nor a
+    /// violation.
     pub fn window_probes(&self) -> usize {
         self.inner.shared.lock().window_probes
+    }
+
+    /// Answers `GET /props` from now on as a llama.cpp server started with `n_ctx` does
+    /// (`default_generation_settings.n_ctx`); `None` (the default) answers 404, as the hosted
+    /// APIs the fake stands in for.
+    pub fn report_window(&self, n_ctx: Option<u64>) {
+        self.inner.shared.lock().report_window = n_ctx;
+    }
+
+    /// Holds every context-window probe (`/props`, `/v1/models`, `/api/show`) this long before
+    /// answering, as a slow or busy server does; a hold longer than the client waits is a
+    /// server that never answers. `None` answers at once again.
+    pub fn hold_window_probes(&self, hold: Option<std::time::Duration>) {
+        self.inner.shared.lock().probe_hold = hold;
+    }
+
+    /// Every well-formed answer begun so far, in order: the calls a provider would bill.
+    pub fn answered(&self) -> Vec<crate::Answered> {
+        self.inner.shared.lock().answered.clone()
     }
 
     /// Transcript-validity problems and unmatched requests seen so far

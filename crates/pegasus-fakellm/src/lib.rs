@@ -70,7 +70,7 @@ mod transcript;
 mod validate;
 
 pub use fake::FakeLlm;
-pub use record::{Format, Recorded};
+pub use record::{Answered, Format, Recorded};
 pub use script::{Fault, Match, Reply, Rule, ToolCall, UsageSpec};
 pub use telegram::{FakeTelegram, SentMessage};
 

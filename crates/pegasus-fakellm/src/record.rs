@@ -38,3 +38,17 @@ impl Recorded {
             .map(|(_, v)| v.as_str())
     }
 }
+
+/// One well-formed answer the fake began to send (its status line went out, or was about to):
+/// a call the real provider bills, whatever becomes of the connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    /// The answer's id (`msg_…`, `chatcmpl-…`): the request id a client records.
+    pub request_id: String,
+    /// The `X-Client-Request-Id` the client sent with the request, if any.
+    pub client_request_id: Option<String>,
+    /// The request's number among [`crate::FakeLlm::requests`] (1-based).
+    pub request: usize,
+    /// When it began.
+    pub at: Instant,
+}

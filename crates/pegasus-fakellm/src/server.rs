@@ -57,6 +57,14 @@ pub(crate) struct State {
     pub connections: usize,
     /// Context-window probes received (see [`crate::FakeLlm::window_probes`]).
     pub window_probes: usize,
+    /// `GET /props` answers as llama.cpp with this `n_ctx` (see
+    /// [`crate::FakeLlm::report_window`]); `None`: 404, as the hosted APIs.
+    pub report_window: Option<u64>,
+    /// How long a window probe is held before its answer (see
+    /// [`crate::FakeLlm::hold_window_probes`]).
+    pub probe_hold: Option<Duration>,
+    /// Every answer sent whole (see [`crate::FakeLlm::answered`]).
+    pub answered: Vec<crate::Answered>,
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +86,14 @@ pub(crate) async fn handle(shared: Arc<Shared>, stream: TcpStream) {
     while let Some(request) = conn.next_request().await {
         let keep_alive = request.keep_alive;
         let plan = decide(&shared, request);
+        // A held probe keeps its connection, as a busy server does; the client times out.
+        if let Plan::Probe { hold, code, body } = plan {
+            tokio::time::sleep(hold).await;
+            match http::write_json(&mut conn.stream, code, &[], &body).await {
+                Ok(()) if keep_alive => continue,
+                _ => return,
+            }
+        }
         match execute(&mut conn.stream, plan).await {
             Ok(Next::Request) if keep_alive => {}
             Ok(_) => {
@@ -104,6 +120,12 @@ enum Plan {
     Json(u16, Value),
     /// A scripted reply (possibly a fault).
     Reply(ReplyPlan),
+    /// A context-window probe's answer, sent after `hold`.
+    Probe {
+        hold: Duration,
+        code: u16,
+        body: Value,
+    },
 }
 
 /// The context window of every model unless a test sets another (the size `data/models.yml`
@@ -153,6 +175,12 @@ fn context_overflow(format: Format, body: &Value, window: u64) -> Option<String>
 }
 
 struct ReplyPlan {
+    /// Where a whole answer is recorded.
+    shared: Arc<Shared>,
+    /// The request's number (1-based, as in violations).
+    nth: usize,
+    /// The client's `X-Client-Request-Id`, if it sent one.
+    client_request_id: Option<String>,
     format: Format,
     stream: bool,
     include_usage: bool,
@@ -187,7 +215,7 @@ fn not_found(what: &str) -> Plan {
     )
 }
 
-fn decide(shared: &Shared, req: Request) -> Plan {
+fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
     let format = match (req.method.as_str(), req.path()) {
         ("POST", "/v1/messages") => Format::Anthropic,
         ("POST", "/v1/chat/completions") => Format::OpenAi,
@@ -195,9 +223,23 @@ fn decide(shared: &Shared, req: Request) -> Plan {
         // vLLM `/v1/models`, Ollama `/api/show`), and the fake listens on 127.0.0.1. It stands
         // in for the hosted APIs, which serve none of these: 404, as they answer, counted
         // apart (neither a request of the API nor a violation).
+        // A test can make it answer `/props` as llama.cpp does, and hold every probe (a slow
+        // or hung server).
         ("GET", "/props") | ("GET", "/v1/models") | ("POST", "/api/show") => {
-            shared.lock().window_probes += 1;
-            return not_found(&format!("{} {}", req.method, req.target));
+            let mut st = shared.lock();
+            st.window_probes += 1;
+            let hold = st.probe_hold.unwrap_or_default();
+            let (code, body) = match (req.path(), st.report_window) {
+                ("/props", Some(n_ctx)) => (
+                    200,
+                    serde_json::json!({"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}),
+                ),
+                _ => match not_found(&format!("{} {}", req.method, req.target)) {
+                    Plan::Json(code, body) => (code, body),
+                    _ => (404, Value::Null),
+                },
+            };
+            return Plan::Probe { hold, code, body };
         }
         (method, _) => {
             let what = format!("{method} {}", req.target);
@@ -271,6 +313,11 @@ fn decide(shared: &Shared, req: Request) -> Plan {
 
     let transcript = Transcript::from_body(format, &body);
     let model = body.get("model").and_then(Value::as_str);
+    let client_request_id = req
+        .headers
+        .iter()
+        .find(|(n, _)| n == "x-client-request-id")
+        .map(|(_, v)| v.clone());
     let cx = MatchContext {
         format,
         model,
@@ -291,6 +338,9 @@ fn decide(shared: &Shared, req: Request) -> Plan {
     slot.used += 1;
 
     Plan::Reply(ReplyPlan {
+        shared: shared.clone(),
+        nth,
+        client_request_id,
         format,
         stream,
         // A server that omits usage ignores `stream_options.include_usage`: no usage chunk.
@@ -318,6 +368,10 @@ async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<Next> {
         Plan::Reply(p) => {
             let reply = p.reply.clone();
             send_reply(stream, &p, reply, None).await
+        }
+        Plan::Probe { code, body, .. } => {
+            http::write_json(stream, code, &[], &body).await?;
+            Ok(Next::Request)
         }
     }
 }
@@ -471,6 +525,14 @@ async fn send_answer(
     a: &Answer,
     gap: Option<Duration>,
 ) -> io::Result<Next> {
+    // From its first byte the answer is billed, as a provider bills it (and as Pegasus meters
+    // it): recorded before it goes out.
+    p.shared.lock().answered.push(crate::Answered {
+        request_id: a.id.clone(),
+        client_request_id: p.client_request_id.clone(),
+        request: p.nth,
+        at: Instant::now(),
+    });
     if p.stream {
         start_stream(stream, &[]).await?;
         for (i, e) in events(p, a).into_iter().enumerate() {

@@ -792,3 +792,60 @@ async fn a_small_answer_arrives_in_one_piece() {
     }
     assert_eq!(fake.connection_count(), 1);
 }
+
+/// The fake can play a llama.cpp server for its window (`/props`), hold every probe as a slow
+/// server does, and says which answers it began, with the client's `X-Client-Request-Id`.
+#[tokio::test]
+async fn window_probes_can_be_answered_and_held_and_answers_are_recorded() {
+    let fake = FakeLlm::start().unwrap();
+    fake.report_window(Some(4096));
+    let props: Value = client()
+        .get(format!("{}/props", fake.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 4096);
+    // The other probes still answer as a hosted API.
+    let models = client()
+        .get(format!("{}/v1/models", fake.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 404);
+
+    fake.hold_window_probes(Some(Duration::from_secs(30)));
+    let held = client()
+        .get(format!("{}/props", fake.base_url()))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(
+        held.is_err_and(|e| e.is_timeout()),
+        "a held probe is not answered"
+    );
+    fake.hold_window_probes(None);
+    assert_eq!(fake.window_probes(), 3);
+
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("hi".into())));
+    let v: Value = client()
+        .post(format!("{}/v1/messages", fake.base_url()))
+        .header("x-api-key", "k")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-client-request-id", "c1-2-3")
+        .json(&anthropic_body("hello", false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let answered = fake.answered();
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].request_id, v["id"].as_str().unwrap());
+    assert_eq!(answered[0].client_request_id.as_deref(), Some("c1-2-3"));
+    assert_eq!(answered[0].request, 1);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
