@@ -103,6 +103,41 @@ impl Flood {
     }
 }
 
+impl Flood {
+    /// A flood that never lets up: nobody's bash opens `count` connections, says so, then
+    /// forever replaces its oldest connection with a new one (re-opening a descriptor closes
+    /// the connection it held), so fresh silent connections keep arriving.
+    fn churn(port: u16, count: usize) -> Flood {
+        let script = format!(
+            "trap '' PIPE; ulimit -n {limit}; \
+             for ((i=0;i<{count};i++)); do eval \"exec $((i+20))<>/dev/tcp/127.0.0.1/{port}\"; done 2>/dev/null; \
+             echo 'held {count}'; \
+             while :; do for ((i=0;i<{count};i++)); do eval \"exec $((i+20))<>/dev/tcp/127.0.0.1/{port}\"; done; done 2>/dev/null",
+            limit = count + 64,
+        );
+        let mut child = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "bash",
+                "-c",
+                &script,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("held "), "the flood says {line:?}");
+        Flood { child }
+    }
+}
+
 impl Drop for Flood {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -135,13 +170,32 @@ fn dashboard_answers(port: u16) -> bool {
     answer.starts_with("HTTP/1.1 401")
 }
 
-/// `status` answers and a send goes through to the model and back.
+/// `status` answers, within 4 s (it takes a few tens of ms; before, a flood made it wait for
+/// the flood's connections to time out, or fail), and a send goes through to the model and back.
 fn status_and_send_work(home: &Home) {
-    let out = home.ctl(&["status"]);
+    let mut status = Command::new(PEGASUSCTL)
+        .arg("--home")
+        .arg(home.path())
+        .arg("status")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    let exit = loop {
+        if let Some(exit) = status.try_wait().unwrap() {
+            break Some(exit);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = status.kill();
+            let _ = status.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
-        out.status.success(),
-        "status: {}",
-        String::from_utf8_lossy(&out.stderr)
+        exit.is_some_and(|e| e.success()),
+        "status did not answer within 4 s: {exit:?}"
     );
     let reply = home.ctl_ok(&["project", "send", "p", "where are you?", "--wait"]);
     assert!(reply.contains("answered through pegasusd"), "{reply}");
@@ -239,9 +293,10 @@ fn silent_connections_to_workers_listen_do_not_delay_a_remote_workers_enrollment
     let port = free_port();
     let home = loopback_home(&fake, port);
     let _daemon = start_limited(&home);
-    // 1,000 silent connections: before, each held one of 256 places for 5 s and the rest
-    // queued ahead of the worker's, so it waited ~20 s.
-    let flood = Flood::start(port, 1000, None);
+    // Silent connections that keep coming: before, each held one of 256 places for 5 s and
+    // the rest queued ahead of the worker's, which waited as long as the flood lasted.
+    let flood = Flood::churn(port, 600);
+    let started = std::time::Instant::now();
     home.ctl_ok(&["project", "create", "p", "--goal", "g"]);
     let first = poll(
         Duration::from_secs(8),
@@ -251,10 +306,11 @@ fn silent_connections_to_workers_listen_do_not_delay_a_remote_workers_enrollment
             (p["worker_state"] == "ready").then(|| p["worker_pid"].as_u64())?
         },
     );
+    eprintln!("enrolled under the flood in {:?}", started.elapsed());
     let reply = home.ctl_ok(&["project", "send", "p", "where are you?", "--wait"]);
     assert!(reply.contains("answered through pegasusd"), "{reply}");
-    // Its return after a kill, while the flood still holds its connections.
-    let again = Flood::start(port, 1000, None);
+    // Its return after a kill, while the flood goes on.
+    let started = std::time::Instant::now();
     kill9(first as u32);
     poll(
         Duration::from_secs(8),
@@ -265,11 +321,12 @@ fn silent_connections_to_workers_listen_do_not_delay_a_remote_workers_enrollment
             (p["worker_state"] == "ready" && pid != first).then_some(())
         },
     );
+    eprintln!("back under the flood in {:?}", started.elapsed());
     let reply = home.ctl_ok(&["project", "send", "p", "where are you?", "--wait"]);
     assert!(reply.contains("answered through pegasusd"), "{reply}");
     let log = daemon_log(&home);
     assert!(log.contains("workers.listen: refused a connection from uid 65534"));
-    drop((flood, again));
+    drop(flood);
 }
 
 /// The number of connections a pegasusd log accounts for: one per first line, N per "N more".

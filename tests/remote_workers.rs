@@ -333,7 +333,7 @@ fn refused_remote_clients_are_named_in_the_log_and_dropped() {
     }
     let log = poll(Duration::from_secs(5), "the refusals in the log", || {
         let log = log_text(&home);
-        (log.matches("refusing a remote worker connection").count() >= 3).then_some(log)
+        (log.matches("workers.listen: refused a connection").count() >= 3).then_some(log)
     });
     assert!(
         log.contains(&host.there),
