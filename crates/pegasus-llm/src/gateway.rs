@@ -122,10 +122,12 @@ impl Gateway {
         // provider may have billed them, so they count at their worst case.
         let (journal, unsettled) = Journal::recover(home, &settled)
             .map_err(|e| LlmError::Other(format!("cannot read the call journal: {e}")))?;
-        for p in &unsettled {
+        for u in &unsettled {
+            let p = &u.call;
             tracing::warn!(call = %p.call, project = %p.project, model = %p.model, usd = ?p.usd,
+                request_id = ?u.request_id,
                 "a call sent before pegasusd stopped has no ledger line; recording its worst case");
-            ledger.record_blocking(p.estimated_entry(None));
+            ledger.record_blocking(p.estimated_entry(u.request_id.clone()));
         }
         journal
             .reset(home)
@@ -216,6 +218,7 @@ impl Gateway {
                 .attempt(
                     &target,
                     key.as_deref(),
+                    &reservation.call.call,
                     &body,
                     req.stream,
                     timeout,
@@ -408,15 +411,20 @@ impl Gateway {
         reserved.add(today, project, meta.task.as_deref(), usd);
         drop(reserved);
         let n = inner.call_seq.fetch_add(1, Ordering::Relaxed);
+        let call = format!("c{}-{}-{n}", std::process::id(), inner.started_ms);
+        // The answer's id goes to the journal the moment it is seen: a pegasusd killed before
+        // the ledger line is replayed with it (see `journal`).
+        let (journal, id_of) = (self.inner.clone(), call.clone());
+        let progress = Progress::reporting_id(move |id| journal.journal.answered(&id_of, id));
         Ok(Reservation {
             inner: self.inner.clone(),
             target: target.clone(),
             input_estimate,
-            progress: Arc::new(Progress::default()),
+            progress: Arc::new(progress),
             settled: false,
             day: today,
             call: PendingCall {
-                call: format!("c{}-{}-{n}", std::process::id(), inner.started_ms),
+                call,
                 ts: Utc::now(),
                 project: project.to_string(),
                 task: meta.task.clone(),
@@ -520,6 +528,7 @@ impl Gateway {
         &self,
         target: &Target,
         key: Option<&str>,
+        call: &str,
         body: &serde_json::Value,
         stream: bool,
         timeout: Duration,
@@ -533,7 +542,12 @@ impl Gateway {
                 .header("anthropic-version", anthropic::API_VERSION),
             Kind::OpenAi => http.post(format!("{}/chat/completions", target.base_url)),
         };
-        let request = provider::authorize(request, target.kind, key).json(body);
+        // The call id travels with the request (OpenAI's documented `X-Client-Request-Id`;
+        // other servers ignore it): the provider's record of an answer names its ledger line
+        // even when pegasusd died before reading a byte of it.
+        let request = provider::authorize(request, target.kind, key)
+            .header("x-client-request-id", call)
+            .json(body);
         let deadline = Instant::now() + timeout;
         let timed_out =
             || AttemptError::retry(format!("no answer within {} s", timeout.as_secs_f64()));
@@ -666,6 +680,11 @@ impl Gateway {
                 "no price for this model; add it under prices: in config.yml");
         }
         let request_id = (!reply.id.is_empty()).then(|| reply.id.clone());
+        // A plain (unstreamed) answer's id is known only now: journaled before the ledger
+        // line, so a kill between the two still replays the call with it.
+        if let Some(id) = &request_id {
+            self.inner.journal.answered(&reservation.call.call, id);
+        }
         let entry = reservation.call.entry(&usage, cost, request_id, estimated);
         self.inner.ledger.record(entry).await;
         reservation.settled = true;

@@ -9,7 +9,11 @@
 //! without a bill (refused, cancelled, failed before an answer) appends a `done` line. On
 //! start, every pending call with neither becomes a ledger line at its reserved cost, flagged
 //! `estimated` (pegasusd died between the provider's answer and the ledger), and the journal
-//! starts empty again. The recovery is idempotent: a crash during it leaves lines whose call
+//! starts empty again. The provider's response id is journaled (an `answered` line, written
+//! but not synced: a killed process loses nothing the kernel has) as soon as it is seen, so
+//! such a line carries the request id of the answer it meters; the call id itself went to the
+//! provider with the request (`X-Client-Request-Id`), so every line names its request even
+//! when pegasusd died before a byte of the answer arrived. The recovery is idempotent: a crash during it leaves lines whose call
 //! ids are in the ledger, which the next start skips.
 
 use std::collections::{HashMap, HashSet};
@@ -81,8 +85,23 @@ impl PendingCall {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 enum Line {
-    Done { done: String },
+    Done {
+        done: String,
+    },
+    /// The provider's response id of a call, once seen.
+    Answered {
+        answered: String,
+        request_id: String,
+    },
     Sent(PendingCall),
+}
+
+/// A call journaled by an earlier pegasusd that has no ledger line, with the provider's
+/// response id if its answer had begun to arrive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unsettled {
+    pub call: PendingCall,
+    pub request_id: Option<String>,
 }
 
 /// The journal file.
@@ -93,7 +112,8 @@ pub struct Journal {
 /// The journal's appender, with what it holds: the calls still open, and its line count.
 struct Open {
     appender: JsonlAppender,
-    calls: HashMap<String, PendingCall>,
+    /// The calls still open, with their response id once seen.
+    calls: HashMap<String, (PendingCall, Option<String>)>,
     lines: usize,
 }
 
@@ -107,23 +127,41 @@ impl Journal {
     pub fn recover(
         home: &Home,
         settled: &HashSet<String>,
-    ) -> Result<(Journal, Vec<PendingCall>), pegasus_store::StoreError> {
+    ) -> Result<(Journal, Vec<Unsettled>), pegasus_store::StoreError> {
         let path = home.pending_calls_file();
         let read = pegasus_store::read_jsonl::<Line>(&path)?;
-        let done: HashSet<&str> = read
+        let mut done: HashSet<&str> = HashSet::new();
+        let mut ids: HashMap<&str, &str> = HashMap::new();
+        for line in &read.records {
+            match line {
+                Line::Done { done: call } => {
+                    done.insert(call.as_str());
+                }
+                Line::Answered {
+                    answered,
+                    request_id,
+                } => {
+                    ids.insert(answered.as_str(), request_id.as_str());
+                }
+                Line::Sent(_) => {}
+            }
+        }
+        // A call journaled twice (a compaction's rewrite racing nothing, but a hand-edited
+        // file may) is replayed once.
+        let mut seen: HashSet<&str> = HashSet::new();
+        let unsettled: Vec<Unsettled> = read
             .records
             .iter()
             .filter_map(|l| match l {
-                Line::Done { done } => Some(done.as_str()),
-                Line::Sent(_) => None,
-            })
-            .collect();
-        let unsettled: Vec<PendingCall> = read
-            .records
-            .iter()
-            .filter_map(|l| match l {
-                Line::Sent(p) if !done.contains(p.call.as_str()) && !settled.contains(&p.call) => {
-                    Some(p.clone())
+                Line::Sent(p)
+                    if !done.contains(p.call.as_str())
+                        && !settled.contains(&p.call)
+                        && seen.insert(p.call.as_str()) =>
+                {
+                    Some(Unsettled {
+                        call: p.clone(),
+                        request_id: ids.get(p.call.as_str()).map(|s| s.to_string()),
+                    })
                 }
                 _ => None,
             })
@@ -159,21 +197,51 @@ impl Journal {
         let mut file = lock(&self.file);
         if file.lines >= COMPACT_AFTER && file.lines > 4 * file.calls.len() {
             let mut text = String::new();
-            for call in file.calls.values() {
-                let line = serde_json::to_string(&Line::Sent(call.clone()))
-                    .map_err(|e| pegasus_store::StoreError::Invalid(e.to_string()))?;
-                text.push_str(&line);
-                text.push('\n');
+            for (call, request_id) in file.calls.values() {
+                let mut lines = vec![Line::Sent(call.clone())];
+                if let Some(id) = request_id {
+                    lines.push(Line::Answered {
+                        answered: call.call.clone(),
+                        request_id: id.clone(),
+                    });
+                }
+                for line in lines {
+                    let line = serde_json::to_string(&line)
+                        .map_err(|e| pegasus_store::StoreError::Invalid(e.to_string()))?;
+                    text.push_str(&line);
+                    text.push('\n');
+                }
             }
             let path = file.appender.path().to_path_buf();
             pegasus_store::write_atomic(&path, text.as_bytes())?;
             file.appender = JsonlAppender::open(&path)?;
-            file.lines = file.calls.len();
+            file.lines = text.lines().count();
         }
         file.appender.append_durable(&Line::Sent(p.clone()))?;
-        file.calls.insert(p.call.clone(), p.clone());
+        file.calls.insert(p.call.clone(), (p.clone(), None));
         file.lines += 1;
         Ok(())
+    }
+
+    /// Records the provider's response id of open call `call` (written, not synced: the
+    /// kernel keeps it through a kill of pegasusd; a power cut only loses the id, never the
+    /// call, whose `sent` line is durable). Once per call.
+    pub fn answered(&self, call: &str, request_id: &str) {
+        let mut file = lock(&self.file);
+        let Some(open) = file.calls.get_mut(call) else {
+            return;
+        };
+        if open.1.is_some() {
+            return;
+        }
+        open.1 = Some(request_id.to_string());
+        file.lines += 1;
+        if let Err(e) = file.appender.append(&Line::Answered {
+            answered: call.to_string(),
+            request_id: request_id.to_string(),
+        }) {
+            tracing::warn!(call, "cannot write to the call journal: {e}");
+        }
     }
 
     /// Records that `call` ended without a bill, or with its ledger line written (not synced:
@@ -239,8 +307,9 @@ mod tests {
         let settled = HashSet::from(["c".to_string()]);
         let (j, unsettled) = Journal::recover(&home, &settled).unwrap();
         assert_eq!(unsettled.len(), 1);
-        assert_eq!(unsettled[0].call, "a");
-        let e = unsettled[0].estimated_entry(None);
+        assert_eq!(unsettled[0].call.call, "a");
+        assert_eq!(unsettled[0].request_id, None);
+        let e = unsettled[0].call.estimated_entry(None);
         assert!(e.estimated && e.usd == Some(0.5) && e.call.as_deref() == Some("a"));
         j.reset(&home).unwrap();
         let (_, after) = Journal::recover(&home, &HashSet::new()).unwrap();
@@ -267,9 +336,55 @@ mod tests {
         assert!(on_disk.lines().count() <= COMPACT_AFTER + 2);
         drop(j);
         let (_, unsettled) = Journal::recover(&home, &HashSet::new()).unwrap();
-        let mut open: Vec<&str> = unsettled.iter().map(|p| p.call.as_str()).collect();
+        let mut open: Vec<&str> = unsettled.iter().map(|p| p.call.call.as_str()).collect();
         open.sort();
         assert_eq!(open, ["open-1", "open-2"]);
+    }
+
+    /// The window of issue 32 item 10: pegasusd killed after the provider's answer began to
+    /// arrive and before its ledger line. The replayed line carries the answer's request id
+    /// (read from the journal, which the kill cannot take back), so the call is matched to its
+    /// answer; kept through a compaction too.
+    #[test]
+    fn a_call_answered_before_a_kill_is_replayed_with_its_request_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("costs")).unwrap();
+        let (j, _) = Journal::recover(&home, &HashSet::new()).unwrap();
+        j.sent(&pending("answered")).unwrap();
+        j.answered("answered", "msg_1");
+        // Only the first id counts, and a closed call's is not written.
+        j.answered("answered", "msg_2");
+        j.answered("unknown", "msg_3");
+        j.sent(&pending("unanswered")).unwrap();
+        for n in 0..COMPACT_AFTER {
+            let c = format!("c{n}");
+            j.sent(&pending(&c)).unwrap();
+            j.done(&c);
+        }
+        j.sent(&pending("last")).unwrap();
+        drop(j); // killed: no `done`, no ledger line
+        let (_, unsettled) = Journal::recover(&home, &HashSet::new()).unwrap();
+        let mut got: Vec<(String, Option<String>)> = unsettled
+            .iter()
+            .map(|u| (u.call.call.clone(), u.request_id.clone()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("answered".to_string(), Some("msg_1".to_string())),
+                ("last".to_string(), None),
+                ("unanswered".to_string(), None)
+            ]
+        );
+        let e = unsettled
+            .iter()
+            .find(|u| u.call.call == "answered")
+            .map(|u| u.call.estimated_entry(u.request_id.clone()))
+            .unwrap();
+        assert_eq!(e.request_id.as_deref(), Some("msg_1"));
+        assert_eq!(e.call.as_deref(), Some("answered"));
     }
 
     #[test]

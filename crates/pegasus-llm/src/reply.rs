@@ -66,9 +66,23 @@ impl SeenUsage {
 /// How far an answer got, shared between the attempt reading it and the call that owns it: if
 /// the caller goes away (its future dropped) while the answer arrives, the call is still
 /// metered from what had arrived.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Progress {
     state: std::sync::Mutex<Arrived>,
+    /// Told the provider's response id once, when it is first seen (the call journal keeps
+    /// it, so a call whose pegasusd dies before its ledger line is replayed with it).
+    on_id: Option<OnId>,
+}
+
+/// What [`Progress`] tells the response id.
+type OnId = Box<dyn Fn(&str) + Send + Sync>;
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("state", &self.get())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What of an answer has arrived.
@@ -88,6 +102,14 @@ pub struct Arrived {
 }
 
 impl Progress {
+    /// A progress that calls `on_id` with the provider's response id when it is first seen.
+    pub fn reporting_id(on_id: impl Fn(&str) + Send + Sync + 'static) -> Progress {
+        Progress {
+            state: Default::default(),
+            on_id: Some(Box::new(on_id)),
+        }
+    }
+
     pub fn answered(&self) {
         lock(&self.state).answered = true;
     }
@@ -97,11 +119,16 @@ impl Progress {
         let mut s = lock(&self.state);
         s.bytes = bytes;
         s.usage = usage;
-        if s.id.is_empty() && !id.is_empty() {
+        let first_id = s.id.is_empty() && !id.is_empty();
+        if first_id {
             s.id = id.to_string();
         }
         if s.model.is_empty() && !model.is_empty() {
             s.model = model.to_string();
+        }
+        drop(s);
+        if let (true, Some(on_id)) = (first_id, &self.on_id) {
+            on_id(id);
         }
     }
 

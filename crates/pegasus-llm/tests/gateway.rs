@@ -1354,3 +1354,33 @@ async fn calls_a_dead_daemon_sent_but_never_recorded_count_at_their_worst_case()
     assert_eq!(ledger(&w).len(), 2);
     assert!((gw.spent_by_task("t9") - 0.251).abs() < 1e-12);
 }
+
+/// Issue 32 item 10: every request names its call (`X-Client-Request-Id`), and its ledger line
+/// carries that call id and the answer's request id, so the provider's record and the ledger
+/// match one to one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_names_its_call_and_its_ledger_line_names_both() {
+    let w = world(|_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("hi".into())));
+    for stream in [false, true] {
+        let mut req = request("fa/m", "hello");
+        req.stream = stream;
+        w.gw.chat(req, None).await.unwrap();
+    }
+    let answered = w.fake.answered();
+    let lines = ledger(&w);
+    assert_eq!((answered.len(), lines.len()), (2, 2));
+    for a in &answered {
+        let call = a.client_request_id.clone().expect("the call id was sent");
+        let matching: Vec<_> = lines
+            .iter()
+            .filter(|l| l.call.as_deref() == Some(call.as_str()))
+            .collect();
+        assert_eq!(matching.len(), 1, "{call}: {lines:?}");
+        assert_eq!(
+            matching[0].request_id.as_deref(),
+            Some(a.request_id.as_str())
+        );
+    }
+}
