@@ -205,7 +205,7 @@ impl Gateway {
             let slot = self.slot(&target.provider).await?;
             // Admitted only now, after the wait, against what is spent and held (SPEC §5).
             let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
-            let mut reservation = self.admit(
+            let reservation = self.admit(
                 &req.meta,
                 &limits,
                 &target,
@@ -664,7 +664,7 @@ impl Gateway {
         &self,
         target: &Target,
         reply: ProviderReply,
-        mut reservation: Reservation,
+        reservation: Reservation,
     ) -> ChatResponse {
         let output_estimate = tokens_of_bytes(reply.content.iter().map(Block::bytes).sum());
         let (usage, estimated) = reply
@@ -686,8 +686,7 @@ impl Gateway {
             self.inner.journal.answered(&reservation.call.call, id);
         }
         let entry = reservation.call.entry(&usage, cost, request_id, estimated);
-        self.inner.ledger.record(entry).await;
-        reservation.settled = true;
+        reservation.close_with(Some(entry)).await;
         ChatResponse {
             request_id: reply.id,
             model: target.full.clone(),
@@ -742,11 +741,33 @@ impl Reservation {
         Some(self.call.entry(&usage, usd, request_id, true))
     }
 
-    /// Writes the estimated line of an answer that began and broke.
-    async fn bill_what_arrived(&mut self) {
-        if let Some(entry) = self.unbilled() {
-            self.inner.ledger.record(entry).await;
+    /// Writes the estimated line of an answer that began and broke (if it began), and closes
+    /// the attempt.
+    async fn bill_what_arrived(self) {
+        let entry = self.unbilled();
+        self.close_with(entry).await;
+    }
+
+    /// Writes `entry` as the call's ledger line (if any), then closes the call (its hold
+    /// released, the journal told), in that order, on a blocking thread that finishes whatever
+    /// becomes of the caller. A caller dropped while the line is being written (a worker that
+    /// died, a task cancelled) must neither lose it nor make the drop write a second,
+    /// estimated one (the 100-kill campaign saw such a pair), nor close the call in the
+    /// journal before the line is on disk.
+    async fn close_with(mut self, entry: Option<LedgerEntry>) {
+        if entry.is_some() {
             self.settled = true;
+        }
+        let write = tokio::task::spawn_blocking(move || {
+            if let Some(entry) = entry {
+                self.inner.ledger.record_blocking(entry);
+            }
+            // Settled (or never answered): the drop releases the hold and closes the journal
+            // entry here, after the line.
+            drop(self);
+        });
+        if let Err(e) = write.await {
+            tracing::error!(error = %e, "ledger writer task failed");
         }
     }
 }
