@@ -456,6 +456,15 @@ impl Agent {
         self.tools = self.tools.only(|n| !n.starts_with("mcp__")).with(mcp);
     }
 
+    /// Uses `tokens` as the model's context window from the next run on (what its server
+    /// said, after the worker started with the default).
+    pub fn set_context_window(&mut self, tokens: u64) {
+        if tokens > 0 && self.settings.context_window != Some(tokens) {
+            tracing::info!(window = tokens, "the model's context window");
+            self.settings.context_window = Some(tokens);
+        }
+    }
+
     /// The project's name (or the MainAgent's).
     pub fn name(&self) -> &str {
         &self.name

@@ -30,6 +30,7 @@ use crate::prices::PriceTable;
 use crate::provider::{self, Kind, Target};
 use crate::reply::{self, Progress, ProviderReply, SeenUsage};
 use crate::retry::{self, AttemptError};
+use crate::window::RememberedWindow;
 use crate::{anthropic, openai, sse};
 
 /// A snapshot of the gateway's load, for benchmarks, tests and the dashboard.
@@ -54,12 +55,22 @@ struct Inner {
     config: Config,
     prices: PriceTable,
     models: ModelTable,
-    /// Context windows learned from the serving software, for models no table knows, with
-    /// when a probe last failed (`None`: retried after [`PROBE_AGAIN`]).
-    learned: Mutex<HashMap<String, (Option<u64>, Instant)>>,
+    /// Context windows learned from the serving software, for models no table knows (see
+    /// [`Learned`]).
+    learned: Mutex<HashMap<String, Learned>>,
     /// One probe at a time: a thousand workers starting on one unknown model ask its server
     /// once.
     probing: tokio::sync::Mutex<()>,
+    /// Models whose server is being asked in the background now.
+    learning: Mutex<std::collections::HashSet<String>>,
+    /// What the servers said, as `windows.state.json` holds it (see [`crate::window`]).
+    remembered: Mutex<std::collections::BTreeMap<String, RememberedWindow>>,
+    /// One writer of `windows.state.json` at a time, so the last write holds the last state.
+    saving: Mutex<()>,
+    windows_file: std::path::PathBuf,
+    /// `(provider/model, window)` each time a server's window is settled: learned, changed,
+    /// or given up on (then the default); connected workers take it (`ToWorker::ContextWindow`).
+    window_tx: tokio::sync::broadcast::Sender<(String, u64)>,
     /// The model id each configured model's server last reported (`provider/model` → the id,
     /// no prefix): what a call is priced by before its answer says (admission) or when its
     /// answer never did (an estimated line), so every line follows one pricing rule.
@@ -85,6 +96,29 @@ struct Inner {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     calls: AtomicU64,
+}
+
+/// A model's window as its server said it.
+#[derive(Debug, Clone, Copy)]
+struct Learned {
+    /// `None`: the server did not say (asked again after [`PROBE_AGAIN`]).
+    window: Option<u64>,
+    /// When it was learned or last asked.
+    at: Instant,
+    /// Asked by this process (`false`: remembered from an earlier one, asked again in the
+    /// background at the first worker start, while the remembered window is used).
+    asked_here: bool,
+}
+
+/// A model's context window as the gateway knows it now, without waiting for anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowNow {
+    /// The window to use now: the table's, the server's (learned or remembered), else
+    /// `default_context_window`.
+    pub window: u64,
+    /// The model's server is asked and has not answered yet: `window` is the default, and the
+    /// server's answer follows on [`Gateway::subscribe_windows`]. The first call waits for it.
+    pub pending: bool,
 }
 
 /// One semaphore slot, counted in the stats while held. Dropping it (also when the call's
@@ -136,13 +170,41 @@ impl Gateway {
             .user_agent(concat!("pegasus/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))?;
+        // What the servers said before a restart is known at once (asked again in the
+        // background): a worker's Ready never waits for a model server (SPEC §12).
+        let windows_file = home.context_windows_file();
+        let remembered = crate::window::load_remembered(&windows_file);
+        let mut learned = HashMap::new();
+        for (model, r) in &remembered {
+            let same_server = provider::resolve(config, model)
+                .is_ok_and(|t| t.base_url == r.base_url && crate::window::asked(&t));
+            if same_server
+                && !models
+                    .info(model, prices.context_window(model))
+                    .window_known
+            {
+                learned.insert(
+                    model.clone(),
+                    Learned {
+                        window: Some(r.window),
+                        at: Instant::now(),
+                        asked_here: false,
+                    },
+                );
+            }
+        }
         Ok(Gateway {
             inner: Arc::new(Inner {
                 config: config.clone(),
                 prices,
                 models,
-                learned: Mutex::new(HashMap::new()),
+                learned: Mutex::new(learned),
                 probing: tokio::sync::Mutex::new(()),
+                learning: Mutex::new(Default::default()),
+                remembered: Mutex::new(remembered),
+                saving: Mutex::new(()),
+                windows_file,
+                window_tx: tokio::sync::broadcast::channel(256).0,
                 reported: Mutex::new(HashMap::new()),
                 thinking_refused: Mutex::new(Default::default()),
                 http,
@@ -205,7 +267,7 @@ impl Gateway {
             let slot = self.slot(&target.provider).await?;
             // Admitted only now, after the wait, against what is spent and held (SPEC §5).
             let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
-            let mut reservation = self.admit(
+            let reservation = self.admit(
                 &req.meta,
                 &limits,
                 &target,
@@ -267,20 +329,114 @@ impl Gateway {
     /// else `default_context_window`; the agent compacts its session at 80% of it. Always
     /// known: an unknown model gets the conservative default.
     pub fn context_window(&self, model: &str) -> Option<u64> {
+        Some(self.window_now(model).window)
+    }
+
+    /// What is known of a model's window now, never waiting for the network: the model table,
+    /// else what its server said (in this process, or remembered from an earlier one), else
+    /// `default_context_window` — `pending` when the server is one that is asked (see
+    /// [`crate::window::asked`]) and has not answered yet (see [`Gateway::spawn_learn`]).
+    pub fn window_now(&self, model: &str) -> WindowNow {
         let full = self.resolve_model(model);
         let info = self.model_info(&full);
+        let known = |window| WindowNow {
+            window,
+            pending: false,
+        };
         if info.window_known {
-            return Some(info.context_window);
+            return known(info.context_window);
         }
-        let learned = lock(&self.inner.learned).get(&full).and_then(|(w, _)| *w);
-        Some(learned.unwrap_or(info.context_window))
+        if !self.asks_server(&full) {
+            return known(info.context_window);
+        }
+        match lock(&self.inner.learned).get(&full) {
+            Some(Learned {
+                window: Some(w), ..
+            }) => known(*w),
+            Some(Learned { window: None, .. }) => known(info.context_window),
+            None => WindowNow {
+                window: info.context_window,
+                pending: true,
+            },
+        }
+    }
+
+    /// Whether `full`'s server is asked for its window (a server of the user's own: the
+    /// hosted APIs do not say, and a request they do not serve is not worth making).
+    fn asks_server(&self, full: &str) -> bool {
+        provider::resolve(&self.inner.config, full).is_ok_and(|t| crate::window::asked(&t))
+    }
+
+    /// Every window settled from now on, as `(provider/model, window)`: learned from a server,
+    /// changed (a server restarted with another size, a refusal that names it), or given up
+    /// on (the default). A connected worker of that model takes it.
+    pub fn subscribe_windows(&self) -> tokio::sync::broadcast::Receiver<(String, u64)> {
+        self.inner.window_tx.subscribe()
+    }
+
+    /// Asks the model's server for its window in the background when it has not been asked by
+    /// this process yet (or said nothing a minute ago); a remembered window stays in use
+    /// meanwhile. Returns at once. Needs a Tokio runtime.
+    pub fn spawn_learn(&self, model: &str) {
+        let full = self.resolve_model(model);
+        if self.model_info(&full).window_known || !self.asks_server(&full) {
+            return;
+        }
+        let fresh = match lock(&self.inner.learned).get(&full) {
+            Some(l) if l.window.is_some() => l.asked_here,
+            Some(l) => l.at.elapsed() < PROBE_AGAIN,
+            None => false,
+        };
+        if fresh || !lock(&self.inner.learning).insert(full.clone()) {
+            return;
+        }
+        let gateway = self.clone();
+        tokio::spawn(async move {
+            gateway.learn_context_window(&full).await;
+            lock(&gateway.inner.learning).remove(&full);
+        });
+    }
+
+    /// The window for a first call: [`Gateway::window_now`], and when the server is still to
+    /// answer, its answer, waited for at most `wait` (then the default: a server too slow to
+    /// say its window is treated as one that does not say it; a refusal that names the window
+    /// still shrinks it).
+    pub async fn window_soon(&self, model: &str, wait: Duration) -> u64 {
+        let full = self.resolve_model(model);
+        let mut updates = self.subscribe_windows();
+        let now = self.window_now(&full);
+        if !now.pending {
+            return now.window;
+        }
+        self.spawn_learn(&full);
+        let settled = async {
+            loop {
+                match updates.recv().await {
+                    Ok((m, w)) if m == full => return Some(w),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Missed or someone else's: it may be settled already.
+                        let now = self.window_now(&full);
+                        if !now.pending {
+                            return Some(now.window);
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        };
+        match tokio::time::timeout(wait, settled).await {
+            Ok(Some(w)) => w,
+            _ => self.window_now(&full).window,
+        }
     }
 
     /// [`Gateway::context_window`], asking the model's server first when no table knows the
     /// model, the server is the user's own (`local: true`, or on a loopback address: see
-    /// [`crate::window::asked`]), and it was not asked yet (llama.cpp `/props`, vLLM
-    /// `/v1/models`, Ollama `/api/show`; see [`crate::window`]). A server that does not say is
-    /// asked again after a minute at most.
+    /// [`crate::window::asked`]), and this process has not asked it yet (llama.cpp `/props`,
+    /// vLLM `/v1/models`, Ollama `/api/show`; see [`crate::window`]). A server that does not
+    /// say is asked again after a minute at most; one that said before (remembered) and does
+    /// not answer now keeps what it said. What it says is remembered in `windows.state.json`
+    /// and announced on [`Gateway::subscribe_windows`].
     pub async fn learn_context_window(&self, model: &str) -> Option<u64> {
         let full = self.resolve_model(model);
         let info = self.model_info(&full);
@@ -288,28 +444,73 @@ impl Gateway {
             return Some(info.context_window);
         }
         let target = match provider::resolve(&self.inner.config, &full) {
-            // Only a server of the user's own is asked: the hosted APIs do not say (and a
-            // request they do not serve is not worth making at every worker start).
             Ok(t) if crate::window::asked(&t) => t,
             _ => return Some(info.context_window),
         };
         let _one = self.inner.probing.lock().await;
-        let asked = lock(&self.inner.learned).get(&full).copied();
-        match asked {
-            Some((Some(w), _)) => return Some(w),
-            Some((None, at)) if at.elapsed() < PROBE_AGAIN => return Some(info.context_window),
+        let before = lock(&self.inner.learned).get(&full).copied();
+        match before {
+            Some(Learned {
+                window: Some(w),
+                asked_here: true,
+                ..
+            }) => return Some(w),
+            Some(Learned {
+                window: None, at, ..
+            }) if at.elapsed() < PROBE_AGAIN => return Some(info.context_window),
             _ => {}
         }
         let key = provider::credential(&target).ok().flatten();
         let found = crate::window::probe(&self.inner.http, &target, key.as_deref()).await;
-        match found {
-            Some(w) => tracing::info!(model = %full, window = w,
+        let had = before.and_then(|l| l.window);
+        match (found, had) {
+            (Some(w), _) => tracing::info!(model = %full, window = w,
                 "context window as the model's server reports it"),
-            None => tracing::info!(model = %full, default = info.context_window,
+            (None, Some(w)) => tracing::info!(model = %full, window = w,
+                "the model's server does not say its context window now; keeping the one it said before"),
+            (None, None) => tracing::info!(model = %full, default = info.context_window,
                 "the model's server does not say its context window; using default_context_window"),
         }
-        lock(&self.inner.learned).insert(full, (found, Instant::now()));
-        Some(found.unwrap_or(info.context_window))
+        let window = found.or(had);
+        lock(&self.inner.learned).insert(
+            full.clone(),
+            Learned {
+                window,
+                at: Instant::now(),
+                asked_here: true,
+            },
+        );
+        if let Some(w) = found.filter(|w| had != Some(*w)) {
+            self.remember(&full, &target.base_url, w).await;
+        }
+        let settled = window.unwrap_or(info.context_window);
+        let _ = self.inner.window_tx.send((full, settled));
+        Some(settled)
+    }
+
+    /// Keeps what `model`'s server at `base_url` said in `windows.state.json` (atomically,
+    /// off the async threads). A failed write is logged: the server is only asked again.
+    async fn remember(&self, model: &str, base_url: &str, window: u64) {
+        lock(&self.inner.remembered).insert(
+            model.to_string(),
+            RememberedWindow {
+                base_url: base_url.to_string(),
+                window,
+                learned: Utc::now(),
+            },
+        );
+        let inner = self.inner.clone();
+        let saved = tokio::task::spawn_blocking(move || {
+            let _one = lock(&inner.saving);
+            let windows = lock(&inner.remembered).clone();
+            crate::window::save_remembered(&inner.windows_file, &windows)
+        })
+        .await;
+        match saved {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(model, "cannot remember the context window: {e}"),
+            Err(e) => tracing::warn!(model, "cannot remember the context window: {e}"),
+        }
     }
 
     /// What a `provider/model` can do (SPEC §5 model table).
@@ -578,12 +779,21 @@ impl Gateway {
                     retry_after,
                 }
             } else if reply::is_context_overflow(status.as_u16(), &text) {
-                // llama.cpp names its window in the refusal: the next worker start uses it.
+                // llama.cpp names its window in the refusal: remembered, and every worker
+                // of the model takes it.
                 if let Some(w) = crate::window::from_refusal(&text) {
                     let info = self.model_info(&target.full);
                     if !info.window_known {
-                        lock(&self.inner.learned)
-                            .insert(target.full.clone(), (Some(w), Instant::now()));
+                        lock(&self.inner.learned).insert(
+                            target.full.clone(),
+                            Learned {
+                                window: Some(w),
+                                at: Instant::now(),
+                                asked_here: true,
+                            },
+                        );
+                        self.remember(&target.full, &target.base_url, w).await;
+                        let _ = self.inner.window_tx.send((target.full.clone(), w));
                     }
                 }
                 AttemptError::Fatal(LlmError::ContextTooLong {
@@ -664,7 +874,7 @@ impl Gateway {
         &self,
         target: &Target,
         reply: ProviderReply,
-        mut reservation: Reservation,
+        reservation: Reservation,
     ) -> ChatResponse {
         let output_estimate = tokens_of_bytes(reply.content.iter().map(Block::bytes).sum());
         let (usage, estimated) = reply
@@ -686,8 +896,7 @@ impl Gateway {
             self.inner.journal.answered(&reservation.call.call, id);
         }
         let entry = reservation.call.entry(&usage, cost, request_id, estimated);
-        self.inner.ledger.record(entry).await;
-        reservation.settled = true;
+        reservation.close_with(Some(entry)).await;
         ChatResponse {
             request_id: reply.id,
             model: target.full.clone(),
@@ -742,11 +951,33 @@ impl Reservation {
         Some(self.call.entry(&usage, usd, request_id, true))
     }
 
-    /// Writes the estimated line of an answer that began and broke.
-    async fn bill_what_arrived(&mut self) {
-        if let Some(entry) = self.unbilled() {
-            self.inner.ledger.record(entry).await;
+    /// Writes the estimated line of an answer that began and broke (if it began), and closes
+    /// the attempt.
+    async fn bill_what_arrived(self) {
+        let entry = self.unbilled();
+        self.close_with(entry).await;
+    }
+
+    /// Writes `entry` as the call's ledger line (if any), then closes the call (its hold
+    /// released, the journal told), in that order, on a blocking thread that finishes whatever
+    /// becomes of the caller. A caller dropped while the line is being written (a worker that
+    /// died, a task cancelled) must neither lose it nor make the drop write a second,
+    /// estimated one (the 100-kill campaign saw such a pair), nor close the call in the
+    /// journal before the line is on disk.
+    async fn close_with(mut self, entry: Option<LedgerEntry>) {
+        if entry.is_some() {
             self.settled = true;
+        }
+        let write = tokio::task::spawn_blocking(move || {
+            if let Some(entry) = entry {
+                self.inner.ledger.record_blocking(entry);
+            }
+            // Settled (or never answered): the drop releases the hold and closes the journal
+            // entry here, after the line.
+            drop(self);
+        });
+        if let Err(e) = write.await {
+            tracing::error!(error = %e, "ledger writer task failed");
         }
     }
 }

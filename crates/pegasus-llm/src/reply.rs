@@ -71,8 +71,11 @@ pub struct Progress {
     state: std::sync::Mutex<Arrived>,
     /// Told the provider's response id once, when it is first seen (the call journal keeps
     /// it, so a call whose pegasusd dies before its ledger line is replayed with it).
-    on_id: Option<Box<dyn Fn(&str) + Send + Sync>>,
+    on_id: Option<OnId>,
 }
+
+/// What [`Progress`] tells the response id.
+type OnId = Box<dyn Fn(&str) + Send + Sync>;
 
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -8,9 +8,17 @@
 //! `/v1/models` → `data[i].meta.n_ctx`; Ollama `POST /api/show {"model"}` → `num_ctx` in its
 //! `parameters` text when the model sets one, else the model's trained `*.context_length` capped
 //! at 4096, the context Ollama gives a model unless told otherwise (`OLLAMA_CONTEXT_LENGTH`).
+//!
+//! What a server said is remembered in `windows.state.json` ([`load_remembered`],
+//! [`save_remembered`]), so a restarted pegasusd knows it without asking: a worker's start
+//! never waits for a model server (SPEC §12).
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::provider::{authorize, Target};
@@ -58,7 +66,9 @@ fn on_loopback(base_url: &str) -> bool {
     }
 }
 
-/// The context window `target`'s server reports for its model, if it says.
+/// The context window `target`'s server reports for its model, if it says. The three ways
+/// are asked at once, so a server that does not answer costs [`PROBE_TIMEOUT`], not three of
+/// them (llama.cpp's `/props` is preferred, then `/v1/models`, then Ollama's `/api/show`).
 pub async fn probe(http: &reqwest::Client, target: &Target, key: Option<&str>) -> Option<u64> {
     let root = root(&target.base_url);
     let get_json = |r: reqwest::RequestBuilder| async move {
@@ -72,18 +82,18 @@ pub async fn probe(http: &reqwest::Client, target: &Target, key: Option<&str>) -
         }
         resp.json::<Value>().await.ok()
     };
-    let props = get_json(http.get(format!("{root}/props"))).await;
-    if let Some(n) = props.and_then(|v| llama_props(&v)) {
-        return Some(n);
-    }
-    let models = get_json(http.get(format!("{root}/v1/models"))).await;
-    if let Some(n) = models.and_then(|v| listed_window(&v, &target.model)) {
-        return Some(n);
-    }
     let show = http
         .post(format!("{root}/api/show"))
         .json(&serde_json::json!({ "model": target.model }));
-    get_json(show).await.and_then(|v| ollama_show(&v))
+    let (props, models, show) = futures_util::join!(
+        get_json(http.get(format!("{root}/props"))),
+        get_json(http.get(format!("{root}/v1/models"))),
+        get_json(show),
+    );
+    props
+        .and_then(|v| llama_props(&v))
+        .or_else(|| models.and_then(|v| listed_window(&v, &target.model)))
+        .or_else(|| show.and_then(|v| ollama_show(&v)))
 }
 
 fn positive(v: Option<&Value>) -> Option<u64> {
@@ -132,6 +142,69 @@ pub fn ollama_show(v: &Value) -> Option<u64> {
     Some(trained.min(OLLAMA_DEFAULT_CTX))
 }
 
+/// One remembered window: what the server at `base_url` said for a model, and when. A model
+/// whose provider now has another base URL is asked again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RememberedWindow {
+    pub base_url: String,
+    pub window: u64,
+    pub learned: DateTime<Utc>,
+}
+
+/// The file's shape: `{"windows": {"provider/model": {base_url, window, learned}}}`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct RememberedFile {
+    #[serde(default)]
+    windows: BTreeMap<String, RememberedWindow>,
+}
+
+/// Largest `windows.state.json` read (one entry is ~150 bytes).
+const REMEMBERED_CAP: u64 = 1 << 20;
+
+/// The windows remembered in `path`, by `provider/model`. A missing file is none; an
+/// unreadable one (torn by hand, too large, not a regular file) is none too, with a warning:
+/// it only caches what the servers say, and they are asked again.
+pub fn load_remembered(path: &Path) -> BTreeMap<String, RememberedWindow> {
+    let read = match pegasus_store::read_capped(path, REMEMBERED_CAP) {
+        Ok(c) if c.size <= REMEMBERED_CAP => c.bytes,
+        Ok(c) => {
+            tracing::warn!(file = %path.display(), size = c.size,
+                "the remembered context windows are too large to read; asking the servers again");
+            return BTreeMap::new();
+        }
+        Err(pegasus_store::ReadError::NotFound) => return BTreeMap::new(),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "cannot read the remembered context windows ({e}); asking the servers again");
+            return BTreeMap::new();
+        }
+    };
+    match serde_json::from_slice::<RememberedFile>(&read) {
+        Ok(f) => f
+            .windows
+            .into_iter()
+            .filter(|(_, w)| w.window > 0)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "the remembered context windows are unreadable ({e}); asking the servers again");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// Writes `windows` to `path` atomically (blocking: an fsync).
+pub fn save_remembered(
+    path: &Path,
+    windows: &BTreeMap<String, RememberedWindow>,
+) -> Result<(), pegasus_store::StoreError> {
+    let file = RememberedFile {
+        windows: windows.clone(),
+    };
+    let mut text = serde_json::to_vec_pretty(&file)
+        .map_err(|e| pegasus_store::StoreError::Invalid(e.to_string()))?;
+    text.push(b'\n');
+    pegasus_store::write_atomic(path, &text)
+}
+
 /// The window a context-overflow refusal names, if it does (llama.cpp's `error.n_ctx`).
 pub fn from_refusal(body: &str) -> Option<u64> {
     let v: Value = serde_json::from_str(body).ok()?;
@@ -174,6 +247,31 @@ mod tests {
         let refusal = r#"{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (1024 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":3031,"n_ctx":1024}}"#;
         assert_eq!(from_refusal(refusal), Some(1024));
         assert_eq!(from_refusal("{}"), None);
+    }
+
+    /// What a server said survives a restart; a damaged file is nothing remembered, never an
+    /// error (the servers are asked again).
+    #[test]
+    fn remembered_windows_round_trip_and_a_damaged_file_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("windows.state.json");
+        assert!(load_remembered(&path).is_empty());
+        let mut windows = BTreeMap::new();
+        windows.insert(
+            "local/m".to_string(),
+            RememberedWindow {
+                base_url: "http://127.0.0.1:8080/v1".into(),
+                window: 4096,
+                learned: Utc::now(),
+            },
+        );
+        save_remembered(&path, &windows).unwrap();
+        assert_eq!(load_remembered(&path), windows);
+        std::fs::write(&path, b"{\"windows\": {\"local/m\": ").unwrap();
+        assert!(load_remembered(&path).is_empty());
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert!(load_remembered(&path).is_empty());
     }
 
     #[test]

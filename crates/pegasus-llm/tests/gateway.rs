@@ -1355,6 +1355,113 @@ async fn calls_a_dead_daemon_sent_but_never_recorded_count_at_their_worst_case()
     assert!((gw.spent_by_task("t9") - 0.251).abs() < 1e-12);
 }
 
+/// A world with provider `lo`: an OpenAI-compatible server on this machine (the fake) whose
+/// models no table knows, so their window is asked of the server.
+fn local_world() -> World {
+    world(|c| {
+        let base_url = c.providers["fo"].base_url.clone();
+        c.providers.insert(
+            "lo".into(),
+            ProviderConfig {
+                kind: "openai".into(),
+                base_url,
+                api_key_env: c.providers["fo"].api_key_env.clone(),
+                local: false,
+            },
+        );
+        c.prices.insert(
+            "lo/*".into(),
+            PriceConfig {
+                context_window: None,
+                ..fake_price()
+            },
+        );
+    })
+}
+
+/// Issue 32 item 9: the window of a model only its server knows is learned in the background
+/// (nothing waits for it: `window_now` says it is pending meanwhile), announced, remembered
+/// on disk so a restarted gateway knows it at once, kept when the server is too slow to say it
+/// again, and asked again when the provider moved to another server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_window_is_learned_in_the_background_and_remembered() {
+    use pegasus_llm::WindowNow;
+    let w = local_world();
+    let m = "lo/m";
+    w.fake.report_window(Some(4096));
+    w.fake.hold_window_probes(Some(Duration::from_millis(300)));
+    let default = w.config.default_context_window;
+    assert_eq!(
+        w.gw.window_now(m),
+        WindowNow {
+            window: default,
+            pending: true
+        }
+    );
+    let mut updates = w.gw.subscribe_windows();
+    w.gw.spawn_learn(m);
+    // Returned at once: the probe is held 300 ms.
+    assert!(w.gw.window_now(m).pending);
+    let (model, window) = tokio::time::timeout(Duration::from_secs(10), updates.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((model.as_str(), window), (m, 4096));
+    let known = WindowNow {
+        window: 4096,
+        pending: false,
+    };
+    assert_eq!(w.gw.window_now(m), known);
+    assert_eq!(w.gw.context_window(m), Some(4096));
+    let file = std::fs::read_to_string(w.home.context_windows_file()).unwrap();
+    assert!(file.contains("\"lo/m\"") && file.contains("4096"), "{file}");
+
+    // A restart knows it at once, while the server holds its probes past the deadline; the
+    // refresh that times out keeps what the server said before.
+    w.fake.hold_window_probes(Some(Duration::from_secs(30)));
+    let again = Gateway::new(&w.home, &w.config).unwrap();
+    assert_eq!(again.window_now(m), known);
+    let mut updates = again.subscribe_windows();
+    again.spawn_learn(m);
+    let (_, window) = tokio::time::timeout(Duration::from_secs(10), updates.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(window, 4096);
+    assert_eq!(again.window_now(m), known);
+
+    // The provider now points at another server: what the old one said does not apply.
+    let mut moved = w.config.clone();
+    moved.providers.get_mut("lo").unwrap().base_url = "http://127.0.0.1:9/v1".into();
+    let elsewhere = Gateway::new(&w.home, &moved).unwrap();
+    assert!(elsewhere.window_now(m).pending);
+    // A server that is down: the first call's wait ends with the default, quickly.
+    let started = Instant::now();
+    assert_eq!(
+        elsewhere.window_soon(m, Duration::from_secs(30)).await,
+        default
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!elsewhere.window_now(m).pending);
+}
+
+/// A server that holds its probes longer than the first call may wait: the call goes on with
+/// the default window (and the server's later answer still arrives on the subscription).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_server_does_not_hold_the_first_call_past_its_deadline() {
+    let w = local_world();
+    w.fake.report_window(Some(2048));
+    w.fake.hold_window_probes(Some(Duration::from_secs(30)));
+    let started = Instant::now();
+    let got = w.gw.window_soon("lo/m", Duration::from_millis(500)).await;
+    assert_eq!(got, w.config.default_context_window);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// Issue 32 item 10: every request names its call (`X-Client-Request-Id`), and its ledger line
 /// carries that call id and the answer's request id, so the provider's record and the ledger
 /// match one to one.

@@ -36,6 +36,10 @@ pub enum ToWorker {
     RunStart { run_id: String },
     /// Approval request `id` has its answer on disk (`<project>/approvals/`): read it.
     ApprovalAnswered { id: String },
+    /// The project model's context window as its server said it, after [`Init`]: the answer
+    /// to an `Init` whose `window_pending` was set, or a change (a server restarted with
+    /// another size, a refusal that named a smaller one). Applies from the next task on.
+    ContextWindow { window: u64 },
 }
 
 /// Settings the worker cannot find on its own.
@@ -53,6 +57,12 @@ pub struct Init {
     /// That model's context window in tokens (the model table, else what its server says,
     /// else `default_context_window`), for compaction.
     pub context_window: Option<u64>,
+    /// The model's server is being asked for its window and has not answered yet:
+    /// `context_window` is `default_context_window` until [`ToWorker::ContextWindow`] comes.
+    /// The worker is Ready at once all the same; its first model call waits for the window
+    /// (a short deadline, then the default) so it never overruns a small one.
+    #[serde(default)]
+    pub window_pending: bool,
     /// For a worker on another host (SPEC §14), which has only its project folder: the home's
     /// roles, global skills and preferences. `None` for a local worker, which reads them from
     /// the home itself.

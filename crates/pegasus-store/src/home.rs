@@ -129,6 +129,12 @@ impl Home {
         self.root.join("schedules.state.json")
     }
 
+    /// `windows.state.json`: the context windows model servers reported (a cache of what
+    /// they say, so a restarted pegasusd knows them without asking).
+    pub fn context_windows_file(&self) -> PathBuf {
+        self.root.join("windows.state.json")
+    }
+
     /// `roles/`: user roles overriding the built-in ones.
     pub fn roles_dir(&self) -> PathBuf {
         self.root.join("roles")

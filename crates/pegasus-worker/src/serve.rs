@@ -68,6 +68,9 @@ pub enum Action {
     DriveRun(String),
     /// An approval request has its answer on disk: wake the call that waits for it.
     WakeApproval(String),
+    /// The model's context window as its server said it: the agent uses it from its next
+    /// task on (the first one waits for it while `Init` said it was pending).
+    Window(u64),
     /// Stop taking work and ask the agent to say when it is idle.
     StartDraining,
     /// Exit: `Ok` after a requested shutdown or when pegasusd went away (every waiting model
@@ -145,6 +148,8 @@ fn frame_step(state: State, frame: ToWorker) -> (State, Vec<Action>) {
         ToWorker::RunStart { run_id } => (state, vec![DriveRun(run_id)]),
         // The call waiting for it may be the one a drain waits for.
         ToWorker::ApprovalAnswered { id } => (state, vec![WakeApproval(id)]),
+        // A phase of a run may still make calls while draining: it must fit the window too.
+        ToWorker::ContextWindow { window } => (state, vec![Window(window)]),
         ToWorker::Init(_) => {
             tracing::warn!("ignoring a second init");
             (state, Vec::new())
@@ -175,6 +180,7 @@ mod tests {
                 Action::LookForTasks => "tasks",
                 Action::DriveRun(_) => "run",
                 Action::WakeApproval(_) => "wake",
+                Action::Window(_) => "window",
                 Action::StartDraining => "drain",
                 Action::Exit(Ok(())) => "exit",
                 Action::Exit(Err(_)) => "exit-err",
@@ -235,6 +241,7 @@ mod tests {
                         heartbeat_ms: 1000,
                         model: String::new(),
                         context_window: None,
+                        window_pending: false,
                         home_files: None,
                     }))
                 }),
@@ -256,6 +263,10 @@ mod tests {
             ),
             ("heartbeat", Box::new(|| Event::Heartbeat)),
             ("silent", Box::new(|| Event::LinkSilent)),
+            (
+                "window",
+                Box::new(|| Event::Frame(ToWorker::ContextWindow { window: 4096 })),
+            ),
         ]
     }
 
@@ -278,6 +289,7 @@ mod tests {
             (Serving, "notify", Serving, &["notify"]),
             (Serving, "heartbeat", Serving, &["heartbeat"]),
             (Serving, "silent", Serving, &["exit-err"]),
+            (Serving, "window", Serving, &["window"]),
             (Draining, "message", Draining, &[]),
             (Draining, "ping", Draining, &["pong"]),
             (Draining, "response", Draining, &["answer"]),
@@ -293,6 +305,7 @@ mod tests {
             (Draining, "notify", Draining, &["notify"]),
             (Draining, "heartbeat", Draining, &["heartbeat"]),
             (Draining, "silent", Draining, &["exit-err"]),
+            (Draining, "window", Draining, &["window"]),
         ];
         let events = events();
         assert_eq!(table.len(), 2 * events.len(), "every pair is in the table");

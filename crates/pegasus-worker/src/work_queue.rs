@@ -7,10 +7,59 @@ use pegasus_proto::worker::{FromWorker, InboundMessage};
 use pegasus_proto::Channel;
 use pegasus_runs::{ExecError, ExecuteFuture, PhaseExecutor};
 use pegasus_tasks::{Readiness, TaskState};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::mcp::McpHub;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The project model's context window as pegasusd said it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Tokens (`Init.context_window`, then each `ToWorker::ContextWindow`).
+    pub tokens: Option<u64>,
+    /// pegasusd is still asking the model's server (`Init.window_pending`).
+    pub pending: bool,
+}
+
+/// How long the agent's first work waits for a window pegasusd is still learning: a little
+/// more than pegasusd's own deadline for asking the server (it then sends the default), so a
+/// lost frame cannot hold the agent up for longer. Past it, `default_context_window` applies
+/// (and a refusal that names the window still shrinks it).
+pub const FIRST_CALL_WINDOW_WAIT: Duration = Duration::from_secs(5);
+
+/// The window the agent's next run uses: waits (at most [`FIRST_CALL_WINDOW_WAIT`], once) while
+/// it is pending, then applies the newest one. The worker is Ready all along: only the agent's
+/// first model call waits, so it never overruns a small window.
+pub struct WindowGate {
+    rx: watch::Receiver<Window>,
+    gave_up: bool,
+}
+
+impl WindowGate {
+    pub fn new(rx: watch::Receiver<Window>) -> WindowGate {
+        WindowGate { rx, gave_up: false }
+    }
+
+    async fn fit(&mut self, agent: &mut Agent) {
+        if !self.gave_up && self.rx.borrow().pending {
+            let settled = self.rx.wait_for(|w| !w.pending);
+            if tokio::time::timeout(FIRST_CALL_WINDOW_WAIT, settled)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "pegasusd did not say the model's context window within {} s; using the default until it does",
+                    FIRST_CALL_WINDOW_WAIT.as_secs()
+                );
+                self.gave_up = true;
+            }
+        }
+        if let Some(tokens) = self.rx.borrow_and_update().tokens {
+            agent.set_context_window(tokens);
+        }
+    }
+}
 
 /// One piece of work for the agent.
 pub enum Job {
@@ -33,12 +82,14 @@ pub async fn run_jobs(
     mut rx: mpsc::UnboundedReceiver<Job>,
     out: mpsc::UnboundedSender<FromWorker>,
     mcp: Arc<McpHub>,
+    mut window: WindowGate,
 ) {
     let stopping = agent.stop_flag();
     if !mcp.is_empty() {
         mcp.write_status().await;
         mcp.start_eager().await;
     }
+    window.fit(&mut agent).await;
     // Code projects: repos recovered and interrupted merges finished before anything runs.
     let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
     crate::code_task::boot(&mut agent, &dir, &name).await;
@@ -54,6 +105,9 @@ pub async fn run_jobs(
             && matches!(job, Job::Message(_) | Job::ReadyTasks)
         {
             continue;
+        }
+        if !matches!(job, Job::Barrier(_)) {
+            window.fit(&mut agent).await;
         }
         // MCP servers start at first use: the first job that runs the agent.
         if !mcp.is_empty() && !matches!(job, Job::Barrier(_)) {

@@ -6,7 +6,7 @@ use crate::{
     connection, logging,
     proxy::ProxyModel,
     serve::{self, Action, Event, State},
-    work_queue::{run_jobs, AgentPhases, Job},
+    work_queue::{run_jobs, AgentPhases, Job, Window, WindowGate},
     WorkerError,
 };
 use pegasus_agent::{record_sent, Agent, AgentSettings, Approvals, Notice, ToolSet};
@@ -325,7 +325,19 @@ async fn serve(
     // Boxed before it is spawned: the agent's future is ~11 KB, and `tokio::spawn` moves its
     // argument through several frames, each a copy on the main stack — pages that an idle
     // worker would then keep resident for its whole life (~60 KB of stack).
-    let mut agent_task = tokio::spawn(Box::pin(run_jobs(agent, job_rx, out.clone(), mcp)));
+    // The model's window: the agent's first call waits for it while pegasusd is still asking
+    // the server (Ready does not).
+    let (window_tx, window_rx) = tokio::sync::watch::channel(Window {
+        tokens: init.context_window,
+        pending: init.window_pending,
+    });
+    let mut agent_task = tokio::spawn(Box::pin(run_jobs(
+        agent,
+        job_rx,
+        out.clone(),
+        mcp,
+        WindowGate::new(window_rx),
+    )));
     let mut barrier: Option<tokio::sync::oneshot::Receiver<()>> = None;
     let mut notices_open = true;
     let run_store = RunStore::open(&project_dir).map_err(|e| WorkerError::Config(e.to_string()))?;
@@ -458,6 +470,12 @@ async fn serve(
                     let _ = jobs.send(Job::ReadyTasks);
                 }
                 Action::DriveRun(run_id) => runs.drive(run_id),
+                Action::Window(tokens) => {
+                    window_tx.send_replace(Window {
+                        tokens: Some(tokens),
+                        pending: false,
+                    });
+                }
                 Action::WakeApproval(id) => {
                     tracing::debug!(id, "approval answered");
                     gate.wake();

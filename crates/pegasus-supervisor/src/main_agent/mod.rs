@@ -67,8 +67,14 @@ pub(crate) fn start(
     let tools = tools::all(door.clone());
     let skills = sup.home.skills_dir();
     tokio::spawn(async move {
-        // A default model no table knows: its server says its window (SPEC §5).
-        settings.context_window = gateway.learn_context_window(&model_id).await;
+        // A default model no table knows: its server says its window (SPEC §5), remembered
+        // from an earlier run or asked now; waited for briefly, never for a server that does
+        // not answer (then the default, until it says).
+        settings.context_window = Some(
+            gateway
+                .window_soon(&model_id, std::time::Duration::from_secs(5))
+                .await,
+        );
         let agent = Agent::open(
             &dir,
             &dir.join("workdir"),

@@ -45,14 +45,21 @@ impl Slot {
             ..
         } = conn;
         let model = self.sup.project_model(&self.name);
-        // A model no table knows: its server is asked once (and the answer kept).
-        let context_window = self.sup.gateway.learn_context_window(&model).await;
+        // A model no table knows: its server says its window, asked in the background (SPEC
+        // §12: a worker's Ready never waits on the network). What it said before a restart is
+        // known at once; until it has said it, the worker is told the window is pending, and
+        // its first model call waits for the `ContextWindow` frame that follows.
+        let gateway = &self.sup.gateway;
+        let mut windows = gateway.subscribe_windows();
+        let window = gateway.window_now(&model);
+        gateway.spawn_learn(&model);
         let init = ToWorker::Init(Init {
             protocol_version: PROTOCOL_VERSION,
             config_json: self.sup.config_json.clone(),
             heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
-            context_window,
-            model,
+            context_window: Some(window.window),
+            window_pending: window.pending,
+            model: model.clone(),
             // A remote worker has only its project folder (SPEC §14).
             home_files: process
                 .is_remote()
@@ -90,6 +97,43 @@ impl Slot {
             }
         });
         let _ = to_worker.send(init);
+        // Every window settled for this model from now on reaches the worker: the answer to a
+        // pending Init (learned, or the default when the server would not say), or a change.
+        let window_task = {
+            let (to_worker, gateway) = (to_worker.clone(), gateway.clone());
+            tokio::spawn(async move {
+                let mut told = window.window;
+                let mut owed = window.pending;
+                if owed {
+                    // Settled between `window_now` and the subscription: not missed.
+                    let now = gateway.window_now(&model);
+                    if !now.pending {
+                        told = now.window;
+                        owed = false;
+                        let _ = to_worker.send(ToWorker::ContextWindow { window: told });
+                    }
+                }
+                loop {
+                    let w = match windows.recv().await {
+                        Ok((m, w)) if m == model => w,
+                        Ok(_) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            gateway.window_now(&model).window
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    };
+                    if w != told || owed {
+                        (told, owed) = (w, false);
+                        if to_worker
+                            .send(ToWorker::ContextWindow { window: w })
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            })
+        };
         let (ev_tx, mut ev_rx) = mpsc::channel::<Result<FromWorker, String>>(64);
         // Model calls start right here, on the reader task, instead of crossing to this loop
         // first. The proxy lives as long as the reader task, so aborting that task (the worker
@@ -250,6 +294,7 @@ impl Slot {
                 }
             }
         };
+        window_task.abort();
         routing.fail_all(&self.name);
         outcome
     }
