@@ -124,6 +124,67 @@ fn worker_socket_drops_bad_connections_and_forged_hellos() {
     home.ctl_ok(&["project", "send", "calm", "all good"]);
 }
 
+/// Issue 32: `w.sock` serves only the workers pegasusd spawned (by the peer's pid, as the
+/// kernel reports it): another process of the same user (a command a model ran, any program)
+/// is refused before it says anything, with one logged line naming its pid, whatever it sends.
+#[test]
+fn worker_socket_refuses_a_process_pegasusd_did_not_spawn() {
+    let home = Home::new();
+    let _d = home.start();
+    let pid = home.create("calm");
+    let sock = home.path().join("run/w.sock");
+    // Silent: refused at once for who it is, not after the 5 s a worker has to say hello.
+    let started = std::time::Instant::now();
+    assert_dropped(&sock, &[]);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    // A well-formed hello with its own pid, as a real worker's: refused the same way.
+    let hello = FromWorker::Hello(Hello {
+        protocol_version: PROTOCOL_VERSION,
+        project: "calm".into(),
+        pid: std::process::id(),
+        token: "0".repeat(32),
+    });
+    assert_dropped(&sock, &frame(&pegasus_proto::encode(&hello).unwrap()));
+    // Refusals are logged at a bounded rate: the first from a peer for a reason has its line,
+    // the repeat is counted into the next summary.
+    let me = format!(
+        "worker socket: refused a connection from pid {}: not a worker pegasusd spawned",
+        std::process::id()
+    );
+    let lines = poll(Duration::from_secs(5), "the refusal in the log", || {
+        let lines: Vec<String> = pegasusd_log(&home)
+            .lines()
+            .filter(|l| l.contains("worker socket: refused a connection"))
+            .map(str::to_string)
+            .collect();
+        (!lines.is_empty()).then_some(lines)
+    });
+    assert_eq!(lines.len(), 1, "one line for the refused peer: {lines:?}");
+    assert!(lines.iter().all(|l| l.contains(&me)), "{lines:?}");
+    // The real worker never noticed.
+    assert_eq!(home.ready_worker("calm", None), pid);
+    assert_eq!(home.json(&["project", "show", "calm"])["restarts"], 0);
+    home.ctl_ok(&["project", "send", "calm", "all good"]);
+}
+
+/// Everything pegasusd logged so far.
+fn pegasusd_log(home: &Home) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(home.path().join("logs"))
+        .unwrap()
+        .flatten()
+    {
+        if entry.file_name().to_string_lossy().starts_with("pegasusd") {
+            all.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    all
+}
+
 fn vm_rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()

@@ -17,6 +17,11 @@
 //! `projects/` (as kind's bind mount in docs/SCALING.md does), so the pod's mounts stand at
 //! the paths pegasusd gave; the kubelet refuses a pod whose mounts would not. It cannot make
 //! the pod's private `emptyDir` home (no mount namespace): the worker sees the real home.
+//! Secrets too (create, get, list by label, delete): a pod's `secret` volume is resolved when
+//! its container starts (a missing Secret keeps it waiting, as on a real node), its items
+//! written (decoded, with their mode) to a folder of the node's own for that pod; having no
+//! mount namespace, the kubelet points the container at that folder by rewriting the env
+//! values that name a path under the volume's mountPath.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -41,6 +46,7 @@ const CLAIM: &str = "pegasus-home";
 const IMAGE: &str = "registry.example/pegasus-worker:0.1";
 const TOKEN: &str = "mock-token-for-pegasusd";
 const PODS: &str = "/api/v1/namespaces/pegasus/pods";
+const SECRETS: &str = "/api/v1/namespaces/pegasus/secrets";
 const WORKER: &str = env!("CARGO_BIN_EXE_project-worker");
 
 // ---------------------------------------------------------------------------------------------
@@ -88,6 +94,8 @@ struct PodRec {
 #[derive(Default)]
 struct Api {
     pods: BTreeMap<(String, String), PodRec>,
+    /// Secrets by (namespace, name).
+    secrets: BTreeMap<(String, String), Value>,
     /// The cluster's resourceVersion: one counter for every change.
     rv: u64,
     events: Vec<Event>,
@@ -457,6 +465,26 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
             "POST" => create(&s, ns, seen.body.clone()),
             _ => method_not_allowed(),
         },
+        ["api", "v1", "namespaces", ns, "secrets"] => match seen.method.as_str() {
+            "GET" => list_secrets(&s, ns, &seen),
+            "POST" => create_secret(&s, ns, seen.body.clone()),
+            _ => method_not_allowed(),
+        },
+        ["api", "v1", "namespaces", ns, "secrets", name] => match seen.method.as_str() {
+            "GET" => match s.lock().secrets.get(&(ns.to_string(), name.to_string())) {
+                Some(secret) => json_response(200, secret),
+                None => secret_not_found(name),
+            },
+            "DELETE" => match s.lock().secrets.remove(&(ns.to_string(), name.to_string())) {
+                Some(_) => json_response(
+                    200,
+                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                        "details": {"name": name, "kind": "secrets"}}),
+                ),
+                None => secret_not_found(name),
+            },
+            _ => method_not_allowed(),
+        },
         ["api", "v1", "namespaces", ns, "pods", name] => match seen.method.as_str() {
             "GET" => match s.lock().pods.get(&(ns.to_string(), name.to_string())) {
                 Some(rec) => json_response(200, &rec.object),
@@ -472,6 +500,103 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
             None,
         ),
     }
+}
+
+fn secret_not_found(name: &str) -> Response {
+    let mut r = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("secrets \"{name}\" not found"), "reason": "NotFound", "code": 404});
+    r["details"] = json!({"name": name, "kind": "secrets"});
+    json_response(404, &r)
+}
+
+/// Standard base64 (what the API server keeps a Secret's `data` in), decoded.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let body = text.trim_end_matches('=');
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in body.bytes() {
+        acc = (acc << 6) | value(c)?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+fn create_secret(s: &Arc<Shared>, ns: &str, mut secret: Value) -> Response {
+    if secret["kind"] != "Secret" {
+        return status(
+            400,
+            "BadRequest",
+            format!("the kind {} is not a Secret", secret["kind"]),
+            None,
+        );
+    }
+    let Some(name) = secret["metadata"]["name"].as_str().map(str::to_string) else {
+        return status(
+            422,
+            "Invalid",
+            "Secret \"\" is invalid: metadata.name: Required value".into(),
+            None,
+        );
+    };
+    for (key, value) in secret["data"].as_object().into_iter().flatten() {
+        if value.as_str().and_then(base64_decode).is_none() {
+            return status(
+                400,
+                "BadRequest",
+                format!("Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at data.{key}"),
+                None,
+            );
+        }
+    }
+    let mut api = s.lock();
+    let key = (ns.to_string(), name.clone());
+    if api.secrets.contains_key(&key) {
+        return status(
+            409,
+            "AlreadyExists",
+            format!("secrets \"{name}\" already exists"),
+            Some(&name),
+        );
+    }
+    api.rv += 1;
+    secret["metadata"]["namespace"] = json!(ns);
+    secret["metadata"]["uid"] = json!(new_uid());
+    secret["metadata"]["resourceVersion"] = json!(api.rv.to_string());
+    secret["metadata"]["creationTimestamp"] = json!(now());
+    api.secrets.insert(key, secret.clone());
+    json_response(201, &secret)
+}
+
+fn list_secrets(s: &Shared, ns: &str, seen: &Seen) -> Response {
+    let api = s.lock();
+    let items: Vec<Value> = api
+        .secrets
+        .iter()
+        .filter(|((secret_ns, _), secret)| {
+            secret_ns == ns && labels_match(seen.param("labelSelector").unwrap_or(""), secret)
+        })
+        .map(|(_, secret)| secret.clone())
+        .collect();
+    json_response(
+        200,
+        &json!({"kind": "SecretList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": api.rv.to_string()}, "items": items}),
+    )
 }
 
 fn method_not_allowed() -> Response {
@@ -748,7 +873,7 @@ struct Process {
 
 /// What the kubelet runs for a pod, or why it cannot (`CreateContainerConfigError`, as the
 /// real kubelet says for an env it cannot resolve; here also a mount this node cannot give).
-fn container_of(api: &Api, ns: &str, pod: &Value) -> Result<Process, String> {
+fn container_of(api: &Api, ns: &str, pod: &Value, node: &Path) -> Result<Process, String> {
     let spec = &pod["spec"];
     let containers = spec["containers"].as_array().unwrap();
     if containers.len() != 1 {
@@ -784,6 +909,34 @@ fn container_of(api: &Api, ns: &str, pod: &Value) -> Result<Process, String> {
     let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
     for m in c["volumeMounts"].as_array().into_iter().flatten() {
         let volume = volumes.iter().find(|v| v["name"] == m["name"]).unwrap();
+        if let Some(secret_name) = volume["secret"]["secretName"].as_str() {
+            let Some(secret) = api.secrets.get(&(ns.to_string(), secret_name.to_string())) else {
+                return Err(format!(
+                    "MountVolume.SetUp failed for volume {}: secret \"{secret_name}\" not found",
+                    volume["name"]
+                ));
+            };
+            let folder = node.join(m["name"].as_str().unwrap_or("secret"));
+            std::fs::create_dir_all(&folder).unwrap();
+            let mode = volume["secret"]["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+            for item in volume["secret"]["items"].as_array().into_iter().flatten() {
+                let key = item["key"].as_str().unwrap_or("");
+                let Some(data) = secret["data"][key].as_str().and_then(base64_decode) else {
+                    return Err(format!("secret \"{secret_name}\" has no key {key}"));
+                };
+                let file = folder.join(item["path"].as_str().unwrap_or(key));
+                std::fs::write(&file, data).unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+            let mount = m["mountPath"].as_str().unwrap_or("").to_string();
+            for (_, value) in env.iter_mut() {
+                if let Some(rest) = value.strip_prefix(&format!("{mount}/")) {
+                    *value = folder.join(rest).display().to_string();
+                }
+            }
+            continue;
+        }
         let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() else {
             // An emptyDir: this node cannot give the container a private one.
             continue;
@@ -905,7 +1058,8 @@ fn kubelet(s: &Shared, ns: &str, name: &str, uid: &str) {
     let image = pod["spec"]["containers"][0]["image"].clone();
     let container = pod["spec"]["containers"][0]["name"].clone();
     let log = s.logs.join(format!("{name}-{uid}.log"));
-    let started = container_of(&api, ns, &pod).and_then(|Process { argv, env, workdir }| {
+    let node = s.logs.with_file_name("node").join(uid);
+    let started = container_of(&api, ns, &pod, &node).and_then(|Process { argv, env, workdir }| {
         let out = std::fs::File::create(&log).unwrap();
         Command::new(&argv[0])
             .args(&argv[1..])
@@ -1097,6 +1251,11 @@ impl Cluster {
         self.shared.lock().requests.clone()
     }
 
+    /// Every Secret the API server has now.
+    fn secrets(&self) -> Vec<Value> {
+        self.shared.lock().secrets.values().cloned().collect()
+    }
+
     /// Every pod the API server has now.
     fn pods(&self) -> Vec<Value> {
         self.shared
@@ -1260,13 +1419,19 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
         .to_string();
     let selector = format!("app.kubernetes.io/managed-by=pegasus,pegasus/home={home_id}");
     let first = cluster.requests();
-    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first.len(), 2, "{first:?}");
     assert_eq!(
         (first[0].method.as_str(), first[0].path.as_str()),
         ("GET", PODS)
     );
     assert_eq!(first[0].param("labelSelector"), Some(selector.as_str()));
     assert_eq!(first[0].param("watch"), None);
+    // And for the enrollment Secrets an earlier pegasusd may have left.
+    assert_eq!(
+        (first[1].method.as_str(), first[1].path.as_str()),
+        ("GET", SECRETS)
+    );
+    assert_eq!(first[1].param("labelSelector"), Some(selector.as_str()));
 
     // (1) A project gets exactly one pod, made as SPEC §14 says.
     home.ctl_ok(&["project", "create", "web", "--goal", "Goal of web"]);
@@ -1276,9 +1441,26 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
     let posts: Vec<Seen> = cluster
         .requests()
         .into_iter()
-        .filter(|r| r.method == "POST")
+        .filter(|r| r.method == "POST" && r.path == PODS)
         .collect();
     assert_eq!(posts.len(), 1);
+    // Its one-time token went into a Secret made for this launch, just before the pod.
+    let secret_posts: Vec<Seen> = cluster
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == SECRETS)
+        .collect();
+    assert_eq!(secret_posts.len(), 1);
+    let made_secret = &secret_posts[0].body;
+    let line =
+        String::from_utf8(base64_decode(made_secret["data"]["enroll"].as_str().unwrap()).unwrap())
+            .unwrap();
+    let token = line
+        .trim_end()
+        .strip_prefix("PEGASUS_ENROLL=")
+        .unwrap_or_else(|| panic!("not an enrollment line: {line:?}"))
+        .to_string();
+    assert_eq!(token.len(), 64);
     assert_eq!(posts[0].path, PODS);
     let sent = &posts[0].body;
     let pod_name = format!("pegasus-{}-web", &home_id[..8]);
@@ -1295,7 +1477,7 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
     assert_eq!(spec["automountServiceAccountToken"], false);
     assert_eq!(spec["enableServiceLinks"], false);
     assert_eq!(
-        spec["volumes"],
+        json!(spec["volumes"].as_array().unwrap()[..2]),
         json!([{"name": "home", "emptyDir": {}},
             {"name": "projects", "persistentVolumeClaim": {"claimName": CLAIM}}])
     );
@@ -1307,7 +1489,7 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
     assert_eq!(c["args"], json!(["project-worker", web_dir]));
     assert!(c["command"].is_null(), "the image's entrypoint stays");
     assert_eq!(
-        c["volumeMounts"],
+        json!(c["volumeMounts"].as_array().unwrap()[..2]),
         json!([{"name": "home", "mountPath": home.path().display().to_string()},
             {"name": "projects", "mountPath": web_dir, "subPath": "web"}])
     );
@@ -1324,10 +1506,36 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
         .collect();
     assert_eq!(
         env,
-        ["PEGASUS_CONNECT", "PEGASUS_ENROLL", "PEGASUS_CA_SHA256"]
+        [
+            "PEGASUS_CONNECT",
+            "PEGASUS_CA_SHA256",
+            "PEGASUS_ENROLL_FILE"
+        ]
     );
     assert_eq!(c["env"][0]["value"], format!("127.0.0.1:{port}"));
     let text = sent.to_string();
+    assert!(
+        !text.contains(&token) && !text.contains("PEGASUS_ENROLL\""),
+        "no token in the pod's spec: {text}"
+    );
+    assert_eq!(
+        made_secret["metadata"]["name"],
+        pod_name.as_str(),
+        "the Secret is named as its pod"
+    );
+    assert_eq!(
+        made_secret["metadata"]["labels"],
+        sent["metadata"]["labels"]
+    );
+    assert_eq!(
+        spec["volumes"][2]["secret"]["secretName"],
+        pod_name.as_str(),
+        "the pod reads its token from that Secret"
+    );
+    assert_eq!(
+        c["volumeMounts"][2],
+        json!({"name": "enroll", "mountPath": "/run/pegasus-enroll", "readOnly": true})
+    );
     assert!(
         !text.contains(FAKE_KEY) && !text.contains(FAKE_KEY_ENV),
         "no provider key in a pod: {text}"
@@ -1345,9 +1553,23 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
             "PATH",
             "PEGASUS_CA_SHA256",
             "PEGASUS_CONNECT",
-            "PEGASUS_ENROLL"
+            "PEGASUS_ENROLL_FILE"
         ],
     );
+    assert!(
+        env.values().all(|v| !v.contains(&token)),
+        "no token in the worker's environment: {env:?}"
+    );
+    // Once its worker enrolled, the launch's Secret is deleted.
+    poll(
+        Duration::from_secs(5),
+        "the enrollment Secret deleted",
+        || cluster.secrets().is_empty().then_some(()),
+    );
+    assert!(cluster
+        .requests()
+        .iter()
+        .any(|r| r.method == "DELETE" && r.path == format!("{SECRETS}/{pod_name}")));
     let p = home.json(&["project", "show", "web"]);
     assert_eq!(p["worker_host"], "127.0.0.1", "{p}");
     let reply = home.ctl_ok(&["project", "send", "web", "where do you run?", "--wait"]);
@@ -1549,10 +1771,34 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
     // with the kubeconfig's credentials, and only the verbs SCALING.md's Role grants; every
     // pod with the bootstrap values alone.
     assert_eq!(cluster.most_at_once(), 1);
+    assert!(
+        cluster.secrets().is_empty(),
+        "no enrollment Secret is left: {:?}",
+        cluster.secrets()
+    );
     let mut made = BTreeMap::<String, usize>::new();
     for r in cluster.requests() {
-        assert!(r.path.starts_with(PODS), "{r:?}");
-        if r.method == "POST" {
+        assert!(
+            r.path.starts_with(PODS) || r.path.starts_with(SECRETS),
+            "{r:?}"
+        );
+        if r.method == "POST" && r.path == SECRETS {
+            // Each launch's Secret: only its enrollment line, and deleted since.
+            assert_eq!(
+                r.body["data"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .collect::<Vec<_>>(),
+                ["enroll"]
+            );
+            let name = r.body["metadata"]["name"].as_str().unwrap();
+            assert!(cluster
+                .requests()
+                .iter()
+                .any(|d| d.method == "DELETE" && d.path == format!("{SECRETS}/{name}")));
+        }
+        if r.method == "POST" && r.path == PODS {
             let project = r.body["metadata"]["annotations"]["pegasus/project"].to_string();
             *made
                 .entry(project.trim_matches('"').to_string())
@@ -1570,8 +1816,13 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
                 .collect();
             assert_eq!(
                 env,
-                ["PEGASUS_CONNECT", "PEGASUS_ENROLL", "PEGASUS_CA_SHA256"]
+                [
+                    "PEGASUS_CONNECT",
+                    "PEGASUS_CA_SHA256",
+                    "PEGASUS_ENROLL_FILE"
+                ]
             );
+            assert!(!text.contains("PEGASUS_ENROLL\""), "{text}");
             assert_eq!(r.body["spec"]["restartPolicy"], "Never");
         }
         assert_eq!(

@@ -121,11 +121,19 @@ impl Host {
 
     /// A home on the fake provider whose projects run over there.
     fn home(&self, fake: &FakeLlm, port: u16) -> Home {
+        self.home_via(fake, port, None)
+    }
+
+    /// [`Host::home`], each launch going through `spy` on the other host when given.
+    fn home_via(&self, fake: &FakeLlm, port: u16, spy: Option<&Spy>) -> Home {
+        let spy = spy
+            .map(|s| format!("\"{}\", \"{}\", ", s.script().display(), s.dir().display()))
+            .unwrap_or_default();
         Home::with_config(&format!(
             "{}agent: {{reflection: false}}\n\
              dashboard: {{listen: \"127.0.0.1:0\"}}\n\
              workers: {{listen: \"{here}:{port}\", heartbeat_interval_s: 1, shutdown_timeout_s: 5, restart_backoff_ms: 200}}\n\
-             launchers:\n  hostb: {{kind: command, connect: \"{here}:{port}\", argv: [ip, netns, exec, {ns}, \"{{env}}\", \"{{worker}}\", \"{{project_dir}}\"]}}\n\
+             launchers:\n  hostb: {{kind: command, connect: \"{here}:{port}\", argv: [ip, netns, exec, {ns}, \"{{env}}\", {spy}\"{{worker}}\", \"{{project_dir}}\"]}}\n\
              default_launcher: hostb\n",
             fake_provider_config(fake),
             here = self.here,
@@ -150,6 +158,137 @@ impl Drop for Host {
         let _ = ip(&["link", "del", &self.veth]);
         let _ = ip(&["netns", "del", &self.ns]);
     }
+}
+
+/// What someone who can read a launch's standard input on the worker's host learns (root
+/// there, or a launcher that logs what it forwards): a wrapper the launcher runs before the
+/// worker, which appends the enrollment line it was given to `<dir>/tokens`, waits while the
+/// FIFO `<dir>/gate` exists (until the test writes a line to it), and hands the line on to the
+/// worker's standard input.
+struct Spy {
+    dir: tempfile::TempDir,
+}
+
+impl Spy {
+    fn new() -> Spy {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("pgspy")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let script = dir.path().join("spy");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\n\
+             dir=$1; shift\n\
+             IFS= read -r line\n\
+             printf '%s\\n' \"$line\" >> \"$dir/tokens\"\n\
+             if [ -p \"$dir/gate\" ]; then read go < \"$dir/gate\"; fi\n\
+             exec \"$@\" <<EOF\n\
+             $line\n\
+             EOF\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Spy { dir }
+    }
+
+    fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    fn script(&self) -> std::path::PathBuf {
+        self.dir().join("spy")
+    }
+
+    /// From now on, each launch waits at the gate (with its token unspent).
+    fn hold(&self) {
+        nix::unistd::mkfifo(&self.dir().join("gate"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    }
+
+    /// Lets the launch waiting at the gate go on, and the next ones pass.
+    fn release(&self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let gate = self.dir().join("gate");
+        // Opening a FIFO for writing without blocking fails until its reader is there.
+        let mut w = poll(Duration::from_secs(10), "a launch at the gate", || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(nix::libc::O_NONBLOCK)
+                .open(&gate)
+                .ok()
+        });
+        std::fs::remove_file(&gate).unwrap();
+        w.write_all(b"go\n").unwrap();
+    }
+
+    /// The tokens every launch so far was given, oldest first.
+    fn tokens(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir().join("tokens"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                l.strip_prefix("PEGASUS_ENROLL=")
+                    .unwrap_or_else(|| panic!("not an enrollment line: {l:?}"))
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// The token of launch `n` (from 1), once it came.
+    fn token(&self, n: usize) -> String {
+        poll(
+            Duration::from_secs(15),
+            &format!("launch {n}'s token"),
+            || self.tokens().get(n - 1).cloned(),
+        )
+    }
+}
+
+/// The command line and environment of every process, as a local user other than the one
+/// running Pegasus reads them (`nobody`, by setpriv): what such a user could learn.
+fn proc_as_nobody() -> String {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do cat \"$f\"; echo; done 2>/dev/null; true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).replace('\0', " ")
+}
+
+/// The pids whose command line contains `needle`.
+fn pids_running(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+/// The environment of `pid`, as root reads it.
+fn environ_of(pid: u32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default())
+        .replace('\0', " ")
+}
+
+/// What the log says about refused remote connections.
+fn refusals(home: &Home) -> Vec<String> {
+    log_text(home)
+        .lines()
+        .filter(|l| l.contains("workers.listen: refused a connection"))
+        .map(str::to_string)
+        .collect()
 }
 
 fn log_text(home: &Home) -> String {
@@ -197,11 +336,14 @@ fn a_remote_worker_answers_through_pegasusd_and_survives_kills_and_a_cut_link() 
         status.contains(&format!("{first}@{}", host.there)),
         "{status}"
     );
+    let environ = environ_of(first);
     assert!(
-        !std::fs::read_to_string(format!("/proc/{first}/environ"))
-            .unwrap_or_default()
-            .contains(FAKE_KEY),
+        !environ.contains(FAKE_KEY),
         "no provider key reaches a remote worker"
+    );
+    assert!(
+        environ.contains("PEGASUS_CONNECT=") && !environ.contains("PEGASUS_ENROLL"),
+        "only the public bootstrap values are in its environment: {environ}"
     );
 
     // It answers, through pegasusd: it cannot reach the fake itself.
@@ -293,17 +435,16 @@ fn refused_remote_clients_are_named_in_the_log_and_dropped() {
     assert_eq!(n, 0, "no answer to plain TCP but the close");
     assert!(started.elapsed() < Duration::from_secs(6));
 
-    // A worker started by hand over there with a token it was never given, and one with the
-    // running worker's own token (used already, and another project's): each exits non-zero
-    // at once.
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    let env: Vec<(String, String)> = String::from_utf8_lossy(&environ)
-        .split('\0')
+    // A worker started by hand over there with a token it was never given (on its standard
+    // input, as pegasusd gives it): it exits non-zero at once.
+    let environ = environ_of(pid);
+    let env: Vec<(String, String)> = environ
+        .split(' ')
         .filter_map(|kv| kv.split_once('='))
         .filter(|(k, _)| k.starts_with("PEGASUS_"))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    assert_eq!(env.len(), 3, "the bootstrap values: {env:?}");
+    assert_eq!(env.len(), 2, "the public bootstrap values: {env:?}");
     // Another project, with no worker (its lock is free, so a worker gets as far as the link).
     home.ctl_ok(&["project", "create", "near", "--goal", "Goal of near"]);
     home.ctl_ok(&["project", "suspend", "near"]);
@@ -314,33 +455,17 @@ fn refused_remote_clients_are_named_in_the_log_and_dropped() {
     });
     let worker = env!("CARGO_BIN_EXE_project-worker");
     let other_dir = home.project_dir("near").display().to_string();
-    let never_issued = "ab".repeat(32);
-    for token in [
-        never_issued.as_str(),
-        env.iter()
-            .find(|(k, _)| k == "PEGASUS_ENROLL")
-            .map(|(_, v)| v.as_str())
-            .unwrap(),
-    ] {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &host.ns, worker, &other_dir])
-            .env_clear()
-            .envs(env.iter().cloned())
-            .env("PEGASUS_ENROLL", token)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "a refused worker exits non-zero");
-    }
+    let out = hand_run(&host, worker, &other_dir, &env, &"ab".repeat(32));
+    assert!(!out.status.success(), "a refused worker exits non-zero");
     let log = poll(Duration::from_secs(5), "the refusals in the log", || {
         let log = log_text(&home);
-        (log.matches("workers.listen: refused a connection").count() >= 3).then_some(log)
+        (log.matches("workers.listen: refused a connection").count() >= 2).then_some(log)
     });
     assert!(
         log.contains(&host.there),
         "the peer's address is named: {log}"
     );
     assert!(log.contains("plain TCP"), "{log}");
-    assert!(log.contains("token already used"), "{log}");
     assert!(log.contains("unknown token"), "{log}");
     // The real worker never noticed.
     assert!(alive(pid));
@@ -349,4 +474,207 @@ fn refused_remote_clients_are_named_in_the_log_and_dropped() {
         vec![pid],
         "still one worker"
     );
+}
+
+/// `project-worker` started by hand on the other host for `dir`, with `env` and `token` on its
+/// standard input as pegasusd would give them.
+fn hand_run(
+    host: &Host,
+    worker: &str,
+    dir: &str,
+    env: &[(String, String)],
+    token: &str,
+) -> std::process::Output {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &host.ns, worker, dir])
+        .env_clear()
+        .envs(env.iter().cloned())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "PEGASUS_ENROLL={token}").unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// Issue 32 item 1: the enrollment token is seen by no other local user, a certificate is the
+/// latest enrollment's for one link only, and a spent token presented again is refused and
+/// logged while the real worker keeps serving.
+#[test]
+fn enrollment_cannot_be_stolen_or_replayed() {
+    use pegasus_link::{Bootstrap, LinkError};
+    use pegasus_proto::{
+        worker::{FromWorker, Hello, ToWorker},
+        FrameReader, FrameWriter, PROTOCOL_VERSION,
+    };
+    let Some(host) = Host::new() else { return };
+    let fake = answering_fake();
+    let port = host.free_port();
+    let spy = Spy::new();
+    let home = host.home_via(&fake, port, Some(&spy));
+    let _daemon = home.start_fake();
+    let connect = format!("{}:{port}", host.here);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // The first launch, held on the worker's host with its token unspent.
+    spy.hold();
+    home.ctl_ok(&["project", "create", "far", "--goal", "Goal of far"]);
+    let t1 = spy.token(1);
+    let held = pids_running(&spy.script().display().to_string());
+    assert!(!held.is_empty(), "the launch waits at the gate");
+    // Another local user reads every command line and environment: no token anywhere.
+    let seen = proc_as_nobody();
+    assert!(
+        seen.contains(&spy.script().display().to_string()),
+        "the reader saw the launch's command line"
+    );
+    assert!(!seen.contains(&t1), "the token is readable by another user");
+    // Nor is it in the launch's environment, even for root: only the public values are.
+    let environ = environ_of(held[0]);
+    assert!(environ.contains("PEGASUS_CONNECT="), "{environ}");
+    assert!(
+        !environ.contains(&t1) && !environ.contains("PEGASUS_ENROLL"),
+        "{environ}"
+    );
+    let ca = environ
+        .split(' ')
+        .find_map(|kv| kv.strip_prefix("PEGASUS_CA_SHA256="))
+        .unwrap()
+        .to_string();
+
+    // Whoever learns a token before the worker uses it can enroll with it (which is why it
+    // must never be seen): here an attacker takes launch 1, then drops the link.
+    let stolen = Bootstrap::new(&connect, &t1, &ca).unwrap();
+    let identity = rt.block_on(stolen.enroll("far")).unwrap();
+    rt.block_on(async {
+        let mut link = stolen.connect_with(&identity).await.unwrap();
+        let hello = FromWorker::Hello(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            project: "far".into(),
+            pid: 4242,
+            token: t1.clone(),
+        });
+        FrameWriter::new(&mut link).write(&hello).await.unwrap();
+        let init = FrameReader::new(&mut link)
+            .read::<ToWorker>()
+            .await
+            .unwrap();
+        assert!(matches!(init, Some(ToWorker::Init(_))), "{init:?}");
+    });
+
+    // pegasusd launches again (still held). The attacker's certificate, an earlier one of the
+    // same project, is refused; so is its spent token.
+    let t2 = spy.token(2);
+    assert_ne!(t1, t2);
+    let before = refusals(&home).len();
+    rt.block_on(async {
+        // TLS 1.3: the client's handshake ends before the server looks at its certificate;
+        // the refusal shows as the end of the stream.
+        if let Ok(mut old) = stolen.connect_with(&identity).await {
+            let _ = FrameWriter::new(&mut old)
+                .write(&FromWorker::Hello(Hello {
+                    protocol_version: PROTOCOL_VERSION,
+                    project: "far".into(),
+                    pid: 4242,
+                    token: t2.clone(),
+                }))
+                .await;
+            assert!(
+                !matches!(
+                    FrameReader::new(&mut old).read::<ToWorker>().await,
+                    Ok(Some(_))
+                ),
+                "an earlier certificate got an answer"
+            );
+        }
+    });
+    let replay = rt.block_on(stolen.enroll("far")).unwrap_err();
+    assert!(
+        matches!(&replay, LinkError::Refused { reason, .. } if reason.contains("token already used")),
+        "{replay}"
+    );
+    let refused = poll(Duration::from_secs(5), "the two refusals logged", || {
+        let r = refusals(&home);
+        (r.len() >= before + 2).then_some(r)
+    });
+    let new: Vec<&String> = refused[before..].iter().collect();
+    assert_eq!(new.len(), 2, "one line per refusal: {new:?}");
+    assert!(
+        new.iter()
+            .any(|l| l.contains("is revoked") && l.contains(&host.here)),
+        "the earlier certificate's refusal names the peer and why: {new:?}"
+    );
+    assert!(
+        new.iter()
+            .any(|l| l.contains("token already used") && l.contains(&host.here)),
+        "{new:?}"
+    );
+
+    // The real worker gets its launch's token, and serves.
+    spy.release();
+    let worker = home.ready_worker("far", None);
+    assert!(host.runs_here(worker));
+    let seen = proc_as_nobody();
+    assert!(seen.contains(env!("CARGO_BIN_EXE_project-worker")));
+    assert!(!seen.contains(&t2), "the token is readable by another user");
+    let environ = environ_of(worker);
+    assert!(!environ.contains(&t2) && !environ.contains("PEGASUS_ENROLL"));
+    let cmdline =
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{worker}/cmdline")).unwrap())
+            .to_string();
+    assert!(!cmdline.contains(&t2), "{cmdline}");
+
+    // Its spent token, presented again by hand (another project's worker, so the lock lets it
+    // get to the link) and by a client for its own project: each refused, logged once.
+    home.ctl_ok(&["project", "create", "near", "--goal", "Goal of near"]);
+    home.ready_worker("near", None);
+    home.ctl_ok(&["project", "suspend", "near"]);
+    poll(Duration::from_secs(10), "near's worker to stop", || {
+        workers_in(&home.project_dir("near"))
+            .is_empty()
+            .then_some(())
+    });
+    let before = refusals(&home).len();
+    let public = vec![
+        ("PEGASUS_CONNECT".to_string(), connect.clone()),
+        ("PEGASUS_CA_SHA256".to_string(), ca.clone()),
+    ];
+    let near = home.project_dir("near").display().to_string();
+    let out = hand_run(
+        &host,
+        env!("CARGO_BIN_EXE_project-worker"),
+        &near,
+        &public,
+        &t2,
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("token already used"), "{stderr}");
+    let again = Bootstrap::new(&connect, &t2, &ca).unwrap();
+    let err = rt.block_on(again.connect("far")).unwrap_err();
+    assert!(err.to_string().contains("token already used"), "{err}");
+    let refused = poll(Duration::from_secs(5), "the replays logged", || {
+        let r = refusals(&home);
+        (r.len() >= before + 2).then_some(r)
+    });
+    assert_eq!(refused.len(), before + 2, "{refused:?}");
+    assert!(refused[before..]
+        .iter()
+        .all(|l| l.contains("token already used")));
+    assert!(
+        refused[before..].iter().any(|l| l.contains(&host.there)),
+        "the peer's address is named: {refused:?}"
+    );
+
+    // The real worker never noticed.
+    assert!(alive(worker));
+    assert_eq!(workers_in(&home.project_dir("far")), vec![worker]);
+    let reply = home.ctl_ok(&["project", "send", "far", "where are you now?", "--wait"]);
+    assert!(reply.contains("answered through pegasusd"), "{reply}");
 }

@@ -120,11 +120,16 @@ impl PodLauncher {
             .create(&PostParams::default(), &secret)
             .await
             .map_err(|e| self.secret_err("create", &name, e))?;
-        let created = self
-            .pods
-            .create(&PostParams::default(), &pod)
-            .await
-            .map_err(|e| self.api_err("create", &name, e))?;
+        let created = match self.pods.create(&PostParams::default(), &pod).await {
+            Ok(created) => created,
+            Err(e) => {
+                // No pod will read it: the token goes now, not at the next launch.
+                if let Err(left) = self.delete_secret(&name).await {
+                    tracing::warn!(secret = %name, "cannot delete an unused enrollment Secret: {left}");
+                }
+                return Err(self.api_err("create", &name, e));
+            }
+        };
         launched(project, &name, &created)
     }
 

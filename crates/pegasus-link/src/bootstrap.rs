@@ -556,7 +556,9 @@ mod tests {
     #[test]
     fn a_missing_or_malformed_value_is_named_and_a_token_in_the_environment_refused() {
         let good = format!("PEGASUS_ENROLL={TOKEN}\n");
-        let cases: [(&[(&str, &str)], &str, &str); 7] = [
+        /// The environment, standard input's line, and the error's start.
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: [Case; 7] = [
             (
                 &[(ENV_CONNECT, "h:1"), (ENV_CA_SHA256, SHA)],
                 "",

@@ -4,7 +4,7 @@
 //! [`crate::ACCEPT_TIMEOUT`] of its start), the daemon goes on, and the caller logs one warning
 //! with the peer's address and this reason's one-line text.
 
-/// Why [`crate::Authority::accept`] (or [`crate::check_hello_project`]) refused a peer.
+/// Why [`crate::Authority::accept`] (or [`crate::Certified::check_hello`]) refused a peer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The peer does not speak TLS at all (a frame, HTTP, a port scanner).
@@ -82,8 +82,9 @@ pub enum TokenRefusal {
 /// Checks the project a connected worker names in its Hello against the one its certificate was
 /// issued for: a certificate is one project's, and a worker may not serve another with it.
 ///
-/// pegasusd calls this with [`crate::Accepted::Worker`]'s `project` when the Hello arrives, and
-/// refuses the connection (logged as any refusal) on `Err`.
+/// Part of [`crate::Certified::check_hello`], which pegasusd calls when the Hello arrives (and
+/// which also wants the very token the certificate was enrolled with); it refuses the
+/// connection (logged as any refusal) on `Err`.
 pub fn check_hello_project(certified: &str, hello: &str) -> Result<(), Refusal> {
     if certified == hello {
         Ok(())

@@ -4,8 +4,8 @@
 //! launcher's argv placeholders; starting and watching workers is pegasusd's.
 //!
 //! A launcher only starts a worker somewhere: the worker connects back to `connect` (pegasusd's
-//! `workers.listen`, over mutual TLS) with the bootstrap values in its environment, and from
-//! then on it is supervised like a local one.
+//! `workers.listen`, over mutual TLS) with the public bootstrap values in its environment and
+//! its one-time token on its standard input, and from then on it is supervised like a local one.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -43,7 +43,9 @@ pub struct LaunchValues<'a> {
     pub project: &'a str,
     pub project_dir: &'a str,
     pub connect: &'a str,
-    /// The bootstrap environment, in the order `{env}` spells it.
+    /// The public bootstrap environment, in the order `{env}` spells it: never a secret (a
+    /// command line is readable by every user of a host; the enrollment token goes on the
+    /// launched command's standard input).
     pub env: &'a [(String, String)],
 }
 
@@ -154,7 +156,7 @@ mod tests {
     fn placeholders_expand_and_env_becomes_separate_elements() {
         let env = vec![
             ("PEGASUS_CONNECT".to_string(), "10.0.0.1:7475".to_string()),
-            ("PEGASUS_ENROLL".to_string(), "tok".to_string()),
+            ("PEGASUS_CA_SHA256".to_string(), "ab12".to_string()),
         ];
         let v = LaunchValues {
             worker: "/usr/bin/project-worker",
@@ -181,7 +183,7 @@ mod tests {
                 "box",
                 "env",
                 "PEGASUS_CONNECT=10.0.0.1:7475",
-                "PEGASUS_ENROLL=tok",
+                "PEGASUS_CA_SHA256=ab12",
                 "/usr/bin/project-worker",
                 "/h/projects/web",
                 "--name=web@10.0.0.1:7475"
