@@ -38,7 +38,7 @@ fn script_tools(fake: &FakeLlm, calls: Vec<ToolCall>) {
 
 #[test]
 fn a_workdir_that_is_contains_or_lies_inside_the_home_is_refused_at_create() {
-    let home = Home::new();
+    let home = Home::with_config("dashboard: {listen: \"127.0.0.1:0\"}\n");
     let _d = home.start();
     let h = home.path().canonicalize().unwrap();
     let link = tempfile::tempdir().unwrap();
@@ -77,6 +77,16 @@ fn a_workdir_that_is_contains_or_lies_inside_the_home_is_refused_at_create() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("lies inside"), "{stderr}");
     assert!(!home.project_dir("x").exists(), "nothing was created");
+    // The dashboard's POST says the same, in one line, as a 400.
+    let (status, body) = dashboard_create(&home, h.to_str().unwrap());
+    assert_eq!(status, 400, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let msg = v["error"].as_str().unwrap();
+    assert!(
+        msg.contains("is the Pegasus home") && !msg.contains('\n'),
+        "{msg}"
+    );
+    assert!(!home.project_dir("x").exists(), "nothing was created");
     // A folder outside the home is fine.
     let outside = tempfile::tempdir().unwrap();
     home.ctl_ok(&[
@@ -89,6 +99,41 @@ fn a_workdir_that_is_contains_or_lies_inside_the_home_is_refused_at_create() {
         outside.path().to_str().unwrap(),
     ]);
     home.ready_worker("fine", None);
+}
+
+/// POSTs a `project create` of `x` with `workdir` to the dashboard: (HTTP status, body).
+fn dashboard_create(home: &Home, workdir: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let addr = poll(Duration::from_secs(10), "the dashboard address", || {
+        std::fs::read_to_string(home.path().join("run/dashboard.addr")).ok()
+    });
+    let addr = addr.trim();
+    let token = std::fs::read_to_string(home.path().join("run/dashboard.token")).unwrap();
+    let body = json!({"name": "x", "goal": "g", "workdir": workdir}).to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /api/projects HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        token.trim(),
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    // The JSON error is small: one chunk at most, or a plain body.
+    let body = match rest.split_once("\r\n") {
+        Some((size, chunk))
+            if usize::from_str_radix(size.trim(), 16).is_ok() && !rest.starts_with('{') =>
+        {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            chunk[..n].to_string()
+        }
+        _ => rest.to_string(),
+    };
+    (status, body)
 }
 
 #[test]
