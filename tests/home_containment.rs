@@ -295,13 +295,14 @@ fn the_file_tools_cannot_write_project_md_or_through_a_link_into_the_home() {
     assert!(!pdir.join("approvals/x.answer.json").exists());
 }
 
-/// Runs `pegasusctl approvals` (with `--json`) and gives its exit code, or fails when it does
-/// not finish within 10 s (a FIFO read would block it for good).
-fn approvals_within(home: &Home) -> i32 {
+/// Runs `pegasusctl --json ARGS` and gives its exit code, or fails when it does not finish
+/// within 10 s (a FIFO read would block it for good).
+fn ctl_within(home: &Home, args: &[&str]) -> i32 {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pegasusctl"))
         .arg("--home")
         .arg(home.path())
-        .args(["--json", "approvals"])
+        .arg("--json")
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -309,7 +310,7 @@ fn approvals_within(home: &Home) -> i32 {
     let started = Instant::now();
     let status = poll(
         Duration::from_secs(10),
-        "pegasusctl approvals to finish",
+        &format!("pegasusctl {args:?} to finish"),
         || child.try_wait().unwrap(),
     );
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -333,12 +334,19 @@ fn a_fifo_among_the_approvals_does_not_hang_the_listing() {
         nix::unistd::mkfifo(&approvals.join(name), nix::sys::stat::Mode::S_IRWXU).unwrap();
     }
     // Through pegasusd (the dashboard lists through the same handler) ...
-    assert_eq!(approvals_within(&home), 0);
+    assert_eq!(ctl_within(&home, &["approvals"]), 0);
     let line = home.ctl_fails(&["approve", id]);
     assert!(line.contains(id), "{line}");
-    // ... and read by pegasusctl itself with no daemon.
+    // ... and read by pegasusctl itself with no daemon, with FIFOs for its logs too.
     d.kill9();
-    assert_eq!(approvals_within(&home), 0);
+    assert_eq!(ctl_within(&home, &["approvals"]), 0);
+    let pdir = home.project_dir("p");
+    for log in ["crashes.jsonl", "session/current.jsonl"] {
+        let _ = std::fs::remove_file(pdir.join(log));
+        nix::unistd::mkfifo(&pdir.join(log), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    }
+    ctl_within(&home, &["project", "show", "p"]);
+    ctl_within(&home, &["project", "log", "p"]);
 }
 
 /// A home whose projects are launched by a `command` launcher on this host's loopback (a
