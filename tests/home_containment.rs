@@ -137,6 +137,52 @@ fn dashboard_create(home: &Home, workdir: &str) -> (u16, String) {
 }
 
 #[test]
+fn config_paths_a_command_may_write_into_the_home_stop_pegasusd_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    for (yaml, key) in [
+        (
+            format!(
+                "agent: {{exec_writable: ['{}']}}\n",
+                home.join("run").display()
+            ),
+            "agent.exec_writable",
+        ),
+        (
+            format!("agent: {{exec_writable: ['{}']}}\n", dir.path().display()),
+            "agent.exec_writable",
+        ),
+        (
+            format!(
+                "mcp_servers:\n  fs: {{command: x, writable: ['{}']}}\n",
+                home.join("tls").display()
+            ),
+            "mcp_servers.fs.writable",
+        ),
+    ] {
+        std::fs::write(dir.path().join("config.yml"), &yaml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_pegasusd"))
+            .arg("--home")
+            .arg(&home)
+            .arg("--config")
+            .arg(dir.path().join("config.yml"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{yaml}: {stderr}");
+        assert!(
+            stderr.contains(key) && stderr.contains("Pegasus home"),
+            "{yaml}: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            !home.join("pegasusd.pid").exists(),
+            "refused before anything was made"
+        );
+    }
+}
+
+#[test]
 fn the_main_agents_create_project_with_the_home_as_workdir_is_a_tool_error() {
     let fake = FakeLlm::start().unwrap();
     let home = fake_home(&fake, "");
