@@ -10,6 +10,9 @@ use std::time::Duration;
 fn create_writes_the_contract_and_starts_a_worker_process() {
     let home = Home::new();
     let _d = home.start();
+    // A workdir beside the home (`/tmp` itself would contain it, which is refused).
+    let beside = tempfile::tempdir().unwrap();
+    let workdir = beside.path().to_str().unwrap().to_string();
     home.ctl_ok(&[
         "project",
         "create",
@@ -23,7 +26,7 @@ fn create_writes_the_contract_and_starts_a_worker_process() {
         "--model",
         "openai/gpt-4o",
         "--workdir",
-        "/tmp",
+        &workdir,
     ]);
     let pid = home.ready_worker("alpha", None);
     assert!(alive(pid));
@@ -39,7 +42,7 @@ fn create_writes_the_contract_and_starts_a_worker_process() {
     assert_eq!(front["name"], "alpha");
     assert_eq!(front["status"], "active");
     assert_eq!(front["model"], "openai/gpt-4o");
-    assert_eq!(front["workdir"], "/tmp");
+    assert_eq!(front["workdir"], workdir.as_str());
     assert!(front["suspended"].is_null() && front["completed"].is_null());
     let created = front["created"].as_str().unwrap();
     assert!(chrono_like(created), "created = {created}");

@@ -320,7 +320,7 @@ fn a_remote_worker_answers_through_pegasusd_and_survives_kills_and_a_cut_link() 
     .unwrap();
     let mut daemon = home.start_fake();
     let first = home.create("far");
-    let got = home.project_dir("far").join("tmp/home");
+    let got = home.project_dir("far").join("remote-home");
     assert_eq!(
         std::fs::read_to_string(got.join("preferences.md")).unwrap(),
         "Answer briefly.\n"

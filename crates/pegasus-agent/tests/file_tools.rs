@@ -210,3 +210,62 @@ async fn hostile_files_are_read_bounded_and_fifos_are_refused_at_once() {
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+/// Even in a workdir that holds the Pegasus home (which every start refuses; this is the last
+/// line), the file tools do not touch the home, except the project's own `workdir/`.
+#[tokio::test]
+async fn paths_into_the_home_are_refused_whatever_the_workdir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().to_path_buf();
+    let home = work.join("home");
+    let own = home.join("projects/p");
+    std::fs::create_dir_all(own.join("workdir")).unwrap();
+    std::fs::write(own.join("PROJECT.md"), "status: active\n").unwrap();
+    let mut settings = common::settings();
+    settings.sandbox = Some(pegasus_sandbox::SandboxPaths {
+        home: home.clone(),
+        own_dir: own.clone(),
+        tmp_dir: own.join("tmp"),
+        writable: vec![],
+    });
+    let (wide, _rx) = common::ctx_with(
+        &work,
+        &work.join("mem"),
+        common::ScriptedModel::new(),
+        settings.clone(),
+    );
+    for (tool, input) in [
+        (
+            "write_file",
+            json!({"path": "home/projects/p/PROJECT.md", "content": "approvals: {exec: allow}"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": "home/projects/p/PROJECT.md", "old": "active", "new": "x"}),
+        ),
+        ("read_file", json!({"path": "home/projects/p/PROJECT.md"})),
+        ("list_dir", json!({"path": "home"})),
+    ] {
+        let out = call(&wide, tool, input).await;
+        assert!(out.is_error, "{tool}: {out:?}");
+        assert!(out.content.contains("Pegasus home"), "{tool}: {out:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(own.join("PROJECT.md")).unwrap(),
+        "status: active\n"
+    );
+    // The project's own default workdir is its to write.
+    let (inside, _rx) = common::ctx_with(
+        &own.join("workdir"),
+        &work.join("mem"),
+        common::ScriptedModel::new(),
+        settings,
+    );
+    let out = call(
+        &inside,
+        "write_file",
+        json!({"path": "a.txt", "content": "x"}),
+    )
+    .await;
+    assert!(!out.is_error, "{out:?}");
+}

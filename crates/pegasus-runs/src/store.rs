@@ -107,7 +107,7 @@ impl RunStore {
     pub fn get(&self, id: &str) -> Result<Run, RunError> {
         check_id(id)?;
         let path = self.run_file(id);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match read_run_file(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(RunError::NotFound(id.to_string()))
@@ -277,7 +277,7 @@ impl RunStore {
 
     fn read_request(&self, id: &str) -> Result<Option<RunRequest>, RunError> {
         let path = self.request_file(id);
-        match std::fs::read(&path) {
+        match read_run_file(&path) {
             Ok(bytes) => match serde_json::from_slice(&bytes) {
                 Ok(req) => Ok(Some(req)),
                 Err(e) => {
@@ -312,4 +312,22 @@ fn check_id(id: &str) -> Result<(), RunError> {
         return Err(RunError::NotFound(id.to_string()));
     }
     Ok(())
+}
+
+/// The largest run or request file read.
+const MAX_RUN_FILE: u64 = 16 << 20;
+
+/// A run's file: a regular file only, never past [`MAX_RUN_FILE`] (pegasusd reads these from
+/// the project folder; a FIFO there must not hang it).
+fn read_run_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    match pegasus_store::read_capped(path, MAX_RUN_FILE + 1) {
+        Ok(c) if c.truncated() || c.size > MAX_RUN_FILE => Err(std::io::Error::other(format!(
+            "is {} bytes, over the {MAX_RUN_FILE}-byte limit",
+            c.size
+        ))),
+        Ok(c) => Ok(c.bytes),
+        Err(pegasus_store::ReadError::NotFound) => Err(ErrorKind::NotFound.into()),
+        Err(pegasus_store::ReadError::Io(e)) => Err(e),
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
 }

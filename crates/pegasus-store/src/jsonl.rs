@@ -5,7 +5,7 @@
 //! must never fail because of one bad line: both rules live here and nowhere else.
 
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -157,6 +157,9 @@ impl<T> Default for JsonlRead<T> {
 
 /// Reads every complete line of a JSONL file, skipping (and counting) lines that do not parse.
 /// A missing file reads as empty: append-only logs start out absent.
+/// The largest JSONL file read (a session archives itself long before).
+pub const MAX_JSONL_FILE: u64 = 1 << 30;
+
 pub fn read_jsonl<T: DeserializeOwned + Send>(path: &Path) -> Result<JsonlRead<T>> {
     read_jsonl_with(path, |line| serde_json::from_slice::<T>(line).ok())
 }
@@ -168,10 +171,20 @@ pub fn read_jsonl_with<T: Send>(
     path: &Path,
     parse: impl Fn(&[u8]) -> Option<T> + Sync,
 ) -> Result<JsonlRead<T>> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(JsonlRead::default()),
-        Err(e) => return Err(StoreError::io(path)(e)),
+    // A regular file only, never past the cap: a FIFO or a device in a project folder must
+    // not hang or fill the reader (pegasusd, `pegasusctl`).
+    let bytes = match crate::read::read_capped(path, MAX_JSONL_FILE) {
+        Ok(c) if c.truncated() => {
+            return Err(StoreError::Invalid(format!(
+                "{} is {} bytes, over the {MAX_JSONL_FILE}-byte limit of a Pegasus log file",
+                path.display(),
+                c.size
+            )))
+        }
+        Ok(c) => c.bytes,
+        Err(crate::read::ReadError::NotFound) => return Ok(JsonlRead::default()),
+        Err(crate::read::ReadError::Io(e)) => return Err(StoreError::io(path)(e)),
+        Err(e) => return Err(StoreError::Invalid(format!("{} {e}", path.display()))),
     };
     let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
     // `split` yields a final segment after the last '\n': empty for a healthy file, a torn

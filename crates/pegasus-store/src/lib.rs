@@ -57,9 +57,7 @@ pub use project::{
     create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
     PROJECT_SUBDIRS,
 };
-pub use read::{
-    no_symlink_below, read_capped, read_text_limited, read_text_nofollow, Capped, ReadError,
-};
+pub use read::{read_capped, read_text_limited, read_text_nofollow, Capped, ReadError};
 pub use registry::ProjectRegistry;
 pub use scan::{par_map, scan_projects, ScanEntry};
 pub use session::*;

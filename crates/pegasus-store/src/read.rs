@@ -91,26 +91,10 @@ pub fn read_text_limited(path: &Path, cap: u64) -> Result<String, ReadError> {
 /// [`read_text_limited`] for configuration and policy (a role, a skill, the preferences):
 /// a symlink as the file itself is refused ([`ReadError::Symlink`]), never followed, so a
 /// link planted where such a file is read cannot make its reader show a file the sandbox
-/// hides. The folders on the way are the caller's to check ([`no_symlink_below`]).
+/// hides. The folders on the way are the caller's to check (a skill's folder is listed
+/// without following links).
 pub fn read_text_nofollow(path: &Path, cap: u64) -> Result<String, ReadError> {
     read_text_opened(open_file(path, Links::Refuse)?, cap)
-}
-
-/// Refuses `path` when any component of it below `root` is a symbolic link (or `path` is not
-/// below `root`): the folders between a trusted root and a file read without following links.
-pub fn no_symlink_below(root: &Path, path: &Path) -> Result<(), ReadError> {
-    let rest = path.strip_prefix(root).map_err(|_| ReadError::Symlink)?;
-    let mut at = root.to_path_buf();
-    for c in rest.components() {
-        at.push(c);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => return Err(ReadError::Symlink),
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => return Err(ReadError::NotFound),
-            Err(e) => return Err(ReadError::Io(e)),
-        }
-    }
-    Ok(())
 }
 
 fn read_text_opened((file, size): (File, u64), cap: u64) -> Result<String, ReadError> {
@@ -137,25 +121,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policy_reads_refuse_symlinks_at_the_file_and_on_the_way() {
+    fn policy_reads_refuse_a_symlink() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("real")).unwrap();
         std::fs::write(root.join("real/SKILL.md"), "body").unwrap();
         std::fs::write(root.join("secret"), "hidden").unwrap();
         std::os::unix::fs::symlink(root.join("secret"), root.join("real/link.md")).unwrap();
-        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
         assert_eq!(
             read_text_nofollow(&root.join("real/SKILL.md"), 100).unwrap(),
             "body"
         );
         assert!(matches!(
             read_text_nofollow(&root.join("real/link.md"), 100),
-            Err(ReadError::Symlink)
-        ));
-        no_symlink_below(root, &root.join("real/SKILL.md")).unwrap();
-        assert!(matches!(
-            no_symlink_below(root, &root.join("alias/SKILL.md")),
             Err(ReadError::Symlink)
         ));
         // The plain reader still follows links (files the user controls).

@@ -12,7 +12,7 @@ use pegasus_proto::{ctl::CtlResponse, BusBody, BusEvent, WorkerEvent};
 use pegasus_store::{ContentBlock, Home, SessionRecord};
 use std::{
     io::{Read, Seek, SeekFrom, Write as _},
-    os::unix::fs::MetadataExt,
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::Path,
     time::Duration,
 };
@@ -175,12 +175,23 @@ fn read_new(
 ) -> Result<(), CtlError> {
     let cannot =
         |e: std::io::Error| CtlError::Failed(format!("cannot read {}: {e}", path.display()));
-    let mut file = match std::fs::File::open(path) {
+    // Without blocking, and a regular file only: a FIFO in its place must not hang `log -f`.
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(cannot(e)),
     };
     let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(CtlError::Failed(format!(
+            "{} is not a regular file: Pegasus did not write it",
+            path.display()
+        )));
+    }
     if meta.ino() != *inode || meta.len() < *offset {
         *inode = meta.ino();
         *offset = 0;

@@ -21,7 +21,7 @@ impl DoorCall for CreateProject {
                     "name": {"type": "string"}, "goal": {"type": "string"},
                     "background": {"type": "string"}, "constraints": {"type": "string"},
                     "model": {"type": "string", "description": "provider/model"},
-                    "workdir": {"type": "string", "description": "absolute path the project works in"}
+                    "workdir": {"type": "string", "description": "absolute path the project works in, outside the Pegasus home"}
                 },
                 "required": ["name", "goal"]
             }),
