@@ -659,11 +659,13 @@ fn enrollment_cannot_be_stolen_or_replayed() {
     let again = Bootstrap::new(&connect, &t2, &ca).unwrap();
     let err = rt.block_on(again.connect("far")).unwrap_err();
     assert!(err.to_string().contains("token already used"), "{err}");
+    // Refusals are logged at a bounded rate: the hand-run worker's (from the other host) gets
+    // its line; the library client's repeats, from this host, a refusal already logged in this
+    // window for the same reason, so it is counted into the next summary line instead.
     let refused = poll(Duration::from_secs(5), "the replays logged", || {
         let r = refusals(&home);
-        (r.len() >= before + 2).then_some(r)
+        (r.len() > before).then_some(r)
     });
-    assert_eq!(refused.len(), before + 2, "{refused:?}");
     assert!(refused[before..]
         .iter()
         .all(|l| l.contains("token already used")));
