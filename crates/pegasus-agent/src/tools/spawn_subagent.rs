@@ -95,7 +95,16 @@ impl super::Builtin for SpawnSubagent {
                     &[],
                 )?;
                 tools = r.tools;
-                child.settings = r.settings;
+                // Nor a skill its parent may not load.
+                let mut settings = r.settings;
+                settings.skills = match (s.skills.clone(), settings.skills) {
+                    (Some(parent), Some(role)) => {
+                        Some(role.into_iter().filter(|k| parent.contains(k)).collect())
+                    }
+                    (Some(parent), None) => Some(parent),
+                    (None, role) => role,
+                };
+                child.settings = settings;
                 r.system
             }
             None => subagent_system(None, &ctx.project_overview),
