@@ -776,6 +776,8 @@ fn mcp(bins: &Bins, _: &[String]) -> Res<bool> {
             subagents_spawned: Default::default(),
             repos: vec![],
             approvals: None,
+            offered: None,
+            proposed: Default::default(),
         };
         let echo = tools
             .get("mcp__t__echo")

@@ -336,3 +336,258 @@ fn merge_ask_holds_a_verified_task_until_a_person_says_yes() {
     });
     assert_eq!(sh(&app, "cat b.txt"), "denied");
 }
+
+/// The spawned `project send NAME TEXT --wait`, its output read once it exits.
+fn send_waiting(home: &Home, project: &str, text: &str) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_pegasusctl"))
+        .args(["--home"])
+        .arg(home.path())
+        .args(["project", "send", project, text, "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Whether `s` holds a character that would not show as itself (CR, ESC, bidi, zero-width).
+fn hides(s: &str) -> bool {
+    s.chars().any(|c| {
+        c.is_control() && c != '\n' || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    })
+}
+
+/// Issue 32 (4): what a person approves is what runs. A command line that would rewrite its
+/// own display (`\r`, an escape sequence, a right-to-left override, a zero-width space) is
+/// shown escaped by `approvals`, `approvals --json`, `--full` and the `send --wait` line, its
+/// input whole and raw in `--json`; a `write_file` request names its path before 10 kB of
+/// content.
+#[test]
+fn what_a_person_approves_is_shown_as_it_runs() {
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    let sneaky = "touch X #\r\x1b[2Kls -la";
+    let bidi = "echo \u{202e}txt.exe\u{200b} >> runs.txt";
+    script(&fake, "sneaky", sneaky);
+    script(&fake, "bidi", bidi);
+    let content = "y".repeat(10 * 1024);
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::LastUserTextContains("bigfile".into()),
+                Match::NewPrompt,
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "write_file",
+                json!({"content": content, "path": "notes/big.txt"}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("bigfile".into()),
+        Reply::Text("saw: file answered".into()),
+    ));
+    let home = home_asking(&fake, ", tools: {write_file: ask}");
+    let _d = home.start_fake();
+    home.create("web");
+
+    let send = send_waiting(&home, "web", "sneaky please");
+    let req = waiting(&home);
+    let id = req["id"].as_str().unwrap().to_string();
+    assert_eq!(req["summary"], "touch X #\\r\\x1b[2Kls -la", "{req}");
+    assert_eq!(
+        req["input"]["command"], sneaky,
+        "the raw input is whole: {req}"
+    );
+    let table = home.ctl_ok(&["approvals"]);
+    assert!(table.contains("touch X #\\r\\x1b[2Kls -la"), "{table}");
+    assert!(!hides(&table), "{table:?}");
+    let full = home.ctl_ok(&["approvals", "--full"]);
+    assert!(
+        full.contains("whole input") && full.contains("\"command\""),
+        "{full}"
+    );
+    assert!(!hides(&full), "{full:?}");
+    home.ctl_ok(&["approve", &id]);
+    let out = send.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "waiting for approval {id}: exec `touch X #\\r\\x1b[2Kls -la`"
+        )),
+        "{stderr}"
+    );
+    assert!(!hides(&stderr), "{stderr:?}");
+
+    let send = send_waiting(&home, "web", "bidi please");
+    let req = waiting(&home);
+    let summary = req["summary"].as_str().unwrap();
+    assert_eq!(summary, "echo \\u{202e}txt.exe\\u{200b} >> runs.txt");
+    assert_eq!(req["input"]["command"], bidi);
+    let table = home.ctl_ok(&["approvals", "web"]);
+    assert!(
+        table.contains("\\u{202e}txt.exe\\u{200b}") && !hides(&table),
+        "{table:?}"
+    );
+    home.ctl_ok(&["deny", req["id"].as_str().unwrap()]);
+    let out = send.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\\u{202e}txt.exe") && !hides(&stderr),
+        "{stderr:?}"
+    );
+
+    let send = send_waiting(&home, "web", "bigfile please");
+    let req = waiting(&home);
+    assert_eq!(req["tool"], "write_file");
+    let summary = req["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("write_file path=\"notes/big.txt\" {\"content\":\"yyy"),
+        "the target comes first: {summary}"
+    );
+    assert!(summary.chars().count() < 700, "{}", summary.len());
+    assert!(summary.contains("approvals --full"), "{summary}");
+    assert_eq!(req["input"]["content"].as_str().unwrap().len(), 10 * 1024);
+    assert!(home
+        .ctl_ok(&["approvals"])
+        .contains("write_file path=\"notes/big.txt\""));
+    home.ctl_ok(&["deny", req["id"].as_str().unwrap()]);
+    let out = send.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "saw: file answered"
+    );
+    assert!(!home
+        .project_dir("web")
+        .join("workdir/notes/big.txt")
+        .exists());
+}
+
+/// Writes a request into `project`'s approvals as a worker on another host would, its
+/// `asked_at` by that host's clock.
+fn remote_request(
+    home: &Home,
+    project: &str,
+    id: &str,
+    asked_at: chrono::DateTime<chrono::Utc>,
+    timeout_s: u64,
+) {
+    let dir = home.project_dir(project).join("approvals");
+    std::fs::create_dir_all(&dir).unwrap();
+    let req = json!({
+        "id": id, "project": project, "task": "", "tool": "exec",
+        "summary": "make deploy", "asked_at": asked_at.to_rfc3339(),
+        "call_id": "toolu_far", "input_json": "{\"command\":\"make deploy\"}",
+        "timeout_s": timeout_s, "always": "make deploy",
+    });
+    let tmp = dir.join(format!(".{id}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec(&req).unwrap()).unwrap();
+    std::fs::rename(&tmp, dir.join(format!("{id}.json"))).unwrap();
+}
+
+/// Issue 32 (4): a request from a host whose clock is hours behind is listed and answerable,
+/// and expires by pegasusd's own clock, counted from when pegasusd first saw it.
+#[test]
+fn a_request_from_a_host_whose_clock_is_behind_is_judged_by_pegasusds_clock() {
+    let fake = FakeLlm::start().unwrap();
+    let home = home_asking(&fake, "");
+    let _d = home.start_fake();
+    home.create("far");
+    let behind = chrono::Utc::now() - chrono::Duration::hours(5);
+    remote_request(&home, "far", "ap-behindlong", behind, 3600);
+    remote_request(&home, "far", "ap-behindshort", behind, 4);
+    let ids = |home: &Home| -> Vec<String> {
+        home.json(&["approvals"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let listed = ids(&home);
+    assert!(
+        listed.contains(&"ap-behindlong".to_string())
+            && listed.contains(&"ap-behindshort".to_string()),
+        "five hours behind, still listed: {listed:?}"
+    );
+    assert!(home.ctl_ok(&["approvals"]).contains("make deploy"));
+    // pegasusd notes its first sight of each (its look once a second), durably.
+    poll(WAIT, "pegasusd to note the requests", || {
+        let seen = std::fs::read_to_string(home.path().join("approvals.seen")).unwrap_or_default();
+        (seen.contains("ap-behindlong") && seen.contains("ap-behindshort")).then_some(())
+    });
+    let ok = home.ctl_ok(&["approve", "ap-behindlong"]);
+    assert!(ok.contains("approved"), "{ok}");
+    // The short one runs out 4 s after pegasusd saw it, by pegasusd's clock.
+    poll(WAIT, "the short request to expire", || {
+        (!ids(&home).contains(&"ap-behindshort".to_string())).then_some(())
+    });
+    // Denied by pegasusd as the timeout (within its look once a second).
+    let answer: serde_json::Value = poll(WAIT, "the expiry recorded", || {
+        let path = home
+            .project_dir("far")
+            .join("approvals/ap-behindshort.answer.json");
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    });
+    assert_eq!(answer["decision"], "expired", "{answer}");
+    let late = home.ctl_fails(&["approve", "ap-behindshort"]);
+    assert!(late.contains("already answered: expired"), "{late}");
+}
+
+/// Issue 32 (4): `approve --always` on a merge keeps its word: the next merge of that project
+/// goes through without asking.
+#[test]
+fn approve_always_on_a_merge_lets_the_next_merge_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote".into()),
+        Reply::Text("changed the files".into()),
+    ));
+    for (word, path) in [("change alpha", "a.txt"), ("change beta", "b.txt")] {
+        fake.add_rule(Rule::new(
+            Match::LastUserTextContains(word.into()),
+            Reply::Tools(vec![ToolCall::new(
+                "write_file",
+                json!({"path": path, "content": "changed\n"}),
+            )]),
+        ));
+    }
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, "approvals: {merge: ask}\n");
+    let _d = home.start_fake();
+    home.create("cp");
+    configure(&home, "cp", &repos_yaml(&[("app", &app)]));
+    let add = |goal: &str| {
+        home.json(&["task", "add", "cp", "--goal", goal, "--repo", "app"])["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let state = |id: &str| home.json(&["task", "show", id])["task"]["state"].clone();
+    let first = add("change alpha");
+    let req = waiting(&home);
+    assert_eq!(req["tool"], "merge");
+    let said = home.ctl_ok(&["approve", req["id"].as_str().unwrap(), "--always"]);
+    assert!(said.contains("merges in cp no longer ask"), "{said}");
+    poll(WAIT, "the approved merge", || {
+        (state(&first) == "done").then_some(())
+    });
+    assert!(
+        home.project_md("cp").contains("merge: auto"),
+        "{}",
+        home.project_md("cp")
+    );
+    let second = add("change beta");
+    poll(WAIT, "the next merge, unasked", || {
+        assert!(
+            home.json(&["approvals"]).as_array().unwrap().is_empty(),
+            "the next merge asked again"
+        );
+        (state(&second) == "done").then_some(())
+    });
+    assert_eq!(sh(&app, "cat b.txt"), "changed");
+}

@@ -737,3 +737,141 @@ fn a_non_loopback_listen_is_refused_unless_allowed() {
         "{err}"
     );
 }
+
+/// Issue 32 (6): with `allow_remote: true` a change still comes only from the request's own
+/// origin (or `dashboard.public_url`): a page on another port of the same host or on a
+/// sibling host cannot create, send, approve or deny with the user's cookie. Issue 32 (4):
+/// the dashboard shows a request escaped, with its whole input one click away.
+#[test]
+fn with_allow_remote_only_the_dashboards_own_origin_may_change_things() {
+    let fake = FakeLlm::start().unwrap();
+    let home = Home::with_config(&format!(
+        "{}workers: {{shutdown_timeout_s: 5}}\n\
+         agent: {{reflection: false}}\n\
+         dashboard: {{listen: \"127.0.0.1:0\", allow_remote: true, public_url: \"https://pegasus.example.test/\"}}\n",
+        fake_provider_config(&fake),
+    ));
+    let _d = home.start_fake();
+    let d = Dash::of(&home);
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/session",
+        &[("Authorization", &d.auth())],
+        None,
+    );
+    assert_eq!(r.status, 200);
+    let pair = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let port: u16 = d.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let body = json!({"name": "web", "goal": "a site"}).to_string();
+    let create = |origin: &str| {
+        http(
+            &d.addr,
+            "POST",
+            "/api/projects",
+            &[("Cookie", &pair), ("Origin", origin)],
+            Some(&body),
+        )
+    };
+    for foreign in [
+        format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+        "http://127.0.0.1".to_string(),
+        format!("http://localhost:{port}"),
+        "https://evil.example.test".to_string(),
+        "https://pegasus.example.test.evil.test".to_string(),
+        "null".to_string(),
+    ] {
+        let r = create(&foreign);
+        assert_eq!(r.status, 403, "{foreign}: {}", r.body);
+        assert!(r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("dashboard.public_url"));
+    }
+    assert!(!home.project_dir("web").exists(), "nothing was created");
+    // The configured public origin (a proxy in front) and the request's own origin may.
+    let r = create("https://pegasus.example.test");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let origin = format!("http://{}", d.addr);
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/projects/web/messages",
+        &[
+            ("Cookie", &pair),
+            (
+                "Origin",
+                &format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+            ),
+        ],
+        Some(&json!({"text": "hi"}).to_string()),
+    );
+    assert_eq!(r.status, 403, "a send from another port: {}", r.body);
+
+    // A request whose command line would rewrite its own display.
+    let sneaky = "touch X #\r\x1b[2Kls -la \u{202e}\u{200b}";
+    let dir = home.project_dir("web").join("approvals");
+    std::fs::create_dir_all(&dir).unwrap();
+    let req = json!({
+        "id": "ap-dashsneaky", "project": "web", "task": "", "tool": "exec",
+        "summary": sneaky, "asked_at": chrono::Utc::now().to_rfc3339(), "call_id": "toolu_d",
+        "input_json": json!({"command": sneaky}).to_string(), "timeout_s": 3600, "always": sneaky,
+    });
+    std::fs::write(dir.join(".t"), req.to_string()).unwrap();
+    std::fs::rename(dir.join(".t"), dir.join("ap-dashsneaky.json")).unwrap();
+    let shown = "touch X #\\r\\x1b[2Kls -la \\u{202e}\\u{200b}";
+    let hides = |s: &str| {
+        s.contains('\r') || s.contains('\x1b') || s.contains('\u{202e}') || s.contains('\u{200b}')
+    };
+    let list = d.get("/api/approvals");
+    assert_eq!(list.status, 200);
+    let a = &list.json()[0];
+    assert_eq!(a["summary"], shown, "{a}");
+    assert_eq!(a["input"]["command"], sneaky);
+    for page in ["/approvals", "/approvals/ap-dashsneaky"] {
+        let r = d.get(page);
+        assert_eq!(r.status, 200, "{page}");
+        assert!(r.body.contains(shown), "{page}: {}", r.body);
+        assert!(!hides(&r.body), "{page} shows it raw");
+    }
+    let one = d.get("/approvals/ap-dashsneaky").body;
+    assert!(
+        one.contains("Whole input") && one.contains("&quot;command&quot;"),
+        "{one}"
+    );
+    assert!(d.get("/static/app.js").body.contains("Whole input"));
+    assert_eq!(d.get("/approvals/ap-nosuchone").status, 404);
+    // Approving and denying from another port is refused and changes nothing.
+    for verb in ["approve", "deny"] {
+        let r = http(
+            &d.addr,
+            "POST",
+            &format!("/api/approvals/ap-dashsneaky/{verb}"),
+            &[
+                ("Cookie", &pair),
+                (
+                    "Origin",
+                    &format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+                ),
+            ],
+            Some("{}"),
+        );
+        assert_eq!(r.status, 403, "{verb}: {}", r.body);
+    }
+    assert!(!dir.join("ap-dashsneaky.answer.json").exists());
+    let r = http(
+        &d.addr,
+        "POST",
+        "/api/approvals/ap-dashsneaky/deny",
+        &[("Cookie", &pair), ("Origin", &origin)],
+        Some("{}"),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(dir.join("ap-dashsneaky.answer.json").exists());
+}

@@ -359,3 +359,74 @@ fn a_maintenance_role_proposes_a_task_that_runs_once_approved() {
     assert_eq!(merged["result_summary"], "merged");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// Issue 32 (8): `propose_task` is capped: a task proposes at most 5 tasks, each with a
+/// one-line title of at most 120 characters; past that the model gets a tool error that says
+/// what to do, and nothing more is created.
+#[test]
+fn propose_task_is_capped_in_count_and_size() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let finder = |m: Match| Match::All(vec![Match::SystemContains("Duplicate finder".into()), m]);
+    // The last result is the oversized title's; the one before it the sixth proposal's.
+    fake.add_rule(Rule::new(
+        finder(Match::All(vec![
+            Match::LastToolResultContains("this task already proposed 5 tasks".into()),
+            Match::LastToolResultContains("`title` is 200 characters, at most 120".into()),
+            Match::LastToolResultContains("`goal` is 9000 characters, at most 8000".into()),
+        ])),
+        Reply::Text("both caps held".into()),
+    ));
+    fake.add_rule(Rule::new(
+        finder(Match::LastToolResultContains("proposed as task".into())),
+        Reply::Text("a cap did not hold".into()),
+    ));
+    let mut calls: Vec<ToolCall> = (1..=6)
+        .map(|i| {
+            ToolCall::new(
+                "propose_task",
+                json!({"title": format!("proposal {i}"), "goal": format!("do thing {i}")}),
+            )
+        })
+        .collect();
+    calls.push(ToolCall::new(
+        "propose_task",
+        json!({"title": "t".repeat(200), "goal": "x"}),
+    ));
+    calls.push(ToolCall::new(
+        "propose_task",
+        json!({"title": "long goal", "goal": "g".repeat(9000)}),
+    ));
+    fake.add_rule(Rule::new(
+        finder(Match::NoToolResultYet),
+        Reply::Tools(calls),
+    ));
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    home.create("tp");
+    let run = home.json(&[
+        "task",
+        "add",
+        "tp",
+        "--goal",
+        "look for duplicates",
+        "--role",
+        "duplicate-finder",
+    ]);
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let done = wait_state(&home, &run_id, "done");
+    assert_eq!(done["result_summary"], "both caps held");
+    let planned: Vec<Value> = home
+        .json(&["task", "list", "tp"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["state"] == "planned")
+        .cloned()
+        .collect();
+    assert_eq!(planned.len(), 5, "{planned:?}");
+    assert!(planned
+        .iter()
+        .all(|t| t["title"].as_str().unwrap().starts_with("proposal ")));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

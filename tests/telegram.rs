@@ -443,6 +443,14 @@ fn approvals_go_out_with_buttons_and_only_a_press_in_an_allowed_chat_answers_the
     let mut daemon = start(&home);
     home.create("ap");
     let workdir = home.project_dir("ap").join("workdir");
+    // No `allowed_users`: any member of the allowed chat may approve, and the log says so once.
+    poll(Duration::from_secs(10), "the allowed_users warning", || {
+        (logs(&home)
+            .matches("`telegram.allowed_users` is empty")
+            .count()
+            == 1)
+            .then_some(())
+    });
 
     // The request goes to the allowed chat once, as plain text with the whole command line
     // and two buttons naming it.
@@ -623,4 +631,88 @@ fn approvals_go_out_with_buttons_and_only_a_press_in_an_allowed_chat_answers_the
         tg.presses()
     );
     assert!(!logs(&home).contains("SECRET-bot-token"));
+}
+
+/// Issue 32 (4): with `telegram.allowed_users`, a press counts only from one of them: another
+/// member of the allowed chat is answered "not allowed" and nothing changes. The request's
+/// message shows its command line escaped.
+#[test]
+fn only_an_allowed_user_approves_and_the_message_hides_nothing() {
+    use pegasus_fakellm::telegram::PressOn;
+    use pegasus_fakellm::ToolCall;
+    use serde_json::json;
+
+    const USER: i64 = 5_550_001;
+    const OTHER: i64 = 5_550_002;
+    let sneaky = "touch X #\r\x1b[2Kls -la \u{202e}\u{200b}";
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("sneak".into()),
+            Reply::Tools(vec![ToolCall::new("exec", json!({"command": sneaky}))]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("sneak".into()),
+        Reply::Text("done sneaking".into()),
+    ));
+    let tg = FakeTelegram::start(TOKEN).unwrap();
+    let home = fake_home(
+        &fake,
+        &format!(
+            "telegram: {{token_env: PEGASUS_TG_TOKEN, base_url: \"{}\", allowed_chats: [{CHAT}], allowed_users: [{USER}], poll_timeout_s: 1}}\napprovals: {{exec: ask}}\n",
+            tg.base_url()
+        ),
+    );
+    let _d = start(&home);
+    home.create("ap");
+    home.ctl_ok(&["project", "send", "ap", "sneak it in"]);
+    let req = waiting_request(&home, &[]);
+    let id = req["id"].as_str().unwrap().to_string();
+    let offer = poll(Duration::from_secs(20), "the request in the chat", || {
+        offers(&tg, &id).into_iter().next()
+    });
+    assert!(
+        offer
+            .text
+            .contains("touch X #\\r\\x1b[2Kls -la \\u{202e}\\u{200b}"),
+        "{}",
+        offer.text
+    );
+    assert!(
+        !offer.text.contains('\r')
+            && !offer.text.contains('\x1b')
+            && !offer.text.contains('\u{202e}')
+            && !offer.text.contains('\u{200b}'),
+        "{:?}",
+        offer.text
+    );
+    let on = PressOn::Message {
+        chat_id: CHAT,
+        message_id: offer.message_id,
+    };
+    let q = tg.press_by(on, Some(OTHER), &format!("approve:{id}"));
+    assert_eq!(answer_to(&tg, &q), "not allowed");
+    poll(Duration::from_secs(10), "the warning", || {
+        logs(&home)
+            .lines()
+            .any(|l| {
+                l.contains("WARN")
+                    && l.contains(&format!("user {OTHER}"))
+                    && l.contains("not in telegram.allowed_users")
+            })
+            .then_some(())
+    });
+    assert_eq!(
+        home.json(&["approvals"])[0]["id"],
+        id.as_str(),
+        "still waiting"
+    );
+    assert!(!logs(&home).contains("`telegram.allowed_users` is empty"));
+    let q = tg.press_by(on, Some(USER), &format!("deny:{id}"));
+    let said = answer_to(&tg, &q);
+    assert!(said.contains("denied") && said.contains(&id), "{said}");
+    task_done(&home, &req);
+    assert!(!home.project_dir("ap").join("workdir/X").exists());
 }

@@ -620,6 +620,8 @@ impl Agent {
             project_overview: self.system_base.clone(),
             subagents_spawned: Arc::new(AtomicU32::new(0)),
             approvals: self.approvals.clone(),
+            offered: None,
+            proposed: Default::default(),
         }
     }
 

@@ -112,7 +112,12 @@ pub async fn run_loop(
     mut spec: LoopSpec<'_, '_>,
     transcript: &mut Vec<Message>,
 ) -> Result<LoopEnd, AgentError> {
-    let ctx = spec.ctx;
+    // What this loop offers is what a sub-agent it spawns may have at most.
+    let owned = ToolCtx {
+        offered: Some(spec.tools.clone()),
+        ..spec.ctx.clone()
+    };
+    let ctx = &owned;
     let settings = &ctx.settings;
     let mut guard = RepeatGuard::new(settings.loop_repeat_limit);
     let mut deadline = settings

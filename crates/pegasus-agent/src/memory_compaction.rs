@@ -470,6 +470,8 @@ mod tests {
             project_overview: String::new(),
             subagents_spawned: Arc::new(AtomicU32::new(0)),
             approvals: None,
+            offered: None,
+            proposed: Default::default(),
             repos: Vec::new(),
         }
     }

@@ -91,6 +91,11 @@ pub struct ToolCtx {
     /// The project's approval gate (SPEC §11); `None` where nobody can be asked (the
     /// MainAgent, tests).
     pub approvals: Option<Arc<crate::approvals::Approvals>>,
+    /// The tools of the loop this call is made in (set by the loop): a sub-agent gets at most
+    /// these, never a tool its parent lacks. `None` outside a loop.
+    pub offered: Option<crate::toolset::ToolSet>,
+    /// Tasks proposed so far by this task (`propose_task`), shared by every level.
+    pub proposed: Arc<AtomicU32>,
 }
 
 impl ToolCtx {

@@ -384,7 +384,11 @@ async fn mcp_tools_are_asked_about_by_their_glob() {
     let approver = async {
         let r = pending(&fx).await;
         assert_eq!(r.tool, "mcp__github__push");
-        assert_eq!(r.summary, "mcp__github__push {\"branch\":\"main\"}");
+        // The MCP server is named before the arguments (issue 32).
+        assert_eq!(
+            r.summary,
+            "mcp__github__push (MCP server github) {\"branch\":\"main\"}"
+        );
         answer(&fx, &r.id, Decision::Denied { reason: None });
         g.wake();
         // The second call asks again (a denial is for that call only).

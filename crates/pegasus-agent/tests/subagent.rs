@@ -188,3 +188,62 @@ async fn a_role_subagent_gets_the_role_prompt_and_only_its_tools() {
         matches!(&reqs[1].messages.last().unwrap().content[0], Block::ToolResult { is_error: true, content, .. } if content.contains("astronaut"))
     );
 }
+
+/// Issue 32 (8): a sub-agent gets at most its parent's tools. A parent whose role has no
+/// `exec` and no file writes spawns a sub-agent without a role, then one with a role that
+/// would have them: neither sees a tool the parent lacks.
+#[tokio::test]
+async fn a_subagent_never_gets_a_tool_its_parent_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::new();
+    model
+        .push(calls(&[("p1", "spawn_subagent", json!({"task": "do it"}))]))
+        .push(text("sub done"))
+        .push(calls(&[(
+            "p2",
+            "spawn_subagent",
+            json!({"task": "code it", "role": "coder"}),
+        )]))
+        .push(text("coder done"))
+        .push(text("top answer"));
+    let (ctx, _rx) = ctx_with(tmp.path(), tmp.path(), model.clone(), settings());
+    let restricted = pegasus_agent::ToolSet::project_tools()
+        .only(|n| !matches!(n, "exec" | "write_file" | "edit_file" | "memory_write"));
+    let parent_tools: Vec<String> = restricted.names();
+    let spec = pegasus_agent::agent_loop::LoopSpec {
+        system: "parent",
+        tools: &restricted,
+        ctx: &ctx,
+        session: None,
+        role: Some("reviewer".into()),
+        cancelled: None,
+        compactor: None,
+    };
+    let mut transcript = vec![pegasus_proto::llm::Message {
+        role: pegasus_proto::llm::Role::User,
+        content: vec![Block::Text { text: "go".into() }],
+    }];
+    let end = pegasus_agent::agent_loop::run_loop(spec, &mut transcript)
+        .await
+        .unwrap();
+    assert_eq!(end.text, "top answer");
+    let reqs = model.requests();
+    let (plain, coder) = (&reqs[1], &reqs[3]);
+    assert!(plain.system.starts_with("You are a focused sub-agent"));
+    assert_eq!(coder.meta.role.as_deref(), Some("coder"));
+    for sub in [plain, coder] {
+        for t in &sub.tools {
+            assert!(parent_tools.contains(&t.name), "a sub-agent got {}", t.name);
+        }
+        for forbidden in [
+            "exec",
+            "write_file",
+            "edit_file",
+            "memory_write",
+            "ask_user",
+        ] {
+            assert!(!has_tool(sub, forbidden), "a sub-agent sees {forbidden}");
+        }
+    }
+    assert!(has_tool(plain, "read_file") && has_tool(plain, "spawn_subagent"));
+}

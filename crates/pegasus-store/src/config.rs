@@ -896,6 +896,32 @@ dashboard: {listen: 127.0.0.1:7474}
     }
 
     #[test]
+    fn a_dashboards_public_url_is_an_origin_and_telegram_users_are_ids() {
+        let c = parse("dashboard: {public_url: \"https://Pegasus.example.com/\"}\ntelegram: {allowed_users: [5, 6]}\n").unwrap();
+        assert_eq!(
+            c.dashboard.public_origin(),
+            Ok(Some("https://pegasus.example.com".to_string()))
+        );
+        assert_eq!(c.telegram.allowed_users, vec![5, 6]);
+        assert_eq!(parse("").unwrap().dashboard.public_origin(), Ok(None));
+        for bad in [
+            "pegasus.example.com",
+            "https://x.test/dash",
+            "ftp://x.test",
+            "https://",
+            "https://a b",
+        ] {
+            let err = parse(&format!("dashboard: {{public_url: \"{bad}\"}}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("dashboard.public_url") && err.contains("no path"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn unknown_keys_are_refused_naming_the_key() {
         let err = parse("llm: {timeout_s: 7}\nfuture_feature: {x: 1}\n")
             .unwrap_err()

@@ -11,7 +11,7 @@ use crate::tool::{ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 
 /// Runs a one-off agent inside the worker: a fresh transcript holding only the task, the same
-/// model, the project tools, one level deeper. Its calls carry the parent's task id, so its
+/// model, its parent's tools (with a role, those of them the role allows), one level deeper. Its calls carry the parent's task id, so its
 /// spend is the parent task's (SPEC §5). Depth and per-task count are limited, since each
 /// level multiplies cost.
 pub struct SpawnSubagent;
@@ -71,8 +71,10 @@ impl super::Builtin for SpawnSubagent {
                 .map_err(|_| format!(
                     "this task already spawned {max} sub-agents (max_subagents_per_task); do the rest yourself"
                 ))?;
-        // Only a task's own agent may ask the user (and block the task).
-        let mut tools = ToolSet::project_tools().without(crate::tools::ask_user::NAME);
+        // At most the parent's tools (its role's, its MCP tools), never one it lacks; and only
+        // a task's own agent may ask the user (and block the task).
+        let parent = ctx.offered.clone().unwrap_or_else(ToolSet::project_tools);
+        let mut tools = parent.without(crate::tools::ask_user::NAME);
         if depth >= s.max_subagent_depth {
             tools = tools.without("spawn_subagent");
         }
@@ -93,7 +95,16 @@ impl super::Builtin for SpawnSubagent {
                     &[],
                 )?;
                 tools = r.tools;
-                child.settings = r.settings;
+                // Nor a skill its parent may not load.
+                let mut settings = r.settings;
+                settings.skills = match (s.skills.clone(), settings.skills) {
+                    (Some(parent), Some(role)) => {
+                        Some(role.into_iter().filter(|k| parent.contains(k)).collect())
+                    }
+                    (Some(parent), None) => Some(parent),
+                    (None, role) => role,
+                };
+                child.settings = settings;
                 r.system
             }
             None => subagent_system(None, &ctx.project_overview),

@@ -214,6 +214,8 @@ pub fn ctx_with(
             project_overview: "Demo project.".into(),
             subagents_spawned: Arc::new(AtomicU32::new(0)),
             approvals: None,
+            offered: None,
+            proposed: Default::default(),
             repos: vec![],
         },
         rx,
