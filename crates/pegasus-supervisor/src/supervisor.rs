@@ -62,6 +62,10 @@ pub(crate) struct Supervisor {
     pub projects: Arc<ProjectRegistry>,
     /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
     main_tx: mpsc::UnboundedSender<MainInput>,
+    /// Project messages the MainAgent holds until the user speaks (for `status`).
+    pub(crate) main_held: Arc<crate::main_agent::Held>,
+    /// What keeps models from answering, found at start (see [`crate::model_check`]).
+    pub(crate) problems: Mutex<Vec<String>>,
     /// What the slots ask of the daemon (see [`SlotEvent`]).
     slot_events: mpsc::UnboundedSender<SlotEvent>,
     /// Workers on other hosts (`workers.listen`), when configured.
@@ -99,6 +103,8 @@ impl Supervisor {
             projects: gateway.projects(),
             gateway,
             main_tx,
+            main_held: Arc::default(),
+            problems: Mutex::default(),
             slot_events,
             remote: elsewhere.remote.map(Arc::new),
             pods: elsewhere.pods,

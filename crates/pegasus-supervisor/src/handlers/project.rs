@@ -68,6 +68,13 @@ pub(crate) async fn create(
     sup: &Arc<Supervisor>,
     req: CreateProject,
 ) -> Result<ProjectInfo, RequestError> {
+    // The MainAgent's events, spend and search results carry the name `main`: a project of
+    // that name could not be told from it.
+    if req.name == crate::main_agent::MAIN {
+        return Err(RequestError::refused(
+            "the name `main` is the MainAgent's (talk to it with `pegasusctl chat`): choose another project name",
+        ));
+    }
     let guard = sup.lifecycle_lock.lock().await;
     let new = NewProject {
         name: req.name.clone(),
