@@ -90,7 +90,7 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
             CtlResponse::Projects(list) => Ok(list),
             other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
         },
-        Err(CtlError::NotRunning { .. }) => {
+        Err(CtlError::NotRunning { .. } | CtlError::NotServing { .. }) => {
             let costs = pegasus_store::project_costs(home).unwrap_or_default();
             let mut list: Vec<ProjectInfo> = pegasus_store::scan_projects(home)?
                 .iter()
