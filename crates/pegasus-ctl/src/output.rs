@@ -499,6 +499,7 @@ mod tests {
             cost_today_usd: 0.0012,
             projects: vec![p],
             waiting: vec![],
+            problems: vec![],
         };
         let out = status(&s);
         assert!(

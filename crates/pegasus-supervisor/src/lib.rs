@@ -27,6 +27,7 @@ mod handlers;
 mod llm_proxy;
 mod logging;
 mod main_agent;
+mod model_check;
 mod peer;
 mod pidlock;
 mod remote;

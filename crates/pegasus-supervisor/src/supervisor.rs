@@ -206,6 +206,19 @@ impl Supervisor {
             ),
         }
         let entries = pegasus_store::scan_projects(&self.home)?;
+        // Before any worker asks: a model that cannot answer is said now, once per problem.
+        let (problems, any_works) = crate::model_check::check(&self.config, &entries);
+        for line in &problems {
+            if any_works {
+                tracing::warn!("{line}");
+            } else {
+                tracing::error!("{line}");
+            }
+        }
+        if !any_works {
+            tracing::error!("no model can answer: pegasusd serves, but every message will fail until this is fixed");
+        }
+        *lock(&self.problems) = problems;
         let (mut active, mut invalid) = (0, 0);
         for entry in &entries {
             match &entry.project {

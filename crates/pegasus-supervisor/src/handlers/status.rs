@@ -27,5 +27,6 @@ pub(crate) fn status(sup: &Supervisor) -> Result<DaemonStatus, RequestError> {
         cost_today_usd: sup.gateway.spent_today() + 0.0,
         projects,
         waiting,
+        problems: crate::supervisor::lock(&sup.problems).clone(),
     })
 }
