@@ -37,6 +37,13 @@ pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> 
         .projects
         .rows(|name| sup.gateway.spent_by_project(name))?;
     sup.fill_live(&mut infos);
+    // The model in use: a project that names none runs on the default model.
+    let default = sup.gateway.resolve_model("");
+    for info in infos.iter_mut().filter(|i| i.error.is_none()) {
+        if info.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+            info.model = Some(default.clone());
+        }
+    }
     Ok(infos)
 }
 
