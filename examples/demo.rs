@@ -34,8 +34,14 @@ fn bin_dir() -> Result<PathBuf> {
         } else {
             vec![]
         };
+        // Said before it starts: the first build of the three binaries takes minutes.
+        println!(
+            "Building the binaries the demo drives: pegasusd, pegasusctl and project-worker{} \
+             (a few minutes the first time on a small machine, seconds after that; cargo shows its progress)...",
+            if profile.is_empty() { "" } else { " (release)" }
+        );
         let status = Command::new(cargo)
-            .args(["build", "--bins", "--quiet"])
+            .args(["build", "--bins"])
             .args(profile)
             .status()?;
         if !status.success() {

@@ -132,7 +132,11 @@ async fn the_dashboard_works_in_a_real_browser() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("chromedriver is missing: install it with `{INSTALL}`");
         }
-        eprintln!("skipped: no chromedriver (install it with `{INSTALL}`)");
+        // Not `eprintln!`: libtest captures that for a passing test, and a skip must show.
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: the browser test: no chromedriver (install it with `{INSTALL}`, or run `bash .ci/run`)\n"),
+        );
         return;
     };
     let fake = FakeLlm::start().unwrap();

@@ -186,6 +186,22 @@ impl Run<'_> {
     }
 }
 
+/// What a started call is shown with: its input on one line, cut to 160 characters (a lone
+/// string argument, such as an `exec` command or a path, without its JSON quoting).
+fn summary(input: &serde_json::Value) -> String {
+    let text = match input.as_object().map(|o| o.values().collect::<Vec<_>>()) {
+        Some(values) if values.len() == 1 && values[0].is_string() => {
+            values[0].as_str().unwrap_or_default().to_string()
+        }
+        _ => input.to_string(),
+    };
+    let one_line = text.replace(['\n', '\r'], " ");
+    match one_line.char_indices().nth(160) {
+        Some((at, _)) => format!("{}…", &one_line[..at]),
+        None => one_line,
+    }
+}
+
 /// Runs the calls (see the module doc) and reports each as a `tool_call` event. A call the
 /// approval policy asks about runs alone, after its answer. A call still running at
 /// `deadline` (moved by the time spent waiting for answers) is cut off with `late` as its
@@ -227,6 +243,19 @@ pub async fn act(
             let p = &prepared[k];
             let run = &run;
             async move {
+                if let Prepared::Run(_, input) | Prepared::Ask(_, input) = p {
+                    if !run.holding() && !run.out_of_time.load(Ordering::SeqCst) {
+                        send_event(
+                            &ctx.notices,
+                            WorkerEvent::ToolStart {
+                                task: ctx.task_id.clone(),
+                                depth: ctx.depth,
+                                name: calls[k].name.clone(),
+                                summary: summary(input),
+                            },
+                        );
+                    }
+                }
                 let out = match p {
                     Prepared::Refused(out) => out.clone(),
                     // Once one call is held or out of time, the ones after it are not run.

@@ -121,12 +121,15 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
         })
         .collect();
     // A message's task is created already running (one batch, one sync): one task event to
-    // start, one to end.
+    // start, one to end; each tool call says when it starts (the write, then the read it
+    // waits for) and when the turn's calls are done.
     assert_eq!(
         kinds,
         [
             "task",
             "model_response",
+            "tool_start",
+            "tool_start",
             "tool_call",
             "tool_call",
             "model_response",

@@ -65,8 +65,12 @@ pub enum Command {
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
         limit: u16,
     },
-    /// Stop the daemon gracefully (every worker first).
-    Stop,
+    /// Stop the daemon gracefully (every worker first); returns once pegasusd has exited.
+    Stop {
+        /// Return once pegasusd has begun to stop, without waiting for its workers.
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// List the tool calls waiting for your yes (works without the daemon).
     Approvals {
         /// Only this project's.

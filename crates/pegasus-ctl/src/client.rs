@@ -16,6 +16,20 @@ pub struct Client {
     writer: FrameWriter<tokio::io::WriteHalf<Stream>>,
 }
 
+/// Why nobody answers on the control socket: no daemon, or one that holds the home while it
+/// stops or starts (its pid file says which).
+pub fn not_answering(home: &Home) -> CtlError {
+    let label = home.root().display().to_string();
+    match pegasus_store::daemon_lock::peek(&home.pid_file()) {
+        pegasus_store::daemon_lock::DaemonLock::Free => CtlError::NotRunning { home: label },
+        pegasus_store::daemon_lock::DaemonLock::Held { pid, stopping } => CtlError::NotServing {
+            home: label,
+            pid: pid.map_or_else(|| "unknown".into(), |p| p.to_string()),
+            stopping,
+        },
+    }
+}
+
 impl Client {
     /// Connects to the daemon of `home`. No socket or nobody listening = [`CtlError::NotRunning`].
     pub async fn connect(home: &Home) -> Result<Client, CtlError> {
@@ -26,9 +40,7 @@ impl Client {
             .map_err(|e| CtlError::Failed(format!("bad socket path {}: {e}", path.display())))?;
         let stream = Stream::connect(name).await.map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                CtlError::NotRunning {
-                    home: home.root().display().to_string(),
-                }
+                not_answering(home)
             }
             _ => CtlError::Failed(format!("cannot connect to {}: {e}", path.display())),
         })?;
@@ -49,7 +61,13 @@ impl Client {
                     home.root().display(),
                     home.logs_dir().display()
                 ))
-            })??;
+            })
+            .and_then(|answer| answer)
+            // Connected in the instant the daemon stopped accepting: say so, as `status` will.
+            .map_err(|e| match not_answering(home) {
+                stopping @ CtlError::NotServing { stopping: true, .. } => stopping,
+                _ => e,
+            })?;
         match answer {
             CtlResponse::Welcome { .. } => Ok(client),
             CtlResponse::Error { message } => Err(CtlError::Failed(message)),

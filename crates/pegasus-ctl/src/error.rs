@@ -6,9 +6,25 @@ pub enum CtlError {
     /// Exit code 3.
     #[error("pegasusd is not running on {home}: start it with `pegasusd --home {home}`")]
     NotRunning { home: String },
+    /// Exit code 1: a pegasusd holds the home but does not answer on its socket: it is stopping
+    /// (its workers finish) or still starting. `status`, `stop` and a second `pegasusd` agree.
+    #[error("{}", not_serving(.home, .pid, *.stopping))]
+    NotServing {
+        home: String,
+        pid: String,
+        stopping: bool,
+    },
     /// Exit code 1: the daemon refused, or something failed.
     #[error("{0}")]
     Failed(String),
+}
+
+fn not_serving(home: &str, pid: &str, stopping: bool) -> String {
+    if stopping {
+        format!("pegasusd (pid {pid}) is stopping on {home}: its workers are finishing; wait for it to exit (`pegasusctl --home {home} stop` waits), then start it with `pegasusd --home {home}`")
+    } else {
+        format!("pegasusd (pid {pid}) is starting on {home}: try again in a moment")
+    }
 }
 
 impl CtlError {
@@ -20,7 +36,7 @@ impl CtlError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CtlError::NotRunning { .. } => 3,
-            CtlError::Failed(_) => 1,
+            CtlError::Failed(_) | CtlError::NotServing { .. } => 1,
         }
     }
 }

@@ -4,12 +4,14 @@ use pegasus_proto::ctl::{DaemonStatus, ProjectInfo};
 use pegasus_proto::{ProjectStatus, WorkerState};
 use std::fmt::Write as _;
 
-/// Left-aligned columns, two spaces apart, sized to their widest cell.
+/// Left-aligned columns, two spaces apart, sized to their widest cell in terminal columns (an
+/// emoji or a CJK character takes two).
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    use unicode_width::UnicodeWidthStr;
+    let mut widths: Vec<usize> = header.iter().map(|h| h.width()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(cell.width());
         }
     }
     let mut out = String::new();
@@ -19,7 +21,8 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             if i > 0 {
                 s.push_str("  ");
             }
-            let _ = write!(s, "{cell:<w$}");
+            s.push_str(cell);
+            s.push_str(&" ".repeat(w.saturating_sub(cell.width())));
         }
         out.push_str(s.trim_end());
         out.push('\n');
@@ -460,7 +463,28 @@ pub fn run_details(run: &pegasus_runs::Run) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn an_emoji_takes_two_columns_and_shifts_no_row() {
+        let t = table(
+            &["ID", "NAME"],
+            &[
+                vec!["🚀 ship".into(), "x".into()],
+                vec!["plain".into(), "y".into()],
+            ],
+        );
+        let cols: Vec<usize> = t
+            .lines()
+            .map(|l| {
+                use unicode_width::UnicodeWidthStr;
+                let at = l.rfind(' ').unwrap() + 1;
+                l[..at].width()
+            })
+            .collect();
+        assert_eq!(cols, vec![9, 9, 9], "{t}");
+    }
 
     #[test]
     fn table_aligns_columns() {
@@ -499,6 +523,7 @@ mod tests {
             cost_today_usd: 0.0012,
             projects: vec![p],
             waiting: vec![],
+            problems: vec![],
         };
         let out = status(&s);
         assert!(

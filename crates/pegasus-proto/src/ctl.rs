@@ -387,6 +387,10 @@ pub struct DaemonStatus {
     /// verified tasks whose merge is pending (from the task indexes, by pegasusd).
     #[serde(default)]
     pub waiting: Vec<String>,
+    /// What keeps models from answering, found at start, one line each (a default model or a
+    /// project's model naming a provider config.yml lacks, or whose key is not set).
+    #[serde(default)]
+    pub problems: Vec<String>,
 }
 
 /// One project as every listing shows it, from the daemon (with its worker) or from the files.
@@ -624,6 +628,7 @@ mod tests {
                 cost_today_usd: 0.1,
                 projects: vec![info.clone()],
                 waiting: vec!["web: task t-1 asks: which?".into()],
+                problems: vec!["default_model `x/y` cannot be used".into()],
             }),
             CtlResponse::Project(Box::new(info.clone())),
             CtlResponse::Projects(vec![info, invalid]),

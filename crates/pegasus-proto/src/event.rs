@@ -157,6 +157,14 @@ pub enum WorkerEvent {
         depth: u32,
         stage: Stage,
     },
+    /// A tool call started: its tool and what it was given, cut to a line (`project log -f`
+    /// shows the agent at work with it).
+    ToolStart {
+        task: Option<String>,
+        depth: u32,
+        name: String,
+        summary: String,
+    },
     /// A tool call finished.
     ToolCall {
         task: Option<String>,
@@ -199,6 +207,7 @@ impl WorkerEvent {
         match self {
             WorkerEvent::Task { .. } => "task",
             WorkerEvent::Stage { .. } => "task_stage",
+            WorkerEvent::ToolStart { .. } => "tool_start",
             WorkerEvent::ToolCall { .. } => "tool_call",
             WorkerEvent::ModelUsage { .. } => "model_response",
             WorkerEvent::TextDelta { .. } => "text_delta",
@@ -214,6 +223,7 @@ impl WorkerEvent {
             WorkerEvent::Task { task, .. } => Some(task),
             WorkerEvent::Approval { request } => Some(&request.task),
             WorkerEvent::Stage { task, .. }
+            | WorkerEvent::ToolStart { task, .. }
             | WorkerEvent::ToolCall { task, .. }
             | WorkerEvent::ModelUsage { task, .. }
             | WorkerEvent::TextDelta { task, .. }
@@ -296,6 +306,12 @@ mod tests {
                 depth: 1,
                 stage: Stage::Acting,
             },
+            WorkerEvent::ToolStart {
+                task: None,
+                depth: 0,
+                name: "exec".into(),
+                summary: "cargo test".into(),
+            },
             WorkerEvent::ToolCall {
                 task: None,
                 depth: 0,
@@ -344,6 +360,7 @@ mod tests {
             match e {
                 WorkerEvent::Task { .. }
                 | WorkerEvent::Stage { .. }
+                | WorkerEvent::ToolStart { .. }
                 | WorkerEvent::ToolCall { .. }
                 | WorkerEvent::ModelUsage { .. }
                 | WorkerEvent::TextDelta { .. }

@@ -296,10 +296,32 @@ pub(crate) fn task_entries(project_dir: &Path) -> Vec<Entry> {
                 .chain(t.answer.as_deref());
             Entry {
                 location: t.id.clone(),
-                text: join(parts),
+                text: join(distinct(parts)),
             }
         })
         .collect()
+}
+
+/// The parts without repeats: a task's title is often its goal (or the goal's start, cut with
+/// `…`), which a snippet would show twice; the longer of the two is kept, where the first was.
+fn distinct<'a>(parts: impl Iterator<Item = &'a str>) -> std::vec::IntoIter<&'a str> {
+    let mut kept: Vec<&'a str> = Vec::new();
+    for part in parts {
+        let p = part.trim();
+        if p.is_empty() {
+            continue;
+        }
+        let stem = |s: &str| s.trim_end_matches('…').trim_end().to_string();
+        match kept
+            .iter()
+            .position(|k| p.starts_with(&stem(k)) || k.starts_with(&stem(p)))
+        {
+            Some(i) if p.len() > kept[i].len() => kept[i] = p,
+            Some(_) => {}
+            None => kept.push(p),
+        }
+    }
+    kept.into_iter()
 }
 
 /// The memory file at `path` as one entry located at its path in the project folder; nothing
@@ -350,4 +372,21 @@ fn cap(mut text: String) -> String {
         text.truncate(at);
     }
     text
+}
+
+#[cfg(test)]
+mod distinct_tests {
+    use super::distinct;
+
+    #[test]
+    fn a_title_that_is_its_goal_or_its_start_is_kept_once() {
+        let got: Vec<_> =
+            distinct(["Fix the login", "Fix the login", "done"].into_iter()).collect();
+        assert_eq!(got, vec!["Fix the login", "done"]);
+        let got: Vec<_> =
+            distinct(["Fix the lo…", "Fix the login page", "x"].into_iter()).collect();
+        assert_eq!(got, vec!["Fix the login page", "x"]);
+        let got: Vec<_> = distinct(["a title", "another goal"].into_iter()).collect();
+        assert_eq!(got, vec!["a title", "another goal"]);
+    }
 }

@@ -47,10 +47,10 @@ pub enum StoreError {
         status: ProjectStatus,
     },
     /// `create` on a project folder that is already there.
-    #[error("project {0} already exists")]
+    #[error("project {0} already exists: talk to it with `pegasusctl project send {0} TEXT`, or choose another name")]
     Exists(String),
     /// A project that has no folder (or no PROJECT.md).
-    #[error("project {0} not found")]
+    #[error("project {0} not found: see `pegasusctl project list`")]
     NotFound(String),
 }
 

@@ -18,6 +18,7 @@ pub mod approvals;
 pub mod atomic;
 pub mod config;
 pub mod crashes;
+pub mod daemon_lock;
 pub mod error;
 pub mod exec_groups;
 pub mod frontmatter;

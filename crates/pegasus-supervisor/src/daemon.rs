@@ -217,6 +217,7 @@ async fn serve(
     // One token stops everything that takes new work (accept loops, idle connections,
     // followers, the MainAgent after its current run, the watchdog's timer); then every worker
     // is stopped gracefully, in parallel.
+    crate::handlers::stop::mark_stopping(&sup);
     sup.shutdown.cancel();
     let drain = Duration::from_secs_f64(sup.config.workers.shutdown_timeout_s);
     let (_, main_drained) = tokio::join!(sup.stop_all(), tokio::time::timeout(drain, main_agent));

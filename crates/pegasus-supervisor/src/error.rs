@@ -12,6 +12,8 @@ use std::path::PathBuf;
 pub enum SupervisorError {
     #[error("pegasusd is already running on {home} (pid {pid}); stop it with `pegasusctl --home {home} stop`")]
     AlreadyRunning { home: String, pid: String },
+    #[error("pegasusd (pid {pid}) is stopping on {home}: start it again once it has exited (`pegasusctl --home {home} stop` waits for that)")]
+    Stopping { home: String, pid: String },
     #[error("cannot start the LLM gateway: {0}")]
     Llm(pegasus_proto::llm::LlmError),
     #[error(transparent)]

@@ -30,6 +30,7 @@ mod llm_proxy;
 mod log_prune;
 mod logging;
 mod main_agent;
+mod model_check;
 mod peer;
 mod pidlock;
 mod remote;

@@ -15,6 +15,9 @@ pub fn init(logs_dir: &Path, prefix: &str) {
     let registry = tracing_subscriber::registry()
         .with(
             fmt::layer()
+                // Colours only for a terminal: a redirected stderr (a file, journald) gets
+                // plain text.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(std::io::stderr)
                 .with_filter(filter()),
         )

@@ -27,26 +27,40 @@ impl PidLock {
             .truncate(false)
             .open(path)
             .map_err(|e| SupervisorError::io("cannot open pid file", path, e))?;
-        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => lock,
-            Err((mut file, errno)) => {
-                if errno == nix::errno::Errno::EWOULDBLOCK {
-                    let mut pid = String::new();
-                    let _ = file.read_to_string(&mut pid);
-                    let pid = match pid.trim() {
-                        "" => "unknown",
-                        pid => pid,
-                    };
-                    return Err(SupervisorError::AlreadyRunning {
-                        home: home_label.to_string(),
-                        pid: pid.to_string(),
-                    });
+        // `pegasusctl` peeks with a shared lock for an instant when the socket does not
+        // answer (`pegasus_store::daemon_lock::peek`): a short retry never mistakes that for a
+        // running daemon.
+        let mut file = file;
+        let mut tries = 0;
+        let mut lock = loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => break lock,
+                Err((f, nix::errno::Errno::EWOULDBLOCK | nix::errno::Errno::EINTR))
+                    if tries < 10 =>
+                {
+                    tries += 1;
+                    file = f;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                return Err(SupervisorError::io(
-                    "cannot lock pid file",
-                    path,
-                    errno.into(),
-                ));
+                Err((mut file, errno)) => {
+                    if errno == nix::errno::Errno::EWOULDBLOCK {
+                        let mut text = String::new();
+                        let _ = file.read_to_string(&mut text);
+                        let (pid, stopping) = pegasus_store::daemon_lock::parse(&text);
+                        let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+                        let home = home_label.to_string();
+                        return Err(if stopping {
+                            SupervisorError::Stopping { home, pid }
+                        } else {
+                            SupervisorError::AlreadyRunning { home, pid }
+                        });
+                    }
+                    return Err(SupervisorError::io(
+                        "cannot lock pid file",
+                        path,
+                        errno.into(),
+                    ));
+                }
             }
         };
         let write = |f: &mut File| -> std::io::Result<()> {
@@ -73,6 +87,19 @@ mod tests {
         let err = PidLock::acquire(&path, "h").err().unwrap().to_string();
         assert!(
             err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_second_lock_on_a_stopping_daemon_says_it_is_stopping() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pegasusd.pid");
+        let _first = PidLock::acquire(&path, "h").unwrap();
+        pegasus_store::daemon_lock::mark_stopping(&path, std::process::id()).unwrap();
+        let err = PidLock::acquire(&path, "h").err().unwrap().to_string();
+        assert!(
+            err.contains("is stopping") && err.contains("once it has exited"),
             "{err}"
         );
     }

@@ -76,6 +76,10 @@ pub(crate) struct Supervisor {
     pub projects: Arc<ProjectRegistry>,
     /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
     main_tx: mpsc::UnboundedSender<MainInput>,
+    /// Project messages the MainAgent holds until the user speaks (for `status`).
+    pub(crate) main_held: Arc<crate::main_agent::Held>,
+    /// What keeps models from answering, found at start (see [`crate::model_check`]).
+    pub(crate) problems: Mutex<Vec<String>>,
     /// What the slots ask of the daemon (see [`SlotEvent`]).
     slot_events: mpsc::UnboundedSender<SlotEvent>,
     /// Workers on other hosts (`workers.listen`), when configured.
@@ -114,6 +118,8 @@ impl Supervisor {
             projects: gateway.projects(),
             gateway,
             main_tx,
+            main_held: Arc::default(),
+            problems: Mutex::default(),
             slot_events,
             remote: elsewhere.remote.map(Arc::new),
             pods: elsewhere.pods,
@@ -231,6 +237,19 @@ impl Supervisor {
             ),
         }
         let entries = pegasus_store::scan_projects(&self.home)?;
+        // Before any worker asks: a model that cannot answer is said now, once per problem.
+        let (problems, any_works) = crate::model_check::check(&self.config, &entries);
+        for line in &problems {
+            if any_works {
+                tracing::warn!("{line}");
+            } else {
+                tracing::error!("{line}");
+            }
+        }
+        if !any_works {
+            tracing::error!("no model can answer: pegasusd serves, but every message will fail until this is fixed");
+        }
+        *lock(&self.problems) = problems;
         let (mut active, mut invalid) = (0, 0);
         for entry in &entries {
             match &entry.project {

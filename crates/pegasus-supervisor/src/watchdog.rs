@@ -297,10 +297,18 @@ impl Watchdogs {
 /// Makes the watchdogs an observer of the bus.
 pub(crate) fn observe(sup: &Arc<Supervisor>) {
     sup.bus.observe_weak(sup, |sup, event| {
-        if let Some(line) = sup.watchdogs.apply(event) {
+        let line = sup.watchdogs.apply(event);
+        // The MainAgent's own tasks are on the bus as project `main`: telling it that its own
+        // task stopped would start another run, whose stop would be told again, and so on.
+        if let Some(line) = line.filter(|_| !is_main_agent(&event.project)) {
             sup.to_main(Channel::Project(event.project.clone()), line);
         }
     });
+}
+
+/// Whether bus events of `project` are the MainAgent's own.
+fn is_main_agent(project: &str) -> bool {
+    project == crate::main_agent::MAIN
 }
 
 /// The watchdog's timer task: stops silent tasks when they are due, until the daemon stops.

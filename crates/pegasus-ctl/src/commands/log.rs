@@ -8,7 +8,7 @@
 //! message then comes from the file, once.
 
 use crate::CtlError;
-use pegasus_proto::{ctl::CtlResponse, BusBody, BusEvent, WorkerEvent};
+use pegasus_proto::{ctl::CtlResponse, BusBody, BusEvent, TaskState, WorkerEvent};
 use pegasus_store::{ContentBlock, Home, SessionRecord};
 use std::{
     io::{Read, Seek, SeekFrom, Write as _},
@@ -87,14 +87,117 @@ fn render(record: &SessionRecord) -> String {
     }
 }
 
-fn print_line(line: &str, json: bool) {
+fn print_line(line: &str, json: bool, stops: &mut Stops) {
     if json {
         println!("{line}");
         return;
     }
     match serde_json::from_str::<SessionRecord>(line) {
-        Ok(record) => print!("{}", render(&record)),
+        Ok(record) => {
+            // A task that stopped before this record is said where it happened.
+            for stop in stops.until(record_ts(&record)) {
+                println!("{stop}");
+            }
+            print!("{}", render(&record))
+        }
         Err(_) => println!("(unreadable line skipped)"),
+    }
+}
+
+/// When a record was written.
+fn record_ts(record: &SessionRecord) -> chrono::DateTime<chrono::Utc> {
+    match record {
+        SessionRecord::Meta { created, .. } => *created,
+        SessionRecord::Compaction { ts, .. } | SessionRecord::Crash { ts, .. } => *ts,
+        SessionRecord::Message(m) => m.ts,
+    }
+}
+
+/// The project's tasks that ended without an answer (failed, cancelled, blocked): the session
+/// holds no line for them, so `project log` says them from the task store, each once, in
+/// time order among the session's records.
+struct Stops {
+    dir: std::path::PathBuf,
+    project: String,
+    shown: std::collections::HashSet<String>,
+    /// Not yet shown, oldest first: when, and the line.
+    pending: std::collections::VecDeque<(chrono::DateTime<chrono::Utc>, String)>,
+}
+
+impl Stops {
+    fn new(dir: &Path, project: &str) -> Stops {
+        let mut stops = Stops {
+            dir: dir.to_path_buf(),
+            project: project.to_string(),
+            shown: Default::default(),
+            pending: Default::default(),
+        };
+        stops.refresh();
+        stops
+    }
+
+    /// Reads the task store again for stops not yet shown (nothing when it cannot be read:
+    /// the transcript is what `log` is for).
+    fn refresh(&mut self) {
+        let Ok(tasks) =
+            pegasus_tasks::TaskStore::open(&self.dir, &self.project).and_then(|store| store.list())
+        else {
+            return;
+        };
+        let stopped: Vec<_> = tasks
+            .into_iter()
+            .filter(|t| {
+                matches!(
+                    t.state,
+                    TaskState::Failed | TaskState::Cancelled | TaskState::Blocked
+                ) && !self.shown.contains(&t.id)
+            })
+            .collect();
+        let mut new: Vec<_> = stopped
+            .into_iter()
+            .map(|t| {
+                let why = t.stop_reason.as_deref().unwrap_or("stopped");
+                let detail = t
+                    .question
+                    .as_deref()
+                    .or(t.result_summary.as_deref())
+                    .filter(|d| !d.trim().is_empty())
+                    .map(|d| format!(": {}", d.replace('\n', " ")))
+                    .unwrap_or_default();
+                let hint = match t.state {
+                    TaskState::Failed => {
+                        format!(" (`pegasusctl task retry {}` runs it again)", t.id)
+                    }
+                    _ => String::new(),
+                };
+                let line = format!(
+                    "# {} task {} {} ({why}){detail}{hint}",
+                    t.updated.format("%Y-%m-%d %H:%M:%S"),
+                    t.id,
+                    t.state
+                );
+                self.shown.insert(t.id);
+                (t.updated, line)
+            })
+            .collect();
+        new.sort_by_key(|(ts, _)| *ts);
+        self.pending.extend(new);
+    }
+
+    /// The lines of stops at or before `ts`, taken out.
+    fn until(&mut self, ts: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+        let mut out = Vec::new();
+        while self.pending.front().is_some_and(|(at, _)| *at <= ts) {
+            if let Some((_, line)) = self.pending.pop_front() {
+                out.push(line);
+            }
+        }
+        out
+    }
+
+    /// Every line not shown yet, taken out.
+    fn rest(&mut self) -> Vec<String> {
+        self.pending.drain(..).map(|(_, line)| line).collect()
     }
 }
 
@@ -104,7 +207,23 @@ pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<()
     let mut offset = 0u64;
     let mut inode = 0u64;
     let mut pending = String::new();
-    read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+    let mut stops = Stops::new(&dir, name);
+    read_new(
+        &path,
+        &mut offset,
+        &mut inode,
+        &mut pending,
+        json,
+        &mut stops,
+    )?;
+    let show_rest = |stops: &mut Stops| {
+        if !json {
+            for line in stops.rest() {
+                println!("{line}");
+            }
+        }
+    };
+    show_rest(&mut stops);
     if !follow {
         return Ok(());
     }
@@ -120,7 +239,14 @@ pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<()
     loop {
         let Some(client) = bus.as_mut() else {
             tokio::time::sleep(POLL).await;
-            read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+            read_new(
+                &path,
+                &mut offset,
+                &mut inode,
+                &mut pending,
+                json,
+                &mut stops,
+            )?;
             continue;
         };
         // The file is appended around the event that announces it, not always before it:
@@ -143,17 +269,92 @@ pub async fn run(home: &Home, json: bool, name: &str, follow: bool) -> Result<()
                 }
                 continue;
             }
-            Ok(Some(_event_or_resync)) => {
+            // Each tool call as it starts and ends (the file says what it returned, later).
+            Ok(Some(CtlResponse::Event(BusEvent {
+                body:
+                    BusBody::Worker(
+                        event @ (WorkerEvent::ToolStart { .. } | WorkerEvent::ToolCall { .. }),
+                    ),
+                ..
+            }))) => {
+                if !json {
+                    if std::mem::take(&mut streaming) {
+                        println!();
+                    }
+                    println!("{}", tool_line(&event));
+                    let _ = std::io::stdout().flush();
+                }
+                read_new(
+                    &path,
+                    &mut offset,
+                    &mut inode,
+                    &mut pending,
+                    json,
+                    &mut stops,
+                )?;
+                continue;
+            }
+            Ok(Some(event_or_resync)) => {
                 if std::mem::take(&mut streaming) {
                     println!();
                 }
-                read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+                read_new(
+                    &path,
+                    &mut offset,
+                    &mut inode,
+                    &mut pending,
+                    json,
+                    &mut stops,
+                )?;
+                // A task that ended without an answer: said at once.
+                if let CtlResponse::Event(BusEvent {
+                    body: BusBody::Worker(WorkerEvent::Task { state, .. }),
+                    ..
+                }) = &event_or_resync
+                {
+                    if state.has_stopped() && *state != TaskState::Done {
+                        stops.refresh();
+                        show_rest(&mut stops);
+                    }
+                }
                 tokio::time::sleep(SETTLE).await;
             }
             Ok(None) => bus = None,
             Err(_) => {}
         }
-        read_new(&path, &mut offset, &mut inode, &mut pending, json)?;
+        read_new(
+            &path,
+            &mut offset,
+            &mut inode,
+            &mut pending,
+            json,
+            &mut stops,
+        )?;
+    }
+}
+
+/// The live line of a tool call starting or ending (`… ` like streamed text: not yet in the
+/// file).
+fn tool_line(event: &WorkerEvent) -> String {
+    let indent = |depth: u32| "  ".repeat(depth as usize);
+    match event {
+        WorkerEvent::ToolStart {
+            name,
+            summary,
+            depth,
+            ..
+        } => format!("… {}tool {name} started: {summary}", indent(*depth)),
+        WorkerEvent::ToolCall {
+            name,
+            is_error,
+            depth,
+            ..
+        } => format!(
+            "… {}tool {name} {}",
+            indent(*depth),
+            if *is_error { "failed" } else { "done" }
+        ),
+        _ => String::new(),
     }
 }
 
@@ -172,6 +373,7 @@ fn read_new(
     inode: &mut u64,
     pending: &mut String,
     json: bool,
+    stops: &mut Stops,
 ) -> Result<(), CtlError> {
     let cannot =
         |e: std::io::Error| CtlError::Failed(format!("cannot read {}: {e}", path.display()));
@@ -207,7 +409,7 @@ fn read_new(
         let line: String = pending.drain(..=end).collect();
         let line = line.trim_end();
         if !line.is_empty() {
-            print_line(line, json);
+            print_line(line, json, stops);
         }
     }
     Ok(())

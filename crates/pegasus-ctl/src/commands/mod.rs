@@ -35,29 +35,100 @@ pub async fn run(cli: Cli) -> Result<(), CtlError> {
         _ => {}
     }
     let home = Home::resolve(cli.home)?;
-    match cli.command {
+    run_in(&home, cli.command, cli.json)
+        .await
+        .map_err(|e| did_you_mean(&home, e))
+}
+
+/// A "project X not found" refusal, from the daemon or from the files, gains the nearest
+/// project name when one is close (a typo).
+fn did_you_mean(home: &Home, e: CtlError) -> CtlError {
+    let CtlError::Failed(message) = e else {
+        return e;
+    };
+    let missing = message
+        .strip_prefix("project ")
+        .and_then(|rest| rest.split_once(" not found"))
+        .map(|(name, _)| name);
+    let Some(missing) = missing.filter(|m| !m.contains(' ')) else {
+        return CtlError::Failed(message);
+    };
+    let names: Vec<String> = std::fs::read_dir(home.projects_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    match nearest(missing, &names) {
+        Some(near) => CtlError::Failed(format!("{message} (did you mean {near}?)")),
+        None => CtlError::Failed(message),
+    }
+}
+
+/// The name of `names` nearest to `typed`, if it is within a typo of it: at most 2 edits
+/// (a swap of neighbours counts as one), and fewer than a third of its letters.
+pub(crate) fn nearest<'a>(typed: &str, names: &'a [String]) -> Option<&'a str> {
+    let limit = 2.min(typed.chars().count().div_ceil(3)).max(1);
+    names
+        .iter()
+        .filter(|n| n.as_str() != typed)
+        .map(|n| (edits(typed, n), n))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, n)| (*d, n.len()))
+        .map(|(_, n)| n.as_str())
+}
+
+/// Edits from `a` to `b`: insertions, deletions, substitutions and swaps of two neighbours
+/// (optimal string alignment).
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+async fn run_in(home: &Home, command: Command, json: bool) -> Result<(), CtlError> {
+    let home = home.clone();
+    match command {
         Command::Completions { .. } | Command::Man => Ok(()),
-        Command::Dashboard => dashboard::run(&home, cli.json).await,
-        Command::Status => status::run(&home, cli.json).await,
-        Command::Project(cmd) => project::run(&home, cli.json, cmd).await,
-        Command::Task(cmd) => task::run(&home, cli.json, cmd).await,
-        Command::Role(cmd) => role::run(&home, cli.json, cmd).await,
-        Command::Run(cmd) => run::run(&home, cli.json, cmd).await,
-        Command::Chat { text, stream } => chat::run(&home, cli.json, text, stream).await,
-        Command::Cost { project, since } => cost::run(&home, cli.json, project, since),
+        Command::Dashboard => dashboard::run(&home, json).await,
+        Command::Status => status::run(&home, json).await,
+        Command::Project(cmd) => project::run(&home, json, cmd).await,
+        Command::Task(cmd) => task::run(&home, json, cmd).await,
+        Command::Role(cmd) => role::run(&home, json, cmd).await,
+        Command::Run(cmd) => run::run(&home, json, cmd).await,
+        Command::Chat { text, stream } => chat::run(&home, json, text, stream).await,
+        Command::Cost { project, since } => cost::run(&home, json, project, since),
         Command::Search {
             query,
             project,
             kind,
             limit,
-        } => search::run(&home, cli.json, query, project, kind, limit),
-        Command::Stop => stop::run(&home, cli.json).await,
-        Command::Approvals { name, full } => approvals::list(&home, cli.json, name, full),
+        } => search::run(&home, json, query, project, kind, limit),
+        Command::Stop { no_wait } => stop::run(&home, json, no_wait).await,
+        Command::Approvals { name, full } => approvals::list(&home, json, name, full),
         Command::Approve { id, always } => {
-            approvals::answer(&home, cli.json, id, true, always, None).await
+            approvals::answer(&home, json, id, true, always, None).await
         }
         Command::Deny { id, reason } => {
-            approvals::answer(&home, cli.json, id, false, false, reason).await
+            approvals::answer(&home, json, id, false, false, reason).await
         }
     }
 }
@@ -189,5 +260,20 @@ pub(crate) fn finish_stream(streamed: &str, answer: &str) {
     }
     if !streamed.contains(answer.trim()) {
         println!("{answer}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typo_finds_its_project_and_a_stranger_nothing() {
+        let names: Vec<String> = ["website", "api", "blog"].map(String::from).to_vec();
+        assert_eq!(nearest("webiste", &names), Some("website"));
+        assert_eq!(nearest("websit", &names), Some("website"));
+        assert_eq!(nearest("apu", &names), Some("api"));
+        assert_eq!(nearest("shop", &names), None);
+        assert_eq!(nearest("b", &names), None);
     }
 }

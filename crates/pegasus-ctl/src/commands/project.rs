@@ -90,7 +90,7 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
             CtlResponse::Projects(list) => Ok(list),
             other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
         },
-        Err(CtlError::NotRunning { .. }) => {
+        Err(CtlError::NotRunning { .. } | CtlError::NotServing { .. }) => {
             let costs = pegasus_store::project_costs(home).unwrap_or_default();
             let mut list: Vec<ProjectInfo> = pegasus_store::scan_projects(home)?
                 .iter()
@@ -105,6 +105,14 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
                 .collect();
             if let Some(filter) = status {
                 list.retain(|p| filter.keeps(p));
+            }
+            // The model in use, as the daemon would say: the default for a project naming
+            // none (from config.yml when it loads).
+            let config = pegasus_store::Config::load(&home.config_file()).unwrap_or_default();
+            for info in list.iter_mut().filter(|i| i.error.is_none()) {
+                if info.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+                    info.model = Some(config.default_model.clone());
+                }
             }
             Ok(list)
         }

@@ -60,7 +60,7 @@ pub(crate) async fn run(home: &Home, json: bool, send: SendArgs) -> Result<(), C
             super::print_json(&serde_json::json!({"project": name, "id": id}))
         }
         CtlResponse::Sent { id } => {
-            println!("sent to {name} (message {id})");
+            println!("sent to {name} (message {id}); its answer, or why it failed: `pegasusctl project log {name} -f`");
             Ok(())
         }
         CtlResponse::Reply { id, text } if json => {

@@ -16,6 +16,12 @@ pub async fn run(home: &Home, json: bool) -> Result<(), CtlError> {
         return super::print_json(&status);
     }
     print!("{}", output::status(&status));
+    if !status.problems.is_empty() {
+        println!("\nproblems (found at start; fix them and restart pegasusd):");
+        for p in &status.problems {
+            println!("  {p}");
+        }
+    }
     if !status.waiting.is_empty() {
         println!("\nwaiting for you:");
         for w in &status.waiting {

@@ -207,7 +207,9 @@ mod tests {
         assert_eq!(ProjectFile::load(&d).unwrap(), made);
         assert_eq!(made.goal().as_deref(), Some("Ship it"));
         let e = create_project(&home, &np, at(0)).unwrap_err();
-        assert_eq!(e.to_string(), "project foo already exists");
+        assert!(e.to_string().starts_with(
+            "project foo already exists: talk to it with `pegasusctl project send foo TEXT`"
+        ));
         // No temp folders are left behind.
         let names: Vec<_> = fs::read_dir(home.projects_dir())
             .unwrap()

@@ -37,6 +37,13 @@ pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> 
         .projects
         .rows(|name| sup.gateway.spent_by_project(name))?;
     sup.fill_live(&mut infos);
+    // The model in use: a project that names none runs on the default model.
+    let default = sup.gateway.resolve_model("");
+    for info in infos.iter_mut().filter(|i| i.error.is_none()) {
+        if info.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+            info.model = Some(default.clone());
+        }
+    }
     Ok(infos)
 }
 
@@ -68,6 +75,13 @@ pub(crate) async fn create(
     sup: &Arc<Supervisor>,
     req: CreateProject,
 ) -> Result<ProjectInfo, RequestError> {
+    // The MainAgent's events, spend and search results carry the name `main`: a project of
+    // that name could not be told from it.
+    if req.name == crate::main_agent::MAIN {
+        return Err(RequestError::refused(
+            "the name `main` is the MainAgent's (talk to it with `pegasusctl chat`): choose another project name",
+        ));
+    }
     let guard = sup.lifecycle_lock.lock().await;
     let new = NewProject {
         name: req.name.clone(),

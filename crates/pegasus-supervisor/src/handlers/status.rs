@@ -8,10 +8,16 @@ pub(crate) fn status(sup: &Supervisor) -> Result<DaemonStatus, RequestError> {
     let projects = super::project::infos(sup)?;
     // Questions and pending merges, from the task indexes (a stat per project when none
     // changed).
-    let waiting = projects
-        .iter()
-        .filter(|p| p.error.is_none())
-        .flat_map(|p| sup.waiting.lines(&sup.home.project_dir(&p.name), &p.name))
+    let waiting = sup
+        .main_held
+        .line()
+        .into_iter()
+        .chain(
+            projects
+                .iter()
+                .filter(|p| p.error.is_none())
+                .flat_map(|p| sup.waiting.lines(&sup.home.project_dir(&p.name), &p.name)),
+        )
         .collect();
     Ok(DaemonStatus {
         pid: std::process::id(),
@@ -21,5 +27,6 @@ pub(crate) fn status(sup: &Supervisor) -> Result<DaemonStatus, RequestError> {
         cost_today_usd: sup.gateway.spent_today() + 0.0,
         projects,
         waiting,
+        problems: crate::supervisor::lock(&sup.problems).clone(),
     })
 }

@@ -5,6 +5,17 @@ use crate::supervisor::Supervisor;
 
 pub(crate) fn stop(sup: &Supervisor) -> String {
     tracing::info!("stop requested over the control socket");
+    mark_stopping(sup);
     sup.shutdown.cancel();
     "pegasusd is stopping".into()
+}
+
+/// Says in the pid file that this daemon is stopping, before anything stops: from then on
+/// `pegasusctl status` and a second `pegasusd` say "stopping" until the lock is released.
+pub(crate) fn mark_stopping(sup: &Supervisor) {
+    if let Err(e) =
+        pegasus_store::daemon_lock::mark_stopping(&sup.home.pid_file(), std::process::id())
+    {
+        tracing::warn!("cannot mark the pid file as stopping: {e}");
+    }
 }

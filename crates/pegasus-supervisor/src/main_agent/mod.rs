@@ -24,6 +24,78 @@ messages; do not do a project's work yourself. Answer the user briefly.";
 /// Runs in a row the MainAgent may start for project messages alone (see the loop).
 const MAX_UNATTENDED_RUNS: u32 = 8;
 
+/// The name the MainAgent's own events carry on the bus, in the ledger and in search: a notice
+/// about a task of this "project" is about the MainAgent itself and never goes back to it.
+pub(crate) const MAIN: &str = "main";
+
+/// Project messages the MainAgent holds until the user speaks, and why (for `status` and the
+/// daemon log); shared between the MainAgent's loop and the status handler.
+#[derive(Default)]
+pub(crate) struct Held {
+    state: std::sync::Mutex<Option<(usize, String)>>,
+}
+
+impl Held {
+    /// The line `status` lists under "waiting for you", while messages are held.
+    pub(crate) fn line(&self) -> Option<String> {
+        let state = crate::supervisor::lock(&self.state);
+        let (count, why) = state.as_ref().filter(|(count, _)| *count > 0)?;
+        let what = if *count == 1 {
+            "1 project message".to_string()
+        } else {
+            format!("{count} project messages")
+        };
+        Some(format!(
+            "MainAgent: {what} held until you speak ({why}): say something with `pegasusctl chat`"
+        ))
+    }
+
+    fn add(&self, count: usize, why: &str) {
+        let mut state = crate::supervisor::lock(&self.state);
+        let held = state.get_or_insert_with(|| (0, why.to_string()));
+        held.0 += count;
+    }
+
+    fn clear(&self) {
+        *crate::supervisor::lock(&self.state) = None;
+    }
+}
+
+/// Why the MainAgent holds project messages instead of answering them with a model call.
+#[derive(Debug, Clone, PartialEq)]
+enum Hold {
+    /// Messages are answered.
+    Open,
+    /// Too many runs in a row came from projects alone (a conversation that does not end).
+    Unattended,
+    /// A run started by project messages alone failed (a failing model, a cap): another such
+    /// run would most likely fail the same way and spend again.
+    Failed(String),
+}
+
+impl Hold {
+    fn why(&self) -> String {
+        match self {
+            Hold::Open => String::new(),
+            Hold::Unattended => {
+                format!("{MAX_UNATTENDED_RUNS} runs in a row were started by projects alone")
+            }
+            Hold::Failed(e) => format!("its last run for a project message failed: {e}"),
+        }
+    }
+}
+
+/// The one line a held message is announced with (bus notify: Telegram, dashboard,
+/// `project log -f`), the message cut to a readable length.
+fn held_notice(text: &str) -> String {
+    let one_line = text.replace('\n', " ");
+    let cut = match one_line.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &one_line[..at]),
+        None => one_line,
+    };
+    format!("held for the MainAgent until you speak (`pegasusctl chat`): {cut}")
+}
+
 /// Starts the MainAgent task; it serves `inbox` until the daemon exits.
 pub(crate) fn start(
     sup: &Arc<Supervisor>,
@@ -58,11 +130,16 @@ pub(crate) fn start(
     tokio::spawn(async move {
         while let Some(notice) = notice_rx.recv().await {
             match notice {
-                Notice::Notify { text } => tracing::info!("MainAgent notify: {text}"),
-                Notice::Event(event) => bus.publish("main", BusBody::Worker(event)),
+                Notice::Notify { text } => {
+                    tracing::debug!(bytes = text.len(), "MainAgent notify");
+                    bus.publish(MAIN, BusBody::Notify { text });
+                }
+                Notice::Event(event) => bus.publish(MAIN, BusBody::Worker(event)),
             }
         }
     });
+    let bus = sup.bus.clone();
+    let held = sup.main_held.clone();
     let gateway = sup.gateway.clone();
     let tools = tools::all(door.clone());
     let skills = sup.home.skills_dir();
@@ -78,7 +155,7 @@ pub(crate) fn start(
         let agent = Agent::open(
             &dir,
             &dir.join("workdir"),
-            "main",
+            MAIN,
             MAIN_PROMPT.to_string(),
             skills,
             ToolSet::new(tools),
@@ -104,6 +181,9 @@ pub(crate) fn start(
         // Runs started by projects alone (their replies, notifies, crashes) since the user last
         // spoke: capped, so a MainAgent and a project cannot talk to each other forever.
         let mut unattended = 0u32;
+        // Whether project messages are held until the user speaks. Held messages are in the
+        // session and the agent's queue: the user's next run answers them too.
+        let mut hold = Hold::Open;
         // Shutdown drains: the run in progress finishes and is recorded, then the loop ends.
         loop {
             let first = tokio::select! {
@@ -119,13 +199,14 @@ pub(crate) fn start(
             }
             let mut waiters = Vec::new();
             let from_user = batch.iter().any(|i| !i.channel.is_project());
+            let texts: Vec<String> = batch.iter().map(|i| i.text.clone()).collect();
             for input in batch {
                 // "Preference: ..." from the user is kept for every agent's prompt (SPEC §10),
                 // before the run, so this very answer already sees it.
                 if !input.channel.is_project() {
                     if let Some(pref) = preference_of(&input.text) {
                         match record_preference(&prefs_file, pref) {
-                            Ok(()) => tracing::info!("preference recorded: {pref}"),
+                            Ok(()) => tracing::info!(bytes = pref.len(), "preference recorded"),
                             Err(e) => tracing::error!("cannot record a preference: {e}"),
                         }
                     }
@@ -145,13 +226,32 @@ pub(crate) fn start(
             }
             if from_user {
                 unattended = 0;
-            } else if unattended >= MAX_UNATTENDED_RUNS {
-                tracing::warn!(
-                    "MainAgent: {MAX_UNATTENDED_RUNS} runs in a row were started by projects alone; \
-                     holding further project messages until the user speaks"
-                );
-                continue;
+                hold = Hold::Open;
+                held.clear();
             } else {
+                if hold == Hold::Open && unattended >= MAX_UNATTENDED_RUNS {
+                    hold = Hold::Unattended;
+                }
+                if hold != Hold::Open {
+                    // Held, never silently: the user is told of each message, and `status`
+                    // lists how many wait.
+                    let why = hold.why();
+                    if held.line().is_none() {
+                        tracing::warn!(
+                            "MainAgent: {why}; holding project messages until the user speaks"
+                        );
+                    }
+                    held.add(texts.len(), &why);
+                    for text in &texts {
+                        bus.publish(
+                            MAIN,
+                            BusBody::Notify {
+                                text: held_notice(text),
+                            },
+                        );
+                    }
+                    continue;
+                }
                 unattended += 1;
             }
             let answer = match agent.run().await {
@@ -161,6 +261,13 @@ pub(crate) fn start(
             };
             if let Err(e) = &answer {
                 tracing::warn!("MainAgent: {e}");
+                // A run nobody asked for that failed is not tried again for the next project
+                // message: with a failing model, each would fail and spend the same way.
+                if !from_user {
+                    let line = e.lines().next().unwrap_or_default();
+                    let cut: String = line.chars().take(160).collect();
+                    hold = Hold::Failed(cut);
+                }
             }
             for tx in waiters {
                 let _ = tx.send(answer.clone());

@@ -263,7 +263,8 @@ impl Slot {
                             }
                             Some(ReplyTo::MainAgent) => self.sup.to_main(channel.clone(), text),
                             Some(ReplyTo::Nobody) | None => {
-                                tracing::info!(project = %self.name, "reply: {text}");
+                                // The words are the user's conversation: not in the log.
+                                tracing::debug!(project = %self.name, bytes = text.len(), "reply with nobody waiting");
                             }
                         }
                     }

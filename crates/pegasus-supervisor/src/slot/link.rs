@@ -282,7 +282,9 @@ impl Link {
                 answered,
             }],
             FromWorker::Notify { text, kind } => {
-                tracing::info!(pid = self.pid, %kind, "notify: {text}");
+                // Its words may be the user's conversation: only at debug.
+                tracing::info!(pid = self.pid, %kind, bytes = text.len(), "notify");
+                tracing::debug!(pid = self.pid, %kind, "notify: {text}");
                 vec![Notify(text)]
             }
             FromWorker::Event(event) => vec![Publish(event)],
