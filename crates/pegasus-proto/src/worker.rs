@@ -14,6 +14,11 @@ use serde::{Deserialize, Serialize};
 /// so it can never outlive the supervisor even though nothing runs between fork and exec.
 pub const SUPERVISOR_PID_ENV: &str = "PEGASUS_SUPERVISOR_PID";
 
+/// The environment variable in which the supervisor, having raised its own soft
+/// `RLIMIT_NOFILE` for its listeners, gives a spawned worker the soft limit it was started
+/// with; the worker lowers its own back to it first thing, so its commands get the usual one.
+pub const OPEN_FILES_ENV: &str = "PEGASUS_OPEN_FILES";
+
 /// Supervisor → worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToWorker {

@@ -90,7 +90,9 @@ fn overlap(home_real: &Path, home_plain: &Path, path: &Path) -> Option<&'static 
 pub fn check_outside_home(home: &Path, what: &str, base: &Path, path: &Path) -> Result<(), String> {
     let home_plain = lexical(&std::path::absolute(home).unwrap_or_else(|_| home.to_path_buf()));
     let home_real = real_path(Path::new("/"), &home_plain);
-    let absolute = lexical(&base.join(path));
+    // Not `lexical`: `..` after a symlink is the kernel's to apply (`l/..` where `l` points
+    // into the home is the home), so the path goes to `overlap` as written.
+    let absolute = base.join(path);
     match overlap(&home_real, &home_plain, &absolute) {
         None => Ok(()),
         Some(how) => Err(format!(
@@ -115,6 +117,36 @@ pub fn project_workdir(project_dir: &Path, file: &ProjectFile) -> PathBuf {
         Some(w) => project_dir.join(w),
         None => project_dir.join(DEFAULT_WORKDIR),
     }
+}
+
+/// Where an MCP entry's `writable` path `w` points for a project working in `workdir`: `~/...`
+/// from `$HOME`, a relative one from the workdir. The one reading of it, for the check here and
+/// for the server's spawn, so both judge the same folder.
+pub fn writable_path(workdir: &Path, w: &str) -> PathBuf {
+    match w.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(rest))
+            .unwrap_or_else(|| workdir.join(w)),
+        None => workdir.join(w),
+    }
+}
+
+/// An MCP server's `writable` path `w` as its spawn gives it to the sandbox: resolved now (so a
+/// folder swapped for a link later does not move it), and refused when it reaches the home,
+/// unless it lies inside the project's own default workdir, which its commands write anyway.
+pub fn resolve_writable(
+    home: &Path,
+    project_dir: &Path,
+    workdir: &Path,
+    w: &str,
+) -> Result<PathBuf, String> {
+    let real = real_path(Path::new("/"), &writable_path(workdir, w));
+    let own = real_path(Path::new("/"), &project_dir.join(DEFAULT_WORKDIR));
+    if real.starts_with(&own) {
+        return Ok(real);
+    }
+    check_outside_home(home, "writable path", Path::new("/"), &real)?;
+    Ok(real)
 }
 
 /// The writable paths of MCP entries, each with the key that names it.
@@ -164,10 +196,11 @@ pub fn check_mcp_writable(
     let own = real_path(Path::new("/"), &project_dir.join(DEFAULT_WORKDIR));
     let base = project_workdir(project_dir, file);
     for (key, w) in mcp_writable(servers) {
-        if workdir_is_default(file) && real_path(&base, Path::new(w)).starts_with(&own) {
+        let path = writable_path(&base, w);
+        if workdir_is_default(file) && real_path(Path::new("/"), &path).starts_with(&own) {
             continue;
         }
-        check_outside_home(home.root(), "writable path", &base, Path::new(w))
+        check_outside_home(home.root(), "writable path", Path::new("/"), &path)
             .map_err(|e| format!("key `{key}`: {e}"))?;
     }
     Ok(())
@@ -191,8 +224,9 @@ pub fn check_config(home: &Home, config: &crate::Config) -> Result<(), String> {
             .map_err(|e| format!("config.yml: key `agent.exec_writable`: {e}"))?;
     }
     for (key, w) in mcp_writable(&config.mcp_servers) {
-        if Path::new(w).is_absolute() {
-            check_outside_home(home.root(), "writable path", Path::new("/"), Path::new(w))
+        let path = writable_path(Path::new(""), w);
+        if path.is_absolute() {
+            check_outside_home(home.root(), "writable path", Path::new("/"), &path)
                 .map_err(|e| format!("config.yml: key `{key}`: {e}"))?;
         }
     }
@@ -213,6 +247,7 @@ mod tests {
         std::fs::create_dir_all(base.join("code")).unwrap();
         std::os::unix::fs::symlink(&home, base.join("link-to-home")).unwrap();
         std::os::unix::fs::symlink(base.join("code"), home.join("projects/p/out")).unwrap();
+        std::os::unix::fs::symlink(home.join("projects"), base.join("code/l")).unwrap();
         let root = Path::new("/");
         let refused = [
             (home.clone(), "is"),
@@ -226,6 +261,9 @@ mod tests {
             (base.join("code/../user/./.local"), "contains"),
             // Plainly inside the home, even though the link points out of it.
             (home.join("projects/p/out"), "lies inside"),
+            // `..` after a link is the kernel's: `code/l/..` with `l` -> the home's projects
+            // is the home itself, not `code`.
+            (base.join("code/l/.."), "is"),
         ];
         for (p, how) in refused {
             let e = check_outside_home(&home, "workdir", root, &p).unwrap_err();

@@ -441,6 +441,16 @@ impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Idle<IO> {
 
 static OPEN_FILES: OnceLock<u64> = OnceLock::new();
 
+/// The soft `RLIMIT_NOFILE` pegasusd started with, when [`raise_open_files_limit`] raised it:
+/// what its children get back (a program that `select()`s or closes every fd up to the limit
+/// expects the usual one).
+static INHERITED_OPEN_FILES: OnceLock<u64> = OnceLock::new();
+
+/// The soft `RLIMIT_NOFILE` a child of pegasusd should run with, if pegasusd raised its own.
+pub fn inherited_open_files_limit() -> Option<u64> {
+    INHERITED_OPEN_FILES.get().copied()
+}
+
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (SPEC §12: the shipped
 /// systemd unit leaves 1024, which ~1,000 idle connections exhaust). Returns (before, after);
 /// the caps of every [`Gate`] made afterwards fit within `after`.
@@ -451,6 +461,7 @@ pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
     if hard > soft {
         setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(std::io::Error::from)?;
         now = hard;
+        let _ = INHERITED_OPEN_FILES.set(soft);
     }
     let _ = OPEN_FILES.set(now);
     Ok((soft, now))

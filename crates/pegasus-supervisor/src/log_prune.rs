@@ -81,7 +81,17 @@ pub(crate) fn prune(dir: &Path, logs: &LogsConfig, now: SystemTime) -> std::io::
         if live || !(old || total > max) {
             continue;
         }
-        match std::fs::remove_file(&path) {
+        // A worker's `.stderr` is its fd 2 for as long as it runs, seldom written: emptied,
+        // never unlinked, so what a running worker says next (a panic) still lands in it.
+        let gone = if path.extension().is_some_and(|e| e == "stderr") {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(0))
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match gone {
             Ok(()) => {
                 total -= len;
                 pruned.files += 1;

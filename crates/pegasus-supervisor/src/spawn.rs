@@ -144,6 +144,12 @@ fn command(program: impl AsRef<std::ffi::OsStr>, stderr_log: &Path) -> std::io::
         .stderr(Stdio::from(stderr))
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(soft) = crate::gate::inherited_open_files_limit() {
+        // pegasusd raised its own soft open-files limit for its listeners; the worker sets the
+        // one pegasusd was given back on itself at start (no `pre_exec` hook: see above), so
+        // what it runs gets the usual limit.
+        cmd.env(pegasus_proto::worker::OPEN_FILES_ENV, soft.to_string());
+    }
     Ok(cmd)
 }
 

@@ -322,17 +322,25 @@ impl McpHub {
         cmd.envs(&s.cfg.env);
         // Contained as `exec` is (own PID namespace, dies with the worker, Landlock), with the
         // server's own `writable` paths added.
-        let sandbox = self.sandbox.clone().map(|mut paths| {
-            paths.writable.extend(s.cfg.writable.iter().map(|w| {
-                match w.strip_prefix("~/") {
-                    Some(rest) => std::env::var_os("HOME")
-                        .map(|h| PathBuf::from(h).join(rest))
-                        .unwrap_or_else(|| self.workdir.join(w)),
-                    None => self.workdir.join(w),
+        // Each path is resolved and judged again now (the server starts lazily and restarts,
+        // long after the worker's start check): a folder swapped for a link into the home in
+        // between is refused, and the sandbox gets the resolved form.
+        let sandbox = match self.sandbox.clone() {
+            Some(mut paths) => {
+                for w in &s.cfg.writable {
+                    let real = pegasus_store::home_guard::resolve_writable(
+                        &paths.home,
+                        &paths.own_dir,
+                        &self.workdir,
+                        w,
+                    )
+                    .map_err(|e| format!("mcp_servers.{}.writable: {e}", s.name))?;
+                    paths.writable.push(real);
                 }
-            }));
-            paths
-        });
+                Some(paths)
+            }
+            None => None,
+        };
         pegasus_sandbox::confine(
             cmd.as_std_mut(),
             pegasus_sandbox::Confinement {

@@ -35,6 +35,7 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 /// Runs the worker to completion. `Ok` = a requested shutdown or the supervisor went away.
 pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     die_with_supervisor();
+    usual_open_files_limit();
     let project_dir = std::path::absolute(&args.project_dir).unwrap_or(args.project_dir);
     let home = pegasus_store::home_of_project(&project_dir)
         .ok_or_else(|| WorkerError::NotAProject(project_dir.display().to_string()))?;
@@ -96,6 +97,23 @@ fn die_with_supervisor() {
         || nix::unistd::getppid().as_raw() != expected
     {
         std::process::exit(1);
+    }
+}
+
+/// Lowers the soft `RLIMIT_NOFILE` to the one pegasusd was started with, when pegasusd raised
+/// its own (`OPEN_FILES_ENV`): the commands a model runs get the usual limit, as from a shell.
+fn usual_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Some(soft) = std::env::var(pegasus_proto::worker::OPEN_FILES_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    if let Ok((now, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < now {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, soft, hard);
+        }
     }
 }
 
@@ -258,7 +276,12 @@ async fn serve(
                 daily_limit_usd: config.budget.daily_usd,
                 max_tokens: config.agent.max_tokens,
             };
-            let workdir = pegasus_store::home_guard::project_workdir(&project_dir, &project);
+            // Resolved once, here, after the check: what the tools and the sandbox use from
+            // now on cannot be moved by a link made later on its path.
+            let workdir = pegasus_store::home_guard::real_path(
+                Path::new("/"),
+                &pegasus_store::home_guard::project_workdir(&project_dir, &project),
+            );
             let mut agent = Agent::open(
                 &project_dir,
                 &workdir,
