@@ -203,6 +203,9 @@ pub fn project_details(p: &ProjectInfo) -> String {
         field("completed", t.clone());
     }
     field("cost", money(p.cost_usd));
+    if let Some(l) = &p.limits {
+        field("limits", limits_cell(l));
+    }
     for b in &p.unmerged_branches {
         field("unmerged", b.clone());
     }
@@ -210,6 +213,21 @@ pub fn project_details(p: &ProjectInfo) -> String {
         let _ = writeln!(out, "\ngoal:\n{goal}");
     }
     out
+}
+
+/// `memory 2G, pids 512, cpu 1.0 (cgroup v1)`, or `... (not applied: why)`.
+pub fn limits_cell(l: &pegasus_proto::ctl::LimitsInfo) -> String {
+    let cpu = if l.cpu.fract() == 0.0 {
+        format!("{:.1}", l.cpu)
+    } else {
+        l.cpu.to_string()
+    };
+    let how = if l.applied {
+        l.note.clone()
+    } else {
+        format!("not applied: {}", l.note)
+    };
+    format!("memory {}, pids {}, cpu {cpu} ({how})", l.memory, l.pids)
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -491,6 +509,7 @@ mod tests {
             stage: Some(pegasus_proto::Stage::Acting),
             unmerged_branches: Vec::new(),
             approvals: 2,
+            limits: None,
         };
         let s = DaemonStatus {
             pid: 1,
