@@ -68,12 +68,12 @@ impl Version {
 }
 
 /// The limits of one project, as numbers.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Bytes of memory for the worker and everything it starts.
     pub memory: u64,
     /// How `memory` was written (`2G`), for what the model is told.
-    pub memory_text: &'static str,
+    pub memory_text: String,
     /// Processes and threads of its commands.
     pub pids: u64,
     /// Cores' worth of cpu time of its commands.
@@ -449,7 +449,7 @@ impl Cgroups {
         Ok(ProjectCgroup {
             version: self.version,
             dirs,
-            memory_text: limits.memory_text,
+            memory_text: limits.memory_text.clone(),
         })
     }
 
@@ -560,7 +560,7 @@ fn remove_tree(dir: &Path, version: Version) -> Result<(), String> {
 pub struct ProjectCgroup {
     version: Version,
     dirs: Vec<(PathBuf, Vec<&'static str>)>,
-    memory_text: &'static str,
+    memory_text: String,
 }
 
 impl ProjectCgroup {
@@ -812,7 +812,7 @@ mod tests {
         assert!(r.join("pids/pegasus-busy").exists());
         let limits = Limits {
             memory: 64 << 20,
-            memory_text: "64M",
+            memory_text: "64M".into(),
             pids: 64,
             cpu: 0.5,
         };
@@ -883,7 +883,7 @@ mod tests {
         );
         let limits = Limits {
             memory: 2 << 30,
-            memory_text: "2G",
+            memory_text: "2G".into(),
             pids: 512,
             cpu: 1.0,
         };
@@ -931,7 +931,7 @@ mod tests {
         let ours = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let limits = Limits {
             memory: 48 << 20,
-            memory_text: "48M",
+            memory_text: "48M".into(),
             pids: 16,
             cpu: 1.0,
         };

@@ -24,6 +24,7 @@ mod daemon;
 pub mod error;
 pub mod front_door;
 mod handlers;
+mod limits;
 mod llm_proxy;
 mod logging;
 mod main_agent;

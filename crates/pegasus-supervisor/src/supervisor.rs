@@ -68,6 +68,8 @@ pub(crate) struct Supervisor {
     pub remote: Option<Arc<crate::remote::Remote>>,
     /// The Kubernetes launchers, by name (SPEC §14).
     pub pods: HashMap<String, Arc<pegasus_kube::PodLauncher>>,
+    /// Per-project limits (SPEC §12): the home's cgroups, or why there are none.
+    pub limits: crate::limits::Limits,
 }
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
@@ -83,6 +85,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Supervisor {
+    #[allow(clippy::too_many_arguments)] // each is a part of the daemon made before it starts
     pub fn new(
         home: Home,
         config: Config,
@@ -91,6 +94,7 @@ impl Supervisor {
         main_tx: mpsc::UnboundedSender<MainInput>,
         slot_events: mpsc::UnboundedSender<SlotEvent>,
         elsewhere: crate::remote::Elsewhere,
+        limits: crate::limits::Limits,
     ) -> Arc<Self> {
         let approval_counts = Arc::new(crate::approval_counts::ApprovalCounts::new(
             home.projects_dir(),
@@ -102,6 +106,7 @@ impl Supervisor {
             slot_events,
             remote: elsewhere.remote.map(Arc::new),
             pods: elsewhere.pods,
+            limits,
             watchdogs: Watchdogs::new(&config.watchdog),
             home,
             config_json: serde_json::to_string(&config).unwrap_or_else(|e| {
@@ -262,8 +267,16 @@ impl Supervisor {
     pub fn fill_live(&self, infos: &mut [ProjectInfo]) {
         let slots = lock(&self.slots);
         for info in infos.iter_mut() {
+            let mut problem = None;
             if let Some(slot) = slots.get(&info.name) {
                 slot.fill(info);
+                problem = slot.limits_problem();
+            }
+            if info.status.is_some() {
+                let project = self.projects.project(&info.name);
+                let limits = crate::limits::Limits::effective(&self.config, project.as_deref());
+                let remote = matches!(self.launcher_of(&info.name), Ok(Some(_)));
+                info.limits = Some(self.limits.info(&limits, remote, problem.as_deref()));
             }
         }
         drop(slots);
