@@ -474,8 +474,11 @@ impl Cgroups {
         names.len()
     }
 
-    /// Removes the parents of other homes' daemons that hold no project (a daemon killed in
-    /// another home leaves its empty parent behind); `rmdir` refuses any that is in use.
+    /// Removes what daemons of other homes killed with `kill -9` left (their workers died
+    /// with them): every project cgroup there without a process, then each parent left empty.
+    /// `rmdir` refuses a cgroup that holds a process or a child, so a live daemon's running
+    /// workers keep theirs; one that loses a cgroup in the moment between making it and
+    /// spawning its worker fails that start and makes it again at the restart.
     fn sweep_strangers(&self) {
         for h in &self.hierarchies {
             let (Some(up), Some(ours)) = (h.parent.parent(), h.parent.file_name()) else {
@@ -487,6 +490,12 @@ impl Cgroups {
             for e in entries.flatten() {
                 let n = e.file_name();
                 if n != ours && n.to_string_lossy().starts_with("pegasus-") {
+                    for project in subdirs(&e.path()) {
+                        for leaf in subdirs(&project) {
+                            let _ = std::fs::remove_dir(leaf);
+                        }
+                        let _ = std::fs::remove_dir(project);
+                    }
                     let _ = std::fs::remove_dir(e.path());
                 }
             }
@@ -499,6 +508,18 @@ impl Cgroups {
             let _ = std::fs::remove_dir(&h.parent);
         }
     }
+}
+
+/// The child cgroups of `dir`.
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|es| {
+            es.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Kills whatever is in cgroup `dir` (not its children).
@@ -528,14 +549,7 @@ fn kill_members(dir: &Path, version: Version) {
 /// waits up to [`REMOVE_PATIENCE`] for the killed processes to be gone.
 fn remove_tree(dir: &Path, version: Version) -> Result<(), String> {
     let deadline = Instant::now() + REMOVE_PATIENCE;
-    let mut targets: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|es| {
-            es.flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut targets = subdirs(dir);
     targets.push(dir.to_path_buf());
     for t in targets {
         loop {
@@ -794,9 +808,11 @@ mod tests {
         for d in ["cpu", "memory/process_api/abc", "pids", "unified"] {
             std::fs::create_dir_all(r.join(d)).unwrap();
         }
-        // A stranger's empty parent is swept; one in use (not empty) is kept.
-        std::fs::create_dir_all(r.join("pids/pegasus-old")).unwrap();
-        std::fs::create_dir_all(r.join("pids/pegasus-busy/p")).unwrap();
+        // A stranger's empty parent is swept with its empty projects; one in use (here: a
+        // file stands for a process, which makes rmdir fail as EBUSY would) is kept.
+        std::fs::create_dir_all(r.join("pids/pegasus-old/p/worker")).unwrap();
+        std::fs::create_dir_all(r.join("pids/pegasus-busy/p/worker")).unwrap();
+        std::fs::write(r.join("pids/pegasus-busy/p/worker/cgroup.procs"), "42\n").unwrap();
         let c = Cgroups::setup_in(HYBRID_CGROUP, &hybrid_mounts(r), "pegasus-x", 1).unwrap();
         assert_eq!(c.version(), Version::V1);
         assert!(c.missing().is_empty());
