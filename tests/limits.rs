@@ -294,3 +294,62 @@ fn cgroups_go_with_their_workers_and_a_killed_daemons_are_swept() {
     let _d = home.start_fake();
     assert!(!b_cg.exists(), "{} was not swept", b_cg.display());
 }
+
+/// Where the kernel does not let pegasusd use cgroups (here: pegasusd runs as an unprivileged
+/// user, who may not make cgroups where it sits), it says so once at start, in one line, and
+/// runs its projects without limits; `project show` says why.
+#[test]
+fn without_cgroups_pegasusd_warns_once_and_runs_without_limits() {
+    // SAFETY: geteuid only reads the process's credentials.
+    if unsafe { nix::libc::geteuid() } != 0 {
+        return eprintln!("skipped: needs root to become another user");
+    }
+    let home = Home::new();
+    let nobody = Some(65534);
+    std::os::unix::fs::chown(home.path(), nobody, nobody).unwrap();
+    std::fs::write(home.path().join("config.yml"), LIMITS).unwrap();
+    std::os::unix::fs::chown(home.path().join("config.yml"), nobody, nobody).unwrap();
+    let as_nobody = |program: &str| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+            .arg("--home")
+            .arg(home.path());
+        cmd
+    };
+    let stderr = home.path().join("stderr.log");
+    let mut daemon = as_nobody(PEGASUSD)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    poll(Duration::from_secs(10), "pegasusd to serve", || {
+        read(&stderr).contains("pegasusd serving").then_some(())
+    });
+    let created = as_nobody(PEGASUSCTL)
+        .args(["project", "create", "free", "--goal", "g"])
+        .output()
+        .unwrap();
+    let out = as_nobody(PEGASUSCTL)
+        .args(["--json", "project", "show", "free"])
+        .output()
+        .unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let log = read(&stderr);
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("per-project limits"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("cannot be applied here") && warnings[0].contains("WARN"),
+        "{log}"
+    );
+    for o in [&created, &out] {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["limits"]["applied"], false, "{info}");
+    assert_eq!(info["limits"]["memory"], "64M", "{info}");
+}

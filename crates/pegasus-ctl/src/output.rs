@@ -487,6 +487,26 @@ mod tests {
     }
 
     #[test]
+    fn limits_say_whether_they_apply() {
+        let mut l = pegasus_proto::ctl::LimitsInfo {
+            memory: "2G".into(),
+            memory_bytes: 2 << 30,
+            pids: 512,
+            cpu: 1.0,
+            applied: true,
+            note: "cgroup v1".into(),
+        };
+        assert_eq!(limits_cell(&l), "memory 2G, pids 512, cpu 1.0 (cgroup v1)");
+        l.applied = false;
+        l.cpu = 0.5;
+        l.note = "pegasusd is not running".into();
+        assert_eq!(
+            limits_cell(&l),
+            "memory 2G, pids 512, cpu 0.5 (not applied: pegasusd is not running)"
+        );
+    }
+
+    #[test]
     fn status_shows_the_running_task_and_its_stage() {
         let p = ProjectInfo {
             name: "web".into(),
