@@ -267,21 +267,28 @@ impl Supervisor {
     pub fn fill_live(&self, infos: &mut [ProjectInfo]) {
         let slots = lock(&self.slots);
         for info in infos.iter_mut() {
-            let mut problem = None;
             if let Some(slot) = slots.get(&info.name) {
                 slot.fill(info);
-                problem = slot.limits_problem();
-            }
-            if info.status.is_some() {
-                let project = self.projects.project(&info.name);
-                let limits = crate::limits::Limits::effective(&self.config, project.as_deref());
-                let remote = matches!(self.launcher_of(&info.name), Ok(Some(_)));
-                info.limits = Some(self.limits.info(&limits, remote, problem.as_deref()));
             }
         }
         drop(slots);
         self.activity.fill(infos);
         self.approval_counts.fill(infos);
+    }
+
+    /// Adds each project's limits (SPEC §12) and whether they apply to listing rows: for
+    /// `project list` and `show`, not `status` (one more look at each PROJECT.md).
+    pub fn fill_limits(&self, infos: &mut [ProjectInfo]) {
+        use pegasus_store::launcher::LOCAL;
+        let slots = lock(&self.slots);
+        for info in infos.iter_mut().filter(|i| i.status.is_some()) {
+            let problem = slots.get(&info.name).and_then(|s| s.limits_problem());
+            let project = self.projects.project(&info.name);
+            let limits = crate::limits::Limits::effective(&self.config, project.as_deref());
+            let launcher = project.as_deref().and_then(|p| p.launcher());
+            let remote = launcher.unwrap_or(&self.config.default_launcher) != LOCAL;
+            info.limits = Some(self.limits.info(&limits, remote, problem.as_deref()));
+        }
     }
 
     /// The model a project's worker uses: its PROJECT.md `model`, else the default.
