@@ -491,6 +491,12 @@ impl Cgroups {
                 let n = e.file_name();
                 if n != ours && n.to_string_lossy().starts_with("pegasus-") {
                     for project in subdirs(&e.path()) {
+                        // Its worker's leaf first: while a worker lives there, the project and
+                        // its (often empty) commands leaf are in use and stay.
+                        match std::fs::remove_dir(project.join(WORKER_LEAF)) {
+                            Err(e) if e.kind() != io::ErrorKind::NotFound => continue,
+                            _ => {}
+                        }
                         for leaf in subdirs(&project) {
                             let _ = std::fs::remove_dir(leaf);
                         }
@@ -812,6 +818,7 @@ mod tests {
         // file stands for a process, which makes rmdir fail as EBUSY would) is kept.
         std::fs::create_dir_all(r.join("pids/pegasus-old/p/worker")).unwrap();
         std::fs::create_dir_all(r.join("pids/pegasus-busy/p/worker")).unwrap();
+        std::fs::create_dir_all(r.join("pids/pegasus-busy/p/commands")).unwrap();
         std::fs::write(r.join("pids/pegasus-busy/p/worker/cgroup.procs"), "42\n").unwrap();
         let c = Cgroups::setup_in(HYBRID_CGROUP, &hybrid_mounts(r), "pegasus-x", 1).unwrap();
         assert_eq!(c.version(), Version::V1);
@@ -825,7 +832,8 @@ mod tests {
             ]
         );
         assert!(!r.join("pids/pegasus-old").exists());
-        assert!(r.join("pids/pegasus-busy").exists());
+        // A live worker's project keeps its empty commands leaf too.
+        assert!(r.join("pids/pegasus-busy/p/commands").exists());
         let limits = Limits {
             memory: 64 << 20,
             memory_text: "64M".into(),
