@@ -86,7 +86,9 @@ fn create_writes_the_contract_and_starts_a_worker_process() {
                 "RUST_BACKTRACE",
                 // pegasusd's own pid, set by the spawn (not inherited): the worker arms
                 // PR_SET_PDEATHSIG against it.
-                "PEGASUS_SUPERVISOR_PID"
+                "PEGASUS_SUPERVISOR_PID",
+                // Where its project's cgroup is (SPEC §12 limits), set by the spawn.
+                "PEGASUS_CGROUP",
             ]
             .contains(&key),
             "unexpected variable {key} in the worker's environment"

@@ -47,6 +47,8 @@ pub fn run_shell(
     cmd.env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE");
+    // The project's memory-kill count before it starts (SPEC §12 limits; `None`: no limit).
+    let oom_before = pegasus_sandbox::cgroups::oom_kills();
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return failed(format!("cannot start `sh -c {command}`: {e}")),
@@ -104,8 +106,11 @@ pub fn run_shell(
             kept.len()
         ));
     }
+    let killed = status.is_some_and(|s| s.code() == Some(137) || s.signal() == Some(9));
+    let memory = pegasus_sandbox::cgroups::memory_kill_note(oom_before);
     let (ok, status) = match (timed_out, status) {
         (true, _) => (false, format!("timed out after {} s", timeout.as_secs())),
+        (false, _) if killed && memory.is_some() => (false, memory.unwrap_or_default()),
         (false, Some(s)) => match (s.code(), s.signal()) {
             (Some(c), _) => (c == 0, format!("exit {c}")),
             (None, Some(sig)) => (false, format!("killed by signal {sig}")),

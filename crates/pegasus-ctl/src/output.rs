@@ -206,6 +206,9 @@ pub fn project_details(p: &ProjectInfo) -> String {
         field("completed", t.clone());
     }
     field("cost", money(p.cost_usd));
+    if let Some(l) = &p.limits {
+        field("limits", limits_cell(l));
+    }
     for b in &p.unmerged_branches {
         field("unmerged", b.clone());
     }
@@ -213,6 +216,21 @@ pub fn project_details(p: &ProjectInfo) -> String {
         let _ = writeln!(out, "\ngoal:\n{goal}");
     }
     out
+}
+
+/// `memory 2G, pids 512, cpu 1.0 (cgroup v1)`, or `... (not applied: why)`.
+pub fn limits_cell(l: &pegasus_proto::ctl::LimitsInfo) -> String {
+    let cpu = if l.cpu.fract() == 0.0 {
+        format!("{:.1}", l.cpu)
+    } else {
+        l.cpu.to_string()
+    };
+    let how = if l.applied {
+        l.note.clone()
+    } else {
+        format!("not applied: {}", l.note)
+    };
+    format!("memory {}, pids {}, cpu {cpu} ({how})", l.memory, l.pids)
 }
 
 fn clip(s: &str, n: usize) -> String {
@@ -493,6 +511,26 @@ mod tests {
     }
 
     #[test]
+    fn limits_say_whether_they_apply() {
+        let mut l = pegasus_proto::ctl::LimitsInfo {
+            memory: "2G".into(),
+            memory_bytes: 2 << 30,
+            pids: 512,
+            cpu: 1.0,
+            applied: true,
+            note: "cgroup v1".into(),
+        };
+        assert_eq!(limits_cell(&l), "memory 2G, pids 512, cpu 1.0 (cgroup v1)");
+        l.applied = false;
+        l.cpu = 0.5;
+        l.note = "pegasusd is not running".into();
+        assert_eq!(
+            limits_cell(&l),
+            "memory 2G, pids 512, cpu 0.5 (not applied: pegasusd is not running)"
+        );
+    }
+
+    #[test]
     fn status_shows_the_running_task_and_its_stage() {
         let p = ProjectInfo {
             name: "web".into(),
@@ -515,6 +553,7 @@ mod tests {
             stage: Some(pegasus_proto::Stage::Acting),
             unmerged_branches: Vec::new(),
             approvals: 2,
+            limits: None,
         };
         let s = DaemonStatus {
             pid: 1,

@@ -434,6 +434,27 @@ pub struct ProjectInfo {
     /// Tool calls of the project waiting for a person's yes (SPEC §11).
     #[serde(default)]
     pub approvals: u32,
+    /// Its limits (SPEC §12) and whether pegasusd applies them; `None` where nobody knows
+    /// (pegasusctl without a daemon).
+    #[serde(default)]
+    pub limits: Option<LimitsInfo>,
+}
+
+/// A project's limits as pegasusd applies them (SPEC §12): config.yml `limits:` with its
+/// PROJECT.md's keys in their place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitsInfo {
+    /// Memory of the worker and everything it starts, as written (`2G`).
+    pub memory: String,
+    pub memory_bytes: u64,
+    /// Processes and threads of its commands.
+    pub pids: u64,
+    /// Cores' worth of cpu time of its commands.
+    pub cpu: f64,
+    /// Whether the kernel enforces them for this project.
+    pub applied: bool,
+    /// How (`cgroup v1`), or why not (one line).
+    pub note: String,
 }
 
 impl ProjectInfo {
@@ -610,6 +631,14 @@ mod tests {
             stage: Some(Stage::Acting),
             unmerged_branches: Vec::new(),
             approvals: 2,
+            limits: Some(LimitsInfo {
+                memory: "2G".into(),
+                memory_bytes: 2 << 30,
+                pids: 512,
+                cpu: 1.0,
+                applied: true,
+                note: "cgroup v1".into(),
+            }),
         };
         let invalid = ProjectInfo {
             status: None,

@@ -68,12 +68,12 @@ impl Version {
 }
 
 /// The limits of one project, as numbers.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Bytes of memory for the worker and everything it starts.
     pub memory: u64,
     /// How `memory` was written (`2G`), for what the model is told.
-    pub memory_text: &'static str,
+    pub memory_text: String,
     /// Processes and threads of its commands.
     pub pids: u64,
     /// Cores' worth of cpu time of its commands.
@@ -449,7 +449,7 @@ impl Cgroups {
         Ok(ProjectCgroup {
             version: self.version,
             dirs,
-            memory_text: limits.memory_text,
+            memory_text: limits.memory_text.clone(),
         })
     }
 
@@ -474,8 +474,11 @@ impl Cgroups {
         names.len()
     }
 
-    /// Removes the parents of other homes' daemons that hold no project (a daemon killed in
-    /// another home leaves its empty parent behind); `rmdir` refuses any that is in use.
+    /// Removes what daemons of other homes killed with `kill -9` left (their workers died
+    /// with them): every project cgroup there without a process, then each parent left empty.
+    /// `rmdir` refuses a cgroup that holds a process or a child, so a live daemon's running
+    /// workers keep theirs; one that loses a cgroup in the moment between making it and
+    /// spawning its worker fails that start and makes it again at the restart.
     fn sweep_strangers(&self) {
         for h in &self.hierarchies {
             let (Some(up), Some(ours)) = (h.parent.parent(), h.parent.file_name()) else {
@@ -487,6 +490,18 @@ impl Cgroups {
             for e in entries.flatten() {
                 let n = e.file_name();
                 if n != ours && n.to_string_lossy().starts_with("pegasus-") {
+                    for project in subdirs(&e.path()) {
+                        // Its worker's leaf first: while a worker lives there, the project and
+                        // its (often empty) commands leaf are in use and stay.
+                        match std::fs::remove_dir(project.join(WORKER_LEAF)) {
+                            Err(e) if e.kind() != io::ErrorKind::NotFound => continue,
+                            _ => {}
+                        }
+                        for leaf in subdirs(&project) {
+                            let _ = std::fs::remove_dir(leaf);
+                        }
+                        let _ = std::fs::remove_dir(project);
+                    }
                     let _ = std::fs::remove_dir(e.path());
                 }
             }
@@ -499,6 +514,18 @@ impl Cgroups {
             let _ = std::fs::remove_dir(&h.parent);
         }
     }
+}
+
+/// The child cgroups of `dir`.
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|es| {
+            es.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Kills whatever is in cgroup `dir` (not its children).
@@ -528,14 +555,7 @@ fn kill_members(dir: &Path, version: Version) {
 /// waits up to [`REMOVE_PATIENCE`] for the killed processes to be gone.
 fn remove_tree(dir: &Path, version: Version) -> Result<(), String> {
     let deadline = Instant::now() + REMOVE_PATIENCE;
-    let mut targets: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|es| {
-            es.flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut targets = subdirs(dir);
     targets.push(dir.to_path_buf());
     for t in targets {
         loop {
@@ -560,7 +580,7 @@ fn remove_tree(dir: &Path, version: Version) -> Result<(), String> {
 pub struct ProjectCgroup {
     version: Version,
     dirs: Vec<(PathBuf, Vec<&'static str>)>,
-    memory_text: &'static str,
+    memory_text: String,
 }
 
 impl ProjectCgroup {
@@ -794,9 +814,12 @@ mod tests {
         for d in ["cpu", "memory/process_api/abc", "pids", "unified"] {
             std::fs::create_dir_all(r.join(d)).unwrap();
         }
-        // A stranger's empty parent is swept; one in use (not empty) is kept.
-        std::fs::create_dir_all(r.join("pids/pegasus-old")).unwrap();
-        std::fs::create_dir_all(r.join("pids/pegasus-busy/p")).unwrap();
+        // A stranger's empty parent is swept with its empty projects; one in use (here: a
+        // file stands for a process, which makes rmdir fail as EBUSY would) is kept.
+        std::fs::create_dir_all(r.join("pids/pegasus-old/p/worker")).unwrap();
+        std::fs::create_dir_all(r.join("pids/pegasus-busy/p/worker")).unwrap();
+        std::fs::create_dir_all(r.join("pids/pegasus-busy/p/commands")).unwrap();
+        std::fs::write(r.join("pids/pegasus-busy/p/worker/cgroup.procs"), "42\n").unwrap();
         let c = Cgroups::setup_in(HYBRID_CGROUP, &hybrid_mounts(r), "pegasus-x", 1).unwrap();
         assert_eq!(c.version(), Version::V1);
         assert!(c.missing().is_empty());
@@ -809,10 +832,11 @@ mod tests {
             ]
         );
         assert!(!r.join("pids/pegasus-old").exists());
-        assert!(r.join("pids/pegasus-busy").exists());
+        // A live worker's project keeps its empty commands leaf too.
+        assert!(r.join("pids/pegasus-busy/p/commands").exists());
         let limits = Limits {
             memory: 64 << 20,
-            memory_text: "64M",
+            memory_text: "64M".into(),
             pids: 64,
             cpu: 0.5,
         };
@@ -883,7 +907,7 @@ mod tests {
         );
         let limits = Limits {
             memory: 2 << 30,
-            memory_text: "2G",
+            memory_text: "2G".into(),
             pids: 512,
             cpu: 1.0,
         };
@@ -931,7 +955,7 @@ mod tests {
         let ours = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let limits = Limits {
             memory: 48 << 20,
-            memory_text: "48M",
+            memory_text: "48M".into(),
             pids: 16,
             cpu: 1.0,
         };

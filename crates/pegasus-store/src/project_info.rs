@@ -32,6 +32,8 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         unmerged_branches: Vec::new(),
         // Not in PROJECT.md: pegasusd counts them from its bus, the CLI from the files.
         approvals: 0,
+        // Not in PROJECT.md alone: pegasusd knows the defaults and what the kernel applies.
+        limits: None,
     };
     match &entry.project {
         Ok(p) => {

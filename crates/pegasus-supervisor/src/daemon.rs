@@ -105,6 +105,8 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         tracing::info!(variables = ?taken, "API keys read and removed from the environment");
     }
     pegasus_sandbox::warn_if_unsupported();
+    // Before any worker: the home's cgroups, and those a killed daemon left swept.
+    let limits = crate::limits::Limits::setup(&home);
     let worker_bin = spawn::worker_binary();
     if !worker_bin.is_file() {
         return Err(SupervisorError::WorkerBinary(worker_bin));
@@ -114,7 +116,14 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         .enable_all()
         .build()
         .map_err(|e| SupervisorError::io("cannot start the runtime in", home.root(), e))?;
-    runtime.block_on(serve(home, config, worker_bin, secrets, opts.clients))
+    runtime.block_on(serve(
+        home,
+        config,
+        worker_bin,
+        secrets,
+        opts.clients,
+        limits,
+    ))
 }
 
 fn listen(path: &Path) -> Result<Listener, SupervisorError> {
@@ -140,6 +149,7 @@ async fn serve(
     worker_bin: PathBuf,
     secrets: std::collections::HashMap<String, String>,
     clients: Vec<Client>,
+    limits: crate::limits::Limits,
 ) -> Result<(), SupervisorError> {
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
@@ -170,6 +180,7 @@ async fn serve(
         main_tx,
         slot_tx,
         crate::remote::Elsewhere { remote, pods },
+        limits,
     );
     let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
     let door = FrontDoor::new(&sup, secrets);
@@ -226,6 +237,7 @@ async fn serve(
     }
     // What the last workers' commands left behind: one scan after they are all gone.
     crate::sweeper::sweep_now().await;
+    sup.limits.close();
     for task in [
         workers,
         controls,

@@ -26,6 +26,7 @@ pub mod error;
 pub mod front_door;
 pub mod gate;
 mod handlers;
+mod limits;
 mod llm_proxy;
 mod log_prune;
 mod logging;

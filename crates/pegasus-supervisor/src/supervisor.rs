@@ -86,6 +86,8 @@ pub(crate) struct Supervisor {
     pub remote: Option<Arc<crate::remote::Remote>>,
     /// The Kubernetes launchers, by name (SPEC §14).
     pub pods: HashMap<String, Arc<pegasus_kube::PodLauncher>>,
+    /// Per-project limits (SPEC §12): the home's cgroups, or why there are none.
+    pub limits: crate::limits::Limits,
 }
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
@@ -101,6 +103,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Supervisor {
+    #[allow(clippy::too_many_arguments)] // each is a part of the daemon made before it starts
     pub fn new(
         home: Home,
         config: Config,
@@ -109,6 +112,7 @@ impl Supervisor {
         main_tx: mpsc::UnboundedSender<MainInput>,
         slot_events: mpsc::UnboundedSender<SlotEvent>,
         elsewhere: crate::remote::Elsewhere,
+        limits: crate::limits::Limits,
     ) -> Arc<Self> {
         let approval_counts = Arc::new(crate::approval_counts::ApprovalCounts::new(
             home.projects_dir(),
@@ -123,6 +127,7 @@ impl Supervisor {
             slot_events,
             remote: elsewhere.remote.map(Arc::new),
             pods: elsewhere.pods,
+            limits,
             watchdogs: Watchdogs::new(&config.watchdog),
             home,
             config_json: serde_json::to_string(&config).unwrap_or_else(|e| {
@@ -319,6 +324,21 @@ impl Supervisor {
         drop(slots);
         self.activity.fill(infos);
         self.approval_counts.fill(infos);
+    }
+
+    /// Adds each project's limits (SPEC §12) and whether they apply to listing rows: for
+    /// `project list` and `show`, not `status` (one more look at each PROJECT.md).
+    pub fn fill_limits(&self, infos: &mut [ProjectInfo]) {
+        use pegasus_store::launcher::LOCAL;
+        let slots = lock(&self.slots);
+        for info in infos.iter_mut().filter(|i| i.status.is_some()) {
+            let problem = slots.get(&info.name).and_then(|s| s.limits_problem());
+            let project = self.projects.project(&info.name);
+            let limits = crate::limits::Limits::effective(&self.config, project.as_deref());
+            let launcher = project.as_deref().and_then(|p| p.launcher());
+            let remote = launcher.unwrap_or(&self.config.default_launcher) != LOCAL;
+            info.limits = Some(self.limits.info(&limits, remote, problem.as_deref()));
+        }
     }
 
     /// The model a project's worker uses: its PROJECT.md `model`, else the default.

@@ -164,6 +164,8 @@ async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
     };
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
+    // The project's memory-kill count before it starts (SPEC §12 limits; `None`: no limit).
+    let oom_before = pegasus_sandbox::cgroups::oom_kills();
     let spawned = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id());
     // Our copies of the write end must close, or the pipe never reports end-of-file.
     drop(cmd);
@@ -230,6 +232,19 @@ async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
     }
     match status {
         Some(Ok(st)) => {
+            if let Some(note) = pegasus_sandbox::cgroups::memory_kill_note(oom_before) {
+                tracing::warn!(command, "{note}");
+                let output = out.render();
+                // Ended by SIGKILL (the launcher reports the command's signal as 128 + 9).
+                if st.code() == Some(137) || st.signal() == Some(9) {
+                    return ToolOutput::error(if output.is_empty() {
+                        note
+                    } else {
+                        format!("{note}\n{output}")
+                    });
+                }
+                out.push(format!("\n[a process of this command was {note}]").as_bytes());
+            }
             let head = match (st.code(), st.signal()) {
                 (Some(code), _) => format!("exit code: {code}"),
                 (None, Some(sig)) => format!("killed by signal {sig}"),

@@ -139,6 +139,22 @@ fn task_counts(home: &Home, name: &str) -> std::collections::BTreeMap<String, us
     counts
 }
 
+/// A project's limits as its files say, for `project show` while pegasusd is down: whether
+/// the kernel applies them is pegasusd's to find out.
+fn offline_limits(home: &Home, name: &str) -> Option<pegasus_proto::ctl::LimitsInfo> {
+    let config = pegasus_store::Config::load(&home.config_file()).ok()?;
+    let project = pegasus_store::ProjectFile::load(&home.project_dir(name)).ok()?;
+    let l = config.limits.with(&project.limits());
+    Some(pegasus_proto::ctl::LimitsInfo {
+        memory: l.memory.to_string(),
+        memory_bytes: l.memory.bytes(),
+        pids: l.pids,
+        cpu: l.cpu,
+        applied: false,
+        note: "pegasusd is not running".into(),
+    })
+}
+
 async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
     pegasus_store::validate_name(name)?;
     let mut info = infos(home, None)
@@ -151,6 +167,9 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
             ))
         })?;
     info.unmerged_branches = pegasus_tasks::unmerged_branches(&home.project_dir(name));
+    if info.limits.is_none() && info.status.is_some() {
+        info.limits = offline_limits(home, name);
+    }
     let counts = task_counts(home, name);
     let mcp = pegasus_store::mcp::read_mcp_status(&home.project_dir(name));
     if json {

@@ -55,6 +55,7 @@ pub(crate) fn info(sup: &Supervisor, name: &str) -> Result<ProjectInfo, RequestE
         .find(|p| p.name == name)
         .ok_or_else(|| RequestError::ProjectNotFound(name.to_string()))?;
     info.unmerged_branches = pegasus_tasks::unmerged_branches(&sup.home.project_dir(name));
+    sup.fill_limits(std::slice::from_mut(&mut info));
     Ok(info)
 }
 
@@ -67,6 +68,7 @@ pub(crate) fn list(
     if let Some(filter) = status {
         infos.retain(|p| filter.keeps(p));
     }
+    sup.fill_limits(&mut infos);
     Ok(infos)
 }
 

@@ -93,6 +93,8 @@ pub(crate) struct SlotInfo {
     pub restarts: u32,
     pub last_crash: Option<String>,
     pub last_crash_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Why the current worker runs without its cgroup (SPEC §12 limits), if it does.
+    pub limits_problem: Option<String>,
 }
 
 /// The daemon's handle on a slot task.
@@ -120,6 +122,15 @@ impl SlotHandle {
         let _ = self.task.await;
     }
 
+    /// Why the current worker runs without its limits, if it does.
+    pub fn limits_problem(&self) -> Option<String> {
+        self.info
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .limits_problem
+            .clone()
+    }
+
     /// Copies the live worker facts into a listing row.
     pub fn fill(&self, info: &mut ProjectInfo) {
         let s = self.info.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -144,10 +155,12 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
         restarts: 0,
         last_crash: None,
         last_crash_at: None,
+        limits_problem: None,
     }));
     let slot = Slot {
         sup,
         name,
+        cgroup: None,
         info: info.clone(),
         crashes: VecDeque::new(),
         queued: VecDeque::new(),
@@ -184,6 +197,8 @@ struct Slot {
     queued: VecDeque<Delivery>,
     /// Launches in a row that never reached pegasusd (their backoff grows with it).
     unreached: u32,
+    /// The cgroup of the current local worker (SPEC §12 limits), removed once it has ended.
+    cgroup: Option<pegasus_sandbox::cgroups::ProjectCgroup>,
 }
 
 impl Slot {
@@ -208,6 +223,7 @@ impl Slot {
         loop {
             self.sweep_exec_groups();
             let outcome = self.run_once(&mut rx).await;
+            self.remove_cgroup().await;
             if let Some(pid) = self.info.lock().unwrap_or_else(|p| p.into_inner()).pid {
                 pegasus_store::adopted::forget(pid);
             }
@@ -324,6 +340,43 @@ impl Slot {
         }
     }
 
+    /// Makes the cgroup the next local worker is put in; without one (no cgroups here, or it
+    /// cannot be made: said in `project show`) the worker runs without limits.
+    fn make_cgroup(&mut self) {
+        let project = self.sup.projects.project(&self.name);
+        let limits = crate::limits::Limits::effective(&self.sup.config, project.as_deref());
+        match self.sup.limits.create(&self.name, &limits) {
+            Ok(cgroup) => {
+                if cgroup.is_some() {
+                    tracing::debug!(project = %self.name, "limits: {}", limits.describe());
+                }
+                self.cgroup = cgroup;
+                self.set(|i| i.limits_problem = None);
+            }
+            Err(e) => {
+                tracing::warn!(project = %self.name, "the worker runs without its limits: {e}");
+                self.cgroup = None;
+                self.set(|i| i.limits_problem = Some(e));
+            }
+        }
+    }
+
+    /// Removes the last worker's cgroup, killing what is left in it, once the worker ended.
+    async fn remove_cgroup(&mut self) {
+        let Some(cgroup) = self.cgroup.take() else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || cgroup.remove()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(project = %self.name, "cannot remove the worker's cgroup: {e}")
+            }
+            Err(e) => {
+                tracing::warn!(project = %self.name, "cannot remove the worker's cgroup: {e}")
+            }
+        }
+    }
+
     /// Where the worker (or its launcher command) writes what it prints outside its log.
     fn stderr_log(&self) -> std::path::PathBuf {
         let file = format!("worker-{}.stderr", self.name);
@@ -399,21 +452,26 @@ impl Slot {
         let mut conn_rx = self.sup.register_spawn(&token, &self.name);
         let dir = self.sup.home.project_dir(&self.name);
         let stderr_log = self.stderr_log();
-        let mut child =
-            match spawn::spawn_worker(&self.sup.worker_bin, &dir, &token, &stderr_log, |pid| {
-                self.sup.spawned(&token, pid)
-            })
-            .await
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    self.sup.cancel_spawn(&token);
-                    return Outcome::Crashed(format!(
-                        "cannot start {}: {e}",
-                        self.sup.worker_bin.display()
-                    ));
-                }
-            };
+        self.make_cgroup();
+        let spawned = spawn::spawn_worker(
+            &self.sup.worker_bin,
+            &dir,
+            &token,
+            &stderr_log,
+            self.cgroup.as_ref(),
+            |pid| self.sup.spawned(&token, pid),
+        )
+        .await;
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                self.sup.cancel_spawn(&token);
+                return Outcome::Crashed(format!(
+                    "cannot start {}: {e}",
+                    self.sup.worker_bin.display()
+                ));
+            }
+        };
         let Some(pid) = child.id() else {
             self.sup.cancel_spawn(&token);
             let status = child
