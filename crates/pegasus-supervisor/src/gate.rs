@@ -113,10 +113,26 @@ impl Peer {
         Peer {
             key: match uid {
                 Some(uid) => PeerKey::User { uid, ns: None },
-                None => PeerKey::Addr(addr.ip()),
+                None => PeerKey::Addr(counted_address(addr.ip())),
             },
             pid: None,
         }
+    }
+}
+
+/// The address a remote peer is counted by: an IPv4 address as it is; an IPv6 one by its /64,
+/// the block one host (or one customer of a provider) is given, so it cannot take the whole
+/// listener by spreading over addresses it owns anyway. An IPv4-mapped one as its IPv4.
+fn counted_address(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
     }
 }
 
@@ -574,6 +590,19 @@ fn parse_diag_uid(msg: &[u8], diag: u16, error: u16) -> Option<u32> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn a_remote_ipv6_peer_is_counted_by_its_64_and_a_mapped_one_as_ipv4() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(counted_address(a), counted_address(b));
+        assert_ne!(counted_address(a), counted_address(c));
+        let v4: IpAddr = "10.0.0.7".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(counted_address(mapped), v4);
+        assert_eq!(counted_address(v4), v4);
+    }
 
     fn user(uid: u32, pid: Option<u32>) -> Peer {
         Peer {
