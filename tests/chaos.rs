@@ -299,6 +299,20 @@ fn kill_9_campaign_keeps_every_invariant() {
         ),
     );
 
+    // pegasusd asks the held server once, gives up at its probe deadline (the default window
+    // applies) and remembers that the server does not say: from then on no worker, of this
+    // pegasusd or of any restarted one, holds its first model call for the window, and the
+    // campaign's kills meet work in flight.
+    poll(
+        Duration::from_secs(15),
+        "pegasusd remembering that the held server does not say its window",
+        || {
+            std::fs::read_to_string(home.path().join("windows.state.json"))
+                .ok()
+                .filter(|s| s.contains("fa/test-model"))
+        },
+    );
+
     let mut acked: HashMap<&str, Vec<String>> = HashMap::new();
     let mut code_tasks = Vec::new();
     let mut violations = Vec::new();

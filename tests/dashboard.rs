@@ -798,6 +798,9 @@ fn with_allow_remote_only_the_dashboards_own_origin_may_change_things() {
     // The configured public origin (a proxy in front) and the request's own origin may.
     let r = create("https://pegasus.example.test");
     assert_eq!(r.status, 200, "{}", r.body);
+    // Its worker is up before a request is planted below: a starting worker withdraws the
+    // requests no task of its waits for.
+    home.ready_worker("web", None);
     let origin = format!("http://{}", d.addr);
     let r = http(
         &d.addr,

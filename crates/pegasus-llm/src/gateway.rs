@@ -183,11 +183,23 @@ impl Gateway {
                     .info(model, prices.context_window(model))
                     .window_known
             {
+                // `window: 0` is a server that did not say (too slow, or no such endpoint):
+                // the default applies at once, and the server is asked again in the background
+                // at the first worker start, as if its last "no" were a minute old.
+                let (window, at) = match r.window {
+                    0 => (
+                        None,
+                        Instant::now()
+                            .checked_sub(PROBE_AGAIN)
+                            .unwrap_or_else(Instant::now),
+                    ),
+                    w => (Some(w), Instant::now()),
+                };
                 learned.insert(
                     model.clone(),
                     Learned {
-                        window: Some(r.window),
-                        at: Instant::now(),
+                        window,
+                        at,
                         asked_here: false,
                     },
                 );
@@ -482,6 +494,16 @@ impl Gateway {
         );
         if let Some(w) = found.filter(|w| had != Some(*w)) {
             self.remember(&full, &target.base_url, w).await;
+        } else if window.is_none() {
+            // A server that does not say is remembered as such (`0`), so the next pegasusd
+            // knows at once that the default applies instead of holding its workers' first
+            // calls for a probe again.
+            let known_silent = lock(&self.inner.remembered)
+                .get(&full)
+                .is_some_and(|r| r.window == 0 && r.base_url == target.base_url);
+            if !known_silent {
+                self.remember(&full, &target.base_url, 0).await;
+            }
         }
         let settled = window.unwrap_or(info.context_window);
         let _ = self.inner.window_tx.send((full, settled));

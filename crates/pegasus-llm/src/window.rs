@@ -142,8 +142,9 @@ pub fn ollama_show(v: &Value) -> Option<u64> {
     Some(trained.min(OLLAMA_DEFAULT_CTX))
 }
 
-/// One remembered window: what the server at `base_url` said for a model, and when. A model
-/// whose provider now has another base URL is asked again.
+/// One remembered window: what the server at `base_url` said for a model, and when (`window:
+/// 0`: it did not say, so `default_context_window` applies). A model whose provider now has
+/// another base URL is asked again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RememberedWindow {
     pub base_url: String,
@@ -179,11 +180,8 @@ pub fn load_remembered(path: &Path) -> BTreeMap<String, RememberedWindow> {
         }
     };
     match serde_json::from_slice::<RememberedFile>(&read) {
-        Ok(f) => f
-            .windows
-            .into_iter()
-            .filter(|(_, w)| w.window > 0)
-            .collect(),
+        // `window: 0` is kept: the server did not say, and the default applies.
+        Ok(f) => f.windows,
         Err(e) => {
             tracing::warn!(file = %path.display(), "the remembered context windows are unreadable ({e}); asking the servers again");
             BTreeMap::new()

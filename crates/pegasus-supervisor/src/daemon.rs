@@ -96,7 +96,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         Ok((before, after)) if after > before => {
             tracing::info!("open files limit raised from {before} to {after} (the hard limit)")
         }
-        Ok((_, after)) => tracing::info!("open files limit: {after} (already the hard limit)"),
+        Ok((_, after)) => tracing::debug!("open files limit: {after} (already the hard limit)"),
         Err(e) => tracing::warn!(
             "cannot raise the open files limit ({e}); raise LimitNOFILE= in the service unit"
         ),
@@ -105,8 +105,6 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         tracing::info!(variables = ?taken, "API keys read and removed from the environment");
     }
     pegasus_sandbox::warn_if_unsupported();
-    // Before any worker: the home's cgroups, and those a killed daemon left swept.
-    let limits = crate::limits::Limits::setup(&home);
     let worker_bin = spawn::worker_binary();
     if !worker_bin.is_file() {
         return Err(SupervisorError::WorkerBinary(worker_bin));
@@ -116,14 +114,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         .enable_all()
         .build()
         .map_err(|e| SupervisorError::io("cannot start the runtime in", home.root(), e))?;
-    runtime.block_on(serve(
-        home,
-        config,
-        worker_bin,
-        secrets,
-        opts.clients,
-        limits,
-    ))
+    runtime.block_on(serve(home, config, worker_bin, secrets, opts.clients))
 }
 
 fn listen(path: &Path) -> Result<Listener, SupervisorError> {
@@ -149,7 +140,6 @@ async fn serve(
     worker_bin: PathBuf,
     secrets: std::collections::HashMap<String, String>,
     clients: Vec<Client>,
-    limits: crate::limits::Limits,
 ) -> Result<(), SupervisorError> {
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
@@ -167,6 +157,9 @@ async fn serve(
         }
         None => (None, None),
     };
+    // Once every listener is bound (a refused start stays one line), before any worker: the
+    // home's cgroups, and those a killed daemon left swept.
+    let limits = crate::limits::Limits::setup(&home);
     let pods = crate::remote::pod_launchers(&home, &config)
         .await
         .map_err(SupervisorError::Remote)?;
