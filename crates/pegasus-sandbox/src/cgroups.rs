@@ -11,8 +11,8 @@
 //!                                            /commands  everything it starts: pids, cpu limits
 //! ```
 //!
-//! The worker puts itself in `worker` first thing, before any thread ([`CommandCgroup::from_env`]),
-//! so nothing it does escapes; every command it starts (`exec`, hydrate, verify, MCP servers: all go through
+//! The worker is put in `worker` between fork and exec ([`join_in_child`]), so nothing it
+//! does escapes; every command it starts (`exec`, hydrate, verify, MCP servers: all go through
 //! [`crate::confine`]) moves itself into `commands` before it runs, and raises its
 //! `oom_score_adj`, so an out-of-memory kill inside the project takes the command, never the
 //! worker, and never anything outside the project. pegasusd is in none of these cgroups. The
@@ -662,8 +662,6 @@ pub struct CommandCgroup {
     version: Version,
     /// `<project>/commands/cgroup.procs` in each hierarchy.
     procs: Vec<CString>,
-    /// `<project>/worker/cgroup.procs` in each hierarchy: where the worker puts itself.
-    worker: Vec<CString>,
     /// The project's directory in the memory hierarchy.
     memory_dir: Option<PathBuf>,
     /// The memory limit as configured (`2G`).
@@ -677,7 +675,6 @@ impl CommandCgroup {
     fn parse(text: &str) -> Option<CommandCgroup> {
         let mut version = None;
         let mut procs = Vec::new();
-        let mut worker = Vec::new();
         let mut memory_dir = None;
         let mut memory_text = None;
         for line in text.lines() {
@@ -701,8 +698,6 @@ impl CommandCgroup {
                     };
                     let p = Path::new(dir).join(COMMANDS_LEAF).join("cgroup.procs");
                     procs.push(CString::new(p.as_os_str().as_bytes()).ok()?);
-                    let w = Path::new(dir).join(WORKER_LEAF).join("cgroup.procs");
-                    worker.push(CString::new(w.as_os_str().as_bytes()).ok()?);
                 }
                 _ => return None,
             }
@@ -710,7 +705,6 @@ impl CommandCgroup {
         Some(CommandCgroup {
             version: version?,
             procs,
-            worker,
             memory_dir,
             memory_text,
         })
@@ -727,10 +721,6 @@ impl CommandCgroup {
         let text = text.to_string_lossy();
         let c = CommandCgroup::parse(&text)
             .ok_or_else(|| format!("{CGROUP_ENV} is not what pegasusd writes: {text:?}"))?;
-        // The worker puts itself in its project's `worker` cgroup first thing, before any
-        // thread or command (so pegasusd spawns it without a fork-time hook).
-        join_in_child(&c.worker)
-            .map_err(|e| format!("cannot join the project's cgroup ({e}); the worker stops"))?;
         let _ = COMMANDS.set(c);
         Ok(true)
     }
