@@ -11,8 +11,8 @@
 //!                                            /commands  everything it starts: pids, cpu limits
 //! ```
 //!
-//! The worker is put in `worker` between fork and exec ([`join_in_child`]), so nothing it
-//! does escapes; every command it starts (`exec`, hydrate, verify, MCP servers: all go through
+//! The worker puts itself in `worker` first thing, before any thread ([`CommandCgroup::from_env`]),
+//! so nothing it does escapes; every command it starts (`exec`, hydrate, verify, MCP servers: all go through
 //! [`crate::confine`]) moves itself into `commands` before it runs, and raises its
 //! `oom_score_adj`, so an out-of-memory kill inside the project takes the command, never the
 //! worker, and never anything outside the project. pegasusd is in none of these cgroups. The
@@ -48,6 +48,9 @@ pub const COMMANDS_LEAF: &str = "commands";
 pub const CGROUP_ENV: &str = "PEGASUS_CGROUP";
 /// The cfs period for the cpu quota (100 ms, the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
+/// How long another home's daemon leaves a freshly made project cgroup alone, so a worker
+/// that joins it after exec is never swept from under it.
+const STRANGER_GRACE: Duration = Duration::from_secs(120);
 /// How long removing a cgroup waits for its processes to be gone.
 const REMOVE_PATIENCE: Duration = Duration::from_secs(3);
 
@@ -401,7 +404,12 @@ impl Cgroups {
                     .map_err(|e| format!("cannot enable controllers in {}: {e}", dir.display()))?;
             }
             let commands = dir.join(COMMANDS_LEAF);
-            mkdir(&dir.join(WORKER_LEAF))?;
+            // A fresh `worker` leaf each time: its age is what tells another home's daemon
+            // that this project is being started (see `sweep_strangers`). One still holding a
+            // process stays (rmdir refuses it).
+            let worker = dir.join(WORKER_LEAF);
+            let _ = std::fs::remove_dir(&worker);
+            mkdir(&worker)?;
             mkdir(&commands)?;
             if h.has("memory") {
                 let bytes = limits.memory.to_string();
@@ -477,8 +485,8 @@ impl Cgroups {
     /// Removes what daemons of other homes killed with `kill -9` left (their workers died
     /// with them): every project cgroup there without a process, then each parent left empty.
     /// `rmdir` refuses a cgroup that holds a process or a child, so a live daemon's running
-    /// workers keep theirs; one that loses a cgroup in the moment between making it and
-    /// spawning its worker fails that start and makes it again at the restart.
+    /// workers keep theirs; a project whose `worker` leaf is younger than [`STRANGER_GRACE`]
+    /// is being started (its worker joins the leaf itself, after exec) and is left alone too.
     fn sweep_strangers(&self) {
         for h in &self.hierarchies {
             let (Some(up), Some(ours)) = (h.parent.parent(), h.parent.file_name()) else {
@@ -491,6 +499,9 @@ impl Cgroups {
                 let n = e.file_name();
                 if n != ours && n.to_string_lossy().starts_with("pegasus-") {
                     for project in subdirs(&e.path()) {
+                        if young(&project.join(WORKER_LEAF)) {
+                            continue;
+                        }
                         // Its worker's leaf first: while a worker lives there, the project and
                         // its (often empty) commands leaf are in use and stay.
                         match std::fs::remove_dir(project.join(WORKER_LEAF)) {
@@ -513,6 +524,15 @@ impl Cgroups {
         for h in &self.hierarchies {
             let _ = std::fs::remove_dir(&h.parent);
         }
+    }
+}
+
+/// Whether cgroup `dir` was made less than [`STRANGER_GRACE`] ago (or its age is unknown:
+/// then it is left alone too).
+fn young(dir: &Path) -> bool {
+    match std::fs::metadata(dir).and_then(|m| m.modified()) {
+        Ok(made) => made.elapsed().map_or(true, |age| age < STRANGER_GRACE),
+        Err(e) => e.kind() != io::ErrorKind::NotFound,
     }
 }
 
@@ -662,6 +682,8 @@ pub struct CommandCgroup {
     version: Version,
     /// `<project>/commands/cgroup.procs` in each hierarchy.
     procs: Vec<CString>,
+    /// `<project>/worker/cgroup.procs` in each hierarchy: where the worker puts itself.
+    worker: Vec<CString>,
     /// The project's directory in the memory hierarchy.
     memory_dir: Option<PathBuf>,
     /// The memory limit as configured (`2G`).
@@ -675,6 +697,7 @@ impl CommandCgroup {
     fn parse(text: &str) -> Option<CommandCgroup> {
         let mut version = None;
         let mut procs = Vec::new();
+        let mut worker = Vec::new();
         let mut memory_dir = None;
         let mut memory_text = None;
         for line in text.lines() {
@@ -698,6 +721,8 @@ impl CommandCgroup {
                     };
                     let p = Path::new(dir).join(COMMANDS_LEAF).join("cgroup.procs");
                     procs.push(CString::new(p.as_os_str().as_bytes()).ok()?);
+                    let w = Path::new(dir).join(WORKER_LEAF).join("cgroup.procs");
+                    worker.push(CString::new(w.as_os_str().as_bytes()).ok()?);
                 }
                 _ => return None,
             }
@@ -705,6 +730,7 @@ impl CommandCgroup {
         Some(CommandCgroup {
             version: version?,
             procs,
+            worker,
             memory_dir,
             memory_text,
         })
@@ -721,6 +747,10 @@ impl CommandCgroup {
         let text = text.to_string_lossy();
         let c = CommandCgroup::parse(&text)
             .ok_or_else(|| format!("{CGROUP_ENV} is not what pegasusd writes: {text:?}"))?;
+        // The worker puts itself in its project's `worker` cgroup first thing, before any
+        // thread or command (so pegasusd spawns it without a fork-time hook).
+        join_in_child(&c.worker)
+            .map_err(|e| format!("cannot join the project's cgroup ({e}); the worker stops"))?;
         let _ = COMMANDS.set(c);
         Ok(true)
     }
@@ -817,6 +847,12 @@ mod tests {
         // A stranger's empty parent is swept with its empty projects; one in use (here: a
         // file stands for a process, which makes rmdir fail as EBUSY would) is kept.
         std::fs::create_dir_all(r.join("pids/pegasus-old/p/worker")).unwrap();
+        let long_ago = std::time::SystemTime::now() - STRANGER_GRACE * 2;
+        std::fs::File::open(r.join("pids/pegasus-old/p/worker"))
+            .and_then(|f| f.set_modified(long_ago))
+            .unwrap();
+        // One made a moment ago is being started (its worker joins after exec): it stays.
+        std::fs::create_dir_all(r.join("pids/pegasus-young/p/worker")).unwrap();
         std::fs::create_dir_all(r.join("pids/pegasus-busy/p/worker")).unwrap();
         std::fs::create_dir_all(r.join("pids/pegasus-busy/p/commands")).unwrap();
         std::fs::write(r.join("pids/pegasus-busy/p/worker/cgroup.procs"), "42\n").unwrap();
@@ -832,6 +868,7 @@ mod tests {
             ]
         );
         assert!(!r.join("pids/pegasus-old").exists());
+        assert!(r.join("pids/pegasus-young/p/worker").exists());
         // A live worker's project keeps its empty commands leaf too.
         assert!(r.join("pids/pegasus-busy/p/commands").exists());
         let limits = Limits {

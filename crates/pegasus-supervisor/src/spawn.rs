@@ -56,9 +56,8 @@ pub fn new_token() -> std::io::Result<String> {
 /// Spawns the worker for `project_dir` and hands it `token`, after `spawned` was told its pid
 /// (so the worker socket knows it before the worker can say hello). `stderr_log` catches what
 /// the worker prints outside its tracing log (a panic message, a loader error). With `cgroup`
-/// (SPEC §12 limits), the worker is put in its project's cgroup between fork and exec, so
-/// nothing it does runs outside it, and is told where its commands go; std then forks
-/// instead of using `posix_spawn`.
+/// (SPEC §12 limits), the worker is told its project's cgroup and puts itself in it before
+/// anything else, so nothing it does runs outside it.
 pub async fn spawn_worker(
     bin: &Path,
     project_dir: &Path,
@@ -72,13 +71,9 @@ pub async fn spawn_worker(
         .stdin(Stdio::piped())
         .env(SUPERVISOR_PID_ENV, std::process::id().to_string());
     if let Some(cgroup) = cgroup {
-        let procs = cgroup.worker_procs();
+        // The worker joins it itself first thing (as it arms PDEATHSIG), so the spawn stays a
+        // `posix_spawn` with no fork-time hook.
         cmd.env(pegasus_sandbox::cgroups::CGROUP_ENV, cgroup.env_value());
-        // SAFETY: `join_in_child` makes raw system calls only (open, write, close) on paths
-        // made before the fork.
-        unsafe {
-            cmd.pre_exec(move || pegasus_sandbox::cgroups::join_in_child(&procs));
-        }
     }
     // Known to the escapee sweep: pegasusd is a child subreaper and kills children it did not
     // start on purpose (see `pegasus_store::adopted`).

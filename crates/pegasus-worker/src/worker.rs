@@ -36,9 +36,9 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     die_with_supervisor();
     usual_open_files_limit();
-    // Before any thread: pegasusd put this process in its project's cgroup (SPEC §12 limits)
-    // and says where its commands go.
-    let cgroup = pegasus_sandbox::cgroups::CommandCgroup::from_env();
+    // Before any thread: into the project's cgroup pegasusd made (SPEC §12 limits), and where
+    // its commands go. A worker that cannot be put there does not run outside it.
+    pegasus_sandbox::cgroups::CommandCgroup::from_env().map_err(WorkerError::Config)?;
     let project_dir = std::path::absolute(&args.project_dir).unwrap_or(args.project_dir);
     let home = pegasus_store::home_of_project(&project_dir)
         .ok_or_else(|| WorkerError::NotAProject(project_dir.display().to_string()))?;
@@ -63,9 +63,6 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     // At most one worker serves a project (a killed predecessor's lock goes a moment after it).
     let _lock = pegasus_store::worker_lock::hold(&project_dir, LOCK_PATIENCE)?;
     logging::init(&home.logs_dir(), &name);
-    if let Err(e) = cgroup {
-        tracing::warn!("the project's commands run outside its limits: {e}");
-    }
     // What a model-run command starts and orphans (`setsid cmd &`) is re-parented to us, so
     // `exec` can kill it when the call ends (see `pegasus_store::adopted`).
     if let Err(e) = pegasus_store::adopted::become_subreaper() {
