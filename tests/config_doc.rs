@@ -95,58 +95,48 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// A struct's fields, each offered once with its value walked.
-struct Fields<'a> {
+/// The entries of a mapping, each offered once with its value walked at `path.key`: a
+/// struct's fields, or a map's one entry `*`. Keys in the walk's skip set are left out.
+struct Entries<'a> {
     walker: Walker<'a>,
-    fields: Vec<&'static str>,
+    keys: Vec<&'static str>,
     next: usize,
 }
 
-impl<'de> MapAccess<'de> for Fields<'_> {
+impl<'a> Entries<'a> {
+    fn new(walker: Walker<'a>, keys: &[&'static str]) -> Self {
+        let keys = {
+            let w = walker.walk.borrow();
+            keys.iter()
+                .copied()
+                .filter(|k| !w.skip.contains(&join(&walker.path, k)))
+                .collect()
+        };
+        Entries {
+            walker,
+            keys,
+            next: 0,
+        }
+    }
+}
+
+impl<'de> MapAccess<'de> for Entries<'_> {
     type Error = WalkError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, WalkError> {
-        match self.fields.get(self.next) {
+        match self.keys.get(self.next) {
             None => Ok(None),
-            Some(f) => seed.deserialize((*f).into_deserializer()).map(Some),
+            Some(k) => seed.deserialize((*k).into_deserializer()).map(Some),
         }
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, WalkError> {
-        let field = self.fields[self.next];
+        let key = self.keys[self.next];
         self.next += 1;
-        let inner = self.walker.at(join(&self.walker.path, field));
-        let r = seed.deserialize(inner.at(inner.path.clone()));
-        inner.noting(r)
-    }
-}
-
-/// A map with one entry, `*`.
-struct OneEntry<'a> {
-    walker: Walker<'a>,
-    done: bool,
-}
-
-impl<'de> MapAccess<'de> for OneEntry<'_> {
-    type Error = WalkError;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, WalkError> {
-        let entry = join(&self.walker.path, "*");
-        if self.done || self.walker.walk.borrow().skip.contains(&entry) {
-            return Ok(None);
-        }
-        seed.deserialize("*".into_deserializer()).map(Some)
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, WalkError> {
-        self.done = true;
-        let inner = self.walker.at(join(&self.walker.path, "*"));
+        let inner = self.walker.at(join(&self.walker.path, key));
         let r = seed.deserialize(inner.at(inner.path.clone()));
         inner.noting(r)
     }
@@ -248,31 +238,19 @@ impl<'de> Deserializer<'de> for Walker<'_> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, WalkError> {
-        let fields: Vec<&'static str> = {
+        {
             let mut w = self.walk.borrow_mut();
             for f in fields {
                 w.keys.insert(join(&self.path, f));
             }
-            fields
-                .iter()
-                .copied()
-                .filter(|f| !w.skip.contains(&join(&self.path, f)))
-                .collect()
-        };
+        }
         let path = self.path.clone();
-        let r = visitor.visit_map(Fields {
-            walker: self.at(path.clone()),
-            fields,
-            next: 0,
-        });
+        let r = visitor.visit_map(Entries::new(self.at(path.clone()), fields));
         self.at(path).noting(r)
     }
 
     fn deserialize_map<V: de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, WalkError> {
-        visitor.visit_map(OneEntry {
-            walker: self,
-            done: false,
-        })
+        visitor.visit_map(Entries::new(self, &["*"]))
     }
 
     fn deserialize_seq<V: de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, WalkError> {
