@@ -266,19 +266,24 @@ async fn on_slot_events(
             ev = events.recv() => ev,
             _ = sup.shutdown.cancelled() => None,
         };
-        let Some(SlotEvent::Idle(name)) = event else {
+        // Every slot is gone, or the daemon stops.
+        let Some(event) = event else {
             return;
         };
-        let sup = sup.clone();
-        tokio::spawn(async move {
-            let verb = pegasus_store::Verb::Suspend;
-            match crate::handlers::project::lifecycle(&sup, &name, verb).await {
-                Ok(_) => {
-                    tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
-                }
-                Err(e) => tracing::warn!(project = %name, "idle suspend failed: {e}"),
+        match event {
+            SlotEvent::Idle(name) => {
+                let sup = sup.clone();
+                tokio::spawn(async move {
+                    let verb = pegasus_store::Verb::Suspend;
+                    match crate::handlers::project::lifecycle(&sup, &name, verb).await {
+                        Ok(_) => {
+                            tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
+                        }
+                        Err(e) => tracing::warn!(project = %name, "idle suspend failed: {e}"),
+                    }
+                });
             }
-        });
+        }
     }
 }
 

@@ -64,8 +64,10 @@ pub(crate) async fn pod_launchers(
 ) -> Result<std::collections::HashMap<String, Arc<pegasus_kube::PodLauncher>>, String> {
     let mut out = std::collections::HashMap::new();
     for (name, launcher) in &config.launchers {
-        let LauncherConfig::Kubernetes(value) = launcher else {
-            continue;
+        let value = match launcher {
+            LauncherConfig::Kubernetes(value) => value,
+            // A command launcher has no client to connect and no pods to adopt.
+            LauncherConfig::Command(_) => continue,
         };
         let settings = pegasus_kube::KubeSettings::from_value(value, home.root())
             .map_err(|e| format!("launchers.{name}: {e}"))?;
