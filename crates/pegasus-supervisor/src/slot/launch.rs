@@ -8,7 +8,7 @@
 //! connects backs off without counting towards crash-looping; the launcher command's own exit
 //! is not a crash, a pod's end is (with the cluster's reason).
 
-use super::{process::WorkerProcess, Outcome, Slot, SlotCmd};
+use super::{life::Event, process::WorkerProcess, Outcome, Slot, SlotCmd};
 use crate::spawn;
 use pegasus_kube::{LaunchedPod, PodEnd, PodLauncher};
 use pegasus_proto::WorkerState;
@@ -150,7 +150,7 @@ impl Slot {
                         }
                         let host = conn.host.clone();
                         self.set(|i| i.host = host);
-                        self.unreached = 0;
+                        self.on(Event::Hello, None).await;
                         self.set_state(WorkerState::Starting, Some(conn.pid));
                         break self.run_connected(conn, process, rx).await;
                     }
@@ -177,7 +177,7 @@ impl Slot {
                         REMOTE_HELLO_TIMEOUT.as_secs()
                     ));
                 }
-                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
                     self.sup.cancel_spawn(&token);
                     process.kill();
                     break stopped;
@@ -266,7 +266,7 @@ impl Slot {
         loop {
             tokio::select! {
                 _ = sleep_until(until) => return None,
-                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
                     return Some(stopped);
                 },
             }

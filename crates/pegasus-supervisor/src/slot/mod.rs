@@ -4,12 +4,14 @@
 //! Each active project has one slot task. Everything about its worker — the child handle, the
 //! connection, queued and in-flight messages — is owned by that task alone, so there is no lock
 //! around process state; the rest of the daemon talks to it through [`SlotCmd`]s and reads a
-//! snapshot ([`SlotInfo`]) for listings. What happens while the worker is connected is in
+//! snapshot ([`SlotInfo`]) for listings. Which event of that life does what (start, backoff,
+//! crash loop, stop) is [`life`]'s to decide; what happens while the worker is connected is in
 //! [`connected`]; which message gets which answer in [`routing`]; model calls in
 //! [`crate::llm_proxy`].
 
 mod connected;
 mod launch;
+mod life;
 mod link;
 mod process;
 mod routing;
@@ -22,6 +24,7 @@ use crate::{
     spawn,
     supervisor::{StartError, Supervisor},
 };
+use life::{Event, Life, Note, State};
 use pegasus_proto::{
     ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
 };
@@ -56,8 +59,6 @@ pub(crate) struct WorkerConn {
 
 /// How long a freshly spawned worker may take to connect and say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Upper bound of the restart backoff.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What the rest of the daemon can ask of a slot.
 pub(crate) enum SlotCmd {
@@ -158,13 +159,13 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
         limits_problem: None,
     }));
     let slot = Slot {
+        life: Life::new(life::Rules::of(&sup.config.workers)),
         sup,
         name,
         cgroup: None,
         info: info.clone(),
-        crashes: VecDeque::new(),
         queued: VecDeque::new(),
-        unreached: 0,
+        stop_reply: None,
     };
     let task = tokio::spawn(slot.run(rx));
     SlotHandle {
@@ -192,11 +193,11 @@ struct Slot {
     sup: Arc<Supervisor>,
     name: String,
     info: Arc<Mutex<SlotInfo>>,
-    /// When the recent crashes happened, for the crash-loop window.
-    crashes: VecDeque<std::time::Instant>,
+    /// Where the slot is in its restart life, and what its rules remember.
+    life: Life,
     queued: VecDeque<Delivery>,
-    /// Launches in a row that never reached pegasusd (their backoff grows with it).
-    unreached: u32,
+    /// Who asked the slot to stop, answered once it has.
+    stop_reply: Option<oneshot::Sender<()>>,
     /// The cgroup of the current local worker (SPEC §12 limits), removed once it has ended.
     cgroup: Option<pegasus_sandbox::cgroups::ProjectCgroup>,
 }
@@ -219,86 +220,94 @@ impl Slot {
         self.sup.bus.publish(&self.name, body);
     }
 
+    /// The slot's life: each state waits for its next event, and [`Life::step`] says what
+    /// the event does.
     async fn run(mut self, mut rx: mpsc::Receiver<SlotCmd>) {
         loop {
-            self.sweep_exec_groups();
-            let outcome = self.run_once(&mut rx).await;
-            self.remove_cgroup().await;
-            if let Some(pid) = self.info.lock().unwrap_or_else(|p| p.into_inner()).pid {
-                pegasus_store::adopted::forget(pid);
-            }
-            self.sweep_exec_groups();
-            self.sup.sweeper.request();
-            let reason = match outcome {
-                Outcome::Stopped(reply) => return self.finish(reply),
-                Outcome::Crashed(reason) => {
-                    self.unreached = 0;
-                    reason
+            let (event, message) = match self.life.state() {
+                // A worker runs from its start to its end (its hello moves the life to
+                // `Linked`, the link runs it from there).
+                State::Starting | State::Linked => {
+                    self.sweep_exec_groups();
+                    let outcome = self.run_once(&mut rx).await;
+                    (self.ended(outcome), None)
                 }
-                Outcome::Refused(why) => {
-                    tracing::error!(project = %self.name, "not started: {why}");
-                    self.record_crash(&format!("not started: {why}"));
-                    self.set_state(WorkerState::CrashLooping, None);
-                    self.fail_queued(&format!("is not started ({why})"));
-                    match self.wait_for_restart(&mut rx, None).await {
-                        Some(reply) => return self.finish(reply),
-                        None => continue,
-                    }
-                }
-                Outcome::Unreached(why) => {
-                    self.unreached += 1;
-                    let delay = self.backoff(self.unreached).max(Duration::from_secs(1));
-                    tracing::warn!(project = %self.name, ?delay, "the launched worker did not reach pegasusd ({why}); launching again after the delay");
-                    self.set(|i| i.last_crash = Some(why));
-                    self.set_state(WorkerState::Backoff, None);
-                    match self.wait_for_restart(&mut rx, Some(delay)).await {
-                        Some(reply) => return self.finish(reply),
-                        None => continue,
-                    }
-                }
+                State::Backoff { until } => self.wait(&mut rx, Some(until)).await,
+                State::CrashLooping | State::Refused => self.wait(&mut rx, None).await,
+                State::Stopped => return,
             };
-            self.record_crash(&reason);
-            let workers = &self.sup.config.workers;
-            let window = Duration::from_secs(workers.crash_loop_window_s);
-            let now = std::time::Instant::now();
-            self.crashes.push_back(now);
-            self.crashes.retain(|t| now.duration_since(*t) <= window);
-            let recent = self.crashes.len() as u32;
-            if recent > workers.crash_loop_max {
-                tracing::error!(project = %self.name, crashes = recent, "worker is crash-looping; not restarting until `pegasusctl project resume {}`", self.name);
-                self.set_state(WorkerState::CrashLooping, None);
-                self.fail_queued("is crash-looping");
-                match self.wait_for_restart(&mut rx, None).await {
-                    Some(reply) => return self.finish(reply),
-                    None => self.crashes.clear(),
+            self.on(event, message).await;
+        }
+    }
+
+    /// Steps the life with `event` (`message` is the delivery that came with
+    /// [`Event::Message`]) and carries out what it says.
+    async fn on(&mut self, event: Event, mut message: Option<Delivery>) {
+        for action in self.life.step(event, Instant::now()) {
+            match action {
+                life::Action::CleanUp => {
+                    self.remove_cgroup().await;
+                    if let Some(pid) = self.info.lock().unwrap_or_else(|p| p.into_inner()).pid {
+                        pegasus_store::adopted::forget(pid);
+                    }
+                    self.sweep_exec_groups();
+                    self.sup.sweeper.request();
                 }
-            } else {
-                let delay = self.backoff(recent);
-                tracing::info!(project = %self.name, ?delay, "restarting worker after backoff");
-                self.set_state(WorkerState::Backoff, None);
-                if let Some(reply) = self.wait_for_restart(&mut rx, Some(delay)).await {
-                    return self.finish(reply);
+                life::Action::Log(note) => self.log(note),
+                life::Action::RecordCrash(reason) => self.record_crash(&reason),
+                life::Action::NoteUnreached(why) => self.set(|i| i.last_crash = Some(why)),
+                life::Action::SetState(state) => self.set_state(state, None),
+                life::Action::FailQueued(why) => self.fail_queued(&why),
+                life::Action::QueueMessage => self.queued.extend(message.take()),
+                life::Action::RefuseMessage => {
+                    if let Some(d) = message.take() {
+                        let refusal = RequestError::refused(self.crash_loop_refusal());
+                        let _ = d.persisted.send(Err(refusal));
+                    }
+                }
+                life::Action::Finish => {
+                    let reply = self.stop_reply.take();
+                    self.finish(reply);
                 }
             }
         }
     }
 
-    /// The wait before the `n`th restart in a row: `workers.restart_backoff_ms`, doubled for
-    /// each one before it, at most [`MAX_BACKOFF`].
-    fn backoff(&self, n: u32) -> Duration {
-        let factor = 1u64 << n.saturating_sub(1).min(16);
-        let ms = self.sup.config.workers.restart_backoff_ms;
-        Duration::from_millis(ms.saturating_mul(factor)).min(MAX_BACKOFF)
+    /// The event of a worker's end; a stop's reply is kept for [`life::Action::Finish`].
+    fn ended(&mut self, outcome: Outcome) -> Event {
+        match outcome {
+            Outcome::Stopped(reply) => {
+                self.stop_reply = reply;
+                Event::StopAsked
+            }
+            Outcome::Crashed(reason) => Event::Crashed(reason),
+            Outcome::Unreached(why) => Event::Unreached(why),
+            Outcome::Refused(why) => Event::Refused(why),
+        }
     }
 
-    /// Waits out a backoff (`delay`) or a crash loop (`None`: until `Restart`). Returns the stop
-    /// reply if a stop came first.
-    async fn wait_for_restart(
+    fn log(&self, note: Note) {
+        match note {
+            Note::NotStarted(why) => tracing::error!(project = %self.name, "not started: {why}"),
+            Note::Unreached { why, delay } => {
+                tracing::warn!(project = %self.name, ?delay, "the launched worker did not reach pegasusd ({why}); launching again after the delay")
+            }
+            Note::CrashLooping { crashes } => {
+                tracing::error!(project = %self.name, crashes, "worker is crash-looping; not restarting until `pegasusctl project resume {}`", self.name)
+            }
+            Note::Restarting { delay } => {
+                tracing::info!(project = %self.name, ?delay, "restarting worker after backoff")
+            }
+        }
+    }
+
+    /// Waits while no worker runs, for the backoff's end (`until`; `None`: none runs) or a
+    /// command; a message comes with its event.
+    async fn wait(
         &mut self,
         rx: &mut mpsc::Receiver<SlotCmd>,
-        delay: Option<Duration>,
-    ) -> Option<Option<oneshot::Sender<()>>> {
-        let until = delay.map(|d| Instant::now() + d);
+        until: Option<Instant>,
+    ) -> (Event, Option<Delivery>) {
         loop {
             let sleep = async {
                 match until {
@@ -307,20 +316,16 @@ impl Slot {
                 }
             };
             tokio::select! {
-                _ = sleep => return None,
+                _ = sleep => return (Event::BackoffElapsed, None),
                 cmd = rx.recv() => match cmd {
-                    None => return Some(None),
-                    Some(SlotCmd::Stop(reply)) => return Some(Some(reply)),
-                    Some(SlotCmd::Restart) => return None,
-                    Some(SlotCmd::Notify(_) | SlotCmd::Kill { .. }) => {}
-                    Some(SlotCmd::Deliver(d)) => {
-                        if until.is_none() {
-                            let refusal = RequestError::refused(self.crash_loop_refusal());
-                            let _ = d.persisted.send(Err(refusal));
-                        } else {
-                            self.queued.push_back(d);
-                        }
+                    None => return (Event::StopAsked, None),
+                    Some(SlotCmd::Stop(reply)) => {
+                        self.stop_reply = Some(reply);
+                        return (Event::StopAsked, None);
                     }
+                    Some(SlotCmd::Restart) => return (Event::RestartAsked, None),
+                    Some(SlotCmd::Notify(_) | SlotCmd::Kill { .. }) => {}
+                    Some(SlotCmd::Deliver(d)) => return (Event::Message, Some(d)),
                 },
             }
         }
@@ -506,7 +511,7 @@ impl Slot {
                     self.sup.cancel_spawn(&token);
                     return self.kill_and_reap(child, pid, "no hello within 10 s").await;
                 }
-                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
                     self.sup.cancel_spawn(&token);
                     spawn::kill_group(pid);
                     let _ = child.wait().await;
@@ -514,18 +519,20 @@ impl Slot {
                 },
             }
         };
+        self.on(Event::Hello, None).await;
         self.run_connected(conn, WorkerProcess::Local { child, pid }, rx)
             .await
     }
 
-    /// A command while no worker is linked: a stop (or the daemon dropping the slot) is the
-    /// outcome; a message waits in the queue; the rest mean nothing yet.
-    fn unlinked_cmd(&mut self, cmd: Option<SlotCmd>) -> Option<Outcome> {
+    /// A command while the worker starts: a stop (or the daemon dropping the slot) is the
+    /// outcome; a message is the life's to place (it waits in the queue); the rest mean
+    /// nothing yet.
+    async fn unlinked_cmd(&mut self, cmd: Option<SlotCmd>) -> Option<Outcome> {
         match cmd {
             None => Some(Outcome::Stopped(None)),
             Some(SlotCmd::Stop(reply)) => Some(Outcome::Stopped(Some(reply))),
             Some(SlotCmd::Deliver(d)) => {
-                self.queued.push_back(d);
+                self.on(Event::Message, Some(d)).await;
                 None
             }
             Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => None,
