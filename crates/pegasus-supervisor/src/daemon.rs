@@ -18,6 +18,10 @@ use interprocess::{
     local_socket::{tokio::Listener, GenericFilePath, ListenerOptions, ToFsName},
     os::unix::local_socket::ListenerOptionsExt,
 };
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse, LifecycleVerb},
+    Channel,
+};
 use pegasus_store::StoreError;
 use pegasus_store::{Config, Home};
 use std::{
@@ -175,8 +179,8 @@ async fn serve(
         crate::remote::Elsewhere { remote, pods },
         limits,
     );
-    let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
     let door = FrontDoor::new(&sup, secrets);
+    let slot_events = tokio::spawn(on_slot_events(door.clone(), slot_rx));
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
     sup.bus
         .observe_weak(&sup.activity, crate::activity::Activity::apply);
@@ -203,7 +207,7 @@ async fn serve(
     let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
     let remotes = remote_listener.map(|l| tokio::spawn(crate::remote::serve(sup.clone(), l)));
     sup.restart_scan()?;
-    let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
+    let scheduler = tokio::spawn(crate::scheduler::run(door.clone()));
     let approval_clock = tokio::spawn(crate::approval_clock::run(sup.clone()));
     let controls = tokio::spawn(control::serve(door.clone(), control_listener));
     let clients: Vec<_> = clients
@@ -255,16 +259,16 @@ async fn serve(
     Ok(())
 }
 
-/// Does what the slots ask (see [`SlotEvent`]), each in its own task: a suspend waits for the
-/// very slot that asked to stop.
+/// Does what the slots ask (see [`SlotEvent`]) through the front door, as any client would,
+/// each in its own task: a suspend waits for the very slot that asked to stop.
 async fn on_slot_events(
-    sup: std::sync::Arc<Supervisor>,
+    door: FrontDoor,
     mut events: tokio::sync::mpsc::UnboundedReceiver<SlotEvent>,
 ) {
     loop {
         let event = tokio::select! {
             ev = events.recv() => ev,
-            _ = sup.shutdown.cancelled() => None,
+            _ = door.shutdown().cancelled() => None,
         };
         // Every slot is gone, or the daemon stops.
         let Some(event) = event else {
@@ -272,14 +276,23 @@ async fn on_slot_events(
         };
         match event {
             SlotEvent::Idle(name) => {
-                let sup = sup.clone();
+                let door = door.clone();
                 tokio::spawn(async move {
-                    let verb = pegasus_store::Verb::Suspend;
-                    match crate::handlers::project::lifecycle(&sup, &name, verb).await {
-                        Ok(_) => {
+                    // The project's own slot asks.
+                    let from = Channel::Project(name.clone());
+                    let suspend = CtlRequest::ProjectLifecycle {
+                        name: name.clone(),
+                        verb: LifecycleVerb::Suspend,
+                    };
+                    match door.request(&from, suspend).await {
+                        CtlResponse::Project(_) => {
                             tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
                         }
-                        Err(e) => tracing::warn!(project = %name, "idle suspend failed: {e}"),
+                        refused => tracing::warn!(
+                            project = %name,
+                            "idle suspend failed: {}",
+                            crate::front_door::refusal(refused)
+                        ),
                     }
                 });
             }
