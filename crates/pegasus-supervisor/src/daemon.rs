@@ -156,6 +156,7 @@ async fn serve(
                 .map_err(SupervisorError::Remote)?;
             let remote = crate::remote::Remote::open(&home, &config, addr)
                 .map_err(SupervisorError::Remote)?;
+            let remote = std::sync::Arc::new(remote);
             tracing::info!(%addr, "listening for remote workers (mutual TLS)");
             (Some(remote), Some(listener))
         }
@@ -174,9 +175,12 @@ async fn serve(
         config,
         worker_bin,
         gateway,
-        main_tx,
+        crate::supervisor::MainInbox::new(main_tx),
         slot_tx,
-        crate::remote::Elsewhere { remote, pods },
+        crate::remote::Elsewhere {
+            remote: remote.clone(),
+            pods,
+        },
         limits,
     );
     let door = FrontDoor::new(&sup, secrets);
@@ -204,8 +208,15 @@ async fn serve(
         .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
-    let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
-    let remotes = remote_listener.map(|l| tokio::spawn(crate::remote::serve(sup.clone(), l)));
+    let workers = tokio::spawn(worker_server::serve(
+        sup.spawns.clone(),
+        sup.shutdown.clone(),
+        worker_listener,
+    ));
+    let remotes = remote.zip(remote_listener).map(|(remote, l)| {
+        let (spawns, shutdown) = (sup.spawns.clone(), sup.shutdown.clone());
+        tokio::spawn(crate::remote::serve(remote, spawns, shutdown, l))
+    });
     sup.restart_scan()?;
     let scheduler = tokio::spawn(crate::scheduler::run(door.clone()));
     let approval_clock = tokio::spawn(crate::approval_clock::run(sup.clone()));
@@ -225,10 +236,13 @@ async fn serve(
     // One token stops everything that takes new work (accept loops, idle connections,
     // followers, the MainAgent after its current run, the watchdog's timer); then every worker
     // is stopped gracefully, in parallel.
-    crate::handlers::stop::mark_stopping(&sup);
+    crate::handlers::stop::mark_stopping(&sup.home);
     sup.shutdown.cancel();
     let drain = Duration::from_secs_f64(sup.config.workers.shutdown_timeout_s);
-    let (_, main_drained) = tokio::join!(sup.stop_all(), tokio::time::timeout(drain, main_agent));
+    let (_, main_drained) = tokio::join!(
+        sup.slots.stop_all(),
+        tokio::time::timeout(drain, main_agent)
+    );
     if main_drained.is_err() {
         tracing::warn!("the MainAgent did not finish its run within {drain:?}; stopping anyway");
     }

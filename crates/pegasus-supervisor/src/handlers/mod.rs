@@ -92,7 +92,7 @@ async fn ctl(
                 None => CtlResponse::Sent { id },
             }),
         CtlRequest::Chat { text } => {
-            chat::chat(sup, from.clone(), text)
+            chat::chat(&sup.main, from.clone(), text)
                 .await
                 .map(|text| CtlResponse::Reply {
                     id: String::new(),
@@ -121,22 +121,24 @@ async fn ctl(
             project,
             role,
             variables,
-        } => role::assign(sup, &project, &role, variables)
+        } => role::assign(&sup.home, &sup.lifecycle_lock, &project, &role, variables)
             .await
             .map(done),
         CtlRequest::RunStart {
             project,
             brief,
             max_attempts,
-        } => blocking(sup, move |s| run::start(s, &project, &brief, max_attempts))
-            .await
-            .map(done),
-        CtlRequest::RunControl { project, action } => {
-            blocking(sup, move |s| run::control(s, &project, action))
-                .await
-                .map(done)
-        }
-        CtlRequest::Stop => Ok(done(stop::stop(sup))),
+        } => blocking(sup, move |s| {
+            run::start(&s.home, &s.slots, &project, &brief, max_attempts)
+        })
+        .await
+        .map(done),
+        CtlRequest::RunControl { project, action } => blocking(sup, move |s| {
+            run::control(&s.home, &s.slots, &project, action)
+        })
+        .await
+        .map(done),
+        CtlRequest::Stop => Ok(done(stop::stop(&sup.home, &sup.shutdown))),
         CtlRequest::Approvals { project } => {
             blocking(sup, move |s| approvals::list(s, project.as_deref()))
                 .await

@@ -64,12 +64,12 @@ impl Slot {
         name: &str,
         launch: Launch,
     ) -> Outcome {
-        let Some(remote) = self.sup.remote.clone() else {
+        let Some(remote) = self.ctx.remote.clone() else {
             return Outcome::Crashed(format!(
                 "launcher {name} needs `workers.listen` in config.yml"
             ));
         };
-        let dir = self.sup.home.project_dir(&self.name);
+        let dir = self.ctx.home.project_dir(&self.name);
         let mut told = false;
         while pegasus_store::worker_lock::is_held(&dir) {
             if !told {
@@ -96,14 +96,14 @@ impl Slot {
             .collect();
         let enroll_line = bootstrap.enroll_line();
         drop(bootstrap);
-        let mut conn_rx = self.sup.register_spawn(&token, &self.name);
+        let mut conn_rx = self.ctx.spawns.register(&token, &self.name);
         let started = match self
             .start(name, &launch, &env, &enroll_line, &connect)
             .await
         {
             Ok(started) => started,
             Err(outcome) => {
-                self.sup.cancel_spawn(&token);
+                self.ctx.spawns.cancel(&token);
                 return outcome;
             }
         };
@@ -161,7 +161,7 @@ impl Slot {
                 },
                 // A pod that ended (or cannot start) before its worker said hello.
                 _ = gone.cancelled() => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     let end = why.lock().unwrap_or_else(|e| e.into_inner()).take();
                     break match end {
                         Some(PodEnd::Unstartable { reason }) => Outcome::Unreached(format!("the pod cannot start: {reason}")),
@@ -170,7 +170,7 @@ impl Slot {
                     };
                 }
                 _ = sleep_until(deadline) => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     process.kill();
                     break Outcome::Unreached(format!(
                         "no worker of launcher {name} connected within {} s",
@@ -178,7 +178,7 @@ impl Slot {
                     ));
                 }
                 cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     process.kill();
                     break stopped;
                 },
@@ -217,8 +217,8 @@ impl Slot {
     ) -> Result<Started, Outcome> {
         match launch {
             Launch::Command(c) => {
-                let worker = self.sup.worker_bin.display().to_string();
-                let project_dir = self.sup.home.project_dir(&self.name).display().to_string();
+                let worker = self.ctx.worker_bin.display().to_string();
+                let project_dir = self.ctx.home.project_dir(&self.name).display().to_string();
                 let argv = expand_argv(
                     &c.argv,
                     &LaunchValues {

@@ -10,20 +10,18 @@
 //! [`crate::llm_proxy`].
 
 mod connected;
+mod ctx;
 mod launch;
 mod life;
 mod link;
 mod process;
 mod routing;
 
+pub(crate) use ctx::{SlotCtx, StartError};
 pub(crate) use launch::Launch;
 pub(crate) use routing::Delivery;
 
-use crate::{
-    error::RequestError,
-    spawn,
-    supervisor::{StartError, Supervisor},
-};
+use crate::{error::RequestError, spawn};
 use life::{Event, Life, Note, State};
 use pegasus_proto::{
     ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
@@ -147,7 +145,7 @@ impl SlotHandle {
 }
 
 /// Starts the slot task of project `name`.
-pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
+pub(crate) fn start(ctx: Arc<SlotCtx>, name: String) -> SlotHandle {
     let (tx, rx) = mpsc::channel(64);
     let info = Arc::new(Mutex::new(SlotInfo {
         pid: None,
@@ -159,8 +157,8 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
         limits_problem: None,
     }));
     let slot = Slot {
-        life: Life::new(life::Rules::of(&sup.config.workers)),
-        sup,
+        life: Life::new(life::Rules::of(&ctx.config.workers)),
+        ctx,
         name,
         cgroup: None,
         info: info.clone(),
@@ -190,7 +188,8 @@ enum Outcome {
 }
 
 struct Slot {
-    sup: Arc<Supervisor>,
+    /// What the slot uses of the daemon.
+    ctx: Arc<SlotCtx>,
     name: String,
     info: Arc<Mutex<SlotInfo>>,
     /// Where the slot is in its restart life, and what its rules remember.
@@ -217,7 +216,7 @@ impl Slot {
             }
         });
         let body = BusBody::WorkerState { state, pid };
-        self.sup.bus.publish(&self.name, body);
+        self.ctx.bus.publish(&self.name, body);
     }
 
     /// The slot's life: each state waits for its next event, and [`Life::step`] says what
@@ -251,7 +250,7 @@ impl Slot {
                         pegasus_store::adopted::forget(pid);
                     }
                     self.sweep_exec_groups();
-                    self.sup.sweeper.request();
+                    self.ctx.sweeper.request();
                 }
                 life::Action::Log(note) => self.log(note),
                 life::Action::RecordCrash(reason) => self.record_crash(&reason),
@@ -336,7 +335,7 @@ impl Slot {
     /// What escaped those groups and was re-parented to pegasusd (a child subreaper) when the
     /// worker died is left to the daemon's one sweeper, asked for after each exit.
     fn sweep_exec_groups(&self) {
-        match pegasus_store::kill_exec_groups(&self.sup.home.exec_registry(&self.name)) {
+        match pegasus_store::kill_exec_groups(&self.ctx.home.exec_registry(&self.name)) {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(project = %self.name, groups = n, "killed commands left by the worker")
@@ -348,9 +347,9 @@ impl Slot {
     /// Makes the cgroup the next local worker is put in; without one (no cgroups here, or it
     /// cannot be made: said in `project show`) the worker runs without limits.
     fn make_cgroup(&mut self) {
-        let project = self.sup.projects.project(&self.name);
-        let limits = crate::limits::Limits::effective(&self.sup.config, project.as_deref());
-        match self.sup.limits.create(&self.name, &limits) {
+        let project = self.ctx.projects.project(&self.name);
+        let limits = crate::limits::Limits::effective(&self.ctx.config, project.as_deref());
+        match self.ctx.limits.create(&self.name, &limits) {
             Ok(cgroup) => {
                 if cgroup.is_some() {
                     tracing::debug!(project = %self.name, "limits: {}", limits.describe());
@@ -385,14 +384,14 @@ impl Slot {
     /// Where the worker (or its launcher command) writes what it prints outside its log.
     fn stderr_log(&self) -> std::path::PathBuf {
         let file = format!("worker-{}.stderr", self.name);
-        self.sup.home.logs_dir().join(file)
+        self.ctx.home.logs_dir().join(file)
     }
 
     fn crash_loop_refusal(&self) -> String {
         format!(
             "project {0} is crash-looping: read its log in {1}, then `pegasusctl project resume {0}`",
             self.name,
-            self.sup.home.logs_dir().display()
+            self.ctx.home.logs_dir().display()
         )
     }
 
@@ -420,7 +419,7 @@ impl Slot {
         let crash = BusBody::Crash {
             reason: reason.to_string(),
         };
-        self.sup.bus.publish(&self.name, crash);
+        self.ctx.bus.publish(&self.name, crash);
         self.set(|i| {
             i.restarts += 1;
             i.last_crash = Some(reason.to_string());
@@ -431,7 +430,7 @@ impl Slot {
             project: self.name.clone(),
             reason: reason.to_string(),
         };
-        let dir = self.sup.home.project_dir(&self.name);
+        let dir = self.ctx.home.project_dir(&self.name);
         if let Err(e) = pegasus_store::record_crash(&dir, &record) {
             tracing::warn!(project = %self.name, "cannot record crash: {e}");
         }
@@ -440,7 +439,7 @@ impl Slot {
     /// Starts one worker where its launcher says and supervises it until it ends.
     async fn run_once(&mut self, rx: &mut mpsc::Receiver<SlotCmd>) -> Outcome {
         self.set_state(WorkerState::Starting, None);
-        match self.sup.launcher_of(&self.name) {
+        match self.ctx.launcher_of(&self.name) {
             Err(StartError::Crash(why)) => Outcome::Crashed(why),
             Err(StartError::Refused(why)) => Outcome::Refused(why),
             Ok(None) => self.run_local(rx).await,
@@ -454,31 +453,31 @@ impl Slot {
             Ok(t) => t,
             Err(e) => return Outcome::Crashed(format!("cannot make a spawn token: {e}")),
         };
-        let mut conn_rx = self.sup.register_spawn(&token, &self.name);
-        let dir = self.sup.home.project_dir(&self.name);
+        let mut conn_rx = self.ctx.spawns.register(&token, &self.name);
+        let dir = self.ctx.home.project_dir(&self.name);
         let stderr_log = self.stderr_log();
         self.make_cgroup();
         let spawned = spawn::spawn_worker(
-            &self.sup.worker_bin,
+            &self.ctx.worker_bin,
             &dir,
             &token,
             &stderr_log,
             self.cgroup.as_ref(),
-            |pid| self.sup.spawned(&token, pid),
+            |pid| self.ctx.spawns.spawned(&token, pid),
         )
         .await;
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                self.sup.cancel_spawn(&token);
+                self.ctx.spawns.cancel(&token);
                 return Outcome::Crashed(format!(
                     "cannot start {}: {e}",
-                    self.sup.worker_bin.display()
+                    self.ctx.worker_bin.display()
                 ));
             }
         };
         let Some(pid) = child.id() else {
-            self.sup.cancel_spawn(&token);
+            self.ctx.spawns.cancel(&token);
             let status = child
                 .wait()
                 .await
@@ -502,17 +501,17 @@ impl Slot {
                     Err(_) => return self.kill_and_reap(child, pid, "handshake lost").await,
                 },
                 status = child.wait() => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     spawn::kill_group(pid);
                     let status = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
                     return Outcome::Crashed(format!("{status} before the handshake"));
                 }
                 _ = sleep_until(deadline) => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     return self.kill_and_reap(child, pid, "no hello within 10 s").await;
                 }
                 cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     spawn::kill_group(pid);
                     let _ = child.wait().await;
                     return stopped;
