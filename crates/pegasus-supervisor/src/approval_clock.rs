@@ -112,7 +112,7 @@ pub(crate) async fn run(sup: Arc<Supervisor>) {
             .unwrap_or_default();
         for (project, id) in expired {
             sup.approval_counts.recount(&project);
-            sup.nudge(&project, ToWorker::ApprovalAnswered { id });
+            sup.slots.nudge(&project, ToWorker::ApprovalAnswered { id });
         }
     }
 }

@@ -234,7 +234,7 @@ pub(crate) fn start(sup: &Arc<Supervisor>) -> tokio::task::JoinHandle<()> {
                     match told {
                         Some((channel, text)) => {
                             tracing::info!("crash window closed; telling the MainAgent: {text}");
-                            sup.to_main(channel, text);
+                            sup.main.tell(channel, text);
                         }
                         None => tracing::info!(
                             "crash window closed with nothing to tell: every project that crashed in it is running again or stopped (notify.recovered_crashes is off)"

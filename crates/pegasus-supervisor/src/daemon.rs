@@ -18,6 +18,10 @@ use interprocess::{
     local_socket::{tokio::Listener, GenericFilePath, ListenerOptions, ToFsName},
     os::unix::local_socket::ListenerOptionsExt,
 };
+use pegasus_proto::{
+    ctl::{CtlRequest, CtlResponse, LifecycleVerb},
+    Channel,
+};
 use pegasus_store::StoreError;
 use pegasus_store::{Config, Home};
 use std::{
@@ -152,6 +156,7 @@ async fn serve(
                 .map_err(SupervisorError::Remote)?;
             let remote = crate::remote::Remote::open(&home, &config, addr)
                 .map_err(SupervisorError::Remote)?;
+            let remote = std::sync::Arc::new(remote);
             tracing::info!(%addr, "listening for remote workers (mutual TLS)");
             (Some(remote), Some(listener))
         }
@@ -170,13 +175,16 @@ async fn serve(
         config,
         worker_bin,
         gateway,
-        main_tx,
+        crate::supervisor::MainInbox::new(main_tx),
         slot_tx,
-        crate::remote::Elsewhere { remote, pods },
+        crate::remote::Elsewhere {
+            remote: remote.clone(),
+            pods,
+        },
         limits,
     );
-    let slot_events = tokio::spawn(on_slot_events(sup.clone(), slot_rx));
     let door = FrontDoor::new(&sup, secrets);
+    let slot_events = tokio::spawn(on_slot_events(door.clone(), slot_rx));
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
     sup.bus
         .observe_weak(&sup.activity, crate::activity::Activity::apply);
@@ -200,10 +208,17 @@ async fn serve(
         .map_err(|e| SupervisorError::io("cannot watch SIGTERM in", home.root(), e))?;
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
-    let workers = tokio::spawn(worker_server::serve(sup.clone(), worker_listener));
-    let remotes = remote_listener.map(|l| tokio::spawn(crate::remote::serve(sup.clone(), l)));
+    let workers = tokio::spawn(worker_server::serve(
+        sup.spawns.clone(),
+        sup.shutdown.clone(),
+        worker_listener,
+    ));
+    let remotes = remote.zip(remote_listener).map(|(remote, l)| {
+        let (spawns, shutdown) = (sup.spawns.clone(), sup.shutdown.clone());
+        tokio::spawn(crate::remote::serve(remote, spawns, shutdown, l))
+    });
     sup.restart_scan()?;
-    let scheduler = tokio::spawn(crate::scheduler::run(sup.clone()));
+    let scheduler = tokio::spawn(crate::scheduler::run(door.clone()));
     let approval_clock = tokio::spawn(crate::approval_clock::run(sup.clone()));
     let controls = tokio::spawn(control::serve(door.clone(), control_listener));
     let clients: Vec<_> = clients
@@ -221,10 +236,13 @@ async fn serve(
     // One token stops everything that takes new work (accept loops, idle connections,
     // followers, the MainAgent after its current run, the watchdog's timer); then every worker
     // is stopped gracefully, in parallel.
-    crate::handlers::stop::mark_stopping(&sup);
+    crate::handlers::stop::mark_stopping(&sup.home);
     sup.shutdown.cancel();
     let drain = Duration::from_secs_f64(sup.config.workers.shutdown_timeout_s);
-    let (_, main_drained) = tokio::join!(sup.stop_all(), tokio::time::timeout(drain, main_agent));
+    let (_, main_drained) = tokio::join!(
+        sup.slots.stop_all(),
+        tokio::time::timeout(drain, main_agent)
+    );
     if main_drained.is_err() {
         tracing::warn!("the MainAgent did not finish its run within {drain:?}; stopping anyway");
     }
@@ -255,30 +273,44 @@ async fn serve(
     Ok(())
 }
 
-/// Does what the slots ask (see [`SlotEvent`]), each in its own task: a suspend waits for the
-/// very slot that asked to stop.
+/// Does what the slots ask (see [`SlotEvent`]) through the front door, as any client would,
+/// each in its own task: a suspend waits for the very slot that asked to stop.
 async fn on_slot_events(
-    sup: std::sync::Arc<Supervisor>,
+    door: FrontDoor,
     mut events: tokio::sync::mpsc::UnboundedReceiver<SlotEvent>,
 ) {
     loop {
         let event = tokio::select! {
             ev = events.recv() => ev,
-            _ = sup.shutdown.cancelled() => None,
+            _ = door.shutdown().cancelled() => None,
         };
-        let Some(SlotEvent::Idle(name)) = event else {
+        // Every slot is gone, or the daemon stops.
+        let Some(event) = event else {
             return;
         };
-        let sup = sup.clone();
-        tokio::spawn(async move {
-            let verb = pegasus_store::Verb::Suspend;
-            match crate::handlers::project::lifecycle(&sup, &name, verb).await {
-                Ok(_) => {
-                    tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
-                }
-                Err(e) => tracing::warn!(project = %name, "idle suspend failed: {e}"),
+        match event {
+            SlotEvent::Idle(name) => {
+                let door = door.clone();
+                tokio::spawn(async move {
+                    // The project's own slot asks.
+                    let from = Channel::Project(name.clone());
+                    let suspend = CtlRequest::ProjectLifecycle {
+                        name: name.clone(),
+                        verb: LifecycleVerb::Suspend,
+                    };
+                    match door.request(&from, suspend).await {
+                        CtlResponse::Project(_) => {
+                            tracing::info!(project = %name, "suspended: idle (workers.idle_suspend_s)")
+                        }
+                        refused => tracing::warn!(
+                            project = %name,
+                            "idle suspend failed: {}",
+                            crate::front_door::refusal(refused)
+                        ),
+                    }
+                });
             }
-        });
+        }
     }
 }
 

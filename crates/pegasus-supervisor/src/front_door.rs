@@ -1,14 +1,18 @@
 //! The daemon's one front door: requests (the control protocol's [`CtlRequest`], answered with
 //! one [`CtlResponse`]) and subscriptions to the event bus. Every client of the core goes
 //! through it — the control socket, the dashboard (`pegasus-dashboard`), Telegram
-//! (`pegasus-telegram`), the MainAgent's tools and the scheduler — so a verb behaves the same
-//! whoever asks, and what it records names who asked (the [`Channel`] given with the request).
+//! (`pegasus-telegram`), the MainAgent's tools, the scheduler and a slot's idle suspend — so a
+//! verb behaves the same whoever asks, and what it records names who asked (the [`Channel`]
+//! given with the request).
 //!
 //! What it is not: a way to reach the daemon's internals. A client sees the home's files
 //! (read-only by convention: every change is a request), the validated settings, the bus and the
 //! shutdown signal, nothing else.
 
-use crate::{handlers, supervisor::Supervisor};
+use crate::{
+    handlers::{self, Request},
+    supervisor::Supervisor,
+};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse},
     BusEvent, Channel,
@@ -56,6 +60,12 @@ impl FrontDoor {
     /// One request from `from`, one response (a refusal is [`CtlResponse::Failed`] with the
     /// line a user reads). `Follow` is a subscription, not a request: see [`Self::subscribe`].
     pub async fn request(&self, from: &Channel, req: CtlRequest) -> CtlResponse {
+        self.ask(from, Request::Ctl(req)).await
+    }
+
+    /// [`Self::request`], for the daemon's own clients, which may also ask what no control
+    /// request says (a `planned` task for a scheduled job).
+    pub(crate) async fn ask(&self, from: &Channel, req: Request) -> CtlResponse {
         match self.sup.upgrade() {
             Some(sup) => handlers::dispatch(&sup, from, req).await,
             None => CtlResponse::Failed {

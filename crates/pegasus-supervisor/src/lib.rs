@@ -33,6 +33,7 @@ mod logging;
 mod main_agent;
 mod model_check;
 mod peer;
+mod pending;
 mod pidlock;
 mod remote;
 mod scheduler;

@@ -9,7 +9,8 @@
 //! the cost), which is how the watchdog knows a busy worker is waiting on the gateway rather
 //! than silent. Calls are cancelled (their tasks aborted) when the worker asks or exits.
 
-use crate::supervisor::Supervisor;
+use crate::{bus::EventBus, watchdog::Watchdogs};
+use pegasus_llm::Gateway;
 use pegasus_proto::{
     llm::{ChatRequest, ChatResponse},
     worker::ToWorker,
@@ -26,7 +27,10 @@ use tokio::{sync::mpsc, task::JoinHandle};
 
 /// The model calls of one worker connection.
 pub(crate) struct LlmProxy {
-    sup: Arc<Supervisor>,
+    gateway: Gateway,
+    bus: EventBus,
+    /// Asked whether the watchdog stopped a call's task.
+    watchdogs: Arc<Watchdogs>,
     project: String,
     to_worker: mpsc::UnboundedSender<ToWorker>,
     calls: HashMap<u64, JoinHandle<()>>,
@@ -59,12 +63,16 @@ impl Drop for InFlight {
 
 impl LlmProxy {
     pub fn new(
-        sup: Arc<Supervisor>,
+        gateway: Gateway,
+        bus: EventBus,
+        watchdogs: Arc<Watchdogs>,
         project: String,
         to_worker: mpsc::UnboundedSender<ToWorker>,
     ) -> Self {
         LlmProxy {
-            sup,
+            gateway,
+            bus,
+            watchdogs,
             project,
             to_worker,
             calls: HashMap::new(),
@@ -77,7 +85,7 @@ impl LlmProxy {
     pub fn request(&mut self, id: u64, mut request: ChatRequest, deltas: bool) {
         self.calls.retain(|_, call| !call.is_finished());
         let task = request.meta.task.clone();
-        if let Some(refusal) = self.sup.watchdogs.refusal(&self.project, task.as_deref()) {
+        if let Some(refusal) = self.watchdogs.refusal(&self.project, task.as_deref()) {
             let _ = self.to_worker.send(ToWorker::LlmResponse {
                 id,
                 result: Err(refusal),
@@ -85,8 +93,8 @@ impl LlmProxy {
             return;
         }
         request.meta.project = Some(self.project.clone());
-        let gateway = self.sup.gateway.clone();
-        let bus = self.sup.bus.clone();
+        let gateway = self.gateway.clone();
+        let bus = self.bus.clone();
         let project = self.project.clone();
         let to_worker = self.to_worker.clone();
         let (guard, in_flight) = InFlight::enter(&self.in_flight);

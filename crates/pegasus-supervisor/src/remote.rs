@@ -6,8 +6,8 @@
 
 use crate::{
     gate::{Caps, Gate, Peer as Who, PeerKey, RefusalLog},
+    pending::PendingSpawns,
     slot::{LinkRead, LinkWrite},
-    supervisor::Supervisor,
     worker_server::{hello, Peer},
 };
 use pegasus_link::{Accepted, Authority};
@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// the Kubernetes launchers.
 #[derive(Default)]
 pub(crate) struct Elsewhere {
-    pub remote: Option<Remote>,
+    pub remote: Option<Arc<Remote>>,
     pub pods: std::collections::HashMap<String, Arc<pegasus_kube::PodLauncher>>,
 }
 
@@ -64,8 +64,10 @@ pub(crate) async fn pod_launchers(
 ) -> Result<std::collections::HashMap<String, Arc<pegasus_kube::PodLauncher>>, String> {
     let mut out = std::collections::HashMap::new();
     for (name, launcher) in &config.launchers {
-        let LauncherConfig::Kubernetes(value) = launcher else {
-            continue;
+        let value = match launcher {
+            LauncherConfig::Kubernetes(value) => value,
+            // A command launcher has no client to connect and no pods to adopt.
+            LauncherConfig::Command(_) => continue,
         };
         let settings = pegasus_kube::KubeSettings::from_value(value, home.root())
             .map_err(|e| format!("launchers.{name}: {e}"))?;
@@ -201,26 +203,28 @@ const CAPS: Caps = Caps {
     per_process: 32,
 };
 
-/// Accepts remote worker connections until the daemon stops.
-pub(crate) async fn serve(sup: Arc<Supervisor>, listener: TcpListener) {
-    let shutdown = sup.shutdown.clone();
+/// Accepts remote worker connections until `shutdown`; each hello claims one of `spawns`.
+pub(crate) async fn serve(
+    remote: Arc<Remote>,
+    spawns: Arc<PendingSpawns>,
+    shutdown: tokio_util::sync::CancellationToken,
+    listener: TcpListener,
+) {
     let gate = Gate::new("workers.listen", CAPS);
     let log = gate.log().clone();
     crate::accept::serve(gate, listener, shutdown, move |conn, who| {
-        connection(sup.clone(), conn, who, log.clone())
+        connection(remote.clone(), spawns.clone(), conn, who, log.clone())
     })
     .await
 }
 
 async fn connection(
-    sup: Arc<Supervisor>,
+    remote: Arc<Remote>,
+    spawns: Arc<PendingSpawns>,
     (tcp, addr): (TcpStream, SocketAddr),
     who: Who,
     log: Arc<RefusalLog>,
 ) {
-    let Some(remote) = sup.remote.as_ref() else {
-        return;
-    };
     // Refusals are grouped by the address (a local peer's uid too), not the port.
     let label = match who.key {
         PeerKey::User { uid, .. } => format!("{} (uid {uid})", addr.ip()),
@@ -235,7 +239,7 @@ async fn connection(
             let (recv, send) = tokio::io::split(stream);
             let peer = Peer::Remote { addr, certified };
             hello(
-                &sup,
+                &spawns,
                 Box::new(recv) as LinkRead,
                 Box::new(send) as LinkWrite,
                 peer,

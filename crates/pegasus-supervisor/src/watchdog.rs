@@ -301,7 +301,7 @@ pub(crate) fn observe(sup: &Arc<Supervisor>) {
         // The MainAgent's own tasks are on the bus as project `main`: telling it that its own
         // task stopped would start another run, whose stop would be told again, and so on.
         if let Some(line) = line.filter(|_| !is_main_agent(&event.project)) {
-            sup.to_main(Channel::Project(event.project.clone()), line);
+            sup.main.tell(Channel::Project(event.project.clone()), line);
         }
     });
 }
@@ -355,12 +355,12 @@ async fn stop_silent(sup: &Arc<Supervisor>, project: &str, pid: u32, task: &str)
         Err(e) => return tracing::warn!(%project, %task, "cannot record the watchdog's stop: {e}"),
     }
     tracing::warn!(%project, pid, %task, "watchdog: no event for {secs} s from a busy worker; failing the task and restarting the worker");
-    sup.to_main(
+    sup.main.tell(
         Channel::Project(project.to_string()),
         format!("[task {task} of project {project} stopped: silent for {secs} s; the worker is restarted]"),
     );
     let reason = format!("watchdog: silent for {secs} s while running task {task}");
-    sup.try_slot_cmd(project, SlotCmd::Kill { pid, reason });
+    sup.slots.try_cmd(project, SlotCmd::Kill { pid, reason });
 }
 
 #[cfg(test)]

@@ -8,12 +8,13 @@
 
 use crate::{
     gate::{Caps, Gate, RefusalLog},
+    pending::PendingSpawns,
     slot::{LinkRead, LinkWrite, WorkerConn},
-    supervisor::Supervisor,
 };
 use interprocess::local_socket::tokio::{Listener, Stream};
 use pegasus_proto::{worker::FromWorker, FrameReader, FrameWriter, PROTOCOL_VERSION};
 use std::{sync::Arc, time::Duration};
+use tokio_util::sync::CancellationToken;
 
 /// How long a new connection may take to say hello before it is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,21 +29,24 @@ const CAPS: Caps = Caps {
     per_process: 4,
 };
 
-/// Accepts worker connections until the daemon stops.
-pub(crate) async fn serve(sup: Arc<Supervisor>, listener: Listener) {
+/// Accepts worker connections until `shutdown`; each hello claims one of `spawns`.
+pub(crate) async fn serve(
+    spawns: Arc<PendingSpawns>,
+    shutdown: CancellationToken,
+    listener: Listener,
+) {
     let gate = Gate::new("worker socket", CAPS);
     let log = gate.log().clone();
-    let shutdown = sup.shutdown.clone();
     crate::accept::serve(gate, listener, shutdown, move |stream, _| {
-        handshake(sup.clone(), stream, log.clone())
+        handshake(spawns.clone(), stream, log.clone())
     })
     .await
 }
 
-async fn handshake(sup: Arc<Supervisor>, stream: Stream, log: Arc<RefusalLog>) {
+async fn handshake(spawns: Arc<PendingSpawns>, stream: Stream, log: Arc<RefusalLog>) {
     let pid = crate::peer::pid_of(&stream);
     match pid {
-        Some(p) if p != 0 && sup.awaits_hello_from(p) => {}
+        Some(p) if p != 0 && spawns.awaits_hello_from(p) => {}
         Some(p) if p != 0 => {
             log.refused(
                 &format!("pid {p}"),
@@ -60,7 +64,7 @@ async fn handshake(sup: Arc<Supervisor>, stream: Stream, log: Arc<RefusalLog>) {
     }
     let peer = Peer::Local(pid);
     let (recv, send) = tokio::io::split(stream);
-    hello(&sup, Box::new(recv), Box::new(send), peer, &log).await;
+    hello(&spawns, Box::new(recv), Box::new(send), peer, &log).await;
 }
 
 /// Who is on the other end of a worker link.
@@ -89,7 +93,7 @@ impl std::fmt::Display for Peer {
 /// Reads a worker's hello on a new link and hands the link to the slot of the spawn it proves;
 /// a refusal goes to its listener's `log`.
 pub(crate) async fn hello(
-    sup: &Supervisor,
+    spawns: &PendingSpawns,
     recv: LinkRead,
     send: LinkWrite,
     peer: Peer,
@@ -124,7 +128,7 @@ pub(crate) async fn hello(
             hello.pid
         }
     };
-    let Some(pending) = sup.take_spawn(&hello.token) else {
+    let Some(pending) = spawns.take(&hello.token) else {
         return reject(&format!(
             "unknown spawn token for project {}",
             hello.project

@@ -82,7 +82,8 @@ pub(crate) async fn answer(
     };
     tracing::info!(id, project = %project, decision = answer.decision.word(), by = %from, "approval answered");
     sup.approval_counts.recount(&project);
-    sup.nudge(&project, ToWorker::ApprovalAnswered { id: id.to_string() });
+    sup.slots
+        .nudge(&project, ToWorker::ApprovalAnswered { id: id.to_string() });
     let what = match (&answer.decision, always) {
         (Decision::Approved { .. }, true) if request.tool == "exec" => format!(
             "approved: the call runs now, and `{}` runs without asking from now on in {project}",

@@ -1,12 +1,12 @@
 //! `pegasusctl chat`: a message to the MainAgent, answered with its reply.
 
-use crate::{error::RequestError, supervisor::Supervisor};
+use crate::{error::RequestError, supervisor::MainInbox};
 use pegasus_proto::Channel;
 
 pub(crate) async fn chat(
-    sup: &Supervisor,
+    main: &MainInbox,
     from: Channel,
     text: String,
 ) -> Result<String, RequestError> {
-    sup.ask_main(from, text).await
+    main.ask(from, text).await
 }

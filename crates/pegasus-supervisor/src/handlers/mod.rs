@@ -17,23 +17,52 @@ pub(crate) mod task;
 
 use crate::{error::RequestError, supervisor::Supervisor};
 use pegasus_proto::{
-    ctl::{CtlRequest, CtlResponse},
+    ctl::{AddTask, CtlRequest, CtlResponse},
     Channel,
 };
 use pegasus_tasks::TaskState;
 use std::sync::Arc;
 
-/// One request from `from` (the control socket's `cli`, the dashboard, Telegram), one
-/// response; what it records (a message's sender, a task event's actor) names `from`.
-/// `Follow` and `Hello` never get here: the connection handles them.
-pub(crate) async fn dispatch(
+/// What a client asks through the front door: a request of the control protocol, or one that
+/// only the daemon's own clients ask (no client on a socket can say it).
+#[derive(Debug)]
+pub(crate) enum Request {
+    /// A request of the control protocol, whoever sends it.
+    Ctl(CtlRequest),
+    /// A task added `planned`, waiting for `task approve` (a scheduled job without `auto`);
+    /// [`CtlRequest::TaskAdd`] adds it `ready`.
+    AddPlannedTask(AddTask),
+}
+
+/// One request from `from` (the control socket's `cli`, the dashboard, Telegram, the
+/// scheduler, a slot's idle suspend), one response; what it records (a message's sender, a
+/// task event's actor) names `from`. `Follow` and `Hello` never get here: the connection
+/// handles them.
+pub(crate) async fn dispatch(sup: &Arc<Supervisor>, from: &Channel, req: Request) -> CtlResponse {
+    let result = match req {
+        Request::Ctl(req) => ctl(sup, from, req).await,
+        Request::AddPlannedTask(add) => {
+            let from = from.clone();
+            blocking(sup, move |s| task::add(s, add, TaskState::Planned, &from))
+                .await
+                .map(|(id, message)| CtlResponse::TaskAdded { id, message })
+        }
+    };
+    result.unwrap_or_else(|e| CtlResponse::Failed {
+        kind: e.kind(),
+        message: e.to_string(),
+    })
+}
+
+/// A request of the control protocol, to its handler.
+async fn ctl(
     sup: &Arc<Supervisor>,
     from: &Channel,
     req: CtlRequest,
-) -> CtlResponse {
+) -> Result<CtlResponse, RequestError> {
     let done = |message: String| CtlResponse::Done { message };
     let shown = |p| CtlResponse::Project(Box::new(p));
-    let result: Result<CtlResponse, RequestError> = match req {
+    match req {
         CtlRequest::Hello { .. } => Err(RequestError::refused("already said hello")),
         CtlRequest::Follow { .. } => Err(RequestError::refused(
             "follow opens its own connection: it takes no other request",
@@ -63,7 +92,7 @@ pub(crate) async fn dispatch(
                 None => CtlResponse::Sent { id },
             }),
         CtlRequest::Chat { text } => {
-            chat::chat(sup, from.clone(), text)
+            chat::chat(&sup.main, from.clone(), text)
                 .await
                 .map(|text| CtlResponse::Reply {
                     id: String::new(),
@@ -92,22 +121,24 @@ pub(crate) async fn dispatch(
             project,
             role,
             variables,
-        } => role::assign(sup, &project, &role, variables)
+        } => role::assign(&sup.home, &sup.lifecycle_lock, &project, &role, variables)
             .await
             .map(done),
         CtlRequest::RunStart {
             project,
             brief,
             max_attempts,
-        } => blocking(sup, move |s| run::start(s, &project, &brief, max_attempts))
-            .await
-            .map(done),
-        CtlRequest::RunControl { project, action } => {
-            blocking(sup, move |s| run::control(s, &project, action))
-                .await
-                .map(done)
-        }
-        CtlRequest::Stop => Ok(done(stop::stop(sup))),
+        } => blocking(sup, move |s| {
+            run::start(&s.home, &s.slots, &project, &brief, max_attempts)
+        })
+        .await
+        .map(done),
+        CtlRequest::RunControl { project, action } => blocking(sup, move |s| {
+            run::control(&s.home, &s.slots, &project, action)
+        })
+        .await
+        .map(done),
+        CtlRequest::Stop => Ok(done(stop::stop(&sup.home, &sup.shutdown))),
         CtlRequest::Approvals { project } => {
             blocking(sup, move |s| approvals::list(s, project.as_deref()))
                 .await
@@ -121,11 +152,7 @@ pub(crate) async fn dispatch(
         } => approvals::answer(sup, &id, approve, always, reason, from)
             .await
             .map(done),
-    };
-    result.unwrap_or_else(|e| CtlResponse::Failed {
-        kind: e.kind(),
-        message: e.to_string(),
-    })
+    }
 }
 
 /// Runs a handler that reads or writes files (task locks, fsyncs, the project scan) on the

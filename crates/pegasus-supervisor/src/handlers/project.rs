@@ -96,7 +96,7 @@ pub(crate) async fn create(
     let home = sup.home.clone();
     off_runtime(move || pegasus_store::create_project(&home, &new, chrono::Utc::now())).await?;
     tracing::info!(project = %req.name, "project created");
-    sup.start_slot(&req.name);
+    sup.slots.start(&req.name);
     drop(guard);
     info(sup, &req.name)
 }
@@ -129,9 +129,9 @@ pub(crate) async fn lifecycle(
     // any other resume of an active project is refused by the state machine below.
     if verb == Verb::Resume
         && project.status() == ProjectStatus::Active
-        && sup.is_crash_looping(name)
+        && sup.slots.is_crash_looping(name)
     {
-        if let Some(cmd) = sup.slot_cmd(name) {
+        if let Some(cmd) = sup.slots.cmd(name) {
             let _ = cmd.send(SlotCmd::Restart).await;
             tracing::info!(project = %name, "resumed after crash loop");
             drop(guard);
@@ -142,9 +142,9 @@ pub(crate) async fn lifecycle(
     off_runtime(move || project.save(&dir)).await?;
     tracing::info!(project = %name, %verb, status = %to, "lifecycle");
     if to == ProjectStatus::Active {
-        sup.start_slot(name);
+        sup.slots.start(name);
     } else {
-        sup.stop_slot(name).await;
+        sup.slots.stop(name).await;
     }
     drop(guard);
     info(sup, name)
@@ -170,7 +170,7 @@ pub(crate) async fn send(
         }
     }
     pegasus_store::validate_name(name)?;
-    let Some(cmd) = sup.slot_cmd(name) else {
+    let Some(cmd) = sup.slots.cmd(name) else {
         let Some(project) = sup.projects.get(name) else {
             return Err(RequestError::ProjectNotFound(name.to_string()));
         };

@@ -2,22 +2,25 @@
 //! (replacing an earlier assignment of the same role); the worker picks it up when it next
 //! starts. `role list` and `role show` read the files and need no daemon.
 
-use crate::{error::RequestError, supervisor::Supervisor};
-use pegasus_store::ProjectFile;
+use crate::error::RequestError;
+use pegasus_store::{Home, ProjectFile};
 
+/// Assigns `role` to `project`, its PROJECT.md changed under `lifecycle_lock` (the lock of
+/// every PROJECT.md read-modify-write).
 pub(crate) async fn assign(
-    sup: &Supervisor,
+    home: &Home,
+    lifecycle_lock: &tokio::sync::Mutex<()>,
     project: &str,
     role: &str,
     variables: Vec<(String, String)>,
 ) -> Result<String, RequestError> {
     pegasus_store::validate_name(project)?;
-    let found = pegasus_roles::find_role(&sup.home.roles_dir(), role)?;
+    let found = pegasus_roles::find_role(&home.roles_dir(), role)?;
     let mut assignment = pegasus_roles::Assignment::new(&found.id);
     assignment.variables = variables.into_iter().collect();
     assignment.validate(&found)?;
-    let _guard = sup.lifecycle_lock.lock().await;
-    let dir = sup.home.project_dir(project);
+    let _guard = lifecycle_lock.lock().await;
+    let dir = home.project_dir(project);
     let mut file = ProjectFile::load(&dir)?;
     let mut list = pegasus_roles::assignments_from_yaml(file.get("roles").as_ref())?;
     list.retain(|a| a.role != assignment.role);

@@ -2,12 +2,14 @@
 //! disk (the run's loop re-reads its file at every step), then the worker is nudged to drive
 //! it. `run status` reads the files and needs no daemon.
 
-use crate::{error::RequestError, supervisor::Supervisor};
+use crate::{error::RequestError, supervisor::Slots};
 use pegasus_proto::{ctl::RunAction, worker::ToWorker};
+use pegasus_store::Home;
 
 /// `project run NAME --brief TEXT`.
 pub(crate) fn start(
-    sup: &Supervisor,
+    home: &Home,
+    slots: &Slots,
     project: &str,
     brief: &str,
     max_attempts: u32,
@@ -21,12 +23,12 @@ pub(crate) fn start(
     if max_attempts == 0 {
         return Err(RequestError::refused("--max-attempts must be at least 1"));
     }
-    if sup.slot_cmd(project).is_none() {
+    if slots.cmd(project).is_none() {
         return Err(RequestError::refused(format!(
             "project {project} has no worker: resume it with `pegasusctl project resume {project}`"
         )));
     }
-    let store = pegasus_runs::RunStore::open(&sup.home.project_dir(project))?;
+    let store = pegasus_runs::RunStore::open(&home.project_dir(project))?;
     if let Some(run) = store.latest()? {
         use pegasus_runs::RunStatus::*;
         if matches!(run.status, Planning | Executing | Paused) {
@@ -37,7 +39,7 @@ pub(crate) fn start(
         }
     }
     let run = store.create(project, brief, max_attempts)?;
-    drive(sup, project, &run.id);
+    drive(slots, project, &run.id);
     Ok(format!(
         "run {} started on project {project}: follow it with `pegasusctl run status {project}`",
         run.id
@@ -46,12 +48,13 @@ pub(crate) fn start(
 
 /// `run cancel|pause|resume NAME`: on the project's latest run.
 pub(crate) fn control(
-    sup: &Supervisor,
+    home: &Home,
+    slots: &Slots,
     project: &str,
     action: RunAction,
 ) -> Result<String, RequestError> {
     pegasus_store::validate_name(project)?;
-    let store = pegasus_runs::RunStore::open(&sup.home.project_dir(project))?;
+    let store = pegasus_runs::RunStore::open(&home.project_dir(project))?;
     let run = store.latest()?.ok_or_else(|| {
         RequestError::refused(format!(
             "project {project} has no run: start one with `pegasusctl project run {project} --brief TEXT`"
@@ -62,7 +65,7 @@ pub(crate) fn control(
         RunAction::Pause => pegasus_runs::RunRequest::Pause,
         RunAction::Resume => {
             store.resume(&run.id)?;
-            drive(sup, project, &run.id);
+            drive(slots, project, &run.id);
             return Ok(format!("run {} resumed", run.id));
         }
     };
@@ -75,7 +78,7 @@ pub(crate) fn control(
 }
 
 /// Nudges `project`'s worker to drive run `id` (a new or resumed one).
-fn drive(sup: &Supervisor, project: &str, id: &str) {
+fn drive(slots: &Slots, project: &str, id: &str) {
     let run_id = id.to_string();
-    sup.nudge(project, ToWorker::RunStart { run_id });
+    slots.nudge(project, ToWorker::RunStart { run_id });
 }

@@ -93,7 +93,7 @@ pub(crate) fn add(
         actor,
         &format!("added by {actor}"),
     )?;
-    sup.nudge(&req.project, ToWorker::TasksChanged);
+    sup.slots.nudge(&req.project, ToWorker::TasksChanged);
     let waits = if task.depends_on.is_empty() {
         String::new()
     } else {
@@ -202,7 +202,7 @@ fn on_task(
 ) -> Result<String, RequestError> {
     let (project, store) = pegasus_tasks::find_task(&sup.home.projects_dir(), id)?;
     let message = act(&store, store.get(id)?, &from.to_string())?;
-    sup.nudge(&project, ToWorker::TasksChanged);
+    sup.slots.nudge(&project, ToWorker::TasksChanged);
     Ok(message)
 }
 

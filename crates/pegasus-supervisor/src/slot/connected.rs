@@ -44,26 +44,26 @@ impl Slot {
             mut writer,
             ..
         } = conn;
-        let model = self.sup.project_model(&self.name);
+        let model = self.ctx.project_model(&self.name);
         // A model no table knows: its server says its window, asked in the background (SPEC
         // §12: a worker's Ready never waits on the network). What it said before a restart is
         // known at once; until it has said it, the worker is told the window is pending, and
         // its first model call waits for the `ContextWindow` frame that follows.
-        let gateway = &self.sup.gateway;
+        let gateway = &self.ctx.gateway;
         let mut windows = gateway.subscribe_windows();
         let window = gateway.window_now(&model);
         gateway.spawn_learn(&model);
         let init = ToWorker::Init(Init {
             protocol_version: PROTOCOL_VERSION,
-            config_json: self.sup.config_json.clone(),
-            heartbeat_ms: (self.sup.config.workers.heartbeat_interval_s * 1000.0) as u64,
+            config_json: self.ctx.config_json.clone(),
+            heartbeat_ms: (self.ctx.config.workers.heartbeat_interval_s * 1000.0) as u64,
             context_window: Some(window.window),
             window_pending: window.pending,
             model: model.clone(),
             // A remote worker has only its project folder (SPEC §14).
             home_files: process
                 .is_remote()
-                .then(|| crate::remote::home_files(&self.sup.home)),
+                .then(|| crate::remote::home_files(&self.ctx.home)),
         });
         let (to_worker, mut to_worker_rx) = mpsc::unbounded_channel::<ToWorker>();
         let writer_task = tokio::spawn(async move {
@@ -138,7 +138,13 @@ impl Slot {
         // Model calls start right here, on the reader task, instead of crossing to this loop
         // first. The proxy lives as long as the reader task, so aborting that task (the worker
         // exited) or the connection ending cancels the calls.
-        let mut proxy = LlmProxy::new(self.sup.clone(), self.name.clone(), to_worker.clone());
+        let mut proxy = LlmProxy::new(
+            self.ctx.gateway.clone(),
+            self.ctx.bus.clone(),
+            self.ctx.watchdogs.clone(),
+            self.name.clone(),
+            to_worker.clone(),
+        );
         let link_gone = gone.clone();
         let reader_task = tokio::spawn(async move {
             loop {
@@ -177,7 +183,7 @@ impl Slot {
                 gone.cancel();
             }
         });
-        let workers = &self.sup.config.workers;
+        let workers = &self.ctx.config.workers;
         let mut link = Link::new(
             pid,
             Instant::now(),
@@ -192,7 +198,7 @@ impl Slot {
         let outcome = 'link: loop {
             // Whether a task runs is the activity tracker's to say (it folds the same events,
             // published below before this is read again).
-            let may_idle = !self.sup.activity.running(&self.name) && routing.is_idle();
+            let may_idle = !self.ctx.activity.running(&self.name) && routing.is_idle();
             let timer = link.next_timer(may_idle);
             let event = tokio::select! {
                 ev = ev_rx.recv(), if link.reading() => match ev {
@@ -261,7 +267,7 @@ impl Slot {
                             Some(ReplyTo::Waiter(tx)) => {
                                 let _ = tx.send(answer());
                             }
-                            Some(ReplyTo::MainAgent) => self.sup.to_main(channel.clone(), text),
+                            Some(ReplyTo::MainAgent) => self.ctx.main.tell(channel.clone(), text),
                             Some(ReplyTo::Nobody) | None => {
                                 // The words are the user's conversation: not in the log.
                                 tracing::debug!(project = %self.name, bytes = text.len(), "reply with nobody waiting");
@@ -270,19 +276,19 @@ impl Slot {
                     }
                     Action::Notify(text) => {
                         let notify = BusBody::Notify { text: text.clone() };
-                        self.sup.bus.publish(&self.name, notify);
-                        self.sup.to_main(
+                        self.ctx.bus.publish(&self.name, notify);
+                        self.ctx.main.tell(
                             channel.clone(),
                             format!("[notify from project {}] {text}", self.name),
                         );
                     }
                     Action::Publish(event) => {
-                        self.sup.bus.publish(&self.name, BusBody::Worker(event));
+                        self.ctx.bus.publish(&self.name, BusBody::Worker(event));
                     }
                     Action::KillGroup => process.kill(),
                     Action::IdleSuspend => {
                         tracing::info!(project = %self.name, "idle: asking for a suspend (workers.idle_suspend_s)");
-                        self.sup.slot_event(SlotEvent::Idle(self.name.clone()));
+                        self.ctx.slot_event(SlotEvent::Idle(self.name.clone()));
                     }
                     Action::End(outcome) => {
                         // Anything the worker started in its group goes with it (KillGroup came

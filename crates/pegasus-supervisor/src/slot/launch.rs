@@ -8,7 +8,7 @@
 //! connects backs off without counting towards crash-looping; the launcher command's own exit
 //! is not a crash, a pod's end is (with the cluster's reason).
 
-use super::{process::WorkerProcess, Outcome, Slot, SlotCmd};
+use super::{life::Event, process::WorkerProcess, Outcome, Slot, SlotCmd};
 use crate::spawn;
 use pegasus_kube::{LaunchedPod, PodEnd, PodLauncher};
 use pegasus_proto::WorkerState;
@@ -64,12 +64,12 @@ impl Slot {
         name: &str,
         launch: Launch,
     ) -> Outcome {
-        let Some(remote) = self.sup.remote.clone() else {
+        let Some(remote) = self.ctx.remote.clone() else {
             return Outcome::Crashed(format!(
                 "launcher {name} needs `workers.listen` in config.yml"
             ));
         };
-        let dir = self.sup.home.project_dir(&self.name);
+        let dir = self.ctx.home.project_dir(&self.name);
         let mut told = false;
         while pegasus_store::worker_lock::is_held(&dir) {
             if !told {
@@ -96,14 +96,14 @@ impl Slot {
             .collect();
         let enroll_line = bootstrap.enroll_line();
         drop(bootstrap);
-        let mut conn_rx = self.sup.register_spawn(&token, &self.name);
+        let mut conn_rx = self.ctx.spawns.register(&token, &self.name);
         let started = match self
             .start(name, &launch, &env, &enroll_line, &connect)
             .await
         {
             Ok(started) => started,
             Err(outcome) => {
-                self.sup.cancel_spawn(&token);
+                self.ctx.spawns.cancel(&token);
                 return outcome;
             }
         };
@@ -150,7 +150,7 @@ impl Slot {
                         }
                         let host = conn.host.clone();
                         self.set(|i| i.host = host);
-                        self.unreached = 0;
+                        self.on(Event::Hello, None).await;
                         self.set_state(WorkerState::Starting, Some(conn.pid));
                         break self.run_connected(conn, process, rx).await;
                     }
@@ -161,7 +161,7 @@ impl Slot {
                 },
                 // A pod that ended (or cannot start) before its worker said hello.
                 _ = gone.cancelled() => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     let end = why.lock().unwrap_or_else(|e| e.into_inner()).take();
                     break match end {
                         Some(PodEnd::Unstartable { reason }) => Outcome::Unreached(format!("the pod cannot start: {reason}")),
@@ -170,15 +170,15 @@ impl Slot {
                     };
                 }
                 _ = sleep_until(deadline) => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     process.kill();
                     break Outcome::Unreached(format!(
                         "no worker of launcher {name} connected within {} s",
                         REMOTE_HELLO_TIMEOUT.as_secs()
                     ));
                 }
-                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
-                    self.sup.cancel_spawn(&token);
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
+                    self.ctx.spawns.cancel(&token);
                     process.kill();
                     break stopped;
                 },
@@ -217,8 +217,8 @@ impl Slot {
     ) -> Result<Started, Outcome> {
         match launch {
             Launch::Command(c) => {
-                let worker = self.sup.worker_bin.display().to_string();
-                let project_dir = self.sup.home.project_dir(&self.name).display().to_string();
+                let worker = self.ctx.worker_bin.display().to_string();
+                let project_dir = self.ctx.home.project_dir(&self.name).display().to_string();
                 let argv = expand_argv(
                     &c.argv,
                     &LaunchValues {
@@ -266,7 +266,7 @@ impl Slot {
         loop {
             tokio::select! {
                 _ = sleep_until(until) => return None,
-                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
                     return Some(stopped);
                 },
             }

@@ -4,24 +4,25 @@
 //! Each active project has one slot task. Everything about its worker — the child handle, the
 //! connection, queued and in-flight messages — is owned by that task alone, so there is no lock
 //! around process state; the rest of the daemon talks to it through [`SlotCmd`]s and reads a
-//! snapshot ([`SlotInfo`]) for listings. What happens while the worker is connected is in
+//! snapshot ([`SlotInfo`]) for listings. Which event of that life does what (start, backoff,
+//! crash loop, stop) is [`life`]'s to decide; what happens while the worker is connected is in
 //! [`connected`]; which message gets which answer in [`routing`]; model calls in
 //! [`crate::llm_proxy`].
 
 mod connected;
+mod ctx;
 mod launch;
+mod life;
 mod link;
 mod process;
 mod routing;
 
+pub(crate) use ctx::{SlotCtx, StartError};
 pub(crate) use launch::Launch;
 pub(crate) use routing::Delivery;
 
-use crate::{
-    error::RequestError,
-    spawn,
-    supervisor::{StartError, Supervisor},
-};
+use crate::{error::RequestError, spawn};
+use life::{Event, Life, Note, State};
 use pegasus_proto::{
     ctl::ProjectInfo, worker::ToWorker, BusBody, FrameReader, FrameWriter, WorkerState,
 };
@@ -56,8 +57,6 @@ pub(crate) struct WorkerConn {
 
 /// How long a freshly spawned worker may take to connect and say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Upper bound of the restart backoff.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What the rest of the daemon can ask of a slot.
 pub(crate) enum SlotCmd {
@@ -146,7 +145,7 @@ impl SlotHandle {
 }
 
 /// Starts the slot task of project `name`.
-pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
+pub(crate) fn start(ctx: Arc<SlotCtx>, name: String) -> SlotHandle {
     let (tx, rx) = mpsc::channel(64);
     let info = Arc::new(Mutex::new(SlotInfo {
         pid: None,
@@ -158,13 +157,13 @@ pub(crate) fn start(sup: Arc<Supervisor>, name: String) -> SlotHandle {
         limits_problem: None,
     }));
     let slot = Slot {
-        sup,
+        life: Life::new(life::Rules::of(&ctx.config.workers)),
+        ctx,
         name,
         cgroup: None,
         info: info.clone(),
-        crashes: VecDeque::new(),
         queued: VecDeque::new(),
-        unreached: 0,
+        stop_reply: None,
     };
     let task = tokio::spawn(slot.run(rx));
     SlotHandle {
@@ -189,14 +188,15 @@ enum Outcome {
 }
 
 struct Slot {
-    sup: Arc<Supervisor>,
+    /// What the slot uses of the daemon.
+    ctx: Arc<SlotCtx>,
     name: String,
     info: Arc<Mutex<SlotInfo>>,
-    /// When the recent crashes happened, for the crash-loop window.
-    crashes: VecDeque<std::time::Instant>,
+    /// Where the slot is in its restart life, and what its rules remember.
+    life: Life,
     queued: VecDeque<Delivery>,
-    /// Launches in a row that never reached pegasusd (their backoff grows with it).
-    unreached: u32,
+    /// Who asked the slot to stop, answered once it has.
+    stop_reply: Option<oneshot::Sender<()>>,
     /// The cgroup of the current local worker (SPEC §12 limits), removed once it has ended.
     cgroup: Option<pegasus_sandbox::cgroups::ProjectCgroup>,
 }
@@ -216,89 +216,97 @@ impl Slot {
             }
         });
         let body = BusBody::WorkerState { state, pid };
-        self.sup.bus.publish(&self.name, body);
+        self.ctx.bus.publish(&self.name, body);
     }
 
+    /// The slot's life: each state waits for its next event, and [`Life::step`] says what
+    /// the event does.
     async fn run(mut self, mut rx: mpsc::Receiver<SlotCmd>) {
         loop {
-            self.sweep_exec_groups();
-            let outcome = self.run_once(&mut rx).await;
-            self.remove_cgroup().await;
-            if let Some(pid) = self.info.lock().unwrap_or_else(|p| p.into_inner()).pid {
-                pegasus_store::adopted::forget(pid);
-            }
-            self.sweep_exec_groups();
-            self.sup.sweeper.request();
-            let reason = match outcome {
-                Outcome::Stopped(reply) => return self.finish(reply),
-                Outcome::Crashed(reason) => {
-                    self.unreached = 0;
-                    reason
+            let (event, message) = match self.life.state() {
+                // A worker runs from its start to its end (its hello moves the life to
+                // `Linked`, the link runs it from there).
+                State::Starting | State::Linked => {
+                    self.sweep_exec_groups();
+                    let outcome = self.run_once(&mut rx).await;
+                    (self.ended(outcome), None)
                 }
-                Outcome::Refused(why) => {
-                    tracing::error!(project = %self.name, "not started: {why}");
-                    self.record_crash(&format!("not started: {why}"));
-                    self.set_state(WorkerState::CrashLooping, None);
-                    self.fail_queued(&format!("is not started ({why})"));
-                    match self.wait_for_restart(&mut rx, None).await {
-                        Some(reply) => return self.finish(reply),
-                        None => continue,
-                    }
-                }
-                Outcome::Unreached(why) => {
-                    self.unreached += 1;
-                    let delay = self.backoff(self.unreached).max(Duration::from_secs(1));
-                    tracing::warn!(project = %self.name, ?delay, "the launched worker did not reach pegasusd ({why}); launching again after the delay");
-                    self.set(|i| i.last_crash = Some(why));
-                    self.set_state(WorkerState::Backoff, None);
-                    match self.wait_for_restart(&mut rx, Some(delay)).await {
-                        Some(reply) => return self.finish(reply),
-                        None => continue,
-                    }
-                }
+                State::Backoff { until } => self.wait(&mut rx, Some(until)).await,
+                State::CrashLooping | State::Refused => self.wait(&mut rx, None).await,
+                State::Stopped => return,
             };
-            self.record_crash(&reason);
-            let workers = &self.sup.config.workers;
-            let window = Duration::from_secs(workers.crash_loop_window_s);
-            let now = std::time::Instant::now();
-            self.crashes.push_back(now);
-            self.crashes.retain(|t| now.duration_since(*t) <= window);
-            let recent = self.crashes.len() as u32;
-            if recent > workers.crash_loop_max {
-                tracing::error!(project = %self.name, crashes = recent, "worker is crash-looping; not restarting until `pegasusctl project resume {}`", self.name);
-                self.set_state(WorkerState::CrashLooping, None);
-                self.fail_queued("is crash-looping");
-                match self.wait_for_restart(&mut rx, None).await {
-                    Some(reply) => return self.finish(reply),
-                    None => self.crashes.clear(),
+            self.on(event, message).await;
+        }
+    }
+
+    /// Steps the life with `event` (`message` is the delivery that came with
+    /// [`Event::Message`]) and carries out what it says.
+    async fn on(&mut self, event: Event, mut message: Option<Delivery>) {
+        for action in self.life.step(event, Instant::now()) {
+            match action {
+                life::Action::CleanUp => {
+                    self.remove_cgroup().await;
+                    if let Some(pid) = self.info.lock().unwrap_or_else(|p| p.into_inner()).pid {
+                        pegasus_store::adopted::forget(pid);
+                    }
+                    self.sweep_exec_groups();
+                    self.ctx.sweeper.request();
                 }
-            } else {
-                let delay = self.backoff(recent);
-                tracing::info!(project = %self.name, ?delay, "restarting worker after backoff");
-                self.set_state(WorkerState::Backoff, None);
-                if let Some(reply) = self.wait_for_restart(&mut rx, Some(delay)).await {
-                    return self.finish(reply);
+                life::Action::Log(note) => self.log(note),
+                life::Action::RecordCrash(reason) => self.record_crash(&reason),
+                life::Action::NoteUnreached(why) => self.set(|i| i.last_crash = Some(why)),
+                life::Action::SetState(state) => self.set_state(state, None),
+                life::Action::FailQueued(why) => self.fail_queued(&why),
+                life::Action::QueueMessage => self.queued.extend(message.take()),
+                life::Action::RefuseMessage => {
+                    if let Some(d) = message.take() {
+                        let refusal = RequestError::refused(self.crash_loop_refusal());
+                        let _ = d.persisted.send(Err(refusal));
+                    }
+                }
+                life::Action::Finish => {
+                    let reply = self.stop_reply.take();
+                    self.finish(reply);
                 }
             }
         }
     }
 
-    /// The wait before the `n`th restart in a row: `workers.restart_backoff_ms`, doubled for
-    /// each one before it, at most [`MAX_BACKOFF`].
-    fn backoff(&self, n: u32) -> Duration {
-        let factor = 1u64 << n.saturating_sub(1).min(16);
-        let ms = self.sup.config.workers.restart_backoff_ms;
-        Duration::from_millis(ms.saturating_mul(factor)).min(MAX_BACKOFF)
+    /// The event of a worker's end; a stop's reply is kept for [`life::Action::Finish`].
+    fn ended(&mut self, outcome: Outcome) -> Event {
+        match outcome {
+            Outcome::Stopped(reply) => {
+                self.stop_reply = reply;
+                Event::StopAsked
+            }
+            Outcome::Crashed(reason) => Event::Crashed(reason),
+            Outcome::Unreached(why) => Event::Unreached(why),
+            Outcome::Refused(why) => Event::Refused(why),
+        }
     }
 
-    /// Waits out a backoff (`delay`) or a crash loop (`None`: until `Restart`). Returns the stop
-    /// reply if a stop came first.
-    async fn wait_for_restart(
+    fn log(&self, note: Note) {
+        match note {
+            Note::NotStarted(why) => tracing::error!(project = %self.name, "not started: {why}"),
+            Note::Unreached { why, delay } => {
+                tracing::warn!(project = %self.name, ?delay, "the launched worker did not reach pegasusd ({why}); launching again after the delay")
+            }
+            Note::CrashLooping { crashes } => {
+                tracing::error!(project = %self.name, crashes, "worker is crash-looping; not restarting until `pegasusctl project resume {}`", self.name)
+            }
+            Note::Restarting { delay } => {
+                tracing::info!(project = %self.name, ?delay, "restarting worker after backoff")
+            }
+        }
+    }
+
+    /// Waits while no worker runs, for the backoff's end (`until`; `None`: none runs) or a
+    /// command; a message comes with its event.
+    async fn wait(
         &mut self,
         rx: &mut mpsc::Receiver<SlotCmd>,
-        delay: Option<Duration>,
-    ) -> Option<Option<oneshot::Sender<()>>> {
-        let until = delay.map(|d| Instant::now() + d);
+        until: Option<Instant>,
+    ) -> (Event, Option<Delivery>) {
         loop {
             let sleep = async {
                 match until {
@@ -307,20 +315,16 @@ impl Slot {
                 }
             };
             tokio::select! {
-                _ = sleep => return None,
+                _ = sleep => return (Event::BackoffElapsed, None),
                 cmd = rx.recv() => match cmd {
-                    None => return Some(None),
-                    Some(SlotCmd::Stop(reply)) => return Some(Some(reply)),
-                    Some(SlotCmd::Restart) => return None,
-                    Some(SlotCmd::Notify(_) | SlotCmd::Kill { .. }) => {}
-                    Some(SlotCmd::Deliver(d)) => {
-                        if until.is_none() {
-                            let refusal = RequestError::refused(self.crash_loop_refusal());
-                            let _ = d.persisted.send(Err(refusal));
-                        } else {
-                            self.queued.push_back(d);
-                        }
+                    None => return (Event::StopAsked, None),
+                    Some(SlotCmd::Stop(reply)) => {
+                        self.stop_reply = Some(reply);
+                        return (Event::StopAsked, None);
                     }
+                    Some(SlotCmd::Restart) => return (Event::RestartAsked, None),
+                    Some(SlotCmd::Notify(_) | SlotCmd::Kill { .. }) => {}
+                    Some(SlotCmd::Deliver(d)) => return (Event::Message, Some(d)),
                 },
             }
         }
@@ -331,7 +335,7 @@ impl Slot {
     /// What escaped those groups and was re-parented to pegasusd (a child subreaper) when the
     /// worker died is left to the daemon's one sweeper, asked for after each exit.
     fn sweep_exec_groups(&self) {
-        match pegasus_store::kill_exec_groups(&self.sup.home.exec_registry(&self.name)) {
+        match pegasus_store::kill_exec_groups(&self.ctx.home.exec_registry(&self.name)) {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(project = %self.name, groups = n, "killed commands left by the worker")
@@ -343,9 +347,9 @@ impl Slot {
     /// Makes the cgroup the next local worker is put in; without one (no cgroups here, or it
     /// cannot be made: said in `project show`) the worker runs without limits.
     fn make_cgroup(&mut self) {
-        let project = self.sup.projects.project(&self.name);
-        let limits = crate::limits::Limits::effective(&self.sup.config, project.as_deref());
-        match self.sup.limits.create(&self.name, &limits) {
+        let project = self.ctx.projects.project(&self.name);
+        let limits = crate::limits::Limits::effective(&self.ctx.config, project.as_deref());
+        match self.ctx.limits.create(&self.name, &limits) {
             Ok(cgroup) => {
                 if cgroup.is_some() {
                     tracing::debug!(project = %self.name, "limits: {}", limits.describe());
@@ -380,14 +384,14 @@ impl Slot {
     /// Where the worker (or its launcher command) writes what it prints outside its log.
     fn stderr_log(&self) -> std::path::PathBuf {
         let file = format!("worker-{}.stderr", self.name);
-        self.sup.home.logs_dir().join(file)
+        self.ctx.home.logs_dir().join(file)
     }
 
     fn crash_loop_refusal(&self) -> String {
         format!(
             "project {0} is crash-looping: read its log in {1}, then `pegasusctl project resume {0}`",
             self.name,
-            self.sup.home.logs_dir().display()
+            self.ctx.home.logs_dir().display()
         )
     }
 
@@ -415,7 +419,7 @@ impl Slot {
         let crash = BusBody::Crash {
             reason: reason.to_string(),
         };
-        self.sup.bus.publish(&self.name, crash);
+        self.ctx.bus.publish(&self.name, crash);
         self.set(|i| {
             i.restarts += 1;
             i.last_crash = Some(reason.to_string());
@@ -426,7 +430,7 @@ impl Slot {
             project: self.name.clone(),
             reason: reason.to_string(),
         };
-        let dir = self.sup.home.project_dir(&self.name);
+        let dir = self.ctx.home.project_dir(&self.name);
         if let Err(e) = pegasus_store::record_crash(&dir, &record) {
             tracing::warn!(project = %self.name, "cannot record crash: {e}");
         }
@@ -435,7 +439,7 @@ impl Slot {
     /// Starts one worker where its launcher says and supervises it until it ends.
     async fn run_once(&mut self, rx: &mut mpsc::Receiver<SlotCmd>) -> Outcome {
         self.set_state(WorkerState::Starting, None);
-        match self.sup.launcher_of(&self.name) {
+        match self.ctx.launcher_of(&self.name) {
             Err(StartError::Crash(why)) => Outcome::Crashed(why),
             Err(StartError::Refused(why)) => Outcome::Refused(why),
             Ok(None) => self.run_local(rx).await,
@@ -449,31 +453,31 @@ impl Slot {
             Ok(t) => t,
             Err(e) => return Outcome::Crashed(format!("cannot make a spawn token: {e}")),
         };
-        let mut conn_rx = self.sup.register_spawn(&token, &self.name);
-        let dir = self.sup.home.project_dir(&self.name);
+        let mut conn_rx = self.ctx.spawns.register(&token, &self.name);
+        let dir = self.ctx.home.project_dir(&self.name);
         let stderr_log = self.stderr_log();
         self.make_cgroup();
         let spawned = spawn::spawn_worker(
-            &self.sup.worker_bin,
+            &self.ctx.worker_bin,
             &dir,
             &token,
             &stderr_log,
             self.cgroup.as_ref(),
-            |pid| self.sup.spawned(&token, pid),
+            |pid| self.ctx.spawns.spawned(&token, pid),
         )
         .await;
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                self.sup.cancel_spawn(&token);
+                self.ctx.spawns.cancel(&token);
                 return Outcome::Crashed(format!(
                     "cannot start {}: {e}",
-                    self.sup.worker_bin.display()
+                    self.ctx.worker_bin.display()
                 ));
             }
         };
         let Some(pid) = child.id() else {
-            self.sup.cancel_spawn(&token);
+            self.ctx.spawns.cancel(&token);
             let status = child
                 .wait()
                 .await
@@ -497,35 +501,37 @@ impl Slot {
                     Err(_) => return self.kill_and_reap(child, pid, "handshake lost").await,
                 },
                 status = child.wait() => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     spawn::kill_group(pid);
                     let status = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
                     return Outcome::Crashed(format!("{status} before the handshake"));
                 }
                 _ = sleep_until(deadline) => {
-                    self.sup.cancel_spawn(&token);
+                    self.ctx.spawns.cancel(&token);
                     return self.kill_and_reap(child, pid, "no hello within 10 s").await;
                 }
-                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd) {
-                    self.sup.cancel_spawn(&token);
+                cmd = rx.recv() => if let Some(stopped) = self.unlinked_cmd(cmd).await {
+                    self.ctx.spawns.cancel(&token);
                     spawn::kill_group(pid);
                     let _ = child.wait().await;
                     return stopped;
                 },
             }
         };
+        self.on(Event::Hello, None).await;
         self.run_connected(conn, WorkerProcess::Local { child, pid }, rx)
             .await
     }
 
-    /// A command while no worker is linked: a stop (or the daemon dropping the slot) is the
-    /// outcome; a message waits in the queue; the rest mean nothing yet.
-    fn unlinked_cmd(&mut self, cmd: Option<SlotCmd>) -> Option<Outcome> {
+    /// A command while the worker starts: a stop (or the daemon dropping the slot) is the
+    /// outcome; a message is the life's to place (it waits in the queue); the rest mean
+    /// nothing yet.
+    async fn unlinked_cmd(&mut self, cmd: Option<SlotCmd>) -> Option<Outcome> {
         match cmd {
             None => Some(Outcome::Stopped(None)),
             Some(SlotCmd::Stop(reply)) => Some(Outcome::Stopped(Some(reply))),
             Some(SlotCmd::Deliver(d)) => {
-                self.queued.push_back(d);
+                self.on(Event::Message, Some(d)).await;
                 None
             }
             Some(SlotCmd::Notify(_) | SlotCmd::Restart | SlotCmd::Kill { .. }) => None,
