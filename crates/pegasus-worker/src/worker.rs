@@ -67,8 +67,8 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         tracing::warn!("the project's commands run outside its limits: {e}");
     }
     // What a model-run command starts and orphans (`setsid cmd &`) is re-parented to us, so
-    // `exec` can kill it when the call ends (see `pegasus_store::adopted`).
-    if let Err(e) = pegasus_store::adopted::become_subreaper() {
+    // `exec` can kill it when the call ends (see `pegasus_sandbox::adopted`).
+    if let Err(e) = pegasus_sandbox::adopted::become_subreaper() {
         tracing::warn!("cannot become a child subreaper ({e}): commands that escape with setsid may outlive their call");
     }
     // One thread is plenty for a worker and keeps its memory small; heavy tool work will use
