@@ -287,7 +287,10 @@ impl Gateway {
                 req.max_tokens,
                 input_estimate,
             )?;
-            self.journal_sent(&reservation.call).await?;
+            if let Err(e) = self.journal_sent(&reservation.call).await {
+                reservation.abandon(Abandon::NotJournaled).await;
+                return Err(e);
+            }
             let sent = self
                 .attempt(
                     &target,
@@ -307,7 +310,7 @@ impl Gateway {
             };
             // An answer that began (200) and broke, or whose body was unusable: the provider
             // billed it. Metered from what arrived before anything else happens.
-            reservation.bill_what_arrived().await;
+            reservation.abandon(Abandon::Failed).await;
             match sent {
                 AttemptError::Fatal(e) => return Err(e),
                 AttemptError::Retry {
@@ -644,7 +647,7 @@ impl Gateway {
             target: target.clone(),
             input_estimate,
             progress: Arc::new(progress),
-            settled: false,
+            ended: false,
             day: today,
             call: PendingCall {
                 call,
@@ -918,7 +921,7 @@ impl Gateway {
             self.inner.journal.answered(&reservation.call.call, id);
         }
         let entry = reservation.call.entry(&usage, cost, request_id, estimated);
-        reservation.close_with(Some(entry)).await;
+        reservation.settle(entry).await;
         ChatResponse {
             request_id: reply.id,
             model: target.full.clone(),
@@ -930,29 +933,41 @@ impl Gateway {
     }
 }
 
-/// One admitted attempt: what it holds of the budgets, released (and its journal entry
-/// closed) when it ends, however it ends — answered, failed or dropped. An attempt whose answer
-/// began to arrive (the provider billed it) and that ends without its ledger line — a stream
-/// cut, an unusable body, a caller that went away — gets one, estimated from the request and
-/// what arrived (SPEC §5: every answered call is metered).
+/// One admitted attempt: what it holds of the budgets and its open journal entry. It ends by
+/// value, one of two ways: [`Reservation::settle`] with its answer's ledger line, or
+/// [`Reservation::abandon`] when there is no answer to settle. Either writes the line first, then
+/// releases the hold and closes the journal entry. An attempt whose answer began to arrive (the
+/// provider billed it) and that ends without its ledger line — a stream cut, an unusable body, a
+/// caller that went away — gets one, estimated from the request and what arrived (SPEC §5: every
+/// answered call is metered).
+///
+/// Its `Drop` is only the fallback for a caller that went away mid-attempt (its future dropped:
+/// a worker that died, a task cancelled), where no code of the attempt runs any more: it logs
+/// that the attempt ended unsettled and does what [`Reservation::abandon`] does.
 struct Reservation {
     inner: Arc<Inner>,
     target: Target,
     /// Prompt tokens by the shared estimator.
     input_estimate: u64,
     progress: Arc<Progress>,
-    /// Its ledger line is written.
-    settled: bool,
+    /// Ended by value (settled or abandoned): the drop has nothing left to do.
+    ended: bool,
     day: chrono::NaiveDate,
     call: PendingCall,
 }
 
+/// Why an attempt is abandoned instead of settled: what [`Reservation::abandon`] is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Abandon {
+    /// The call could not be journaled, so it was never sent.
+    NotJournaled,
+    /// The attempt failed: refused, timed out, cut mid-answer, or its body unusable.
+    Failed,
+}
+
 impl Reservation {
-    /// The estimated ledger line of what arrived, if an answer began and none is written yet.
+    /// The estimated ledger line of what arrived, if an answer began.
     fn unbilled(&self) -> Option<LedgerEntry> {
-        if self.settled {
-            return None;
-        }
         let arrived = self.progress.get();
         if !arrived.answered {
             return None;
@@ -973,11 +988,20 @@ impl Reservation {
         Some(self.call.entry(&usage, usd, request_id, true))
     }
 
-    /// Writes the estimated line of an answer that began and broke (if it began), and closes
-    /// the attempt.
-    async fn bill_what_arrived(self) {
+    /// Ends an answered attempt: `entry`, its answer's ledger line, is written, then the hold
+    /// released and the journal entry closed.
+    async fn settle(self, entry: LedgerEntry) {
+        self.end(Some(entry)).await;
+    }
+
+    /// Ends an attempt with no answer to settle: the estimated line of what arrived is written
+    /// if an answer began (nothing if none did), then the hold released and the journal entry
+    /// closed.
+    async fn abandon(self, reason: Abandon) {
         let entry = self.unbilled();
-        self.close_with(entry).await;
+        tracing::debug!(call = %self.call.call, model = %self.call.model, ?reason,
+            billed = entry.is_some(), "LLM call attempt abandoned");
+        self.end(entry).await;
     }
 
     /// Writes `entry` as the call's ledger line (if any), then closes the call (its hold
@@ -986,42 +1010,52 @@ impl Reservation {
     /// died, a task cancelled) must neither lose it nor make the drop write a second,
     /// estimated one (the 100-kill campaign saw such a pair), nor close the call in the
     /// journal before the line is on disk.
-    async fn close_with(mut self, entry: Option<LedgerEntry>) {
-        if entry.is_some() {
-            self.settled = true;
-        }
-        let write = tokio::task::spawn_blocking(move || {
-            if let Some(entry) = entry {
-                self.inner.ledger.record_blocking(entry);
-            }
-            // Settled (or never answered): the drop releases the hold and closes the journal
-            // entry here, after the line.
-            drop(self);
-        });
+    async fn end(self, entry: Option<LedgerEntry>) {
+        let write = tokio::task::spawn_blocking(move || self.end_blocking(entry));
         if let Err(e) = write.await {
             tracing::error!(error = %e, "ledger writer task failed");
         }
     }
+
+    /// [`Reservation::end`] on the calling thread: marked ended first, so its drop does nothing.
+    fn end_blocking(mut self, entry: Option<LedgerEntry>) {
+        self.ended = true;
+        close(&self.inner, self.day, &self.call, entry);
+    }
+}
+
+/// Closes an admitted call: writes its ledger line (if any), then releases what it held of the
+/// budgets and tells the journal it is done — the line first, so a kill between the two
+/// replays the call from the journal instead of losing it.
+fn close(inner: &Inner, day: chrono::NaiveDate, call: &PendingCall, entry: Option<LedgerEntry>) {
+    if let Some(entry) = entry {
+        inner.ledger.record_blocking(entry);
+    }
+    lock(&inner.reserved).remove(
+        day,
+        &call.project,
+        call.task.as_deref(),
+        call.usd.unwrap_or(0.0),
+    );
+    inner.journal.done(&call.call);
 }
 
 impl Drop for Reservation {
+    /// The fallback for an attempt neither settled nor abandoned (its caller went away): what
+    /// [`Reservation::abandon`] does, with a warning.
     fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
         let entry = self.unbilled();
+        tracing::warn!(call = %self.call.call, model = %self.call.model,
+            billed = entry.is_some(),
+            "an LLM call ended without being settled (its caller went away): what arrived is \
+             billed as estimated and its budget hold released");
+        let writes_line = entry.is_some();
         let (inner, day, call) = (self.inner.clone(), self.day, self.call.clone());
-        let finish = move || {
-            if let Some(entry) = entry {
-                // The caller went away while the answer arrived: metered all the same.
-                inner.ledger.record_blocking(entry);
-            }
-            lock(&inner.reserved).remove(
-                day,
-                &call.project,
-                call.task.as_deref(),
-                call.usd.unwrap_or(0.0),
-            );
-            inner.journal.done(&call.call);
-        };
-        if self.settled || !self.progress.get().answered {
+        let finish = move || close(&inner, day, &call, entry);
+        if !writes_line {
             finish();
             return;
         }
@@ -1245,6 +1279,89 @@ mod tests {
             )
         );
         assert!(settled.cost_usd.is_some_and(|u| u > 0.0));
+    }
+
+    /// An attempt ends by value. `settle` writes exactly its one line; `abandon` writes what
+    /// the drop fallback writes for the same attempt: nothing when no answer began, the
+    /// estimated line of what arrived when one did. Each gives its budget hold back and closes
+    /// its journal entry.
+    #[test]
+    fn a_settled_attempt_writes_one_line_and_an_abandoned_one_what_its_drop_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        let (gw, target) = priced_by_reported_id(dir.path());
+        // The server has named the model it serves, so admissions hold a priced worst case.
+        let _ = gw.inner.price(&target, "served-2025", &Usage::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let lines = || {
+            pegasus_store::read_ledger(&home.ledger_file())
+                .unwrap()
+                .records
+        };
+        let held = || lock(&gw.inner.reserved).project("alpha");
+        let closed = |call: &str| {
+            std::fs::read_to_string(home.pending_calls_file())
+                .unwrap()
+                .contains(&format!(r#"{{"done":"{call}"}}"#))
+        };
+
+        let settled = admit(&gw, &target);
+        assert!(held() > 0.0, "admitted: its worst case is held");
+        let call = settled.call.call.clone();
+        let usage = Usage {
+            input_tokens: 100,
+            output_tokens: 20,
+            ..Default::default()
+        };
+        let line = settled
+            .call
+            .entry(&usage, Some(0.25), Some("req-1".into()), false);
+        rt.block_on(settled.settle(line.clone()));
+        assert_eq!(lines(), vec![line], "exactly its one line");
+        assert_eq!(held(), 0.0);
+        assert!(closed(&call));
+
+        // Never answered (refused, or not journaled): no line, whichever way it ends.
+        let abandoned = admit(&gw, &target);
+        let call = abandoned.call.call.clone();
+        rt.block_on(abandoned.abandon(Abandon::Failed));
+        drop(admit(&gw, &target));
+        assert_eq!(lines().len(), 1, "no line for an attempt never answered");
+        assert_eq!(held(), 0.0);
+        assert!(closed(&call));
+
+        // An answer that began and broke: one estimated line of what arrived, whichever way.
+        let answered = || {
+            let r = admit(&gw, &target);
+            r.progress.answered();
+            let seen = SeenUsage {
+                input: Some(121),
+                ..Default::default()
+            };
+            r.progress.update(400, seen, "msg_9", "served-2025");
+            r
+        };
+        let abandoned = answered();
+        let call = abandoned.call.call.clone();
+        rt.block_on(abandoned.abandon(Abandon::Failed));
+        // Outside the runtime the drop writes on this thread, so its line is there at once.
+        drop(answered());
+        let all = lines();
+        assert_eq!(all.len(), 3, "one line each: {all:?}");
+        let (by_abandon, by_drop) = (&all[1], &all[2]);
+        assert_eq!(by_abandon.call.as_deref(), Some(call.as_str()));
+        assert!(by_abandon.estimated);
+        assert!(by_abandon.usd.is_some_and(|u| u > 0.0), "{by_abandon:?}");
+        let but_call_and_time = |e: &LedgerEntry| LedgerEntry {
+            ts: by_drop.ts,
+            call: None,
+            ..e.clone()
+        };
+        assert_eq!(but_call_and_time(by_abandon), but_call_and_time(by_drop));
+        assert_eq!(held(), 0.0);
+        assert!(closed(&call));
     }
 
     /// An Anthropic stream cut after some text: `message_start` reported the input and an

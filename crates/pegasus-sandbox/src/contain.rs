@@ -50,7 +50,7 @@ pub struct Confinement<'a> {
 
 /// The environment variable every sandboxed command starts with, naming the home whose worker
 /// ran it (a last resort where there are no namespaces: pegasusd kills such processes at
-/// start, see `pegasus_store::adopted::kill_marked`).
+/// start, see [`crate::adopted::kill_marked`]).
 pub const EXEC_MARK_ENV: &str = "PEGASUS_EXEC_HOME";
 
 /// Installs the containment on `cmd`: `TMPDIR` (its private temp dir), its own process group, the death signal, the

@@ -157,7 +157,7 @@ impl Home {
     }
 
     /// `run/exec-<name>.jsonl`: the process groups a project's `exec` started (see
-    /// [`crate::exec_groups`]); `main` for the MainAgent.
+    /// `pegasus_sandbox::exec_groups`); `main` for the MainAgent.
     pub fn exec_registry(&self, name: &str) -> PathBuf {
         self.run_dir().join(format!("exec-{name}.jsonl"))
     }

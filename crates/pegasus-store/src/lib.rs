@@ -13,14 +13,12 @@
 //! provider or decides *when* to write; the supervisor and worker crates do. It is synchronous
 //! on purpose: its writes are small, and async callers wrap them in `spawn_blocking`.
 
-pub mod adopted;
 pub mod approvals;
 pub mod atomic;
 pub mod config;
 pub mod crashes;
 pub mod daemon_lock;
 pub mod error;
-pub mod exec_groups;
 pub mod frontmatter;
 pub mod home;
 pub mod home_guard;
@@ -45,7 +43,6 @@ pub use atomic::*;
 pub use config::*;
 pub use crashes::{read_crashes, record_crash, CrashRecord, CRASHES_FILE};
 pub use error::{Result, StoreError};
-pub use exec_groups::{kill_exec_groups, record_exec_group};
 pub use frontmatter::{split_frontmatter, strip_bom, Frontmatter, FrontmatterError};
 pub use home::{home_of_project, Home};
 pub use jsonl::*;

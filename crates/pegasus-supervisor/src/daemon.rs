@@ -77,8 +77,8 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         eprintln!("pegasusd: cannot make itself non-dumpable ({e}); API keys may be readable by local processes");
     }
     // Orphans of what model-run commands start are re-parented to us, not to init, so they
-    // can be found and killed (see `pegasus_store::adopted`).
-    if let Err(e) = pegasus_store::adopted::become_subreaper() {
+    // can be found and killed (see `pegasus_sandbox::adopted`).
+    if let Err(e) = pegasus_sandbox::adopted::become_subreaper() {
         eprintln!("pegasusd: cannot become a child subreaper ({e}); commands that escape with setsid may outlive their worker");
     }
     // Every listener's caps are made to fit what this gives (crate::gate).

@@ -76,8 +76,8 @@ pub async fn spawn_worker(
         cmd.env(pegasus_sandbox::cgroups::CGROUP_ENV, cgroup.env_value());
     }
     // Known to the escapee sweep: pegasusd is a child subreaper and kills children it did not
-    // start on purpose (see `pegasus_store::adopted`).
-    let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
+    // start on purpose (see `pegasus_sandbox::adopted`).
+    let mut child = pegasus_sandbox::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
     if let Some(pid) = child.id() {
         spawned(pid);
     }
@@ -113,7 +113,7 @@ pub async fn spawn_launcher(
     cmd.args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped());
-    let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
+    let mut child = pegasus_sandbox::adopted::spawn_known(|| cmd.spawn(), |c| c.id())?;
     // One line, far below a pipe's buffer: the write never waits for the command to read it.
     // Dropping the handle closes the pipe, so the worker sees the end of its input after it.
     // A command that already exited (a broken pipe) is judged like any launch: by whether a

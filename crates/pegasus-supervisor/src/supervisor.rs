@@ -193,8 +193,8 @@ impl Supervisor {
     /// The restart scan: a worker for every active project, the invalid ones reported.
     pub fn restart_scan(self: &Arc<Self>) -> Result<(), pegasus_store::StoreError> {
         // First what escaped its worker while no daemon was there to sweep (see
-        // `pegasus_store::adopted::kill_marked`).
-        match pegasus_store::adopted::kill_marked(self.home.root()) {
+        // `pegasus_sandbox::adopted::kill_marked`).
+        match pegasus_sandbox::adopted::kill_marked(self.home.root()) {
             0 => {}
             n => tracing::warn!(
                 killed = n,

@@ -348,10 +348,10 @@ impl McpHub {
                 workdir: &self.workdir,
             },
         )?;
-        let mut child = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id())
+        let mut child = pegasus_sandbox::adopted::spawn_known(|| cmd.spawn(), |c| c.id())
             .map_err(|e| format!("cannot run `{}`: {e}", s.cfg.command))?;
         if let (Some(registry), Some(pid)) = (&self.registry, child.id()) {
-            if let Err(e) = pegasus_store::record_exec_group(registry, pid as i32) {
+            if let Err(e) = pegasus_sandbox::record_exec_group(registry, pid as i32) {
                 tracing::warn!(server = %s.name, "cannot record the server's process group: {e}");
             }
         }

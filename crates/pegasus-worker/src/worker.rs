@@ -64,8 +64,8 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     let _lock = pegasus_store::worker_lock::hold(&project_dir, LOCK_PATIENCE)?;
     logging::init(&home.logs_dir(), &name);
     // What a model-run command starts and orphans (`setsid cmd &`) is re-parented to us, so
-    // `exec` can kill it when the call ends (see `pegasus_store::adopted`).
-    if let Err(e) = pegasus_store::adopted::become_subreaper() {
+    // `exec` can kill it when the call ends (see `pegasus_sandbox::adopted`).
+    if let Err(e) = pegasus_sandbox::adopted::become_subreaper() {
         tracing::warn!("cannot become a child subreaper ({e}): commands that escape with setsid may outlive their call");
     }
     // One thread is plenty for a worker and keeps its memory small; heavy tool work will use

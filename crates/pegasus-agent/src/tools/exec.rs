@@ -83,7 +83,7 @@ impl GroupKiller {
 impl Drop for GroupKiller {
     fn drop(&mut self) {
         self.kill();
-        pegasus_store::adopted::forget(self.pid);
+        pegasus_sandbox::adopted::forget(self.pid);
     }
 }
 
@@ -134,7 +134,7 @@ pub struct CommandSpec<'a> {
 /// child subreaper, when its parent exited; nothing the command started outlives the call.
 pub async fn run_command(spec: CommandSpec<'_>) -> ToolOutput {
     let out = run_command_contained(spec).await;
-    match tokio::task::spawn_blocking(pegasus_store::adopted::sweep_adopted).await {
+    match tokio::task::spawn_blocking(pegasus_sandbox::adopted::sweep_adopted).await {
         Ok(0) | Err(_) => {}
         Ok(n) => tracing::info!(killed = n, "killed processes that escaped an exec command"),
     }
@@ -166,7 +166,7 @@ async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
     cmd.kill_on_drop(true);
     // The project's memory-kill count before it starts (SPEC §12 limits; `None`: no limit).
     let oom_before = pegasus_sandbox::cgroups::oom_kills();
-    let spawned = pegasus_store::adopted::spawn_known(|| cmd.spawn(), |c| c.id());
+    let spawned = pegasus_sandbox::adopted::spawn_known(|| cmd.spawn(), |c| c.id());
     // Our copies of the write end must close, or the pipe never reports end-of-file.
     drop(cmd);
     let mut child = match spawned {
@@ -183,7 +183,7 @@ async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
     // Grandchildren do not inherit the death signal: if the worker is killed, the supervisor
     // finds this group in the registry and kills it.
     if let Some(registry) = registry {
-        if let Err(e) = pegasus_store::record_exec_group(registry, pid as i32) {
+        if let Err(e) = pegasus_sandbox::record_exec_group(registry, pid as i32) {
             tracing::warn!("cannot record exec group {pid}: {e}");
         }
     }

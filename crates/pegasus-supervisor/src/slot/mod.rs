@@ -247,7 +247,7 @@ impl Slot {
                 life::Action::CleanUp => {
                     self.remove_cgroup().await;
                     if let Some(pid) = self.info.lock().unwrap_or_else(|p| p.into_inner()).pid {
-                        pegasus_store::adopted::forget(pid);
+                        pegasus_sandbox::adopted::forget(pid);
                     }
                     self.sweep_exec_groups();
                     self.ctx.sweeper.request();
@@ -330,12 +330,12 @@ impl Slot {
         }
     }
 
-    /// Kills what the last worker's `exec` calls left running (see `pegasus_store::exec_groups`):
+    /// Kills what the last worker's `exec` calls left running (see `pegasus_sandbox::exec_groups`):
     /// after every exit, and before every spawn for what a previous daemon left.
     /// What escaped those groups and was re-parented to pegasusd (a child subreaper) when the
     /// worker died is left to the daemon's one sweeper, asked for after each exit.
     fn sweep_exec_groups(&self) {
-        match pegasus_store::kill_exec_groups(&self.ctx.home.exec_registry(&self.name)) {
+        match pegasus_sandbox::kill_exec_groups(&self.ctx.home.exec_registry(&self.name)) {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(project = %self.name, groups = n, "killed commands left by the worker")

@@ -8,7 +8,7 @@
 //! the leader's start time, which tells a live group from a reused pid) and the supervisor
 //! kills every recorded group when a worker exits and before it starts the next one.
 
-use crate::{error::Result, jsonl::JsonlAppender, read_jsonl, write_atomic};
+use pegasus_store::{read_jsonl, write_atomic, JsonlAppender, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! of this test binary, so the flag and the sweep touch nothing of the harness.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use pegasus_store::adopted::{become_subreaper, kill_adopted, spawn_known};
+use pegasus_sandbox::adopted::{become_subreaper, kill_adopted, spawn_known};
 use std::process::Command;
 
 const ROLE: &str = "PEGASUS_ADOPTED_TEST_ROLE";

@@ -14,6 +14,8 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use crate::EXEC_MARK_ENV;
+
 /// Children this process started on purpose. Held while spawning and while sweeping, so a
 /// child between its fork and its registration can never be taken for an escapee.
 static KNOWN: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
@@ -84,7 +86,7 @@ fn children_of(parent: u32) -> Vec<u32> {
 /// repository, holding its lock), so the exited ones are only reaped; elsewhere they are
 /// escapees and are killed ([`kill_adopted`]). Returns how many were killed.
 pub fn sweep_adopted() -> usize {
-    if pegasus_sandbox::kernel_contains() {
+    if crate::kernel_contains() {
         reap_adopted();
         0
     } else {
@@ -135,11 +137,6 @@ pub fn kill_adopted() -> usize {
     }
     killed
 }
-
-/// The environment variable every model-run command starts with, naming the home whose
-/// worker ran it: what escaped while pegasusd was down (where there are no namespaces to end
-/// it) is found by it when pegasusd starts again ([`kill_marked`]).
-pub use pegasus_sandbox::EXEC_MARK_ENV;
 
 /// Kills every process of this user (except this one) that started with
 /// `EXEC_MARK_ENV=<home>` in its environment, with its process group. For pegasusd at start,
