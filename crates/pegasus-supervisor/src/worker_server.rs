@@ -22,10 +22,13 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// whole frames to a local socket; one that stalls mid-frame is hung, and its slot restarts it.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// A connection counts until its hello hands it to its slot. Workers are pegasusd's children,
-/// so one uid: room for every project restarting at once; one worker process opens one link.
+/// so one uid, and every project may be starting at once (1,000 at a daemon start): the total
+/// is bounded only by the descriptors pegasusd may open ([`Caps::within_fd_limit`]). That is
+/// safe because a connection whose pid pegasusd does not await is closed before anything is
+/// read from it; one worker process opens one link.
 const CAPS: Caps = Caps {
-    total: 512,
-    per_peer: 512,
+    total: usize::MAX,
+    per_peer: usize::MAX,
     per_process: 4,
 };
 
