@@ -18,8 +18,8 @@ use crate::approvals::Gate;
 use crate::outbox::send_event;
 use crate::tool::{Tool, ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
+use pegasus_approvals::PolicyDecision;
 use pegasus_proto::WorkerEvent;
-use pegasus_store::approvals::Verdict;
 
 /// One tool call as the model made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,11 +90,13 @@ fn prepare(call: &Call, tools: &ToolSet, ctx: &ToolCtx) -> Prepared {
         }
     };
     match ctx.approvals.as_ref().map(|g| g.check(&call.name, &input)) {
-        None | Some(Verdict::Allow) => Prepared::Run(tool, input),
-        Some(Verdict::Ask) => Prepared::Ask(tool, input),
-        Some(Verdict::Deny(key)) => {
+        None | Some(Ok(PolicyDecision::Allow)) => Prepared::Run(tool, input),
+        Some(Ok(PolicyDecision::Ask)) => Prepared::Ask(tool, input),
+        Some(Ok(PolicyDecision::Deny(key))) => {
             Prepared::Refused(ToolOutput::error(format!("denied by policy: {key}")))
         }
+        // PROJECT.md does not load: its rules are unknown, so nothing gated runs.
+        Some(Err(refusal)) => Prepared::Refused(ToolOutput::error(refusal.to_string())),
     }
 }
 

@@ -68,7 +68,7 @@ pub struct Agent {
     approvals: Option<Arc<crate::approvals::Approvals>>,
     /// A call that was waiting for its approval when the last process stopped, left open in
     /// the session; [`Agent::resume_held`] answers it.
-    held: Option<pegasus_store::approvals::ApprovalRequest>,
+    held: Option<pegasus_approvals::ApprovalRequest>,
 }
 
 impl Agent {
@@ -191,7 +191,7 @@ impl Agent {
     async fn answer_held(
         &mut self,
         gate: &crate::approvals::Approvals,
-        request: pegasus_store::approvals::ApprovalRequest,
+        request: pegasus_approvals::ApprovalRequest,
         role: Option<RoleRun>,
         runnable: bool,
     ) -> Result<Outcome, AgentError> {

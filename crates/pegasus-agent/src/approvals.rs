@@ -1,6 +1,6 @@
 //! The approval gate (SPEC §11, "people in the loop"): before a tool call runs, the project's
 //! policy says allow, deny or ask; an asked call writes a durable request
-//! (`pegasus_store::approvals`), blocks its task (`blocked`, reason `approval`) and waits until
+//! (`pegasus_approvals`), blocks its task (`blocked`, reason `approval`) and waits until
 //! a person answers (through pegasusd: `approve`, the dashboard, Telegram) or its time runs
 //! out. Approved, it runs once: the request is marked as run first, so no crash can run it
 //! again. Anything else goes back to the model as the tool's result, in SPEC's words.
@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use pegasus_proto::{TaskState, WorkerEvent};
-use pegasus_store::approvals::{
-    self as store, Answer, AnswerError, ApprovalRequest, ApprovalsConfig, Decision, Verdict,
+use pegasus_approvals::{
+    self as store, Answer, AnswerError, ApprovalRequest, ApprovalsConfig, Decision, Policy,
+    PolicyDecision, PolicyRefusal, ProjectPolicy, RequestState,
 };
+use pegasus_proto::{TaskState, WorkerEvent};
 use pegasus_tasks::TaskStore;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -47,7 +48,7 @@ pub enum Gate {
 pub struct Approvals {
     project: String,
     dir: PathBuf,
-    config: ApprovalsConfig,
+    policy: ProjectPolicy,
     tasks: TaskStore,
     notices: UnboundedSender<Notice>,
     stop: Arc<AtomicBool>,
@@ -61,8 +62,8 @@ pub struct Approvals {
 
 impl Approvals {
     /// The gate of the project in `dir`, under config.yml's `approvals` (PROJECT.md's block is
-    /// read at every check, so `approve --always` and a hand edit count at once). `stop` is the
-    /// agent's stop flag: a waiting call is held when it is set.
+    /// read again whenever the file changed, so `approve --always` and a hand edit count at the
+    /// next call). `stop` is the agent's stop flag: a waiting call is held when it is set.
     pub fn new(
         project: &str,
         dir: &Path,
@@ -74,7 +75,7 @@ impl Approvals {
         Approvals {
             project: project.to_string(),
             dir: dir.to_path_buf(),
-            config,
+            policy: ProjectPolicy::new(project, dir, config),
             tasks,
             notices,
             stop,
@@ -84,22 +85,21 @@ impl Approvals {
         }
     }
 
-    /// The policy in force: config.yml's, under PROJECT.md's.
-    pub fn policy(&self) -> ApprovalsConfig {
-        match pegasus_store::ProjectFile::load(&self.dir) {
-            Ok(p) => match ApprovalsConfig::from_yaml(p.get("approvals").as_ref()) {
-                Ok(project) => self.config.under(&project),
-                Err(_) => self.config.clone(),
-            },
-            // A PROJECT.md that does not load now: the config's rules still hold.
-            Err(_) => self.config.clone(),
-        }
+    /// The policy in force: config.yml's, under PROJECT.md's; refused while PROJECT.md does
+    /// not load (never config.yml's alone, which may be looser).
+    pub fn policy(&self) -> Result<Arc<Policy>, PolicyRefusal> {
+        self.policy.get()
     }
 
     /// What the policy says about a call of `tool` with `input`.
-    pub fn check(&self, tool: &str, input: &serde_json::Value) -> Verdict {
-        self.policy()
-            .decide(tool, command_of(tool, input).as_deref())
+    pub fn check(
+        &self,
+        tool: &str,
+        input: &serde_json::Value,
+    ) -> Result<PolicyDecision, PolicyRefusal> {
+        Ok(self
+            .policy()?
+            .decide(tool, command_of(tool, input).as_deref()))
     }
 
     /// Whether a call was left waiting because the process is stopping.
@@ -121,6 +121,10 @@ impl Approvals {
         input: &serde_json::Value,
     ) -> Gate {
         let command = command_of(tool, input);
+        let timeout_s = match self.policy() {
+            Ok(policy) => policy.timeout(),
+            Err(refusal) => return Gate::Result(ToolOutput::error(refusal.to_string())),
+        };
         let request = ApprovalRequest {
             id: store::new_id(),
             project: self.project.clone(),
@@ -130,7 +134,7 @@ impl Approvals {
             asked_at: Utc::now(),
             call_id: call_id.to_string(),
             input_json: input.to_string(),
-            timeout_s: self.policy().timeout(),
+            timeout_s,
             always: command.unwrap_or_else(|| tool.to_string()),
         };
         self.ask_request(request).await
@@ -379,7 +383,7 @@ pub fn held_after_restart(
             .map(|t| t.state == TaskState::Blocked)
             .unwrap_or(false);
         let settle = |decision: Decision| {
-            if open.answer.is_none() {
+            if open.state == RequestState::Pending {
                 let a = Answer {
                     decision,
                     by: "policy".into(),
@@ -391,7 +395,18 @@ pub fn held_after_restart(
                 tracing::warn!(id = %r.id, "cannot close the approval request: {e}");
             }
         };
-        if open.ran {
+        // Marked as run: its call started before the restart and was cut off.
+        let cut_off = match &open.state {
+            RequestState::Ran => true,
+            RequestState::Pending
+            | RequestState::Approved { .. }
+            | RequestState::Denied { .. }
+            | RequestState::Expired { .. }
+            | RequestState::Withdrawn { .. }
+            | RequestState::Unreadable
+            | RequestState::Closed => false,
+        };
+        if cut_off {
             tracing::warn!(id = %r.id, "an approved call was cut off by the restart: it is not run again");
             settle(Decision::Withdrawn {
                 why: "cut off by a restart".into(),

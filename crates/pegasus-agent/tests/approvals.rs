@@ -12,16 +12,29 @@ use std::time::Duration;
 use common::{calls, send, settings, text, Fixture, ScriptedModel};
 use pegasus_agent::transcript::check_valid;
 use pegasus_agent::{Agent, Approvals, StopKind};
+use pegasus_approvals::{self as store, Answer, ApprovalsConfig, Decision};
 use pegasus_proto::llm::Block;
 use pegasus_proto::TaskState;
-use pegasus_store::approvals::{self as store, Answer, ApprovalsConfig, Decision};
 
 fn policy(yaml: &str) -> ApprovalsConfig {
     let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
     ApprovalsConfig::from_yaml(Some(&v)).unwrap()
 }
 
+/// The project's PROJECT.md, with `approvals` its block (YAML flow style, e.g. `{exec: ask}`).
+fn project_md(approvals: &str) -> String {
+    format!(
+        "---\nname: demo\nstatus: active\ncreated: 2026-02-28T10:00:00Z\napprovals: {approvals}\n---\nA demo.\n"
+    )
+}
+
+/// The gate under config.yml's block `yaml`; the project's PROJECT.md adds nothing (one is
+/// written if the test has none: without it no gated call runs).
 fn gate(fx: &Fixture, agent: &mut Agent, yaml: &str) -> Arc<Approvals> {
+    let file = fx.dir.join("PROJECT.md");
+    if !file.exists() {
+        std::fs::write(&file, project_md("{}")).unwrap();
+    }
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     // The receiver is dropped: events are not what these tests look at.
     let g = Arc::new(Approvals::new(
@@ -209,6 +222,48 @@ async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
         ("denied: no answer within 1 s".into(), true)
     );
     assert_eq!(runs(&fx), 0);
+}
+
+/// The project's rules are stricter than config.yml's: while its PROJECT.md does not load, a
+/// gated call is refused with one line naming the file, never run under config.yml's looser
+/// policy; fixed, the project's rules hold again.
+#[tokio::test]
+async fn a_project_whose_project_md_does_not_load_runs_nothing() {
+    let fx = Fixture::new();
+    std::fs::write(fx.dir.join("PROJECT.md"), project_md("{exec: ask}")).unwrap();
+    let model = run_once_then("ok");
+    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    // config.yml allows every command.
+    let g = gate(&fx, &mut agent, "exec: allow");
+    let exec = serde_json::json!({"command": RUN_ONCE});
+    assert_eq!(
+        g.check("exec", &exec).unwrap(),
+        pegasus_approvals::PolicyDecision::Ask
+    );
+    // Broken by hand.
+    std::fs::write(
+        fx.dir.join("PROJECT.md"),
+        "---\nname: demo\nstatus: [\n---\n",
+    )
+    .unwrap();
+    send(&mut agent, "m1", "build it");
+    agent.run().await.unwrap();
+    let (result, is_error) = result_of(&model, "c1").unwrap();
+    assert!(is_error);
+    assert!(
+        result.starts_with("approval refused: PROJECT.md of demo does not load ("),
+        "{result}"
+    );
+    assert!(result.contains("PROJECT.md:"), "names the file: {result}");
+    assert!(result.ends_with("; fix it and retry"), "{result}");
+    assert_eq!(runs(&fx), 0, "the command did not run");
+    assert!(store::open_requests(&fx.dir).is_empty(), "nobody was asked");
+    // Fixed: the project's rules again.
+    std::fs::write(fx.dir.join("PROJECT.md"), project_md("{exec: ask}")).unwrap();
+    assert_eq!(
+        g.check("exec", &exec).unwrap(),
+        pegasus_approvals::PolicyDecision::Ask
+    );
 }
 
 #[tokio::test]

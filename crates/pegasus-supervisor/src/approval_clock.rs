@@ -10,10 +10,8 @@
 
 use crate::supervisor::{lock, Supervisor};
 use chrono::{DateTime, Utc};
+use pegasus_approvals::{self as store, Answer, AnswerError, ApprovalRequest, Decision, Seen};
 use pegasus_proto::{ctl::ApprovalInfo, worker::ToWorker};
-use pegasus_store::approvals::{
-    self as store, Answer, AnswerError, ApprovalRequest, Decision, Seen,
-};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

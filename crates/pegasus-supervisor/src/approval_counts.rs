@@ -23,7 +23,7 @@ impl ApprovalCounts {
         let mut counts = HashMap::new();
         if let Ok(entries) = std::fs::read_dir(&projects) {
             for e in entries.flatten() {
-                let n = pegasus_store::approvals::count_pending(&e.path());
+                let n = pegasus_approvals::count_pending(&e.path());
                 if n > 0 {
                     if let Some(name) = e.file_name().to_str() {
                         counts.insert(name.to_string(), n);
@@ -42,7 +42,7 @@ impl ApprovalCounts {
         if pegasus_store::validate_name(project).is_err() {
             return;
         }
-        let n = pegasus_store::approvals::count_pending(&self.projects.join(project));
+        let n = pegasus_approvals::count_pending(&self.projects.join(project));
         let mut counts = lock(&self.counts);
         if n == 0 {
             counts.remove(project);
@@ -73,7 +73,7 @@ impl ApprovalCounts {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use pegasus_store::approvals::{self as store, Answer, ApprovalRequest, Decision};
+    use pegasus_approvals::{self as store, Answer, ApprovalRequest, Decision};
 
     fn request(id: &str) -> ApprovalRequest {
         ApprovalRequest {

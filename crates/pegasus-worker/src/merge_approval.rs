@@ -6,16 +6,31 @@
 //! (`task merge`) is itself that yes and never asks.
 
 use pegasus_agent::Agent;
+use pegasus_approvals::{self as store, ApprovalRequest, Decision};
 use pegasus_proto::TaskState;
-use pegasus_store::approvals::{self as store, ApprovalRequest, Decision};
 use pegasus_tasks::{MergeState, Task, TaskUpdate};
 
 /// If the policy asks before merges, asks for `task` and returns the line for its sender;
 /// `None`: merge now.
 pub fn ask(agent: &Agent, task: &Task) -> Option<String> {
     let gate = agent.approvals()?;
-    let policy = gate.policy();
-    if !policy.merge_asks() || task.merge.is_some() {
+    if task.merge.is_some() {
+        return None;
+    }
+    let policy = match gate.policy() {
+        Ok(policy) => policy,
+        Err(refusal) => {
+            // The project's rules are unknown: never merge unasked; a person's `task merge`
+            // still can.
+            tracing::error!(task = %task.id, "{refusal}");
+            let _ = agent.update_task(&task.id, TaskUpdate::Merge(Some(MergeState::Pending)));
+            return Some(format!(
+                "Verified, not merged: {refusal}; then `pegasusctl task merge {}` merges it.",
+                task.id
+            ));
+        }
+    };
+    if !policy.merge_asks() {
         return None;
     }
     let repos = task

@@ -10,7 +10,7 @@ pub fn list(home: &Home, json: bool, name: Option<String>, full: bool) -> Result
     if let Some(n) = &name {
         super::project_dir(home, n)?;
     }
-    let waiting = pegasus_store::approvals::waiting(&home.projects_dir(), name.as_deref());
+    let waiting = pegasus_approvals::waiting(&home.projects_dir(), name.as_deref());
     if json {
         return super::print_json(&waiting);
     }
@@ -66,7 +66,7 @@ pub async fn answer(
     always: bool,
     reason: Option<String>,
 ) -> Result<(), CtlError> {
-    if !pegasus_store::approvals::valid_id(&id) {
+    if !pegasus_approvals::valid_id(&id) {
         return Err(CtlError::Failed(format!(
             "`{id}` is not an approval id (they look like ap-k3m9x2q7rt): see `pegasusctl approvals`"
         )));

@@ -99,7 +99,7 @@ async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, 
                         e,
                         costs.get(&e.name).copied().unwrap_or(0.0),
                     );
-                    info.approvals = pegasus_store::approvals::count_pending(&e.dir);
+                    info.approvals = pegasus_approvals::count_pending(&e.dir);
                     info
                 })
                 .collect();

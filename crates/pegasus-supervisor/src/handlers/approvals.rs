@@ -4,8 +4,8 @@
 //! whoever gives it — and tells the worker, which runs or refuses the call.
 
 use crate::{error::RequestError, supervisor::Supervisor};
+use pegasus_approvals::{self as store, Answer, AnswerError, Decision, RequestState};
 use pegasus_proto::{ctl::ApprovalInfo, worker::ToWorker, Channel};
-use pegasus_store::approvals::{self as store, Answer, AnswerError, Decision};
 use pegasus_store::ProjectFile;
 
 /// The waiting requests, oldest first (every project's, or `project`'s), without those whose
@@ -43,8 +43,30 @@ pub(crate) async fn answer(
             None => not_found(),
         });
     };
-    if let Some(a) = store::read_answer(&dir, id) {
-        return Err(already(id, &a));
+    match store::read_state(&dir, id) {
+        Some(RequestState::Pending) => {}
+        // Found open a moment ago: closed since, so answered.
+        None | Some(RequestState::Closed) => {
+            return Err(match store::closed_answer(&sup.home.projects_dir(), id) {
+                Some(a) => already(id, &a),
+                None => not_found(),
+            })
+        }
+        Some(
+            RequestState::Approved { .. }
+            | RequestState::Ran
+            | RequestState::Denied { .. }
+            | RequestState::Expired { .. }
+            | RequestState::Withdrawn { .. }
+            | RequestState::Unreadable,
+        ) => {
+            return Err(match store::read_answer(&dir, id) {
+                Some(a) => already(id, &a),
+                None => RequestError::Refused(format!(
+                    "approval {id} was already answered, but its answer does not load"
+                )),
+            })
+        }
     }
     if chrono::Utc::now() >= sup.approval_clock.expires_at(&request) {
         // pegasusd's clock denies it within a second (its worker's too).
@@ -74,7 +96,7 @@ pub(crate) async fn answer(
     }
     // Only once this answer won: a call that was refused never adds to the allow list.
     let kept = if approve && always {
-        // pegasusd is PROJECT.md's one writer; the worker reads the policy at every check.
+        // pegasusd is PROJECT.md's one writer; the worker reads the policy again once it changed.
         let _guard = sup.lifecycle_lock.lock().await;
         allow_always(&dir, &project, &request).err()
     } else {

@@ -1,0 +1,189 @@
+//! The policy in force for one project (SPEC §11): config.yml's `approvals:` block under its
+//! PROJECT.md's (both as written: [`pegasus_store::approvals::ApprovalsConfig`]), and what it
+//! says about one call.
+
+use pegasus_store::approvals::{ApprovalsConfig, MergeMode, Mode};
+
+use crate::glob::{command_allowed, glob_match, literal_len};
+
+/// Default `approvals.timeout_s`: an hour.
+pub const DEFAULT_TIMEOUT_S: u64 = 3600;
+/// The pseudo-tool name of a merge approval (`merge: ask`).
+pub const MERGE_TOOL: &str = "merge";
+
+/// The policy in force: one block, or config.yml's with a project's over it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    block: ApprovalsConfig,
+}
+
+impl Policy {
+    /// The policy of one block alone (config.yml's, for a project that adds nothing).
+    pub fn of(block: ApprovalsConfig) -> Policy {
+        Policy { block }
+    }
+
+    /// `project`'s block over `config`'s: scalars replace, `allow` extends, `tools` merge per
+    /// glob with the project's winning.
+    pub fn under(config: &ApprovalsConfig, project: &ApprovalsConfig) -> Policy {
+        let mut out = config.clone();
+        if project.exec.is_some() {
+            // The same as the project writing `tools: {exec: ...}`: it wins over the config's.
+            out.exec = project.exec;
+            out.tools.remove("exec");
+        }
+        for g in &project.allow {
+            if !out.allow.contains(g) {
+                out.allow.push(g.clone());
+            }
+        }
+        out.tools.extend(project.tools.clone());
+        out.merge = project.merge.or(out.merge);
+        out.timeout_s = project.timeout_s.or(out.timeout_s);
+        Policy { block: out }
+    }
+
+    /// The merged block.
+    pub fn block(&self) -> &ApprovalsConfig {
+        &self.block
+    }
+
+    /// Seconds a request waits.
+    pub fn timeout(&self) -> u64 {
+        self.block.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S)
+    }
+
+    /// `merge: ask`, and no `tools: {merge: allow}` (what `approve --always` on a merge wrote
+    /// before it wrote `merge: auto`) that says otherwise?
+    pub fn merge_asks(&self) -> bool {
+        self.block.merge == Some(MergeMode::Ask)
+            && self.block.tools.get(MERGE_TOOL) != Some(&Mode::Allow)
+    }
+
+    /// What the policy says about a call of `tool` (for `exec`, `command` is its line).
+    pub fn decide(&self, tool: &str, command: Option<&str>) -> PolicyDecision {
+        // `exec:` is `tools: {exec: ...}`: an exact name, so it beats every glob. Otherwise the
+        // most specific glob that matches the name: an exact name first, then the one with the
+        // most literal characters, then the stricter mode.
+        let exec_key = (tool == "exec" && !self.block.tools.contains_key("exec"))
+            .then_some(self.block.exec)
+            .flatten();
+        let entry = self
+            .block
+            .tools
+            .iter()
+            .filter(|(g, _)| glob_match(g, tool))
+            .max_by_key(|(g, m)| (*g == tool, literal_len(g), **m));
+        let (mode, label) = match (exec_key, entry) {
+            (Some(m), _) => (m, "approvals.exec".to_string()),
+            (None, Some((g, m))) => (*m, format!("approvals.tools[{g}]")),
+            (None, None) => (Mode::Allow, String::new()),
+        };
+        match mode {
+            Mode::Allow => PolicyDecision::Allow,
+            Mode::Deny => PolicyDecision::Deny(label),
+            Mode::Ask => match (tool, command) {
+                ("exec", Some(line))
+                    if self.block.allow.iter().any(|g| command_allowed(g, line)) =>
+                {
+                    PolicyDecision::Allow
+                }
+                _ => PolicyDecision::Ask,
+            },
+        }
+    }
+}
+
+/// What the policy says about one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyDecision {
+    /// It runs without asking.
+    Allow,
+    /// A person says yes or no first.
+    Ask,
+    /// Refused; the policy key that refused it (`approvals.tools[GLOB]`).
+    Deny(String),
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn block(yaml: &str) -> ApprovalsConfig {
+        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
+        ApprovalsConfig::from_yaml(Some(&v)).unwrap()
+    }
+
+    fn policy(yaml: &str) -> Policy {
+        Policy::of(block(yaml))
+    }
+
+    #[test]
+    fn decisions_follow_exec_allow_and_tool_globs() {
+        let p = policy(
+            "exec: ask\nallow: [\"git status\", \"cargo test*\"]\ntools: {\"mcp__*\": ask, \"mcp__safe__*\": allow, write_file: deny}",
+        );
+        assert_eq!(p.decide("exec", Some("git status")), PolicyDecision::Allow);
+        assert_eq!(
+            p.decide("exec", Some("cargo test -q")),
+            PolicyDecision::Allow
+        );
+        assert_eq!(p.decide("exec", Some("rm -rf build")), PolicyDecision::Ask);
+        assert_eq!(
+            p.decide("exec", Some("git status; rm x")),
+            PolicyDecision::Ask
+        );
+        assert_eq!(p.decide("mcp__github__push", None), PolicyDecision::Ask);
+        assert_eq!(p.decide("mcp__safe__read", None), PolicyDecision::Allow);
+        assert_eq!(
+            p.decide("write_file", None),
+            PolicyDecision::Deny("approvals.tools[write_file]".into())
+        );
+        assert_eq!(p.decide("read_file", None), PolicyDecision::Allow);
+        // Defaults: everything allowed.
+        let d = Policy::default();
+        assert_eq!(d.decide("exec", Some("rm -rf /")), PolicyDecision::Allow);
+        assert_eq!(d.timeout(), 3600);
+        assert!(!d.merge_asks());
+        // `tools: {exec: ...}` is the same as `exec:` and wins over it.
+        let t = policy("exec: allow\ntools: {exec: deny}");
+        assert_eq!(
+            t.decide("exec", Some("ls")),
+            PolicyDecision::Deny("approvals.tools[exec]".into())
+        );
+        assert_eq!(
+            policy("exec: deny").decide("exec", Some("ls")),
+            PolicyDecision::Deny("approvals.exec".into())
+        );
+        // `exec:` is exact: no glob overrides it; ties between globs go to the stricter mode.
+        let g = policy("exec: deny\ntools: {\"*\": allow, \"e*\": allow}");
+        assert_eq!(
+            g.decide("exec", Some("rm -rf ~")),
+            PolicyDecision::Deny("approvals.exec".into())
+        );
+        let tie = policy("tools: {\"*__push\": allow, \"mcp__*h\": deny}");
+        assert!(matches!(
+            tie.decide("mcp__gh__push", None),
+            PolicyDecision::Deny(_)
+        ));
+        // A project's `exec:` wins over the config's `tools: {exec: ...}`.
+        let merged = Policy::under(&block("tools: {exec: deny}"), &block("exec: allow"));
+        assert_eq!(merged.decide("exec", Some("ls")), PolicyDecision::Allow);
+    }
+
+    #[test]
+    fn a_project_block_extends_allow_and_wins_per_glob() {
+        let config = block(
+            "exec: ask\nallow: [\"ls\"]\ntools: {\"mcp__*\": ask, edit_file: ask}\ntimeout_s: 60",
+        );
+        let project = block("allow: [\"make\"]\ntools: {\"mcp__*\": allow}\nmerge: ask");
+        let p = Policy::under(&config, &project);
+        assert_eq!(p.block().exec, Some(Mode::Ask));
+        assert_eq!(p.block().allow, vec!["ls".to_string(), "make".to_string()]);
+        assert_eq!(p.decide("mcp__x__y", None), PolicyDecision::Allow);
+        assert_eq!(p.decide("edit_file", None), PolicyDecision::Ask);
+        assert!(p.merge_asks());
+        assert_eq!(p.timeout(), 60);
+    }
+}
