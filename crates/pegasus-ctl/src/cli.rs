@@ -14,6 +14,7 @@ pub struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The verb to run.
     #[command(subcommand)]
     pub command: Command,
 }

@@ -11,6 +11,8 @@ use pegasus_proto::{
 };
 use pegasus_store::Home;
 
+/// A connection to pegasusd's control socket that said hello and was welcomed: each
+/// [`Client::request`] gets exactly one response.
 pub struct Client {
     reader: FrameReader<tokio::io::ReadHalf<Stream>>,
     writer: FrameWriter<tokio::io::WriteHalf<Stream>>,

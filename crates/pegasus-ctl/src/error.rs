@@ -5,13 +5,19 @@
 pub enum CtlError {
     /// Exit code 3.
     #[error("pegasusd is not running on {home}: start it with `pegasusd --home {home}`")]
-    NotRunning { home: String },
+    NotRunning {
+        /// The home directory, as shown to the user.
+        home: String,
+    },
     /// Exit code 1: a pegasusd holds the home but does not answer on its socket: it is stopping
     /// (its workers finish) or still starting. `status`, `stop` and a second `pegasusd` agree.
     #[error("{}", not_serving(.home, .pid, *.stopping))]
     NotServing {
+        /// The home directory, as shown to the user.
         home: String,
+        /// The holding pegasusd's pid from its pid file, or `unknown`.
         pid: String,
+        /// Whether its pid file says it is stopping (else it is starting).
         stopping: bool,
     },
     /// Exit code 1: the daemon refused, or something failed.
@@ -33,6 +39,7 @@ impl CtlError {
         CtlError::Failed(e.to_string())
     }
 
+    /// The process exit code for this error: 3 when no daemon runs, else 1.
     pub fn exit_code(&self) -> u8 {
         match self {
             CtlError::NotRunning { .. } => 3,

@@ -15,6 +15,7 @@ pub enum Format {
 /// client actually sent (headers, prompt, tools, streaming flag, timing).
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    /// Which API it spoke, from its path.
     pub format: Format,
     /// Request target as sent, e.g. `/v1/messages`.
     pub path: String,

@@ -56,7 +56,9 @@ pub enum BrokenUpdates {
 /// A message the bot sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SentMessage {
+    /// The chat it was sent to (`chat_id` of `sendMessage`).
     pub chat_id: i64,
+    /// The text as sent.
     pub text: String,
     /// The `message_id` the server gave it.
     pub message_id: i64,
@@ -67,6 +69,7 @@ pub struct SentMessage {
 /// One button of an inline keyboard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Button {
+    /// The label shown on the button.
     pub text: String,
     /// `None` for a button with another action (`url`, ...).
     pub callback_data: Option<String>,
@@ -78,10 +81,20 @@ pub enum PressOn {
     /// A message the bot sent in `chat_id` (`message` is that message; a message id the fake
     /// did not send is shaped as a bot message with a placeholder text, as in a chat the bot
     /// wrote to before the test started).
-    Message { chat_id: i64, message_id: i64 },
+    Message {
+        /// The chat the message is in.
+        chat_id: i64,
+        /// The message's `message_id`.
+        message_id: i64,
+    },
     /// A message too old to be accessible: `InaccessibleMessage` (`chat`, `message_id`,
     /// `date: 0`).
-    Inaccessible { chat_id: i64, message_id: i64 },
+    Inaccessible {
+        /// The chat the message is in.
+        chat_id: i64,
+        /// The message's `message_id`.
+        message_id: i64,
+    },
     /// A message sent in inline mode: no `message`, an `inline_message_id` instead.
     Inline,
 }
@@ -89,7 +102,9 @@ pub enum PressOn {
 /// How the bot answered a button press (`answerCallbackQuery`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallbackAnswer {
+    /// The `text` the bot showed the user; `None` when it gave none.
     pub text: Option<String>,
+    /// Whether the text was shown as an alert instead of a notification (`show_alert`).
     pub show_alert: bool,
 }
 
@@ -100,9 +115,11 @@ pub struct Press {
     pub id: String,
     /// The update that carried it.
     pub update_id: i64,
+    /// What the pressed button's message is.
     pub on: PressOn,
     /// The user who pressed (`callback_query.from.id`).
     pub from: i64,
+    /// The button's `callback_data`.
     pub data: String,
     /// `None` until the bot answers it.
     pub answer: Option<CallbackAnswer>,

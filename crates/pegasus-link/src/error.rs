@@ -14,22 +14,35 @@ pub enum LinkError {
     /// A file or folder under the TLS folder could not be read or written.
     #[error("{}: {source}: check that the folder exists and belongs to the user pegasusd runs as", path.display())]
     Io {
+        /// The file or folder.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
 
     /// The CA's key and certificate on disk do not belong together (one was replaced by hand).
     #[error("{}: the CA key and certificate do not belong together: move the folder away to make a new CA (remote workers then need a relaunch)", dir.display())]
-    CaMismatch { dir: PathBuf },
+    CaMismatch {
+        /// The TLS folder that holds them.
+        dir: PathBuf,
+    },
 
     /// A key or certificate on disk could not be parsed.
     #[error("{}: not a readable {what}: move the TLS folder away to make new ones", path.display())]
-    BadFile { path: PathBuf, what: &'static str },
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold (`certificate`, `private key`).
+        what: &'static str,
+    },
 
     /// A name the server certificate should carry is neither a DNS name nor an IP address.
     #[error("`{name}` cannot be a server certificate name: give a DNS name or an IP address, without a port")]
-    ServerName { name: String },
+    ServerName {
+        /// The name as given (a launcher's `connect` host).
+        name: String,
+    },
 
     /// rcgen or ring refused to make a key or a certificate (a bug or a broken system RNG).
     #[error(
@@ -39,27 +52,50 @@ pub enum LinkError {
 
     /// A bootstrap value is missing or malformed in a launched worker's environment or input.
     #[error("{var} {problem}: a remote worker must be launched by pegasusd, which sets PEGASUS_CONNECT and PEGASUS_CA_SHA256 in its environment and sends PEGASUS_ENROLL=<token> on its standard input")]
-    Bootstrap { var: &'static str, problem: String },
+    Bootstrap {
+        /// The variable (`PEGASUS_CONNECT`, `PEGASUS_CA_SHA256`, `PEGASUS_ENROLL`).
+        var: &'static str,
+        /// What is wrong with it (missing, malformed, and how).
+        problem: String,
+    },
 
     /// The worker kept trying to reach pegasusd and never got a TCP connection.
     #[error("could not reach pegasusd at {addr} for {waited_s} s ({last}): check the launcher's `connect` address and pegasusd's `workers.listen`")]
     Unreachable {
+        /// The `connect` address (`host:port`) the worker was launched with.
         addr: String,
+        /// How long it kept trying, in seconds.
         waited_s: u64,
+        /// The last connection error.
         last: String,
     },
 
     /// The server at the address is not the pegasusd that launched this worker (or not TLS).
     #[error("pegasusd at {addr} is not trusted: {reason}: check PEGASUS_CA_SHA256 and that `connect` names the pegasusd that launched this worker")]
-    UntrustedServer { addr: String, reason: String },
+    UntrustedServer {
+        /// The `connect` address (`host:port`).
+        addr: String,
+        /// Why its certificate was not accepted.
+        reason: String,
+    },
 
     /// pegasusd refused this worker's enrollment or its certificate, with its reason.
     #[error("pegasusd at {addr} refused this worker: {reason}: relaunch the worker from pegasusd (a token works once, for 60 s)")]
-    Refused { addr: String, reason: String },
+    Refused {
+        /// The `connect` address (`host:port`).
+        addr: String,
+        /// pegasusd's reason as it sent it, or the TLS alert it answered with.
+        reason: String,
+    },
 
     /// The TLS handshake or the enrollment exchange failed for another reason.
     #[error("the link to pegasusd at {addr} failed: {reason}: check the network between the hosts and that both run the same Pegasus version")]
-    Link { addr: String, reason: String },
+    Link {
+        /// The `connect` address (`host:port`).
+        addr: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 impl LinkError {

@@ -11,15 +11,24 @@ pub enum Refusal {
     #[error(
         "plain TCP, not TLS (first byte {first_byte:#04x}): remote workers must use mutual TLS"
     )]
-    PlainTcp { first_byte: u8 },
+    PlainTcp {
+        /// The first byte the peer sent (a TLS handshake starts with `0x16`).
+        first_byte: u8,
+    },
 
     /// The peer closed before it finished what it had to say.
     #[error("the peer closed the connection during {during}")]
-    Closed { during: &'static str },
+    Closed {
+        /// The step it was in (`the TLS handshake`, `the enrollment`, ...).
+        during: &'static str,
+    },
 
     /// The peer did not finish a step within [`crate::ACCEPT_TIMEOUT`].
     #[error("timed out after {} s during {during}", crate::ACCEPT_TIMEOUT.as_secs())]
-    Timeout { during: &'static str },
+    Timeout {
+        /// The step it was in (`the TLS handshake`, `the enrollment`, ...).
+        during: &'static str,
+    },
 
     /// The peer presented a client certificate this CA did not sign, or one no longer valid.
     #[error("bad client certificate: {0}")]
@@ -45,21 +54,35 @@ pub enum Refusal {
     /// The worker's Hello names another project than its certificate
     /// ([`crate::check_hello_project`]).
     #[error("the certificate is for project `{certified}` but the hello says `{hello}`")]
-    OtherProject { certified: String, hello: String },
+    OtherProject {
+        /// The project the certificate was issued for.
+        certified: String,
+        /// The project the Hello names.
+        hello: String,
+    },
 
     /// A certificate of this CA for `project`, but not the one its latest enrollment was issued
     /// (an earlier link's, or one from before pegasusd restarted): revoked.
     #[error("the client certificate for project `{project}` is revoked (only the certificate of its latest enrollment is valid, for one link): the worker must enroll again")]
-    CertificateRevoked { project: String },
+    CertificateRevoked {
+        /// The project the certificate names.
+        project: String,
+    },
 
     /// The project's current certificate, presented again after its link started.
     #[error("the client certificate for project `{project}` already served a link (a certificate serves one): the worker must enroll again")]
-    CertificateUsed { project: String },
+    CertificateUsed {
+        /// The project the certificate names.
+        project: String,
+    },
 
     /// The hello's token is not the one the link's certificate was enrolled with
     /// ([`crate::Certified::check_hello`]).
     #[error("the hello's token is not the one this certificate of project `{project}` was enrolled with")]
-    HelloNotBound { project: String },
+    HelloNotBound {
+        /// The project the certificate names.
+        project: String,
+    },
 }
 
 /// Why an enrollment token was refused.
@@ -76,7 +99,12 @@ pub enum TokenRefusal {
     Expired,
     /// Issued for another project than the one the worker enrolls for.
     #[error("token is for project `{issued_for}`, not `{asked}`")]
-    OtherProject { issued_for: String, asked: String },
+    OtherProject {
+        /// The project the token was issued for.
+        issued_for: String,
+        /// The project the enrollment asks a certificate for.
+        asked: String,
+    },
 }
 
 /// Checks the project a connected worker names in its Hello against the one its certificate was

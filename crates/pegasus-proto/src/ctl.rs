@@ -10,28 +10,43 @@ use serde::{Deserialize, Serialize};
 /// Client → daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CtlRequest {
+    /// The first frame of every connection: the client's [`crate::PROTOCOL_VERSION`].
     Hello {
+        /// The version the client was built with; another number than the daemon's is refused with
+        /// [`CtlResponse::Error`].
         protocol_version: u32,
     },
+    /// `status`: the daemon's pid, uptime, spend today and every project; answered with
+    /// [`CtlResponse::Status`].
     Status,
+    /// `project create`: folders and PROJECT.md, then a worker; answered with
+    /// [`CtlResponse::Project`].
     ProjectCreate(CreateProject),
     /// `status` keeps the projects in one lifecycle status, or the invalid ones.
     ProjectList {
+        /// `None` lists every project.
         status: Option<ProjectFilter>,
     },
+    /// `project show`: one project; answered with [`CtlResponse::Project`].
     ProjectShow {
+        /// The project's name, as its folder under `projects/`.
         name: String,
     },
     /// One lifecycle verb (SPEC §4).
     ProjectLifecycle {
+        /// The project's name, as its folder under `projects/`.
         name: String,
+        /// Which lifecycle change to make.
         verb: LifecycleVerb,
     },
     /// Deliver a message to the project's worker; answered with `Sent` once it is durably
     /// persisted, or with `Reply` once the project's agent answered when `wait` is set.
     ProjectSend {
+        /// The project's name, as its folder under `projects/`.
         name: String,
+        /// The message as the user wrote it.
         text: String,
+        /// Answer with the agent's `Reply` instead of `Sent` once the message is persisted.
         wait: bool,
         /// The sender's id for this message (SPEC §11, `--id`, `Idempotency-Key`, Telegram's
         /// `update_id`): a repeat is answered with the first message's id and runs nothing
@@ -40,11 +55,14 @@ pub enum CtlRequest {
     },
     /// A message to the MainAgent; answered with `Reply`.
     Chat {
+        /// The message as the user wrote it.
         text: String,
     },
     /// `task cancel|retry|replay`: one verb on one task (found by id in any project).
     TaskVerb {
+        /// The task's id (`t-...`), unique across projects.
         id: String,
+        /// What to do with the task.
         verb: TaskVerb,
     },
     /// `task add`: a new task for a project, frozen and ready (SPEC §10); answered with
@@ -52,24 +70,35 @@ pub enum CtlRequest {
     TaskAdd(AddTask),
     /// `task answer`: the answer to a blocked task's question; the task goes back to ready.
     TaskAnswer {
+        /// The blocked task's id.
         id: String,
+        /// The answer as the user wrote it, given to the task's agent.
         text: String,
     },
     /// `role assign`: record a role assignment (with template variables) in PROJECT.md.
     RoleAssign {
+        /// The project's name, as its folder under `projects/`.
         project: String,
+        /// The role's id (a built-in role or one in `<home>/roles`).
         role: String,
+        /// Template variables of the role as `(name, value)` pairs (`--var name=value`).
         variables: Vec<(String, String)>,
     },
     /// `project run`: plan a brief into phases and run them autonomously.
     RunStart {
+        /// The project's name, as its folder under `projects/`.
         project: String,
+        /// What the user asked for; the planner splits it into phases.
         brief: String,
+        /// Attempts per phase before the phase (and the run) fails (`--max-attempts`, 3 by
+        /// default).
         max_attempts: u32,
     },
     /// `run cancel|pause|resume`: steer the project's latest run.
     RunControl {
+        /// The project's name, as its folder under `projects/`.
         project: String,
+        /// What to do with the run.
         action: RunAction,
     },
     /// Follow the daemon's event bus (every project, or one): answered by
@@ -77,6 +106,7 @@ pub enum CtlRequest {
     /// [`CtlResponse::Event`] frames (and another `Resync` after a gap) until the client hangs
     /// up. The connection takes no other request afterwards.
     Follow {
+        /// Only this project's events; `None` follows every project and the MainAgent.
         project: Option<String>,
     },
     /// Graceful daemon shutdown.
@@ -84,11 +114,14 @@ pub enum CtlRequest {
     /// `approvals [NAME]`: the tool calls waiting for a person; answered with
     /// [`CtlResponse::Approvals`].
     Approvals {
+        /// Only this project's approvals; `None` lists every project's.
         project: Option<String>,
     },
     /// `approve ID [--always]` / `deny ID [--reason T]`.
     ApprovalAnswer {
+        /// The approval's id (`ap-...`), as [`ApprovalInfo::id`].
         id: String,
+        /// `true` lets the tool call run, `false` refuses it.
         approve: bool,
         /// Approve: add the exact command line (or the tool) to the project's allow list.
         always: bool,
@@ -140,13 +173,18 @@ impl ProjectFilter {
 /// The lifecycle verbs of a project (SPEC §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LifecycleVerb {
+    /// Stop the worker; the project keeps its files and can be resumed.
     Suspend,
+    /// Start a suspended project's worker again (or a crash-looping one).
     Resume,
+    /// Mark the project completed and stop its worker.
     Complete,
+    /// Archive a completed project; nothing is deleted.
     Archive,
 }
 
 impl LifecycleVerb {
+    /// Every verb, for exhaustive tests.
     pub const ALL: [LifecycleVerb; 4] = [
         LifecycleVerb::Suspend,
         LifecycleVerb::Resume,
@@ -168,8 +206,11 @@ impl LifecycleVerb {
 /// What `task cancel|retry|replay` asks of one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskVerb {
+    /// Cancel a task that has not ended.
     Cancel,
+    /// Send a failed task back to ready.
     Retry,
+    /// A new task from this task's frozen spec.
     Replay,
     /// A planned task (e.g. made by a schedule) may run: planned → ready.
     Approve,
@@ -178,6 +219,7 @@ pub enum TaskVerb {
 }
 
 impl TaskVerb {
+    /// Every verb, for exhaustive tests.
     pub const ALL: [TaskVerb; 5] = [
         TaskVerb::Cancel,
         TaskVerb::Retry,
@@ -190,12 +232,16 @@ impl TaskVerb {
 /// How `run cancel|pause|resume` steers a project's latest run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunAction {
+    /// Cancel the run at its next step.
     Cancel,
+    /// Pause the run at its next step.
     Pause,
+    /// Resume a paused run.
     Resume,
 }
 
 impl RunAction {
+    /// Every action, for exhaustive tests.
     pub const ALL: [RunAction; 3] = [RunAction::Cancel, RunAction::Pause, RunAction::Resume];
 
     /// The word the CLI uses.
@@ -211,6 +257,7 @@ impl RunAction {
 /// Arguments of `task add`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AddTask {
+    /// The project's name, as its folder under `projects/`.
     pub project: String,
     /// What must be achieved.
     pub goal: String,
@@ -231,40 +278,58 @@ pub struct AddTask {
 /// Arguments of `project create`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateProject {
+    /// Folder and project name, as its folder under `projects/`.
     pub name: String,
+    /// What the project should achieve; the first section of its system prompt.
     pub goal: String,
+    /// Context the agent needs (PROJECT.md's optional `## Background`).
     pub background: Option<String>,
+    /// Rules the agent must follow (PROJECT.md's optional `## Constraints`).
     pub constraints: Option<String>,
+    /// `provider/model` instead of config.yml's default model; `None` keeps the default.
     pub model: Option<String>,
+    /// The directory a code project works in; `None` for none.
     pub workdir: Option<String>,
 }
 
 /// Daemon → client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CtlResponse {
+    /// The answer to [`CtlRequest::Hello`]: the daemon accepts the connection.
     Welcome {
+        /// pegasusd's process id.
         daemon_pid: u32,
+        /// The daemon's [`crate::PROTOCOL_VERSION`].
         protocol_version: u32,
     },
+    /// The answer to [`CtlRequest::Status`].
     Status(DaemonStatus),
+    /// One project, for `project show`, `project create` and a lifecycle verb.
     Project(Box<ProjectInfo>),
+    /// Every project a [`CtlRequest::ProjectList`] keeps.
     Projects(Vec<ProjectInfo>),
     /// A message was persisted by the worker under this id.
     Sent {
+        /// The message's id in the project's session.
         id: String,
     },
     /// An agent's answer.
     Reply {
+        /// The id of the message it answers.
         id: String,
+        /// The agent's answer text.
         text: String,
     },
     /// Done; a one-line human summary.
     Done {
+        /// What was done, for the user.
         message: String,
     },
     /// `task add` made task `id`.
     TaskAdded {
+        /// The new task's id.
         id: String,
+        /// One line for the user.
         message: String,
     },
     /// The connection itself is refused (before or at hello: another protocol version, a
@@ -272,6 +337,7 @@ pub enum CtlResponse {
     /// so a client of any build can read why it was dropped. A refused *request* is
     /// [`CtlResponse::Failed`].
     Error {
+        /// One line for the user that says what to do.
         message: String,
     },
     /// One event of the bus, for a [`CtlRequest::Follow`] connection.
@@ -279,12 +345,15 @@ pub enum CtlResponse {
     /// The follower fell behind and `missed` events were dropped for it: whatever it shows
     /// from events should be re-read from the files.
     Resync {
+        /// How many events were dropped since the last one it got.
         missed: u64,
     },
     /// A request was refused or failed: what kind (the one thing clients decide on, e.g. the
     /// dashboard's HTTP status) and one line for the user that says what to do.
     Failed {
+        /// What kind of failure, for clients to decide on.
         kind: ErrorKind,
+        /// One line for the user that says what to do.
         message: String,
     },
     /// The waiting approvals, oldest first.
@@ -297,7 +366,9 @@ pub enum CtlResponse {
 pub struct ApprovalInfo {
     /// Stable across restarts; what `approve` and `deny` take.
     pub id: String,
+    /// The project whose agent made the call (`main` for the MainAgent).
     pub project: String,
+    /// The id of the task that made the call.
     pub task: String,
     /// The tool's name (`exec`, `mcp__NAME__TOOL`, ...), or `merge`.
     pub tool: String,
@@ -378,10 +449,15 @@ impl ErrorKind {
 /// What `status` shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DaemonStatus {
+    /// pegasusd's process id.
     pub pid: u32,
+    /// Seconds since pegasusd started.
     pub uptime_s: u64,
+    /// pegasusd's home directory (the root of `config.yml`, `projects/`, ...).
     pub home: String,
+    /// USD spent on model calls today (UTC), all projects and the MainAgent together.
     pub cost_today_usd: f64,
+    /// Every project, as [`ProjectInfo`] rows with their worker's live facts.
     pub projects: Vec<ProjectInfo>,
     /// What waits for the user, one line each: blocked tasks with their question or reason,
     /// verified tasks whose merge is pending (from the task indexes, by pegasusd).
@@ -398,34 +474,47 @@ pub struct DaemonStatus {
 /// Serialized to JSON by `pegasusctl --json`, so field names are part of the CLI contract.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProjectInfo {
+    /// The project's name, as its folder under `projects/`.
     pub name: String,
     /// Lifecycle status from PROJECT.md; `None` when it does not load (`error` says why),
     /// written `invalid`.
     #[serde(with = "status_or_invalid")]
     pub status: Option<ProjectStatus>,
+    /// PROJECT.md's `provider/model`; `None` when it names none (config.yml's default applies).
     pub model: Option<String>,
+    /// PROJECT.md's working directory (code projects); `None` for none.
     pub workdir: Option<String>,
+    /// The worker's process id while one runs (on `worker_host` for a remote worker); `None` when
+    /// none runs.
     pub worker_pid: Option<u32>,
     /// Where the worker runs when that is not this machine (SPEC §14: the address its link
     /// comes from); `None` for a local worker.
     #[serde(default)]
     pub worker_host: Option<String>,
+    /// What the project's worker process is doing now.
     pub worker_state: WorkerState,
     /// Crash restarts since the daemon started.
     pub restarts: u32,
     /// How the last unrequested exit ended (`exit code 3`, `signal 9 (SIGKILL)`), and when.
     pub last_crash: Option<String>,
+    /// When the last crash happened (RFC 3339, UTC); `None` if it never crashed.
     pub last_crash_at: Option<String>,
+    /// USD spent by the project's model calls over the whole ledger.
     pub cost_usd: f64,
+    /// When the project was created (RFC 3339, UTC, from PROJECT.md); `None` when it does not load.
     pub created: Option<String>,
+    /// When it was last suspended (RFC 3339, UTC, from PROJECT.md); `None` if it is not.
     pub suspended: Option<String>,
+    /// When it was completed (RFC 3339, UTC, from PROJECT.md); `None` if it is not.
     pub completed: Option<String>,
+    /// The project's goal from PROJECT.md; `None` when it does not load.
     pub goal: Option<String>,
     /// Why the project is invalid.
     pub error: Option<String>,
     /// The task its worker is running, and that task's cognitive stage (`reasoning`,
     /// `acting`, `reflecting`; SPEC §7).
     pub task: Option<String>,
+    /// The cognitive stage of `task`; `None` when no task runs.
     pub stage: Option<Stage>,
     /// Code projects (`project show` only): branches of ended tasks kept because they hold
     /// commits their base branch lacks, as `repo: branch (task ID)`.
@@ -446,6 +535,7 @@ pub struct ProjectInfo {
 pub struct LimitsInfo {
     /// Memory of the worker and everything it starts, as written (`2G`).
     pub memory: String,
+    /// `memory` in bytes.
     pub memory_bytes: u64,
     /// Processes and threads of its commands.
     pub pids: u64,

@@ -146,38 +146,57 @@ impl fmt::Display for Stage {
 pub enum WorkerEvent {
     /// A task moved to `state` (with why, for a stop that was not an answer).
     Task {
+        /// The task's id.
         task: String,
+        /// The task's one-line title; `None` when the restart rule reports a task it moved.
         title: Option<String>,
+        /// The state it moved to.
         state: TaskState,
+        /// Why it moved there (the task's stop reason, or what the restart rule did); `None` when
+        /// nothing says why.
         reason: Option<String>,
     },
     /// A running task entered a cognitive stage.
     Stage {
+        /// The task's id; `None` for work outside a task.
         task: Option<String>,
+        /// 0 for the task's own agent, 1+ for its subagents.
         depth: u32,
+        /// The stage it entered.
         stage: Stage,
     },
     /// A tool call started: its tool and what it was given, cut to a line (`project log -f`
     /// shows the agent at work with it).
     ToolStart {
+        /// The task's id; `None` for work outside a task.
         task: Option<String>,
+        /// 0 for the task's own agent, 1+ for its subagents.
         depth: u32,
+        /// The tool's name (`exec`, `read_file`, `mcp__NAME__TOOL`, ...).
         name: String,
+        /// What the tool was given, cut to one line.
         summary: String,
     },
     /// A tool call finished.
     ToolCall {
+        /// The task's id; `None` for work outside a task.
         task: Option<String>,
+        /// 0 for the task's own agent, 1+ for its subagents.
         depth: u32,
+        /// The tool's name, as in its [`WorkerEvent::ToolStart`].
         name: String,
+        /// Whether the tool's output is an error (given to the model as the call's result).
         is_error: bool,
     },
     /// A model call answered: what it used and cost.
     ModelUsage {
+        /// The task's id; `None` for work outside a task (compaction between tasks).
         task: Option<String>,
+        /// 0 for the task's own agent, 1+ for its subagents.
         depth: u32,
         /// `provider/model` actually used.
         model: String,
+        /// Tokens the call used, as the provider reported them.
         usage: Usage,
         /// `None` when the price table does not know the model.
         cost_usd: Option<f64>,
@@ -185,18 +204,31 @@ pub enum WorkerEvent {
         stop_reason: StopReason,
     },
     /// A streamed piece of the model's text, as it arrives.
-    TextDelta { task: Option<String>, text: String },
+    TextDelta {
+        /// The task's id; `None` for work outside a task.
+        task: Option<String>,
+        /// The next piece of the answer's text, to append to the pieces before it.
+        text: String,
+    },
     /// The session was compacted; the old file was archived at `archived`.
     Compaction {
+        /// The task's id; `None` for compaction between tasks.
         task: Option<String>,
+        /// Path of the archived session file.
         archived: String,
     },
     /// A call of the task waits for a person's yes (SPEC §11); its task is blocked.
-    Approval { request: crate::ctl::ApprovalInfo },
+    Approval {
+        /// The waiting call, as `approvals` lists it.
+        request: crate::ctl::ApprovalInfo,
+    },
     /// A request got its answer (`approved`, `denied`, `expired` or `withdrawn`).
     ApprovalAnswered {
+        /// The task whose call it was; `None` when the request names none.
         task: Option<String>,
+        /// The approval's id (`ap-...`), as [`crate::ctl::ApprovalInfo::id`].
         id: String,
+        /// `approved`, `denied`, `expired` or `withdrawn`.
         decision: String,
     },
 }
@@ -244,6 +276,7 @@ pub struct BusEvent {
     pub ts_ms: i64,
     /// The project it is about (`main` for the MainAgent).
     pub project: String,
+    /// What happened.
     pub body: BusBody,
 }
 
@@ -254,22 +287,35 @@ pub enum BusBody {
     Worker(WorkerEvent),
     /// The project's worker process changed state.
     WorkerState {
+        /// The worker's new state.
         state: crate::WorkerState,
+        /// The worker's process id in that state; `None` when no process runs.
         pid: Option<u32>,
     },
     /// The worker ended without being asked to (`exit code 3`, `signal 9 (SIGKILL)`, ...).
-    Crash { reason: String },
+    Crash {
+        /// How it ended, one line (`exit code 3`, `signal 9 (SIGKILL)`, ...).
+        reason: String,
+    },
     /// A model call of the project started or ended in the gateway; `in_flight` counts the
     /// project's calls still waiting after this one, so a consumer that missed events is right
     /// again at the next one.
     LlmCall {
+        /// The task that made the call; `None` for a call outside a task.
         task: Option<String>,
+        /// `false` when the call starts, `true` when it ended (answered or failed).
         ended: bool,
+        /// The project's calls still waiting after this one.
         in_flight: u32,
+        /// What the call cost; `None` at its start, for a failed call, or when the price table does
+        /// not know the model.
         cost_usd: Option<f64>,
     },
     /// The project told the MainAgent something (`notify`).
-    Notify { text: String },
+    Notify {
+        /// The `notify` tool's text, as the project's agent wrote it.
+        text: String,
+    },
 }
 
 impl BusBody {

@@ -53,6 +53,7 @@ pub struct FrameReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader of `inner` (buffered here) with no limit on how long a frame may take.
     pub fn new(inner: R) -> Self {
         FrameReader {
             inner: BufReader::new(inner),
@@ -131,6 +132,7 @@ pub struct FrameWriter<W> {
 }
 
 impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    /// A writer to `inner`; each [`FrameWriter::write`] flushes its frame.
     pub fn new(inner: W) -> Self {
         FrameWriter {
             inner,

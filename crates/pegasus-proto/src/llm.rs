@@ -16,10 +16,15 @@ pub struct ChatRequest {
     pub model: String,
     /// System prompt.
     pub system: String,
+    /// The transcript so far, oldest first; the model answers its last user message (text or
+    /// tool results).
     pub messages: Vec<Message>,
     /// Tools the model may call; empty = none.
     pub tools: Vec<ToolSpec>,
+    /// The most tokens the answer may have (the provider's output limit for this call).
     pub max_tokens: u32,
+    /// Sampling temperature; `None` leaves the provider's default (Anthropic calls with
+    /// thinking on leave it out).
     pub temperature: Option<f32>,
     /// Reasoning effort (`off`, `low`, `medium`, `high`); mapped to the provider's setting.
     pub thinking: Option<String>,
@@ -73,48 +78,65 @@ pub struct CallMeta {
     pub project: Option<String>,
     /// Task id the spend counts towards (a subagent's spend is its parent task's).
     pub task: Option<String>,
+    /// The role the task runs as, written on the ledger line; `None` when it has none.
     pub role: Option<String>,
 }
 
+/// Who wrote a message of the transcript.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Role {
+    /// The user's side: the user's text and tool results.
     User,
+    /// The model's side: its text, thinking and tool calls.
     Assistant,
 }
 
 /// One message of the transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who wrote it.
     pub role: Role,
+    /// Its content blocks, in order.
     pub content: Vec<Block>,
 }
 
 /// One content block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Block {
+    /// Text the user or the model wrote.
     Text {
+        /// The text.
         text: String,
     },
     /// The model asks for a tool call; `input_json` is a JSON object as text.
     ToolUse {
+        /// The provider's id for the call, echoed by its [`Block::ToolResult`].
         id: String,
+        /// The tool's name, as in its [`ToolSpec`].
         name: String,
+        /// The call's arguments: a JSON object as text.
         input_json: String,
     },
     /// Answer to an earlier `ToolUse` (in a `User` message).
     ToolResult {
+        /// The [`Block::ToolUse`] id it answers.
         tool_use_id: String,
+        /// The tool's output, as the model reads it.
         content: String,
+        /// Whether the output is an error (the tool refused or failed).
         is_error: bool,
     },
     /// The model's visible reasoning (Anthropic extended thinking), with the signature the
     /// provider checks when it is sent back: kept in the transcript unchanged, in its place.
     Thinking {
+        /// The reasoning text.
         thinking: String,
+        /// The provider's signature over it.
         signature: String,
     },
     /// Reasoning the provider encrypted; sent back exactly as received.
     RedactedThinking {
+        /// The encrypted reasoning, opaque.
         data: String,
     },
 }
@@ -159,16 +181,22 @@ pub fn tool_uses(content: &[Block]) -> impl Iterator<Item = (&str, &str, &str)> 
 /// A tool the model may call; `input_schema_json` is a JSON Schema object as text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The name the model calls it by (`exec`, `mcp__NAME__TOOL`, ...).
     pub name: String,
+    /// What the tool does and when to use it, for the model.
     pub description: String,
+    /// The JSON Schema of its arguments, as text.
     pub input_schema_json: String,
 }
 
 /// Why the model stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopReason {
+    /// The model finished its answer.
     EndTurn,
+    /// The model asks for the tool calls in its answer.
     ToolUse,
+    /// The answer hit `max_tokens` and is cut off.
     MaxTokens,
     /// Anything else the provider said (stop sequence, content filter, ...).
     Other,
@@ -177,9 +205,13 @@ pub enum StopReason {
 /// Token counts as the provider reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Prompt tokens read without the cache (cached tokens are counted apart, also for OpenAI).
     pub input_tokens: u64,
+    /// Tokens of the answer.
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache.
     pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache.
     pub cache_write_tokens: u64,
 }
 
@@ -190,8 +222,11 @@ pub struct ChatResponse {
     pub request_id: String,
     /// `provider/model` as configured (the id the ledger line names).
     pub model: String,
+    /// The answer's content blocks: text, thinking and tool calls, in order.
     pub content: Vec<Block>,
+    /// Why the model stopped.
     pub stop_reason: StopReason,
+    /// Tokens used, as the provider reported them.
     pub usage: Usage,
     /// What this call cost; `None` when the model has no price (flagged in the ledger, not 0).
     pub cost_usd: Option<f64>,
@@ -228,47 +263,87 @@ pub fn usd(x: f64) -> String {
 /// Why a call failed. Each is one line a user can act on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 pub enum LlmError {
+    /// A budget (daily, project or task) has no room for the call's worst case; not sent.
     #[error("budget exceeded: {scope} limit {} has no room left for this call (spent {} so far, calls in flight counted at their worst case); raise it in config.yml or PROJECT.md", usd(*.limit), usd(*.spent))]
     BudgetExceeded {
+        /// Which budget: `daily`, `project NAME` or `task ID`.
         scope: String,
+        /// The budget's limit, in USD.
         limit: f64,
+        /// What it has spent so far, in USD.
         spent: f64,
     },
+    /// The provider's API key is not in pegasusd's environment.
     #[error("no API key for provider {provider}: set the environment variable {env} for pegasusd")]
-    MissingKey { provider: String, env: String },
+    MissingKey {
+        /// The provider's name.
+        provider: String,
+        /// The environment variable its key is read from.
+        env: String,
+    },
+    /// The model names a provider config.yml does not have.
     #[error(
         "unknown provider `{provider}` in model `{model}`: add it under providers: in config.yml"
     )]
-    UnknownProvider { provider: String, model: String },
+    UnknownProvider {
+        /// The provider part of the model id.
+        provider: String,
+        /// The whole model id, as given.
+        model: String,
+    },
+    /// A model id that is not `provider/model`; the id as given.
     #[error("bad model id `{0}`: use provider/model, e.g. anthropic/claude-sonnet-4-5")]
     BadModel(String),
     /// The provider refused the request (a 4xx other than 429); not retried.
     #[error("provider {provider} refused the request (HTTP {status}): {message}")]
     Refused {
+        /// The provider's name.
         provider: String,
+        /// The HTTP status it answered.
         status: u16,
+        /// The provider's error message.
         message: String,
     },
     /// 429/529/5xx/timeouts/transport errors after every retry.
     #[error("provider {provider} failed after {attempts} attempts: {last}")]
     Exhausted {
+        /// The provider's name.
         provider: String,
+        /// How many attempts were made.
         attempts: u32,
+        /// The last attempt's error.
         last: String,
     },
+    /// The provider answered with a body that does not parse as its API's response.
     #[error("provider {provider} sent a response we cannot read: {message}")]
-    BadResponse { provider: String, message: String },
+    BadResponse {
+        /// The provider's name.
+        provider: String,
+        /// What could not be read.
+        message: String,
+    },
     /// The model has no price and `llm.allow_unpriced_models` is off: no budget could hold it.
     #[error("model {model} has no price, so no budget could hold its spend: add it under prices: in config.yml, e.g. prices: {{\"{model}\": {{input: 3.0, output: 15.0}}}} (USD per million tokens), or set llm.allow_unpriced_models: true")]
-    Unpriced { model: String },
+    Unpriced {
+        /// `provider/model`, as configured.
+        model: String,
+    },
     /// The provider refused the request as longer than the model's context window; the
     /// caller can make it shorter (compact) and try again.
     #[error(
         "the request does not fit the model's context window (provider {provider}): {message}"
     )]
-    ContextTooLong { provider: String, message: String },
+    ContextTooLong {
+        /// The provider's name.
+        provider: String,
+        /// The provider's error message.
+        message: String,
+    },
+    /// The caller gave the call up (its task was cancelled, or the worker's connection ended)
+    /// before an answer.
     #[error("the call was cancelled")]
     Cancelled,
+    /// Any other failure (the call journal, the HTTP client, the link to pegasusd), one line.
     #[error("{0}")]
     Other(String),
 }

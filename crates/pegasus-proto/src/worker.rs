@@ -27,29 +27,44 @@ pub enum ToWorker {
     /// A message for the project agent. The worker persists it before acknowledging.
     Message(InboundMessage),
     /// Liveness probe; answered with [`FromWorker::Pong`] carrying the same nonce.
-    Ping { nonce: u64 },
+    Ping {
+        /// Any number; the pong carries it back.
+        nonce: u64,
+    },
     /// Stop taking work, flush, say [`FromWorker::ShutdownComplete`], exit 0.
     Shutdown,
     /// The gateway's answer to [`FromWorker::LlmRequest`] with the same id.
     LlmResponse {
+        /// The [`FromWorker::LlmRequest`] id it answers.
         id: u64,
+        /// The model's answer, or why the call failed.
         result: Result<ChatResponse, LlmError>,
     },
     /// Tasks changed on disk (retried, replayed, answered): look for ready tasks to run.
     TasksChanged,
     /// Drive the autonomous run with this id (new, or resumed after a pause).
-    RunStart { run_id: String },
+    RunStart {
+        /// The run's id, as in the project's `runs/<id>.json`.
+        run_id: String,
+    },
     /// Approval request `id` has its answer on disk (`<project>/approvals/`): read it.
-    ApprovalAnswered { id: String },
+    ApprovalAnswered {
+        /// The approval's id (`ap-...`).
+        id: String,
+    },
     /// The project model's context window as its server said it, after [`Init`]: the answer
     /// to an `Init` whose `window_pending` was set, or a change (a server restarted with
     /// another size, a refusal that named a smaller one). Applies from the next task on.
-    ContextWindow { window: u64 },
+    ContextWindow {
+        /// The window, in tokens.
+        window: u64,
+    },
 }
 
 /// Settings the worker cannot find on its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Init {
+    /// pegasusd's [`crate::PROTOCOL_VERSION`]; the worker exits on another number.
     pub protocol_version: u32,
     /// pegasusd's settings (config.yml as it loaded and validated them), as JSON: pegasusd is
     /// the one reader of config.yml, and a worker never parses it again.
@@ -93,6 +108,7 @@ pub struct InboundMessage {
     pub id: String,
     /// Where it comes from (sent as its word: `cli`, `main`, `telegram:<chat>`, ...).
     pub from: Channel,
+    /// The message as its sender wrote it.
     pub text: String,
     /// The sender's own id for it (SPEC §11: `--id`, `Idempotency-Key`, Telegram's update):
     /// recorded with the message, so a repeat is recognised across restarts and answered with
@@ -107,7 +123,9 @@ pub enum FromWorker {
     Hello(Hello),
     /// The project is loaded; the worker takes messages.
     Ready,
+    /// Answer to [`ToWorker::Ping`].
     Pong {
+        /// The nonce of the ping it answers.
         nonce: u64,
     },
     /// "Still alive" while idle or busy: the process and its socket work. (The watchdog's silent
@@ -115,18 +133,24 @@ pub enum FromWorker {
     Heartbeat,
     /// The message with this id is durably in `session/current.jsonl`.
     MessagePersisted {
+        /// The [`InboundMessage::id`] it was given.
         id: String,
     },
     /// Something the project wants the MainAgent to know.
     Notify {
+        /// What the project's agent wants said, one message.
         text: String,
+        /// A label for pegasusd's log; `info` is the only one sent today.
         kind: String,
     },
     /// What the agent is doing (task transitions, stages, tool calls, usage, text deltas).
     Event(WorkerEvent),
     /// A model call for the gateway in pegasusd; answered by [`ToWorker::LlmResponse`].
     LlmRequest {
+        /// The worker's id for the call, unique on its connection; echoed by the answer and by
+        /// [`FromWorker::LlmCancel`].
         id: u64,
+        /// The call, as the agent built it.
         request: ChatRequest,
         /// pegasusd publishes the answer's text on the project's event bus as it arrives
         /// (`WorkerEvent::TextDelta` of the request's task), for `project log -f`, `send
@@ -135,18 +159,23 @@ pub enum FromWorker {
     },
     /// The worker no longer wants the answer to this request (its task was cancelled).
     LlmCancel {
+        /// The [`FromWorker::LlmRequest`] id to drop.
         id: u64,
     },
     /// The agent's answer to the inbound message `message_id`, for its sender. `answered` is
     /// false when the message's task stopped without an answer (failed, blocked, capped): then
     /// `text` says why and what to do.
     Reply {
+        /// The [`InboundMessage::id`] it answers.
         message_id: String,
+        /// The agent's answer, or why there is none and what to do.
         text: String,
+        /// Whether the task answered the message.
         answered: bool,
     },
     /// The worker cannot run (bad PROJECT.md, unreadable config); it exits after sending this.
     Fatal {
+        /// One line that says what is wrong and what to do.
         reason: String,
     },
     /// Answer to [`ToWorker::Shutdown`]: everything is flushed, exit follows.
@@ -157,8 +186,11 @@ pub enum FromWorker {
     /// [`FromWorker::Reply`] of `original` when it is already known); otherwise the id was
     /// reused with another text and the message is refused.
     MessageRepeated {
+        /// The new message's [`InboundMessage::id`].
         id: String,
+        /// The id of the message that already has this client id.
         original: String,
+        /// Whether the new message's text is the same as the original's.
         same_text: bool,
     },
 }
@@ -166,8 +198,13 @@ pub enum FromWorker {
 /// Who the connecting worker claims to be, and the token that proves it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
+    /// The worker's [`crate::PROTOCOL_VERSION`]; another number than pegasusd's is refused.
     pub protocol_version: u32,
+    /// The project it serves, as its folder name under `projects/`.
     pub project: String,
+    /// The worker's own process id (on its host, for a remote worker).
     pub pid: u32,
+    /// The per-spawn token pegasusd gave the worker on stdin (for a remote worker, the token its
+    /// certificate was enrolled with).
     pub token: String,
 }
