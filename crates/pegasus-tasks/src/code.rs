@@ -32,7 +32,7 @@ pub fn unmerged_branches(dir: &Path) -> Vec<String> {
     }
     let over: std::collections::HashSet<String> = peek_tasks(dir)
         .into_iter()
-        .filter(|t| t.state.is_terminal() || t.state == crate::TaskState::Failed)
+        .filter(|t| crate::state::is_over(t.state))
         .map(|t| t.id)
         .collect();
     let fate = |id: &str| {

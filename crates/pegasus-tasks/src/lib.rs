@@ -37,11 +37,11 @@ pub use error::TaskError;
 pub use event::{fold, TaskEvent};
 pub use find::find_task;
 pub use id::new_task_id;
-pub use merge::MergeState;
+pub use merge::{blocked_from_verified, MergeState};
 pub use readiness::Readiness;
 pub use snapshot::{project_repos, repo_head};
 pub use split::{check_steps, Step, MAX_STEPS};
-pub use state::{check_transition, column, TaskState};
+pub use state::{check_transition, column, is_over, TaskState};
 pub use store::{
     Recovered, Recovery, TaskStore, CRASHED_TWICE_REASON, RECOVERY_ACTOR, RERUN_REASON,
     RESTART_REASON, SHUTDOWN_REASON,

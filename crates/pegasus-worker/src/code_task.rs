@@ -794,7 +794,7 @@ pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
         .unwrap_or_default()
         .into_iter()
         .map(|t| {
-            let fate = if t.state.is_terminal() || t.state == TaskState::Failed {
+            let fate = if pegasus_tasks::is_over(t.state) {
                 TaskFate::Over
             } else {
                 TaskFate::Live
