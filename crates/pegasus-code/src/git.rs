@@ -444,6 +444,38 @@ pub fn check_version() -> Result<String, CodeError> {
     Ok(version)
 }
 
+/// The commit `path` has checked out, or `None` when it is not the root of a git repository
+/// with at least one commit, or git is not installed. For a folder Pegasus has not opened (a
+/// task's spec records its repos' commits before any worktree exists): the one read here that
+/// is not pinned, and `rev-parse` runs no program of the repository.
+///
+/// Discovery is stopped at `path` itself (`GIT_CEILING_DIRECTORIES`): without that, a plain
+/// folder inside some unrelated repository (a dotfiles repo holding the Pegasus home, say)
+/// would be snapshotted with that repository's HEAD.
+pub fn repo_head(path: &Path) -> Option<String> {
+    repo_rev(path, "HEAD")
+}
+
+/// The commit `rev` names in the repository at `path` (same rules as [`repo_head`]).
+pub fn repo_rev(path: &Path, rev: &str) -> Option<String> {
+    let ceiling = path.parent().unwrap_or(path);
+    let spec = format!("{rev}^{{commit}}");
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(path)
+        .args(["rev-parse", "--verify", "-q", &spec])
+        .env("GIT_CEILING_DIRECTORIES", ceiling)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let head = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (!head.is_empty() && head.chars().all(|c| c.is_ascii_hexdigit())).then_some(head)
+}
+
 /// The full sha of `rev` in the repository at `dir`, or `None` when it does not name a commit.
 pub fn rev(dir: &Path, rev: &str) -> Result<Option<String>, CodeError> {
     let spec = format!("{rev}^{{commit}}");

@@ -26,7 +26,9 @@ pub mod worktree;
 pub use error::CodeError;
 pub use lock::RepoLock;
 pub use merge::{run_checks, safe_merge, CheckRun, Checks, MergeOutcome};
-pub use recover::{recover, unmerged_branches, KeptBranch, Recovery, TaskFate};
+pub use recover::{
+    recover, unmerged_branches, unmerged_branches_of, KeptBranch, Recovery, TaskFate,
+};
 pub use repo::Repo;
 pub use shell::{run_shell, ShellResult};
 pub use worktree::{task_branch, MergeIn, TaskTree};

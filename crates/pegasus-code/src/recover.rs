@@ -32,6 +32,13 @@ pub struct KeptBranch {
     pub task: String,
 }
 
+impl std::fmt::Display for KeptBranch {
+    /// `repo: branch (task ID)`, as `project show` lists it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} (task {})", self.repo, self.branch, self.task)
+    }
+}
+
 /// What recovery did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -112,6 +119,22 @@ pub fn recover(
         }
     }
     Ok(report)
+}
+
+/// [`unmerged_branches`] of every repo `(id, path, base branch)` that opens, in order; a repo
+/// that does not open or cannot be read lists nothing (for `project show`, which lists what it
+/// can).
+pub fn unmerged_branches_of(
+    repos: &[(String, PathBuf, String)],
+    fate: &dyn Fn(&str) -> TaskFate,
+) -> Vec<KeptBranch> {
+    let mut out = Vec::new();
+    for (id, path, branch) in repos {
+        if let Ok(repo) = Repo::open(id, path, branch) {
+            out.extend(unmerged_branches(&repo, fate).unwrap_or_default());
+        }
+    }
+    out
 }
 
 /// The task branches of this project's over tasks with unmerged commits, without changing

@@ -2,10 +2,11 @@
 //! Nothing here decides a transition itself: a project's verbs are asked of the lifecycle's
 //! one function ([`pegasus_store::transition`], SPEC §4), a task's of the task table
 //! ([`pegasus_tasks::check_transition`], SPEC §7) with the move the daemon's handler makes
-//! for that verb (`crates/pegasus-supervisor/src/handlers/task.rs`).
+//! for that verb (`crates/pegasus-supervisor/src/handlers/task.rs`), and whether a blocked
+//! task is blocked in its merge by the rule the handler uses
+//! ([`pegasus_tasks::blocked_from_verified`]).
 
 use pegasus_store::{ProjectStatus, Verb};
-pub(crate) use pegasus_supervisor::blocked_from_verified;
 use pegasus_tasks::{check_transition, MergeState, Task, TaskState};
 
 /// The lifecycle verbs a project in `status` takes, in the lifecycle's order; none for a
@@ -82,7 +83,7 @@ impl TaskAction {
 
     /// Whether the daemon takes this action on `task` now. `merge_blocked`: the task's last
     /// move into `blocked` came from `verified` (its merge could not land; see
-    /// [`blocked_from_verified`]).
+    /// [`pegasus_tasks::blocked_from_verified`]).
     fn allowed(self, task: &Task, merge_blocked: bool) -> bool {
         use TaskState::*;
         let moves = |from: TaskState, to: TaskState| {
@@ -118,7 +119,6 @@ pub(crate) fn task_actions(task: &Task, merge_blocked: bool) -> Vec<TaskAction> 
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use pegasus_tasks::TaskEvent;
 
     #[test]
     fn a_project_offers_only_the_verbs_its_status_allows() {
@@ -174,28 +174,5 @@ mod tests {
         assert_eq!(task_actions(&merging, false), vec![Cancel]);
         merging.merge = Some(MergeState::Pending);
         assert_eq!(task_actions(&merging, false), vec![Merge, Cancel]);
-    }
-
-    #[test]
-    fn the_last_move_into_blocked_says_whether_a_merge_was_blocked() {
-        let now = chrono::Utc::now();
-        let mv = |from: TaskState, to: TaskState| -> TaskEvent {
-            serde_json::from_value(serde_json::json!({
-                "type": "transition", "ts": now, "actor": "x", "reason": "", "from": from, "to": to,
-            }))
-            .unwrap()
-        };
-        use TaskState::*;
-        assert!(blocked_from_verified(&[
-            mv(Verifying, Verified),
-            mv(Verified, Blocked)
-        ]));
-        assert!(!blocked_from_verified(&[
-            mv(Verified, Blocked),
-            mv(Blocked, Verified),
-            mv(Verified, Done),
-            mv(Running, Blocked),
-        ]));
-        assert!(!blocked_from_verified(&[]));
     }
 }

@@ -330,7 +330,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
                 .filter(|t| t.state == TaskState::Blocked && t.question.is_none())
                 .filter(|t| {
                     let history = store.as_ref().ok().and_then(|s| s.history(&t.id).ok());
-                    history.is_some_and(|h| actions::blocked_from_verified(&h))
+                    history.is_some_and(|h| pegasus_tasks::blocked_from_verified(&h))
                 })
                 .map(|t| t.id.clone())
                 .collect();

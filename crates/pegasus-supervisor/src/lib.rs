@@ -47,5 +47,4 @@ mod worker_server;
 pub use daemon::{run, DaemonOptions};
 pub use error::{RequestError, SupervisorError};
 pub use front_door::{Client, FrontDoor};
-pub use handlers::task::blocked_from_verified;
 pub use pidlock::PidLock;

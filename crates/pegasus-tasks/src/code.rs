@@ -1,5 +1,5 @@
-//! Code projects seen from the task list: which task branches are kept with unmerged work, and
-//! what waits for the user. Both are read-only views for listings (`status`, `project show`,
+//! Code projects seen from the task list: which task branches are kept with unmerged work (read
+//! through `pegasus-code`), and what waits for the user. Both are read-only views for listings (`status`, `project show`,
 //! the dashboard, the MainAgent), so they read the task index without the task lock.
 
 use std::{
@@ -22,7 +22,9 @@ pub fn peek_tasks(dir: &Path) -> Vec<crate::Task> {
         .unwrap_or_default()
 }
 
-/// The kept branches of a code project's ended tasks (SPEC §10), `repo: branch (task ID)`.
+/// The kept branches of a code project's ended tasks (SPEC §10), `repo: branch (task ID)`:
+/// which tasks are over is this crate's rule ([`crate::state::is_over`]); the branches are
+/// read by `pegasus-code`.
 pub fn unmerged_branches(dir: &Path) -> Vec<String> {
     let Ok(repos) = crate::project_repos(dir) else {
         return Vec::new();
@@ -32,7 +34,7 @@ pub fn unmerged_branches(dir: &Path) -> Vec<String> {
     }
     let over: std::collections::HashSet<String> = peek_tasks(dir)
         .into_iter()
-        .filter(|t| t.state.is_terminal() || t.state == crate::TaskState::Failed)
+        .filter(|t| crate::state::is_over(t.state))
         .map(|t| t.id)
         .collect();
     let fate = |id: &str| {
@@ -42,17 +44,17 @@ pub fn unmerged_branches(dir: &Path) -> Vec<String> {
             pegasus_code::TaskFate::Live
         }
     };
-    let mut out = Vec::new();
-    for r in repos {
-        let path = crate::snapshot::resolve(dir, &r.path);
-        let branch = r.branch.unwrap_or_else(|| "main".to_string());
-        if let Ok(repo) = pegasus_code::Repo::open(&r.id, &path, &branch) {
-            for k in pegasus_code::unmerged_branches(&repo, &fate).unwrap_or_default() {
-                out.push(format!("{}: {} (task {})", k.repo, k.branch, k.task));
-            }
-        }
-    }
-    out
+    let repos: Vec<(String, PathBuf, String)> = repos
+        .into_iter()
+        .map(|r| {
+            let path = crate::snapshot::resolve(dir, &r.path);
+            (r.id, path, r.branch.unwrap_or_else(|| "main".to_string()))
+        })
+        .collect();
+    pegasus_code::unmerged_branches_of(&repos, &fate)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// What of a project waits for the user, one line each: blocked tasks with their question (or

@@ -9,9 +9,10 @@
 //! project's task lock, so transitions are compare-and-set across threads and processes, and
 //! every event is durable before the index mentions it.
 //!
-//! It is not for running tasks: it never calls a model, spawns a process (besides
-//! `git rev-parse` for a snapshot) or decides *which* task runs next; the worker and the agent
-//! do, through this API. It is synchronous on purpose, like `pegasus-store`: its writes are
+//! It is not for running tasks: it never calls a model, spawns a process or decides *which*
+//! task runs next; the worker and the agent do, through this API. It runs no git either: the
+//! commits a frozen spec records and the branches a listing shows are asked of `pegasus-code`,
+//! which owns git. It is synchronous on purpose, like `pegasus-store`: its writes are
 //! small, and async callers wrap them in `spawn_blocking`.
 
 pub mod board;
@@ -37,11 +38,11 @@ pub use error::TaskError;
 pub use event::{fold, TaskEvent};
 pub use find::find_task;
 pub use id::new_task_id;
-pub use merge::MergeState;
+pub use merge::{blocked_from_verified, MergeState};
 pub use readiness::Readiness;
-pub use snapshot::{project_repos, repo_head};
+pub use snapshot::project_repos;
 pub use split::{check_steps, Step, MAX_STEPS};
-pub use state::{check_transition, column, TaskState};
+pub use state::{check_transition, column, is_over, TaskState};
 pub use store::{
     Recovered, Recovery, TaskStore, CRASHED_TWICE_REASON, RECOVERY_ACTOR, RERUN_REASON,
     RESTART_REASON, SHUTDOWN_REASON,

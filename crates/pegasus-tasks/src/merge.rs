@@ -9,6 +9,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::{TaskEvent, TaskState};
+
 /// Where a verified code task is in its merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -66,6 +68,25 @@ impl fmt::Display for MergeState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())
     }
+}
+
+/// Whether a task's last move into `blocked` came from `verified` (its merge could not land),
+/// as opposed to a question or a stop while it was still being worked on; read from its
+/// history. `pegasusctl task merge` takes such a task back to `verified`, and the dashboard
+/// offers Merge by the same rule.
+pub fn blocked_from_verified(history: &[TaskEvent]) -> bool {
+    history
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            TaskEvent::Transition {
+                from,
+                to: TaskState::Blocked,
+                ..
+            } => Some(*from == TaskState::Verified),
+            _ => None,
+        })
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -168,5 +189,28 @@ mod tests {
         assert_eq!(t.shown_reason(), Some("merge conflict in app: a.txt"));
         // A task without a merge state writes no `merge` key at all.
         assert!(serde_json::to_value(&t).unwrap().get("merge").is_none());
+    }
+
+    #[test]
+    fn the_last_move_into_blocked_says_whether_a_merge_was_blocked() {
+        let now = chrono::Utc::now();
+        let mv = |from: TaskState, to: TaskState| -> TaskEvent {
+            serde_json::from_value(serde_json::json!({
+                "type": "transition", "ts": now, "actor": "x", "reason": "", "from": from, "to": to,
+            }))
+            .unwrap()
+        };
+        use TaskState::*;
+        assert!(blocked_from_verified(&[
+            mv(Verifying, Verified),
+            mv(Verified, Blocked)
+        ]));
+        assert!(!blocked_from_verified(&[
+            mv(Verified, Blocked),
+            mv(Blocked, Verified),
+            mv(Verified, Done),
+            mv(Running, Blocked),
+        ]));
+        assert!(!blocked_from_verified(&[]));
     }
 }

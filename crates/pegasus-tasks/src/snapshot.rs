@@ -1,44 +1,15 @@
 //! Repository snapshots for a frozen spec: the HEAD commit of every repo in scope, so a replay
-//! knows exactly which code the original run saw (seed 004).
+//! knows exactly which code the original run saw (seed 004). git itself runs in `pegasus-code`
+//! ([`pegasus_code::git::repo_rev`]).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
+use pegasus_code::git::{repo_head, repo_rev};
 use pegasus_store::ProjectFile;
 use serde::Deserialize;
 
 use crate::error::TaskError;
 use crate::task::RepoSnapshot;
-
-/// The commit `path` has checked out, or `None` when it is not the root of a git repository
-/// with at least one commit, or git is not installed.
-///
-/// Discovery is stopped at `path` itself (`GIT_CEILING_DIRECTORIES`): without that, a plain
-/// folder inside some unrelated repository (a dotfiles repo holding the Pegasus home, say)
-/// would be snapshotted with that repository's HEAD.
-pub fn repo_head(path: &Path) -> Option<String> {
-    repo_rev(path, "HEAD")
-}
-
-/// The commit `rev` names in the repository at `path` (same rules as [`repo_head`]).
-pub fn repo_rev(path: &Path, rev: &str) -> Option<String> {
-    let ceiling = path.parent().unwrap_or(path);
-    let spec = format!("{rev}^{{commit}}");
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(path)
-        .args(["rev-parse", "--verify", "-q", &spec])
-        .env("GIT_CEILING_DIRECTORIES", ceiling)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let head = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    (!head.is_empty() && head.chars().all(|c| c.is_ascii_hexdigit())).then_some(head)
-}
 
 /// Fills `head` of every repo with the commit of its base branch (`branch`, default `main`;
 /// the checked-out HEAD only when no such branch exists, for repos that are mere context);

@@ -21,6 +21,13 @@ pub fn column(state: TaskState) -> BoardColumn {
     }
 }
 
+/// Whether nobody works on a task in `state` until a person asks: `done`, `cancelled`, or
+/// `failed` (only a retry takes it back). A code task that is over has its worktree removed at
+/// the next boot, and its branch kept and listed when it holds unmerged commits.
+pub fn is_over(state: TaskState) -> bool {
+    state.is_terminal() || state == TaskState::Failed
+}
+
 /// Decides whether task `id` may move from `from` to `to`; the single source of truth for the
 /// transition table of SPEC §7:
 ///
@@ -174,6 +181,13 @@ mod tests {
         // The recovery move must itself be legal, or recovery would be refused.
         for s in hit {
             check_transition("x", s, Failed).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_task_is_over_when_done_cancelled_or_failed() {
+        for s in TaskState::ALL {
+            assert_eq!(is_over(s), matches!(s, Done | Cancelled | Failed), "{s}");
         }
     }
 }

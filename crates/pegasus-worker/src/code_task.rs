@@ -21,6 +21,8 @@ use pegasus_sandbox::SandboxPaths;
 use pegasus_store::ProjectFile;
 use pegasus_tasks::{MergeState, Task, TaskState, TaskUpdate};
 
+use crate::attempt::{self, Back, End, Event, Next, State, StepError};
+
 /// Output kept per hydrate/verify command.
 const OUTPUT_CAP: usize = 64 * 1024;
 /// What of a failed verify goes back to the agent (the end of the log, where errors are).
@@ -201,6 +203,9 @@ pub(crate) fn one_line(s: &str) -> String {
 
 /// Runs a ready code task to `verified` (and merged, unless the project merges by hand), or to
 /// failed / blocked. Returns the text for the task's messages and whether it was answered.
+///
+/// The attempt's life is [`crate::attempt`]'s state machine: this only does the work of each
+/// state and turns the end it reaches into the task's last move and the reply.
 pub async fn run(
     agent: &mut Agent,
     project_dir: &Path,
@@ -239,147 +244,199 @@ pub async fn run(
             }
         }
     }
-    // Worktrees (created or resumed) and hydrate, before the agent starts.
-    let prepared = {
-        let code = code.clone();
-        let task = task.clone();
-        blocking(move || prepare(&code, &task)).await
-    };
-    let (repos, trees, warnings) = match prepared {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) | Err(e) => {
-            tracing::warn!(task = %id, "code task cannot start: {e}");
-            agent.fail_unstartable(&id, &e);
-            return (e, false);
+    // What the states' work made: the worktrees (once prepared), the agent's next request and
+    // its last answer.
+    let mut repos: Vec<Repo> = Vec::new();
+    let mut trees: Vec<worktree::TaskTree> = Vec::new();
+    let mut request = String::new();
+    let mut summary = String::new();
+    let mut started = false;
+    let mut state = State::Preparing;
+    let end = loop {
+        let event = match &state {
+            // Worktrees (created or resumed) and hydrate, before the agent starts.
+            State::Preparing => {
+                let prepared = {
+                    let code = code.clone();
+                    let task = task.clone();
+                    blocking(move || prepare(&code, &task)).await
+                };
+                match prepared {
+                    Ok(Ok((r, t, warnings))) => {
+                        request = format!(
+                            "{}\n\n{}",
+                            briefing(&code, &t, &warnings),
+                            agent.task_request(&task)
+                        );
+                        (repos, trees) = (r, t);
+                        Event::Prepared
+                    }
+                    Ok(Err(e)) => Event::PrepareFailed(e),
+                    Err(panicked) => Event::PrepareFailed(StepError::Panicked(panicked)),
+                }
+            }
+            State::Working { attempt, back } => {
+                let text = match back {
+                    None => std::mem::take(&mut request),
+                    Some(back) => format!(
+                        "{}\n\n(Attempt {attempt} of {}.) Fix it in the worktree, then answer again.",
+                        back.feedback, code.max_attempts
+                    ),
+                };
+                let workspace = Workspace {
+                    repos: trees
+                        .iter()
+                        .map(|t| (t.repo.clone(), t.path.clone()))
+                        .collect(),
+                };
+                match agent
+                    .run_code(&id, text, role.clone(), &workspace, started)
+                    .await
+                {
+                    Err(e) => Event::AgentFailed(e),
+                    Ok(outcome) => {
+                        started = true;
+                        let answered = outcome.stop == StopKind::Answered;
+                        summary = outcome.text;
+                        let now = agent.tasks().get(&id).map(|t| t.state);
+                        if answered && now.as_ref().ok() == Some(&TaskState::Verifying) {
+                            Event::AgentAnswered
+                        } else {
+                            Event::AgentStopped { answered }
+                        }
+                    }
+                }
+            }
+            // Commit, merge the base in, verify.
+            State::Verifying { .. } => {
+                let checked = {
+                    let (repos, trees, checks) =
+                        (repos.clone(), trees.clone(), code.checks.clone());
+                    let message = format!("pegasus task {id}: {}", task.title);
+                    blocking(move || commit_merge_verify(&repos, &trees, &checks, &message)).await
+                };
+                match checked {
+                    Ok(Ok(Checked::Passed(log))) => {
+                        write_artifacts(agent, &task, &repos, &trees, &log, &summary);
+                        Event::ChecksPassed
+                    }
+                    Ok(Ok(Checked::Back(back))) => Event::SentBack(back),
+                    Ok(Err(e)) => Event::ChecksFailed(StepError::Code(e)),
+                    Err(panicked) => Event::ChecksFailed(StepError::Panicked(panicked)),
+                }
+            }
+            // The review gate, right before the change may be merged.
+            State::Reviewing { .. } => {
+                review_gate(agent, &code, &task, &repos, &trees, &summary).await
+            }
+            State::SendingBack { back, .. } => {
+                match agent.move_task(&id, TaskState::Verifying, TaskState::Running, &back.reason) {
+                    Ok(_) => Event::Moved,
+                    Err(e) => Event::MoveFailed(e),
+                }
+            }
+            State::Recording { passed } => {
+                // With `merge: manual`, "merge pending" is written with the move, so a
+                // `task merge` that comes right after can never be overwritten by it.
+                let pending = [TaskUpdate::Merge(Some(MergeState::Pending))];
+                let updates: &[TaskUpdate] = if code.manual { &pending } else { &[] };
+                match agent.move_task_with(
+                    &id,
+                    TaskState::Verifying,
+                    TaskState::Verified,
+                    passed,
+                    updates,
+                ) {
+                    Ok(_) => Event::Moved,
+                    Err(e) => Event::MoveFailed(e),
+                }
+            }
+            State::Merging => Event::MergeDone(merge_verified(agent, &code, &id).await),
+        };
+        match attempt::step(state, event, code.max_attempts) {
+            Next::Then(next) => state = next,
+            Next::End(end) => break end,
         }
     };
-    let workspace = Workspace {
-        repos: trees
-            .iter()
-            .map(|t| (t.repo.clone(), t.path.clone()))
-            .collect(),
-    };
-    let mut text = format!(
-        "{}\n\n{}",
-        briefing(&code, &trees, &warnings),
-        agent.task_request(&task)
-    );
-    let mut started = false;
-    let mut attempt = 1;
-    let outcome_text = loop {
-        let outcome = match agent
-            .run_code(&id, text, role.clone(), &workspace, started)
-            .await
-        {
-            Ok(o) => o,
-            Err(e) => return (format!("the project agent failed: {e}"), false),
-        };
-        started = true;
-        let state = agent.tasks().get(&id).map(|t| t.state);
-        if outcome.stop != StopKind::Answered || state.as_ref().ok() != Some(&TaskState::Verifying)
-        {
+    match end {
+        End::Unstartable(e) => {
+            tracing::warn!(task = %id, "code task cannot start: {e}");
+            let e = e.to_string();
+            agent.fail_unstartable(&id, &e);
+            (e, false)
+        }
+        End::AgentFailed(e) => (format!("the project agent failed: {e}"), false),
+        End::Stopped { answered } => {
             // Failed, blocked (a question), cancelled: keep what it did on its branch; a failed
             // or cancelled task's worktree goes at the next boot, the branch stays.
-            let trees2 = trees.clone();
             let _ = blocking(move || {
-                for t in &trees2 {
+                for t in &trees {
                     let _ = commit_all(&t.path, "pegasus: work in progress (task stopped)");
                 }
             })
             .await;
-            return (outcome.text, outcome.stop == StopKind::Answered);
+            (summary, answered)
         }
-        // Commit, merge the base in, verify.
-        let step = {
-            let (repos, trees, checks) = (repos.clone(), trees.clone(), code.checks.clone());
-            let message = format!("pegasus task {id}: {}", task.title);
-            blocking(move || commit_merge_verify(&repos, &trees, &checks, &message)).await
-        };
-        let feedback = match step {
-            Ok(Ok(Step::Passed(log))) => {
-                write_artifacts(agent, &task, &repos, &trees, &log, &outcome.text);
-                // The review gate, right before the change may be merged.
-                match review_gate(agent, &code, &task, &repos, &trees, &outcome.text).await {
-                    Gate::Back { reason, feedback } => (reason, feedback),
-                    Gate::Fail(reason) => {
-                        fail_verifying(agent, &id, &one_line(&reason));
-                        return (
-                            format!("The task failed: {reason}; the base branch was not touched."),
-                            false,
-                        );
-                    }
-                    Gate::Pass(passed) => {
-                        // With `merge: manual`, "merge pending" is written with the move, so a
-                        // `task merge` that comes right after can never be overwritten by it.
-                        let pending = [TaskUpdate::Merge(Some(MergeState::Pending))];
-                        let updates: &[TaskUpdate] = if code.manual { &pending } else { &[] };
-                        if let Err(e) = agent.move_task_with(
-                            &id,
-                            TaskState::Verifying,
-                            TaskState::Verified,
-                            passed,
-                            updates,
-                        ) {
-                            return (format!("cannot record the verified task: {e}"), false);
-                        }
-                        break outcome.text;
-                    }
-                }
-            }
-            Ok(Ok(Step::Back { reason, feedback })) => (reason, feedback),
-            Ok(Err(e)) | Err(e) => {
-                // A replaced `.git` is named as such (`tampered: …`), not as a git failure.
-                let reason = if e.starts_with("tampered:") {
-                    e.clone()
-                } else {
-                    format!("commit or merge failed: {e}")
-                };
-                fail_verifying(agent, &id, &one_line(&reason));
-                return (format!("The task failed: {e}"), false);
-            }
-        };
-        let (reason, feedback) = feedback;
-        if attempt >= code.max_attempts {
-            write_artifacts(agent, &task, &repos, &trees, &feedback, &outcome.text);
+        End::Broken(e) => {
+            // A replaced `.git` is named as such (`tampered: …`), not as a git failure.
+            let reason = if e.is_tampered() {
+                e.to_string()
+            } else {
+                format!("commit or merge failed: {e}")
+            };
+            fail_verifying(agent, &id, &one_line(&reason));
+            (format!("The task failed: {e}"), false)
+        }
+        End::Unreviewed(reason) => {
+            fail_verifying(agent, &id, &one_line(&reason));
+            (
+                format!("The task failed: {reason}; the base branch was not touched."),
+                false,
+            )
+        }
+        End::OutOfAttempts { attempt, back } => {
+            write_artifacts(agent, &task, &repos, &trees, &back.feedback, &summary);
+            let reason = back.reason;
             fail_verifying(agent, &id, &format!("{reason} (after {attempt} attempts)"));
-            return (
+            (
                 format!(
                     "The task failed: {reason} after {attempt} attempts; the base branch was not touched."
                 ),
                 false,
-            );
+            )
         }
-        attempt += 1;
-        if let Err(e) = agent.move_task(&id, TaskState::Verifying, TaskState::Running, &reason) {
-            return (
-                format!("cannot send the task back to the agent: {e}"),
+        End::NotSentBack(e) => (
+            format!("cannot send the task back to the agent: {e}"),
+            false,
+        ),
+        End::NotVerified(e) => (format!("cannot record the verified task: {e}"), false),
+        End::Verified(line) => (format!("{summary}\n\n{line}"), true),
+        End::Unexpected { state, event } => {
+            tracing::error!(task = %id, state, event, "code task: an event its state cannot produce; the attempt stops here");
+            (
+                format!("The code task stopped: {event} while {state} (a bug in Pegasus)"),
                 false,
-            );
+            )
         }
-        text = format!(
-            "{feedback}\n\n(Attempt {attempt} of {}.) Fix it in the worktree, then answer again.",
-            code.max_attempts
-        );
-    };
+    }
+}
+
+/// A verified task's merge step: held for `pegasusctl task merge` (`merge: manual`), asked of
+/// a person (`approvals.merge: ask`), or merged now. Returns the line saying which.
+async fn merge_verified(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
     if code.manual {
-        return (
-            format!(
-                "{outcome_text}\n\nVerified; merge pending: `pegasusctl task merge {id}` merges it."
-            ),
-            true,
-        );
+        return format!("Verified; merge pending: `pegasusctl task merge {id}` merges it.");
     }
     // `approvals.merge: ask`: a person says yes first.
     if let Some(line) = agent
         .tasks()
-        .get(&id)
+        .get(id)
         .ok()
         .and_then(|t| crate::merge_approval::ask(agent, &t))
     {
-        return (format!("{outcome_text}\n\n{line}"), true);
+        return line;
     }
-    let merged = merge(agent, &code, &id).await;
-    (format!("{outcome_text}\n\n{merged}"), true)
+    merge(agent, code, id).await
 }
 
 /// Opens the task's repos and creates (or resumes) its worktrees; hydrates new ones.
@@ -387,21 +444,17 @@ pub async fn run(
 fn prepare(
     code: &CodeProject,
     task: &Task,
-) -> Result<(Vec<Repo>, Vec<worktree::TaskTree>, Vec<String>), String> {
-    let opened = code.open_task_repos(task).map_err(|e| e.to_string())?;
+) -> Result<(Vec<Repo>, Vec<worktree::TaskTree>, Vec<String>), StepError> {
+    let opened = code.open_task_repos(task)?;
     let mut repos = Vec::new();
     let mut trees = Vec::new();
     let mut warnings = Vec::new();
     for (repo, head) in opened {
         let start = match head {
             Some(h) => h,
-            None => repo
-                .base_commit()
-                .map_err(|e| e.to_string())?
-                .unwrap_or_default(),
+            None => repo.base_commit()?.unwrap_or_default(),
         };
-        let tree = worktree::create(&repo, &task.id, &code.name, &start, &code.checks.env_file)
-            .map_err(|e| e.to_string())?;
+        let tree = worktree::create(&repo, &task.id, &code.name, &start, &code.checks.env_file)?;
         warnings.extend(tree.warnings.iter().cloned());
         if tree.created {
             if let Some(h) = &code.checks.hydrate {
@@ -413,12 +466,11 @@ fn prepare(
                     code.checks.sandbox.as_ref(),
                 );
                 if !r.ok {
-                    return Err(format!(
-                        "hydrate failed in repo {} ({}): {}",
-                        repo.id,
-                        r.status,
-                        one_line(tail(&r.output, 600))
-                    ));
+                    return Err(StepError::Hydrate {
+                        repo: repo.id.clone(),
+                        status: r.status,
+                        output: one_line(tail(&r.output, 600)),
+                    });
                 }
             }
         }
@@ -459,18 +511,9 @@ fn briefing(code: &CodeProject, trees: &[worktree::TaskTree], warnings: &[String
     s
 }
 
-/// What the review gate decided about a verified change.
-enum Gate {
-    /// Approved, or no review asked for: the reason recorded with the move to `verified`.
-    Pass(&'static str),
-    /// Back to the agent, as a failed verify is.
-    Back { reason: String, feedback: String },
-    /// Nobody could review it: the task fails.
-    Fail(String),
-}
-
 /// The review gate (`review: ROLE`): runs right before a verified change is recorded as
-/// verified and merged; without the key, every change passes.
+/// verified and merged; without the key, every change passes. Approved, back to the agent (as
+/// a failed verify is), or failed when nobody could review it.
 async fn review_gate(
     agent: &Agent,
     code: &CodeProject,
@@ -478,9 +521,9 @@ async fn review_gate(
     repos: &[Repo],
     trees: &[worktree::TaskTree],
     summary: &str,
-) -> Gate {
+) -> Event {
     let Some(role) = &code.review else {
-        return Gate::Pass("verify passed");
+        return Event::Approved("verify passed");
     };
     let verdict = crate::review::review(
         agent,
@@ -493,9 +536,11 @@ async fn review_gate(
     )
     .await;
     match verdict {
-        crate::review::Review::Approved => Gate::Pass("verify passed, review approved"),
-        crate::review::Review::Rejected { reason, feedback } => Gate::Back { reason, feedback },
-        crate::review::Review::NoAnswer(why) => Gate::Fail(why),
+        crate::review::Review::Approved => Event::Approved("verify passed, review approved"),
+        crate::review::Review::Rejected { reason, feedback } => {
+            Event::SentBack(Back { reason, feedback })
+        }
+        crate::review::Review::NoAnswer(why) => Event::ReviewFailed(why),
     }
 }
 
@@ -569,13 +614,12 @@ pub(crate) fn keep_artifacts(agent: &Agent, id: &str, files: &[(String, String)]
     }
 }
 
-enum Step {
+/// What committing, merging the base in and verifying came to.
+enum Checked {
+    /// Every repo passed: the checks' log.
     Passed(String),
-    /// Back to the agent: the reason (one line) and what it needs to see.
-    Back {
-        reason: String,
-        feedback: String,
-    },
+    /// Back to the agent.
+    Back(Back),
 }
 
 fn commit_merge_verify(
@@ -583,39 +627,38 @@ fn commit_merge_verify(
     trees: &[worktree::TaskTree],
     checks: &Checks,
     message: &str,
-) -> Result<Step, String> {
+) -> Result<Checked, CodeError> {
     let mut log = String::new();
     for (repo, tree) in repos.iter().zip(trees) {
         // Conflict markers left from the last attempt's merge: not resolved yet.
         let unresolved =
-            pegasus_code::git::git(&tree.path, &["diff", "--name-only", "--diff-filter=U"])
-                .map_err(|e| e.to_string())?;
+            pegasus_code::git::git(&tree.path, &["diff", "--name-only", "--diff-filter=U"])?;
         if !unresolved.is_empty() {
-            return Ok(Step::Back {
+            return Ok(Checked::Back(Back {
                 reason: format!("merge conflict in {} not resolved", repo.id),
                 feedback: format!(
                     "The merge of `{}` into your branch of repo `{}` still has unresolved files:\n{unresolved}\nEdit them to remove the conflict markers (<<<<<<< ======= >>>>>>>), keeping both changes where they belong.",
                     repo.branch, repo.id
                 ),
-            });
+            }));
         }
-        let refused = worktree::refused_entries(&tree.path).map_err(|e| e.to_string())?;
+        let refused = worktree::refused_entries(&tree.path)?;
         if !refused.is_empty() {
             let list: Vec<String> = refused.iter().map(ToString::to_string).collect();
-            return Ok(Step::Back {
+            return Ok(Checked::Back(Back {
                 reason: format!("entries Pegasus does not commit in repo {}", repo.id),
                 feedback: format!(
                     "Pegasus does not commit these in repo `{}`:\n{}\nSymbolic links must point inside the repository (not into .git), and nested git repositories are not allowed: replace each with real files, or delete it.",
                     repo.id,
                     list.join("\n")
                 ),
-            });
+            }));
         }
-        commit_all(&tree.path, message).map_err(|e| e.to_string())?;
-        match merge_base_in(&tree.path, &repo.base_ref(), false).map_err(|e| e.to_string())? {
+        commit_all(&tree.path, message)?;
+        match merge_base_in(&tree.path, &repo.base_ref(), false)? {
             MergeIn::Clean => {}
             MergeIn::Conflict(files) => {
-                return Ok(Step::Back {
+                return Ok(Checked::Back(Back {
                     reason: format!(
                         "merge conflict with {} in {}: {}",
                         repo.branch,
@@ -628,23 +671,23 @@ fn commit_merge_verify(
                         repo.id,
                         files.join("\n")
                     ),
-                });
+                }));
             }
         }
         let run = run_checks(checks, &tree.path, false);
         log.push_str(&format!("## repo {}\n{}", repo.id, run.log));
         if !run.ok {
-            return Ok(Step::Back {
+            return Ok(Checked::Back(Back {
                 reason: format!("verify failed in {}", repo.id),
                 feedback: format!(
                     "The checks failed in repo `{}`:\n{}",
                     repo.id,
                     tail(&run.log, FEEDBACK_CHARS)
                 ),
-            });
+            }));
         }
     }
-    Ok(Step::Passed(log))
+    Ok(Checked::Passed(log))
 }
 
 /// Keeps the task's outputs under `artifacts/<date>/<task-id>/`: the diff per repo, the checks'
@@ -684,10 +727,9 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
     let merged_before = task.merge == Some(MergeState::Merged);
     let result = {
         let (code, task) = (code.clone(), task.clone());
-        blocking(move || -> Result<(MergeOutcome, Vec<Repo>), String> {
+        blocking(move || -> Result<(MergeOutcome, Vec<Repo>), CodeError> {
             let repos: Vec<Repo> = code
-                .open_task_repos(&task)
-                .map_err(|e| e.to_string())?
+                .open_task_repos(&task)?
                 .into_iter()
                 .map(|(r, _)| r)
                 .collect();
@@ -702,8 +744,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
                     .collect();
                 return Ok((MergeOutcome::Merged(heads), repos));
             }
-            let out = safe_merge(&repos, &task.id, &code.name, &task.title, &code.checks)
-                .map_err(|e| e.to_string())?;
+            let out = safe_merge(&repos, &task.id, &code.name, &task.title, &code.checks)?;
             Ok((out, repos))
         })
         .await
@@ -774,7 +815,8 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
         Ok(Ok((MergeOutcome::Blocked { repo, reason }, _))) => {
             block(agent, format!("{repo}: {reason}"))
         }
-        Ok(Err(e)) | Err(e) => block(agent, e),
+        Ok(Err(e)) => block(agent, e.to_string()),
+        Err(panicked) => block(agent, panicked),
     }
 }
 
@@ -794,7 +836,7 @@ pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
         .unwrap_or_default()
         .into_iter()
         .map(|t| {
-            let fate = if t.state.is_terminal() || t.state == TaskState::Failed {
+            let fate = if pegasus_tasks::is_over(t.state) {
                 TaskFate::Over
             } else {
                 TaskFate::Live

@@ -10,6 +10,7 @@
 //! supervisor writes it). It dies with its supervisor: it arms `PR_SET_PDEATHSIG` as it starts, and
 //! an end of stream on its socket makes it flush and exit.
 
+mod attempt;
 pub mod code_task;
 mod connection;
 pub mod error;

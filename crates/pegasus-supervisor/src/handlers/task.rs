@@ -10,7 +10,7 @@ use pegasus_proto::{
 };
 use pegasus_store::ProjectStatus;
 use pegasus_tasks::{
-    MergeState, NewTask, Task, TaskEvent, TaskSpec, TaskState, TaskStore, TaskUpdate,
+    blocked_from_verified, MergeState, NewTask, Task, TaskSpec, TaskState, TaskStore, TaskUpdate,
 };
 
 /// Longest title made from a goal.
@@ -204,24 +204,6 @@ fn on_task(
     let message = act(&store, store.get(id)?, &from.to_string())?;
     sup.slots.nudge(&project, ToWorker::TasksChanged);
     Ok(message)
-}
-
-/// Whether a task's last move into `blocked` came from `verified` (its merge could not land),
-/// as opposed to a question or a stop while it was still being worked on; read from its
-/// history. The dashboard offers Merge by the same rule.
-pub fn blocked_from_verified(history: &[TaskEvent]) -> bool {
-    history
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            TaskEvent::Transition {
-                from,
-                to: TaskState::Blocked,
-                ..
-            } => Some(*from == TaskState::Verified),
-            _ => None,
-        })
-        .unwrap_or(false)
 }
 
 /// `task answer ID TEXT`: the answer is recorded on the task, which goes back to ready.
