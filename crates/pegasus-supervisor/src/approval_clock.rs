@@ -8,7 +8,10 @@
 //! forgets the answered ones, and denies (as the policy's timeout, `by: policy`) those whose
 //! time ran out, telling their worker as a person's answer would.
 
-use crate::supervisor::{lock, Supervisor};
+use crate::{
+    approval_counts::ApprovalCounts,
+    supervisor::{lock, Slots},
+};
 use chrono::{DateTime, Utc};
 use pegasus_approvals::{self as store, Answer, AnswerError, ApprovalRequest, Decision, Seen};
 use pegasus_proto::{ctl::ApprovalInfo, worker::ToWorker};
@@ -16,6 +19,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// How often the waiting requests are looked over.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -97,28 +101,34 @@ impl ApprovalClock {
     }
 }
 
-/// Denies the requests whose time ran out, once a second, until the daemon stops.
-pub(crate) async fn run(sup: Arc<Supervisor>) {
+/// Denies the requests whose time ran out by `clock`, once a second, until `shutdown` fires;
+/// each denial is counted in `counts` and told to its worker in `slots`.
+pub(crate) async fn run(
+    clock: Arc<ApprovalClock>,
+    counts: Arc<ApprovalCounts>,
+    slots: Arc<Slots>,
+    shutdown: CancellationToken,
+) {
     loop {
         tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
-        let s = sup.clone();
-        let expired = tokio::task::spawn_blocking(move || expire(&s))
+        let c = clock.clone();
+        let expired = tokio::task::spawn_blocking(move || expire(&c))
             .await
             .unwrap_or_default();
         for (project, id) in expired {
-            sup.approval_counts.recount(&project);
-            sup.slots.nudge(&project, ToWorker::ApprovalAnswered { id });
+            counts.recount(&project);
+            slots.nudge(&project, ToWorker::ApprovalAnswered { id });
         }
     }
 }
 
 /// Answers every overdue request as expired; `(project, id)` of those this answer won.
-fn expire(sup: &Supervisor) -> Vec<(String, String)> {
+fn expire(clock: &ApprovalClock) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for (dir, r) in sup.approval_clock.overdue() {
+    for (dir, r) in clock.overdue() {
         let answer = Answer {
             decision: Decision::Expired {
                 after_s: r.timeout_s,

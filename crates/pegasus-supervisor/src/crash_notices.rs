@@ -11,7 +11,10 @@
 //! the bus (an observer, called inside `publish`) and runs its timer. A task that crashed the
 //! worker twice is told separately, as the worker's own notify.
 
-use crate::supervisor::{lock, Supervisor};
+use crate::{
+    bus::EventBus,
+    supervisor::{lock, MainInbox},
+};
 use pegasus_proto::{BusBody, Channel, WorkerState};
 use std::{
     collections::BTreeMap,
@@ -19,6 +22,7 @@ use std::{
     time::Duration,
 };
 use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// Where a crashed project's worker is now, as far as the notice is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,10 +197,14 @@ struct Shared {
     wake: tokio::sync::Notify,
 }
 
-/// Makes the batcher an observer of the bus and starts its timer task, which tells the
-/// MainAgent at the end of each window until the daemon stops.
-pub(crate) fn start(sup: &Arc<Supervisor>) -> tokio::task::JoinHandle<()> {
-    let n = &sup.config.notify;
+/// Makes the batcher an observer of `bus` and starts its timer task, which tells the
+/// MainAgent (`main`) at the end of each window until `shutdown` fires.
+pub(crate) fn start(
+    n: &pegasus_store::NotifyConfig,
+    bus: &EventBus,
+    main: MainInbox,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let shared = Arc::new(Shared {
         notices: Mutex::new(CrashNotices::new(
             Duration::from_secs_f64(n.crash_window_s),
@@ -205,7 +213,7 @@ pub(crate) fn start(sup: &Arc<Supervisor>) -> tokio::task::JoinHandle<()> {
         wake: tokio::sync::Notify::new(),
     });
     let observed = shared.clone();
-    sup.bus.observe(move |event| {
+    bus.observe(move |event| {
         let seen = match &event.body {
             BusBody::Crash { reason } => Seen::Crash {
                 project: &event.project,
@@ -221,12 +229,11 @@ pub(crate) fn start(sup: &Arc<Supervisor>) -> tokio::task::JoinHandle<()> {
             observed.wake.notify_one();
         }
     });
-    let sup = sup.clone();
     tokio::spawn(async move {
         loop {
             let due = lock(&shared.notices).due();
             tokio::select! {
-                _ = sup.shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return,
                 // A permit stored by a crash between `due` and here is taken at once.
                 _ = shared.wake.notified() => {}
                 _ = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
@@ -234,7 +241,7 @@ pub(crate) fn start(sup: &Arc<Supervisor>) -> tokio::task::JoinHandle<()> {
                     match told {
                         Some((channel, text)) => {
                             tracing::info!("crash window closed; telling the MainAgent: {text}");
-                            sup.main.tell(channel, text);
+                            main.tell(channel, text);
                         }
                         None => tracing::info!(
                             "crash window closed with nothing to tell: every project that crashed in it is running again or stopped (notify.recovered_crashes is off)"

@@ -164,7 +164,7 @@ async fn serve(
     };
     // Once every listener is bound (a refused start stays one line), before any worker: the
     // home's cgroups, and those a killed daemon left swept.
-    let limits = crate::limits::Limits::setup(&home);
+    let limits = std::sync::Arc::new(crate::limits::Limits::setup(&home));
     let pods = crate::remote::pod_launchers(&home, &config)
         .await
         .map_err(SupervisorError::Remote)?;
@@ -181,20 +181,31 @@ async fn serve(
             remote: remote.clone(),
             pods,
         },
-        limits,
+        limits.clone(),
     );
     let door = FrontDoor::new(&sup, secrets);
     let slot_events = tokio::spawn(on_slot_events(door.clone(), slot_rx));
     let main_agent = crate::main_agent::start(&sup, &door, main_rx);
     sup.bus
-        .observe_weak(&sup.activity, crate::activity::Activity::apply);
+        .observe_weak(&sup.listing.activity, crate::activity::Activity::apply);
     sup.bus.observe_weak(
-        &sup.approval_counts,
+        &sup.approvals.counts,
         crate::approval_counts::ApprovalCounts::apply,
     );
-    crate::watchdog::observe(&sup);
-    let watchdog = tokio::spawn(crate::watchdog::run(sup.clone()));
-    let crash_notices = crate::crash_notices::start(&sup);
+    crate::watchdog::observe(&sup.bus, &sup.watchdogs, sup.main.clone());
+    let timer = crate::watchdog::Timer {
+        watchdogs: sup.watchdogs.clone(),
+        home: home.clone(),
+        main: sup.main.clone(),
+        slots: sup.slots.clone(),
+    };
+    let watchdog = tokio::spawn(crate::watchdog::run(timer, sup.shutdown.clone()));
+    let crash_notices = crate::crash_notices::start(
+        &sup.config.notify,
+        &sup.bus,
+        sup.main.clone(),
+        sup.shutdown.clone(),
+    );
     let log_pruner = tokio::spawn(crate::log_prune::run(
         home.logs_dir(),
         sup.config.logs.clone(),
@@ -219,7 +230,12 @@ async fn serve(
     });
     sup.restart_scan()?;
     let scheduler = tokio::spawn(crate::scheduler::run(door.clone()));
-    let approval_clock = tokio::spawn(crate::approval_clock::run(sup.clone()));
+    let approval_clock = tokio::spawn(crate::approval_clock::run(
+        sup.approvals.clock.clone(),
+        sup.approvals.counts.clone(),
+        sup.slots.clone(),
+        sup.shutdown.clone(),
+    ));
     let controls = tokio::spawn(control::serve(door.clone(), control_listener));
     let clients: Vec<_> = clients
         .into_iter()
@@ -248,7 +264,7 @@ async fn serve(
     }
     // What the last workers' commands left behind: one scan after they are all gone.
     crate::sweeper::sweep_now().await;
-    sup.limits.close();
+    limits.close();
     for task in [
         workers,
         controls,

@@ -1,18 +1,19 @@
 //! The daemon's shared state: which projects have a supervised worker, the event bus, the
 //! shutdown token, and the ways into the MainAgent. What each control verb does with it lives
-//! in [`crate::handlers`]; a slot gets only what it uses ([`SlotCtx`]).
+//! in [`crate::handlers`], whose dispatch hands each handler only the parts it uses; a slot
+//! gets only what it uses ([`SlotCtx`]).
 
 use crate::{
-    activity::Activity,
     bus::EventBus,
     error::RequestError,
+    handlers::{approvals::Approvals, project::Listing},
     pending::PendingSpawns,
     slot::{self, SlotCmd, SlotCtx, SlotEvent, SlotHandle},
     watchdog::Watchdogs,
 };
 use pegasus_llm::Gateway;
 use pegasus_proto::{ctl::ProjectInfo, Channel, WorkerState};
-use pegasus_store::{Config, Home, ProjectRegistry, ProjectStatus};
+use pegasus_store::{Config, Home, ProjectStatus};
 use std::{
     collections::HashMap,
     path::PathBuf,
@@ -22,12 +23,15 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+/// What the daemon answers requests with. Not a locator: the handlers, the slots and the
+/// daemon's own tasks are each given the parts they use, never the whole.
 pub(crate) struct Supervisor {
     pub home: Home,
     pub config: Config,
-    pub started: Instant,
+    /// When pegasusd started, for `status`.
+    started: Instant,
     /// The supervised workers.
-    pub slots: Slots,
+    pub slots: Arc<Slots>,
     /// The spawns waiting for their worker's hello (claimed by the worker sockets).
     pub spawns: Arc<PendingSpawns>,
     /// Serialises every read-modify-write of a PROJECT.md and the slot change that goes with it,
@@ -40,29 +44,23 @@ pub(crate) struct Supervisor {
     pub gateway: Gateway,
     /// Every event of every worker, for every consumer.
     pub bus: EventBus,
-    /// What each worker is doing now (from the bus), for `status`.
-    pub activity: Arc<Activity>,
-    /// Waiting approvals per project, for listings.
-    pub(crate) approval_counts: Arc<crate::approval_counts::ApprovalCounts>,
-    /// When pegasusd first saw each waiting approval: its expiry is judged from there.
-    pub(crate) approval_clock: crate::approval_clock::ApprovalClock,
+    /// What the listing rows are made of (the projects' files, the live workers, their
+    /// activity, waiting approvals and limits).
+    pub listing: Listing,
+    /// The approvals pegasusd answers, and expires by its own clock.
+    pub approvals: Arc<Approvals>,
     /// What of each project waits for the user, for `status` (read again when its index changes).
     pub(crate) waiting: pegasus_tasks::WaitingCache,
     /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
     pub watchdogs: Arc<Watchdogs>,
     /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
     pub sweeper: Arc<crate::sweeper::Sweeper>,
-    /// Every project as its PROJECT.md says now: pegasusd's one reader of those files (listing
-    /// rows, budgets, models), shared with the gateway.
-    pub projects: Arc<ProjectRegistry>,
     /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
     pub main: MainInbox,
     /// Project messages the MainAgent holds until the user speaks (for `status`).
     pub(crate) main_held: Arc<crate::main_agent::Held>,
     /// What keeps models from answering, found at start (see [`crate::model_check`]).
-    pub(crate) problems: Mutex<Vec<String>>,
-    /// Per-project limits (SPEC §12): the home's cgroups, or why there are none.
-    pub limits: Arc<crate::limits::Limits>,
+    problems: Mutex<Vec<String>>,
 }
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
@@ -129,13 +127,12 @@ impl Supervisor {
         main: MainInbox,
         slot_events: mpsc::UnboundedSender<SlotEvent>,
         elsewhere: crate::remote::Elsewhere,
-        limits: crate::limits::Limits,
+        limits: Arc<crate::limits::Limits>,
     ) -> Arc<Self> {
         let approval_counts = Arc::new(crate::approval_counts::ApprovalCounts::new(
             home.projects_dir(),
         ));
-        let approval_clock = crate::approval_clock::ApprovalClock::new(&home);
-        let limits = Arc::new(limits);
+        let approval_clock = Arc::new(crate::approval_clock::ApprovalClock::new(&home));
         let watchdogs = Arc::new(Watchdogs::new(&config.watchdog));
         let spawns = Arc::new(PendingSpawns::default());
         let (bus, activity, sweeper) = (EventBus::new(), Arc::default(), Arc::default());
@@ -162,29 +159,43 @@ impl Supervisor {
             main: main.clone(),
             slot_events,
         });
-        Arc::new(Supervisor {
+        let slots = Arc::new(Slots {
+            by_project: Mutex::new(HashMap::new()),
+            ctx: slot_ctx,
+            shutdown: shutdown.clone(),
+        });
+        let listing = Listing {
+            home: home.clone(),
+            config: config.clone(),
             projects,
+            gateway: gateway.clone(),
+            slots: slots.clone(),
+            activity,
+            approval_counts: approval_counts.clone(),
+            limits,
+        };
+        let approvals = Arc::new(Approvals {
+            home: home.clone(),
+            clock: approval_clock,
+            counts: approval_counts,
+            slots: slots.clone(),
+        });
+        Arc::new(Supervisor {
             gateway,
             main,
             main_held: Arc::default(),
             problems: Mutex::default(),
-            limits,
             watchdogs,
             home,
             config,
             started: Instant::now(),
-            slots: Slots {
-                by_project: Mutex::new(HashMap::new()),
-                ctx: slot_ctx,
-                shutdown: shutdown.clone(),
-            },
+            slots,
             spawns,
             lifecycle_lock: tokio::sync::Mutex::new(()),
             shutdown,
             bus,
-            activity,
-            approval_counts,
-            approval_clock,
+            listing,
+            approvals,
             waiting: Default::default(),
             sweeper,
         })
@@ -238,25 +249,14 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Copies the live facts (worker, its state, its running task and stage) into listing rows.
-    pub fn fill_live(&self, infos: &mut [ProjectInfo]) {
-        self.slots.fill(infos);
-        self.activity.fill(infos);
-        self.approval_counts.fill(infos);
+    /// How long pegasusd has been serving, in seconds.
+    pub fn uptime_s(&self) -> u64 {
+        self.started.elapsed().as_secs()
     }
 
-    /// Adds each project's limits (SPEC §12) and whether they apply to listing rows: for
-    /// `project list` and `show`, not `status` (one more look at each PROJECT.md).
-    pub fn fill_limits(&self, infos: &mut [ProjectInfo]) {
-        use pegasus_store::launcher::LOCAL;
-        for info in infos.iter_mut().filter(|i| i.status.is_some()) {
-            let problem = self.slots.limits_problem(&info.name);
-            let project = self.projects.project(&info.name);
-            let limits = crate::limits::Limits::effective(&self.config, project.as_deref());
-            let launcher = project.as_deref().and_then(|p| p.launcher());
-            let remote = launcher.unwrap_or(&self.config.default_launcher) != LOCAL;
-            info.limits = Some(self.limits.info(&limits, remote, problem.as_deref()));
-        }
+    /// What keeps models from answering, as the restart scan found it.
+    pub fn problems(&self) -> Vec<String> {
+        lock(&self.problems).clone()
     }
 }
 
@@ -329,7 +329,7 @@ impl Slots {
     }
 
     /// Copies the live worker facts into listing rows.
-    fn fill(&self, infos: &mut [ProjectInfo]) {
+    pub fn fill(&self, infos: &mut [ProjectInfo]) {
         let slots = lock(&self.by_project);
         for info in infos.iter_mut() {
             if let Some(slot) = slots.get(&info.name) {
@@ -339,7 +339,7 @@ impl Slots {
     }
 
     /// Why `name`'s worker runs without its limits, if it does.
-    fn limits_problem(&self, name: &str) -> Option<String> {
+    pub fn limits_problem(&self, name: &str) -> Option<String> {
         lock(&self.by_project)
             .get(name)
             .and_then(|s| s.limits_problem())

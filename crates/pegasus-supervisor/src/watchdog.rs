@@ -12,8 +12,9 @@
 //! MainAgent is told.
 
 use crate::{
+    bus::EventBus,
     slot::SlotCmd,
-    supervisor::{lock, Supervisor},
+    supervisor::{lock, MainInbox, Slots},
 };
 use pegasus_proto::llm::LlmError;
 use pegasus_proto::{BusBody, BusEvent, Channel, TaskState, WorkerEvent, WorkerState};
@@ -294,14 +295,14 @@ impl Watchdogs {
     }
 }
 
-/// Makes the watchdogs an observer of the bus.
-pub(crate) fn observe(sup: &Arc<Supervisor>) {
-    sup.bus.observe_weak(sup, |sup, event| {
-        let line = sup.watchdogs.apply(event);
+/// Makes the watchdogs an observer of `bus`; what they stop is told to the MainAgent (`main`).
+pub(crate) fn observe(bus: &EventBus, watchdogs: &Arc<Watchdogs>, main: MainInbox) {
+    bus.observe_weak(watchdogs, move |watchdogs, event| {
+        let line = watchdogs.apply(event);
         // The MainAgent's own tasks are on the bus as project `main`: telling it that its own
         // task stopped would start another run, whose stop would be told again, and so on.
         if let Some(line) = line.filter(|_| !is_main_agent(&event.project)) {
-            sup.main.tell(Channel::Project(event.project.clone()), line);
+            main.tell(Channel::Project(event.project.clone()), line);
         }
     });
 }
@@ -311,17 +312,26 @@ fn is_main_agent(project: &str) -> bool {
     project == crate::main_agent::MAIN
 }
 
-/// The watchdog's timer task: stops silent tasks when they are due, until the daemon stops.
-pub(crate) async fn run(sup: Arc<Supervisor>) {
+/// What the watchdog's timer uses to stop a silent task: the task files, the MainAgent it
+/// tells, the slot whose worker it restarts.
+pub(crate) struct Timer {
+    pub watchdogs: Arc<Watchdogs>,
+    pub home: pegasus_store::Home,
+    pub main: MainInbox,
+    pub slots: Arc<Slots>,
+}
+
+/// The watchdog's timer task: stops silent tasks when they are due, until `shutdown` fires.
+pub(crate) async fn run(timer: Timer, shutdown: tokio_util::sync::CancellationToken) {
     loop {
-        let deadline = sup.watchdogs.arm();
+        let deadline = timer.watchdogs.arm();
         tokio::select! {
-            _ = sup.shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return,
             // A permit stored by an event between `arm` and here is taken at once.
-            _ = sup.watchdogs.wake.notified() => {}
+            _ = timer.watchdogs.wake.notified() => {}
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                for (project, pid, task) in sup.watchdogs.take_silent() {
-                    stop_silent(&sup, &project, pid, &task).await;
+                for (project, pid, task) in timer.watchdogs.take_silent() {
+                    stop_silent(&timer, &project, pid, &task).await;
                 }
             }
         }
@@ -331,9 +341,9 @@ pub(crate) async fn run(sup: Arc<Supervisor>) {
 /// Fails a silent task and restarts its worker. The task file decides: only a task that is
 /// still `running` on disk is failed (compare-and-set), so a watchdog that missed the task's
 /// end can never kill a worker that was merely idle.
-async fn stop_silent(sup: &Arc<Supervisor>, project: &str, pid: u32, task: &str) {
-    let secs = sup.config.watchdog.silent_timeout_s;
-    let dir = sup.home.project_dir(project);
+async fn stop_silent(timer: &Timer, project: &str, pid: u32, task: &str) {
+    let secs = timer.watchdogs.config.silent_timeout_s;
+    let dir = timer.home.project_dir(project);
     let (p, t) = (project.to_string(), task.to_string());
     let recorded = tokio::task::spawn_blocking(move || {
         pegasus_tasks::TaskStore::open(&dir, &p).and_then(|store| {
@@ -355,12 +365,12 @@ async fn stop_silent(sup: &Arc<Supervisor>, project: &str, pid: u32, task: &str)
         Err(e) => return tracing::warn!(%project, %task, "cannot record the watchdog's stop: {e}"),
     }
     tracing::warn!(%project, pid, %task, "watchdog: no event for {secs} s from a busy worker; failing the task and restarting the worker");
-    sup.main.tell(
+    timer.main.tell(
         Channel::Project(project.to_string()),
         format!("[task {task} of project {project} stopped: silent for {secs} s; the worker is restarted]"),
     );
     let reason = format!("watchdog: silent for {secs} s while running task {task}");
-    sup.slots.try_cmd(project, SlotCmd::Kill { pid, reason });
+    timer.slots.try_cmd(project, SlotCmd::Kill { pid, reason });
 }
 
 #[cfg(test)]

@@ -3,29 +3,47 @@
 //! `approvals/` (written by its worker); pegasusd only answers them — the first answer wins,
 //! whoever gives it — and tells the worker, which runs or refuses the call.
 
-use crate::{error::RequestError, supervisor::Supervisor};
+use crate::{
+    approval_clock::ApprovalClock, approval_counts::ApprovalCounts, error::RequestError,
+    supervisor::Slots,
+};
 use pegasus_approvals::{self as store, Answer, AnswerError, Decision, RequestState};
 use pegasus_proto::{ctl::ApprovalInfo, worker::ToWorker, Channel};
-use pegasus_store::ProjectFile;
+use pegasus_store::{Home, ProjectFile};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// What answering an approval touches: the requests under the home's projects, pegasusd's
+/// clock for them, the counts in the listings, and the worker told of the answer.
+pub(crate) struct Approvals {
+    pub home: Home,
+    /// When pegasusd first saw each waiting request: its expiry is judged from there.
+    pub clock: Arc<ApprovalClock>,
+    /// Waiting approvals per project, for listings.
+    pub counts: Arc<ApprovalCounts>,
+    pub slots: Arc<Slots>,
+}
 
 /// The waiting requests, oldest first (every project's, or `project`'s), without those whose
 /// time ran out by pegasusd's clock (from when it first saw them).
 pub(crate) fn list(
-    sup: &Supervisor,
+    approvals: &Approvals,
     project: Option<&str>,
 ) -> Result<Vec<ApprovalInfo>, RequestError> {
     if let Some(name) = project {
         pegasus_store::validate_name(name)?;
-        if !sup.home.project_dir(name).is_dir() {
+        if !approvals.home.project_dir(name).is_dir() {
             return Err(RequestError::ProjectNotFound(name.to_string()));
         }
     }
-    Ok(sup.approval_clock.waiting(project))
+    Ok(approvals.clock.waiting(project))
 }
 
-/// Approves or denies request `id` for `from`; the line says what happens next.
+/// Approves or denies request `id` for `from`; the line says what happens next. An "always"
+/// changes PROJECT.md under `lifecycle_lock`, as every change of that file is.
 pub(crate) async fn answer(
-    sup: &Supervisor,
+    approvals: &Approvals,
+    lifecycle_lock: &Mutex<()>,
     id: &str,
     approve: bool,
     always: bool,
@@ -37,20 +55,24 @@ pub(crate) async fn answer(
             "no approval request {id}: see `pegasusctl approvals` for the waiting ones"
         ))
     };
-    let Some((dir, request)) = store::find(&sup.home.projects_dir(), id) else {
-        return Err(match store::closed_answer(&sup.home.projects_dir(), id) {
-            Some(a) => already(id, &a),
-            None => not_found(),
-        });
+    let Some((dir, request)) = store::find(&approvals.home.projects_dir(), id) else {
+        return Err(
+            match store::closed_answer(&approvals.home.projects_dir(), id) {
+                Some(a) => already(id, &a),
+                None => not_found(),
+            },
+        );
     };
     match store::read_state(&dir, id) {
         Some(RequestState::Pending) => {}
         // Found open a moment ago: closed since, so answered.
         None | Some(RequestState::Closed) => {
-            return Err(match store::closed_answer(&sup.home.projects_dir(), id) {
-                Some(a) => already(id, &a),
-                None => not_found(),
-            })
+            return Err(
+                match store::closed_answer(&approvals.home.projects_dir(), id) {
+                    Some(a) => already(id, &a),
+                    None => not_found(),
+                },
+            )
         }
         Some(
             RequestState::Approved { .. }
@@ -68,7 +90,7 @@ pub(crate) async fn answer(
             })
         }
     }
-    if chrono::Utc::now() >= sup.approval_clock.expires_at(&request) {
+    if chrono::Utc::now() >= approvals.clock.expires_at(&request) {
         // pegasusd's clock denies it within a second (its worker's too).
         return Err(RequestError::Refused(format!(
             "approval {id} timed out after {} s and is denied: ask the project again if the call is still wanted",
@@ -97,14 +119,15 @@ pub(crate) async fn answer(
     // Only once this answer won: a call that was refused never adds to the allow list.
     let kept = if approve && always {
         // pegasusd is PROJECT.md's one writer; the worker reads the policy again once it changed.
-        let _guard = sup.lifecycle_lock.lock().await;
+        let _guard = lifecycle_lock.lock().await;
         allow_always(&dir, &project, &request).err()
     } else {
         None
     };
     tracing::info!(id, project = %project, decision = answer.decision.word(), by = %from, "approval answered");
-    sup.approval_counts.recount(&project);
-    sup.slots
+    approvals.counts.recount(&project);
+    approvals
+        .slots
         .nudge(&project, ToWorker::ApprovalAnswered { id: id.to_string() });
     let what = match (&answer.decision, always) {
         (Decision::Approved { .. }, true) if request.tool == "exec" => format!(

@@ -43,9 +43,12 @@ pub(crate) async fn dispatch(sup: &Arc<Supervisor>, from: &Channel, req: Request
         Request::Ctl(req) => ctl(sup, from, req).await,
         Request::AddPlannedTask(add) => {
             let from = from.clone();
-            blocking(sup, move |s| task::add(s, add, TaskState::Planned, &from))
-                .await
-                .map(|(id, message)| CtlResponse::TaskAdded { id, message })
+            blocking(sup, move |s| {
+                let projects = &s.listing.projects;
+                task::add(&s.home, projects, &s.slots, add, TaskState::Planned, &from)
+            })
+            .await
+            .map(|(id, message)| CtlResponse::TaskAdded { id, message })
         }
     };
     result.unwrap_or_else(|e| CtlResponse::Failed {
@@ -67,16 +70,35 @@ async fn ctl(
         CtlRequest::Follow { .. } => Err(RequestError::refused(
             "follow opens its own connection: it takes no other request",
         )),
-        CtlRequest::Status => blocking(sup, status::status).await.map(CtlResponse::Status),
-        CtlRequest::ProjectCreate(create) => project::create(sup, create).await.map(shown),
-        CtlRequest::ProjectList { status } => blocking(sup, move |s| project::list(s, status))
-            .await
-            .map(CtlResponse::Projects),
-        CtlRequest::ProjectShow { name } => blocking(sup, move |s| project::info(s, &name))
-            .await
-            .map(shown),
+        CtlRequest::Status => blocking(sup, |s| {
+            status::status(
+                &s.listing,
+                &s.main_held,
+                &s.waiting,
+                s.uptime_s(),
+                s.problems(),
+            )
+        })
+        .await
+        .map(CtlResponse::Status),
+        CtlRequest::ProjectCreate(create) => {
+            project::create(&sup.listing, &sup.lifecycle_lock, create)
+                .await
+                .map(shown)
+        }
+        CtlRequest::ProjectList { status } => {
+            blocking(sup, move |s| project::list(&s.listing, status))
+                .await
+                .map(CtlResponse::Projects)
+        }
+        CtlRequest::ProjectShow { name } => {
+            blocking(sup, move |s| project::info(&s.listing, &name))
+                .await
+                .map(shown)
+        }
         CtlRequest::ProjectLifecycle { name, verb } => {
-            project::lifecycle(sup, &name, project::store_verb(verb))
+            let verb = project::store_verb(verb);
+            project::lifecycle(&sup.listing, &sup.lifecycle_lock, &name, verb)
                 .await
                 .map(shown)
         }
@@ -85,12 +107,20 @@ async fn ctl(
             text,
             wait,
             client_id,
-        } => project::send(sup, &name, from.clone(), text, wait, client_id)
-            .await
-            .map(|(id, reply)| match reply {
-                Some(text) => CtlResponse::Reply { id, text },
-                None => CtlResponse::Sent { id },
-            }),
+        } => project::send(
+            &sup.slots,
+            &sup.listing.projects,
+            &name,
+            from.clone(),
+            text,
+            wait,
+            client_id,
+        )
+        .await
+        .map(|(id, reply)| match reply {
+            Some(text) => CtlResponse::Reply { id, text },
+            None => CtlResponse::Sent { id },
+        }),
         CtlRequest::Chat { text } => {
             chat::chat(&sup.main, from.clone(), text)
                 .await
@@ -101,21 +131,28 @@ async fn ctl(
         }
         CtlRequest::TaskVerb { id, verb } => {
             let from = from.clone();
-            blocking(sup, move |s| task::verb(s, &id, verb, &from))
-                .await
-                .map(done)
+            blocking(sup, move |s| {
+                task::verb(&s.home, &s.slots, &id, verb, &from)
+            })
+            .await
+            .map(done)
         }
         CtlRequest::TaskAdd(add) => {
             let from = from.clone();
-            blocking(sup, move |s| task::add(s, add, TaskState::Ready, &from))
-                .await
-                .map(|(id, message)| CtlResponse::TaskAdded { id, message })
+            blocking(sup, move |s| {
+                let projects = &s.listing.projects;
+                task::add(&s.home, projects, &s.slots, add, TaskState::Ready, &from)
+            })
+            .await
+            .map(|(id, message)| CtlResponse::TaskAdded { id, message })
         }
         CtlRequest::TaskAnswer { id, text } => {
             let from = from.clone();
-            blocking(sup, move |s| task::answer(s, &id, &text, &from))
-                .await
-                .map(done)
+            blocking(sup, move |s| {
+                task::answer(&s.home, &s.slots, &id, &text, &from)
+            })
+            .await
+            .map(done)
         }
         CtlRequest::RoleAssign {
             project,
@@ -139,19 +176,27 @@ async fn ctl(
         .await
         .map(done),
         CtlRequest::Stop => Ok(done(stop::stop(&sup.home, &sup.shutdown))),
-        CtlRequest::Approvals { project } => {
-            blocking(sup, move |s| approvals::list(s, project.as_deref()))
-                .await
-                .map(CtlResponse::Approvals)
-        }
+        CtlRequest::Approvals { project } => blocking(sup, move |s| {
+            approvals::list(&s.approvals, project.as_deref())
+        })
+        .await
+        .map(CtlResponse::Approvals),
         CtlRequest::ApprovalAnswer {
             id,
             approve,
             always,
             reason,
-        } => approvals::answer(sup, &id, approve, always, reason, from)
-            .await
-            .map(done),
+        } => approvals::answer(
+            &sup.approvals,
+            &sup.lifecycle_lock,
+            &id,
+            approve,
+            always,
+            reason,
+            from,
+        )
+        .await
+        .map(done),
     }
 }
 

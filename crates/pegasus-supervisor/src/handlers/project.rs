@@ -4,17 +4,21 @@
 //! the worker to match, so a crash in between leaves a file that says what to do on boot.
 
 use crate::{
+    activity::Activity,
+    approval_counts::ApprovalCounts,
     error::RequestError,
+    limits::Limits,
     slot::{Delivery, SlotCmd},
-    supervisor::Supervisor,
+    supervisor::Slots,
 };
+use pegasus_llm::Gateway;
 use pegasus_proto::{
     ctl::{CreateProject, LifecycleVerb, ProjectFilter, ProjectInfo},
     Channel,
 };
-use pegasus_store::{NewProject, ProjectFile, ProjectStatus, Verb};
+use pegasus_store::{Config, Home, NewProject, ProjectFile, ProjectRegistry, ProjectStatus, Verb};
 use std::{path::PathBuf, sync::Arc};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Mutex};
 
 /// The longest client id of a send (SPEC §11) kept with its message.
 const MAX_CLIENT_ID: usize = 200;
@@ -29,52 +33,97 @@ async fn off_runtime<T: Send + 'static>(
     }
 }
 
-/// Every project as listings show it: the files, the live worker and its activity, the spend.
-pub(crate) fn infos(sup: &Supervisor) -> Result<Vec<ProjectInfo>, RequestError> {
-    // Rows re-read only where a PROJECT.md changed; spend from the gateway's running totals
-    // (the ledger file is read once, at start).
-    let mut infos = sup
-        .projects
-        .rows(|name| sup.gateway.spent_by_project(name))?;
-    sup.fill_live(&mut infos);
-    // The model in use: a project that names none runs on the default model.
-    let default = sup.gateway.resolve_model("");
-    for info in infos.iter_mut().filter(|i| i.error.is_none()) {
-        if info.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
-            info.model = Some(default.clone());
+/// What the listing rows (`project list`, `show`, `status`) are made of: the projects' files,
+/// the spend, the live workers with their activity, waiting approvals and limits.
+pub(crate) struct Listing {
+    pub home: Home,
+    pub config: Config,
+    /// Every project as its PROJECT.md says now: pegasusd's one reader of those files (listing
+    /// rows, budgets, models), shared with the gateway.
+    pub projects: Arc<ProjectRegistry>,
+    /// The spend per project, and the default model.
+    pub gateway: Gateway,
+    pub slots: Arc<Slots>,
+    /// What each worker is doing now (from the bus).
+    pub activity: Arc<Activity>,
+    /// Waiting approvals per project.
+    pub approval_counts: Arc<ApprovalCounts>,
+    /// Per-project limits (SPEC §12): the home's cgroups, or why there are none.
+    pub limits: Arc<Limits>,
+}
+
+impl Listing {
+    /// Every project as listings show it: the files, the live worker and its activity, the spend.
+    pub fn infos(&self) -> Result<Vec<ProjectInfo>, RequestError> {
+        // Rows re-read only where a PROJECT.md changed; spend from the gateway's running totals
+        // (the ledger file is read once, at start).
+        let mut infos = self
+            .projects
+            .rows(|name| self.gateway.spent_by_project(name))?;
+        self.fill_live(&mut infos);
+        // The model in use: a project that names none runs on the default model.
+        let default = self.gateway.resolve_model("");
+        for info in infos.iter_mut().filter(|i| i.error.is_none()) {
+            if info.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+                info.model = Some(default.clone());
+            }
+        }
+        Ok(infos)
+    }
+
+    /// Copies the live facts (worker, its state, its running task and stage) into listing rows.
+    fn fill_live(&self, infos: &mut [ProjectInfo]) {
+        self.slots.fill(infos);
+        self.activity.fill(infos);
+        self.approval_counts.fill(infos);
+    }
+
+    /// Adds each project's limits (SPEC §12) and whether they apply to listing rows: for
+    /// `project list` and `show`, not `status` (one more look at each PROJECT.md).
+    fn fill_limits(&self, infos: &mut [ProjectInfo]) {
+        use pegasus_store::launcher::LOCAL;
+        for info in infos.iter_mut().filter(|i| i.status.is_some()) {
+            let problem = self.slots.limits_problem(&info.name);
+            let project = self.projects.project(&info.name);
+            let limits = Limits::effective(&self.config, project.as_deref());
+            let launcher = project.as_deref().and_then(|p| p.launcher());
+            let remote = launcher.unwrap_or(&self.config.default_launcher) != LOCAL;
+            info.limits = Some(self.limits.info(&limits, remote, problem.as_deref()));
         }
     }
-    Ok(infos)
 }
 
 /// `project show NAME`.
-pub(crate) fn info(sup: &Supervisor, name: &str) -> Result<ProjectInfo, RequestError> {
+pub(crate) fn info(listing: &Listing, name: &str) -> Result<ProjectInfo, RequestError> {
     pegasus_store::validate_name(name)?;
-    let mut info = infos(sup)?
+    let mut info = listing
+        .infos()?
         .into_iter()
         .find(|p| p.name == name)
         .ok_or_else(|| RequestError::ProjectNotFound(name.to_string()))?;
-    info.unmerged_branches = pegasus_tasks::unmerged_branches(&sup.home.project_dir(name));
-    sup.fill_limits(std::slice::from_mut(&mut info));
+    info.unmerged_branches = pegasus_tasks::unmerged_branches(&listing.home.project_dir(name));
+    listing.fill_limits(std::slice::from_mut(&mut info));
     Ok(info)
 }
 
 /// `project list [--status S]`; `invalid` lists the projects whose PROJECT.md does not load.
 pub(crate) fn list(
-    sup: &Supervisor,
+    listing: &Listing,
     status: Option<ProjectFilter>,
 ) -> Result<Vec<ProjectInfo>, RequestError> {
-    let mut infos = infos(sup)?;
+    let mut infos = listing.infos()?;
     if let Some(filter) = status {
         infos.retain(|p| filter.keeps(p));
     }
-    sup.fill_limits(&mut infos);
+    listing.fill_limits(&mut infos);
     Ok(infos)
 }
 
-/// `project create`: folders + PROJECT.md, then a worker.
+/// `project create`: folders + PROJECT.md, then a worker; under `lifecycle_lock`, which
+/// serialises every change of a PROJECT.md with the slot change that goes with it.
 pub(crate) async fn create(
-    sup: &Arc<Supervisor>,
+    listing: &Listing,
+    lifecycle_lock: &Mutex<()>,
     req: CreateProject,
 ) -> Result<ProjectInfo, RequestError> {
     // The MainAgent's events, spend and search results carry the name `main`: a project of
@@ -84,7 +133,7 @@ pub(crate) async fn create(
             "the name `main` is the MainAgent's (talk to it with `pegasusctl chat`): choose another project name",
         ));
     }
-    let guard = sup.lifecycle_lock.lock().await;
+    let guard = lifecycle_lock.lock().await;
     let new = NewProject {
         name: req.name.clone(),
         goal: req.goal,
@@ -93,12 +142,12 @@ pub(crate) async fn create(
         model: req.model,
         workdir: req.workdir.map(PathBuf::from),
     };
-    let home = sup.home.clone();
+    let home = listing.home.clone();
     off_runtime(move || pegasus_store::create_project(&home, &new, chrono::Utc::now())).await?;
     tracing::info!(project = %req.name, "project created");
-    sup.slots.start(&req.name);
+    listing.slots.start(&req.name);
     drop(guard);
-    info(sup, &req.name)
+    info(listing, &req.name)
 }
 
 /// The wire verb as the store's lifecycle state machine knows it.
@@ -111,15 +160,16 @@ pub(crate) fn store_verb(verb: LifecycleVerb) -> Verb {
     }
 }
 
-/// One lifecycle verb (SPEC §4): PROJECT.md first, then the worker.
+/// One lifecycle verb (SPEC §4): PROJECT.md first, then the worker; under `lifecycle_lock`.
 pub(crate) async fn lifecycle(
-    sup: &Arc<Supervisor>,
+    listing: &Listing,
+    lifecycle_lock: &Mutex<()>,
     name: &str,
     verb: Verb,
 ) -> Result<ProjectInfo, RequestError> {
     pegasus_store::validate_name(name)?;
-    let guard = sup.lifecycle_lock.lock().await;
-    let dir = sup.home.project_dir(name);
+    let guard = lifecycle_lock.lock().await;
+    let dir = listing.home.project_dir(name);
     if !dir.join("PROJECT.md").exists() {
         return Err(RequestError::ProjectNotFound(name.to_string()));
     }
@@ -129,25 +179,25 @@ pub(crate) async fn lifecycle(
     // any other resume of an active project is refused by the state machine below.
     if verb == Verb::Resume
         && project.status() == ProjectStatus::Active
-        && sup.slots.is_crash_looping(name)
+        && listing.slots.is_crash_looping(name)
     {
-        if let Some(cmd) = sup.slots.cmd(name) {
+        if let Some(cmd) = listing.slots.cmd(name) {
             let _ = cmd.send(SlotCmd::Restart).await;
             tracing::info!(project = %name, "resumed after crash loop");
             drop(guard);
-            return info(sup, name);
+            return info(listing, name);
         }
     }
     let to = project.apply(verb, chrono::Utc::now())?;
     off_runtime(move || project.save(&dir)).await?;
     tracing::info!(project = %name, %verb, status = %to, "lifecycle");
     if to == ProjectStatus::Active {
-        sup.slots.start(name);
+        listing.slots.start(name);
     } else {
-        sup.slots.stop(name).await;
+        listing.slots.stop(name).await;
     }
     drop(guard);
-    info(sup, name)
+    info(listing, name)
 }
 
 /// `project send`: deliver a message from `from`. Answered with the message id once the
@@ -155,7 +205,8 @@ pub(crate) async fn lifecycle(
 /// the project's worker already has (SPEC §11) is answered with the first message's id (and
 /// its reply) without running anything again; with another text, refused as a conflict.
 pub(crate) async fn send(
-    sup: &Supervisor,
+    slots: &Slots,
+    projects: &ProjectRegistry,
     name: &str,
     from: Channel,
     text: String,
@@ -170,8 +221,8 @@ pub(crate) async fn send(
         }
     }
     pegasus_store::validate_name(name)?;
-    let Some(cmd) = sup.slots.cmd(name) else {
-        let Some(project) = sup.projects.get(name) else {
+    let Some(cmd) = slots.cmd(name) else {
+        let Some(project) = projects.get(name) else {
             return Err(RequestError::ProjectNotFound(name.to_string()));
         };
         return Err(RequestError::refused(match project {

@@ -1,32 +1,42 @@
 //! `pegasusctl status`: the daemon, its workers (with the running task and its stage) and
 //! today's spend.
 
-use crate::{error::RequestError, supervisor::Supervisor};
+use super::project::Listing;
+use crate::{error::RequestError, main_agent::Held};
 use pegasus_proto::ctl::DaemonStatus;
+use pegasus_tasks::WaitingCache;
 
-pub(crate) fn status(sup: &Supervisor) -> Result<DaemonStatus, RequestError> {
-    let projects = super::project::infos(sup)?;
+/// The daemon's status: the rows of `listing`, what waits for the user (the MainAgent's `held`
+/// messages, then each project's questions and merges, from `waiting`), the spend, and what
+/// keeps models from answering (`problems`).
+pub(crate) fn status(
+    listing: &Listing,
+    held: &Held,
+    waiting: &WaitingCache,
+    uptime_s: u64,
+    problems: Vec<String>,
+) -> Result<DaemonStatus, RequestError> {
+    let projects = listing.infos()?;
     // Questions and pending merges, from the task indexes (a stat per project when none
     // changed).
-    let waiting = sup
-        .main_held
+    let waiting = held
         .line()
         .into_iter()
         .chain(
             projects
                 .iter()
                 .filter(|p| p.error.is_none())
-                .flat_map(|p| sup.waiting.lines(&sup.home.project_dir(&p.name), &p.name)),
+                .flat_map(|p| waiting.lines(&listing.home.project_dir(&p.name), &p.name)),
         )
         .collect();
     Ok(DaemonStatus {
         pid: std::process::id(),
-        uptime_s: sup.started.elapsed().as_secs(),
-        home: sup.home.root().display().to_string(),
+        uptime_s,
+        home: listing.home.root().display().to_string(),
         // The gateway's running total: no ledger read per `status`.
-        cost_today_usd: sup.gateway.spent_today() + 0.0,
+        cost_today_usd: listing.gateway.spent_today() + 0.0,
         projects,
         waiting,
-        problems: crate::supervisor::lock(&sup.problems).clone(),
+        problems,
     })
 }

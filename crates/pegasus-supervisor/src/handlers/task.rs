@@ -2,13 +2,13 @@
 //! one task, found by id in any project. The task store's compare-and-set keeps these safe against the worker writing the
 //! same task at the same time; the worker is nudged to look for ready tasks afterwards.
 
-use crate::{error::RequestError, supervisor::Supervisor};
+use crate::{error::RequestError, supervisor::Slots};
 use pegasus_proto::{
     ctl::{AddTask, TaskVerb},
     worker::ToWorker,
     Channel,
 };
-use pegasus_store::ProjectStatus;
+use pegasus_store::{Home, ProjectRegistry, ProjectStatus};
 use pegasus_tasks::{
     blocked_from_verified, MergeState, NewTask, Task, TaskSpec, TaskState, TaskStore, TaskUpdate,
 };
@@ -21,15 +21,17 @@ const TITLE_CHARS: usize = 80;
 /// `schedule:<job>`, ...: the events' actor); the project's worker runs it when its
 /// dependencies are done, by priority. Returns the task's id and a one-line summary.
 pub(crate) fn add(
-    sup: &Supervisor,
+    home: &Home,
+    projects: &ProjectRegistry,
+    slots: &Slots,
     req: AddTask,
     to: TaskState,
     from: &Channel,
 ) -> Result<(String, String), RequestError> {
     let actor = &from.to_string();
     pegasus_store::validate_name(&req.project)?;
-    let dir = sup.home.project_dir(&req.project);
-    let Some(file) = sup.projects.get(&req.project) else {
+    let dir = home.project_dir(&req.project);
+    let Some(file) = projects.get(&req.project) else {
         return Err(RequestError::ProjectNotFound(req.project));
     };
     let status = file
@@ -48,7 +50,7 @@ pub(crate) fn add(
         ));
     }
     let role = match &req.role {
-        Some(r) => Some(pegasus_roles::find_role(&sup.home.roles_dir(), r)?.id),
+        Some(r) => Some(pegasus_roles::find_role(&home.roles_dir(), r)?.id),
         None => None,
     };
     let declared = pegasus_tasks::project_repos(&dir)?;
@@ -93,7 +95,7 @@ pub(crate) fn add(
         actor,
         &format!("added by {actor}"),
     )?;
-    sup.slots.nudge(&req.project, ToWorker::TasksChanged);
+    slots.nudge(&req.project, ToWorker::TasksChanged);
     let waits = if task.depends_on.is_empty() {
         String::new()
     } else {
@@ -124,12 +126,13 @@ fn title_of(goal: &str) -> String {
 
 /// `task cancel|retry|replay|approve|merge ID`, asked on channel `from` (the events' actor).
 pub(crate) fn verb(
-    sup: &Supervisor,
+    home: &Home,
+    slots: &Slots,
     id: &str,
     verb: TaskVerb,
     from: &Channel,
 ) -> Result<String, RequestError> {
-    on_task(sup, id, from, |store, task, actor| {
+    on_task(home, slots, id, from, |store, task, actor| {
         let move_to = |from, to, why: &str| store.transition(id, from, to, actor, why);
         Ok(match verb {
             TaskVerb::Cancel => {
@@ -195,25 +198,27 @@ pub(crate) fn verb(
 /// Runs `act` on task `id`, found in any project, with the name of the actor on channel
 /// `from`; then the project's worker is nudged to look at its tasks again.
 fn on_task(
-    sup: &Supervisor,
+    home: &Home,
+    slots: &Slots,
     id: &str,
     from: &Channel,
     act: impl FnOnce(&TaskStore, Task, &str) -> Result<String, RequestError>,
 ) -> Result<String, RequestError> {
-    let (project, store) = pegasus_tasks::find_task(&sup.home.projects_dir(), id)?;
+    let (project, store) = pegasus_tasks::find_task(&home.projects_dir(), id)?;
     let message = act(&store, store.get(id)?, &from.to_string())?;
-    sup.slots.nudge(&project, ToWorker::TasksChanged);
+    slots.nudge(&project, ToWorker::TasksChanged);
     Ok(message)
 }
 
 /// `task answer ID TEXT`: the answer is recorded on the task, which goes back to ready.
 pub(crate) fn answer(
-    sup: &Supervisor,
+    home: &Home,
+    slots: &Slots,
     id: &str,
     text: &str,
     from: &Channel,
 ) -> Result<String, RequestError> {
-    on_task(sup, id, from, |store, task, actor| {
+    on_task(home, slots, id, from, |store, task, actor| {
         if task.state != TaskState::Blocked {
             return Err(RequestError::refused(format!(
                 "task {id} is {}, not blocked: there is no question to answer",
