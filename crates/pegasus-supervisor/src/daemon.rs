@@ -170,7 +170,7 @@ async fn serve(
         .map_err(SupervisorError::Remote)?;
     let (main_tx, main_rx) = tokio::sync::mpsc::unbounded_channel();
     let (slot_tx, slot_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sup = Supervisor::new(
+    let (sup, background) = Supervisor::new(
         home.clone(),
         config,
         worker_bin,
@@ -192,9 +192,9 @@ async fn serve(
         &sup.approvals.counts,
         crate::approval_counts::ApprovalCounts::apply,
     );
-    crate::watchdog::observe(&sup.bus, &sup.watchdogs, sup.main.clone());
+    crate::watchdog::observe(&sup.bus, &background.watchdogs, sup.main.clone());
     let timer = crate::watchdog::Timer {
-        watchdogs: sup.watchdogs.clone(),
+        watchdogs: background.watchdogs.clone(),
         home: home.clone(),
         main: sup.main.clone(),
         slots: sup.slots.clone(),
@@ -212,7 +212,7 @@ async fn serve(
         sup.shutdown.clone(),
     ));
     let sweeper = tokio::spawn(crate::sweeper::run(
-        sup.sweeper.clone(),
+        background.sweeper.clone(),
         sup.shutdown.clone(),
     ));
     let mut sigterm = signal(SignalKind::terminate())
@@ -220,12 +220,12 @@ async fn serve(
     let mut sigint = signal(SignalKind::interrupt())
         .map_err(|e| SupervisorError::io("cannot watch SIGINT in", home.root(), e))?;
     let workers = tokio::spawn(worker_server::serve(
-        sup.spawns.clone(),
+        background.spawns.clone(),
         sup.shutdown.clone(),
         worker_listener,
     ));
     let remotes = remote.zip(remote_listener).map(|(remote, l)| {
-        let (spawns, shutdown) = (sup.spawns.clone(), sup.shutdown.clone());
+        let (spawns, shutdown) = (background.spawns.clone(), sup.shutdown.clone());
         tokio::spawn(crate::remote::serve(remote, spawns, shutdown, l))
     });
     sup.restart_scan()?;

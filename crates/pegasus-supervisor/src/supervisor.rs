@@ -32,8 +32,6 @@ pub(crate) struct Supervisor {
     started: Instant,
     /// The supervised workers.
     pub slots: Arc<Slots>,
-    /// The spawns waiting for their worker's hello (claimed by the worker sockets).
-    pub spawns: Arc<PendingSpawns>,
     /// Serialises every read-modify-write of a PROJECT.md and the slot change that goes with it,
     /// so two clients suspending and resuming at once cannot interleave.
     pub lifecycle_lock: tokio::sync::Mutex<()>,
@@ -51,16 +49,24 @@ pub(crate) struct Supervisor {
     pub approvals: Arc<Approvals>,
     /// What of each project waits for the user, for `status` (read again when its index changes).
     pub(crate) waiting: pegasus_tasks::WaitingCache,
-    /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
-    pub watchdogs: Arc<Watchdogs>,
-    /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
-    pub sweeper: Arc<crate::sweeper::Sweeper>,
     /// The MainAgent's inbox (crash notices, project notifies and replies, chat).
     pub main: MainInbox,
     /// Project messages the MainAgent holds until the user speaks (for `status`).
     pub(crate) main_held: Arc<crate::main_agent::Held>,
     /// What keeps models from answering, found at start (see [`crate::model_check`]).
     problems: Mutex<Vec<String>>,
+}
+
+/// The parts of the daemon that the slots share with the daemon's own tasks only (the worker
+/// sockets, the sweeper, the watchdog): made by [`Supervisor::new`] and handed back, not kept
+/// in the [`Supervisor`], since no request uses them.
+pub(crate) struct Background {
+    /// The spawns waiting for their worker's hello (claimed by the worker sockets).
+    pub spawns: Arc<PendingSpawns>,
+    /// The watchdogs of all workers (fed from the bus); the LLM proxy asks them for refusals.
+    pub watchdogs: Arc<Watchdogs>,
+    /// Sweeps of escaped processes, coalesced (see [`crate::sweeper`]).
+    pub sweeper: Arc<crate::sweeper::Sweeper>,
 }
 
 /// Something for the MainAgent: a text on a channel, and maybe somebody waiting for its answer.
@@ -128,7 +134,7 @@ impl Supervisor {
         slot_events: mpsc::UnboundedSender<SlotEvent>,
         elsewhere: crate::remote::Elsewhere,
         limits: Arc<crate::limits::Limits>,
-    ) -> Arc<Self> {
+    ) -> (Arc<Self>, Background) {
         let approval_counts = Arc::new(crate::approval_counts::ApprovalCounts::new(
             home.projects_dir(),
         ));
@@ -180,25 +186,28 @@ impl Supervisor {
             counts: approval_counts,
             slots: slots.clone(),
         });
-        Arc::new(Supervisor {
+        let sup = Arc::new(Supervisor {
             gateway,
             main,
             main_held: Arc::default(),
             problems: Mutex::default(),
-            watchdogs,
             home,
             config,
             started: Instant::now(),
             slots,
-            spawns,
             lifecycle_lock: tokio::sync::Mutex::new(()),
             shutdown,
             bus,
             listing,
             approvals,
             waiting: Default::default(),
+        });
+        let background = Background {
+            spawns,
+            watchdogs,
             sweeper,
-        })
+        };
+        (sup, background)
     }
 
     /// The restart scan: a worker for every active project, the invalid ones reported.
