@@ -222,9 +222,10 @@ impl ProjectFile {
             .map(|(_, s)| s)
     }
 
-    /// Value of any frontmatter key (known or unknown) as YAML, as written. Keys Pegasus reads
-    /// have their typed accessors; this is for keys kept as text (unknown ones, a remote
-    /// project's pinned keys) and for edits.
+    /// Value of any frontmatter key (known or unknown) as YAML, as written. The keys this
+    /// crate reads have typed accessors; this is for the keys other crates own (`roles`,
+    /// `approvals`), for unknown keys, for values kept as written (a remote project's pinned
+    /// keys) and for edits.
     pub fn get(&self, key: &str) -> Option<Value> {
         self.mapping.get(key).cloned()
     }
