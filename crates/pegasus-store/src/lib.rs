@@ -52,8 +52,8 @@ pub use ledger::{
 pub use lifecycle::{transition, Verb};
 pub use mcp::{McpServerConfig, DEFAULT_MCP_TIMEOUT_S};
 pub use project::{
-    create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
-    PROJECT_SUBDIRS,
+    create_project, validate_name, CodeKeys, KeyProblem, KeyValue, MergePolicy, NewProject,
+    ProjectFile, ProjectStatus, RepoEntry, PROJECT_FILE, PROJECT_SUBDIRS,
 };
 pub use read::{read_capped, read_text_limited, read_text_nofollow, Capped, ReadError};
 pub use registry::ProjectRegistry;

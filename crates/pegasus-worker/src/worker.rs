@@ -305,15 +305,8 @@ async fn serve(
                 agent.stop_flag(),
             ));
             agent.set_approvals(gate.clone());
-            let servers =
-                pegasus_store::mcp::parse_mcp_servers(project.get("mcp_servers").as_ref())
-                    .map_err(|e| {
-                        WorkerError::Config(format!(
-                            "{}: key `mcp_servers` {e}",
-                            project_dir.join("PROJECT.md").display()
-                        ))
-                    })?;
-            let merged = pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, &servers);
+            let merged =
+                pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, project.mcp_servers());
             pegasus_store::home_guard::check_mcp_writable(&home, &project_dir, &project, &merged)
                 .map_err(WorkerError::Config)?;
             let mcp = McpHub::new(
