@@ -37,7 +37,6 @@ pub mod registry;
 pub mod remote_record;
 pub mod scan;
 pub mod session;
-pub mod stamp;
 pub mod worker_lock;
 pub mod yaml;
 
@@ -54,6 +53,7 @@ pub use ledger::{
 };
 pub use lifecycle::{transition, Verb};
 pub use mcp::{McpServerConfig, DEFAULT_MCP_TIMEOUT_S};
+pub use pegasus_fs::stamp;
 pub use project::{
     create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
     PROJECT_SUBDIRS,
