@@ -49,11 +49,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_atomic_into_missing_dir_fails_with_the_path() {
+    fn its_errors_are_store_errors_with_the_same_words() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("nope/state.txt");
-        let err = write_atomic(&p, b"x").unwrap_err();
-        assert!(err.to_string().contains("nope"), "{err}");
-        assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
+        let missing = dir.path().join("nope/state.txt");
+        match write_atomic(&missing, b"x") {
+            Err(StoreError::Io { path, .. }) => assert!(path.starts_with(dir.path().join("nope"))),
+            other => panic!("{other:?}"),
+        }
+        match write_atomic(Path::new("/"), b"x") {
+            Err(StoreError::Invalid(m)) => assert_eq!(m, "/: not a file path"),
+            other => panic!("{other:?}"),
+        }
     }
 }
