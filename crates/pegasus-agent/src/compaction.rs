@@ -272,9 +272,9 @@ pub async fn compact(
     let name = name.to_string();
     let session = session.clone();
     let swapped =
-        tokio::task::spawn_blocking(move || swap_files(&dir, &name, &session, summary, mark, keep))
+        pegasus_fs::blocking(move || swap_files(&dir, &name, &session, summary, mark, keep))
             .await
-            .map_err(|e| AgentError::Background(e.to_string()))
+            .map_err(AgentError::from)
             .and_then(|r| r);
     let result = match swapped {
         Ok((records, archived, mark)) => Ok(Compacted {

@@ -11,7 +11,7 @@
 //!
 //! It is not for processes, sockets or the network: it never spawns a worker, talks to a
 //! provider or decides *when* to write; the supervisor and worker crates do. It is synchronous
-//! on purpose: its writes are small, and async callers wrap them in `spawn_blocking`.
+//! on purpose: its writes are small, and async callers wrap them in `pegasus_fs::blocking`.
 
 pub mod adopted;
 pub mod approvals;

@@ -24,7 +24,7 @@ pub(crate) async fn run(sup: Arc<Supervisor>) {
             _ = tick.tick() => {}
         }
         let s = sup.clone();
-        match tokio::task::spawn_blocking(move || fire_due(&s)).await {
+        match pegasus_fs::blocking(move || fire_due(&s)).await {
             Ok(Ok(())) => last_error.clear(),
             Ok(Err(e)) if e != last_error => {
                 tracing::warn!("schedules not run: {e}");

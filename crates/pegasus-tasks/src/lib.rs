@@ -12,7 +12,7 @@
 //! It is not for running tasks: it never calls a model, spawns a process (besides
 //! `git rev-parse` for a snapshot) or decides *which* task runs next; the worker and the agent
 //! do, through this API. It is synchronous on purpose, like `pegasus-store`: its writes are
-//! small, and async callers wrap them in `spawn_blocking`.
+//! small, and async callers wrap them in `pegasus_fs::blocking`.
 
 pub mod board;
 pub mod code;
