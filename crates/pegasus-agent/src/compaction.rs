@@ -418,7 +418,7 @@ fn user_records_since(path: &Path, offset: u64) -> Result<Vec<SessionRecord>, Ag
     let tail = bytes.get(offset as usize..).unwrap_or(&[]);
     Ok(tail
         .split(|&b| b == b'\n')
-        .filter_map(|line| serde_json::from_slice::<SessionRecord>(line).ok())
+        .filter_map(SessionRecord::decode)
         .filter(|r| matches!(r, SessionRecord::Message(m) if m.role == SRole::User))
         .collect())
 }
