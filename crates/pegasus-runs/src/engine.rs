@@ -536,9 +536,7 @@ impl RunEngine {
         F: FnOnce(&RunStore) -> Result<T, RunError> + Send + 'static,
     {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&store))
-            .await
-            .map_err(|e| RunError::Background(e.to_string()))?
+        pegasus_fs::blocking(move || f(&store)).await?
     }
 }
 

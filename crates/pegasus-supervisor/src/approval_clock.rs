@@ -105,7 +105,7 @@ pub(crate) async fn run(sup: Arc<Supervisor>) {
             _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
         let s = sup.clone();
-        let expired = tokio::task::spawn_blocking(move || expire(&s))
+        let expired = pegasus_fs::blocking(move || expire(&s))
             .await
             .unwrap_or_default();
         for (project, id) in expired {

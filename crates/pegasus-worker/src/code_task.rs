@@ -139,8 +139,9 @@ pub fn is_code_task(task: &Task) -> bool {
     task.spec.as_ref().is_some_and(|s| !s.repos.is_empty())
 }
 
+/// A git step on the blocking pool ([`pegasus_fs::blocking`]), its panic said as its error.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
+    pegasus_fs::blocking(f)
         .await
         .map_err(|e| format!("a git step panicked: {e}"))
 }

@@ -52,7 +52,7 @@ pub(crate) async fn review(
             .zip(trees)
             .map(|(r, t)| (r.id.clone(), r.base_ref(), t.path.clone()))
             .collect();
-        tokio::task::spawn_blocking(move || {
+        pegasus_fs::blocking(move || {
             pairs
                 .into_iter()
                 .map(|(id, base, path)| {

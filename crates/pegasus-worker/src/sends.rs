@@ -84,9 +84,9 @@ impl Sends {
                 if !contains(line, b"\"client_id\"") && !contains(line, b"\"compaction\"") {
                     continue;
                 }
-                match serde_json::from_slice::<SessionRecord>(line) {
-                    Ok(SessionRecord::Message(m)) => sends.remember_record(&m, since),
-                    Ok(SessionRecord::Compaction { archived, ts, .. }) if ts >= since => {
+                match SessionRecord::decode(line) {
+                    Some(SessionRecord::Message(m)) => sends.remember_record(&m, since),
+                    Some(SessionRecord::Compaction { archived, ts, .. }) if ts >= since => {
                         // `archived` is relative to the project (older files: absolute).
                         files.push(project_dir.join(archived));
                     }

@@ -134,7 +134,7 @@ pub struct CommandSpec<'a> {
 /// child subreaper, when its parent exited; nothing the command started outlives the call.
 pub async fn run_command(spec: CommandSpec<'_>) -> ToolOutput {
     let out = run_command_contained(spec).await;
-    match tokio::task::spawn_blocking(pegasus_sandbox::adopted::sweep_adopted).await {
+    match pegasus_fs::blocking(pegasus_sandbox::adopted::sweep_adopted).await {
         Ok(0) | Err(_) => {}
         Ok(n) => tracing::info!(killed = n, "killed processes that escaped an exec command"),
     }

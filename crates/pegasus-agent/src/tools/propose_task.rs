@@ -116,7 +116,7 @@ impl super::Builtin for ProposeTask {
                     "this task already proposed {MAX_PER_TASK} tasks, the most one task may; put the rest in your answer for the user"
                 )
             })?;
-        let made = tokio::task::spawn_blocking(move || {
+        let made = pegasus_fs::blocking(move || {
             let store = pegasus_tasks::TaskStore::open(&dir, &project)?;
             let planned = store
                 .list()?
