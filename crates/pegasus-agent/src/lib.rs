@@ -55,7 +55,7 @@ pub use approvals::Approvals;
 pub use error::AgentError;
 pub use model::{ChatFuture, ChatModel};
 pub use outbox::Notice;
-pub use outcome::{Outcome, StopKind};
+pub use outcome::{RunOutcome, StopKind};
 pub use roles::{prepare_role, RoleRun};
 pub use session_writer::{record_inbound, record_sent, SessionHandle};
 pub use settings::AgentSettings;
