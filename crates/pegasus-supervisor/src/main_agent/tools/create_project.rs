@@ -4,23 +4,12 @@ use super::{project_answer, request};
 use crate::front_door::FrontDoor;
 use pegasus_agent::{ToolCtx, ToolOutput, TypedTool};
 use pegasus_proto::ctl::{CreateProject as Create, CtlRequest};
-use serde::Deserialize;
 
 pub(super) struct CreateProject(pub FrontDoor);
 
-/// The arguments of `create_project`, as its schema describes them.
-#[derive(Deserialize)]
-pub(super) struct Args {
-    name: String,
-    goal: String,
-    background: Option<String>,
-    constraints: Option<String>,
-    model: Option<String>,
-    workdir: Option<String>,
-}
-
 impl TypedTool for CreateProject {
-    type Args = Args;
+    /// The request's own arguments: the tool takes exactly what `project create` takes.
+    type Args = Create;
 
     fn name(&self) -> &str {
         "create_project"
@@ -43,15 +32,7 @@ impl TypedTool for CreateProject {
         })
     }
 
-    async fn run(&self, args: Args, _ctx: &ToolCtx) -> Result<ToolOutput, String> {
-        let req = CtlRequest::ProjectCreate(Create {
-            name: args.name,
-            goal: args.goal,
-            background: args.background,
-            constraints: args.constraints,
-            model: args.model,
-            workdir: args.workdir,
-        });
-        project_answer(request(&self.0, req).await?)
+    async fn run(&self, args: Create, _ctx: &ToolCtx) -> Result<ToolOutput, String> {
+        project_answer(request(&self.0, CtlRequest::ProjectCreate(args)).await?)
     }
 }
