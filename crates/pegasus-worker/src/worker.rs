@@ -1,7 +1,7 @@
 //! The worker's life: handshake, load, serve, stop.
 
 use crate::mcp::McpHub;
-use crate::sends::{self, Sends, Verdict};
+use crate::sends::{self, SendCheck, Sends};
 use crate::{
     connection, logging,
     proxy::ProxyModel,
@@ -439,9 +439,9 @@ async fn serve(
                 Action::TakeMessage(msg) => {
                     if let Some(client_id) = msg.client_id.as_deref() {
                         let (original, same_text) = match sends.check(client_id, &msg.text) {
-                            Verdict::New => (None, true),
-                            Verdict::Repeat { original } => (Some(original), true),
-                            Verdict::Conflict { original } => (Some(original), false),
+                            SendCheck::New => (None, true),
+                            SendCheck::Repeat { original } => (Some(original), true),
+                            SendCheck::Conflict { original } => (Some(original), false),
                         };
                         if let Some(original) = original {
                             // A repeat is neither recorded nor run: its sender gets the first
