@@ -15,7 +15,7 @@ use crate::compaction::{self, Compactor, RunMark};
 use crate::error::AgentError;
 use crate::model::ChatModel;
 use crate::outbox::{send_event, Notice};
-use crate::outcome::{Outcome, StopKind};
+use crate::outcome::{RunOutcome, StopKind};
 use crate::prompt::system_prompt;
 use crate::reflector::reflect;
 use crate::roles::RoleRun;
@@ -182,7 +182,7 @@ impl Agent {
         &mut self,
         role: Option<RoleRun>,
         runnable: bool,
-    ) -> Option<Result<Outcome, AgentError>> {
+    ) -> Option<Result<RunOutcome, AgentError>> {
         let request = self.held.take()?;
         let gate = self.approvals.clone()?;
         Some(self.answer_held(&gate, request, role, runnable).await)
@@ -194,9 +194,9 @@ impl Agent {
         request: pegasus_approvals::ApprovalRequest,
         role: Option<RoleRun>,
         runnable: bool,
-    ) -> Result<Outcome, AgentError> {
+    ) -> Result<RunOutcome, AgentError> {
         let task_id = request.task.clone();
-        let outcome = |stop: StopKind, text: String| Outcome {
+        let outcome = |stop: StopKind, text: String| RunOutcome {
             task_id: task_id.clone(),
             text,
             stop,
@@ -424,7 +424,7 @@ impl Agent {
     /// `running`, then `done`/`failed`/`blocked` with the stop's reason), runs the loop,
     /// reflects on an answered task, compacts the session if the context is nearly full, and
     /// returns the final answer. `Err` only when the session or task log cannot be written.
-    pub async fn run(&mut self) -> Result<Outcome, AgentError> {
+    pub async fn run(&mut self) -> Result<RunOutcome, AgentError> {
         if self.queued.is_empty() {
             return Err(AgentError::NothingQueued);
         }
@@ -529,7 +529,7 @@ impl Agent {
         &mut self,
         task: Task,
         role: Option<RoleRun>,
-    ) -> Result<Outcome, AgentError> {
+    ) -> Result<RunOutcome, AgentError> {
         let text =
             if task.messages.is_empty() {
                 task_record::request_of(&self.tasks, &task)
@@ -569,7 +569,7 @@ impl Agent {
         role: Option<RoleRun>,
         workspace: &Workspace,
         started: bool,
-    ) -> Result<Outcome, AgentError> {
+    ) -> Result<RunOutcome, AgentError> {
         self.record_request(task_id, &Channel::Task, text)?;
         self.run_task(task_id.to_string(), true, started, role, Some(workspace))
             .await
@@ -584,7 +584,7 @@ impl Agent {
         text: &str,
         from: &Channel,
         ledger_task: &str,
-    ) -> Result<Outcome, AgentError> {
+    ) -> Result<RunOutcome, AgentError> {
         self.record_request(ledger_task, from, text.to_string())?;
         self.run_task(ledger_task.to_string(), false, false, None, None)
             .await
@@ -636,11 +636,11 @@ impl Agent {
         started: bool,
         role: Option<RoleRun>,
         workspace: Option<&Workspace>,
-    ) -> Result<Outcome, AgentError> {
+    ) -> Result<RunOutcome, AgentError> {
         if tracked && !started {
             if let Err(e) = task_record::start(&self.tasks, &self.notices, &task_id) {
                 // Cancelled (or otherwise moved) between being queued and starting.
-                return Ok(Outcome {
+                return Ok(RunOutcome {
                     task_id,
                     text: format!("Not started: {e}"),
                     stop: StopKind::Cancelled,
@@ -717,7 +717,7 @@ impl Agent {
         // Stopping while a call waits for its approval: the task stays blocked and the call
         // open (nothing of the turn is recorded); the next start answers it.
         if end.stop == StopKind::Held {
-            return Ok(Outcome::of(task_id, end, cost));
+            return Ok(RunOutcome::of(task_id, end, cost));
         }
 
         if end.stop == StopKind::Answered && self.settings.reflection {
@@ -783,7 +783,7 @@ impl Agent {
         }
         let end = crate::agent_loop::LoopEnd { text, ..end };
         if !tracked {
-            return Ok(Outcome::of(task_id, end, cost));
+            return Ok(RunOutcome::of(task_id, end, cost));
         }
         task_record::finish(
             &self.tasks,
@@ -801,7 +801,7 @@ impl Agent {
                 },
             },
         )?;
-        Ok(Outcome::of(task_id, end, cost))
+        Ok(RunOutcome::of(task_id, end, cost))
     }
 }
 

@@ -272,9 +272,9 @@ pub async fn compact(
     let name = name.to_string();
     let session = session.clone();
     let swapped =
-        tokio::task::spawn_blocking(move || swap_files(&dir, &name, &session, summary, mark, keep))
+        pegasus_fs::blocking(move || swap_files(&dir, &name, &session, summary, mark, keep))
             .await
-            .map_err(|e| AgentError::Background(e.to_string()))
+            .map_err(AgentError::from)
             .and_then(|r| r);
     let result = match swapped {
         Ok((records, archived, mark)) => Ok(Compacted {
@@ -418,7 +418,7 @@ fn user_records_since(path: &Path, offset: u64) -> Result<Vec<SessionRecord>, Ag
     let tail = bytes.get(offset as usize..).unwrap_or(&[]);
     Ok(tail
         .split(|&b| b == b'\n')
-        .filter_map(|line| serde_json::from_slice::<SessionRecord>(line).ok())
+        .filter_map(SessionRecord::decode)
         .filter(|r| matches!(r, SessionRecord::Message(m) if m.role == SRole::User))
         .collect())
 }

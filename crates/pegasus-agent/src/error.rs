@@ -26,6 +26,12 @@ pub enum AgentError {
     Background(String),
 }
 
+impl From<pegasus_fs::BlockingError> for AgentError {
+    fn from(e: pegasus_fs::BlockingError) -> AgentError {
+        AgentError::Background(e.to_string())
+    }
+}
+
 impl AgentError {
     /// Wraps a task store error, for `map_err`.
     pub fn tasks(e: pegasus_tasks::TaskError) -> Self {

@@ -62,7 +62,7 @@ const MAX_LISTED_FACT_FILES: usize = 64;
 
 /// What a condensing attempt did, for the task's cost, logs and tests.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum CondenseOutcome {
     /// The episodes are within the budget: no call was made.
     NotNeeded,
     /// The oldest `lines` episode lines became facts in `fact_files`.
@@ -77,11 +77,11 @@ pub enum Outcome {
     Unchanged(String),
 }
 
-/// An [`Outcome`] and what its call cost (also paid when the answer was unusable).
+/// A [`CondenseOutcome`] and what its call cost (also paid when the answer was unusable).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Condensed {
     /// What happened.
-    pub outcome: Outcome,
+    pub outcome: CondenseOutcome,
     /// Cost of the call, 0 when none was made.
     pub cost_usd: f64,
 }
@@ -97,7 +97,7 @@ pub async fn condense_episodes(ctx: &ToolCtx) -> Condensed {
         Ok(Some(plan)) => plan,
         Ok(None) => {
             return Condensed {
-                outcome: Outcome::NotNeeded,
+                outcome: CondenseOutcome::NotNeeded,
                 cost_usd: 0.0,
             }
         }
@@ -123,7 +123,7 @@ pub async fn condense_episodes(ctx: &ToolCtx) -> Condensed {
         Ok(fact_files) => {
             tracing::info!(lines = plan.condensed_lines(), facts = ?fact_files,
                 "old episodes condensed into facts");
-            Outcome::Condensed {
+            CondenseOutcome::Condensed {
                 lines: plan.condensed_lines(),
                 fact_files,
             }
@@ -139,7 +139,7 @@ pub async fn condense_episodes(ctx: &ToolCtx) -> Condensed {
 fn unchanged(why: String, cost_usd: f64) -> Condensed {
     tracing::warn!(reason = %why, "episodes not condensed; memory unchanged, tried again after the next task");
     Condensed {
-        outcome: Outcome::Unchanged(why),
+        outcome: CondenseOutcome::Unchanged(why),
         cost_usd,
     }
 }
@@ -520,12 +520,12 @@ mod tests {
         seed(dir.path(), 10);
         let m = model(answer(FACTS));
         let out = condense_episodes(&ctx(dir.path(), m.clone())).await;
-        assert_eq!(out.outcome, Outcome::NotNeeded);
+        assert_eq!(out.outcome, CondenseOutcome::NotNeeded);
         assert!(m.requests.lock().unwrap().is_empty());
         // No memory at all: nothing either.
         let empty = tempfile::tempdir().unwrap();
         let out = condense_episodes(&ctx(empty.path(), m.clone())).await;
-        assert_eq!(out.outcome, Outcome::NotNeeded);
+        assert_eq!(out.outcome, CondenseOutcome::NotNeeded);
     }
 
     #[tokio::test]
@@ -538,7 +538,7 @@ mod tests {
         std::fs::write(mem.join("facts/history.md"), "Project history").unwrap();
         let m = model(answer(FACTS));
         let out = condense_episodes(&ctx(mem, m.clone())).await;
-        let Outcome::Condensed { lines, fact_files } = &out.outcome else {
+        let CondenseOutcome::Condensed { lines, fact_files } = &out.outcome else {
             panic!("{out:?}")
         };
         assert_eq!(fact_files, &["history.md", "decisions.md"]);
@@ -595,7 +595,7 @@ mod tests {
 
         // Within the budget now: the next task makes no call.
         let out = condense_episodes(&ctx(mem, m.clone())).await;
-        assert_eq!(out.outcome, Outcome::NotNeeded);
+        assert_eq!(out.outcome, CondenseOutcome::NotNeeded);
         assert_eq!(m.requests.lock().unwrap().len(), 1);
     }
 
@@ -620,7 +620,10 @@ mod tests {
         ] {
             let failed = reply.is_err();
             let out = condense_episodes(&ctx(mem, model(reply))).await;
-            assert!(matches!(out.outcome, Outcome::Unchanged(_)), "{out:?}");
+            assert!(
+                matches!(out.outcome, CondenseOutcome::Unchanged(_)),
+                "{out:?}"
+            );
             assert_eq!(out.cost_usd, if failed { 0.0 } else { 0.03 });
             assert_eq!(episodes(mem), before);
             assert!(
@@ -635,7 +638,7 @@ mod tests {
         let mut cut = answer(FACTS).unwrap();
         cut.stop_reason = StopReason::MaxTokens;
         let out = condense_episodes(&ctx(mem, model(Ok(cut)))).await;
-        assert!(matches!(out.outcome, Outcome::Unchanged(_)));
+        assert!(matches!(out.outcome, CondenseOutcome::Unchanged(_)));
         assert_eq!(episodes(mem), before);
     }
 
@@ -648,7 +651,10 @@ mod tests {
         // Facts cannot be written (facts/ is a file): the episodes stay as they were.
         std::fs::write(mem.join("facts"), "in the way").unwrap();
         let out = condense_episodes(&ctx(mem, model(answer(FACTS)))).await;
-        assert!(matches!(out.outcome, Outcome::Unchanged(_)), "{out:?}");
+        assert!(
+            matches!(out.outcome, CondenseOutcome::Unchanged(_)),
+            "{out:?}"
+        );
         assert_eq!(episodes(mem), before);
         std::fs::remove_file(mem.join("facts")).unwrap();
 

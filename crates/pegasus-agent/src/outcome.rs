@@ -52,7 +52,7 @@ impl StopKind {
 
 /// The result of [`crate::Agent::run`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct RunOutcome {
     /// The task the run was recorded as.
     pub task_id: String,
     /// The final answer, or a one-line explanation of the stop.
@@ -66,10 +66,14 @@ pub struct Outcome {
     pub cost_usd: f64,
 }
 
-impl Outcome {
+impl RunOutcome {
     /// The outcome of task `task_id`'s loop that ended as `end`, with its whole cost.
-    pub(crate) fn of(task_id: String, end: crate::agent_loop::LoopEnd, cost_usd: f64) -> Outcome {
-        Outcome {
+    pub(crate) fn of(
+        task_id: String,
+        end: crate::agent_loop::LoopEnd,
+        cost_usd: f64,
+    ) -> RunOutcome {
+        RunOutcome {
             task_id,
             text: end.text,
             stop: end.stop,

@@ -59,7 +59,7 @@ pub async fn persist(
     durable: bool,
 ) -> Result<(), AgentError> {
     let session = session.clone();
-    tokio::task::spawn_blocking(move || {
+    pegasus_fs::blocking(move || {
         if durable {
             return append_blocking(&session, &records);
         }
@@ -67,6 +67,5 @@ pub async fn persist(
         s.append_unsynced(&records)?;
         Ok(())
     })
-    .await
-    .map_err(|e| AgentError::Background(e.to_string()))?
+    .await?
 }

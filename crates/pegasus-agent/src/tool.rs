@@ -17,8 +17,10 @@ use crate::settings::AgentSettings;
 /// The future a [`Tool`] returns; boxed so tools can live in one list as trait objects.
 pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
 
-/// One tool. Implemented by every built-in tool here, and by the MainAgent's own tools in
-/// pegasusd.
+/// One tool as the loop holds it: a trait object in a list. Every tool whose arguments are
+/// known when it is written (the built-in tools here, the MainAgent's tools in pegasusd) is a
+/// [`TypedTool`] and gets this impl from it; only a tool whose schema comes at run time (an MCP
+/// server's) implements it itself.
 ///
 /// A call never fails the turn: whatever goes wrong (bad arguments, a path outside the workdir,
 /// a command that times out) is a [`ToolOutput::error`] the model reads and can react to.
@@ -160,12 +162,60 @@ impl ToolCtx {
     }
 }
 
-/// Parses a tool's arguments, or says to the model what was wrong with them.
-pub(crate) fn parse_args<T: DeserializeOwned>(
-    tool: &str,
-    input: serde_json::Value,
-) -> Result<T, ToolOutput> {
-    serde_json::from_value(input).map_err(|e| {
+/// A tool whose arguments are one serde type: what every built-in tool of a project agent and
+/// every tool of the MainAgent implements. Its [`Tool`] impl parses the model's arguments into
+/// [`TypedTool::Args`] (bad ones are the model's "bad arguments" error, naming the argument) and
+/// gives an `Err` of [`TypedTool::run`] to the model as a tool error, so no tool reads an
+/// untyped value.
+pub trait TypedTool: Send + Sync {
+    /// The arguments the model gives, as [`TypedTool::schema`] describes them.
+    type Args: DeserializeOwned + Send;
+    /// The name the model calls it by; a contract with the model and with role allowlists.
+    fn name(&self) -> &str;
+    /// What the model is told the tool does.
+    fn description(&self) -> &str;
+    /// The JSON Schema of [`TypedTool::Args`] shown to the model, written out by hand (the
+    /// model reads it: its words and order are chosen, not derived).
+    fn schema(&self) -> serde_json::Value;
+    /// See [`Tool::concurrent`]: only read-only tools say yes.
+    fn concurrent(&self) -> bool {
+        false
+    }
+    /// Runs a call whose arguments parsed; an `Err` is the tool error the model reads.
+    fn run(
+        &self,
+        args: Self::Args,
+        ctx: &ToolCtx,
+    ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
+}
+
+impl<T: TypedTool> Tool for T {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_string(),
+            description: self.description().to_string(),
+            input_schema_json: self.schema().to_string(),
+        }
+    }
+
+    fn concurrent(&self) -> bool {
+        TypedTool::concurrent(self)
+    }
+
+    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
+        Box::pin(async move {
+            match parse_args(self.name(), input) {
+                Ok(args) => self.run(args, ctx).await.unwrap_or_else(ToolOutput::error),
+                Err(e) => e,
+            }
+        })
+    }
+}
+
+/// Parses a tool's arguments, or says to the model what was wrong with them and where
+/// (`repos[1]: invalid type ...`).
+fn parse_args<T: DeserializeOwned>(tool: &str, input: serde_json::Value) -> Result<T, ToolOutput> {
+    serde_path_to_error::deserialize(input).map_err(|e| {
         ToolOutput::error(format!(
             "bad arguments for {tool}: {e}; see the tool's input schema"
         ))

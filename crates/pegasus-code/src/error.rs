@@ -61,3 +61,15 @@ impl CodeError {
         }
     }
 }
+
+impl From<pegasus_fs::FsError> for CodeError {
+    fn from(e: pegasus_fs::FsError) -> CodeError {
+        match e {
+            pegasus_fs::FsError::Io { path, source } => CodeError::Io { path, source },
+            pegasus_fs::FsError::NotAFile(path) => CodeError::Io {
+                path,
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
+            },
+        }
+    }
+}

@@ -9,12 +9,10 @@
 //! the next worker waits for it instead of racing it, and no git lock file is left behind.
 
 use std::cell::RefCell;
-use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use pegasus_fs::{FileLock, LockKind};
 
 use crate::error::CodeError;
 
@@ -24,7 +22,7 @@ pub const LOCK_FILE: &str = "pegasus.lock";
 /// Held while one repository is being changed; dropping it unlocks.
 #[derive(Debug)]
 pub struct RepoLock {
-    lock: Flock<File>,
+    lock: FileLock,
 }
 
 thread_local! {
@@ -48,26 +46,9 @@ impl RepoLock {
     /// Blocks until the lock of the repository whose common dir is `common_dir` is ours.
     pub fn acquire(common_dir: &Path) -> Result<RepoLock, CodeError> {
         let path = common_dir.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(CodeError::io(&path))?;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusive) {
-                Ok(lock) => {
-                    HELD.with(|h| h.borrow_mut().push(lock.as_raw_fd()));
-                    return Ok(RepoLock { lock });
-                }
-                Err((f, Errno::EINTR)) => file = f,
-                Err((_, errno)) => {
-                    return Err(CodeError::Io {
-                        path,
-                        source: std::io::Error::from(errno),
-                    })
-                }
-            }
-        }
+        let file = FileLock::open(&path).map_err(CodeError::io(&path))?;
+        let lock = FileLock::wait(file, LockKind::Exclusive).map_err(CodeError::io(&path))?;
+        HELD.with(|h| h.borrow_mut().push(lock.as_raw_fd()));
+        Ok(RepoLock { lock })
     }
 }

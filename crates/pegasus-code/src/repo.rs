@@ -170,7 +170,7 @@ impl Repo {
             next.push_str(m);
             next.push('\n');
         }
-        write_atomic(&path, next.as_bytes())
+        pegasus_fs::write_atomic(&path, next.as_bytes()).map_err(CodeError::from)
     }
 
     /// Pins the linked worktree at `path` to its administrative folder in this repository's
@@ -249,25 +249,6 @@ pub fn parse_worktree_list(out: &str) -> Vec<WorktreeEntry> {
     }
     all.extend(cur);
     all
-}
-
-/// Writes `path` atomically: temp file, fsync, rename, fsync of the folder.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CodeError> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.pegasus-tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
-    ));
-    let mut f = std::fs::File::create(&tmp).map_err(CodeError::io(&tmp))?;
-    f.write_all(bytes).map_err(CodeError::io(&tmp))?;
-    f.sync_all().map_err(CodeError::io(&tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(CodeError::io(path))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -297,7 +297,7 @@ pub(super) async fn session(
         Ok(d) => d,
         Err(r) => return r,
     };
-    let loaded = tokio::task::spawn_blocking(move || pegasus_store::load_session(&dir)).await;
+    let loaded = pegasus_fs::blocking(move || pegasus_store::load_session(&dir)).await;
     match loaded {
         Ok(Ok(s)) => {
             let from = q.since.unwrap_or(0).min(s.records.len());
@@ -488,7 +488,7 @@ pub(super) async fn costs(State(d): State<Dash>, Query(q): Query<CostQuery>) -> 
     };
     let ledger = d.door.home().ledger_file();
     let project = q.project.filter(|p| !p.is_empty());
-    match tokio::task::spawn_blocking(move || {
+    match pegasus_fs::blocking(move || {
         pegasus_store::cost_report(&ledger, project.as_deref(), since)
     })
     .await
@@ -561,7 +561,7 @@ pub(super) async fn find(
         limit: Some(limit),
     };
     let home = d.door.home().clone();
-    match tokio::task::spawn_blocking(move || pegasus_search::search(&home, &query)).await {
+    match pegasus_fs::blocking(move || pegasus_search::search(&home, &query)).await {
         Ok(Ok(found)) => Ok(found),
         Ok(Err(e @ pegasus_search::SearchError::EmptyQuery(_))) => {
             Err((StatusCode::BAD_REQUEST, e.to_string()))

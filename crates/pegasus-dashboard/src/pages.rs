@@ -158,13 +158,11 @@ async fn cost_report(
 ) -> CostReport {
     let ledger = d.door.home().ledger_file();
     let project = project.map(str::to_string);
-    tokio::task::spawn_blocking(move || {
-        pegasus_store::cost_report(&ledger, project.as_deref(), since)
-    })
-    .await
-    .ok()
-    .and_then(Result::ok)
-    .unwrap_or_default()
+    pegasus_fs::blocking(move || pegasus_store::cost_report(&ledger, project.as_deref(), since))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
 }
 
 fn today() -> chrono::NaiveDate {
@@ -317,7 +315,7 @@ pub(super) async fn project(State(d): State<Dash>, Path(name): Path<String>) -> 
     let dir = d.door.home().project_dir(&name);
     let (tasks, merge_blocked, records, memory, runs) = {
         let (dir, name) = (dir.clone(), name.clone());
-        tokio::task::spawn_blocking(move || {
+        pegasus_fs::blocking(move || {
             let store = pegasus_tasks::TaskStore::open(&dir, &name);
             let tasks = store
                 .as_ref()
@@ -575,7 +573,7 @@ pub(super) async fn costs(State(d): State<Dash>) -> Response {
 pub(super) async fn crashes(State(d): State<Dash>) -> Response {
     let list = project_list(&d).await;
     let home = d.door.home().clone();
-    let rows = tokio::task::spawn_blocking(move || {
+    let rows = pegasus_fs::blocking(move || {
         let mut rows = Vec::new();
         for p in list {
             for r in pegasus_store::read_crashes(&home.project_dir(&p.name)).unwrap_or_default() {

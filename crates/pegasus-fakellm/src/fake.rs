@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::background::Background;
 use crate::record::Recorded;
 use crate::script::Rule;
-use crate::server::{self, Shared, Slot};
+use crate::server::{self, CountedRule, Shared};
 
 /// A running fake server; dropping the last clone stops it.
 #[derive(Clone)]
@@ -70,7 +70,11 @@ impl FakeLlm {
     /// Rules are tried in insertion order; the first that matches and is not
     /// used up answers.
     pub fn add_rule(&self, rule: Rule) {
-        self.inner.shared.lock().rules.push(Slot { rule, used: 0 });
+        self.inner
+            .shared
+            .lock()
+            .rules
+            .push(CountedRule { rule, used: 0 });
     }
 
     /// Removes every rule (recorded requests and violations are kept).

@@ -30,12 +30,12 @@ const PLACEHOLDER_TEXT: &str = "fake-llm: this reply is deliberately broken, do 
 
 /// A rule and how often it has answered.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct CountedRule {
     pub rule: Rule,
     pub used: usize,
 }
 
-impl Slot {
+impl CountedRule {
     fn available(&self) -> bool {
         self.rule.times.is_none_or(|t| self.used < t)
     }
@@ -44,7 +44,7 @@ impl Slot {
 /// Everything the test thread and the server share.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    pub rules: Vec<Slot>,
+    pub rules: Vec<CountedRule>,
     pub api_key: Option<String>,
     /// Context window of every model, in the fake's tokens ([`prompt_tokens`]); `None` =
     /// [`DEFAULT_CONTEXT_WINDOW`].
@@ -325,7 +325,7 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
         transcript: &transcript,
     };
     let omit_usage = st.omit_usage;
-    let Some(slot) = st
+    let Some(counted) = st
         .rules
         .iter_mut()
         .find(|s| s.available() && s.rule.when.matches(&cx))
@@ -335,7 +335,7 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
             .push(format!("unmatched request #{nth}: {last}"));
         return error(format, 500, NO_SCRIPTED_REPLY);
     };
-    slot.used += 1;
+    counted.used += 1;
 
     Plan::Reply(ReplyPlan {
         shared: shared.clone(),
@@ -351,8 +351,8 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
                 .unwrap_or(false),
         omit_usage,
         model: model.unwrap_or_default().to_string(),
-        reply: slot.rule.reply.clone(),
-        usage: slot.rule.usage,
+        reply: counted.rule.reply.clone(),
+        usage: counted.rule.usage,
         input_chars: transcript.char_count(),
         thinking: format == Format::Anthropic
             && body.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled"),

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use pegasus_store::launcher::{HomeVolume, KubernetesLauncher, Quantity, Resources, Setting};
+use serde_json::Value;
 
 use crate::error::KubeError;
 
@@ -55,17 +56,23 @@ pub struct KubeSettings {
 }
 
 impl KubeSettings {
-    /// Checks a launcher entry as pegasusd read it from config.yml. `home` is pegasusd's home,
-    /// the mount path when the entry has no `home_path`. Errors name the key relative to the
-    /// entry.
+    /// Checks a launcher entry given as JSON (as config.yml holds it); see
+    /// [`KubeSettings::from_entry`].
     pub fn from_value(value: &Value, home: &Path) -> Result<KubeSettings, KubeError> {
-        let map = value.as_object().ok_or_else(|| {
+        let entry = serde_json::from_value::<KubernetesLauncher>(value.clone()).map_err(|_| {
             KubeError::setting(
                 "kind",
                 "a kubernetes launcher must be a mapping: {kind: kubernetes, connect: HOST:PORT, image: ..., home_volume: {claim: ...}}",
             )
         })?;
-        if let Some(key) = map.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+        Self::from_entry(&entry, home)
+    }
+
+    /// Checks a launcher entry as pegasusd read it from config.yml. `home` is pegasusd's home,
+    /// the mount path when the entry has no `home_path`. Errors name the key relative to the
+    /// entry; the first wrong key is the one named, in the order below.
+    pub fn from_entry(entry: &KubernetesLauncher, home: &Path) -> Result<KubeSettings, KubeError> {
+        if let Some(key) = entry.unknown.keys().next() {
             return Err(KubeError::setting(
                 key,
                 format!(
@@ -74,13 +81,15 @@ impl KubeSettings {
                 ),
             ));
         }
-        if let Some(kind) = map.get("kind") {
-            if kind.as_str() != Some("kubernetes") {
-                return Err(KubeError::setting("kind", "must be `kubernetes`"));
+        match &entry.kind {
+            Setting::Absent => {}
+            Setting::Given(kind) if kind == "kubernetes" => {}
+            Setting::Given(_) | Setting::Wrong(_) => {
+                return Err(KubeError::setting("kind", "must be `kubernetes`"))
             }
         }
 
-        let connect = required_str(map, "connect", "HOST:PORT where a pod reaches pegasusd's workers.listen, e.g. pegasusd.pegasus.svc:7475")?;
+        let connect = required_str("connect", &entry.connect, "HOST:PORT where a pod reaches pegasusd's workers.listen, e.g. pegasusd.pegasus.svc:7475")?;
         if !pegasus_store::launcher::is_host_port(connect) {
             return Err(KubeError::setting(
                 "connect",
@@ -90,7 +99,7 @@ impl KubeSettings {
             ));
         }
 
-        let namespace = optional_str(map, "namespace")?.unwrap_or(DEFAULT_NAMESPACE);
+        let namespace = optional_str("namespace", &entry.namespace)?.unwrap_or(DEFAULT_NAMESPACE);
         if !is_dns_label(namespace) {
             return Err(KubeError::setting(
                 "namespace",
@@ -101,8 +110,8 @@ impl KubeSettings {
         }
 
         let image = required_str(
-            map,
             "image",
+            &entry.image,
             "the worker's image, e.g. registry.example/pegasus-worker:0.1",
         )?;
         if image.chars().any(char::is_whitespace) {
@@ -112,7 +121,7 @@ impl KubeSettings {
             ));
         }
 
-        let service_account = optional_str(map, "service_account")?;
+        let service_account = optional_str("service_account", &entry.service_account)?;
         if let Some(sa) = service_account {
             if !is_dns_subdomain(sa) {
                 return Err(KubeError::setting(
@@ -122,10 +131,10 @@ impl KubeSettings {
             }
         }
 
-        let claim = home_volume_claim(map)?;
-        let (cpu, memory) = resources(map)?;
+        let claim = home_volume_claim(&entry.home_volume)?;
+        let (cpu, memory) = resources(&entry.resources)?;
 
-        let home_path = match optional_str(map, "home_path")? {
+        let home_path = match optional_str("home_path", &entry.home_path)? {
             Some(p) => PathBuf::from(p),
             None => home.to_path_buf(),
         };
@@ -148,8 +157,8 @@ impl KubeSettings {
             home_path,
             cpu,
             memory,
-            run_as_user: optional_id(map, "run_as_user")?,
-            run_as_group: optional_id(map, "run_as_group")?,
+            run_as_user: optional_id("run_as_user", &entry.run_as_user)?,
+            run_as_group: optional_id("run_as_group", &entry.run_as_group)?,
         })
     }
 
@@ -161,63 +170,58 @@ impl KubeSettings {
 }
 
 fn required_str<'a>(
-    map: &'a Map<String, Value>,
     key: &str,
+    setting: &'a Setting<String>,
     what: &str,
 ) -> Result<&'a str, KubeError> {
-    match optional_str(map, key)? {
+    match optional_str(key, setting)? {
         Some(s) => Ok(s),
         None => Err(KubeError::setting(key, format!("is missing: {what}"))),
     }
 }
 
-fn optional_str<'a>(map: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, KubeError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.as_str())),
-        Some(Value::String(_)) => Err(KubeError::setting(key, "is empty")),
-        Some(_) => Err(KubeError::setting(key, "must be a string")),
+fn optional_str<'a>(key: &str, setting: &'a Setting<String>) -> Result<Option<&'a str>, KubeError> {
+    match setting {
+        Setting::Absent => Ok(None),
+        Setting::Given(s) if !s.trim().is_empty() => Ok(Some(s.as_str())),
+        Setting::Given(_) => Err(KubeError::setting(key, "is empty")),
+        Setting::Wrong(_) => Err(KubeError::setting(key, "must be a string")),
     }
 }
 
-fn optional_id(map: &Map<String, Value>, key: &str) -> Result<Option<i64>, KubeError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_i64() {
-            Some(id) if (0..=i64::from(u32::MAX)).contains(&id) => Ok(Some(id)),
-            _ => Err(KubeError::setting(
-                key,
-                "must be a numeric id, e.g. 1000 (`id -u` of pegasusd's user)",
-            )),
-        },
-    }
-}
-
-/// The mapping at `key`, if any; anything else there is not `what`.
-fn optional_map<'a>(
-    map: &'a Map<String, Value>,
-    key: &str,
-    what: &str,
-) -> Result<Option<&'a Map<String, Value>>, KubeError> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m)),
-        Some(_) => Err(KubeError::setting(key, format!("must be {what}"))),
+fn optional_id(key: &str, setting: &Setting<i64>) -> Result<Option<i64>, KubeError> {
+    match setting {
+        Setting::Absent => Ok(None),
+        Setting::Given(id) if (0..=i64::from(u32::MAX)).contains(id) => Ok(Some(*id)),
+        Setting::Given(_) | Setting::Wrong(_) => Err(KubeError::setting(
+            key,
+            "must be a numeric id, e.g. 1000 (`id -u` of pegasusd's user)",
+        )),
     }
 }
 
 /// `home_volume: {claim: NAME}`.
-fn home_volume_claim(map: &Map<String, Value>) -> Result<String, KubeError> {
+fn home_volume_claim(setting: &Setting<HomeVolume>) -> Result<String, KubeError> {
     const WHAT: &str = "{claim: NAME}: the ReadWriteMany claim holding the home's projects/ folder";
-    let volume = optional_map(map, "home_volume", WHAT)?
-        .ok_or_else(|| KubeError::setting("home_volume", format!("is missing: {WHAT}")))?;
-    if let Some(key) = volume.keys().find(|k| k.as_str() != "claim") {
+    let volume = match setting {
+        Setting::Given(volume) => volume,
+        Setting::Absent => {
+            return Err(KubeError::setting(
+                "home_volume",
+                format!("is missing: {WHAT}"),
+            ))
+        }
+        Setting::Wrong(_) => {
+            return Err(KubeError::setting("home_volume", format!("must be {WHAT}")))
+        }
+    };
+    if let Some(key) = volume.unknown.keys().next() {
         return Err(KubeError::setting(
             &format!("home_volume.{key}"),
             "is not a home_volume setting (known: claim)",
         ));
     }
-    let claim = required_str(volume, "claim", WHAT).map_err(|_| {
+    let claim = required_str("claim", &volume.claim, WHAT).map_err(|_| {
         KubeError::setting(
             "home_volume.claim",
             format!("is missing or not a name: {WHAT}"),
@@ -234,27 +238,30 @@ fn home_volume_claim(map: &Map<String, Value>) -> Result<String, KubeError> {
 
 /// `resources: {cpu: QUANTITY, memory: QUANTITY}`, both optional; numbers are taken as
 /// written (`cpu: 1`).
-fn resources(map: &Map<String, Value>) -> Result<(Option<String>, Option<String>), KubeError> {
+fn resources(setting: &Setting<Resources>) -> Result<(Option<String>, Option<String>), KubeError> {
     const WHAT: &str = "{cpu: QUANTITY, memory: QUANTITY}, e.g. {cpu: 500m, memory: 256Mi}";
-    let Some(res) = optional_map(map, "resources", WHAT)? else {
-        return Ok((None, None));
+    let res = match setting {
+        Setting::Given(res) => res,
+        Setting::Absent => return Ok((None, None)),
+        Setting::Wrong(_) => {
+            return Err(KubeError::setting("resources", format!("must be {WHAT}")))
+        }
     };
-    if let Some(key) = res
-        .keys()
-        .find(|k| !["cpu", "memory"].contains(&k.as_str()))
-    {
+    if let Some(key) = res.unknown.keys().next() {
         return Err(KubeError::setting(
             &format!("resources.{key}"),
             "is not a resources setting (known: cpu, memory)",
         ));
     }
-    let quantity = |name: &str, example: &str| -> Result<Option<String>, KubeError> {
+    let quantity = |name: &str,
+                    setting: &Setting<Quantity>,
+                    example: &str|
+     -> Result<Option<String>, KubeError> {
         let key = format!("resources.{name}");
-        let text = match res.get(name) {
-            None | Some(Value::Null) => return Ok(None),
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(_) => {
+        let text = match setting {
+            Setting::Absent => return Ok(None),
+            Setting::Given(q) => q.text(),
+            Setting::Wrong(_) => {
                 return Err(KubeError::setting(
                     &key,
                     format!("must be a quantity, e.g. {example}"),
@@ -271,8 +278,8 @@ fn resources(map: &Map<String, Value>) -> Result<(Option<String>, Option<String>
         }
     };
     Ok((
-        quantity("cpu", "500m or 1")?,
-        quantity("memory", "256Mi or 1Gi")?,
+        quantity("cpu", &res.cpu, "500m or 1")?,
+        quantity("memory", &res.memory, "256Mi or 1Gi")?,
     ))
 }
 
@@ -424,6 +431,43 @@ mod tests {
         assert_eq!(key_of(with("run_as_group", json!("staff"))), "run_as_group");
         assert_eq!(key_of(with("kind", json!("command"))), "kind");
         assert_eq!(key_of(json!("cluster")), "kind");
+    }
+
+    #[test]
+    fn an_entry_read_from_config_yml_is_checked_as_its_json_is() {
+        let yaml = "launchers:\n  k: {kind: kubernetes, connect: \"p.svc:7475\", namespace: pegasus, image: \"w:1\", home_volume: {claim: h}, resources: {cpu: 1}, run_as_user: 1000}\n";
+        let config: pegasus_store::Config = serde_norway::from_str(yaml).unwrap();
+        let pegasus_store::launcher::LauncherConfig::Kubernetes(entry) = &config.launchers["k"]
+        else {
+            panic!("not a kubernetes entry")
+        };
+        let s = KubeSettings::from_entry(entry, home()).unwrap();
+        let json = json!({"kind": "kubernetes", "connect": "p.svc:7475", "namespace": "pegasus",
+            "image": "w:1", "home_volume": {"claim": "h"}, "resources": {"cpu": 1}, "run_as_user": 1000});
+        assert_eq!(s, KubeSettings::from_value(&json, home()).unwrap());
+        assert_eq!((s.cpu.as_deref(), s.run_as_user), (Some("1"), Some(1000)));
+        // A wrong setting reads from config.yml and is refused here, naming its key.
+        let yaml = "launchers:\n  k: {kind: kubernetes, connect: \"p.svc:7475\", image: \"w:1\", home_volume: {claim: h}, run_as_group: staff}\n";
+        let config: pegasus_store::Config = serde_norway::from_str(yaml).unwrap();
+        let pegasus_store::launcher::LauncherConfig::Kubernetes(entry) = &config.launchers["k"]
+        else {
+            panic!("not a kubernetes entry")
+        };
+        let e = KubeSettings::from_entry(entry, home())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "`run_as_group` must be a numeric id, e.g. 1000 (`id -u` of pegasusd's user)"
+        );
+    }
+
+    #[test]
+    fn every_known_key_is_a_field_of_the_typed_entry() {
+        for key in KNOWN_KEYS {
+            let entry: KubernetesLauncher = serde_json::from_value(json!({ key: "x" })).unwrap();
+            assert!(entry.unknown.is_empty(), "{key}");
+        }
     }
 
     #[test]

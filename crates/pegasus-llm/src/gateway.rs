@@ -525,7 +525,7 @@ impl Gateway {
             },
         );
         let inner = self.inner.clone();
-        let saved = tokio::task::spawn_blocking(move || {
+        let saved = pegasus_fs::blocking(move || {
             let _one = lock(&inner.saving);
             let windows = lock(&inner.remembered).clone();
             crate::window::save_remembered(&inner.windows_file, &windows)
@@ -667,7 +667,7 @@ impl Gateway {
     async fn journal_sent(&self, call: &PendingCall) -> Result<(), LlmError> {
         let inner = self.inner.clone();
         let call = call.clone();
-        tokio::task::spawn_blocking(move || inner.journal.sent(&call))
+        pegasus_fs::blocking(move || inner.journal.sent(&call))
             .await
             .map_err(|e| LlmError::Other(format!("the call journal failed: {e}")))?
             .map_err(|e| {

@@ -68,7 +68,7 @@ impl Ledger {
     /// only make the caller pay for it again. The totals count it either way.
     pub async fn record(&self, entry: LedgerEntry) {
         let (file, totals) = (self.file.clone(), self.totals.clone());
-        let done = tokio::task::spawn_blocking(move || Self::write(&file, &totals, entry)).await;
+        let done = pegasus_fs::blocking(move || Self::write(&file, &totals, entry)).await;
         if let Err(e) = done {
             tracing::error!(error = %e, "ledger writer task failed");
         }

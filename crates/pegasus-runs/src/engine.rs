@@ -46,7 +46,7 @@ use crate::run::{Phase, Run, RunRequest};
 use crate::settings::RunSettings;
 use crate::status::{PhaseStatus, PhaseTrigger, RunTrigger};
 use crate::store::RunStore;
-use crate::verdict::{parse_verdict, Verdict};
+use crate::verdict::{parse_verdict, ReviewVerdict};
 
 /// Drives runs of one project.
 pub struct RunEngine {
@@ -66,7 +66,10 @@ enum Flow {
 /// How one attempt ended.
 enum AttemptEnd {
     /// The reviewer answered.
-    Verdict { verdict: Verdict, review: String },
+    ReviewVerdict {
+        verdict: ReviewVerdict,
+        review: String,
+    },
     /// The work or the review failed: the phase and the run fail with this line.
     Failed(String),
     /// A budget refusal: the run pauses with this line and the attempt does not count.
@@ -246,10 +249,10 @@ impl RunEngine {
         let end = self.work(&mut run, idx, task).await?;
         self.refresh_costs(&mut run).await?;
         match end {
-            AttemptEnd::Verdict { verdict, review } => {
+            AttemptEnd::ReviewVerdict { verdict, review } => {
                 let (approved, reason) = match &verdict {
-                    Verdict::Approved => (true, None),
-                    Verdict::Rejected { reason } => (false, Some(reason.clone())),
+                    ReviewVerdict::Approved => (true, None),
+                    ReviewVerdict::Rejected { reason } => (false, Some(reason.clone())),
                 };
                 run.phases[idx].review = Some(review);
                 self.log(
@@ -263,8 +266,8 @@ impl RunEngine {
                 )
                 .await?;
                 match verdict {
-                    Verdict::Approved => self.approve(run, idx).await,
-                    Verdict::Rejected { reason } => self.reject(run, idx, reason).await,
+                    ReviewVerdict::Approved => self.approve(run, idx).await,
+                    ReviewVerdict::Rejected { reason } => self.reject(run, idx, reason).await,
                 }
             }
             AttemptEnd::Failed(error) => {
@@ -343,7 +346,7 @@ impl RunEngine {
         match self.model.chat(req).await {
             Ok(resp) => {
                 let review = resp.text();
-                Ok(AttemptEnd::Verdict {
+                Ok(AttemptEnd::ReviewVerdict {
                     verdict: parse_verdict(&review),
                     review,
                 })
@@ -536,9 +539,7 @@ impl RunEngine {
         F: FnOnce(&RunStore) -> Result<T, RunError> + Send + 'static,
     {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&store))
-            .await
-            .map_err(|e| RunError::Background(e.to_string()))?
+        pegasus_fs::blocking(move || f(&store)).await?
     }
 }
 

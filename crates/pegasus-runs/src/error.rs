@@ -61,3 +61,9 @@ pub enum RunError {
     #[error("a background file operation failed: {0}")]
     Background(String),
 }
+
+impl From<pegasus_fs::BlockingError> for RunError {
+    fn from(e: pegasus_fs::BlockingError) -> RunError {
+        RunError::Background(e.to_string())
+    }
+}

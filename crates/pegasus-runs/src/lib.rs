@@ -48,4 +48,4 @@ pub use run::{Phase, Run, RunRequest};
 pub use settings::RunSettings;
 pub use status::{PhaseStatus, PhaseTrigger, RunStatus, RunTrigger};
 pub use store::RunStore;
-pub use verdict::{parse_verdict, Verdict};
+pub use verdict::{parse_verdict, ReviewVerdict};

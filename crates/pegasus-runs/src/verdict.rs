@@ -8,7 +8,7 @@
 
 /// What the reviewer decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ReviewVerdict {
     /// The first line was exactly `APPROVED`.
     Approved,
     /// `REJECTED: <reason>`, or a garbled answer (`reason` = `garbled verdict: <first line>`).
@@ -23,21 +23,21 @@ pub enum Verdict {
 const QUOTE_MAX_CHARS: usize = 200;
 
 /// The verdict of a review text. Never defaults to approval.
-pub fn parse_verdict(text: &str) -> Verdict {
+pub fn parse_verdict(text: &str) -> ReviewVerdict {
     let first = text.lines().next().unwrap_or("").trim();
     if first == "APPROVED" {
-        return Verdict::Approved;
+        return ReviewVerdict::Approved;
     }
     if let Some(reason) = first.strip_prefix("REJECTED:") {
         let reason = reason.trim();
         if !reason.is_empty() {
-            return Verdict::Rejected {
+            return ReviewVerdict::Rejected {
                 reason: reason.to_string(),
             };
         }
     }
     let quoted: String = first.chars().take(QUOTE_MAX_CHARS).collect();
-    Verdict::Rejected {
+    ReviewVerdict::Rejected {
         reason: format!("garbled verdict: {quoted}"),
     }
 }
@@ -46,17 +46,20 @@ pub fn parse_verdict(text: &str) -> Verdict {
 mod tests {
     use super::*;
 
-    fn rejected(reason: &str) -> Verdict {
-        Verdict::Rejected {
+    fn rejected(reason: &str) -> ReviewVerdict {
+        ReviewVerdict::Rejected {
             reason: reason.to_string(),
         }
     }
 
     #[test]
     fn exact_approved_first_line_approves() {
-        assert_eq!(parse_verdict("APPROVED"), Verdict::Approved);
-        assert_eq!(parse_verdict("  APPROVED  \nall good"), Verdict::Approved);
-        assert_eq!(parse_verdict("APPROVED\r\nfine"), Verdict::Approved);
+        assert_eq!(parse_verdict("APPROVED"), ReviewVerdict::Approved);
+        assert_eq!(
+            parse_verdict("  APPROVED  \nall good"),
+            ReviewVerdict::Approved
+        );
+        assert_eq!(parse_verdict("APPROVED\r\nfine"), ReviewVerdict::Approved);
     }
 
     #[test]
@@ -101,7 +104,7 @@ mod tests {
     #[test]
     fn a_huge_garbled_line_is_quoted_short() {
         let text = "x".repeat(10_000);
-        let Verdict::Rejected { reason } = parse_verdict(&text) else {
+        let ReviewVerdict::Rejected { reason } = parse_verdict(&text) else {
             panic!("approved a garbled verdict");
         };
         assert!(reason.len() < 300);

@@ -109,7 +109,7 @@ pub async fn keep_current(home: Home, shutdown: tokio_util::sync::CancellationTo
     let mut last_error: Option<String> = None;
     loop {
         let (h, stop) = (home.clone(), shutdown.clone());
-        let round = tokio::task::spawn_blocking(move || catch_up(&h, &|| stop.is_cancelled()));
+        let round = pegasus_fs::blocking(move || catch_up(&h, &|| stop.is_cancelled()));
         match round.await {
             Ok(Ok((done, _warnings))) => {
                 if done.sources_read > 0 || done.sources_dropped > 0 {

@@ -251,7 +251,7 @@ pub(crate) fn session_entries(path: &Path, from: u64, tail: &[u8]) -> std::io::R
             break;
         }
         offset += n as u64;
-        if let Ok(SessionRecord::Message(m)) = serde_json::from_slice::<SessionRecord>(&line) {
+        if let Some(SessionRecord::Message(m)) = SessionRecord::decode(&line) {
             if matches!(m.role, Role::User | Role::Assistant) {
                 let text = join(m.content.iter().filter_map(|b| match b {
                     ContentBlock::Text { text } => Some(text.as_str()),

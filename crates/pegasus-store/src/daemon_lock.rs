@@ -7,11 +7,11 @@
 //! over the same bytes, so a reader never sees an empty file); the lock, not the text, says
 //! whether anybody holds the home.
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use pegasus_fs::{FileLock, LockKind, TryLockError};
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::path::Path;
+use std::time::Duration;
 
 /// The word after the pid once the daemon stops.
 pub const STOPPING: &str = "stopping";
@@ -39,19 +39,19 @@ pub fn peek(pid_file: &Path) -> DaemonLock {
     let Ok(file) = OpenOptions::new().read(true).open(pid_file) else {
         return DaemonLock::Free;
     };
-    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+    match FileLock::try_for(file, LockKind::Shared, Duration::ZERO, Duration::ZERO) {
         Ok(lock) => {
             drop(lock);
             DaemonLock::Free
         }
-        Err((mut file, Errno::EWOULDBLOCK)) => {
+        Err(TryLockError::Busy(mut file)) => {
             let mut text = String::new();
             let _ = file.by_ref().take(64).read_to_string(&mut text);
             let (pid, stopping) = parse(&text);
             DaemonLock::Held { pid, stopping }
         }
-        // Cannot tell (EINTR, a file system without flock): say nobody, as before.
-        Err(_) => DaemonLock::Free,
+        // Cannot tell (a file system without flock): say nobody, as before.
+        Err(TryLockError::Io(_)) => DaemonLock::Free,
     }
 }
 
@@ -89,7 +89,7 @@ mod tests {
             .write(true)
             .open(&path)
             .unwrap();
-        let held = Flock::lock(file, FlockArg::LockExclusiveNonblock).unwrap();
+        let held = FileLock::wait(file, LockKind::Exclusive).unwrap();
         assert_eq!(
             peek(&path),
             DaemonLock::Held {

@@ -169,18 +169,12 @@ pub fn check_project(home: &Home, project_dir: &Path, file: &ProjectFile) -> Res
     if let Some(w) = file.workdir() {
         check_outside_home(home.root(), "workdir", project_dir, w).map_err(|e| at("workdir", e))?;
     }
-    if let Some(serde_norway::Value::Sequence(repos)) = file.get("repos") {
-        for r in repos {
-            if let Some(p) = r.get("path").and_then(|p| p.as_str()) {
-                check_outside_home(home.root(), "repo path", project_dir, Path::new(p))
-                    .map_err(|e| at("repos", e))?;
-            }
-        }
+    for path in &file.code().repo_paths {
+        check_outside_home(home.root(), "repo path", project_dir, Path::new(path))
+            .map_err(|e| at("repos", e))?;
     }
-    if let Ok(servers) = crate::mcp::parse_mcp_servers(file.get("mcp_servers").as_ref()) {
-        check_mcp_writable(home, project_dir, file, &servers)
-            .map_err(|e| format!("{}: {e}", where_.display()))?;
-    }
+    check_mcp_writable(home, project_dir, file, file.mcp_servers())
+        .map_err(|e| format!("{}: {e}", where_.display()))?;
     Ok(())
 }
 

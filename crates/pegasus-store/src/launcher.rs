@@ -22,7 +22,138 @@ pub enum LauncherConfig {
     Command(CommandLauncher),
     /// A Pod per active project; its settings are checked in full by pegasusd at start
     /// (`pegasus-kube`), each error naming its key.
-    Kubernetes(serde_json::Value),
+    Kubernetes(Box<KubernetesLauncher>),
+}
+
+/// One setting of a [`KubernetesLauncher`] as config.yml gives it: absent (or `null`), a
+/// value of its type, or a value of another type, kept as written. config.yml loads whatever
+/// a kubernetes entry holds; pegasusd refuses a wrong setting when it starts the launcher
+/// (`pegasus-kube`), naming its key, as it always has.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Setting<T> {
+    /// Not written, or `null`.
+    #[default]
+    Absent,
+    /// A value of the setting's type.
+    Given(T),
+    /// A value of another type, as written.
+    Wrong(serde_json::Value),
+}
+
+impl<T> Setting<T> {
+    /// Whether the setting is not written (serialized as absent).
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Setting::Absent)
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Setting<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        if value.is_null() {
+            return Ok(Setting::Absent);
+        }
+        Ok(match T::deserialize(&value) {
+            Ok(t) => Setting::Given(t),
+            Err(_) => Setting::Wrong(value),
+        })
+    }
+}
+
+impl<T: Serialize> Serialize for Setting<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Setting::Absent => s.serialize_none(),
+            Setting::Given(t) => t.serialize(s),
+            Setting::Wrong(v) => v.serialize(s),
+        }
+    }
+}
+
+/// A `kubernetes` launcher entry: a Pod per active project (SPEC §14, docs/SCALING.md). Each
+/// key is typed here; what the values must be (a namespace name, a quantity, an absolute
+/// path), which keys are required, and the refusal of unknown keys are pegasus-kube's
+/// (`KubeSettings`), when pegasusd starts.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct KubernetesLauncher {
+    /// `kubernetes`, when the entry is read on its own (in `launchers:` the tag is the enum's).
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub kind: Setting<String>,
+    /// `HOST:PORT` at which a pod reaches pegasusd's `workers.listen`.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub connect: Setting<String>,
+    /// Where the pods are made.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub namespace: Setting<String>,
+    /// The worker image.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub image: Setting<String>,
+    /// The pod's service account.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub service_account: Setting<String>,
+    /// `{claim: NAME}`: the ReadWriteMany claim holding the home's `projects/` folder.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub home_volume: Setting<HomeVolume>,
+    /// `{cpu, memory}` of the worker container.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub resources: Setting<Resources>,
+    /// pegasusd's home as both hosts see it.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub home_path: Setting<String>,
+    /// The uid the worker runs as.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub run_as_user: Setting<i64>,
+    /// The gid the worker runs as.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub run_as_group: Setting<i64>,
+    /// Every other key, as written: none is a setting, and pegasusd refuses the first.
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `home_volume:` of a [`KubernetesLauncher`].
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct HomeVolume {
+    /// The claim's name.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub claim: Setting<String>,
+    /// Every other key, as written (refused).
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `resources:` of a [`KubernetesLauncher`]: requests = limits of the worker container.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct Resources {
+    /// CPU, e.g. `500m` or `1`.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub cpu: Setting<Quantity>,
+    /// Memory, e.g. `256Mi`.
+    #[serde(default, skip_serializing_if = "Setting::is_absent")]
+    pub memory: Setting<Quantity>,
+    /// Every other key, as written (refused).
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A Kubernetes quantity as written: text, or a number taken as written (`cpu: 1`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Quantity {
+    /// `500m`, `256Mi`.
+    Text(String),
+    /// `1`, `0.5`.
+    Number(serde_json::Number),
+}
+
+impl Quantity {
+    /// The quantity as Kubernetes reads it.
+    pub fn text(&self) -> String {
+        match self {
+            Quantity::Text(s) => s.clone(),
+            Quantity::Number(n) => n.to_string(),
+        }
+    }
 }
 
 /// A `command` launcher.
@@ -116,7 +247,7 @@ pub fn check(
                 }
             }
             LauncherConfig::Kubernetes(settings) => {
-                if settings.get("image").and_then(|i| i.as_str()).is_none() {
+                if !matches!(settings.image, Setting::Given(_)) {
                     return Err((
                         format!("{key}.image"),
                         "is missing: a kubernetes launcher needs the worker's image".into(),
@@ -213,7 +344,10 @@ mod tests {
         let mut k = BTreeMap::new();
         k.insert(
             "cluster".to_string(),
-            LauncherConfig::Kubernetes(serde_json::json!({"connect": "x:1"})),
+            LauncherConfig::Kubernetes(Box::new(KubernetesLauncher {
+                connect: Setting::Given("x:1".into()),
+                ..KubernetesLauncher::default()
+            })),
         );
         assert_eq!(
             key(&k, LOCAL, Some("0.0.0.0:7475")),
@@ -233,5 +367,85 @@ cluster: {kind: kubernetes, connect: "pegasusd.pegasus.svc:7475", namespace: peg
         let l: BTreeMap<String, LauncherConfig> = serde_norway::from_str(yaml).unwrap();
         assert!(matches!(l["build-box"], LauncherConfig::Command(_)));
         assert!(matches!(l["cluster"], LauncherConfig::Kubernetes(_)));
+    }
+
+    fn kubernetes(yaml: &str) -> KubernetesLauncher {
+        let l: BTreeMap<String, LauncherConfig> = serde_norway::from_str(yaml).unwrap();
+        match &l["k"] {
+            LauncherConfig::Kubernetes(k) => (**k).clone(),
+            LauncherConfig::Command(c) => panic!("not a kubernetes entry: {c:?}"),
+        }
+    }
+
+    #[test]
+    fn a_kubernetes_entry_reads_each_setting_into_its_type() {
+        let k = kubernetes(
+            "k: {kind: kubernetes, connect: \"p.svc:7475\", namespace: pegasus, image: \"w:1\", service_account: null, home_volume: {claim: h}, resources: {cpu: 1, memory: 256Mi}, home_path: /srv, run_as_user: 1000}\n",
+        );
+        assert_eq!(k.kind, Setting::Absent, "the tag is the enum's");
+        assert_eq!(k.connect, Setting::Given("p.svc:7475".into()));
+        assert_eq!(k.namespace, Setting::Given("pegasus".into()));
+        assert_eq!(k.image, Setting::Given("w:1".into()));
+        assert_eq!(k.service_account, Setting::Absent);
+        let Setting::Given(volume) = &k.home_volume else {
+            panic!("{:?}", k.home_volume)
+        };
+        assert_eq!(volume.claim, Setting::Given("h".into()));
+        let Setting::Given(res) = &k.resources else {
+            panic!("{:?}", k.resources)
+        };
+        let text = |q: &Setting<Quantity>| match q {
+            Setting::Given(q) => q.text(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (text(&res.cpu), text(&res.memory)),
+            ("1".into(), "256Mi".into())
+        );
+        assert_eq!(k.home_path, Setting::Given("/srv".into()));
+        assert_eq!(k.run_as_user, Setting::Given(1000));
+        assert_eq!(k.run_as_group, Setting::Absent);
+        assert!(k.unknown.is_empty());
+    }
+
+    #[test]
+    fn a_kubernetes_entry_with_wrong_settings_still_reads_and_keeps_them() {
+        // config.yml loads; pegasusd refuses these when it starts the launcher (pegasus-kube).
+        let k = kubernetes(
+            "k: {kind: kubernetes, connect: 7475, image: [a], home_volume: pegasus-home, resources: {gpu: 1}, run_as_user: staff, namepsace: x}\n",
+        );
+        assert_eq!(k.connect, Setting::Wrong(serde_json::json!(7475)));
+        assert_eq!(k.image, Setting::Wrong(serde_json::json!(["a"])));
+        assert_eq!(
+            k.home_volume,
+            Setting::Wrong(serde_json::json!("pegasus-home"))
+        );
+        let Setting::Given(res) = &k.resources else {
+            panic!("{:?}", k.resources)
+        };
+        assert_eq!(res.unknown.keys().collect::<Vec<_>>(), ["gpu"]);
+        assert_eq!(k.run_as_user, Setting::Wrong(serde_json::json!("staff")));
+        assert_eq!(k.unknown.keys().collect::<Vec<_>>(), ["namepsace"]);
+        let mut none = BTreeMap::new();
+        none.insert("k".to_string(), LauncherConfig::Kubernetes(Box::new(k)));
+        assert_eq!(
+            check(&none, LOCAL, Some("0.0.0.0:7475")).unwrap_err().0,
+            "launchers.k.image"
+        );
+    }
+
+    #[test]
+    fn a_kubernetes_entry_is_written_back_as_it_was_read() {
+        // config.yml goes to the workers as JSON: each setting as written, numbers as numbers.
+        let yaml = "k: {kind: kubernetes, connect: \"p.svc:7475\", image: 7, home_volume: {claim: h, size: 1}, resources: {cpu: 0.5}, extra: [1]}\n";
+        let l: BTreeMap<String, LauncherConfig> = serde_norway::from_str(yaml).unwrap();
+        let json = serde_json::to_value(&l).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"k": {"kind": "kubernetes", "connect": "p.svc:7475", "image": 7,
+                "home_volume": {"claim": "h", "size": 1}, "resources": {"cpu": 0.5}, "extra": [1]}})
+        );
+        let again: BTreeMap<String, LauncherConfig> = serde_json::from_value(json).unwrap();
+        assert_eq!(again, l);
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! It is not for processes, sockets or the network: it never spawns a worker, talks to a
 //! provider or decides *when* to write; the supervisor and worker crates do. It is synchronous
-//! on purpose: its writes are small, and async callers wrap them in `spawn_blocking`.
+//! on purpose: its writes are small, and async callers wrap them in `pegasus_fs::blocking`.
 
 pub mod approvals;
 pub mod atomic;
@@ -35,7 +35,6 @@ pub mod registry;
 pub mod remote_record;
 pub mod scan;
 pub mod session;
-pub mod stamp;
 pub mod worker_lock;
 pub mod yaml;
 
@@ -51,9 +50,10 @@ pub use ledger::{
 };
 pub use lifecycle::{transition, Verb};
 pub use mcp::{McpServerConfig, DEFAULT_MCP_TIMEOUT_S};
+pub use pegasus_fs::stamp;
 pub use project::{
-    create_project, validate_name, NewProject, ProjectFile, ProjectStatus, PROJECT_FILE,
-    PROJECT_SUBDIRS,
+    create_project, validate_name, CodeKeys, KeyProblem, KeyValue, MergePolicy, NewProject,
+    ProjectFile, ProjectStatus, RepoEntry, PROJECT_FILE, PROJECT_SUBDIRS,
 };
 pub use read::{read_capped, read_text_limited, read_text_nofollow, Capped, ReadError};
 pub use registry::ProjectRegistry;

@@ -26,8 +26,11 @@ pub fn session_file(project_dir: &Path) -> PathBuf {
 }
 
 /// One line of a session file, tagged by `type`.
+///
+/// Read by one decoder, whoever reads: [`SessionRecord::decode`] for a line of bytes, and
+/// serde (`serde_json::from_str::<SessionRecord>`), which goes through the same conversion.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", try_from = "RawRecord")]
 pub enum SessionRecord {
     /// First line of every session file: what it belongs to and its format version.
     Meta {
@@ -61,6 +64,16 @@ pub enum SessionRecord {
     },
 }
 
+impl SessionRecord {
+    /// The record a session line holds (with or without its line end), or `None` when the
+    /// line is not one (not UTF-8, not JSON, an unknown `type` or block, a field missing):
+    /// the one decoder of session lines, for the load, the search index, `project log` and
+    /// the worker's look at sent ids alike.
+    pub fn decode(line: &[u8]) -> Option<SessionRecord> {
+        parse_record(line)
+    }
+}
+
 /// Who a message is from, in provider terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -79,31 +92,29 @@ pub enum Role {
 /// somebody sent carries `channel` (`cli`, `dashboard`, `telegram`, `main`, `schedule`, ...)
 /// and, where the channel knows who, `sender` (the chat id for Telegram, the job of a
 /// schedule), both derived from `from`, so they can never disagree with it; reading ignores
-/// them, and files without them load as before.
+/// them, and files without them load as before. It is read by the one decoder of session
+/// lines ([`SessionRecord::decode`]): every field but `role`, `content` and `ts` may be left
+/// out.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "RawRecord")]
 pub struct SessionMessage {
     /// Provider or channel message id, if any.
-    #[serde(default)]
     pub id: Option<String>,
     /// Who it is from.
     pub role: Role,
     /// Where a user message comes from (`cli`, `telegram:123`, `main`, `task`, ...).
-    #[serde(default)]
     pub from: Option<Channel>,
     /// The blocks, in order.
     pub content: Vec<ContentBlock>,
     /// `provider/model` actually used (assistant messages).
-    #[serde(default)]
     pub model: Option<String>,
     /// Token usage as reported by the provider.
-    #[serde(default)]
     pub usage: Option<serde_json::Value>,
     /// When the message was recorded.
     pub ts: DateTime<Utc>,
     /// The sender's own id for an inbound message (`--id`, `Idempotency-Key`, Telegram's
     /// update): a repeat of it is recognised by it (the worker's `sends`), across restarts,
     /// because it is in the same durable line as the message itself.
-    #[serde(default)]
     pub client_id: Option<String>,
 }
 
@@ -557,7 +568,7 @@ mod tests {
 /// exactly what `serde_json::from_slice::<SessionRecord>` gives (a test holds them equal).
 #[derive(Deserialize)]
 struct RawRecord {
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
     kind: String,
     version: Option<u32>,
     project: Option<String>,
@@ -596,7 +607,30 @@ fn parse_record(line: &[u8]) -> Option<SessionRecord> {
     // The line is checked as UTF-8 once, whole; parsing it as a `str` then spares serde_json
     // a check per string (a tenth of the load time of a long session).
     let line = std::str::from_utf8(line).ok()?;
-    let r: RawRecord = serde_json::from_str(line).ok()?;
+    serde_json::from_str(line).ok()
+}
+
+/// A line that is JSON but not a session record: an unknown `type` or block, or a field its
+/// `type` needs missing.
+#[derive(Debug)]
+pub struct NotARecord;
+
+impl std::fmt::Display for NotARecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a session record")
+    }
+}
+
+impl TryFrom<RawRecord> for SessionRecord {
+    type Error = NotARecord;
+
+    fn try_from(r: RawRecord) -> std::result::Result<SessionRecord, NotARecord> {
+        record(r).ok_or(NotARecord)
+    }
+}
+
+/// The record `r` holds, if its `type` and fields make one.
+fn record(r: RawRecord) -> Option<SessionRecord> {
     Some(match r.kind.as_str() {
         "meta" => SessionRecord::Meta {
             version: r.version?,
@@ -612,41 +646,52 @@ fn parse_record(line: &[u8]) -> Option<SessionRecord> {
             reason: r.reason?,
             ts: r.ts?,
         },
-        "message" => {
-            let mut content = Vec::new();
-            for b in r.content? {
-                content.push(match b.kind.as_str() {
-                    "text" => ContentBlock::Text { text: b.text? },
-                    "tool_use" => ContentBlock::ToolUse {
-                        id: b.id?,
-                        name: b.name?,
-                        input: b.input?,
-                    },
-                    "tool_result" => ContentBlock::ToolResult {
-                        tool_use_id: b.tool_use_id?,
-                        content: b.content?,
-                        is_error: b.is_error,
-                    },
-                    "thinking" => ContentBlock::Thinking {
-                        thinking: b.thinking?,
-                        signature: b.signature?,
-                    },
-                    "redacted_thinking" => ContentBlock::RedactedThinking { data: b.data? },
-                    _ => return None,
-                });
-            }
-            SessionRecord::Message(SessionMessage {
-                id: r.id,
-                role: r.role?,
-                from: r.from.as_deref().map(Channel::parse),
-                content,
-                model: r.model,
-                usage: r.usage,
-                ts: r.ts?,
-                client_id: r.client_id,
-            })
-        }
+        "message" => SessionRecord::Message(message(r)?),
         _ => return None,
+    })
+}
+
+impl TryFrom<RawRecord> for SessionMessage {
+    type Error = NotARecord;
+
+    fn try_from(r: RawRecord) -> std::result::Result<SessionMessage, NotARecord> {
+        message(r).ok_or(NotARecord)
+    }
+}
+
+/// The message `r` holds (its `type` not looked at), if its fields make one.
+fn message(r: RawRecord) -> Option<SessionMessage> {
+    let mut content = Vec::new();
+    for b in r.content? {
+        content.push(match b.kind.as_str() {
+            "text" => ContentBlock::Text { text: b.text? },
+            "tool_use" => ContentBlock::ToolUse {
+                id: b.id?,
+                name: b.name?,
+                input: b.input?,
+            },
+            "tool_result" => ContentBlock::ToolResult {
+                tool_use_id: b.tool_use_id?,
+                content: b.content?,
+                is_error: b.is_error,
+            },
+            "thinking" => ContentBlock::Thinking {
+                thinking: b.thinking?,
+                signature: b.signature?,
+            },
+            "redacted_thinking" => ContentBlock::RedactedThinking { data: b.data? },
+            _ => return None,
+        });
+    }
+    Some(SessionMessage {
+        id: r.id,
+        role: r.role?,
+        from: r.from.as_deref().map(Channel::parse),
+        content,
+        model: r.model,
+        usage: r.usage,
+        ts: r.ts?,
+        client_id: r.client_id,
     })
 }
 

@@ -5,12 +5,11 @@
 //! `flock` as a lock on the server). The kernel (or the NFS server's lease) releases the lock
 //! when its holder dies.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use pegasus_fs::{FileLock, LockKind, TryLockError};
 
 /// The lock file, inside the project folder.
 pub const WORKER_LOCK: &str = "worker.lock";
@@ -18,7 +17,7 @@ pub const WORKER_LOCK: &str = "worker.lock";
 /// The lock of one project, held while this value lives.
 #[derive(Debug)]
 pub struct WorkerLock {
-    _lock: Flock<File>,
+    _lock: FileLock,
 }
 
 /// Why the lock could not be had.
@@ -32,12 +31,7 @@ pub enum LockError {
 
 fn open(project_dir: &Path) -> Result<(PathBuf, File), LockError> {
     let path = project_dir.join(WORKER_LOCK);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| LockError::Io(path.clone(), e))?;
+    let file = FileLock::open(&path).map_err(|e| LockError::Io(path.clone(), e))?;
     Ok((path, file))
 }
 
@@ -45,20 +39,16 @@ fn open(project_dir: &Path) -> Result<(PathBuf, File), LockError> {
 /// (a killed one's lock is released a moment after its death, when pegasusd may already have
 /// started the next).
 pub fn hold(project_dir: &Path, patience: Duration) -> Result<WorkerLock, LockError> {
-    let (path, mut file) = open(project_dir)?;
-    let until = Instant::now() + patience;
-    loop {
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(WorkerLock { _lock: lock }),
-            Err((f, Errno::EWOULDBLOCK | Errno::EINTR)) => {
-                if Instant::now() >= until {
-                    return Err(LockError::Held(path));
-                }
-                file = f;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err((_, errno)) => return Err(LockError::Io(path, std::io::Error::from(errno))),
-        }
+    let (path, file) = open(project_dir)?;
+    match FileLock::try_for(
+        file,
+        LockKind::Exclusive,
+        patience,
+        Duration::from_millis(50),
+    ) {
+        Ok(lock) => Ok(WorkerLock { _lock: lock }),
+        Err(TryLockError::Busy(_)) => Err(LockError::Held(path)),
+        Err(TryLockError::Io(e)) => Err(LockError::Io(path, e)),
     }
 }
 

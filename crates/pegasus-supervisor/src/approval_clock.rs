@@ -115,7 +115,7 @@ pub(crate) async fn run(
             _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
         let c = clock.clone();
-        let expired = tokio::task::spawn_blocking(move || expire(&c))
+        let expired = pegasus_fs::blocking(move || expire(&c))
             .await
             .unwrap_or_default();
         for (project, id) in expired {

@@ -8,7 +8,6 @@
 use crate::{
     control,
     front_door::{Client, FrontDoor},
-    logging,
     slot::SlotEvent,
     spawn,
     supervisor::Supervisor,
@@ -95,7 +94,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     for name in &taken {
         scrub_env(name);
     }
-    logging::init(&home.logs_dir(), "pegasusd.log");
+    pegasus_log::init_daemon(&home.logs_dir(), "pegasusd.log");
     match open_files {
         Ok((before, after)) if after > before => {
             tracing::info!("open files limit raised from {before} to {after} (the hard limit)")

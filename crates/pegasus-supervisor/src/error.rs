@@ -134,7 +134,7 @@ impl RequestError {
     }
 
     /// A handler's work on the blocking pool did not finish (it panicked).
-    pub(crate) fn failed_inside(what: &str, e: tokio::task::JoinError) -> Self {
+    pub(crate) fn failed_inside(what: &str, e: pegasus_fs::BlockingError) -> Self {
         RequestError::Internal(format!("{what} failed inside pegasusd ({e}); see its log"))
     }
 }

@@ -57,6 +57,19 @@ impl FrontDoor {
         }
     }
 
+    /// A door whose daemon is gone (every request is refused as stopping), for tests of its
+    /// clients.
+    #[cfg(test)]
+    pub(crate) fn detached(home: Home) -> Self {
+        FrontDoor {
+            sup: Weak::new(),
+            home,
+            config: Arc::new(Config::default()),
+            shutdown: CancellationToken::new(),
+            secrets: Arc::default(),
+        }
+    }
+
     /// One request from `from`, one response (a refusal is [`CtlResponse::Failed`] with the
     /// line a user reads). `Follow` is a subscription, not a request: see [`Self::subscribe`].
     pub async fn request(&self, from: &Channel, req: CtlRequest) -> CtlResponse {

@@ -29,7 +29,6 @@ mod handlers;
 mod limits;
 mod llm_proxy;
 mod log_prune;
-mod logging;
 mod main_agent;
 mod model_check;
 mod peer;

@@ -34,7 +34,7 @@ pub(crate) async fn run(dir: PathBuf, logs: LogsConfig, shutdown: CancellationTo
             _ = tick.tick() => {}
         }
         let (d, l) = (dir.clone(), logs.clone());
-        match tokio::task::spawn_blocking(move || prune(&d, &l, SystemTime::now())).await {
+        match pegasus_fs::blocking(move || prune(&d, &l, SystemTime::now())).await {
             Ok(Ok(p)) if p.files > 0 => tracing::info!(
                 files = p.files,
                 "logs pruned: {} file(s), {} KiB freed (logs: keep_days {}, max_mb {})",

@@ -5,16 +5,17 @@
 //! the home (a checked-but-unlocked pid file races and lies after pid reuse).
 
 use crate::SupervisorError;
-use nix::fcntl::{Flock, FlockArg};
+use pegasus_fs::{FileLock, LockKind, TryLockError};
 use std::{
     fs::{File, OpenOptions},
     io::{Read, Seek, SeekFrom, Write},
     path::Path,
+    time::Duration,
 };
 
 /// Held for the daemon's whole life; dropping it releases the lock.
 pub struct PidLock {
-    _lock: Flock<File>,
+    _lock: FileLock,
 }
 
 impl PidLock {
@@ -30,37 +31,27 @@ impl PidLock {
         // `pegasusctl` peeks with a shared lock for an instant when the socket does not
         // answer (`pegasus_store::daemon_lock::peek`): a short retry never mistakes that for a
         // running daemon.
-        let mut file = file;
-        let mut tries = 0;
-        let mut lock = loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => break lock,
-                Err((f, nix::errno::Errno::EWOULDBLOCK | nix::errno::Errno::EINTR))
-                    if tries < 10 =>
-                {
-                    tries += 1;
-                    file = f;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err((mut file, errno)) => {
-                    if errno == nix::errno::Errno::EWOULDBLOCK {
-                        let mut text = String::new();
-                        let _ = file.read_to_string(&mut text);
-                        let (pid, stopping) = pegasus_store::daemon_lock::parse(&text);
-                        let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
-                        let home = home_label.to_string();
-                        return Err(if stopping {
-                            SupervisorError::Stopping { home, pid }
-                        } else {
-                            SupervisorError::AlreadyRunning { home, pid }
-                        });
-                    }
-                    return Err(SupervisorError::io(
-                        "cannot lock pid file",
-                        path,
-                        errno.into(),
-                    ));
-                }
+        let mut lock = match FileLock::try_for(
+            file,
+            LockKind::Exclusive,
+            Duration::from_millis(200),
+            Duration::from_millis(20),
+        ) {
+            Ok(lock) => lock,
+            Err(TryLockError::Busy(mut file)) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let (pid, stopping) = pegasus_store::daemon_lock::parse(&text);
+                let pid = pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+                let home = home_label.to_string();
+                return Err(if stopping {
+                    SupervisorError::Stopping { home, pid }
+                } else {
+                    SupervisorError::AlreadyRunning { home, pid }
+                });
+            }
+            Err(TryLockError::Io(e)) => {
+                return Err(SupervisorError::io("cannot lock pid file", path, e));
             }
         };
         let write = |f: &mut File| -> std::io::Result<()> {

@@ -11,7 +11,10 @@ use crate::{
     worker_server::{hello, Peer},
 };
 use pegasus_link::{Accepted, Authority};
-use pegasus_store::{launcher::LauncherConfig, Config, Home};
+use pegasus_store::{
+    launcher::{LauncherConfig, Setting},
+    Config, Home,
+};
 use std::{net::SocketAddr, sync::Arc};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -37,10 +40,10 @@ impl Remote {
             .values()
             .filter_map(|l| match l {
                 LauncherConfig::Command(c) => Some(c.connect.clone()),
-                LauncherConfig::Kubernetes(v) => v
-                    .get("connect")
-                    .and_then(|c| c.as_str())
-                    .map(str::to_string),
+                LauncherConfig::Kubernetes(k) => match &k.connect {
+                    Setting::Given(c) => Some(c.clone()),
+                    Setting::Absent | Setting::Wrong(_) => None,
+                },
             })
             .filter_map(|c| pegasus_link::host_of(&c).map(str::to_string))
             .collect();
@@ -64,12 +67,12 @@ pub(crate) async fn pod_launchers(
 ) -> Result<std::collections::HashMap<String, Arc<pegasus_kube::PodLauncher>>, String> {
     let mut out = std::collections::HashMap::new();
     for (name, launcher) in &config.launchers {
-        let value = match launcher {
-            LauncherConfig::Kubernetes(value) => value,
+        let entry = match launcher {
+            LauncherConfig::Kubernetes(entry) => entry,
             // A command launcher has no client to connect and no pods to adopt.
             LauncherConfig::Command(_) => continue,
         };
-        let settings = pegasus_kube::KubeSettings::from_value(value, home.root())
+        let settings = pegasus_kube::KubeSettings::from_entry(entry, home.root())
             .map_err(|e| format!("launchers.{name}: {e}"))?;
         let id = pegasus_kube::HomeId::new(&home_id(home)?).map_err(|e| e.to_string())?;
         let pods = pegasus_kube::PodLauncher::connect(settings, id)

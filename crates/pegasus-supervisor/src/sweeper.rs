@@ -27,7 +27,7 @@ impl Sweeper {
 
 /// Kills and reaps adopted escapees off the async threads; logs what it killed.
 pub(crate) async fn sweep_now() {
-    match tokio::task::spawn_blocking(pegasus_sandbox::adopted::sweep_adopted).await {
+    match pegasus_fs::blocking(pegasus_sandbox::adopted::sweep_adopted).await {
         Ok(0) | Err(_) => {}
         Ok(n) => tracing::info!(
             killed = n,

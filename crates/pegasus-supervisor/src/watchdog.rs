@@ -345,7 +345,7 @@ async fn stop_silent(timer: &Timer, project: &str, pid: u32, task: &str) {
     let secs = timer.watchdogs.config.silent_timeout_s;
     let dir = timer.home.project_dir(project);
     let (p, t) = (project.to_string(), task.to_string());
-    let recorded = tokio::task::spawn_blocking(move || {
+    let recorded = pegasus_fs::blocking(move || {
         pegasus_tasks::TaskStore::open(&dir, &p).and_then(|store| {
             store.transition(
                 &t,

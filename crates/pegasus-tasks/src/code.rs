@@ -4,10 +4,12 @@
 
 use std::{
     collections::HashMap,
-    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Mutex,
+    time::SystemTime,
 };
+
+use pegasus_store::FileStamp;
 
 /// The project's tasks as its index holds them: no lock taken, nothing created, nothing
 /// re-folded. Writers update the index after every change, so it is current except right
@@ -95,40 +97,67 @@ fn index_path(dir: &Path) -> PathBuf {
 /// [`waiting_on_user`] for many projects, each read again only when its task index changed:
 /// pegasusd answers every `status` from it with a `stat` per project instead of reading and
 /// parsing every index. Every write of an index replaces the file (a new inode, size and
-/// change time), so a changed stamp is a changed index.
+/// change time), so a changed [`FileStamp`] is a changed index; an index written so recently
+/// that a second write could keep its stamp (not yet [`FileStamp::settled`]) is read again
+/// at each call.
 #[derive(Default)]
 pub struct WaitingCache {
-    seen: Mutex<HashMap<PathBuf, (IndexStamp, Vec<String>)>>,
+    seen: Mutex<HashMap<PathBuf, (FileStamp, Vec<String>)>>,
 }
-
-/// Device, inode, size, modification and change times (seconds, nanoseconds).
-type IndexStamp = (u64, u64, u64, i64, i64, i64, i64);
 
 impl WaitingCache {
     /// What of project `name` (folder `dir`) waits for the user, as [`waiting_on_user`].
     pub fn lines(&self, dir: &Path, name: &str) -> Vec<String> {
+        self.lines_at(dir, name, SystemTime::now())
+    }
+
+    /// [`WaitingCache::lines`] with the clock read as `now`.
+    fn lines_at(&self, dir: &Path, name: &str, now: SystemTime) -> Vec<String> {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let Ok(m) = std::fs::metadata(index_path(dir)) else {
             seen.remove(dir);
             return Vec::new();
         };
-        let stamp = (
-            m.dev(),
-            m.ino(),
-            m.len(),
-            m.mtime(),
-            m.mtime_nsec(),
-            m.ctime(),
-            m.ctime_nsec(),
-        );
+        let stamp = FileStamp::of(&m);
         match seen.get(dir) {
             Some((s, lines)) if *s == stamp => lines.clone(),
             _ => {
                 // Read after the stamp: a change in between is seen at the next call.
                 let lines = waiting_on_user(dir, name);
-                seen.insert(dir.to_path_buf(), (stamp, lines.clone()));
+                if stamp.settled(now) {
+                    seen.insert(dir.to_path_buf(), (stamp, lines.clone()));
+                } else {
+                    seen.remove(dir);
+                }
                 lines
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn an_index_is_kept_only_once_a_write_in_the_same_tick_could_not_hide() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = index_path(dir.path());
+        std::fs::create_dir_all(index.parent().unwrap()).unwrap();
+        std::fs::write(&index, "").unwrap();
+        let cache = WaitingCache::default();
+        let kept = |c: &WaitingCache| c.seen.lock().unwrap().contains_key(dir.path());
+        assert!(cache
+            .lines_at(dir.path(), "p", SystemTime::now())
+            .is_empty());
+        assert!(!kept(&cache), "just written: read again at the next call");
+        let later = SystemTime::now() + pegasus_store::stamp::SETTLE + Duration::from_secs(1);
+        assert!(cache.lines_at(dir.path(), "p", later).is_empty());
+        assert!(kept(&cache), "settled: served from the cache");
+        std::fs::remove_file(&index).unwrap();
+        assert!(cache.lines_at(dir.path(), "p", later).is_empty());
+        assert!(!kept(&cache), "gone: forgotten");
     }
 }

@@ -13,7 +13,7 @@
 //! task runs next; the worker and the agent do, through this API. It runs no git either: the
 //! commits a frozen spec records and the branches a listing shows are asked of `pegasus-code`,
 //! which owns git. It is synchronous on purpose, like `pegasus-store`: its writes are
-//! small, and async callers wrap them in `spawn_blocking`.
+//! small, and async callers wrap them in `pegasus_fs::blocking`.
 
 pub mod board;
 pub mod code;

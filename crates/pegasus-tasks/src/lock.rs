@@ -6,41 +6,23 @@
 //! belongs to the open file description, so two threads of one process exclude each other
 //! exactly like two processes do, and the kernel releases it when a holder dies.
 
-use std::fs::{File, OpenOptions};
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use pegasus_fs::{FileLock, LockKind};
 
 use crate::error::TaskError;
 
 /// Held for the duration of one store operation; dropping it unlocks.
 #[derive(Debug)]
 pub(crate) struct ProjectLock {
-    _lock: Flock<File>,
+    _lock: FileLock,
 }
 
 impl ProjectLock {
     /// Blocks until the exclusive lock on `path` is ours (creating the file if missing).
     pub(crate) fn acquire(path: &Path) -> Result<Self, TaskError> {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(TaskError::io(path))?;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusive) {
-                Ok(lock) => return Ok(ProjectLock { _lock: lock }),
-                // A signal interrupted the wait; waiting again is all that is needed.
-                Err((f, Errno::EINTR)) => file = f,
-                Err((_, errno)) => {
-                    return Err(TaskError::Io {
-                        path: path.to_path_buf(),
-                        source: std::io::Error::from(errno),
-                    })
-                }
-            }
-        }
+        let file = FileLock::open(path).map_err(TaskError::io(path))?;
+        let lock = FileLock::wait(file, LockKind::Exclusive).map_err(TaskError::io(path))?;
+        Ok(ProjectLock { _lock: lock })
     }
 }

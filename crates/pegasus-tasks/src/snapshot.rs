@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use pegasus_code::git::{repo_head, repo_rev};
 use pegasus_store::ProjectFile;
-use serde::Deserialize;
 
 use crate::error::TaskError;
 use crate::task::RepoSnapshot;
@@ -33,16 +32,6 @@ pub fn resolve(project_dir: &Path, path: &str) -> PathBuf {
     }
 }
 
-/// A `repos` entry of PROJECT.md (`{id, path, branch?, role?}`); role is not part of a
-/// snapshot.
-#[derive(Debug, Deserialize)]
-struct RepoEntry {
-    id: String,
-    path: String,
-    #[serde(default)]
-    branch: Option<String>,
-}
-
 /// The repos a project's PROJECT.md declares, ready to go into a [`crate::TaskSpec`] (heads
 /// are filled in when the spec is frozen). None declared is an empty list.
 pub fn project_repos(project_dir: &Path) -> Result<Vec<RepoSnapshot>, TaskError> {
@@ -51,7 +40,13 @@ pub fn project_repos(project_dir: &Path) -> Result<Vec<RepoSnapshot>, TaskError>
 
 /// [`project_repos`] of a PROJECT.md already loaded from `project_dir`.
 pub fn repos_in(file: &ProjectFile, project_dir: &Path) -> Result<Vec<RepoSnapshot>, TaskError> {
-    let Some(value) = file.get("repos") else {
+    let declared = file.code().repos.as_ref().map_err(|problem| {
+        TaskError::Invalid(format!(
+            "{}: {problem}",
+            project_dir.join(pegasus_store::PROJECT_FILE).display()
+        ))
+    })?;
+    let Some(entries) = declared else {
         // A workdir that is a git repository is the project's one repo, `main`.
         return Ok(match file.workdir() {
             Some(w) if repo_head(&resolve(project_dir, &w.to_string_lossy())).is_some() => {
@@ -65,19 +60,13 @@ pub fn repos_in(file: &ProjectFile, project_dir: &Path) -> Result<Vec<RepoSnapsh
             _ => Vec::new(),
         });
     };
-    let entries: Vec<RepoEntry> = serde_norway::from_value(value).map_err(|e| {
-        TaskError::Invalid(format!(
-            "{}: key `repos` must be a list of {{id, path, role}}: {e}",
-            project_dir.join(pegasus_store::PROJECT_FILE).display()
-        ))
-    })?;
     Ok(entries
-        .into_iter()
+        .iter()
         .map(|e| RepoSnapshot {
-            id: e.id,
-            path: e.path,
+            id: e.id.clone(),
+            path: e.path.clone(),
             head: None,
-            branch: e.branch,
+            branch: e.branch.clone(),
         })
         .collect())
 }

@@ -316,17 +316,17 @@ pub(crate) fn parse_data(data: &str) -> Option<Action> {
 
 /// The outcome of a press before any request is made: the chat it counts for, or the text to
 /// answer with and the log line.
-pub(crate) enum Verdict {
+pub(crate) enum PressCheck {
     Counts { chat: i64, action: Action },
     Refused { text: &'static str, log: String },
 }
 
 /// Decides about a `callback_query` (SPEC §11: `message.chat.id` must be an allowed chat, and
 /// `from.id` an allowed user when `users` is not empty).
-pub(crate) fn judge(q: &Value, allowed: &[i64], users: &[i64]) -> Verdict {
+pub(crate) fn judge(q: &Value, allowed: &[i64], users: &[i64]) -> PressCheck {
     let from = q["from"]["id"].as_i64().unwrap_or(0);
     let Some(chat) = q["message"]["chat"]["id"].as_i64() else {
-        return Verdict::Refused {
+        return PressCheck::Refused {
             text: "this button's message is not available; use pegasusctl approvals",
             log: format!(
                 "telegram: button press by user {from} without a message (inline mode?) ignored"
@@ -334,7 +334,7 @@ pub(crate) fn judge(q: &Value, allowed: &[i64], users: &[i64]) -> Verdict {
         };
     };
     if !allowed.contains(&chat) {
-        return Verdict::Refused {
+        return PressCheck::Refused {
             text: "not allowed",
             log: format!(
                 "telegram: button press from chat {chat} (user {from}), which is not in telegram.allowed_chats, refused; nothing changed"
@@ -342,7 +342,7 @@ pub(crate) fn judge(q: &Value, allowed: &[i64], users: &[i64]) -> Verdict {
         };
     }
     if !users.is_empty() && !q["from"]["id"].as_i64().is_some_and(|u| users.contains(&u)) {
-        return Verdict::Refused {
+        return PressCheck::Refused {
             text: "not allowed",
             log: format!(
                 "telegram: button press by user {from} in chat {chat}, who is not in telegram.allowed_users, refused; nothing changed"
@@ -351,8 +351,8 @@ pub(crate) fn judge(q: &Value, allowed: &[i64], users: &[i64]) -> Verdict {
     }
     let data = q["data"].as_str().unwrap_or("");
     match parse_data(data) {
-        Some(action) => Verdict::Counts { chat, action },
-        None => Verdict::Refused {
+        Some(action) => PressCheck::Counts { chat, action },
+        None => PressCheck::Refused {
             text: "unknown button",
             log: format!(
                 "telegram: button press in chat {chat} with data {:?} that is no approval button ignored",
@@ -372,11 +372,11 @@ pub(crate) fn press(sup: &FrontDoor, bot: &Arc<Bot>, q: &Value) {
     let (sup, bot) = (sup.clone(), bot.clone());
     tokio::spawn(async move {
         let text = match verdict {
-            Verdict::Refused { text, log } => {
+            PressCheck::Refused { text, log } => {
                 tracing::warn!("{log}");
                 text.to_string()
             }
-            Verdict::Counts { chat, action } => {
+            PressCheck::Counts { chat, action } => {
                 let (id, approve) = match action {
                     Action::Approve(id) => (id, true),
                     Action::Deny(id) => (id, false),
@@ -482,22 +482,22 @@ mod tests {
         // which is what decides.
         assert!(matches!(
             judge(&q(Some(42), "approve:ap-1"), &allowed, &[]),
-            Verdict::Counts { chat: 42, action: Action::Approve(ref id) } if id == "ap-1"
+            PressCheck::Counts { chat: 42, action: Action::Approve(ref id) } if id == "ap-1"
         ));
         match judge(&q(Some(7), "approve:ap-1"), &allowed, &[]) {
-            Verdict::Refused { text, log } => {
+            PressCheck::Refused { text, log } => {
                 assert_eq!(text, "not allowed");
                 assert!(log.contains("chat 7"), "{log}");
             }
-            Verdict::Counts { .. } => panic!("a chat not allowed counted"),
+            PressCheck::Counts { .. } => panic!("a chat not allowed counted"),
         }
         assert!(matches!(
             judge(&q(None, "approve:ap-1"), &allowed, &[]),
-            Verdict::Refused { .. }
+            PressCheck::Refused { .. }
         ));
         assert!(matches!(
             judge(&q(Some(42), "rm -rf /"), &allowed, &[]),
-            Verdict::Refused {
+            PressCheck::Refused {
                 text: "unknown button",
                 ..
             }
@@ -516,21 +516,21 @@ mod tests {
         };
         assert!(matches!(
             judge(&q(Some(5)), &[42], &[5]),
-            Verdict::Counts { chat: 42, .. }
+            PressCheck::Counts { chat: 42, .. }
         ));
         for press in [q(Some(6)), q(None)] {
             match judge(&press, &[42], &[5]) {
-                Verdict::Refused { text, log } => {
+                PressCheck::Refused { text, log } => {
                     assert_eq!(text, "not allowed");
                     assert!(log.contains("telegram.allowed_users"), "{log}");
                 }
-                Verdict::Counts { .. } => panic!("a user not allowed counted"),
+                PressCheck::Counts { .. } => panic!("a user not allowed counted"),
             }
         }
         // No list: any member of an allowed chat, as before.
         assert!(matches!(
             judge(&q(Some(6)), &[42], &[]),
-            Verdict::Counts { .. }
+            PressCheck::Counts { .. }
         ));
     }
 

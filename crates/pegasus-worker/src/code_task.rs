@@ -18,7 +18,7 @@ use pegasus_code::{
     TaskFate,
 };
 use pegasus_sandbox::SandboxPaths;
-use pegasus_store::ProjectFile;
+use pegasus_store::{KeyValue, MergePolicy, ProjectFile};
 use pegasus_tasks::{MergeState, Task, TaskState, TaskUpdate};
 
 use crate::attempt::{self, Back, End, Event, Next, State, StepError};
@@ -48,6 +48,13 @@ pub struct CodeProject {
     pub plan: Option<String>,
 }
 
+/// A code key's value, or its problem as one line after the file's path.
+fn checked<T: Clone>(where_: &str, value: &KeyValue<T>) -> Result<T, String> {
+    value
+        .clone()
+        .map_err(|problem| format!("{where_}: {problem}"))
+}
+
 impl CodeProject {
     /// Reads the code keys of PROJECT.md: `repos`, `hydrate`, `verify` (a command or a list),
     /// `merge` (`auto` | `manual`), `env_file`, `verify_timeout_s` (default 600),
@@ -69,66 +76,25 @@ impl CodeProject {
                 (r.id, path, r.branch.unwrap_or_else(|| "main".to_string()))
             })
             .collect();
-        let text = |key: &str| -> Result<Option<String>, String> {
-            match file.get(key).filter(|v| !v.is_null()) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_str()
-                    .map(|s| Some(s.to_string()))
-                    .ok_or_else(|| format!("{where_}: key `{key}` must be a string")),
-            }
-        };
-        let number = |key: &str, default: u64, max: u64| -> Result<u64, String> {
-            match file.get(key) {
-                None => Ok(default),
-                Some(v) => match v.as_u64() {
-                    Some(n) if (1..=max).contains(&n) => Ok(n),
-                    _ => Err(format!(
-                        "{where_}: key `{key}` must be a whole number from 1 to {max}"
-                    )),
-                },
-            }
-        };
-        let verify = match file.get("verify").filter(|v| !v.is_null()) {
-            None => Vec::new(),
-            Some(v) => match v.as_str() {
-                Some(s) => vec![s.to_string()],
-                None => v
-                    .as_sequence()
-                    .and_then(|list| {
-                        list.iter()
-                            .map(|c| c.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .ok_or_else(|| {
-                        format!("{where_}: key `verify` must be a command or a list of commands")
-                    })?,
-            },
-        };
-        let manual = match text("merge")?.as_deref() {
-            None | Some("auto") => false,
-            Some("manual") => true,
-            Some(other) => {
-                return Err(format!(
-                    "{where_}: key `merge` is `{other}`: use `auto` or `manual`"
-                ))
-            }
-        };
+        let keys = file.code();
+        // Checked in this order, so the first problem a user sees is the one it always was.
+        let verify = checked(&where_, &keys.verify)?;
+        let manual = checked(&where_, &keys.merge)? == MergePolicy::Manual;
         Ok(CodeProject {
             name: name.to_string(),
             repos,
             checks: Checks {
-                hydrate: text("hydrate")?.filter(|s| !s.trim().is_empty()),
+                hydrate: checked(&where_, &keys.hydrate)?.filter(|s| !s.trim().is_empty()),
                 verify,
-                timeout: Duration::from_secs(number("verify_timeout_s", 600, 86_400)?),
+                timeout: Duration::from_secs(checked(&where_, &keys.verify_timeout_s)?),
                 output_cap: OUTPUT_CAP,
-                env_file: text("env_file")?.unwrap_or_else(|| ".env".to_string()),
+                env_file: checked(&where_, &keys.env_file)?.unwrap_or_else(|| ".env".to_string()),
                 sandbox,
             },
             manual,
-            max_attempts: number("max_attempts", 3, 100)? as u32,
-            review: text("review")?.filter(|s| !s.trim().is_empty()),
-            plan: text("plan")?.filter(|s| !s.trim().is_empty()),
+            max_attempts: checked(&where_, &keys.max_attempts)? as u32,
+            review: checked(&where_, &keys.review)?.filter(|s| !s.trim().is_empty()),
+            plan: checked(&where_, &keys.plan)?.filter(|s| !s.trim().is_empty()),
         })
     }
 
@@ -173,8 +139,9 @@ pub fn is_code_task(task: &Task) -> bool {
     task.spec.as_ref().is_some_and(|s| !s.repos.is_empty())
 }
 
+/// A git step on the blocking pool ([`pegasus_fs::blocking`]), its panic said as its error.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
+    pegasus_fs::blocking(f)
         .await
         .map_err(|e| format!("a git step panicked: {e}"))
 }

@@ -9,7 +9,7 @@
 
 use pegasus_agent::{Agent, StopKind, Workspace};
 use pegasus_code::{worktree, Repo};
-use pegasus_runs::{parse_verdict, Verdict};
+use pegasus_runs::{parse_verdict, ReviewVerdict};
 use pegasus_tasks::Task;
 
 /// Most of the diffs put in the reviewer's prompt; past it the reviewer reads the files.
@@ -52,7 +52,7 @@ pub(crate) async fn review(
             .zip(trees)
             .map(|(r, t)| (r.id.clone(), r.base_ref(), t.path.clone()))
             .collect();
-        tokio::task::spawn_blocking(move || {
+        pegasus_fs::blocking(move || {
             pairs
                 .into_iter()
                 .map(|(id, base, path)| {
@@ -89,8 +89,8 @@ pub(crate) async fn review(
 /// The gate's decision on a review text.
 fn decide(role_id: &str, text: &str) -> Review {
     match parse_verdict(text) {
-        Verdict::Approved => Review::Approved,
-        Verdict::Rejected { reason } => Review::Rejected {
+        ReviewVerdict::Approved => Review::Approved,
+        ReviewVerdict::Rejected { reason } => Review::Rejected {
             feedback: format!(
                 "The reviewer ({role_id}) rejected your change: {reason}\n\nThe review:\n{}",
                 cut(text.trim(), SUMMARY_CHARS)

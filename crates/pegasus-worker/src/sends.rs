@@ -33,7 +33,7 @@ struct Seen {
 
 /// What a message with a client id is.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub enum SendCheck {
     /// A new id: record and run it.
     New,
     /// The id of message `original`, with the same text: answer with that one.
@@ -84,9 +84,9 @@ impl Sends {
                 if !contains(line, b"\"client_id\"") && !contains(line, b"\"compaction\"") {
                     continue;
                 }
-                match serde_json::from_slice::<SessionRecord>(line) {
-                    Ok(SessionRecord::Message(m)) => sends.remember_record(&m, since),
-                    Ok(SessionRecord::Compaction { archived, ts, .. }) if ts >= since => {
+                match SessionRecord::decode(line) {
+                    Some(SessionRecord::Message(m)) => sends.remember_record(&m, since),
+                    Some(SessionRecord::Compaction { archived, ts, .. }) if ts >= since => {
                         // `archived` is relative to the project (older files: absolute).
                         files.push(project_dir.join(archived));
                     }
@@ -123,13 +123,13 @@ impl Sends {
     }
 
     /// What a message carrying `client_id` with `text` is.
-    pub fn check(&self, client_id: &str, text: &str) -> Verdict {
+    pub fn check(&self, client_id: &str, text: &str) -> SendCheck {
         match self.by_client.get(client_id) {
-            None => Verdict::New,
-            Some(seen) if seen.digest == digest(text) => Verdict::Repeat {
+            None => SendCheck::New,
+            Some(seen) if seen.digest == digest(text) => SendCheck::Repeat {
                 original: seen.message.clone(),
             },
-            Some(seen) => Verdict::Conflict {
+            Some(seen) => SendCheck::Conflict {
                 original: seen.message.clone(),
             },
         }
@@ -204,14 +204,14 @@ mod tests {
     use pegasus_proto::Channel;
     use pegasus_store::Session;
 
-    fn repeat(original: &str) -> Verdict {
-        Verdict::Repeat {
+    fn repeat(original: &str) -> SendCheck {
+        SendCheck::Repeat {
             original: original.into(),
         }
     }
 
-    fn conflict(original: &str) -> Verdict {
-        Verdict::Conflict {
+    fn conflict(original: &str) -> SendCheck {
+        SendCheck::Conflict {
             original: original.into(),
         }
     }
@@ -231,11 +231,11 @@ mod tests {
     #[test]
     fn a_repeat_is_the_first_message_and_another_text_a_conflict() {
         let mut s = Sends::default();
-        assert_eq!(s.check("c1", "hi"), Verdict::New);
+        assert_eq!(s.check("c1", "hi"), SendCheck::New);
         s.remember("c1", "m1", "hi", Utc::now());
         assert_eq!(s.check("c1", "hi"), repeat("m1"));
         assert_eq!(s.check("c1", "hello"), conflict("m1"));
-        assert_eq!(s.check("c2", "hi"), Verdict::New);
+        assert_eq!(s.check("c2", "hi"), SendCheck::New);
     }
 
     /// The ids come back from the session after a restart, and from the archive of a
@@ -292,9 +292,9 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s.check("c1", "one"), repeat("m1"));
         assert_eq!(s.check("c3", "three"), repeat("m3"));
-        assert_eq!(s.check("c-old", "old"), Verdict::New);
-        assert_eq!(s.check("c4", "x"), Verdict::New);
-        assert_eq!(s.check("c5", "five"), Verdict::New);
+        assert_eq!(s.check("c-old", "old"), SendCheck::New);
+        assert_eq!(s.check("c4", "x"), SendCheck::New);
+        assert_eq!(s.check("c5", "five"), SendCheck::New);
     }
 
     fn plain(id: &str, text: &str) -> SessionRecord {
@@ -308,9 +308,9 @@ mod tests {
         for i in 0..PRUNE_PAST - 1 {
             s.remember(&format!("c{i}"), "m", "x", Utc::now());
         }
-        assert!(s.check("old", "x") != Verdict::New);
+        assert!(s.check("old", "x") != SendCheck::New);
         s.remember("new", "m", "x", Utc::now());
-        assert_eq!(s.check("old", "x"), Verdict::New);
+        assert_eq!(s.check("old", "x"), SendCheck::New);
         assert_eq!(s.len(), PRUNE_PAST);
     }
 }

@@ -1,7 +1,7 @@
 //! The worker's life: handshake, load, serve, stop.
 
 use crate::mcp::McpHub;
-use crate::sends::{self, Sends, Verdict};
+use crate::sends::{self, SendCheck, Sends};
 use crate::{
     connection, logging,
     proxy::ProxyModel,
@@ -305,15 +305,8 @@ async fn serve(
                 agent.stop_flag(),
             ));
             agent.set_approvals(gate.clone());
-            let servers =
-                pegasus_store::mcp::parse_mcp_servers(project.get("mcp_servers").as_ref())
-                    .map_err(|e| {
-                        WorkerError::Config(format!(
-                            "{}: key `mcp_servers` {e}",
-                            project_dir.join("PROJECT.md").display()
-                        ))
-                    })?;
-            let merged = pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, &servers);
+            let merged =
+                pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, project.mcp_servers());
             pegasus_store::home_guard::check_mcp_writable(&home, &project_dir, &project, &merged)
                 .map_err(WorkerError::Config)?;
             let mcp = McpHub::new(
@@ -446,9 +439,9 @@ async fn serve(
                 Action::TakeMessage(msg) => {
                     if let Some(client_id) = msg.client_id.as_deref() {
                         let (original, same_text) = match sends.check(client_id, &msg.text) {
-                            Verdict::New => (None, true),
-                            Verdict::Repeat { original } => (Some(original), true),
-                            Verdict::Conflict { original } => (Some(original), false),
+                            SendCheck::New => (None, true),
+                            SendCheck::Repeat { original } => (Some(original), true),
+                            SendCheck::Conflict { original } => (Some(original), false),
                         };
                         if let Some(original) = original {
                             // A repeat is neither recorded nor run: its sender gets the first

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Name of the tool; the loop stops a task after a successful call of it.
 pub const NAME: &str = "ask_user";
@@ -14,8 +14,9 @@ const MAX_CHARS: usize = 2000;
 
 pub struct AskUser;
 
+/// The arguments of `ask_user`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     question: String,
 }
 
@@ -26,16 +27,21 @@ pub fn question_of(input_json: &str) -> Option<String> {
     (!q.is_empty()).then(|| q.chars().take(MAX_CHARS).collect())
 }
 
-impl super::Builtin for AskUser {
-    const NAME: &'static str = NAME;
-    const DESCRIPTION: &'static str =
+impl TypedTool for AskUser {
+    type Args = Args;
+
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn description(&self) -> &str {
         "Ask the user a question you cannot answer yourself and that blocks the task (a \
          missing requirement, a choice only they can make). The task pauses after this \
          turn until they answer; you then continue with the answer. Do not use it for \
-         things you can find out with your other tools.";
-    type Args = Args;
+         things you can find out with your other tools."
+    }
 
-    fn schema() -> serde_json::Value {
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("question", "")], &[])
     }
 

@@ -2,26 +2,33 @@
 
 use serde::Deserialize;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Replaces the one occurrence of `old` with `new`. Requiring exactly one occurrence makes the
 /// model quote enough context that the edit lands where it meant, instead of silently editing
 /// the first of several look-alikes.
 pub struct EditFile;
 
+/// The arguments of `edit_file`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     path: String,
     old: String,
     new: String,
 }
 
-impl super::Builtin for EditFile {
-    const NAME: &'static str = "edit_file";
-    const DESCRIPTION: &'static str = "Replace the text `old` with `new` in a file. `old` must occur exactly once; include enough surrounding lines to make it unique.";
+impl TypedTool for EditFile {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+
+    fn description(&self) -> &str {
+        "Replace the text `old` with `new` in a file. `old` must occur exactly once; include enough surrounding lines to make it unique."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(
             &[
                 ("path", "file path relative to the workdir"),

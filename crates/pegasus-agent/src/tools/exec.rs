@@ -18,13 +18,14 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Runs a shell command (see the module doc).
 pub struct Exec;
 
+/// The arguments of `exec`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     command: String,
     #[serde(default)]
     timeout_s: Option<u64>,
@@ -34,12 +35,18 @@ pub(crate) struct Args {
 /// process that escaped the group (`setsid`) can hold the pipe open that long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-impl super::Builtin for Exec {
-    const NAME: &'static str = "exec";
-    const DESCRIPTION: &'static str = "Run a shell command (sh -c) in the working directory. Returns the exit code and the combined stdout+stderr (long output is cut). Background processes are killed when the command ends; a command running past the timeout is killed.";
+impl TypedTool for Exec {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "exec"
+    }
+
+    fn description(&self) -> &str {
+        "Run a shell command (sh -c) in the working directory. Returns the exit code and the combined stdout+stderr (long output is cut). Background processes are killed when the command ends; a command running past the timeout is killed."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         serde_json::json!({
             "type": "object",
             "properties": {
@@ -134,7 +141,7 @@ pub struct CommandSpec<'a> {
 /// child subreaper, when its parent exited; nothing the command started outlives the call.
 pub async fn run_command(spec: CommandSpec<'_>) -> ToolOutput {
     let out = run_command_contained(spec).await;
-    match tokio::task::spawn_blocking(pegasus_sandbox::adopted::sweep_adopted).await {
+    match pegasus_fs::blocking(pegasus_sandbox::adopted::sweep_adopted).await {
         Ok(0) | Err(_) => {}
         Ok(n) => tracing::info!(killed = n, "killed processes that escaped an exec command"),
     }

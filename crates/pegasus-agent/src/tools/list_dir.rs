@@ -2,24 +2,34 @@
 
 use serde::Deserialize;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Lists a folder inside the workdir: folders end in `/`, files show their size.
 pub struct ListDir;
 
+/// The arguments of `list_dir`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     #[serde(default)]
     path: String,
 }
 
-impl super::Builtin for ListDir {
-    const NAME: &'static str = "list_dir";
-    const DESCRIPTION: &'static str = "List a folder of the working directory (`.` for the workdir itself). Folders end in `/`, symlinks in `@`.";
-    const CONCURRENT: bool = true;
+impl TypedTool for ListDir {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "list_dir"
+    }
+
+    fn description(&self) -> &str {
+        "List a folder of the working directory (`.` for the workdir itself). Folders end in `/`, symlinks in `@`."
+    }
+
+    fn concurrent(&self) -> bool {
+        true
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("path", "folder path relative to the workdir")], &[])
     }
 

@@ -1,17 +1,23 @@
 //! `memory_append{path, content}`: add lines to a memory file.
 
 use crate::memory::append_text;
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Appends to a memory file (created if missing); the usual way to record a new fact.
 pub struct MemoryAppend;
 
-impl super::Builtin for MemoryAppend {
-    const NAME: &'static str = "memory_append";
-    const DESCRIPTION: &'static str = "Append text to a memory file (created if missing); `path` is relative to the memory folder.";
+impl TypedTool for MemoryAppend {
     type Args = super::MemoryText;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "memory_append"
+    }
+
+    fn description(&self) -> &str {
+        "Append text to a memory file (created if missing); `path` is relative to the memory folder."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("path", ""), ("content", "")], &[])
     }
 

@@ -1,20 +1,28 @@
 //! `memory_list{}`: every memory file with its first line.
 
 use crate::memory::memory_index;
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Lists the project's memory.
 pub struct MemoryList;
 
-impl super::Builtin for MemoryList {
-    const NAME: &'static str = "memory_list";
-    const DESCRIPTION: &'static str =
-        "List the project's memory files (facts/, episodes/, ...) with their first line.";
-    const CONCURRENT: bool = true;
+impl TypedTool for MemoryList {
     /// Whatever the model passes is ignored.
     type Args = serde::de::IgnoredAny;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "memory_list"
+    }
+
+    fn description(&self) -> &str {
+        "List the project's memory files (facts/, episodes/, ...) with their first line."
+    }
+
+    fn concurrent(&self) -> bool {
+        true
+    }
+
+    fn schema(&self) -> serde_json::Value {
         serde_json::json!({"type": "object", "properties": {}})
     }
 

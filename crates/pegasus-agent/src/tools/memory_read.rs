@@ -2,24 +2,33 @@
 
 use serde::Deserialize;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Reads a file of the project's memory.
 pub struct MemoryRead;
 
+/// The arguments of `memory_read`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     path: String,
 }
 
-impl super::Builtin for MemoryRead {
-    const NAME: &'static str = "memory_read";
-    const DESCRIPTION: &'static str =
-        "Read a memory file; `path` is relative to the memory folder (e.g. facts/context.md).";
-    const CONCURRENT: bool = true;
+impl TypedTool for MemoryRead {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "memory_read"
+    }
+
+    fn description(&self) -> &str {
+        "Read a memory file; `path` is relative to the memory folder (e.g. facts/context.md)."
+    }
+
+    fn concurrent(&self) -> bool {
+        true
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("path", "")], &[])
     }
 

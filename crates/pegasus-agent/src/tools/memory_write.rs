@@ -1,16 +1,22 @@
 //! `memory_write{path, content}`: create or replace a memory file.
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Writes a whole memory file.
 pub struct MemoryWrite;
 
-impl super::Builtin for MemoryWrite {
-    const NAME: &'static str = "memory_write";
-    const DESCRIPTION: &'static str = "Create or replace a memory file (markdown); `path` is relative to the memory folder, e.g. facts/decisions.md.";
+impl TypedTool for MemoryWrite {
     type Args = super::MemoryText;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "memory_write"
+    }
+
+    fn description(&self) -> &str {
+        "Create or replace a memory file (markdown); `path` is relative to the memory folder, e.g. facts/decisions.md."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("path", ""), ("content", "")], &[])
     }
 

@@ -1,13 +1,9 @@
 //! The built-in tools, one file per tool (SPEC §6). Their names and JSON arguments are a
 //! contract with the model and with role allowlists: do not rename them.
 
-use std::future::Future;
 use std::sync::Arc;
 
-use pegasus_proto::llm::ToolSpec;
-use serde::de::DeserializeOwned;
-
-use crate::tool::{parse_args, Tool, ToolCtx, ToolFuture, ToolOutput};
+use crate::tool::{Tool, ToolCtx, ToolOutput};
 
 pub mod ask_user;
 pub mod edit_file;
@@ -43,46 +39,6 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(ask_user::AskUser),
         Arc::new(propose_task::ProposeTask),
     ]
-}
-
-/// The shape every built-in tool shares: a name, a description, a JSON schema and arguments
-/// of one serde type. Its [`Tool`] impl parses the arguments (bad ones are the model's
-/// "bad arguments" error) and gives an `Err` of `run` to the model as a tool error.
-pub(crate) trait Builtin: Send + Sync {
-    const NAME: &'static str;
-    const DESCRIPTION: &'static str;
-    /// See [`Tool::concurrent`]: only read-only tools say yes.
-    const CONCURRENT: bool = false;
-    type Args: DeserializeOwned + Send;
-    fn schema() -> serde_json::Value;
-    fn run(
-        &self,
-        args: Self::Args,
-        ctx: &ToolCtx,
-    ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
-}
-
-impl<T: Builtin> Tool for T {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: T::NAME.to_string(),
-            description: T::DESCRIPTION.to_string(),
-            input_schema_json: T::schema().to_string(),
-        }
-    }
-
-    fn concurrent(&self) -> bool {
-        T::CONCURRENT
-    }
-
-    fn call<'a>(&'a self, input: serde_json::Value, ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            match parse_args(T::NAME, input) {
-                Ok(args) => self.run(args, ctx).await.unwrap_or_else(ToolOutput::error),
-                Err(e) => e,
-            }
-        })
-    }
 }
 
 /// The schema of an object of string arguments, each `(name, description)` (`""` for none):
@@ -147,9 +103,9 @@ pub(crate) fn write_text(path: &std::path::Path, content: &str) -> Result<(), St
 
 /// The arguments of `memory_write` and `memory_append`: a file of the memory folder and text.
 #[derive(serde::Deserialize)]
-pub(crate) struct MemoryText {
-    pub path: String,
-    pub content: String,
+pub struct MemoryText {
+    pub(crate) path: String,
+    pub(crate) content: String,
 }
 
 /// The file a memory tool acts on: `path` resolved inside the memory folder (created if

@@ -3,24 +3,30 @@
 use serde::Deserialize;
 
 use crate::outbox::Notice;
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Sends a message to the supervisor (the MainAgent sees it on the project's channel): the
 /// project's way to report progress or ask for help on its own initiative.
 pub struct Notify;
 
+/// The arguments of `notify`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     text: String,
 }
 
-impl super::Builtin for Notify {
-    const NAME: &'static str = "notify";
-    const DESCRIPTION: &'static str =
-        "Send a short message to the MainAgent (progress, a question, a result worth knowing now).";
+impl TypedTool for Notify {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "notify"
+    }
+
+    fn description(&self) -> &str {
+        "Send a short message to the MainAgent (progress, a question, a result worth knowing now)."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("text", "")], &[])
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use serde::Deserialize;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 pub struct ProposeTask;
 
@@ -64,8 +64,9 @@ fn check(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// The arguments of `propose_task`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     title: String,
     goal: String,
     #[serde(default)]
@@ -74,15 +75,20 @@ pub(crate) struct Args {
     acceptance: Vec<String>,
 }
 
-impl super::Builtin for ProposeTask {
-    const NAME: &'static str = "propose_task";
-    const DESCRIPTION: &'static str =
-        "Propose a task for this project: it is added as planned and runs only when the \
-         user approves it. Give a one-line title, a goal precise enough to act on (files, \
-         functions, why), and how to tell it is done.";
+impl TypedTool for ProposeTask {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "propose_task"
+    }
+
+    fn description(&self) -> &str {
+        "Propose a task for this project: it is added as planned and runs only when the \
+         user approves it. Give a one-line title, a goal precise enough to act on (files, \
+         functions, why), and how to tell it is done."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         serde_json::json!({
             "type": "object",
             "properties": {
@@ -116,7 +122,7 @@ impl super::Builtin for ProposeTask {
                     "this task already proposed {MAX_PER_TASK} tasks, the most one task may; put the rest in your answer for the user"
                 )
             })?;
-        let made = tokio::task::spawn_blocking(move || {
+        let made = pegasus_fs::blocking(move || {
             let store = pegasus_tasks::TaskStore::open(&dir, &project)?;
             let planned = store
                 .list()?

@@ -2,24 +2,33 @@
 
 use serde::Deserialize;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Reads a file inside the workdir.
 pub struct ReadFile;
 
+/// The arguments of `read_file`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     path: String,
 }
 
-impl super::Builtin for ReadFile {
-    const NAME: &'static str = "read_file";
-    const DESCRIPTION: &'static str =
-        "Read a text file. `path` is relative to the project's working directory.";
-    const CONCURRENT: bool = true;
+impl TypedTool for ReadFile {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+
+    fn description(&self) -> &str {
+        "Read a text file. `path` is relative to the project's working directory."
+    }
+
+    fn concurrent(&self) -> bool {
+        true
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("path", "file path relative to the workdir")], &[])
     }
 

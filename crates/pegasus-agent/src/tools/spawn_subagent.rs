@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::agent_loop::{run_loop, LoopSpec};
 use crate::outcome::StopKind;
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 use crate::toolset::ToolSet;
 
 /// Runs a one-off agent inside the worker: a fresh transcript holding only the task, the same
@@ -16,8 +16,9 @@ use crate::toolset::ToolSet;
 /// level multiplies cost.
 pub struct SpawnSubagent;
 
+/// The arguments of `spawn_subagent`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     task: String,
     #[serde(default)]
     role: Option<String>,
@@ -41,12 +42,18 @@ pub fn subagent_system(role: Option<&str>, overview: &str) -> String {
     s
 }
 
-impl super::Builtin for SpawnSubagent {
-    const NAME: &'static str = "spawn_subagent";
-    const DESCRIPTION: &'static str = "Delegate a self-contained sub-task to a sub-agent with its own short context and the same tools. Give it everything it needs in `task`; it returns its final answer.";
+impl TypedTool for SpawnSubagent {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "spawn_subagent"
+    }
+
+    fn description(&self) -> &str {
+        "Delegate a self-contained sub-task to a sub-agent with its own short context and the same tools. Give it everything it needs in `task`; it returns its final answer."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(
             &[("task", "the complete task description")],
             &[("role", "optional role, e.g. researcher, coder, reviewer")],

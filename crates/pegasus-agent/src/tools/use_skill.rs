@@ -3,24 +3,33 @@
 use serde::Deserialize;
 
 use crate::skills;
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Returns a skill's SKILL.md body; a project skill overrides a global one of the same name.
 pub struct UseSkill;
 
+/// The arguments of `use_skill`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     name: String,
 }
 
-impl super::Builtin for UseSkill {
-    const NAME: &'static str = "use_skill";
-    const DESCRIPTION: &'static str =
-        "Load the instructions of a skill listed under ## Skills in your system prompt.";
-    const CONCURRENT: bool = true;
+impl TypedTool for UseSkill {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "use_skill"
+    }
+
+    fn description(&self) -> &str {
+        "Load the instructions of a skill listed under ## Skills in your system prompt."
+    }
+
+    fn concurrent(&self) -> bool {
+        true
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(&[("name", "")], &[])
     }
 

@@ -2,23 +2,30 @@
 
 use serde::Deserialize;
 
-use crate::tool::{ToolCtx, ToolOutput};
+use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
 /// Writes a whole file inside the workdir (parent folders are created).
 pub struct WriteFile;
 
+/// The arguments of `write_file`, as its schema describes them.
 #[derive(Deserialize)]
-pub(crate) struct Args {
+pub struct Args {
     path: String,
     content: String,
 }
 
-impl super::Builtin for WriteFile {
-    const NAME: &'static str = "write_file";
-    const DESCRIPTION: &'static str = "Create or overwrite a file with `content`. `path` is relative to the working directory; missing folders are created.";
+impl TypedTool for WriteFile {
     type Args = Args;
 
-    fn schema() -> serde_json::Value {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+
+    fn description(&self) -> &str {
+        "Create or overwrite a file with `content`. `path` is relative to the working directory; missing folders are created."
+    }
+
+    fn schema(&self) -> serde_json::Value {
         super::string_args(
             &[
                 ("path", "file path relative to the workdir"),

@@ -92,15 +92,15 @@ fn print_line(line: &str, json: bool, stops: &mut Stops) {
         println!("{line}");
         return;
     }
-    match serde_json::from_str::<SessionRecord>(line) {
-        Ok(record) => {
+    match SessionRecord::decode(line.as_bytes()) {
+        Some(record) => {
             // A task that stopped before this record is said where it happened.
             for stop in stops.until(record_ts(&record)) {
                 println!("{stop}");
             }
             print!("{}", render(&record))
         }
-        Err(_) => println!("(unreadable line skipped)"),
+        None => println!("(unreadable line skipped)"),
     }
 }
 

@@ -9,7 +9,8 @@
 //! what a reader comes looking for:
 //! * `parse`: turning text (or a project folder) into a checked [`ProjectFile`];
 //! * `edit`: lifecycle verbs, `set` and `save`, which rewrite only the lines they touch;
-//! * `create`: making a brand-new project folder from a [`NewProject`].
+//! * `create`: making a brand-new project folder from a [`NewProject`];
+//! * `extensions`: the typed extension keys (`mcp_servers`, the code keys), read once.
 
 use std::path::{Path, PathBuf};
 
@@ -21,11 +22,13 @@ use crate::yaml::top_level_key_line;
 
 mod create;
 mod edit;
+mod extensions;
 #[cfg(test)]
 mod fixtures;
 mod parse;
 
 pub use create::{create_project, NewProject};
+pub use extensions::{CodeKeys, KeyProblem, KeyValue, MergePolicy, RepoEntry};
 pub use parse::validate_name;
 
 /// The file name of a project definition inside its folder.
@@ -66,6 +69,10 @@ struct Known {
     launcher: Option<String>,
     /// Its own `limits:` (SPEC §12), each key winning over config.yml's.
     limits: crate::limits::ProjectLimits,
+    /// Its own MCP servers (`mcp_servers:`), checked with the file.
+    mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// The code keys, each checked by its user when a code task starts.
+    code: CodeKeys,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -146,6 +153,17 @@ impl ProjectFile {
         self.known.limits
     }
 
+    /// Its own MCP servers (`mcp_servers:`; config.yml's are merged in by the worker).
+    pub fn mcp_servers(&self) -> &std::collections::BTreeMap<String, crate::mcp::McpServerConfig> {
+        &self.known.mcp_servers
+    }
+
+    /// The code keys (`repos`, `hydrate`, `verify`, ...), each read or with what is wrong
+    /// with it; a code task refuses to start on a problem, the project still loads.
+    pub fn code(&self) -> &CodeKeys {
+        &self.known.code
+    }
+
     /// The frontmatter text between the `---` lines, exactly as in the file.
     pub fn frontmatter(&self) -> &str {
         &self.text[self.fm_start..self.fm_end]
@@ -204,7 +222,10 @@ impl ProjectFile {
             .map(|(_, s)| s)
     }
 
-    /// Value of any frontmatter key (known or unknown) as YAML.
+    /// Value of any frontmatter key (known or unknown) as YAML, as written. The keys this
+    /// crate reads have typed accessors; this is for the keys other crates own (`roles`,
+    /// `approvals`), for unknown keys, for values kept as written (a remote project's pinned
+    /// keys) and for edits.
     pub fn get(&self, key: &str) -> Option<Value> {
         self.mapping.get(key).cloned()
     }

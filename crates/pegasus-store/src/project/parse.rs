@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde_norway::{Mapping, Value};
 
-use super::{Known, ProjectFile, ProjectStatus, PROJECT_FILE};
+use super::{CodeKeys, Known, ProjectFile, ProjectStatus, PROJECT_FILE};
 use crate::error::{Result, StoreError};
 use crate::frontmatter::split_frontmatter;
 use crate::yaml::{problem, top_level_key_line};
@@ -163,9 +163,8 @@ impl Ctx<'_> {
                 }
             },
         };
-        if let Err(m) = crate::mcp::parse_mcp_servers(map.get("mcp_servers")) {
-            return Err(self.err("mcp_servers", m));
-        }
+        let mcp_servers = crate::mcp::parse_mcp_servers(map.get("mcp_servers"))
+            .map_err(|m| self.err("mcp_servers", m))?;
         if let Err(m) = crate::approvals::ApprovalsConfig::from_yaml(map.get("approvals")) {
             return Err(self.err("approvals", m));
         }
@@ -192,6 +191,8 @@ impl Ctx<'_> {
             budget_usd,
             launcher,
             limits,
+            mcp_servers,
+            code: CodeKeys::read(map),
         })
     }
 }

@@ -201,13 +201,14 @@ async fn ctl(
 }
 
 /// Runs a handler that reads or writes files (task locks, fsyncs, the project scan) on the
-/// blocking pool, so a slow disk never stalls the daemon's async threads.
+/// blocking pool ([`pegasus_fs::blocking`]), so a slow disk never stalls the daemon's async
+/// threads.
 async fn blocking<T: Send + 'static>(
     sup: &Arc<Supervisor>,
     f: impl FnOnce(&Supervisor) -> Result<T, RequestError> + Send + 'static,
 ) -> Result<T, RequestError> {
     let sup = sup.clone();
-    tokio::task::spawn_blocking(move || f(&sup))
+    pegasus_fs::blocking(move || f(&sup))
         .await
         .unwrap_or_else(|e| Err(RequestError::failed_inside("the request", e)))
 }

@@ -23,11 +23,12 @@ use tokio::sync::{oneshot, Mutex};
 /// The longest client id of a send (SPEC §11) kept with its message.
 const MAX_CLIENT_ID: usize = 200;
 
-/// Runs file work that fsyncs on the blocking pool, so a slow disk never stalls the daemon.
+/// Runs file work that fsyncs on the blocking pool ([`pegasus_fs::blocking`]), so a slow disk
+/// never stalls the daemon.
 async fn off_runtime<T: Send + 'static>(
     f: impl FnOnce() -> pegasus_store::Result<T> + Send + 'static,
 ) -> Result<T, RequestError> {
-    match tokio::task::spawn_blocking(f).await {
+    match pegasus_fs::blocking(f).await {
         Ok(done) => done.map_err(RequestError::from),
         Err(e) => Err(RequestError::failed_inside("the write", e)),
     }

@@ -9,103 +9,46 @@ mod list_projects;
 mod reply;
 
 use crate::front_door::{refusal, FrontDoor};
-use pegasus_agent::{Tool, ToolCtx, ToolFuture, ToolOutput};
+use pegasus_agent::{Tool, ToolOutput};
 use pegasus_proto::{
     ctl::{CtlRequest, CtlResponse, LifecycleVerb},
-    llm::ToolSpec,
     Channel,
 };
-use serde_json::Value;
 use std::sync::Arc;
 
-/// Every MainAgent tool.
+/// Every MainAgent tool. Each is a [`pegasus_agent::TypedTool`] holding the door it asks.
 pub(crate) fn all(door: FrontDoor) -> Vec<Arc<dyn Tool>> {
     let mut tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(Door(door.clone(), create_project::CreateProject)),
+        Arc::new(create_project::CreateProject(door.clone())),
         Arc::new(list_projects::ListProjects(door.clone())),
     ];
     for verb in LifecycleVerb::ALL {
-        tools.push(Arc::new(Door(door.clone(), lifecycle::Lifecycle(verb))));
+        tools.push(Arc::new(lifecycle::Lifecycle(door.clone(), verb)));
     }
-    tools.push(Arc::new(Door(door.clone(), add_task::AddTask)));
-    tools.push(Arc::new(Door(door, reply::Reply)));
+    tools.push(Arc::new(add_task::AddTask(door.clone())));
+    tools.push(Arc::new(reply::Reply(door)));
     tools
 }
 
-/// A MainAgent tool that is one request to the front door.
-trait DoorCall: Send + Sync {
-    fn spec(&self) -> ToolSpec;
-    /// The request the model's arguments make, or the tool's output at once (an argument is
-    /// missing or wrong, or there is nothing to ask).
-    fn ask(&self, input: &Value) -> Result<CtlRequest, ToolOutput>;
-    /// What the model reads of the answer (an answer of another kind is [`unexpected`]);
-    /// unless said otherwise, the answer is one project.
-    fn read(&self, _input: &Value, resp: CtlResponse) -> ToolOutput {
-        match resp {
-            CtlResponse::Project(info) => ToolOutput::ok(project_json(&info).to_string()),
-            other => unexpected(other),
-        }
-    }
-}
-
-/// A [`DoorCall`] with the door it asks.
-struct Door<T>(FrontDoor, T);
-
-impl<T: DoorCall> Tool for Door<T> {
-    fn spec(&self) -> ToolSpec {
-        self.1.spec()
-    }
-
-    fn call<'a>(&'a self, input: Value, _ctx: &'a ToolCtx) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let req = match self.1.ask(&input) {
-                Ok(req) => req,
-                Err(out) => return out,
-            };
-            match request(&self.0, req).await {
-                Ok(resp) => self.1.read(&input, resp),
-                Err(e) => e,
-            }
-        })
-    }
-}
-
-/// A tool's spec; `schema` is its arguments' JSON Schema.
-fn spec(name: impl Into<String>, description: &str, schema: Value) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        input_schema_json: schema.to_string(),
-    }
-}
-
 /// One request from the MainAgent; a refusal is the tool error the model reads.
-async fn request(door: &FrontDoor, req: CtlRequest) -> Result<CtlResponse, ToolOutput> {
+async fn request(door: &FrontDoor, req: CtlRequest) -> Result<CtlResponse, String> {
     match door.request(&Channel::Main, req).await {
-        resp @ (CtlResponse::Failed { .. } | CtlResponse::Error { .. }) => {
-            Err(ToolOutput::error(refusal(resp)))
-        }
+        resp @ (CtlResponse::Failed { .. } | CtlResponse::Error { .. }) => Err(refusal(resp)),
         resp => Ok(resp),
     }
 }
 
 /// The tool error for an answer of another kind than the request's (never expected).
-fn unexpected(resp: CtlResponse) -> ToolOutput {
-    ToolOutput::error(refusal(resp))
+fn unexpected(resp: CtlResponse) -> String {
+    refusal(resp)
 }
 
-/// A required string argument, or the tool error that tells the model what is missing.
-fn arg(input: &Value, key: &str) -> Result<String, ToolOutput> {
-    input
-        .get(key)
-        .and_then(|v| v.as_str())
-        .map(str::to_string)
-        .ok_or_else(|| ToolOutput::error(format!("missing string argument `{key}`")))
-}
-
-/// An optional string argument.
-fn opt(input: &Value, key: &str) -> Option<String> {
-    input.get(key).and_then(|v| v.as_str()).map(str::to_string)
+/// What the model reads of an answer that is one project.
+fn project_answer(resp: CtlResponse) -> Result<ToolOutput, String> {
+    match resp {
+        CtlResponse::Project(info) => Ok(ToolOutput::ok(project_json(&info).to_string())),
+        other => Err(unexpected(other)),
+    }
 }
 
 /// A project as the model sees it: one JSON object.
@@ -114,4 +57,147 @@ fn project_json(p: &pegasus_proto::ctl::ProjectInfo) -> serde_json::Value {
         "name": p.name, "status": p.status_word(), "worker": p.worker_state, "worker_pid": p.worker_pid,
         "model": p.model, "goal": p.goal, "cost_usd": p.cost_usd, "error": p.error,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pegasus_agent::{AgentSettings, ToolCtx};
+    use pegasus_proto::llm::{ChatFuture, ChatModel, ChatRequest, LlmError};
+    use serde_json::json;
+
+    /// The MainAgent never lends its model to these tools.
+    struct NoModel;
+
+    impl ChatModel for NoModel {
+        fn chat(&self, _req: ChatRequest) -> ChatFuture<'_> {
+            Box::pin(async { Err(LlmError::BadModel("none".into())) })
+        }
+    }
+
+    fn ctx() -> ToolCtx {
+        ToolCtx {
+            workdir: "/nonexistent".into(),
+            memory_dir: "/nonexistent".into(),
+            skill_dirs: Vec::new(),
+            notices: tokio::sync::mpsc::unbounded_channel().0,
+            task_id: None,
+            depth: 0,
+            settings: AgentSettings::default(),
+            model: Arc::new(NoModel),
+            project_overview: String::new(),
+            subagents_spawned: Default::default(),
+            repos: Vec::new(),
+            approvals: None,
+            offered: None,
+            proposed: Default::default(),
+        }
+    }
+
+    /// The tools over a door whose daemon is gone: every request is refused as stopping.
+    fn tools() -> Vec<Arc<dyn Tool>> {
+        all(FrontDoor::detached(pegasus_store::Home::new(
+            "/nonexistent",
+        )))
+    }
+
+    async fn call(name: &str, input: serde_json::Value) -> ToolOutput {
+        let tools = tools();
+        let Some(tool) = tools.iter().find(|t| t.spec().name == name) else {
+            panic!("no MainAgent tool {name}");
+        };
+        tool.call(input, &ctx()).await
+    }
+
+    #[test]
+    fn schemas_are_the_contract_with_the_model() {
+        let specs: Vec<(String, String)> = tools()
+            .iter()
+            .map(|t| (t.spec().name, t.spec().input_schema_json))
+            .collect();
+        let lifecycle =
+            r#"{"properties":{"name":{"type":"string"}},"required":["name"],"type":"object"}"#;
+        let expected = [
+            (
+                "create_project",
+                r#"{"properties":{"background":{"type":"string"},"constraints":{"type":"string"},"goal":{"type":"string"},"model":{"description":"provider/model","type":"string"},"name":{"type":"string"},"workdir":{"description":"absolute path the project works in, outside the Pegasus home","type":"string"}},"required":["name","goal"],"type":"object"}"#,
+            ),
+            ("list_projects", r#"{"properties":{},"type":"object"}"#),
+            ("suspend_project", lifecycle),
+            ("resume_project", lifecycle),
+            ("complete_project", lifecycle),
+            ("archive_project", lifecycle),
+            (
+                "add_task",
+                r#"{"properties":{"acceptance":{"description":"how to tell the goal is met","items":{"type":"string"},"type":"array"},"depends_on":{"description":"task ids that must be done first","items":{"type":"string"},"type":"array"},"goal":{"description":"what must be achieved","type":"string"},"priority":{"maximum":3,"minimum":0,"type":"integer"},"project":{"type":"string"},"repos":{"items":{"type":"string"},"type":"array"},"role":{"description":"coder, researcher, reviewer, ...","type":"string"},"title":{"description":"one line for listings","type":"string"}},"required":["project","goal"],"type":"object"}"#,
+            ),
+            (
+                "reply",
+                r#"{"properties":{"channel_id":{"type":"string"},"channel_type":{"enum":["project","cli"],"type":"string"},"text":{"type":"string"}},"required":["channel_type","channel_id","text"],"type":"object"}"#,
+            ),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.to_string()))
+            .collect();
+        assert_eq!(specs, expected);
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_say_which_and_what_to_do() {
+        let out = call("add_task", json!({"goal": "g"})).await;
+        assert!(out.is_error);
+        assert_eq!(
+            out.content,
+            "bad arguments for add_task: missing field `project`; see the tool's input schema"
+        );
+        let out = call(
+            "add_task",
+            json!({"project": "p", "goal": "g", "repos": "web"}),
+        )
+        .await;
+        assert!(out.is_error && out.content.starts_with("bad arguments for add_task: repos: invalid type: string \"web\", expected a sequence"), "{}", out.content);
+        let out = call(
+            "add_task",
+            json!({"project": "p", "goal": "g", "priority": 7}),
+        )
+        .await;
+        assert_eq!(out, ToolOutput::error("`priority` must be 0, 1, 2 or 3"));
+        let out = call("suspend_project", json!({"name": 5})).await;
+        assert!(out.is_error && out.content.starts_with("bad arguments for suspend_project: name: invalid type: integer `5`, expected a string"), "{}", out.content);
+        let out = call(
+            "reply",
+            json!({"channel_type": "mail", "channel_id": "x", "text": "t"}),
+        )
+        .await;
+        assert_eq!(
+            out,
+            ToolOutput::error("unknown channel_type `mail`: use project or cli")
+        );
+    }
+
+    #[tokio::test]
+    async fn good_arguments_reach_the_door() {
+        let stopping = ToolOutput::error("pegasusd is stopping; try again when it is back");
+        let out = call(
+            "add_task",
+            json!({"project": "p", "goal": "g", "repos": null}),
+        )
+        .await;
+        assert_eq!(out, stopping);
+        assert_eq!(call("list_projects", json!(null)).await, stopping);
+        assert_eq!(
+            call("archive_project", json!({"name": "p"})).await,
+            stopping
+        );
+        let out = call(
+            "reply",
+            json!({"channel_type": "cli", "channel_id": "x", "text": "t"}),
+        )
+        .await;
+        assert_eq!(
+            out,
+            ToolOutput::ok("the user sees your final answer; put the text there")
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! What identifies one version of a file without reading it, for the caches that re-read a
-//! PROJECT.md only when it changed (the listing rows in pegasusd, the gateway's budgets).
+//! file only when it changed (PROJECT.md for the listing rows in pegasusd and the gateway's
+//! budgets, a project's task index for what waits for the user).
 //!
 //! Same device, inode, size, modification and status-change times: every write Pegasus makes
 //! is a rename of a new file (a new inode), and an edit in place moves the status-change time,
@@ -24,6 +25,7 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
+    /// The stamp of the file `meta` was read from.
     pub fn of(meta: &std::fs::Metadata) -> FileStamp {
         FileStamp {
             dev: meta.dev(),
