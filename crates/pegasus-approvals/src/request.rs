@@ -33,12 +33,17 @@ pub const APPROVALS_DIR: &str = "approvals";
 /// six fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
+    /// The request's id (see [`new_id`]), which names its files.
     pub id: String,
+    /// The project whose worker asks.
     pub project: String,
+    /// The id of the task whose call waits; empty when the call is not a task's.
     pub task: String,
+    /// The tool's name (`exec`, an MCP tool, `merge` for a merge).
     pub tool: String,
     /// The whole exec command line, or the tool and its arguments.
     pub summary: String,
+    /// When it was asked; the timeout counts from here.
     pub asked_at: DateTime<Utc>,
     /// The model's call id (`tool_use` id) the answer is the result of; empty for a merge.
     #[serde(default)]
@@ -167,19 +172,28 @@ fn mcp_server(tool: &str) -> Option<&str> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Decision {
+    /// A person said yes: the call runs.
     Approved {
         /// `--always`: the line or tool was added to the project's allow list too.
         #[serde(default)]
         always: bool,
     },
+    /// A person said no.
     Denied {
+        /// What they said (`deny --reason`), if anything.
         #[serde(default)]
         reason: Option<String>,
     },
     /// No answer within the timeout.
-    Expired { after_s: u64 },
+    Expired {
+        /// The timeout it had, in seconds.
+        after_s: u64,
+    },
     /// The task was cancelled (or ended) while it waited.
-    Withdrawn { why: String },
+    Withdrawn {
+        /// Why, in words.
+        why: String,
+    },
 }
 
 impl Decision {
@@ -209,10 +223,12 @@ impl Decision {
 /// An answer, with who gave it and when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
+    /// What the answer says.
     #[serde(flatten)]
     pub decision: Decision,
     /// The channel it came from (`cli`, `dashboard`, `telegram:<chat>`, `policy`).
     pub by: String,
+    /// When it was given.
     pub at: DateTime<Utc>,
 }
 
@@ -279,6 +295,7 @@ pub enum AnswerError {
     Already(Answer),
     /// No pending request with that id.
     NotFound,
+    /// The answer could not be encoded or written, or the one already there cannot be read.
     Store(StoreError),
 }
 

@@ -7,7 +7,12 @@ pub enum KubeError {
     /// A setting of the launcher entry is missing or wrong. `key` is relative to the entry
     /// (`image`, `home_volume.claim`) so pegasusd can prefix `launchers.NAME.`.
     #[error("`{key}` {problem}")]
-    Setting { key: String, problem: String },
+    Setting {
+        /// The setting, relative to the launcher entry.
+        key: String,
+        /// What is wrong with it and what to write instead.
+        problem: String,
+    },
 
     /// The home id is not usable as a Kubernetes label value.
     #[error("home id `{0}` must be 1-63 letters, digits, `-`, `_` or `.`, starting and ending with a letter or digit (it is a pod label)")]
@@ -21,7 +26,10 @@ pub enum KubeError {
     /// A pod's spec is readable by anyone who may read pods in the namespace, so nothing but
     /// the one-time bootstrap values may go there; a provider key never does.
     #[error("`{name}` may not be set in a worker pod: a pod gets only PEGASUS_CONNECT and PEGASUS_CA_SHA256 in its environment, its enrollment token from a Secret (everything else comes over the link)")]
-    EnvNotAllowed { name: String },
+    EnvNotAllowed {
+        /// The variable's name.
+        name: String,
+    },
 
     /// The worker command has no program.
     #[error("the worker command is empty: it must start project-worker, e.g. [project-worker, <project_dir>]")]
@@ -34,14 +42,17 @@ pub enum KubeError {
     /// The API server refused or failed a call.
     #[error("Kubernetes could not {action} {what} in namespace `{namespace}`: {detail}{hint}")]
     Api {
+        /// The verb of the call that failed (`create`, `read`, `list`, `watch`, `delete`).
         action: &'static str,
         /// The pod (`pod \`NAME\``) or the pods (`pods labelled \`SELECTOR\``) it was about.
         what: String,
+        /// The namespace of the launcher entry.
         namespace: String,
         /// The refusal in one line: HTTP code, reason and message when the server gave them.
         detail: String,
         /// What to do about it, when the refusal says (an RBAC refusal, a missing namespace).
         hint: &'static str,
+        /// The client's error, as it came.
         #[source]
         source: Box<kube::Error>,
     },
@@ -50,18 +61,29 @@ pub enum KubeError {
     /// share the namespace and their short ids collide. Never touched.
     #[error("pod or secret `{pod}` in namespace `{namespace}` belongs to another Pegasus home (`{owner}`): give this launcher its own namespace")]
     NameTaken {
+        /// The name of the pod or secret (the project's pod name).
         pod: String,
+        /// The namespace of the launcher entry.
         namespace: String,
+        /// The other home's `pegasus/home` label, or that it has none.
         owner: String,
     },
 
     /// The old pod of a project was deleted but had not gone when the new one had to be made.
     #[error("pod `{pod}` was deleted but is still there after {seconds} s: its node may be unreachable; try again later or remove it with kubectl delete pod --force")]
-    StillTerminating { pod: String, seconds: u64 },
+    StillTerminating {
+        /// The old pod's name.
+        pod: String,
+        /// How long pegasusd waited for it to go, in seconds.
+        seconds: u64,
+    },
 
     /// The API server answered with a pod that has no uid, which a real one never does.
     #[error("the Kubernetes API answered pod `{pod}` without a uid")]
-    NoUid { pod: String },
+    NoUid {
+        /// The pod's name.
+        pod: String,
+    },
 }
 
 impl KubeError {

@@ -29,10 +29,16 @@ pub enum PodEnd {
     Succeeded,
     /// Phase `Failed`: the worker exited non-zero or was killed (OOMKilled), or the pod was
     /// evicted; `reason` says which, in the cluster's words.
-    Failed { reason: String },
+    Failed {
+        /// The pod's reason and message and the worker's exit, as the cluster gave them.
+        reason: String,
+    },
     /// The container cannot start (image pull failure, bad config); the pod is still there,
     /// Pending. Counts as a launch that never reached pegasusd.
-    Unstartable { reason: String },
+    Unstartable {
+        /// The container's waiting reason and message (`ErrImagePull: ...`).
+        reason: String,
+    },
     /// The pod no longer exists, or a new pod of the same name replaced it: deleted (by
     /// pegasusd on suspend or stop, or by someone else) or its node was lost.
     Gone,

@@ -18,9 +18,11 @@ pub use pegasus_store::LedgerTotals as Totals;
 /// The caps that apply to one call; `None` = no cap.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Limits {
+    /// USD per UTC day over all projects: config.yml's `budget.daily_usd`.
     pub daily: Option<f64>,
     /// The project's PROJECT.md `budget_usd`.
     pub project: Option<f64>,
+    /// USD per task: config.yml's `budget.task_usd`; applies only to a call made for a task.
     pub task: Option<f64>,
 }
 

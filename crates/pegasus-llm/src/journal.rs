@@ -28,13 +28,20 @@ use serde::{Deserialize, Serialize};
 /// A call sent (or about to be) and what it may cost at worst.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingCall {
+    /// The gateway's id of the call, unique per pegasusd run: sent to the provider as
+    /// `X-Client-Request-Id` and carried by the call's ledger line.
     pub call: String,
+    /// When the call was admitted.
     pub ts: DateTime<Utc>,
+    /// The ledger project name that makes the call (`main` for the MainAgent).
     pub project: String,
+    /// The task it is for, if any.
     #[serde(default)]
     pub task: Option<String>,
+    /// The role that makes it, if any.
     #[serde(default)]
     pub role: Option<String>,
+    /// The `provider/model` the call goes to.
     pub model: String,
     /// Estimated prompt tokens.
     pub input_tokens: u64,
@@ -100,7 +107,9 @@ enum Line {
 /// response id if its answer had begun to arrive.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unsettled {
+    /// The call as its `pending` line journaled it.
     pub call: PendingCall,
+    /// The provider's response id from its `answered` line; `None` when none was journaled.
     pub request_id: Option<String>,
 }
 

@@ -18,9 +18,13 @@ pub const DEFAULT_MAX_OUTPUT: u32 = 4096;
 /// What the gateway knows about one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelInfo {
+    /// Tokens the model can see, prompt and answer together.
     pub context_window: u64,
+    /// Most tokens one answer may have; a call's `max_tokens` is capped by it.
     pub max_output_tokens: u32,
+    /// Anthropic extended thinking (`thinking` blocks).
     pub thinking: bool,
+    /// An OpenAI reasoning model: `max_completion_tokens` and `reasoning_effort`.
     pub reasoning: bool,
     /// Whether a table had an entry (else these are the defaults).
     pub known: bool,

@@ -27,6 +27,7 @@ pub struct Target {
     pub model: String,
     /// `provider/model`, the id prices and the ledger use.
     pub full: String,
+    /// The wire format the provider speaks.
     pub kind: Kind,
     /// Base URL with any trailing `/` removed, so paths can be appended verbatim.
     pub base_url: String,

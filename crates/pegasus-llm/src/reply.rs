@@ -15,7 +15,9 @@ pub struct ProviderReply {
     pub id: String,
     /// The model the provider says it used (no provider prefix); may be empty.
     pub model: String,
+    /// The answer's blocks (text, tool calls, thinking), in the order given.
     pub content: Vec<Block>,
+    /// Why the model stopped (end of turn, a tool call, the token limit...).
     pub stop_reason: StopReason,
     /// The token counts the provider reported, as far as it did.
     pub usage: SeenUsage,
@@ -25,9 +27,13 @@ pub struct ProviderReply {
 /// missing count is estimated, never taken as zero (a free call).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SeenUsage {
+    /// Prompt tokens billed at the input price; `None` until reported.
     pub input: Option<u64>,
+    /// Completion tokens; `None` until reported.
     pub output: Option<u64>,
+    /// Prompt tokens served from the provider cache (0 when not reported).
     pub cache_read: u64,
+    /// Prompt tokens written to the provider cache (0 when not reported).
     pub cache_write: u64,
 }
 
@@ -110,6 +116,7 @@ impl Progress {
         }
     }
 
+    /// Records that the provider answered 200: from here on the call is billed.
     pub fn answered(&self) {
         lock(&self.state).answered = true;
     }
@@ -132,6 +139,7 @@ impl Progress {
         }
     }
 
+    /// A copy of what has arrived so far.
     pub fn get(&self) -> Arrived {
         lock(&self.state).clone()
     }

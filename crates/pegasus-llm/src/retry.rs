@@ -22,7 +22,9 @@ pub enum AttemptError {
     /// Worth another attempt: rate limit, overload, 5xx, timeout, transport error, a stream cut
     /// mid-way, a body we could not read. `retry_after` is the provider's minimum wait.
     Retry {
+        /// What went wrong, for the log and for the error if no attempt is left.
         message: String,
+        /// The provider's `retry-after`; `None` when it gave none.
         retry_after: Option<Duration>,
     },
     /// Final: retrying cannot help (a 4xx other than 429, a request we cannot even build).

@@ -147,8 +147,11 @@ pub fn ollama_show(v: &Value) -> Option<u64> {
 /// another base URL is asked again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RememberedWindow {
+    /// The provider's base URL when the server was asked.
     pub base_url: String,
+    /// The context window in tokens the server said; 0 when it did not say.
     pub window: u64,
+    /// When the server was asked.
     pub learned: DateTime<Utc>,
 }
 

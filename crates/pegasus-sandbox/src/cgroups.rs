@@ -57,7 +57,9 @@ const REMOVE_PATIENCE: Duration = Duration::from_secs(3);
 /// Which cgroup interface the kernel gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
+    /// The legacy interface: one hierarchy per controller (`/sys/fs/cgroup/memory`, ...).
     V1,
+    /// The unified interface: one hierarchy for every controller.
     V2,
 }
 
@@ -367,6 +369,7 @@ impl Cgroups {
         format!("cgroup {}", self.version.word())
     }
 
+    /// Which interface these cgroups are made through.
     pub fn version(&self) -> Version {
         self.version
     }

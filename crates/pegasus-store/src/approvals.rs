@@ -11,8 +11,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// The call runs without asking.
     Allow,
+    /// The call waits for a person's answer (an approval request) before it runs.
     Ask,
+    /// The call is refused without asking.
     Deny,
 }
 
@@ -20,8 +23,10 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MergeMode {
+    /// A verified task merges without asking (the default).
     #[default]
     Auto,
+    /// A verified task merges only once a person approves the merge.
     Ask,
 }
 

@@ -22,7 +22,12 @@ pub enum DaemonLock {
     /// Nobody: no daemon runs on this home.
     Free,
     /// A daemon holds the home; `pid` as its file says (`None` when unreadable).
-    Held { pid: Option<u32>, stopping: bool },
+    Held {
+        /// The daemon's pid, as its file says; `None` when the file does not hold one.
+        pid: Option<u32>,
+        /// Whether the daemon wrote that it is stopping (finishing its workers).
+        stopping: bool,
+    },
 }
 
 /// Parses the pid file's text: the pid, and whether the daemon said it is stopping.

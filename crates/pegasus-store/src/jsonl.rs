@@ -155,11 +155,11 @@ impl<T> Default for JsonlRead<T> {
     }
 }
 
-/// Reads every complete line of a JSONL file, skipping (and counting) lines that do not parse.
-/// A missing file reads as empty: append-only logs start out absent.
 /// The largest JSONL file read (a session archives itself long before).
 pub const MAX_JSONL_FILE: u64 = 1 << 30;
 
+/// Reads every complete line of a JSONL file, skipping (and counting) lines that do not parse.
+/// A missing file reads as empty: append-only logs start out absent.
 pub fn read_jsonl<T: DeserializeOwned + Send>(path: &Path) -> Result<JsonlRead<T>> {
     read_jsonl_with(path, |line| serde_json::from_slice::<T>(line).ok())
 }

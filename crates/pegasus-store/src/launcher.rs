@@ -170,9 +170,13 @@ pub struct CommandLauncher {
 
 /// What a launch fills into an argv.
 pub struct LaunchValues<'a> {
+    /// `{worker}`: the path of the project-worker binary on pegasusd's host.
     pub worker: &'a str,
+    /// `{project}`: the project's name.
     pub project: &'a str,
+    /// `{project_dir}`: the project folder's path on pegasusd's host.
     pub project_dir: &'a str,
+    /// `{connect}`: the launcher's `connect`, `HOST:PORT` where the worker reaches pegasusd.
     pub connect: &'a str,
     /// The public bootstrap environment, in the order `{env}` spells it: never a secret (a
     /// command line is readable by every user of a host; the enrollment token goes on the

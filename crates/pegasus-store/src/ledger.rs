@@ -180,19 +180,27 @@ pub fn project_costs(home: &Home) -> Result<HashMap<String, f64>> {
 /// The ledger summed for `pegasusctl cost` and the dashboard's `/api/costs` (one shape for both).
 #[derive(Debug, Default, Serialize)]
 pub struct CostBucket {
+    /// Ledger lines (LLM calls) summed here.
     pub calls: u64,
+    /// US dollars of the priced calls (see [`LedgerEntry::counted_usd`]).
     pub usd: f64,
+    /// Calls without a usable price: counted here, adding nothing to `usd`.
     pub unpriced_calls: u64,
     /// Calls whose cost is an estimate (worst case), not the provider's usage: cut off by a
     /// crash after being sent, or answered with a body that could not be read.
     pub estimated_calls: u64,
+    /// Prompt tokens billed at the input price.
     pub input_tokens: u64,
+    /// Completion tokens.
     pub output_tokens: u64,
+    /// Prompt tokens served from the provider cache.
     pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider cache.
     pub cache_write_tokens: u64,
 }
 
 impl CostBucket {
+    /// Counts one ledger line into this bucket.
     pub fn add(&mut self, e: &LedgerEntry) {
         self.calls += 1;
         if e.estimated {
@@ -210,12 +218,19 @@ impl CostBucket {
     }
 }
 
+/// What [`cost_report`] returns: the selected ledger lines summed in total and per project,
+/// UTC day and model.
 #[derive(Debug, Default, Serialize)]
 pub struct CostReport {
+    /// Every selected line.
     pub total: CostBucket,
+    /// Per project name (`main` for the MainAgent).
     pub by_project: BTreeMap<String, CostBucket>,
+    /// Per UTC day, keyed `YYYY-MM-DD`.
     pub by_day: BTreeMap<String, CostBucket>,
+    /// Per `provider/model`.
     pub by_model: BTreeMap<String, CostBucket>,
+    /// Ledger lines that did not parse and were left out (of the whole file, before selection).
     pub skipped_lines: usize,
 }
 

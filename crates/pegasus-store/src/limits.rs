@@ -50,6 +50,7 @@ impl Size {
             .ok_or_else(|| format!("`{}` is too large", text.escape_debug()))
     }
 
+    /// The size in bytes.
     pub fn bytes(self) -> u64 {
         self.0
     }
@@ -131,10 +132,13 @@ impl Default for LimitsConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProjectLimits {
+    /// `limits.memory` of this project; `None` keeps config.yml's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<Size>,
+    /// `limits.pids` of this project; `None` keeps config.yml's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// `limits.cpu` of this project, in cores; `None` keeps config.yml's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<f64>,
 }

@@ -12,21 +12,33 @@ use std::path::Path;
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
+    /// Nothing is at the path.
     #[error("does not exist")]
     NotFound,
+    /// The path names something other than a regular file.
     #[error("is not a regular file (a directory, FIFO, device or socket)")]
     NotRegular,
+    /// The path is a symlink and the caller refuses to follow one.
     #[error("is a symbolic link, which is not followed here: make it a regular file")]
     Symlink,
+    /// The file is larger than the caller reads.
     #[error("is {size} bytes, over the {cap}-byte limit")]
-    TooLarge { size: u64, cap: u64 },
+    TooLarge {
+        /// The file's size when opened, in bytes.
+        size: u64,
+        /// The most the caller reads, in bytes.
+        cap: u64,
+    },
+    /// Opening, inspecting or reading the file failed otherwise (permissions, I/O).
     #[error("{0}")]
     Io(std::io::Error),
 }
 
 /// What was read: the first bytes (at most the cap) and the file's size when opened.
 pub struct Capped {
+    /// The file's first bytes, at most the cap.
     pub bytes: Vec<u8>,
+    /// The file's size in bytes when it was opened.
     pub size: u64,
 }
 

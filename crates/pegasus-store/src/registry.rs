@@ -51,6 +51,7 @@ pub struct ProjectRegistry {
 }
 
 impl ProjectRegistry {
+    /// A registry of `home`'s projects; nothing is read until asked.
     pub fn new(home: Home) -> Self {
         ProjectRegistry {
             home,

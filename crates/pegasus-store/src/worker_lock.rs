@@ -23,8 +23,10 @@ pub struct WorkerLock {
 /// Why the lock could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// Another worker holds the lock file at this path.
     #[error("another worker serves this project (it holds {0}); only one may run at a time")]
     Held(PathBuf),
+    /// The lock file at this path could not be opened or locked.
     #[error("cannot lock {0}: {1}")]
     Io(PathBuf, std::io::Error),
 }

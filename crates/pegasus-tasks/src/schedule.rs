@@ -50,6 +50,7 @@ pub struct Job {
 /// A job with its parsed schedule.
 #[derive(Debug, Clone)]
 pub struct Scheduled {
+    /// The job as written in `schedules.yml`.
     pub job: Job,
     cron: Cron,
 }
