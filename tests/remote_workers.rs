@@ -505,11 +505,11 @@ fn hand_run(
 /// logged while the real worker keeps serving.
 #[test]
 fn enrollment_cannot_be_stolen_or_replayed() {
-    use pegasus_link::{Bootstrap, LinkError};
     use pegasus_proto::{
         worker::{FromWorker, Hello, ToWorker},
         FrameReader, FrameWriter, PROTOCOL_VERSION,
     };
+    use pegasus_remote::{Bootstrap, LinkError};
     let Some(host) = Host::new() else { return };
     let fake = answering_fake();
     let port = host.free_port();

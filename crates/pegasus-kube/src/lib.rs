@@ -12,7 +12,7 @@
 //! and delete the rest ([`PodLauncher::adopt_or_delete`]).
 //!
 //! What it is not for. It does not decide when a worker starts, crashes or restarts: pegasusd
-//! judges a remote worker by its link (pegasus-link's mutual TLS) and restarts by its own
+//! judges a remote worker by its link (pegasus-remote's mutual TLS) and restarts by its own
 //! rules; a pod's end is one more fact for its crash record. It holds no secret but the launch's
 //! token: a pod's environment carries only [`BOOTSTRAP_ENV`], never a token or a provider key,
 //! and is refused anything else. It makes no cluster objects but pods and their enrollment

@@ -25,7 +25,7 @@ use crate::settings::KubeSettings;
 /// provider key, is ever put here. The pod also gets [`ENROLL_FILE_ENV`], set here.
 pub const BOOTSTRAP_ENV: [&str; 2] = ["PEGASUS_CONNECT", "PEGASUS_CA_SHA256"];
 
-/// The variable naming the file the worker reads its enrollment line from (pegasus-link's
+/// The variable naming the file the worker reads its enrollment line from (pegasus-remote's
 /// `PEGASUS_ENROLL_FILE`): a path, no secret.
 pub const ENROLL_FILE_ENV: &str = "PEGASUS_ENROLL_FILE";
 

@@ -21,7 +21,7 @@ const PODS: &str = "/api/v1/namespaces/pegasus/pods";
 const WEB_POD: &str = "/api/v1/namespaces/pegasus/pods/pegasus-3f9a2c71-web";
 const SECRETS: &str = "/api/v1/namespaces/pegasus/secrets";
 const WEB_SECRET: &str = "/api/v1/namespaces/pegasus/secrets/pegasus-3f9a2c71-web";
-/// A launch's enrollment line (a token of pegasus-link's form).
+/// A launch's enrollment line (a token of pegasus-remote's form).
 const LINE: &str =
     "PEGASUS_ENROLL=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n";
 

@@ -2,7 +2,7 @@
 //! and what a launch needs from it. A connection is enrollment (a token traded for a client
 //! certificate) or a worker link (a certificate, then the same hello as on the Unix socket,
 //! see [`crate::worker_server::hello`]); everything else is refused, logged with the peer's
-//! address and the reason, and closed within [`pegasus_link::ACCEPT_TIMEOUT`].
+//! address and the reason, and closed within [`pegasus_remote::ACCEPT_TIMEOUT`].
 
 use crate::{
     gate::{Caps, Gate, Peer as Who, PeerKey, RefusalLog},
@@ -10,7 +10,7 @@ use crate::{
     slot::{LinkRead, LinkWrite},
     worker_server::{hello, Peer},
 };
-use pegasus_link::{Accepted, Authority};
+use pegasus_remote::{Accepted, Authority};
 use pegasus_store::{
     launcher::{LauncherConfig, Setting},
     Config, Home,
@@ -45,7 +45,7 @@ impl Remote {
                     Setting::Absent | Setting::Wrong(_) => None,
                 },
             })
-            .filter_map(|c| pegasus_link::host_of(&c).map(str::to_string))
+            .filter_map(|c| pegasus_remote::host_of(&c).map(str::to_string))
             .collect();
         if !listen.ip().is_unspecified() {
             names.push(listen.ip().to_string());
@@ -197,7 +197,7 @@ pub(crate) async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), Stri
 }
 
 /// A connection counts from its accept until its hello hands it to its slot (at most
-/// [`pegasus_link::ACCEPT_TIMEOUT`] for the TLS and enrollment, then the hello's): one peer —
+/// [`pegasus_remote::ACCEPT_TIMEOUT`] for the TLS and enrollment, then the hello's): one peer —
 /// a host, or one user of this host — may have that many handshakes under way, so a flood of
 /// silent connections is refused at once instead of delaying a real worker's.
 const CAPS: Caps = Caps {

@@ -77,7 +77,7 @@ pub(crate) enum Peer {
     /// A worker on another host: its address and what its certificate was issued for.
     Remote {
         addr: std::net::SocketAddr,
-        certified: pegasus_link::Certified,
+        certified: pegasus_remote::Certified,
     },
 }
 

@@ -27,7 +27,7 @@ pub struct Connection {
 /// Reaches a pegasusd on another host with the bootstrap values it launched us with (mutual
 /// TLS), says who we are and waits for `Init`.
 pub async fn connect_remote(
-    bootstrap: &pegasus_link::Bootstrap,
+    bootstrap: &pegasus_remote::Bootstrap,
     project: &str,
 ) -> Result<Connection, WorkerError> {
     let stream = bootstrap

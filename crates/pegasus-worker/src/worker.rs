@@ -50,7 +50,7 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     // Launched on another host (SPEC §14): the public bootstrap values are in the environment
     // and the enrollment token comes on stdin (or from a Secret's file); started by a local
     // pegasusd: the spawn token comes on stdin.
-    let remote = pegasus_link::Bootstrap::from_launch()
+    let remote = pegasus_remote::Bootstrap::from_launch()
         .transpose()
         .map_err(|e| WorkerError::Link(e.to_string()))?;
     let mut token = String::new();
@@ -74,11 +74,11 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         .enable_all()
         .build()
         .map_err(WorkerError::Runtime)?;
-    let link = match remote {
-        Some(bootstrap) => Link::Remote(bootstrap),
-        None => Link::Local(token.trim().to_string()),
+    let route = match remote {
+        Some(bootstrap) => Route::Remote(bootstrap),
+        None => Route::Local(token.trim().to_string()),
     };
-    let result = runtime.block_on(serve(home, project_dir, name, link));
+    let result = runtime.block_on(serve(home, project_dir, name, route));
     if let Err(e) = &result {
         tracing::error!("worker stops: {e}");
     }
@@ -189,25 +189,25 @@ fn materialize(dir: &Path, files: &pegasus_proto::worker::HomeFiles) -> std::io:
 }
 
 /// How the worker reaches pegasusd.
-enum Link {
+enum Route {
     /// The home's worker socket, with the spawn token from stdin.
     Local(String),
     /// Mutual TLS to a pegasusd on another host (SPEC §14).
-    Remote(pegasus_link::Bootstrap),
+    Remote(pegasus_remote::Bootstrap),
 }
 
 async fn serve(
     home: Home,
     project_dir: PathBuf,
     name: String,
-    link: Link,
+    route: Route,
 ) -> Result<(), WorkerError> {
-    let remote = matches!(link, Link::Remote(_));
-    let conn = match &link {
-        Link::Local(token) => {
+    let remote = matches!(route, Route::Remote(_));
+    let conn = match &route {
+        Route::Local(token) => {
             connection::connect(&home.worker_socket(), &name, token.clone()).await?
         }
-        Link::Remote(bootstrap) => connection::connect_remote(bootstrap, &name).await?,
+        Route::Remote(bootstrap) => connection::connect_remote(bootstrap, &name).await?,
     };
     let (reader, mut writer, init) = (conn.reader, conn.writer, conn.init);
 

@@ -21,7 +21,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 /// How long a launched worker may take to reach pegasusd and say hello: it keeps trying to
-/// connect for [`pegasus_link::CONNECT_PATIENCE`], then enrolls (a pod also waits for its
+/// connect for [`pegasus_remote::CONNECT_PATIENCE`], then enrolls (a pod also waits for its
 /// image and its node).
 const REMOTE_HELLO_TIMEOUT: Duration = Duration::from_secs(25);
 /// How often a launch waiting for the project's worker lock looks again.

@@ -1,4 +1,4 @@
-//! The link between pegasusd and a project worker on another host (SPEC §14): mutual TLS,
+//! Workers on other hosts (SPEC §14): their link to pegasusd runs over mutual TLS,
 //! bootstrapped by a one-time enrollment token.
 //!
 //! What it is for. pegasusd keeps a small CA of its own ([`Authority`], under `<home>/tls/`)

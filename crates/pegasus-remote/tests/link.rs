@@ -3,12 +3,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use pegasus_link::{
+use pegasus_proto::worker::{FromWorker, Hello, ToWorker};
+use pegasus_proto::{FrameReader, FrameWriter};
+use pegasus_remote::{
     Accepted, Authority, Bootstrap, LinkError, Refusal, TokenRefusal, ACCEPT_TIMEOUT,
     TOKEN_VALIDITY,
 };
-use pegasus_proto::worker::{FromWorker, Hello, ToWorker};
-use pegasus_proto::{FrameReader, FrameWriter};
 use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -169,7 +169,7 @@ async fn a_worker_enrolls_then_speaks_worker_frames_over_mutual_tls_as_its_proje
 }
 
 /// Waits for the accept of a connection with a client certificate: its certificate's claims.
-async fn next_worker(server: &mut Server) -> pegasus_link::Certified {
+async fn next_worker(server: &mut Server) -> pegasus_remote::Certified {
     match server.next().await.0 {
         Ok(Accepted::Worker { certified, .. }) => certified,
         other => panic!("expected a worker, got {other:?}"),

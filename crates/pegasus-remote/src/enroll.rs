@@ -60,7 +60,7 @@ pub enum EnrollResponse {
 /// What a worker signs to prove it holds its key: bound to this protocol, the project and
 /// the token, so a proof cannot be reused for anything else.
 fn proof_message(project: &str, token: &str) -> Vec<u8> {
-    let mut m = b"pegasus-link enroll v1\0".to_vec();
+    let mut m = b"pegasus-remote enroll v1\0".to_vec();
     m.extend_from_slice(project.as_bytes());
     m.push(0);
     m.extend_from_slice(token.as_bytes());
