@@ -36,7 +36,7 @@ use crate::{anthropic, openai, sse};
 /// A snapshot of the gateway's load, for benchmarks, tests and the dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GatewayStats {
-    /// Requests being sent to a provider right now (each holds a semaphore slot).
+    /// Requests being sent to a provider right now (each holds a semaphore permit).
     pub in_flight: usize,
     /// The most that were ever in flight at once; never above `llm.max_concurrency`.
     pub max_in_flight: usize,
@@ -121,25 +121,25 @@ pub struct WindowNow {
     pub pending: bool,
 }
 
-/// One semaphore slot, counted in the stats while held. Dropping it (also when the call's
-/// future is dropped) frees the slot.
-struct Slot<'a> {
+/// One place under the concurrency limit (a semaphore permit), counted in the stats while held. Dropping it (also when the call's
+/// future is dropped) frees the place.
+struct CallPermit<'a> {
     _permit: SemaphorePermit<'a>,
     in_flight: &'a AtomicUsize,
 }
 
-impl<'a> Slot<'a> {
-    fn new(permit: SemaphorePermit<'a>, inner: &'a Inner) -> Slot<'a> {
+impl<'a> CallPermit<'a> {
+    fn new(permit: SemaphorePermit<'a>, inner: &'a Inner) -> CallPermit<'a> {
         let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        Slot {
+        CallPermit {
             _permit: permit,
             in_flight: &inner.in_flight,
         }
     }
 }
 
-impl Drop for Slot<'_> {
+impl Drop for CallPermit<'_> {
     fn drop(&mut self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
@@ -235,7 +235,7 @@ impl Gateway {
         })
     }
 
-    /// One model call, start to finish: resolve the model, check budgets, wait for a slot and
+    /// One model call, start to finish: resolve the model, check budgets, wait for a permit and
     /// the provider's rate gate, send with retries and a timeout per attempt, price the answer
     /// and write its ledger line.
     ///
@@ -243,7 +243,7 @@ impl Gateway {
     /// preview: if a stream breaks and is retried, the new attempt's text is forwarded from its
     /// start; the returned response is the authoritative text.
     ///
-    /// Dropping the future cancels the call: the HTTP request is aborted, the slot is freed and
+    /// Dropping the future cancels the call: the HTTP request is aborted, the permit is freed and
     /// nothing is written to the ledger (unless the answer had already fully arrived: then it
     /// was billed, and its line is written anyway).
     pub async fn chat(
@@ -276,7 +276,7 @@ impl Gateway {
             if n > 0 {
                 tokio::time::sleep(retry::retry_wait(base, n - 1, retry_after)).await;
             }
-            let slot = self.slot(&target.provider).await?;
+            let permit = self.permit(&target.provider).await?;
             // Admitted only now, after the wait, against what is spent and held (SPEC §5).
             let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
             let reservation = self.admit(
@@ -303,7 +303,7 @@ impl Gateway {
                     &reservation.progress,
                 )
                 .await;
-            drop(slot);
+            drop(permit);
             let sent = match sent {
                 Ok(reply) => return Ok(self.settle(&target, reply, reservation).await),
                 Err(e) => e,
@@ -710,10 +710,10 @@ impl Gateway {
         self.inner.projects.clone()
     }
 
-    /// Waits for the provider's rate gate, then for a semaphore slot. Re-checks the gate after
-    /// getting the slot: a 429 seen by another caller while this one queued must be honoured
-    /// too, and without holding a slot that other providers' calls could use.
-    async fn slot(&self, provider: &str) -> Result<Slot<'_>, LlmError> {
+    /// Waits for the provider's rate gate, then for a semaphore permit. Re-checks the gate after
+    /// getting the permit: a 429 seen by another caller while this one queued must be honoured
+    /// too, and without holding a permit that other providers' calls could use.
+    async fn permit(&self, provider: &str) -> Result<CallPermit<'_>, LlmError> {
         loop {
             if let Some(at) = self.gate(provider) {
                 tokio::time::sleep_until(at).await;
@@ -725,7 +725,7 @@ impl Gateway {
                 .await
                 .map_err(|_| LlmError::Other("the LLM gateway is shutting down".into()))?;
             if self.gate(provider).is_none() {
-                return Ok(Slot::new(permit, &self.inner));
+                return Ok(CallPermit::new(permit, &self.inner));
             }
         }
     }
