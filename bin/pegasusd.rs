@@ -1,5 +1,7 @@
 //! `pegasusd [--home DIR] [--config FILE]`: the Pegasus supervisor daemon, in the foreground.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use clap::Parser;
 use std::{path::PathBuf, process::ExitCode};
 

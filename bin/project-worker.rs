@@ -1,5 +1,7 @@
 //! `project-worker <project-dir>`: started by pegasusd, one per active project.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -8,6 +8,8 @@
 //! cost ledger is summed. Every step is a real `pegasusctl` command, printed as it runs.
 //! Needs no API key and no network.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
 use serde_json::json;
 use std::{
