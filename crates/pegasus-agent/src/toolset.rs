@@ -54,6 +54,7 @@ impl ToolSet {
         set
     }
 
+    /// A set of the built-in tools (`tools::builtins`), the ones every project agent starts with.
     pub fn project_tools() -> Self {
         ToolSet::new(tools::builtins())
     }

@@ -92,7 +92,9 @@ impl EventBus {
 
 /// What a consumer gets from [`next`]: an event, or how many it missed by lagging.
 pub enum Received {
+    /// The next event published.
     Event(Arc<BusEvent>),
+    /// This many events were dropped before the consumer read them; it should resync.
     Lagged(u64),
 }
 

@@ -10,21 +10,40 @@ use std::path::PathBuf;
 /// Why pegasusd cannot start or go on. Each message is one line that says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
+    /// Another pegasusd holds this home's pid lock.
     #[error("pegasusd is already running on {home} (pid {pid}); stop it with `pegasusctl --home {home} stop`")]
-    AlreadyRunning { home: String, pid: String },
+    AlreadyRunning {
+        /// The home's root folder, as the user would pass it to `--home`.
+        home: String,
+        /// The pid written in the pid file, or `unknown` when it cannot be read.
+        pid: String,
+    },
+    /// The pegasusd holding this home's pid lock wrote `stopping` into it (finishing its workers).
     #[error("pegasusd (pid {pid}) is stopping on {home}: start it again once it has exited (`pegasusctl --home {home} stop` waits for that)")]
-    Stopping { home: String, pid: String },
+    Stopping {
+        /// The home's root folder, as the user would pass it to `--home`.
+        home: String,
+        /// The pid written in the pid file, or `unknown` when it cannot be read.
+        pid: String,
+    },
+    /// The LLM gateway could not be built from the config.
     #[error("cannot start the LLM gateway: {0}")]
     Llm(pegasus_proto::llm::LlmError),
+    /// The home's store could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A system call at start failed (home folder, pid file, socket, signals, runtime).
     #[error("{what} {path}: {source}")]
     Io {
+        /// What was being done, as the start of the line (`cannot open pid file`).
         what: &'static str,
+        /// The file or folder it was done to (the home's root for the signals and runtime).
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// No project-worker binary at the path pegasusd would start workers from.
     #[error("cannot find the project-worker binary at {0}: install it beside pegasusd or set PEGASUS_WORKER_BIN")]
     WorkerBinary(PathBuf),
     /// Remote workers cannot be served as configured (the line names the key).
@@ -70,12 +89,16 @@ pub enum RequestError {
     /// with another text).
     #[error("{0}")]
     Conflict(String),
+    /// The store refused or failed the request's read or write.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The task store refused or failed the request (unknown task, wrong state, bad field).
     #[error(transparent)]
     Task(#[from] TaskError),
+    /// The role the request names is missing, invalid or cannot be used as asked.
     #[error(transparent)]
     Role(#[from] RoleError),
+    /// The run store refused or failed the request (unknown run, wrong state).
     #[error(transparent)]
     Run(#[from] RunError),
 }

@@ -50,7 +50,12 @@ impl Caps {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PeerKey {
     /// A local user; `ns` is the peer's PID namespace when it is not pegasusd's own.
-    User { uid: u32, ns: Option<u64> },
+    User {
+        /// The peer's effective user id.
+        uid: u32,
+        /// Its PID namespace inode (0 if unreadable); `None` in pegasusd's own or over TCP.
+        ns: Option<u64>,
+    },
     /// A peer known only by its address (another host).
     Addr(IpAddr),
     /// A peer the kernel could not name.
@@ -71,6 +76,7 @@ impl std::fmt::Display for PeerKey {
 /// A peer as a [`Gate`] counts it.
 #[derive(Clone, Debug)]
 pub struct Peer {
+    /// Who it is counted as, for the per-peer cap.
     pub key: PeerKey,
     /// The peer's pid (Unix sockets), for the per-process cap.
     pub pid: Option<u32>,
@@ -207,6 +213,7 @@ impl Gate {
         &self.log
     }
 
+    /// The caps this gate enforces, already lowered to fit the open-files limit.
     pub fn caps(&self) -> Caps {
         self.caps
     }
@@ -286,6 +293,7 @@ struct RefusalState {
 }
 
 impl RefusalLog {
+    /// An empty refusal log for the listener `what` (as its lines name it).
     pub fn new(what: &'static str) -> RefusalLog {
         RefusalLog {
             what,
@@ -400,6 +408,7 @@ pub struct Idle<IO> {
 }
 
 impl<IO> Idle<IO> {
+    /// Wraps `io`, with the [`Activity`] that tells when it last moved a byte.
     pub fn new(io: IO) -> (Idle<IO>, Activity) {
         let activity = Activity::new();
         (

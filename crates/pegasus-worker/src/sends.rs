@@ -37,9 +37,15 @@ pub enum SendCheck {
     /// A new id: record and run it.
     New,
     /// The id of message `original`, with the same text: answer with that one.
-    Repeat { original: String },
+    Repeat {
+        /// The id of the message first sent with this client id.
+        original: String,
+    },
     /// The id of message `original` with another text: refuse it.
-    Conflict { original: String },
+    Conflict {
+        /// The id of the message first sent with this client id.
+        original: String,
+    },
 }
 
 /// The client ids of one project, with the messages they were first used for.

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 /// stdin by [`run`].
 #[derive(Debug, Clone)]
 pub struct WorkerArgs {
+    /// The project's folder, `<home>/projects/<name>` (made absolute at start).
     pub project_dir: PathBuf,
 }
 

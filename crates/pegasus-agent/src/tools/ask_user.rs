@@ -12,6 +12,7 @@ pub const NAME: &str = "ask_user";
 /// Longest question recorded (characters).
 const MAX_CHARS: usize = 2000;
 
+/// Asks the user a question the task cannot go on without; the task waits, `blocked`, for the answer.
 pub struct AskUser;
 
 /// The arguments of `ask_user`, as its schema describes them.

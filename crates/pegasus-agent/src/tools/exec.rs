@@ -125,8 +125,11 @@ impl Capped {
 /// contained.
 #[derive(Debug, Clone, Copy)]
 pub struct CommandSpec<'a> {
+    /// The shell command line, run with `sh -c`.
     pub command: &'a str,
+    /// The folder it runs in; it must exist.
     pub workdir: &'a Path,
+    /// How long it may run before its whole process group is killed.
     pub timeout: Duration,
     /// Bytes of output kept for the model.
     pub output_cap: usize,

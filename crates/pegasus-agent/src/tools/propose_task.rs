@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use crate::tool::{ToolCtx, ToolOutput, TypedTool};
 
+/// Proposes a task in the agent's own project, created `planned` until the user approves it.
 pub struct ProposeTask;
 
 /// Tasks one task may propose (its sub-agents' proposals count with its own).
@@ -20,6 +21,7 @@ pub const MAX_TITLE: usize = 120;
 pub const MAX_GOAL: usize = 8_000;
 /// Most acceptance criteria, and the longest one, in characters.
 pub const MAX_ACCEPTANCE: usize = 20;
+/// Longest acceptance criterion, in characters.
 pub const MAX_CRITERION: usize = 500;
 
 /// Refuses a proposal too empty or too big, saying what to change.
