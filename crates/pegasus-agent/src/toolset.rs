@@ -44,7 +44,6 @@ impl ToolSet {
         }
     }
 
-    /// The built-in tools of a project agent (SPEC §6).
     /// This set with `extra` added (a tool of the same name is replaced).
     pub fn with(&self, extra: Vec<Arc<dyn Tool>>) -> Self {
         let mut set = self.clone();
@@ -54,7 +53,7 @@ impl ToolSet {
         set
     }
 
-    /// A set of the built-in tools (`tools::builtins`), the ones every project agent starts with.
+    /// The built-in tools of a project agent (SPEC §6).
     pub fn project_tools() -> Self {
         ToolSet::new(tools::builtins())
     }

@@ -19,7 +19,7 @@ pub const MAX_PLANNED: usize = 50;
 pub const MAX_TITLE: usize = 120;
 /// Longest goal, in characters.
 pub const MAX_GOAL: usize = 8_000;
-/// Most acceptance criteria, and the longest one, in characters.
+/// Most acceptance criteria.
 pub const MAX_ACCEPTANCE: usize = 20;
 /// Longest acceptance criterion, in characters.
 pub const MAX_CRITERION: usize = 500;
