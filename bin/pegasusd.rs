@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Keeps the search index under `<home>/index/` current within 10 s of each write (SPEC §11),
+/// Keeps the search index under `<home>/index/` current within 10 s of each write (DESIGN.md §11),
 /// beside the core: a catch-up at start and every few seconds, on a blocking thread.
 fn search_index() -> pegasus_supervisor::Client {
     Box::new(|door| {

@@ -1,4 +1,4 @@
-//! What per-project limits (SPEC §12, cgroups) cost: `cargo run --release --example
+//! What per-project limits (DESIGN.md §12, cgroups) cost: `cargo run --release --example
 //! bench_limits [-- RUNS]` (root, or a delegated cgroup).
 //!
 //! Each run is a child process of this bench playing a worker: it runs 300 commands (after 20

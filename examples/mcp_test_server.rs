@@ -1,4 +1,4 @@
-//! A small MCP server for tests and benchmarks (SPEC §13), built on `rmcp`'s server side so no
+//! A small MCP server for tests and benchmarks (DESIGN.md §13), built on `rmcp`'s server side so no
 //! Node or Python is needed: `cargo build --example mcp_test_server`, then run it with no
 //! arguments; it speaks MCP over stdio.
 //!

@@ -1,5 +1,5 @@
 //! The agent under `kill -9`: of its worker in the middle of a long `exec`, and of pegasusd in
-//! the middle of a model call; plus path escapes and the MainAgent (SPEC §3 sessions, §4, §6).
+//! the middle of a model call; plus path escapes and the MainAgent (DESIGN.md §3 sessions, §4, §6).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -187,7 +187,7 @@ fn kill_9_of_the_worker_during_a_long_exec_closes_the_call_as_cancelled() {
 
 /// A message whose work takes the worker down every time: it runs again once after the first
 /// crash, and after the second it is failed as "crashed the worker twice" and the MainAgent is
-/// told (SPEC §6).
+/// told (DESIGN.md §6).
 #[test]
 fn a_message_that_crashes_the_worker_twice_is_failed_and_the_main_agent_told() {
     let fake = FakeLlm::start().unwrap();

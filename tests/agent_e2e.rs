@@ -1,6 +1,6 @@
 //! End to end through real HTTP to the fake LLM server, for both wire formats: pegasusd,
 //! its workers and pegasusctl as real processes, the gateway in pegasusd calling the fake
-//! server over 127.0.0.1, the agent loop in the worker (SPEC §5, §6).
+//! server over 127.0.0.1, the agent loop in the worker (DESIGN.md §5, §6).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -122,7 +122,7 @@ fn reads_and_writes_files_and_answers(format: Format) {
     assert_no_key_anywhere(&home);
 }
 
-/// SPEC §12: the key never reaches a worker, a log line or a file.
+/// DESIGN.md §12: the key never reaches a worker, a log line or a file.
 fn assert_no_key_anywhere(home: &Home) {
     for entry in walk(home.path()) {
         if let Ok(bytes) = std::fs::read(&entry) {
@@ -287,7 +287,7 @@ fn client_errors_are_not_retried_and_reach_the_user(format: Format) {
     assert_eq!(fake.request_count(), 1, "a 400 must not be retried");
 }
 
-/// A hard budget (SPEC §5): $0.012 fits the worst case of the first call (about $0.01: its
+/// A hard budget (DESIGN.md §5): $0.012 fits the worst case of the first call (about $0.01: its
 /// estimated input and max_tokens), not that of a second on top of the first's $0.0052.
 fn a_budget_stops_calls_and_says_so(format: Format) {
     let fake = FakeLlm::start().unwrap();
@@ -322,7 +322,7 @@ fn a_budget_stops_calls_and_says_so(format: Format) {
     );
 }
 
-/// SPEC §5: every answered call is metered. A server that sends no usage at all (as many
+/// DESIGN.md §5: every answered call is metered. A server that sends no usage at all (as many
 /// OpenAI-compatible servers and proxies do) still gets priced, estimated ledger lines; the
 /// task's cost, `pegasusctl cost` and the budgets count them.
 fn answers_without_usage_are_metered_and_counted(format: Format) {

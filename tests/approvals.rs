@@ -1,4 +1,4 @@
-//! Approvals through the real binaries (SPEC §11, issue 26): a call the policy asks about
+//! Approvals through the real binaries (DESIGN.md §11, issue 26): a call the policy asks about
 //! blocks its task with a durable request; `pegasusctl approvals`, `approve`, `deny` answer
 //! it; it survives kill -9 of the worker and of pegasusd; it times out; it never runs without
 //! its approval and never twice.

@@ -1,6 +1,6 @@
 //! Hostile or broken peers on both sockets: garbage bytes, an oversized length prefix, a hello
 //! of the wrong protocol version, a forged worker token. Each loses its connection; the daemon
-//! and every worker live on (SPEC §2, §12).
+//! and every worker live on (DESIGN.md §2, §12).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

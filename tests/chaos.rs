@@ -320,7 +320,7 @@ fn kill_9_campaign_keeps_every_invariant() {
     let mut worst_death = Duration::ZERO;
     let mut daemon_kills = 0;
     // When each worker was killed: a model call of its own that the provider had begun to
-    // answer as the kill landed may be cancelled before pegasusd saw the answer begin (SPEC
+    // answer as the kill landed may be cancelled before pegasusd saw the answer begin (DESIGN.md
     // §5: a dead worker's call is cancelled; only an answer seen to begin is billed).
     let mut worker_kills: Vec<Instant> = Vec::new();
     let mut long_downs = 0;

@@ -1,4 +1,4 @@
-//! Code projects end to end (SPEC §10): tasks that change real git repositories in worktrees,
+//! Code projects end to end (DESIGN.md §10): tasks that change real git repositories in worktrees,
 //! verified and merged safely, through the real daemon, worker and CLI, with the fake LLM
 //! driving the agent's file tools over real HTTP and the real `git`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

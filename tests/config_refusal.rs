@@ -20,7 +20,7 @@ fn nonsense_config_is_refused_before_anything_is_created() {
             "providers.x.base_url",
         ),
         ("prices:\n  \"a/*\": {input: -1, output: 1}\n", "prices.a/*"),
-        // Where workers run (SPEC §14).
+        // Where workers run (DESIGN.md §14).
         ("default_launcher: elsewhere\n", "default_launcher"),
         ("workers: {listen: \"everywhere\"}\n", "workers.listen"),
         (

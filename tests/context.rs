@@ -1,4 +1,4 @@
-//! Context never bricks a project (SPEC §6), end to end: pegasusd, a worker and pegasusctl
+//! Context never bricks a project (DESIGN.md §6), end to end: pegasusd, a worker and pegasusctl
 //! as real processes, the fake LLM over real HTTP enforcing its context window with the real
 //! 400 ("prompt is too long: N tokens > M maximum").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -115,7 +115,7 @@ fn a_session_over_the_window_recovers_when_the_provider_refuses_it() {
     }
 }
 
-/// SPEC §6: one tool result takes at most a quarter of the model's window, and compaction keeps
+/// DESIGN.md §6: one tool result takes at most a quarter of the model's window, and compaction keeps
 /// the task's newest results: a 2 MB file read on an 8,000-token model is answered in the same
 /// task, fetched once (before, the 32 KiB cut filled the whole window, compaction dropped it,
 /// the model asked again and the task ended `loop_capped`).

@@ -1,4 +1,4 @@
-//! The web dashboard and REST API (SPEC §11) through the real daemon over real HTTP: auth
+//! The web dashboard and REST API (DESIGN.md §11) through the real daemon over real HTTP: auth
 //! (token, cookie exchange, Host and Origin checks), the JSON API in the CLI's shapes, escaping
 //! of model output, the SSE event stream with `Last-Event-ID`, and the CLI's `dashboard`,
 //! `completions` and `man`.
@@ -653,7 +653,7 @@ fn the_cli_prints_the_dashboard_url_completions_and_a_manual() {
     assert!(man.contains(".TH") && man.contains("pegasusctl"), "{man}");
 }
 
-/// SPEC §5: `cost` and the dashboard count estimated ledger lines like the others. A server
+/// DESIGN.md §5: `cost` and the dashboard count estimated ledger lines like the others. A server
 /// that sends no usage gets estimated, priced lines; `/api/costs`, `pegasusctl cost --json`
 /// and `pegasusctl cost` report their amount (the ledger's sum), not only the project's name.
 #[test]

@@ -1,4 +1,4 @@
-//! Honest exit codes (SPEC §11, issue 26 item 4): `project send --wait` exits 0 with the
+//! Honest exit codes (DESIGN.md §11, issue 26 item 4): `project send --wait` exits 0 with the
 //! answer, and 1 with the reason on stderr (one line) when the message's task ended failed or
 //! was stopped — by a budget, the watchdog, the loop guard or the turn cap — one test per
 //! reason, through the real daemon, worker and CLI with the fake LLM over real HTTP.

@@ -1,5 +1,5 @@
 //! The home is never inside a project, and nothing a model (or a remote worker's host) can write
-//! is read as configuration or policy (SPEC §12, issue 32 items 2, 3 and 7). Each attack is
+//! is read as configuration or policy (DESIGN.md §12, issue 32 items 2, 3 and 7). Each attack is
 //! tried through the real binaries: a model driven by the fake LLM, a hand-edited PROJECT.md,
 //! a remote worker launched by a `command` launcher on this host's loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

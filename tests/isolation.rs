@@ -167,7 +167,7 @@ fn a_reply_too_large_for_a_frame_fails_its_task_with_a_clear_error() {
     assert_eq!(home.json(&["project", "show", "flooded"])["restarts"], 0);
 }
 
-/// SPEC §6: a model-run command writes only beneath its workdir and private temp dir, cannot
+/// DESIGN.md §6: a model-run command writes only beneath its workdir and private temp dir, cannot
 /// read the Pegasus home outside its own project (config, ledger, run/, other projects'
 /// sessions), and cannot signal pegasusd. Needs a kernel with Landlock; elsewhere the daemon
 /// says so once at start and this test checks that line instead.

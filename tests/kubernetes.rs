@@ -1,4 +1,4 @@
-//! Workers as Kubernetes pods (SPEC §14, docs/SCALING.md "Kubernetes"), through the real
+//! Workers as Kubernetes pods (DESIGN.md §14, docs/SCALING.md "Kubernetes"), through the real
 //! binaries: the real `pegasusd` with a `kind: kubernetes` launcher talks to a mock Kubernetes
 //! API server that this test runs in-process on 127.0.0.1 over plain HTTP (pegasusd finds it
 //! through the kubeconfig in `KUBECONFIG`, with a bearer token, as kubectl would).
@@ -1433,7 +1433,7 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
     );
     assert_eq!(first[1].param("labelSelector"), Some(selector.as_str()));
 
-    // (1) A project gets exactly one pod, made as SPEC §14 says.
+    // (1) A project gets exactly one pod, made as DESIGN.md §14 says.
     home.ctl_ok(&["project", "create", "web", "--goal", "Goal of web"]);
     let w1 = ready_within(&home, &cluster, "web", None, Duration::from_secs(10));
     let pods = cluster.pods();
@@ -1606,7 +1606,7 @@ fn projects_run_as_pods_that_pegasusd_creates_watches_deletes_and_adopts() {
     let recorded = std::fs::read_to_string(home.project_dir("web").join("crashes.jsonl")).unwrap();
     assert_eq!(recorded.lines().count(), 1, "one crash: {recorded}");
     assert!(crash.contains("link lost"), "{crash:?}");
-    // The crash carries the cluster's reason for the pod's end (SPEC §14).
+    // The crash carries the cluster's reason for the pod's end (DESIGN.md §14).
     assert!(
         crash.contains("pod failed: worker exited with code 137 (Error)"),
         "the crash carries the pod's failure: {crash:?}; crashes.jsonl: {recorded}"

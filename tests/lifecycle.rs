@@ -1,5 +1,5 @@
 //! Project lifecycle through the real daemon: create, suspend, resume, complete, archive, and
-//! every refused transition (SPEC §4).
+//! every refused transition (DESIGN.md §4).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -87,7 +87,7 @@ fn create_writes_the_contract_and_starts_a_worker_process() {
                 // pegasusd's own pid, set by the spawn (not inherited): the worker arms
                 // PR_SET_PDEATHSIG against it.
                 "PEGASUS_SUPERVISOR_PID",
-                // Where its project's cgroup is (SPEC §12 limits), set by the spawn.
+                // Where its project's cgroup is (DESIGN.md §12 limits), set by the spawn.
                 "PEGASUS_CGROUP",
             ]
             .contains(&key),

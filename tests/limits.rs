@@ -1,4 +1,4 @@
-//! No project can starve the others (issue 32 item 11, SPEC §12 per-project limits): a
+//! No project can starve the others (issue 32 item 11, DESIGN.md §12 per-project limits): a
 //! scripted model runs a memory hog and a fork bomb with `exec` in one project, through the
 //! real daemon, worker and tools, while another project keeps answering and pegasusd stays
 //! responsive. The limits are small (64M, 64 processes), so the attacks stay cheap and bounded

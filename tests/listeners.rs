@@ -1,4 +1,4 @@
-//! SPEC §12, Listeners (issue 32 item 5): floods of idle, silent or junk connections to
+//! DESIGN.md §12, Listeners (issue 32 item 5): floods of idle, silent or junk connections to
 //! pegasusd's listeners — the dashboard port, the control socket, `workers.listen` — do not
 //! stop `status`, sends or a remote worker's enrollment; refusals make a bounded number of log
 //! lines; logs are pruned by age and size. The attacker on a TCP port is another local user

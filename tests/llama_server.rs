@@ -1,4 +1,4 @@
-//! Pegasus against a REAL llama.cpp server (issue 23; SPEC §5 "Every answered call is
+//! Pegasus against a REAL llama.cpp server (issue 23; DESIGN.md §5 "Every answered call is
 //! metered", "Context windows", "Local providers"): pegasusd, its workers and pegasusctl as real
 //! processes; the gateway talks to llama.cpp's own server (`scripts/llama-server`, SmolLM2-135M)
 //! over both its OpenAI-compatible and its Anthropic API, with no API key.

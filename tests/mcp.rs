@@ -1,4 +1,4 @@
-//! MCP servers end to end (SPEC §13): the real daemon and worker, the in-repo MCP test server
+//! MCP servers end to end (DESIGN.md §13): the real daemon and worker, the in-repo MCP test server
 //! (`examples/mcp_test_server.rs`, rmcp's server side) as a child of the worker, the fake LLM
 //! calling its tools over real HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

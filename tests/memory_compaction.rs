@@ -1,4 +1,4 @@
-//! Memory that never outgrows the prompt (SPEC §10: "Episodic memory is compacted into facts
+//! Memory that never outgrows the prompt (DESIGN.md §10: "Episodic memory is compacted into facts
 //! past 20k tokens"), end to end: pegasusd, a worker and pegasusctl as real processes, the fake
 //! LLM over real HTTP. A project whose episodes are past the budget gets them condensed into
 //! facts after its next task, by one metered call billed to that task.

@@ -1,4 +1,4 @@
-//! Workers on another host (SPEC §14), for real and without containers: a second network stack
+//! Workers on another host (DESIGN.md §14), for real and without containers: a second network stack
 //! (a network namespace the test makes, joined to this one by a veth pair with private
 //! addresses that exist only inside this test), pegasusd and the fake LLM here, every worker
 //! started over there by a `command` launcher (`ip netns exec`). The worker cannot reach the

@@ -1,4 +1,4 @@
-//! The review gate and the planner of code projects (SPEC §10, seed 003's Reviewer and
+//! The review gate and the planner of code projects (DESIGN.md §10, seed 003's Reviewer and
 //! Planner) end to end: real repositories, the real daemon, worker and CLI, and the scripted
 //! fake model playing the agent, the reviewer and the planner.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! Search (SPEC §11) through the real binaries: a message sent to a project is in pegasusd's
+//! Search (DESIGN.md §11) through the real binaries: a message sent to a project is in pegasusd's
 //! own index within 10 s, `pegasusctl search` and `GET /api/search` find it in the same shape,
 //! the dashboard's search page marks it, search works with the daemon stopped, and a damaged
 //! index is rebuilt with a warning and the right answer.

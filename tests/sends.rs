@@ -1,4 +1,4 @@
-//! Sends that never run twice, and the channel every message records (SPEC §11, issue 26
+//! Sends that never run twice, and the channel every message records (DESIGN.md §11, issue 26
 //! items 3 and 4), through the real daemon, workers, CLI, REST API and Telegram adapter: a
 //! repeated client id is answered with the first message's id and runs nothing again, also
 //! after kill -9 of the worker or of pegasusd between the save and the answer; the same id
@@ -169,7 +169,7 @@ fn kill_9_of_the_worker_between_the_save_and_the_answer_then_a_retry_runs_nothin
     // The retry waits for the new worker; it gets the first id, and nothing new is recorded.
     let again = send_json(&home, &["p", "build it", "--id", "b-1"]);
     assert_eq!(again["id"], first["id"]);
-    // The restart runs the interrupted message once more (SPEC §6), and only that.
+    // The restart runs the interrupted message once more (DESIGN.md §6), and only that.
     poll(Duration::from_secs(15), "the re-run to finish", || {
         let t = tasks_titled(&home, "p", "build it");
         (t.len() == 1 && t[0]["state"] == "done").then_some(())

@@ -1,4 +1,4 @@
-//! One daemon per home: the PID lock (SPEC §2, §11).
+//! One daemon per home: the PID lock (DESIGN.md §2, §11).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,4 +1,4 @@
-//! Streaming end to end (SPEC §5, issue #9 item 6): the model's text goes fake provider (SSE)
+//! Streaming end to end (DESIGN.md §5, issue #9 item 6): the model's text goes fake provider (SSE)
 //! → gateway → worker → pegasusd's bus → `pegasusctl project send --wait`, `project log -f`
 //! and `chat`, while the turn is still running; the session gets the finished message once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,6 +1,6 @@
 //! Tasks as a user creates them (`pegasusctl task add`, the MainAgent's `add_task`), the
 //! dependency order the worker keeps, and the clarification loop (`ask_user` → `task answer`),
-//! through the real daemon, worker and CLI with the fake LLM over real HTTP (SPEC §6, §7, §10).
+//! through the real daemon, worker and CLI with the fake LLM over real HTTP (DESIGN.md §6, §7, §10).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

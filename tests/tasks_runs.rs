@@ -1,5 +1,5 @@
 //! Tasks, roles, autonomous runs and the watchdog through the real daemon, workers and CLI,
-//! with the fake LLM over real HTTP (SPEC §7, §8, §9, §2/§5 watchdog).
+//! with the fake LLM over real HTTP (DESIGN.md §7, §8, §9, §2/§5 watchdog).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -519,7 +519,7 @@ fn restart_runs_an_interrupted_message_again_and_cancel_stops_a_running_one() {
     );
     kill9(pid);
     home.ready_worker("builder", Some(pid as u64));
-    // The message was acknowledged, so its task runs again after the restart (SPEC §6).
+    // The message was acknowledged, so its task runs again after the restart (DESIGN.md §6).
     let done = task_in_state(&home, "builder", "long build", "done");
     assert_eq!(done["id"], running["id"]);
     assert_eq!(done["result_summary"], "picked the build up again");
@@ -576,7 +576,7 @@ fn a_graceful_suspend_lets_the_current_turn_finish_and_records_the_interruption(
     let show = home.json(&["project", "show", "steady"]);
     assert_eq!(show["restarts"], 0, "a graceful stop is not a crash");
     // Back, the project runs both again by itself: the interrupted message's task once more,
-    // and the waiting message as a task of its own (SPEC §6: nothing acknowledged is dropped).
+    // and the waiting message as a task of its own (DESIGN.md §6: nothing acknowledged is dropped).
     home.ctl_ok(&["project", "resume", "steady"]);
     home.ready_worker("steady", None);
     let first = task_in_state(&home, "steady", "keep working", "done");
@@ -617,7 +617,7 @@ fn transition_reasons(home: &Home, id: &str) -> Vec<String> {
 }
 
 /// A role's `skills:` allowlist limits what its agent is shown and may load, and its
-/// `model.timeout_s` stops its loop, killing the command in flight (SPEC §8).
+/// `model.timeout_s` stops its loop, killing the command in flight (DESIGN.md §8).
 #[test]
 fn a_role_is_held_to_its_skills_and_its_time_limit() {
     let fake = FakeLlm::start().unwrap();

@@ -1,4 +1,4 @@
-//! The Telegram channel against the in-repo fake Bot API over real HTTP (SPEC §11): commands,
+//! The Telegram channel against the in-repo fake Bot API over real HTTP (DESIGN.md §11): commands,
 //! the MainAgent, allowed chats only, replies split under the limit, 429 honoured without
 //! duplicates, the offset persisted across a restart, notifications pushed, the token never
 //! logged; answers the poller cannot use (issue 22) are backed off, logged once, and recovered
@@ -580,7 +580,7 @@ fn approvals_go_out_with_buttons_and_only_a_press_in_an_allowed_chat_answers_the
         offers(&tg, &id3).into_iter().next()
     });
     // Recorded as sent (a kill between Telegram's answer and this write would send it again:
-    // the one window SPEC's "never twice" leaves, see pegasus-telegram's approvals).
+    // the one window DESIGN.md's "never twice" leaves, see pegasus-telegram's approvals).
     poll(
         Duration::from_secs(10),
         "the third request recorded as sent",

@@ -242,7 +242,7 @@ impl Drop for Daemon {
     }
 }
 
-/// SPEC §5: every answered call is metered; no test's ledger may hold a line without a cost
+/// DESIGN.md §5: every answered call is metered; no test's ledger may hold a line without a cost
 /// (every model the tests use is priced, or free on a local provider). Checked when a test's
 /// home goes, unless the test already failed.
 impl Drop for Home {

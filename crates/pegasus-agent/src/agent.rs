@@ -25,7 +25,7 @@ use crate::task_record;
 use crate::tool::ToolCtx;
 
 /// Where a code task works: its worktrees, `(repo id, folder)`, the first being the default
-/// for file tools and `exec` (SPEC §10).
+/// for file tools and `exec` (DESIGN.md §10).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Workspace {
     /// The task's worktrees.
@@ -64,7 +64,7 @@ pub struct Agent {
     tasks: TaskStore,
     /// Set by the host when the process is asked to stop: a task stops at its next turn.
     stop_flag: Arc<std::sync::atomic::AtomicBool>,
-    /// The approval gate of a project's agent (SPEC §11), set by the host.
+    /// The approval gate of a project's agent (DESIGN.md §11), set by the host.
     approvals: Option<Arc<crate::approvals::Approvals>>,
     /// A call that was waiting for its approval when the last process stopped, left open in
     /// the session; [`Agent::resume_held`] answers it.
@@ -173,7 +173,7 @@ impl Agent {
         self.held.as_ref().map(|r| r.task.as_str())
     }
 
-    /// Answers the call that waited for its approval when the last process stopped (SPEC
+    /// Answers the call that waited for its approval when the last process stopped (DESIGN.md
     /// §11): waits for the request's answer, runs the call once if approved (when `runnable`;
     /// a code task's call needs its worktree, so it is not run and its task fails), records the
     /// turn's results (the turn's other calls were cut off: cancelled), then goes on with the
@@ -338,7 +338,7 @@ impl Agent {
 
     /// Makes a task of every inbound message that was acknowledged (it is in the session) but
     /// never taken up by a task — the worker died, or was stopped, before it got to them —
-    /// so the work queue runs them like any ready task (SPEC §6). They were found by
+    /// so the work queue runs them like any ready task (DESIGN.md §6). They were found by
     /// [`Agent::open`] (a project's agent only); call this once after it, before new messages
     /// are recorded. Returns the task made, if any.
     pub fn adopt_pending_messages(&mut self) -> Result<Option<Task>, AgentError> {
@@ -428,10 +428,10 @@ impl Agent {
         if self.queued.is_empty() {
             return Err(AgentError::NothingQueued);
         }
-        // A message becomes a task (SPEC §7): created, its spec (the request) frozen, ready.
+        // A message becomes a task (DESIGN.md §7): created, its spec (the request) frozen, ready.
         let goal = self.queued.join("\n\n");
         self.queued.clear();
-        // Only a project's messages are re-run after a restart (SPEC §6): the MainAgent's
+        // Only a project's messages are re-run after a restart (DESIGN.md §6): the MainAgent's
         // senders (`chat`, channels) were told it stopped, and nothing would run its tasks.
         let ids = std::mem::take(&mut self.queued_ids);
         let ids = if self.settings.project.is_some() {
@@ -450,7 +450,7 @@ impl Agent {
         &self.tools
     }
 
-    /// Offers MCP servers' tools (`mcp__NAME__TOOL`, SPEC §13) from now on besides the
+    /// Offers MCP servers' tools (`mcp__NAME__TOOL`, DESIGN.md §13) from now on besides the
     /// agent's own; replaces the MCP tools given before.
     pub fn set_mcp_tools(&mut self, mcp: Vec<Arc<dyn crate::tool::Tool>>) {
         self.tools = self.tools.only(|n| !n.starts_with("mcp__")).with(mcp);
@@ -557,7 +557,7 @@ impl Agent {
         self.run_task(task.id, true, false, role, None).await
     }
 
-    /// Runs one attempt of a code task (SPEC §10) in its worktrees: `text` (the task, or what
+    /// Runs one attempt of a code task (DESIGN.md §10) in its worktrees: `text` (the task, or what
     /// came back from verify or a merge) is recorded in the session as a message from `task`,
     /// then the agent works with file tools and `exec` inside `workspace`. An answered attempt
     /// leaves the task `verifying` (not done): the caller commits, merges and verifies.

@@ -1,4 +1,4 @@
-//! The agent loop (SPEC §6): Thinker → Actor → results → repeat until a final answer, with the
+//! The agent loop (DESIGN.md §6): Thinker → Actor → results → repeat until a final answer, with the
 //! guards that stop it. Shared by [`crate::Agent::run`] (which persists every turn) and by
 //! subagents (which keep their short transcript in memory only).
 
@@ -154,7 +154,7 @@ pub async fn run_loop(
             thinker::request(ctx, spec.system, t, spec.tools.specs(), spec.role.clone())
         };
         let mut req = request(transcript);
-        // Compact first when the request nears the window (SPEC §6), so it is never sent to
+        // Compact first when the request nears the window (DESIGN.md §6), so it is never sent to
         // be refused.
         if let Some(c) = spec.compactor.as_deref_mut() {
             c.set_prompt_tokens(request(&[]).estimated_input_tokens());
@@ -281,13 +281,13 @@ pub async fn run_loop(
             }
         };
         // Stopping while a call waits for its approval: nothing of this turn's results is
-        // recorded; the next start answers the call (SPEC §11).
+        // recorded; the next start answers the call (DESIGN.md §11).
         if held {
             end.stop = StopKind::Held;
             end.text = explain(&end.stop, end.turns, "", 0);
             return Ok(end);
         }
-        // No one result may fill the context window (SPEC §6).
+        // No one result may fill the context window (DESIGN.md §6).
         let results: Vec<Block> = calls
             .iter()
             .zip(outputs)

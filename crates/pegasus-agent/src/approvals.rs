@@ -1,9 +1,9 @@
-//! The approval gate (SPEC §11, "people in the loop"): before a tool call runs, the project's
+//! The approval gate (DESIGN.md §11, "people in the loop"): before a tool call runs, the project's
 //! policy says allow, deny or ask; an asked call writes a durable request
 //! (`pegasus_approvals`), blocks its task (`blocked`, reason `approval`) and waits until
 //! a person answers (through pegasusd: `approve`, the dashboard, Telegram) or its time runs
 //! out. Approved, it runs once: the request is marked as run first, so no crash can run it
-//! again. Anything else goes back to the model as the tool's result, in SPEC's words.
+//! again. Anything else goes back to the model as the tool's result, in DESIGN.md's words.
 //!
 //! A request outlives the process: after a restart the agent holds the call open (the session
 //! repair leaves it alone) and [`crate::Agent::resume_held`] waits for the answer again.
@@ -151,7 +151,7 @@ impl Approvals {
         self.wait(&request).await
     }
 
-    /// Records a request that nobody waits for in-process (a merge, SPEC §11 `merge: ask`):
+    /// Records a request that nobody waits for in-process (a merge, DESIGN.md §11 `merge: ask`):
     /// written, its task moved `from` → `blocked` (reason `approval`), announced. Whoever
     /// settles it later reads its answer from the files.
     pub fn ask_detached(&self, request: &ApprovalRequest, from: TaskState) -> Result<(), String> {

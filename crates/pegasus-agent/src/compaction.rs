@@ -1,4 +1,4 @@
-//! Compaction (SPEC §3): when a conversation nears the model's context window, one model call
+//! Compaction (DESIGN.md §3): when a conversation nears the model's context window, one model call
 //! summarises it, the session file is archived, and a new one starts from the summary.
 //!
 //! Crash safety: the old file is first hard-linked (or copied) into `session/archive/`, and only
@@ -87,7 +87,7 @@ pub struct RunMark {
     pub request: Vec<String>,
 }
 
-/// What a compaction keeps after the summary besides the task's request (SPEC §6).
+/// What a compaction keeps after the summary besides the task's request (DESIGN.md §6).
 #[derive(Debug, Clone, Default)]
 pub struct Keep {
     /// The compaction happens in the middle of the task: the kept request says the work goes

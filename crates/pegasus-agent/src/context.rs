@@ -1,4 +1,4 @@
-//! Keeping every request inside the model's context window (SPEC §6: context never bricks a
+//! Keeping every request inside the model's context window (DESIGN.md §6: context never bricks a
 //! project).
 //!
 //! Three defences, from cheapest to dearest: a single tool result is capped

@@ -1,6 +1,6 @@
 //! The agent that works inside a `project-worker` (and, with other tools, the MainAgent in
 //! pegasusd): the loop, its guards, the built-in tools, memory, skills, subagents and the task
-//! records of a run (SPEC §6, seed 000's Thinker → Actor → PostTaskReflector).
+//! records of a run (DESIGN.md §6, seed 000's Thinker → Actor → PostTaskReflector).
 //!
 //! What it is for: given a project folder, a system prompt, a tool set and a [`ChatModel`],
 //! turn queued messages into answers, persisting every turn so a `kill -9` at any point

@@ -1,5 +1,5 @@
 //! The project's long-term memory on disk: `memory/facts/*.md` and
-//! `memory/episodes/<YYYY-MM>.md` (SPEC §3), plus any file the agent writes there itself.
+//! `memory/episodes/<YYYY-MM>.md` (DESIGN.md §3), plus any file the agent writes there itself.
 //!
 //! Memory is plain markdown the user can read and edit. The agent sees an index of it in its
 //! system prompt (file and first line) and reads whole files with the memory tools when needed,

@@ -1,4 +1,4 @@
-//! Episodic memory that never outgrows the prompt (SPEC §10: "Episodic memory is compacted into
+//! Episodic memory that never outgrows the prompt (DESIGN.md §10: "Episodic memory is compacted into
 //! facts past 20k tokens").
 //!
 //! The PostTaskReflector appends one line per task to `memory/episodes/<YYYY-MM>.md`. Once all

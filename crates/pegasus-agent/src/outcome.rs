@@ -25,13 +25,13 @@ pub enum StopKind {
     /// The agent asked the user a question (`ask_user`); the task waits for the answer.
     Question(String),
     /// The process is stopping while a call waits for its approval: the task stays blocked
-    /// and the call open, for the next start (SPEC §11).
+    /// and the call open, for the next start (DESIGN.md §11).
     Held,
 }
 
 impl StopKind {
     /// The task state and reason this stop is recorded with: an answer is `done`, a spent
-    /// budget `blocked` (SPEC §5: it can go on once the budget is raised), anything else
+    /// budget `blocked` (DESIGN.md §5: it can go on once the budget is raised), anything else
     /// `failed`.
     pub fn task_state(&self, token_capped: bool) -> (TaskState, Option<&'static str>) {
         match self {

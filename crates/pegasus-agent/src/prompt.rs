@@ -1,4 +1,4 @@
-//! The system prompt of a project agent (SPEC §6): who it is (PROJECT.md body, or the
+//! The system prompt of a project agent (DESIGN.md §6): who it is (PROJECT.md body, or the
 //! MainAgent's prompt), what skills it can load and what it remembers, rebuilt at the start of
 //! every task so new skills and memories are seen without a restart.
 

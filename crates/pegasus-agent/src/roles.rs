@@ -1,4 +1,4 @@
-//! An agent working as a role (SPEC §8, seed 001): the role's prompt built the seed-001 way,
+//! An agent working as a role (DESIGN.md §8, seed 001): the role's prompt built the seed-001 way,
 //! its tool allowlist and its model settings, for a task run or a `spawn_subagent{role}`.
 
 use crate::{memory::memory_index, settings::AgentSettings, toolset::ToolSet};

@@ -37,7 +37,7 @@ pub fn record_inbound(
     append_blocking(session, &[user_record(id, from, text)])
 }
 
-/// [`record_inbound`] of a message that carries its sender's own id for it (SPEC §11): the id
+/// [`record_inbound`] of a message that carries its sender's own id for it (DESIGN.md §11): the id
 /// is in the same durable line as the message, so "was it recorded" and "is its id known"
 /// can never disagree, whatever crash comes between.
 pub fn record_sent(

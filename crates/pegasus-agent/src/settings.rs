@@ -110,7 +110,7 @@ impl AgentSettings {
         }
     }
 
-    /// Bytes one tool result may have (SPEC §6): `max_tool_result_bytes`, and at most a quarter
+    /// Bytes one tool result may have (DESIGN.md §6): `max_tool_result_bytes`, and at most a quarter
     /// of the model's window, so no one result can fill the context (32 KiB is more than a
     /// whole 8,000-token window).
     pub fn tool_result_cap(&self) -> usize {

@@ -1,5 +1,5 @@
 //! Skills: `skills/<name>/SKILL.md` files (frontmatter `name`, `description` + a markdown body)
-//! found in the project's folder and the home's global folder (SPEC §6).
+//! found in the project's folder and the home's global folder (DESIGN.md §6).
 //!
 //! Skills are discovered by scanning, with no index file, so dropping a folder in is enough.
 //! The system prompt lists only names and descriptions; the model pulls a body in with

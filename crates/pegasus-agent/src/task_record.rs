@@ -1,4 +1,4 @@
-//! How a message becomes a task, and how a task's life is recorded (SPEC §7): the agent's
+//! How a message becomes a task, and how a task's life is recorded (DESIGN.md §7): the agent's
 //! side of the task store. A message is created as a task, its request frozen as its spec and
 //! made `ready`; a run moves it to `running` and, when the loop stops, records what it changed,
 //! its summary and cost, and moves it to `done`, `failed` or `blocked` with the stop's reason.
@@ -31,7 +31,7 @@ pub(crate) fn report(notices: &UnboundedSender<Notice>, task: &Task) {
 }
 
 /// Reports what the restart rule did to each task it moved; a message's task that crashed
-/// the worker twice is also told to the MainAgent (SPEC §6).
+/// the worker twice is also told to the MainAgent (DESIGN.md §6).
 pub(crate) fn report_recovered(notices: &UnboundedSender<Notice>, recovered: &[Recovered]) {
     for r in recovered {
         let state = match r.action {

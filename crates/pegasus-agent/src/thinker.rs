@@ -27,7 +27,7 @@ pub fn request(
         temperature: ctx.settings.temperature,
         thinking: ctx.settings.thinking.clone(),
         timeout_s: None,
-        // Streamed from the provider (SPEC §5); only the loop's own calls forward the text.
+        // Streamed from the provider (DESIGN.md §5); only the loop's own calls forward the text.
         stream: true,
         meta: CallMeta {
             project: ctx.settings.project.clone(),

@@ -90,7 +90,7 @@ pub struct ToolCtx {
     /// A code task's worktrees, `(repo id, folder)`; the first is also `workdir`. A path
     /// `id:rest` of a file tool resolves inside repo `id`'s worktree. Empty otherwise.
     pub repos: Vec<(String, PathBuf)>,
-    /// The project's approval gate (SPEC §11); `None` where nobody can be asked (the
+    /// The project's approval gate (DESIGN.md §11); `None` where nobody can be asked (the
     /// MainAgent, tests).
     pub approvals: Option<Arc<crate::approvals::Approvals>>,
     /// The tools of the loop this call is made in (set by the loop): a sub-agent gets at most
@@ -104,7 +104,7 @@ impl ToolCtx {
     /// Resolves a file tool's path: `repo-id:path` inside that repo's worktree (code tasks),
     /// anything else inside the workdir. The error is a sentence for the model.
     ///
-    /// A path that resolves into the Pegasus home is refused (SPEC §12), whatever the workdir:
+    /// A path that resolves into the Pegasus home is refused (DESIGN.md §12), whatever the workdir:
     /// only the project's own default working folder (`<project>/workdir`) lies there.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
         let repo = path.split_once(':').and_then(|(id, rest)| {

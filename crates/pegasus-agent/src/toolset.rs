@@ -53,7 +53,7 @@ impl ToolSet {
         set
     }
 
-    /// The built-in tools of a project agent (SPEC §6).
+    /// The built-in tools of a project agent (DESIGN.md §6).
     pub fn project_tools() -> Self {
         ToolSet::new(tools::builtins())
     }

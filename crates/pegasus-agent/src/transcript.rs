@@ -315,7 +315,7 @@ pub fn user_record(id: &str, from: &Channel, text: &str) -> SessionRecord {
     sent_record(id, from, text, None)
 }
 
-/// The session record of an inbound message with its sender's own id for it (SPEC §11), by
+/// The session record of an inbound message with its sender's own id for it (DESIGN.md §11), by
 /// which a repeat is recognised.
 pub fn sent_record(id: &str, from: &Channel, text: &str, client_id: Option<&str>) -> SessionRecord {
     SessionRecord::Message(SessionMessage {

@@ -1,6 +1,6 @@
-//! The approval gate (SPEC §11) inside the agent loop: a call the policy asks about blocks its
+//! The approval gate (DESIGN.md §11) inside the agent loop: a call the policy asks about blocks its
 //! task with a durable request and runs once when approved; a denial, a policy refusal and a
-//! timeout go back to the model in SPEC's words; a call still waiting when the process stops is
+//! timeout go back to the model in DESIGN.md's words; a call still waiting when the process stops is
 //! held open across the restart and answered then, never run twice.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -301,7 +301,7 @@ async fn a_request_nearing_the_window_is_compacted_before_it_is_sent_and_the_tas
         ]))
         .push(text("finished after the summary"));
     model.push_for("compaction", text("SUMMARY: big was read, it is all x"));
-    // Each 7,000-byte result is cut to a quarter of the 2,500-token window (SPEC §6); three of
+    // Each 7,000-byte result is cut to a quarter of the 2,500-token window (DESIGN.md §6); three of
     // them take the next request past 80% of it.
     let mut agent = open_big(&fx, model.clone(), 2500, 7000, 32 * 1024);
     send(&mut agent, "m", "read the big thing");

@@ -1,4 +1,4 @@
-//! Approvals (SPEC §11, "people in the loop"): a person's yes before a risky call.
+//! Approvals (DESIGN.md §11, "people in the loop"): a person's yes before a risky call.
 //!
 //! * [`Policy`]: the policy in force for one project, config.yml's `approvals:` block under
 //!   its PROJECT.md's, and what it says about one call ([`PolicyDecision`]), by the glob

@@ -1,4 +1,4 @@
-//! The policy in force for one project (SPEC §11): config.yml's `approvals:` block under its
+//! The policy in force for one project (DESIGN.md §11): config.yml's `approvals:` block under its
 //! PROJECT.md's (both as written: [`pegasus_store::approvals::ApprovalsConfig`]), and what it
 //! says about one call.
 

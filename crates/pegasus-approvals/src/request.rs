@@ -1,4 +1,4 @@
-//! The request files of a project's approvals, under `<project>/approvals/` (SPEC §11).
+//! The request files of a project's approvals, under `<project>/approvals/` (DESIGN.md §11).
 //!
 //! Files, one set per request `ID` (an id is unique in the home, so `approve ID` needs no
 //! project):
@@ -197,7 +197,7 @@ pub enum Decision {
 }
 
 impl Decision {
-    /// What goes back to the model as the tool's result when the call does not run (SPEC
+    /// What goes back to the model as the tool's result when the call does not run (DESIGN.md
     /// §11's wording); `None` for an approval.
     pub fn refusal(&self) -> Option<String> {
         match self {

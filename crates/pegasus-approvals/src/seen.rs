@@ -12,7 +12,7 @@ use crate::request::{valid_id, ApprovalRequest};
 /// The file under the home where pegasusd remembers when it first saw each waiting request.
 pub const SEEN_FILE: &str = "approvals.seen";
 
-/// When pegasusd first saw each waiting request (SPEC §11: expiry is judged by pegasusd's
+/// When pegasusd first saw each waiting request (DESIGN.md §11: expiry is judged by pegasusd's
 /// clock from that moment, so a remote host whose clock is behind or ahead neither hides its
 /// requests nor stretches them). `<home>/approvals.seen`, lines `ID RFC3339`, written
 /// atomically by pegasusd only; a request answered or gone is forgotten.

@@ -3,7 +3,7 @@
 //! else in the crate calls [`git`] or [`git_output`].
 //!
 //! A model writes the files of the worktrees git runs in, so git must never run a program the
-//! model chose (SPEC §12):
+//! model chose (DESIGN.md §12):
 //! * **Pinned repositories.** A folder Pegasus opened ([`pin`]: a repo's root, a task or staging
 //!   worktree it made) is always run with `--git-dir` and `--work-tree` given, so git never
 //!   looks at the folder's `.git` to find its repository; and before every command that `.git`

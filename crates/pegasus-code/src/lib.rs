@@ -1,4 +1,4 @@
-//! Code projects (SPEC §10): the git side of tasks that change real repositories.
+//! Code projects (DESIGN.md §10): the git side of tasks that change real repositories.
 //!
 //! Everything shells out to the user's own `git` (hooks, LFS, submodules and config behave as
 //! they do for the user; see `design/code-projects.md` of the spec): [`git`] is the one place

@@ -1,4 +1,4 @@
-//! The safe merge (SPEC §10): a task's branches reach their base branches only through a
+//! The safe merge (DESIGN.md §10): a task's branches reach their base branches only through a
 //! staging worktree where the merge was made, hydrated and verified, and then only by a
 //! compare-and-set of the base ref (or a fast-forward of a clean checked-out base). Several
 //! repos merge all or none: every repo is staged and verified first, then every base is checked

@@ -47,7 +47,7 @@ pub fn run_shell(
     cmd.env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
         .env_remove("GIT_INDEX_FILE");
-    // The project's memory-kill count before it starts (SPEC §12 limits; `None`: no limit).
+    // The project's memory-kill count before it starts (DESIGN.md §12 limits; `None`: no limit).
     let oom_before = pegasus_sandbox::cgroups::oom_kills();
     let mut child = match cmd.spawn() {
         Ok(c) => c,

@@ -1,4 +1,4 @@
-//! The command line, as SPEC §11 fixes it.
+//! The command line, as DESIGN.md §11 fixes it.
 
 use clap::{Args, Parser, Subcommand};
 use pegasus_proto::ctl::{AddTask, CreateProject};

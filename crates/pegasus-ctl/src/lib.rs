@@ -1,6 +1,6 @@
 //! `pegasusctl`, the command-line client of `pegasusd`.
 //!
-//! What it is for: the CLI contract of SPEC §11 — verbs, flags, `--json` output, exit codes
+//! What it is for: the CLI contract of DESIGN.md §11 — verbs, flags, `--json` output, exit codes
 //! (0 ok, 1 error, 2 usage, 3 daemon not running) — over the control socket, with the read-only
 //! verbs falling back to the files when the daemon is down.
 //!

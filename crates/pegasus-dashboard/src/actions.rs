@@ -1,7 +1,7 @@
 //! Which buttons a page offers: only the actions the daemon would accept in the present state.
 //! Nothing here decides a transition itself: a project's verbs are asked of the lifecycle's
-//! one function ([`pegasus_store::transition`], SPEC §4), a task's of the task table
-//! ([`pegasus_tasks::check_transition`], SPEC §7) with the move the daemon's handler makes
+//! one function ([`pegasus_store::transition`], DESIGN.md §4), a task's of the task table
+//! ([`pegasus_tasks::check_transition`], DESIGN.md §7) with the move the daemon's handler makes
 //! for that verb (`crates/pegasus-supervisor/src/handlers/task.rs`), and whether a blocked
 //! task is blocked in its merge by the rule the handler uses
 //! ([`pegasus_tasks::blocked_from_verified`]).

@@ -42,7 +42,7 @@ fn answer(resp: CtlResponse) -> Response {
 }
 
 /// The middleware around everything (the auth guard included): every error answer is
-/// `{"error": "..."}` with `Content-Type: application/json` (SPEC §11). What the handlers and
+/// `{"error": "..."}` with `Content-Type: application/json` (DESIGN.md §11). What the handlers and
 /// the guard answer already is; what axum answers by itself is plain text or empty — a body
 /// that is not JSON (400), a wrong field (422), no JSON content type (415), a body over the
 /// limit (413), a bad query string or path (400), an unknown route (404), a method the route
@@ -257,7 +257,7 @@ pub(super) struct Text {
 }
 
 /// `POST /api/projects/:name/messages`; an `Idempotency-Key` header is the message's client
-/// id (SPEC §11): a repeat is answered with the first message's id, and the same key with
+/// id (DESIGN.md §11): a repeat is answered with the first message's id, and the same key with
 /// another text is a 409.
 pub(super) async fn send(
     State(d): State<Dash>,

@@ -153,7 +153,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// the event stream says something every 15 s.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The dashboard's accept loop (SPEC §12, Listeners): each connection is admitted under
+/// The dashboard's accept loop (DESIGN.md §12, Listeners): each connection is admitted under
 /// [`CAPS`] (a connection past them is closed at once, the refusal logged at a bounded rate)
 /// and served on its own task with the header deadline and the idle timeout, until `stop`.
 async fn accept(listener: tokio::net::TcpListener, app: Router, stop: CancellationToken) {

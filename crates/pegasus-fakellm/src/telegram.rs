@@ -4,7 +4,7 @@
 //! them), `sendMessage` refuses empty texts and texts over 4,096 characters (400), and scripted
 //! `429 Too Many Requests` answers carry `parameters.retry_after` like the real ones.
 //!
-//! Inline keyboards (approvals, SPEC §11): `sendMessage`'s `reply_markup` is validated as an
+//! Inline keyboards (approvals, DESIGN.md §11): `sendMessage`'s `reply_markup` is validated as an
 //! `InlineKeyboardMarkup` (an array of arrays of buttons, each with a `text` and one action;
 //! `callback_data` 1-64 bytes) and refused with the real API's descriptions; a test presses a
 //! button with [`FakeTelegram::press`], which queues a `callback_query` update in the real

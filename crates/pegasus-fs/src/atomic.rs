@@ -91,7 +91,7 @@ fn replace(path: &Path, bytes: &[u8], sync: bool) -> Result<(), FsError> {
 }
 
 fn write_then_rename(tmp: &Path, path: &Path, bytes: &[u8], sync: bool) -> Result<(), FsError> {
-    // 0600: sessions, ledgers and PROJECT.md are the user's alone (SPEC §12).
+    // 0600: sessions, ledgers and PROJECT.md are the user's alone (DESIGN.md §12).
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)

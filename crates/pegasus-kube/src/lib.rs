@@ -1,4 +1,4 @@
-//! The Kubernetes launcher (SPEC §14): a Pod per active project, for a user whose projects
+//! The Kubernetes launcher (DESIGN.md §14): a Pod per active project, for a user whose projects
 //! outgrow one machine.
 //!
 //! What it is for. pegasusd, holding a `kind: kubernetes` entry of config.yml `launchers:`

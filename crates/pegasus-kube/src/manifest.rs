@@ -19,7 +19,7 @@ use crate::names::{
 };
 use crate::settings::KubeSettings;
 
-/// The only environment variables a caller may give a worker pod (SPEC §14's public bootstrap
+/// The only environment variables a caller may give a worker pod (DESIGN.md §14's public bootstrap
 /// values): where pegasusd listens and the CA's fingerprint. Anyone who may read pods in the
 /// namespace reads these, which is why nothing secret, neither the enrollment token nor a
 /// provider key, is ever put here. The pod also gets [`ENROLL_FILE_ENV`], set here.

@@ -55,7 +55,7 @@ pub fn check(
     Ok(())
 }
 
-/// The hard check made after the queue wait (SPEC §5): the spend so far, plus what the calls
+/// The hard check made after the queue wait (DESIGN.md §5): the spend so far, plus what the calls
 /// in flight reserved, plus this call's worst case `worst` must fit every cap. A cap already
 /// reached refuses as [`check`] does.
 pub fn admit(

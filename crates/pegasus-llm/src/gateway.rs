@@ -86,7 +86,7 @@ struct Inner {
     /// The projects as their PROJECT.md say now (each call's `budget_usd`); shared with the
     /// rest of pegasusd, the one reader of those files.
     projects: Arc<ProjectRegistry>,
-    /// Calls sent and not yet settled, on disk (hard budgets, SPEC §5).
+    /// Calls sent and not yet settled, on disk (hard budgets, DESIGN.md §5).
     journal: Journal,
     /// What the calls in flight may cost at worst; admission reads it with the totals.
     reserved: Mutex<Reserved>,
@@ -171,7 +171,7 @@ impl Gateway {
             .build()
             .map_err(|e| LlmError::Other(format!("cannot build the HTTP client: {e}")))?;
         // What the servers said before a restart is known at once (asked again in the
-        // background): a worker's Ready never waits for a model server (SPEC §12).
+        // background): a worker's Ready never waits for a model server (DESIGN.md §12).
         let windows_file = home.context_windows_file();
         let remembered = crate::window::load_remembered(&windows_file);
         let mut learned = HashMap::new();
@@ -277,7 +277,7 @@ impl Gateway {
                 tokio::time::sleep(retry::retry_wait(base, n - 1, retry_after)).await;
             }
             let permit = self.permit(&target.provider).await?;
-            // Admitted only now, after the wait, against what is spent and held (SPEC §5).
+            // Admitted only now, after the wait, against what is spent and held (DESIGN.md §5).
             let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
             let reservation = self.admit(
                 &req.meta,
@@ -538,7 +538,7 @@ impl Gateway {
         }
     }
 
-    /// What a `provider/model` can do (SPEC §5 model table).
+    /// What a `provider/model` can do (DESIGN.md §5 model table).
     pub fn model_info(&self, model: &str) -> ModelInfo {
         let inner = &*self.inner;
         inner.models.info(model, inner.prices.context_window(model))
@@ -594,7 +594,7 @@ impl Gateway {
         self.inner.ledger.with_totals(|t| t.task(task))
     }
 
-    /// Admits one attempt of a call (SPEC §5 hard budgets): its worst case — estimated input
+    /// Admits one attempt of a call (DESIGN.md §5 hard budgets): its worst case — estimated input
     /// plus `max_tokens` at the table price — must fit every cap together with what is spent
     /// and what the calls in flight hold, checked and reserved under one lock. A model with no
     /// price is refused unless `llm.allow_unpriced_models`.
@@ -938,7 +938,7 @@ impl Gateway {
 /// [`Reservation::abandon`] when there is no answer to settle. Either writes the line first, then
 /// releases the hold and closes the journal entry. An attempt whose answer began to arrive (the
 /// provider billed it) and that ends without its ledger line — a stream cut, an unusable body, a
-/// caller that went away — gets one, estimated from the request and what arrived (SPEC §5: every
+/// caller that went away — gets one, estimated from the request and what arrived (DESIGN.md §5: every
 /// answered call is metered).
 ///
 /// Its `Drop` is only the fallback for a caller that went away mid-attempt (its future dropped:

@@ -1,4 +1,4 @@
-//! Hard budgets (SPEC §5): what is reserved for calls in flight, and the journal that makes
+//! Hard budgets (DESIGN.md §5): what is reserved for calls in flight, and the journal that makes
 //! sure no billed call is missing from the ledger.
 //!
 //! A call is admitted only after its queue wait, under one lock, if the spend so far plus the

@@ -6,7 +6,7 @@
 //! OpenRouter, ...), streams where asked, and enforces what must be global: one semaphore for
 //! all calls, a per-provider rate gate that honours `retry-after`, retries with jittered
 //! backoff, a timeout on every attempt, budgets (daily, per project, per task) checked before a
-//! call, and one durable cost-ledger line after it (SPEC §5).
+//! call, and one durable cost-ledger line after it (DESIGN.md §5).
 //!
 //! It is not for deciding *what* to ask: prompts, tools, sessions, compaction and roles belong
 //! to the agent crate; the worker socket and its frames to the supervisor. It holds API keys

@@ -1,4 +1,4 @@
-//! The model table (SPEC §5): each model's context window, output limit and whether it thinks
+//! The model table (DESIGN.md §5): each model's context window, output limit and whether it thinks
 //! (Anthropic) or reasons (OpenAI). Shipped in `data/models.yml`, extended by config.yml
 //! `models:`; a model neither knows gets conservative defaults, never "unknown".
 

@@ -1,4 +1,4 @@
-//! Learning a model's context window from the software that serves it (SPEC §5), for a model
+//! Learning a model's context window from the software that serves it (DESIGN.md §5), for a model
 //! neither the shipped table nor config.yml knows: a local model's window is whatever its
 //! server was started with, so only the server can say.
 //!
@@ -11,7 +11,7 @@
 //!
 //! What a server said is remembered in `windows.state.json` ([`load_remembered`],
 //! [`save_remembered`]), so a restarted pegasusd knows it without asking: a worker's start
-//! never waits for a model server (SPEC §12).
+//! never waits for a model server (DESIGN.md §12).
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -802,7 +802,7 @@ async fn unknown_price_is_recorded_as_null_not_zero(p: &str) {
     assert_eq!(w.gw.context_window(&format!("{p}/x")), Some(100_000));
 }
 
-/// SPEC §5: every answered call is metered. A server that sends no usage (many
+/// DESIGN.md §5: every answered call is metered. A server that sends no usage (many
 /// OpenAI-compatible ones and proxies, streamed or not) gets a ledger line estimated from the
 /// request and the text received, priced, counted by the budgets, and marked `estimated`.
 async fn an_answer_without_usage_is_metered_by_estimate(p: &str) {
@@ -936,7 +936,7 @@ async fn dropped_call_frees_its_slot_and_writes_nothing(p: &str) {
     assert_eq!(lines[0].request_id.as_deref(), Some(r.request_id.as_str()));
 }
 
-/// SPEC §5 local providers: `local: true` needs no key (one set is still sent) and its models
+/// DESIGN.md §5 local providers: `local: true` needs no key (one set is still sent) and its models
 /// cost 0 unless priced; no `allow_unpriced_models` needed.
 async fn a_local_provider_needs_no_key_and_is_free_unless_priced(p: &str) {
     let w = world(|c| {
@@ -1174,7 +1174,7 @@ async fn thinking_blocks_round_trip_unchanged_within_the_tool_loop() {
     }
 }
 
-/// The model table decides the wire (SPEC §5): a reasoning model gets max_completion_tokens and
+/// The model table decides the wire (DESIGN.md §5): a reasoning model gets max_completion_tokens and
 /// reasoning_effort and no temperature; any other model never gets reasoning_effort; a role's
 /// thinking on a model without it runs without it. The fake refuses each wrong shape with the
 /// real API's 400, so a pass here means the real API would take these requests.
@@ -1217,7 +1217,7 @@ async fn the_model_table_shapes_thinking_and_reasoning_requests() {
     assert_eq!(w.gw.context_window("nobody/x"), Some(128_000));
 }
 
-/// SPEC §5 hard budgets: 20 calls at once against a daily budget that fits 3 of them; the
+/// DESIGN.md §5 hard budgets: 20 calls at once against a daily budget that fits 3 of them; the
 /// admission after the queue wait, with the worst cases of the calls in flight held, keeps the
 /// spend within the budget, and the ledger file reproduces every total.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

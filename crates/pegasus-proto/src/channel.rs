@@ -1,4 +1,4 @@
-//! Where a message comes from (SPEC §11): [`Channel`], passed wherever a sender is — an
+//! Where a message comes from (DESIGN.md §11): [`Channel`], passed wherever a sender is — an
 //! inbound message to a worker, the MainAgent's inbox, a session's user records (`from`), the
 //! actor of a task event a person or a schedule caused.
 //!
@@ -75,7 +75,7 @@ impl Channel {
         matches!(self, Channel::Project(_))
     }
 
-    /// The channel without who on it, as a message record's `channel` key says it (SPEC §11):
+    /// The channel without who on it, as a message record's `channel` key says it (DESIGN.md §11):
     /// `cli`, `dashboard`, `telegram`, `main`, `schedule`, `project`, `task`, `run`, or an
     /// unknown word as written.
     pub fn kind(&self) -> &str {

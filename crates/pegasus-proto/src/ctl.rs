@@ -32,7 +32,7 @@ pub enum CtlRequest {
         /// The project's name, as its folder under `projects/`.
         name: String,
     },
-    /// One lifecycle verb (SPEC §4).
+    /// One lifecycle verb (DESIGN.md §4).
     ProjectLifecycle {
         /// The project's name, as its folder under `projects/`.
         name: String,
@@ -48,7 +48,7 @@ pub enum CtlRequest {
         text: String,
         /// Answer with the agent's `Reply` instead of `Sent` once the message is persisted.
         wait: bool,
-        /// The sender's id for this message (SPEC §11, `--id`, `Idempotency-Key`, Telegram's
+        /// The sender's id for this message (DESIGN.md §11, `--id`, `Idempotency-Key`, Telegram's
         /// `update_id`): a repeat is answered with the first message's id and runs nothing
         /// again; the same id with another text is refused ([`ErrorKind::Conflict`]).
         client_id: Option<String>,
@@ -65,7 +65,7 @@ pub enum CtlRequest {
         /// What to do with the task.
         verb: TaskVerb,
     },
-    /// `task add`: a new task for a project, frozen and ready (SPEC §10); answered with
+    /// `task add`: a new task for a project, frozen and ready (DESIGN.md §10); answered with
     /// [`CtlResponse::TaskAdded`].
     TaskAdd(AddTask),
     /// `task answer`: the answer to a blocked task's question; the task goes back to ready.
@@ -170,7 +170,7 @@ impl ProjectFilter {
     }
 }
 
-/// The lifecycle verbs of a project (SPEC §4).
+/// The lifecycle verbs of a project (DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LifecycleVerb {
     /// Stop the worker; the project keeps its files and can be resumed.
@@ -360,7 +360,7 @@ pub enum CtlResponse {
     Approvals(Vec<ApprovalInfo>),
 }
 
-/// A tool call waiting for a person's yes (SPEC §11), as `approvals --json`, `GET
+/// A tool call waiting for a person's yes (DESIGN.md §11), as `approvals --json`, `GET
 /// /api/approvals`, the bus and Telegram show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalInfo {
@@ -487,7 +487,7 @@ pub struct ProjectInfo {
     /// The worker's process id while one runs (on `worker_host` for a remote worker); `None` when
     /// none runs.
     pub worker_pid: Option<u32>,
-    /// Where the worker runs when that is not this machine (SPEC §14: the address its link
+    /// Where the worker runs when that is not this machine (DESIGN.md §14: the address its link
     /// comes from); `None` for a local worker.
     #[serde(default)]
     pub worker_host: Option<String>,
@@ -512,7 +512,7 @@ pub struct ProjectInfo {
     /// Why the project is invalid.
     pub error: Option<String>,
     /// The task its worker is running, and that task's cognitive stage (`reasoning`,
-    /// `acting`, `reflecting`; SPEC §7).
+    /// `acting`, `reflecting`; DESIGN.md §7).
     pub task: Option<String>,
     /// The cognitive stage of `task`; `None` when no task runs.
     pub stage: Option<Stage>,
@@ -520,16 +520,16 @@ pub struct ProjectInfo {
     /// commits their base branch lacks, as `repo: branch (task ID)`.
     #[serde(default)]
     pub unmerged_branches: Vec<String>,
-    /// Tool calls of the project waiting for a person's yes (SPEC §11).
+    /// Tool calls of the project waiting for a person's yes (DESIGN.md §11).
     #[serde(default)]
     pub approvals: u32,
-    /// Its limits (SPEC §12) and whether pegasusd applies them; `None` where nobody knows
+    /// Its limits (DESIGN.md §12) and whether pegasusd applies them; `None` where nobody knows
     /// (pegasusctl without a daemon).
     #[serde(default)]
     pub limits: Option<LimitsInfo>,
 }
 
-/// A project's limits as pegasusd applies them (SPEC §12): config.yml `limits:` with its
+/// A project's limits as pegasusd applies them (DESIGN.md §12): config.yml `limits:` with its
 /// PROJECT.md's keys in their place.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LimitsInfo {

@@ -14,7 +14,7 @@ use crate::llm::{StopReason, Usage};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Where a task is in its life (SPEC §7). Serialized in snake_case (`"verifying"`), the same
+/// Where a task is in its life (DESIGN.md §7). Serialized in snake_case (`"verifying"`), the same
 /// string as [`TaskState::as_str`], so files, frames and the dashboard all read the same word.
 /// Which moves are allowed is decided in `pegasus-tasks` (`check_transition`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -85,7 +85,7 @@ impl TaskState {
     }
 
     /// States a dead process leaves behind: nobody is executing or verifying them any more,
-    /// so the restart rule fails them (SPEC §7).
+    /// so the restart rule fails them (DESIGN.md §7).
     pub fn is_interrupted_by_restart(self) -> bool {
         matches!(self, TaskState::Running | TaskState::Verifying)
     }
@@ -105,7 +105,7 @@ impl fmt::Display for TaskState {
     }
 }
 
-/// The cognitive stage of a running task (seed 000's TaskFSM, SPEC §7), shown in `status`.
+/// The cognitive stage of a running task (seed 000's TaskFSM, DESIGN.md §7), shown in `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
@@ -217,7 +217,7 @@ pub enum WorkerEvent {
         /// Path of the archived session file.
         archived: String,
     },
-    /// A call of the task waits for a person's yes (SPEC §11); its task is blocked.
+    /// A call of the task waits for a person's yes (DESIGN.md §11); its task is blocked.
     Approval {
         /// The waiting call, as `approvals` lists it.
         request: crate::ctl::ApprovalInfo,

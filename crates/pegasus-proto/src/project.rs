@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Where a project is in its lifecycle (SPEC §4); `status` in PROJECT.md.
+/// Where a project is in its lifecycle (DESIGN.md §4); `status` in PROJECT.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProjectStatus {

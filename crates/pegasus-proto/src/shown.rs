@@ -1,4 +1,4 @@
-//! Text as a person is shown it (SPEC §11, "what a person is shown is what runs"): every
+//! Text as a person is shown it (DESIGN.md §11, "what a person is shown is what runs"): every
 //! character that would not appear as itself on a terminal, a web page or a phone is written
 //! out as an escape instead, so a command line cannot hide part of itself from the person who
 //! approves it. `touch X #\r\e[2Kls -la` must not read as `ls -la`, and a right-to-left

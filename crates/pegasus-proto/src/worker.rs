@@ -83,7 +83,7 @@ pub struct Init {
     /// (a short deadline, then the default) so it never overruns a small one.
     #[serde(default)]
     pub window_pending: bool,
-    /// For a worker on another host (SPEC §14), which has only its project folder: the home's
+    /// For a worker on another host (DESIGN.md §14), which has only its project folder: the home's
     /// roles, global skills and preferences. `None` for a local worker, which reads them from
     /// the home itself.
     pub home_files: Option<HomeFiles>,
@@ -110,7 +110,7 @@ pub struct InboundMessage {
     pub from: Channel,
     /// The message as its sender wrote it.
     pub text: String,
-    /// The sender's own id for it (SPEC §11: `--id`, `Idempotency-Key`, Telegram's update):
+    /// The sender's own id for it (DESIGN.md §11: `--id`, `Idempotency-Key`, Telegram's update):
     /// recorded with the message, so a repeat is recognised across restarts and answered with
     /// [`FromWorker::MessageRepeated`] instead of being recorded and run again.
     pub client_id: Option<String>,
@@ -181,7 +181,7 @@ pub enum FromWorker {
     /// Answer to [`ToWorker::Shutdown`]: everything is flushed, exit follows.
     ShutdownComplete,
     /// Message `id` carries the client id of message `original`, which the worker already
-    /// has (SPEC §11): it was neither recorded nor queued again. `same_text`: a repeat, whose
+    /// has (DESIGN.md §11): it was neither recorded nor queued again. `same_text`: a repeat, whose
     /// sender gets `original` (and, if it waits, the original's reply, sent as a
     /// [`FromWorker::Reply`] of `original` when it is already known); otherwise the id was
     /// reused with another text and the message is refused.

@@ -38,7 +38,7 @@ const MAX_ENROLL_LINE: u64 = 256;
 pub const ENV_CA_SHA256: &str = "PEGASUS_CA_SHA256";
 
 /// How long a launched worker keeps trying to reach pegasusd over TCP before it gives up
-/// (SPEC §14): long enough for a pod's network to come up, short enough that a launch into a
+/// (DESIGN.md §14): long enough for a pod's network to come up, short enough that a launch into a
 /// broken network fails while pegasusd still remembers it.
 pub const CONNECT_PATIENCE: Duration = Duration::from_secs(15);
 

@@ -1,4 +1,4 @@
-//! Workers on other hosts (SPEC §14): their link to pegasusd runs over mutual TLS,
+//! Workers on other hosts (DESIGN.md §14): their link to pegasusd runs over mutual TLS,
 //! bootstrapped by a one-time enrollment token.
 //!
 //! What it is for. pegasusd keeps a small CA of its own ([`Authority`], under `<home>/tls/`)

@@ -1,7 +1,7 @@
 //! One-time enrollment tokens, kept in pegasusd's memory only.
 //!
 //! A token is 32 bytes from the OS's random source, written as 64 hex characters (safe in argv
-//! and environment values, SPEC §14). It is remembered by its SHA-256, so the lookup compares
+//! and environment values, DESIGN.md §14). It is remembered by its SHA-256, so the lookup compares
 //! digests, not the secret itself, and a memory dump lists no live token.
 
 use crate::certs::{hex, sha256_hex};

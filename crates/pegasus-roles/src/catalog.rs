@@ -112,7 +112,7 @@ fn user_roles(dir: &Path) -> Result<Vec<Role>, RoleError> {
         let is_md = path.extension().is_some_and(|e| e == "md");
         // Editors leave hidden swap and backup files next to the real ones.
         let hidden = entry.file_name().to_string_lossy().starts_with('.');
-        // A regular file only: a symlink is never followed to a role (SPEC §12).
+        // A regular file only: a symlink is never followed to a role (DESIGN.md §12).
         let regular = entry.file_type().is_ok_and(|t| t.is_file());
         if is_md && !hidden && regular {
             paths.push(path);

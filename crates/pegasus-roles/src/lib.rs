@@ -1,4 +1,4 @@
-//! Team roles: reusable agent profiles a project can put to work (SPEC §8, seed 001).
+//! Team roles: reusable agent profiles a project can put to work (DESIGN.md §8, seed 001).
 //!
 //! This crate is for everything about a role as a *definition*: the role file format
 //! (frontmatter + prompt template, [`Role::parse`]), the six built-in roles shipped in

@@ -1,4 +1,4 @@
-//! A role: who an agent is when it works for a project (SPEC §8, seed 001 §1.1).
+//! A role: who an agent is when it works for a project (DESIGN.md §8, seed 001 §1.1).
 //!
 //! A role file is YAML frontmatter (identity, model settings, tool and skill allowlists,
 //! declared variables) and a markdown body that is the role's prompt template. Parsing checks

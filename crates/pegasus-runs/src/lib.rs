@@ -1,4 +1,4 @@
-//! Autonomous runs (SPEC §9, seed 002): one brief turned into numbered phases, each executed by
+//! Autonomous runs (DESIGN.md §9, seed 002): one brief turned into numbered phases, each executed by
 //! the project's agent, summarised by a cheap model, reviewed by a strong one and retried with
 //! the reviewer's feedback until it is approved or out of attempts.
 //!

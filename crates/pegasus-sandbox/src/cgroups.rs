@@ -1,4 +1,4 @@
-//! Per-project limits with cgroups (SPEC §12): no project can starve the others.
+//! Per-project limits with cgroups (DESIGN.md §12): no project can starve the others.
 //!
 //! pegasusd ([`Cgroups::setup`], once at start) finds its own cgroup in each hierarchy it
 //! needs — cgroup v1 (a hierarchy per controller, as on hybrid hosts) or the unified v2

@@ -1,4 +1,4 @@
-//! Kernel-enforced lifetime of everything a model can start (SPEC §12): each command runs as
+//! Kernel-enforced lifetime of everything a model can start (DESIGN.md §12): each command runs as
 //! the first process after the init of a PID namespace of its own, so when the command's
 //! launcher dies — its worker was killed, or pegasusd was, and the worker with it — the kernel
 //! kills everything in that namespace, whatever it did to get away (`setsid`, a double fork,

@@ -18,7 +18,7 @@ struct GroupRecord {
     /// Field 22 of `/proc/<pgid>/stat` when recorded.
     start: u64,
     /// Where the pgid means something: the recording process's machine boot and PID
-    /// namespace ([`origin`]). A worker on another host (SPEC §14) may share this folder; its
+    /// namespace ([`origin`]). A worker on another host (DESIGN.md §14) may share this folder; its
     /// pids are not ours to kill. Older records have none and are taken as local.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     origin: Option<String>,

@@ -1,4 +1,4 @@
-//! Write and read confinement of model-run commands with Linux Landlock (SPEC §6): an `exec`
+//! Write and read confinement of model-run commands with Linux Landlock (DESIGN.md §6): an `exec`
 //! command may write only beneath its workdir (or worktree), its private temp dir and the
 //! extra paths the user allowed (`agent.exec_writable`), and may not read the Pegasus home
 //! outside its own project folder (`run/` with the control socket, `costs/`, other projects'

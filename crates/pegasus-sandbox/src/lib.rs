@@ -1,4 +1,4 @@
-//! Containment of every command a model can cause (SPEC §6, §12): `exec`, `hydrate`,
+//! Containment of every command a model can cause (DESIGN.md §6, §12): `exec`, `hydrate`,
 //! `verify` and MCP servers.
 //!
 //! * [`contain`]: each command in PID and mount namespaces of its own, so the kernel kills all

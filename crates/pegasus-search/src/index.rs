@@ -23,7 +23,7 @@ use rusqlite::{
 use crate::error::SearchError;
 use crate::sources::{self, Entry, Kind, SourceFile, Stamp};
 
-/// The folder of the index in the home (SPEC §11).
+/// The folder of the index in the home (DESIGN.md §11).
 pub const INDEX_DIR: &str = "index";
 
 /// The database file in [`INDEX_DIR`].

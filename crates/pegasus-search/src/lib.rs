@@ -1,4 +1,4 @@
-//! Full-text search over everything Pegasus remembers (SPEC §11 "Search"): every project's
+//! Full-text search over everything Pegasus remembers (DESIGN.md §11 "Search"): every project's
 //! sessions, tasks and memory, and the MainAgent's, ranked, each hit with its project, kind,
 //! location and a snippet.
 //!
@@ -27,7 +27,7 @@ pub use sources::{Kind, MAIN};
 use index::{Fail, Index};
 use pegasus_store::Home;
 
-/// How often pegasusd catches the index up (SPEC: current within 10 s of each write).
+/// How often pegasusd catches the index up (DESIGN.md: current within 10 s of each write).
 pub const CATCH_UP_EVERY: Duration = Duration::from_secs(5);
 
 /// What a search found, and what the user should know about how (the index was damaged and
@@ -102,7 +102,7 @@ fn with_index<T>(
     }
 }
 
-/// pegasusd's part (SPEC: the index is current within 10 s of each write): a catch-up at start
+/// pegasusd's part (DESIGN.md: the index is current within 10 s of each write): a catch-up at start
 /// and then every [`CATCH_UP_EVERY`], each on a blocking thread, until `shutdown`. Failures
 /// are logged once each (not every 5 s) and retried at the next round.
 pub async fn keep_current(home: Home, shutdown: tokio_util::sync::CancellationToken) {

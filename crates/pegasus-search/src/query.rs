@@ -37,7 +37,7 @@ pub struct Query {
     pub limit: Option<usize>,
 }
 
-/// One hit, in the shape `pegasusctl search --json` and `GET /api/search` print (SPEC §11).
+/// One hit, in the shape `pegasusctl search --json` and `GET /api/search` print (DESIGN.md §11).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Hit {
     /// The project, or `main` for the MainAgent.

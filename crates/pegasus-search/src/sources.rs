@@ -14,7 +14,7 @@ use chrono::SecondsFormat;
 use pegasus_store::{ContentBlock, Home, Role, SessionRecord};
 use serde::{Deserialize, Serialize};
 
-/// The project name the MainAgent's entries carry (SPEC §11).
+/// The project name the MainAgent's entries carry (DESIGN.md §11).
 pub const MAIN: &str = "main";
 
 /// Largest memory file indexed; a bigger one is skipped (memory is notes, not data).

@@ -1,4 +1,4 @@
-//! The `approvals:` block of config.yml and PROJECT.md as written (SPEC §11): its shape and
+//! The `approvals:` block of config.yml and PROJECT.md as written (DESIGN.md §11): its shape and
 //! the checks serde cannot express, so both files are refused at load when it is wrong, like
 //! every other key. What the block means (the policy in force, its glob engine, the requests
 //! and their answers) is `pegasus-approvals`', which reads it from here.

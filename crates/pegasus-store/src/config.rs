@@ -1,4 +1,4 @@
-//! config.yml: the user's settings (SPEC §3). Every key is optional and has a default, so a
+//! config.yml: the user's settings (DESIGN.md §3). Every key is optional and has a default, so a
 //! fresh home needs no config at all. An unknown key is refused with its line and name: a typo
 //! such as `budjet:` must not silently leave the $20/day default in force. Values are checked
 //! too (provider kinds and URLs, prices and budgets >= 0), before pegasusd creates anything.
@@ -44,17 +44,17 @@ pub struct Config {
     pub models: BTreeMap<String, ModelConfig>,
     /// Context window assumed for a model neither table knows, in tokens.
     pub default_context_window: u64,
-    /// MCP servers every project gets (SPEC §13); a project's entry of the same name wins.
+    /// MCP servers every project gets (DESIGN.md §13); a project's entry of the same name wins.
     pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
-    /// Where workers can run besides this machine (SPEC §14); `local` is built in.
+    /// Where workers can run besides this machine (DESIGN.md §14); `local` is built in.
     pub launchers: BTreeMap<String, crate::launcher::LauncherConfig>,
     /// The launcher of a project whose PROJECT.md names none.
     pub default_launcher: String,
-    /// Which tool calls need a person's yes (SPEC §11); PROJECT.md `approvals:` extends it.
+    /// Which tool calls need a person's yes (DESIGN.md §11); PROJECT.md `approvals:` extends it.
     pub approvals: crate::approvals::ApprovalsConfig,
-    /// Per-project limits (SPEC §12), enforced with cgroups; PROJECT.md `limits:` wins per key.
+    /// Per-project limits (DESIGN.md §12), enforced with cgroups; PROJECT.md `limits:` wins per key.
     pub limits: crate::limits::LimitsConfig,
-    /// How long pegasusd's and the workers' logs under `<home>/logs/` are kept (SPEC §12).
+    /// How long pegasusd's and the workers' logs under `<home>/logs/` are kept (DESIGN.md §12).
     pub logs: LogsConfig,
 }
 
@@ -78,7 +78,7 @@ impl Default for LogsConfig {
     }
 }
 
-/// What a model can do (SPEC §5 model table): `data/models.yml`, extended by config.yml
+/// What a model can do (DESIGN.md §5 model table): `data/models.yml`, extended by config.yml
 /// `models:`, keyed like `prices`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -238,7 +238,7 @@ pub struct PriceConfig {
     pub context_window: Option<u64>,
 }
 
-/// Autonomous runs (SPEC §9): which models summarise and review phases. `None` = the
+/// Autonomous runs (DESIGN.md §9): which models summarise and review phases. `None` = the
 /// project's own model. The daily limit of runs is `budget.daily_usd`.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -249,7 +249,7 @@ pub struct RunsConfig {
     pub review_model: Option<String>,
 }
 
-/// The watchdog in pegasusd (SPEC §2, §5; seed 003): stops a task that went silent or spends
+/// The watchdog in pegasusd (DESIGN.md §2, §5; seed 003): stops a task that went silent or spends
 /// too fast. Per-task budget, turn and loop caps are enforced where the spend and the turns
 /// happen (the gateway and the agent loop).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -307,11 +307,11 @@ pub struct WorkersConfig {
     /// First restart delay after a crash, doubled per crash in the window, capped at 30 s.
     pub restart_backoff_ms: u64,
     /// Crashes within the window after which restarts stop: the project shows `crash-looping`
-    /// in `status` until `pegasusctl project resume NAME` or a restart of pegasusd (SPEC §2).
+    /// in `status` until `pegasusctl project resume NAME` or a restart of pegasusd (DESIGN.md §2).
     pub crash_loop_max: u32,
     /// The crash-counting window in seconds.
     pub crash_loop_window_s: u64,
-    /// `IP:PORT` of the TCP listener for remote workers (mutual TLS only, SPEC §14); `None` =
+    /// `IP:PORT` of the TCP listener for remote workers (mutual TLS only, DESIGN.md §14); `None` =
     /// no remote workers.
     pub listen: Option<String>,
 }
@@ -417,7 +417,7 @@ impl Default for DashboardConfig {
     }
 }
 
-/// Guards and limits of the agent loop (SPEC §6). They bound what one task can do on its own:
+/// Guards and limits of the agent loop (DESIGN.md §6). They bound what one task can do on its own:
 /// how long it may go on, how much it may run at once and how deep it may delegate.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]

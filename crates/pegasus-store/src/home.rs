@@ -1,4 +1,4 @@
-//! The Pegasus home directory: where every file lives (SPEC §3).
+//! The Pegasus home directory: where every file lives (DESIGN.md §3).
 //!
 //! All path knowledge is here so that no other crate spells `"projects"` or `"run/w.sock"`
 //! itself; moving a file means changing one function.
@@ -13,7 +13,7 @@ use crate::error::{Result, StoreError};
 /// Longest socket path a Unix `sockaddr_un` can hold (108 bytes including the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
-/// The Pegasus home directory and every path in it (SPEC §3). Cheap to clone.
+/// The Pegasus home directory and every path in it (DESIGN.md §3). Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Home {
     root: PathBuf,
@@ -119,7 +119,7 @@ impl Home {
         self.root.join("preferences.md")
     }
 
-    /// `schedules.yml`: the scheduled jobs (SPEC §10).
+    /// `schedules.yml`: the scheduled jobs (DESIGN.md §10).
     pub fn schedules_file(&self) -> PathBuf {
         self.root.join("schedules.yml")
     }
@@ -179,7 +179,7 @@ impl Home {
         ] {
             fs::create_dir_all(&dir).map_err(StoreError::io(&dir))?;
         }
-        // The home is the user's alone (SPEC §12): sessions, the ledger and logs must not be
+        // The home is the user's alone (DESIGN.md §12): sessions, the ledger and logs must not be
         // readable by other local users, whatever the umask made of it (also for old homes).
         fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))
             .map_err(StoreError::io(&self.root))?;

@@ -1,4 +1,4 @@
-//! The home is never inside a project (SPEC §12): a workdir, a repo path or a path a project's
+//! The home is never inside a project (DESIGN.md §12): a workdir, a repo path or a path a project's
 //! commands may write (`agent.exec_writable`, an MCP entry's `writable`) that is, contains or
 //! lies inside the Pegasus home would hand a model the home's files (its own PROJECT.md, the
 //! approvals, `tls/ca.key`, every other project), so it is refused wherever it can come in:

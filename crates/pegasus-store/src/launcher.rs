@@ -1,4 +1,4 @@
-//! Where a project's worker runs (SPEC §14): config.yml `launchers:` (kind `command`; `local`
+//! Where a project's worker runs (DESIGN.md §14): config.yml `launchers:` (kind `command`; `local`
 //! is built in and the default), `default_launcher`, and a project's `launcher: NAME` in its
 //! PROJECT.md. This module holds the settings, their checks and the expansion of a `command`
 //! launcher's argv placeholders; starting and watching workers is pegasusd's.
@@ -70,7 +70,7 @@ impl<T: Serialize> Serialize for Setting<T> {
     }
 }
 
-/// A `kubernetes` launcher entry: a Pod per active project (SPEC §14, docs/SCALING.md). Each
+/// A `kubernetes` launcher entry: a Pod per active project (DESIGN.md §14, docs/SCALING.md). Each
 /// key is typed here; what the values must be (a namespace name, a quantity, an absolute
 /// path), which keys are required, and the refusal of unknown keys are pegasus-kube's
 /// (`KubeSettings`), when pegasusd starts.

@@ -1,4 +1,4 @@
-//! Read side of `costs/ledger.jsonl`, the one-line-per-LLM-call cost record (SPEC §5).
+//! Read side of `costs/ledger.jsonl`, the one-line-per-LLM-call cost record (DESIGN.md §5).
 //!
 //! The gateway writes the ledger (through [`crate::JsonlAppender`]); this module is the one
 //! reader of it ([`read_ledger`]) and the one way to sum it ([`LedgerTotals`]), used by the

@@ -1,6 +1,6 @@
 //! Pegasus files on disk.
 //!
-//! This crate is for everything Pegasus keeps in its home directory (SPEC §3): where each file
+//! This crate is for everything Pegasus keeps in its home directory (DESIGN.md §3): where each file
 //! lives ([`Home`]), PROJECT.md ([`ProjectFile`]) and the project lifecycle
 //! ([`transition`]), config.yml ([`Config`]), session transcripts ([`Session`]), the cost
 //! ledger ([`ledger`]), and the two primitives every write goes through: [`write_atomic`] for

@@ -1,4 +1,4 @@
-//! The project lifecycle state machine (SPEC §4), as one function.
+//! The project lifecycle state machine (DESIGN.md §4), as one function.
 //!
 //! `active ⇄ suspended → completed → archived`, plus `active → completed`. What a verb does to
 //! a worker process is the supervisor's business; this only decides whether it is allowed.
@@ -51,7 +51,7 @@ impl fmt::Display for Verb {
 }
 
 /// Decides the status a project moves to when `verb` is applied in status `from`, or refuses
-/// with `cannot <verb> project <name>: it is <status>`. The single source of truth for SPEC §4.
+/// with `cannot <verb> project <name>: it is <status>`. The single source of truth for DESIGN.md §4.
 pub fn transition(name: &str, from: ProjectStatus, verb: Verb) -> Result<ProjectStatus> {
     use ProjectStatus::*;
     match (from, verb) {

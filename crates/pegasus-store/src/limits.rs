@@ -1,4 +1,4 @@
-//! Per-project limits (SPEC §12): `limits: {memory: 2G, pids: 512, cpu: 1.0}` in config.yml
+//! Per-project limits (DESIGN.md §12): `limits: {memory: 2G, pids: 512, cpu: 1.0}` in config.yml
 //! (the default for every project) and in PROJECT.md (wins per key). pegasusd enforces them
 //! with cgroups (`pegasus_sandbox::cgroups`); this module only reads and checks them.
 //!

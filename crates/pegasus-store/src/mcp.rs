@@ -1,4 +1,4 @@
-//! MCP server declarations (SPEC §13): `mcp_servers: {NAME: {command, args?, env?, timeout_s?,
+//! MCP server declarations (DESIGN.md §13): `mcp_servers: {NAME: {command, args?, env?, timeout_s?,
 //! eager?, writable?}}` in config.yml (every project gets them) and in PROJECT.md (an entry of the same
 //! name wins). One type and one check for both files.
 

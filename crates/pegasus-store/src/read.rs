@@ -50,7 +50,7 @@ impl Capped {
 }
 
 /// Whether a symlink is followed to open a file: never for what is read as configuration or
-/// policy from a folder a model's commands may have written (SPEC §12).
+/// policy from a folder a model's commands may have written (DESIGN.md §12).
 #[derive(Clone, Copy, PartialEq)]
 enum Links {
     Follow,

@@ -1,4 +1,4 @@
-//! What pegasusd alone decides for a remote project (SPEC §12, §14). A remote project's folder
+//! What pegasusd alone decides for a remote project (DESIGN.md §12, §14). A remote project's folder
 //! sits on storage its worker's host writes too, so its PROJECT.md cannot say where the worker
 //! runs or what Pegasus runs for it: a host that wrote `launcher: local`, a workdir and MCP
 //! commands there, then crashed its worker, would be restarted on pegasusd's own host running

@@ -1,4 +1,4 @@
-//! A project's conversation on disk: `session/current.jsonl` (SPEC §3 "Session JSONL").
+//! A project's conversation on disk: `session/current.jsonl` (DESIGN.md §3 "Session JSONL").
 //!
 //! This module owns the line format, the durable append at turn boundaries and the repairing
 //! load. It does not decide what a turn contains or when to compact; that is the agent loop's.
@@ -88,7 +88,7 @@ pub enum Role {
 
 /// A message with its content blocks, the model that produced it and what it cost.
 ///
-/// Written with two keys more than it holds, for readers of the file (SPEC §11): a message
+/// Written with two keys more than it holds, for readers of the file (DESIGN.md §11): a message
 /// somebody sent carries `channel` (`cli`, `dashboard`, `telegram`, `main`, `schedule`, ...)
 /// and, where the channel knows who, `sender` (the chat id for Telegram, the job of a
 /// schedule), both derived from `from`, so they can never disagree with it; reading ignores
@@ -299,7 +299,7 @@ pub fn load_session(project_dir: &Path) -> Result<LoadedSession> {
 }
 
 /// [`load_session`], except that the calls of an assistant message holding one of the `held`
-/// tool call ids are left open: a call waiting for a person's approval (SPEC §11) gets its
+/// tool call ids are left open: a call waiting for a person's approval (DESIGN.md §11) gets its
 /// real result when the request is answered, not the cancelled one.
 pub fn load_session_holding(project_dir: &Path, held: &HashSet<String>) -> Result<LoadedSession> {
     let read = read_jsonl_with(&session_file(project_dir), parse_record)?;

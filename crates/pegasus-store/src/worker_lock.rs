@@ -1,4 +1,4 @@
-//! At most one worker serves a project (SPEC §14): the worker holds an exclusive `flock` on
+//! At most one worker serves a project (DESIGN.md §14): the worker holds an exclusive `flock` on
 //! `<project>/worker.lock` for its whole life, and pegasusd starts no worker for a project
 //! while that lock is held. With workers on other hosts this is what keeps two apart: a lost
 //! link does not mean a dead worker, and both hosts see the project folder (NFS v4 carries

@@ -1,5 +1,5 @@
 //! What each project's worker is doing now — the task it runs and that task's cognitive stage —
-//! kept from the event bus for `status` and listings (SPEC §7).
+//! kept from the event bus for `status` and listings (DESIGN.md §7).
 //!
 //! It observes the event bus (see `crate::bus`): every event is folded in inside `publish`, in
 //! bus order, so it never lags and never needs a task of its own.
@@ -34,7 +34,7 @@ impl Activity {
                 ..
             }) => {
                 let doing = now.entry(event.project.clone()).or_default();
-                // A task waiting for a person's yes (SPEC §11) still occupies its worker: the
+                // A task waiting for a person's yes (DESIGN.md §11) still occupies its worker: the
                 // idle suspend must not stop the call that waits.
                 if *state == TaskState::Blocked && reason.as_deref() == Some("approval") {
                     doing.stage = None;

@@ -1,4 +1,4 @@
-//! pegasusd's clock for approvals (SPEC §11: "expiry is judged by pegasusd's clock from the
+//! pegasusd's clock for approvals (DESIGN.md §11: "expiry is judged by pegasusd's clock from the
 //! moment pegasusd first saw the request"). A request's `asked_at` is its worker's clock; a
 //! remote host whose clock is hours behind would make every request look expired here (not
 //! listed, not answerable), one ahead would make them wait too long. So pegasusd remembers

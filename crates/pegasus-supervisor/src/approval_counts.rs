@@ -1,4 +1,4 @@
-//! How many tool calls of each project wait for a person's yes (SPEC §11), for `status`,
+//! How many tool calls of each project wait for a person's yes (DESIGN.md §11), for `status`,
 //! `project list` and the dashboard, without a directory read per project per listing.
 //!
 //! The requests are files under each project's `approvals/` (written by its worker, answered

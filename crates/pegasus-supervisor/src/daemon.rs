@@ -147,7 +147,7 @@ async fn serve(
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
     let gateway = pegasus_llm::Gateway::new(&home, &config).map_err(SupervisorError::Llm)?;
-    // Workers on other hosts (SPEC §14): the listener and the certificate authority.
+    // Workers on other hosts (DESIGN.md §14): the listener and the certificate authority.
     let (remote, remote_listener) = match &config.workers.listen {
         Some(listen) => {
             let (addr, listener) = crate::remote::bind(listen)

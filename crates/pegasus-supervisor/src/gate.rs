@@ -1,4 +1,4 @@
-//! What keeps every listener of pegasusd open under a flood (SPEC §12, Listeners): the control
+//! What keeps every listener of pegasusd open under a flood (DESIGN.md §12, Listeners): the control
 //! socket, the worker socket, `workers.listen` and the dashboard each admit connections through
 //! a [`Gate`] — a cap per peer (a local user, or an address), per process where the kernel
 //! names it, and in total — and log their refusals through a [`RefusalLog`], at a bounded
@@ -476,7 +476,7 @@ pub fn inherited_open_files_limit() -> Option<u64> {
     INHERITED_OPEN_FILES.get().copied()
 }
 
-/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (SPEC §12: the shipped
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (DESIGN.md §12: the shipped
 /// systemd unit leaves 1024, which ~1,000 idle connections exhaust). Returns (before, after);
 /// the caps of every [`Gate`] made afterwards fit within `after`.
 pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {

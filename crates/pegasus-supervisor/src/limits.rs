@@ -1,4 +1,4 @@
-//! Per-project limits on pegasusd's side (SPEC §12): the cgroups found once at start
+//! Per-project limits on pegasusd's side (DESIGN.md §12): the cgroups found once at start
 //! (`pegasus_sandbox::cgroups`), each project's own made before its worker is spawned and
 //! removed when it has ended, and what `project show` says about them.
 

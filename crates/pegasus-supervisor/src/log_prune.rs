@@ -1,4 +1,4 @@
-//! Pruning `<home>/logs/` (SPEC §12, `logs: {keep_days, max_mb}`): pegasusd's daily logs, the
+//! Pruning `<home>/logs/` (DESIGN.md §12, `logs: {keep_days, max_mb}`): pegasusd's daily logs, the
 //! workers' daily logs and their stderr files. At start and then daily: every file not written
 //! for `keep_days` is deleted, then the oldest others until all of them together weigh at most
 //! `max_mb`. A file still being written is never deleted (a daily log of today, or any file

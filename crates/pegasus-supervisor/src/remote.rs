@@ -1,4 +1,4 @@
-//! Workers on other hosts (SPEC §14): the TCP listener on `workers.listen` (mutual TLS only)
+//! Workers on other hosts (DESIGN.md §14): the TCP listener on `workers.listen` (mutual TLS only)
 //! and what a launch needs from it. A connection is enrollment (a token traded for a client
 //! certificate) or a worker link (a certificate, then the same hello as on the Unix socket,
 //! see [`crate::worker_server::hello`]); everything else is refused, logged with the peer's
@@ -132,7 +132,7 @@ const HOME_FILES_MAX: usize = 4 << 20;
 const HOME_FILE_MAX: u64 = 1 << 20;
 
 /// The home's roles, global skills and preferences, for a worker on another host that has
-/// only its project folder (SPEC §14: everything else comes over the link). A file that
+/// only its project folder (DESIGN.md §14: everything else comes over the link). A file that
 /// cannot be read, or is too large, is left out with a warning.
 pub(crate) fn home_files(home: &Home) -> pegasus_proto::worker::HomeFiles {
     let mut files = pegasus_proto::worker::HomeFiles::default();

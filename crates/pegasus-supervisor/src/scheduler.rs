@@ -1,4 +1,4 @@
-//! Scheduled agents (SPEC §10): every [`TICK`] (and once at start, after the restart scan)
+//! Scheduled agents (DESIGN.md §10): every [`TICK`] (and once at start, after the restart scan)
 //! the jobs of `<home>/schedules.yml` that are due add their task to their project — `ready`
 //! with `auto: true`, else `planned`, waiting for `pegasusctl task approve`. The rules (a
 //! missed window runs once, a failing job waits for its next time) live in

@@ -56,7 +56,7 @@ pub fn new_token() -> std::io::Result<String> {
 /// Spawns the worker for `project_dir` and hands it `token`, after `spawned` was told its pid
 /// (so the worker socket knows it before the worker can say hello). `stderr_log` catches what
 /// the worker prints outside its tracing log (a panic message, a loader error). With `cgroup`
-/// (SPEC §12 limits), the worker is told its project's cgroup and puts itself in it before
+/// (DESIGN.md §12 limits), the worker is told its project's cgroup and puts itself in it before
 /// anything else, so nothing it does runs outside it.
 pub async fn spawn_worker(
     bin: &Path,
@@ -92,7 +92,7 @@ pub async fn spawn_worker(
     Ok(child)
 }
 
-/// Starts a launcher's command (SPEC §14: `ssh`, `ip netns exec`, ...) that starts a worker
+/// Starts a launcher's command (DESIGN.md §14: `ssh`, `ip netns exec`, ...) that starts a worker
 /// elsewhere: `argv` already expanded, the same short environment allowlist as a local worker
 /// plus the public bootstrap values in `env`, `enroll_line` (the one-time token) on its
 /// standard input, which is then closed, its own process group, output to `stderr_log`. Its

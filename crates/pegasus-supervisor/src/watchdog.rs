@@ -1,4 +1,4 @@
-//! The watchdog (SPEC §2, §5; seed 003): it notices a busy worker that went silent and a task
+//! The watchdog (DESIGN.md §2, §5; seed 003): it notices a busy worker that went silent and a task
 //! that spends too fast.
 //!
 //! It observes the event bus (every event is folded in inside `publish`, see `crate::bus`) and
@@ -83,7 +83,7 @@ impl Watchdog {
         if self.busy.as_deref() == Some(task.as_str()) {
             self.busy = None;
         }
-        // Waiting for a person's yes (SPEC §11) is a pause, not a stop: the task goes on with
+        // Waiting for a person's yes (DESIGN.md §11) is a pause, not a stop: the task goes on with
         // its spend when the answer comes, and the person is asked directly (CLI, dashboard,
         // Telegram), not through the MainAgent.
         if *state == TaskState::Blocked && reason.as_deref() == Some("approval") {

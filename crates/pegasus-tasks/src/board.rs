@@ -1,4 +1,4 @@
-//! The board view (SPEC §7): ten states folded into the four columns a person scans.
+//! The board view (DESIGN.md §7): ten states folded into the four columns a person scans.
 
 use serde::Serialize;
 

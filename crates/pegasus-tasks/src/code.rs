@@ -24,7 +24,7 @@ pub fn peek_tasks(dir: &Path) -> Vec<crate::Task> {
         .unwrap_or_default()
 }
 
-/// The kept branches of a code project's ended tasks (SPEC §10), `repo: branch (task ID)`:
+/// The kept branches of a code project's ended tasks (DESIGN.md §10), `repo: branch (task ID)`:
 /// which tasks are over is this crate's rule ([`crate::state::is_over`]); the branches are
 /// read by `pegasus-code`.
 pub fn unmerged_branches(dir: &Path) -> Vec<String> {

@@ -12,7 +12,7 @@ use crate::state::TaskState;
 /// Everything that can go wrong with a task.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
-    /// The transition table (SPEC §7) forbids the move.
+    /// The transition table (DESIGN.md §7) forbids the move.
     #[error("cannot move task {id} from {from} to {to}")]
     InvalidTransition {
         /// The task.

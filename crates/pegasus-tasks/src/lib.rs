@@ -1,4 +1,4 @@
-//! Pegasus tasks (SPEC §7, seeds 004, 000, 001).
+//! Pegasus tasks (DESIGN.md §7, seeds 004, 000, 001).
 //!
 //! This crate is for the life of a task inside one project: the state machine
 //! ([`TaskState`], [`check_transition`]), frozen specs with repo snapshots ([`TaskSpec`]),

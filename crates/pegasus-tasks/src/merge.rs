@@ -1,4 +1,4 @@
-//! Where a verified code task is in its merge (SPEC §10): [`MergeState`], the task's `merge`
+//! Where a verified code task is in its merge (DESIGN.md §10): [`MergeState`], the task's `merge`
 //! field. It lives only while the task is `verified`: every move out of `verified` ends it.
 //!
 //! Task files written before the field existed kept the merge in `stop_reason` ("merge

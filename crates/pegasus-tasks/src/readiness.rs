@@ -1,4 +1,4 @@
-//! Whether a ready task may start: every task it depends on must be done (SPEC §7, seed 001).
+//! Whether a ready task may start: every task it depends on must be done (DESIGN.md §7, seed 001).
 
 use crate::state::TaskState;
 

@@ -1,4 +1,4 @@
-//! Scheduled agents (SPEC §10): `<home>/schedules.yml` lists jobs that create a task in a
+//! Scheduled agents (DESIGN.md §10): `<home>/schedules.yml` lists jobs that create a task in a
 //! project on a 5-field cron schedule (UTC); `<home>/schedules.state.json` remembers, per job,
 //! when it last ran and last tried, so a restart neither repeats nor forgets a run.
 //!

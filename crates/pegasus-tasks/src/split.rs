@@ -1,4 +1,4 @@
-//! A task split into subtasks by a planner role (`plan: ROLE` in PROJECT.md, SPEC §10, seed
+//! A task split into subtasks by a planner role (`plan: ROLE` in PROJECT.md, DESIGN.md §10, seed
 //! 003's Planner): the steps as the planner wrote them, and the rules a split must follow
 //! before anything is created. [`crate::TaskStore::split`] creates them.
 //!

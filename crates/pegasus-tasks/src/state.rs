@@ -1,4 +1,4 @@
-//! The task state machine (SPEC §7), as one enum and one function.
+//! The task state machine (DESIGN.md §7), as one enum and one function.
 //!
 //! [`check_transition`] is the only place that knows which moves are allowed; the store, the
 //! recovery rule and every caller go through it, so a state name can never drift between the
@@ -9,7 +9,7 @@ use crate::error::TaskError;
 
 pub use pegasus_proto::TaskState;
 
-/// The board column a state is shown in (SPEC §7: todo / in progress / review / done).
+/// The board column a state is shown in (DESIGN.md §7: todo / in progress / review / done).
 pub fn column(state: TaskState) -> BoardColumn {
     match state {
         TaskState::Draft | TaskState::Planned | TaskState::Ready | TaskState::Blocked => {
@@ -29,14 +29,14 @@ pub fn is_over(state: TaskState) -> bool {
 }
 
 /// Decides whether task `id` may move from `from` to `to`; the single source of truth for the
-/// transition table of SPEC §7:
+/// transition table of DESIGN.md §7:
 ///
 /// * the happy path `draft → planned → ready → running → verifying → verified → done`;
 /// * `running → done`, for a task with no verification step (a chat answer has nothing to
 ///   verify, and forcing it through verifying/verified would only add noise to its log);
 /// * `running → failed`, `verifying → failed`, and `failed → ready` (an explicit retry);
 /// * `running → blocked` and `blocked → ready`;
-/// * for code tasks (SPEC §10): `verifying → running` (verify failed or the base conflicted:
+/// * for code tasks (DESIGN.md §10): `verifying → running` (verify failed or the base conflicted:
 ///   back to the agent), `verified → blocked` (the safe merge could not land) and
 ///   `blocked → verified` (`task merge` after the user fixed what blocked it);
 /// * any non-terminal state `→ cancelled`.

@@ -1,4 +1,4 @@
-//! [`TaskStore`]: the tasks of one project folder, on disk (SPEC §3, §7).
+//! [`TaskStore`]: the tasks of one project folder, on disk (DESIGN.md §3, §7).
 //!
 //! `tasks/<YYYY-MM-DD>/<id>.jsonl` holds each task's events and is the truth;
 //! `tasks/index.jsonl` is a cache of their fold (see the `index` module). Every method that
@@ -379,7 +379,7 @@ impl TaskStore {
         Ok(task)
     }
 
-    /// Splits ready task `id` into the subtasks of a planner's `steps` (SPEC §10 `plan:`):
+    /// Splits ready task `id` into the subtasks of a planner's `steps` (DESIGN.md §10 `plan:`):
     /// each a new ready task with the parent's kind, priority, role, constraints and repos, its
     /// goal and acceptance from its step, `depends_on` the subtasks of the steps it names, and
     /// [`Task::parent`] set. The parent records them as [`Task::subtasks`] and waits for them.
@@ -484,7 +484,7 @@ impl TaskStore {
         self.readiness_locked(&task)
     }
 
-    /// The restart rule (SPEC §6, §7): every task found `running` or `verifying` becomes
+    /// The restart rule (DESIGN.md §6, §7): every task found `running` or `verifying` becomes
     /// `failed` with reason `process restarted` (actor `recovery`), since no process is
     /// executing it any more; then the index is rebuilt from the events. A message's task (one
     /// that lists [`Task::messages`]) is the exception, because its sender was told the message

@@ -1,4 +1,4 @@
-//! What a task is: its fields (SPEC §7, seed 001 §1.3), its frozen spec (seed 004) and the
+//! What a task is: its fields (DESIGN.md §7, seed 001 §1.3), its frozen spec (seed 004) and the
 //! few fields that may change after creation.
 
 use chrono::{DateTime, Utc};
@@ -98,7 +98,7 @@ pub struct Task {
     /// cleared when it becomes ready again.
     #[serde(default)]
     pub stop_reason: Option<String>,
-    /// A verified code task's merge (SPEC §10); ended by every move out of `verified`.
+    /// A verified code task's merge (DESIGN.md §10); ended by every move out of `verified`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge: Option<MergeState>,
     /// The clarification asked while blocked; cleared when it leaves `blocked`.
@@ -114,11 +114,11 @@ pub struct Task {
     #[serde(default)]
     pub cost_usd: Option<f64>,
     /// The ids of the inbound messages this task answers (a message's task): the restart rule
-    /// re-runs such a task once (SPEC §6), and a message whose id no task lists has not been
+    /// re-runs such a task once (DESIGN.md §6), and a message whose id no task lists has not been
     /// taken up yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<String>,
-    /// The task a planner split into this one and its siblings (`plan:` in PROJECT.md, SPEC
+    /// The task a planner split into this one and its siblings (`plan:` in PROJECT.md, DESIGN.md
     /// §10); set at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,

@@ -1,4 +1,4 @@
-//! A planner's split (SPEC §10 `plan:`): subtasks created ready with their dependencies, the
+//! A planner's split (DESIGN.md §10 `plan:`): subtasks created ready with their dependencies, the
 //! parent waiting for them, and every malformed plan refused before anything is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

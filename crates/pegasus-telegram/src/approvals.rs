@@ -1,4 +1,4 @@
-//! Tool-call approvals over Telegram (SPEC §11): each request the bus announces goes to every
+//! Tool-call approvals over Telegram (DESIGN.md §11): each request the bus announces goes to every
 //! allowed chat as one message with inline Approve / Deny buttons, and a press of one of them
 //! answers the request through the front door, as `pegasusctl approve` / `deny` would, recorded
 //! as from `telegram:<chat>`.
@@ -321,7 +321,7 @@ pub(crate) enum PressCheck {
     Refused { text: &'static str, log: String },
 }
 
-/// Decides about a `callback_query` (SPEC §11: `message.chat.id` must be an allowed chat, and
+/// Decides about a `callback_query` (DESIGN.md §11: `message.chat.id` must be an allowed chat, and
 /// `from.id` an allowed user when `users` is not empty).
 pub(crate) fn judge(q: &Value, allowed: &[i64], users: &[i64]) -> PressCheck {
     let from = q["from"]["id"].as_i64().unwrap_or(0);

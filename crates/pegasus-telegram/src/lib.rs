@@ -402,7 +402,7 @@ pub(crate) fn split(text: &str) -> Vec<String> {
     parts
 }
 
-/// One message of update `update_id` (the client id of a `/send`, SPEC §11: were the update
+/// One message of update `update_id` (the client id of a `/send`, DESIGN.md §11: were the update
 /// seen again, the project would not run it twice).
 fn handle(sup: &FrontDoor, bot: &Arc<Bot>, update_id: i64, msg: &Value) {
     let (Some(chat), Some(text)) = (msg["chat"]["id"].as_i64(), msg["text"].as_str()) else {

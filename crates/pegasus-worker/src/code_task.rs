@@ -1,4 +1,4 @@
-//! Code tasks (SPEC §10): a task whose spec names repos runs in its own worktrees; when the
+//! Code tasks (DESIGN.md §10): a task whose spec names repos runs in its own worktrees; when the
 //! agent says it is finished, its work is committed, the base branch merged in, `verify` run
 //! (back to the agent on failure, a bounded number of times), and the verified result merged
 //! into the base branch through the safe merge of `pegasus-code` — or held for

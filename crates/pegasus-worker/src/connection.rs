@@ -1,5 +1,5 @@
 //! The worker's end of its link: connect (the Unix socket of a local pegasusd, or mutual TLS to
-//! a remote one, SPEC §14), hello, wait for `Init`.
+//! a remote one, DESIGN.md §14), hello, wait for `Init`.
 
 use crate::WorkerError;
 use interprocess::local_socket::{

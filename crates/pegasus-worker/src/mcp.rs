@@ -1,4 +1,4 @@
-//! MCP servers of a project (SPEC §13), behind this one module: each server is a child process
+//! MCP servers of a project (DESIGN.md §13), behind this one module: each server is a child process
 //! (its own process group, a clean environment plus its `env`, dying with the worker, recorded
 //! for pegasusd's sweep like `exec`'s commands) spoken to over stdio with the official SDK
 //! (`rmcp`). Started at first use (or with the worker when `eager`), its tools are offered to
@@ -6,7 +6,7 @@
 //! dies is marked down, its error kept for `project show`, and started again at the next use
 //! after a backoff that doubles (1 s … 60 s). Its state is written to `<project>/mcp.json`.
 //!
-//! What a server sends is bounded like any other input (SPEC §12), so no server can make the
+//! What a server sends is bounded like any other input (DESIGN.md §12), so no server can make the
 //! worker buffer without end or send pegasusd a frame past `MAX_FRAME` (tool specs travel in
 //! every `LlmRequest`):
 //! - one message (a line of JSON-RPC) is at most [`MAX_MESSAGE_BYTES`]: a longer one stops

@@ -1,4 +1,4 @@
-//! `approvals.merge: ask` (SPEC §11): a verified code task that would merge on its own waits
+//! `approvals.merge: ask` (DESIGN.md §11): a verified code task that would merge on its own waits
 //! for a person's yes first. The request is detached (nobody waits for it in-process): the task
 //! moves `verified → blocked` (reason `approval`) and the worker is free; when the answer
 //! comes, [`settle`] moves it back to `verified`, due to merge (approved) or pending for

@@ -1,4 +1,4 @@
-//! Planning of code tasks (SPEC §10, seed 003's Planner): with `plan: ROLE` in PROJECT.md, a
+//! Planning of code tasks (DESIGN.md §10, seed 003's Planner): with `plan: ROLE` in PROJECT.md, a
 //! new code task's goal is first given to that role, which answers with subtasks linked by
 //! `depends_on`:
 //!

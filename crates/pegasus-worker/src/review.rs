@@ -1,4 +1,4 @@
-//! The review gate of code tasks (SPEC §10, seed 003's Reviewer): with `review: ROLE` in
+//! The review gate of code tasks (DESIGN.md §10, seed 003's Reviewer): with `review: ROLE` in
 //! PROJECT.md, that role reads a task's change once the checks passed and before the merge.
 //! Its first line decides, read by the run reviews' own parser
 //! ([`pegasus_runs::parse_verdict`]): exactly `APPROVED` lets the merge go on; `REJECTED:

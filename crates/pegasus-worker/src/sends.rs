@@ -1,4 +1,4 @@
-//! Sends that never run twice (SPEC §11): the client ids of the messages this project took,
+//! Sends that never run twice (DESIGN.md §11): the client ids of the messages this project took,
 //! so that a repeat (`project send --id`, an `Idempotency-Key`, a Telegram update seen again,
 //! the CLI's retry after a dropped connection) is answered with the first message's id and
 //! nothing is recorded or run again.

@@ -45,7 +45,7 @@ pub enum Event {
     LinkSilent,
 }
 
-/// How long a remote worker waits for a frame from pegasusd before it exits (SPEC §14);
+/// How long a remote worker waits for a frame from pegasusd before it exits (DESIGN.md §14);
 /// pegasusd keeps a remote link alive with a ping every heartbeat interval.
 pub const LINK_SILENCE: std::time::Duration = std::time::Duration::from_secs(15);
 

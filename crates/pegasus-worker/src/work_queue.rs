@@ -94,7 +94,7 @@ pub async fn run_jobs(
     let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
     crate::code_task::boot(&mut agent, &dir, &name).await;
     // A call that waited for its approval when the last worker stopped gets its answer first:
-    // its task blocks the agent as it did before (SPEC §11).
+    // its task blocks the agent as it did before (DESIGN.md §11).
     resume_held(&mut agent, &out).await;
     // A restarted worker picks up what was ready before it died (or was made ready meanwhile).
     run_ready_tasks(&mut agent, &out).await;

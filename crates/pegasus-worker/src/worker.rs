@@ -37,7 +37,7 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
     die_with_supervisor();
     usual_open_files_limit();
-    // Before any thread: into the project's cgroup pegasusd made (SPEC §12 limits), and where
+    // Before any thread: into the project's cgroup pegasusd made (DESIGN.md §12 limits), and where
     // its commands go. A worker that cannot be put there does not run outside it.
     pegasus_sandbox::cgroups::CommandCgroup::from_env().map_err(WorkerError::Config)?;
     let project_dir = std::path::absolute(&args.project_dir).unwrap_or(args.project_dir);
@@ -48,7 +48,7 @@ pub fn run(args: WorkerArgs) -> Result<(), WorkerError> {
         .and_then(|n| n.to_str())
         .map(str::to_string)
         .ok_or_else(|| WorkerError::NotAProject(project_dir.display().to_string()))?;
-    // Launched on another host (SPEC §14): the public bootstrap values are in the environment
+    // Launched on another host (DESIGN.md §14): the public bootstrap values are in the environment
     // and the enrollment token comes on stdin (or from a Secret's file); started by a local
     // pegasusd: the spawn token comes on stdin.
     let remote = pegasus_remote::Bootstrap::from_launch()
@@ -131,7 +131,7 @@ struct Shared {
 /// Where a remote worker keeps the home's files pegasusd sent it, in its project folder:
 /// outside every path its commands may write (the workdir, `tmp/`, `agent.exec_writable` and
 /// MCP `writable` paths, none of which may lie in the home), so a model cannot plant a role,
-/// a skill or preferences there (SPEC §12).
+/// a skill or preferences there (DESIGN.md §12).
 pub const REMOTE_HOME: &str = "remote-home";
 
 /// Writes the home's files a remote worker got over its link below `dir`, in the home's own
@@ -193,7 +193,7 @@ fn materialize(dir: &Path, files: &pegasus_proto::worker::HomeFiles) -> std::io:
 enum Route {
     /// The home's worker socket, with the spawn token from stdin.
     Local(String),
-    /// Mutual TLS to a pegasusd on another host (SPEC §14).
+    /// Mutual TLS to a pegasusd on another host (DESIGN.md §14).
     Remote(pegasus_remote::Bootstrap),
 }
 
@@ -218,7 +218,7 @@ async fn serve(
     let proxy = ProxyModel::new(out.clone());
 
     // The home's roles, skills and preferences: a local worker reads the home's own; a remote
-    // one (SPEC §14) got them over the link and keeps them where its commands cannot write.
+    // one (DESIGN.md §14) got them over the link and keeps them where its commands cannot write.
     let shared = match &init.home_files {
         None => Shared {
             roles: home.roles_dir(),
@@ -235,7 +235,7 @@ async fn serve(
         .map_err(|e| WorkerError::Config(format!("the settings pegasusd sent are unreadable: {e}")))
         .and_then(|config| Ok((config, ProjectFile::load(&project_dir)?)))
         .and_then(|(config, project)| {
-            // The home is never inside a project (SPEC §12), whoever edited PROJECT.md.
+            // The home is never inside a project (DESIGN.md §12), whoever edited PROJECT.md.
             pegasus_store::home_guard::check_project(&home, &project_dir, &project)
                 .and_then(|()| pegasus_store::home_guard::check_config(&home, &config))
                 .map_err(WorkerError::Config)?;
@@ -337,7 +337,7 @@ async fn serve(
         tracing::error!("cannot take up the messages left unanswered by the last run: {e}");
     }
     let session = agent.session_handle();
-    // The client ids of the messages taken in the last day (SPEC §11), from the same lines.
+    // The client ids of the messages taken in the last day (DESIGN.md §11), from the same lines.
     let mut sends = Sends::load(&project_dir, chrono::Utc::now());
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
     let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();
@@ -499,7 +499,7 @@ async fn serve(
                 Action::WakeApproval(id) => {
                     tracing::debug!(id, "approval answered");
                     gate.wake();
-                    // A merge's answer is settled by the merge step (SPEC §11 `merge: ask`).
+                    // A merge's answer is settled by the merge step (DESIGN.md §11 `merge: ask`).
                     let _ = jobs.send(Job::ReadyTasks);
                 }
                 Action::StartDraining => {

@@ -1,4 +1,4 @@
-//! A role consulted once about a task (SPEC §10): the review gate's reviewer reading a verified
+//! A role consulted once about a task (DESIGN.md §10): the review gate's reviewer reading a verified
 //! diff, the planner splitting a goal. Not a turn of the task: a fresh transcript that is
 //! neither recorded in the session nor seen by the task's agent, so what the role says reaches
 //! the task only through what the caller makes of it.

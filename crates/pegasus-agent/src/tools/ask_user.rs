@@ -1,4 +1,4 @@
-//! `ask_user{question}`: the clarification loop (SPEC §6). The task stops after this turn,
+//! `ask_user{question}`: the clarification loop (DESIGN.md §6). The task stops after this turn,
 //! `blocked` with reason `question` and the question recorded on it; `pegasusctl task answer`
 //! puts it back to ready, and its next run starts with the answer.
 

@@ -174,7 +174,7 @@ async fn run_command_contained(spec: CommandSpec<'_>) -> ToolOutput {
     };
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
-    // The project's memory-kill count before it starts (SPEC §12 limits; `None`: no limit).
+    // The project's memory-kill count before it starts (DESIGN.md §12 limits; `None`: no limit).
     let oom_before = pegasus_sandbox::cgroups::oom_kills();
     let spawned = pegasus_sandbox::adopted::spawn_known(|| cmd.spawn(), |c| c.id());
     // Our copies of the write end must close, or the pipe never reports end-of-file.

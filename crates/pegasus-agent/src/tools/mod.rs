@@ -1,4 +1,4 @@
-//! The built-in tools, one file per tool (SPEC §6). Their names and JSON arguments are a
+//! The built-in tools, one file per tool (DESIGN.md §6). Their names and JSON arguments are a
 //! contract with the model and with role allowlists: do not rename them.
 
 use std::sync::Arc;

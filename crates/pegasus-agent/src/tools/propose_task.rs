@@ -1,5 +1,5 @@
 //! `propose_task{title, goal, priority?, acceptance?}`: a task for the user to approve, in the
-//! agent's own project (the maintenance roles' output, SPEC §10). It is created `planned`
+//! agent's own project (the maintenance roles' output, DESIGN.md §10). It is created `planned`
 //! with its spec frozen; `pegasusctl task approve ID` lets it run.
 
 use std::sync::atomic::Ordering;

@@ -12,7 +12,7 @@ use crate::toolset::ToolSet;
 
 /// Runs a one-off agent inside the worker: a fresh transcript holding only the task, the same
 /// model, its parent's tools (with a role, those of them the role allows), one level deeper. Its calls carry the parent's task id, so its
-/// spend is the parent task's (SPEC §5). Depth and per-task count are limited, since each
+/// spend is the parent task's (DESIGN.md §5). Depth and per-task count are limited, since each
 /// level multiplies cost.
 pub struct SpawnSubagent;
 

@@ -1,4 +1,4 @@
-//! `pegasusctl approvals [NAME]`, `approve ID [--always]`, `deny ID [--reason T]` (SPEC §11).
+//! `pegasusctl approvals [NAME]`, `approve ID [--always]`, `deny ID [--reason T]` (DESIGN.md §11).
 //! The list reads the request files and needs no daemon; an answer goes through the daemon,
 //! which records it (first answer wins), edits PROJECT.md for `--always` and wakes the worker.
 

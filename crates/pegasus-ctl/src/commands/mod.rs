@@ -191,7 +191,7 @@ pub(crate) async fn streaming<T>(
 }
 
 /// Runs `work` (a `send --wait` that does not stream) while saying on stderr which call of
-/// `project` waits for approval and how to answer it (SPEC §11).
+/// `project` waits for approval and how to answer it (DESIGN.md §11).
 pub(crate) async fn watching_approvals<T>(
     home: &Home,
     project: &str,

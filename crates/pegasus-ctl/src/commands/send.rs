@@ -1,5 +1,5 @@
 //! `pegasusctl project send NAME TEXT [--wait] [--id ID]`: a message that never runs twice
-//! (SPEC §11). It carries a client id (`--id`, or one made here); when the answer is lost in a
+//! (DESIGN.md §11). It carries a client id (`--id`, or one made here); when the answer is lost in a
 //! way that leaves open whether pegasusd took the message (the connection dropped, the worker
 //! died before it said so), the same request is sent once more with the same id, and
 //! pegasusd answers a repeat with the first message's id (and its reply) without running it

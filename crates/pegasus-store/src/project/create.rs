@@ -82,7 +82,7 @@ impl ProjectFile {
     }
 }
 
-/// Creates a new project: the SPEC §3 folder tree and its PROJECT.md, built in a hidden temp
+/// Creates a new project: the DESIGN.md §3 folder tree and its PROJECT.md, built in a hidden temp
 /// folder and renamed into `projects/` in one step, so a crash never leaves a half-made
 /// project (scans ignore hidden folders). Refuses an existing project with `Exists`.
 pub fn create_project(home: &Home, p: &NewProject, now: DateTime<Utc>) -> Result<ProjectFile> {

@@ -1,4 +1,4 @@
-//! PROJECT.md: a project's definition and lifecycle status (SPEC §3, seed 000).
+//! PROJECT.md: a project's definition and lifecycle status (DESIGN.md §3, seed 000).
 //!
 //! The file is YAML frontmatter between two `---` lines, then a markdown body that becomes the
 //! project agent's system prompt. Users edit it by hand, so this module keeps their text
@@ -34,7 +34,7 @@ pub use parse::validate_name;
 /// The file name of a project definition inside its folder.
 pub const PROJECT_FILE: &str = "PROJECT.md";
 
-/// Subfolders every project has (SPEC §3), created with the project so later writers never
+/// Subfolders every project has (DESIGN.md §3), created with the project so later writers never
 /// have to guess whether a directory exists.
 pub const PROJECT_SUBDIRS: [&str; 6] = [
     "session",
@@ -65,9 +65,9 @@ struct Known {
     suspended: Option<DateTime<Utc>>,
     completed: Option<DateTime<Utc>>,
     budget_usd: Option<f64>,
-    /// Where the worker runs (SPEC §14): a name under config.yml `launchers:`, or `local`.
+    /// Where the worker runs (DESIGN.md §14): a name under config.yml `launchers:`, or `local`.
     launcher: Option<String>,
-    /// Its own `limits:` (SPEC §12), each key winning over config.yml's.
+    /// Its own `limits:` (DESIGN.md §12), each key winning over config.yml's.
     limits: crate::limits::ProjectLimits,
     /// Its own MCP servers (`mcp_servers:`), checked with the file.
     mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,

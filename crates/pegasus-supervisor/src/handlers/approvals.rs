@@ -1,4 +1,4 @@
-//! `pegasusctl approvals [NAME]`, `approve ID [--always]`, `deny ID [--reason T]` (SPEC §11):
+//! `pegasusctl approvals [NAME]`, `approve ID [--always]`, `deny ID [--reason T]` (DESIGN.md §11):
 //! the tool calls waiting for a person. The requests are files under each project's
 //! `approvals/` (written by its worker); pegasusd only answers them — the first answer wins,
 //! whoever gives it — and tells the worker, which runs or refuses the call.

@@ -20,7 +20,7 @@ use pegasus_store::{Config, Home, NewProject, ProjectFile, ProjectRegistry, Proj
 use std::{path::PathBuf, sync::Arc};
 use tokio::sync::{oneshot, Mutex};
 
-/// The longest client id of a send (SPEC §11) kept with its message.
+/// The longest client id of a send (DESIGN.md §11) kept with its message.
 const MAX_CLIENT_ID: usize = 200;
 
 /// Runs file work that fsyncs on the blocking pool ([`pegasus_fs::blocking`]), so a slow disk
@@ -49,7 +49,7 @@ pub(crate) struct Listing {
     pub activity: Arc<Activity>,
     /// Waiting approvals per project.
     pub approval_counts: Arc<ApprovalCounts>,
-    /// Per-project limits (SPEC §12): the home's cgroups, or why there are none.
+    /// Per-project limits (DESIGN.md §12): the home's cgroups, or why there are none.
     pub limits: Arc<Limits>,
 }
 
@@ -79,7 +79,7 @@ impl Listing {
         self.approval_counts.fill(infos);
     }
 
-    /// Adds each project's limits (SPEC §12) and whether they apply to listing rows: for
+    /// Adds each project's limits (DESIGN.md §12) and whether they apply to listing rows: for
     /// `project list` and `show`, not `status` (one more look at each PROJECT.md).
     fn fill_limits(&self, infos: &mut [ProjectInfo]) {
         use pegasus_store::launcher::LOCAL;
@@ -161,7 +161,7 @@ pub(crate) fn store_verb(verb: LifecycleVerb) -> Verb {
     }
 }
 
-/// One lifecycle verb (SPEC §4): PROJECT.md first, then the worker; under `lifecycle_lock`.
+/// One lifecycle verb (DESIGN.md §4): PROJECT.md first, then the worker; under `lifecycle_lock`.
 pub(crate) async fn lifecycle(
     listing: &Listing,
     lifecycle_lock: &Mutex<()>,
@@ -203,7 +203,7 @@ pub(crate) async fn lifecycle(
 
 /// `project send`: deliver a message from `from`. Answered with the message id once the
 /// worker has it durably, or — with `wait` — with the project agent's reply. A `client_id`
-/// the project's worker already has (SPEC §11) is answered with the first message's id (and
+/// the project's worker already has (DESIGN.md §11) is answered with the first message's id (and
 /// its reply) without running anything again; with another text, refused as a conflict.
 pub(crate) async fn send(
     slots: &Slots,

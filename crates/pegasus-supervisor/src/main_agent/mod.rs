@@ -144,7 +144,7 @@ pub(crate) fn start(
     let tools = tools::all(door.clone());
     let skills = sup.home.skills_dir();
     tokio::spawn(async move {
-        // A default model no table knows: its server says its window (SPEC §5), remembered
+        // A default model no table knows: its server says its window (DESIGN.md §5), remembered
         // from an earlier run or asked now; waited for briefly, never for a server that does
         // not answer (then the default, until it says).
         settings.context_window = Some(
@@ -201,7 +201,7 @@ pub(crate) fn start(
             let from_user = batch.iter().any(|i| !i.channel.is_project());
             let texts: Vec<String> = batch.iter().map(|i| i.text.clone()).collect();
             for input in batch {
-                // "Preference: ..." from the user is kept for every agent's prompt (SPEC §10),
+                // "Preference: ..." from the user is kept for every agent's prompt (DESIGN.md §10),
                 // before the run, so this very answer already sees it.
                 if !input.channel.is_project() {
                     if let Some(pref) = preference_of(&input.text) {

@@ -45,7 +45,7 @@ impl Slot {
             ..
         } = conn;
         let model = self.ctx.project_model(&self.name);
-        // A model no table knows: its server says its window, asked in the background (SPEC
+        // A model no table knows: its server says its window, asked in the background (DESIGN.md
         // §12: a worker's Ready never waits on the network). What it said before a restart is
         // known at once; until it has said it, the worker is told the window is pending, and
         // its first model call waits for the `ContextWindow` frame that follows.
@@ -60,7 +60,7 @@ impl Slot {
             context_window: Some(window.window),
             window_pending: window.pending,
             model: model.clone(),
-            // A remote worker has only its project folder (SPEC §14).
+            // A remote worker has only its project folder (DESIGN.md §14).
             home_files: process
                 .is_remote()
                 .then(|| crate::remote::home_files(&self.ctx.home)),

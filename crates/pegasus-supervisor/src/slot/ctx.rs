@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 pub(crate) enum StartError {
     /// Something that may pass (a missing client, a config to fix): counted like a crash.
     Crash(String),
-    /// The project must not start as it is (SPEC §12): not retried until `project resume`.
+    /// The project must not start as it is (DESIGN.md §12): not retried until `project resume`.
     Refused(String),
 }
 
@@ -40,7 +40,7 @@ pub(crate) struct SlotCtx {
     pub watchdogs: Arc<Watchdogs>,
     /// Every project as its PROJECT.md says now (its limits).
     pub projects: Arc<ProjectRegistry>,
-    /// Per-project limits (SPEC §12): the home's cgroups, or why there are none.
+    /// Per-project limits (DESIGN.md §12): the home's cgroups, or why there are none.
     pub limits: Arc<Limits>,
     /// Sweeps of escaped processes, asked for after each worker's end.
     pub sweeper: Arc<Sweeper>,
@@ -48,7 +48,7 @@ pub(crate) struct SlotCtx {
     pub spawns: Arc<PendingSpawns>,
     /// Workers on other hosts (`workers.listen`), when configured.
     pub remote: Option<Arc<crate::remote::Remote>>,
-    /// The Kubernetes launchers, by name (SPEC §14).
+    /// The Kubernetes launchers, by name (DESIGN.md §14).
     pub pods: HashMap<String, Arc<pegasus_kube::PodLauncher>>,
     /// The MainAgent's inbox (a worker's replies and notifies).
     pub main: MainInbox,
@@ -72,7 +72,7 @@ impl SlotCtx {
     /// its launcher and how it launches; an error says what to fix, and whether to retry.
     ///
     /// Checked first, the project is never started (a [`StartError::Refused`]) when one of its
-    /// paths reaches the home (SPEC §12: a PROJECT.md edited by hand), or when it is a remote
+    /// paths reaches the home (DESIGN.md §12: a PROJECT.md edited by hand), or when it is a remote
     /// project whose PROJECT.md changed its launcher, workdir or commands outside pegasusd
     /// (its folder is on storage the worker's host writes): a remote project is launched only
     /// where pegasusd's own record says (`pegasus_store::remote_record`), kept at its first

@@ -1,4 +1,4 @@
-//! A worker on another host (SPEC §14): started by a launcher, supervised by its link. The
+//! A worker on another host (DESIGN.md §14): started by a launcher, supervised by its link. The
 //! launch itself only starts something — a command (`ssh`, `ip netns exec`, ...) or a Pod —
 //! with the bootstrap values; the worker then connects back over mutual TLS and says the usual
 //! hello, and from there on [`super::connected`] supervises it like a local one.

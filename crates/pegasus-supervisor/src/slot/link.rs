@@ -57,7 +57,7 @@ pub(super) enum Timer {
     /// Not ready, or not stopped, in time.
     Kill,
     /// A remote worker must hear from pegasusd at least every beat: it exits when its link
-    /// says nothing for 15 s (SPEC §14), which is how a half-open link is found on its side.
+    /// says nothing for 15 s (DESIGN.md §14), which is how a half-open link is found on its side.
     Keepalive,
 }
 
@@ -92,7 +92,7 @@ pub(super) enum Action {
     DeliverQueued,
     /// The worker has this message on disk.
     Persisted(String),
-    /// The worker already had this message's client id, on message `original` (SPEC §11).
+    /// The worker already had this message's client id, on message `original` (DESIGN.md §11).
     Repeated {
         id: String,
         original: String,

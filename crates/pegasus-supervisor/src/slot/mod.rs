@@ -40,7 +40,7 @@ use tokio::{
     time::{sleep_until, Instant},
 };
 
-/// One direction of a worker link: the Unix socket's half, or a TLS stream's (SPEC §14).
+/// One direction of a worker link: the Unix socket's half, or a TLS stream's (DESIGN.md §14).
 pub(crate) type LinkRead = Box<dyn AsyncRead + Send + Unpin>;
 pub(crate) type LinkWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
@@ -92,7 +92,7 @@ pub(crate) struct SlotInfo {
     pub restarts: u32,
     pub last_crash: Option<String>,
     pub last_crash_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// Why the current worker runs without its cgroup (SPEC §12 limits), if it does.
+    /// Why the current worker runs without its cgroup (DESIGN.md §12 limits), if it does.
     pub limits_problem: Option<String>,
 }
 
@@ -180,7 +180,7 @@ enum Outcome {
     /// It ended without being asked (any exit, a bad frame, a hung handshake).
     Crashed(String),
     /// A launched worker never reached pegasusd (its host or the network is down): backed off
-    /// like a crash, but never counted towards crash-looping (SPEC §14).
+    /// like a crash, but never counted towards crash-looping (DESIGN.md §14).
     Unreached(String),
     /// The project must not start as it is (its paths reach the home, or its shared folder
     /// changed what only pegasusd decides): reported, then nothing until `project resume`.
@@ -197,7 +197,7 @@ struct Slot {
     queued: VecDeque<Delivery>,
     /// Who asked the slot to stop, answered once it has.
     stop_reply: Option<oneshot::Sender<()>>,
-    /// The cgroup of the current local worker (SPEC §12 limits), removed once it has ended.
+    /// The cgroup of the current local worker (DESIGN.md §12 limits), removed once it has ended.
     cgroup: Option<pegasus_sandbox::cgroups::ProjectCgroup>,
 }
 

@@ -1,6 +1,6 @@
 //! The worker process as a slot sees it, wherever it runs: its pid, how to wait for its end and
 //! how to end it. A local worker is pegasusd's child in its own process group; a remote one
-//! (SPEC §14) was started elsewhere by a launcher and is judged by its link alone: the link's
+//! (DESIGN.md §14) was started elsewhere by a launcher and is judged by its link alone: the link's
 //! end is its end, and ending it means closing the link (the worker exits when its link is
 //! gone) and killing what the launcher started here. The launcher command's own exit is not a
 //! crash.

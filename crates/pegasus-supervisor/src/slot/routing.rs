@@ -21,7 +21,7 @@ pub(crate) struct Delivery {
     /// Where it comes from.
     pub from: Channel,
     pub text: String,
-    /// The sender's own id for it (SPEC §11): the worker answers a repeat with the first
+    /// The sender's own id for it (DESIGN.md §11): the worker answers a repeat with the first
     /// message's id and runs nothing again.
     pub client_id: Option<String>,
     /// Answered once the worker has the message durably (its id, or the first one's for a
@@ -43,7 +43,7 @@ pub(crate) enum ReplyTo {
 pub(crate) struct Routing {
     persisting: HashMap<String, Answer>,
     awaiting: HashMap<String, ReplyTo>,
-    /// Waiters of repeats (SPEC §11), by the first message's id: they get its reply too.
+    /// Waiters of repeats (DESIGN.md §11), by the first message's id: they get its reply too.
     repeats: HashMap<String, Vec<Answer>>,
 }
 
@@ -96,7 +96,7 @@ impl Routing {
     }
 
     /// Message `id` repeats the client id of message `original`, which the worker already had
-    /// (SPEC §11), so it was not recorded: its sender gets `original`, and its waiter the
+    /// (DESIGN.md §11), so it was not recorded: its sender gets `original`, and its waiter the
     /// reply to `original` when it comes (the worker sends it again if it is already known).
     /// With another text than the first, it is refused.
     pub fn repeated(&mut self, project: &str, id: &str, original: String, same_text: bool) {

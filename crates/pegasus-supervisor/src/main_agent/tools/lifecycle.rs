@@ -1,5 +1,5 @@
 //! `suspend_project{name}`, `resume_project{name}`, `complete_project{name}`,
-//! `archive_project{name}`: one verb of the project lifecycle each (SPEC §4).
+//! `archive_project{name}`: one verb of the project lifecycle each (DESIGN.md §4).
 
 use super::{project_answer, request};
 use crate::front_door::FrontDoor;

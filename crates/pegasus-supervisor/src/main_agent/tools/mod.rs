@@ -1,4 +1,4 @@
-//! The MainAgent's tools (SPEC §4), one file each. They are clients of the daemon's front door
+//! The MainAgent's tools (DESIGN.md §4), one file each. They are clients of the daemon's front door
 //! like `pegasusctl`: each call is one request, recorded as from `main` (the door holds the
 //! daemon weakly: the daemon owns the MainAgent, not the other way round).
 
