@@ -16,6 +16,8 @@ use pegasus_store::Home;
 pub struct Client {
     reader: FrameReader<tokio::io::ReadHalf<Stream>>,
     writer: FrameWriter<tokio::io::WriteHalf<Stream>>,
+    /// The home, to tell a connection lost because pegasusd is stopping from another loss.
+    home: Home,
 }
 
 /// Why nobody answers on the control socket: no daemon, or one that holds the home while it
@@ -50,6 +52,7 @@ impl Client {
         let mut client = Client {
             reader: FrameReader::new(recv),
             writer: FrameWriter::new(send),
+            home: home.clone(),
         };
         // A daemon that accepts but never answers (hung, stopped) must not hang the client.
         let hello = client.request(CtlRequest::Hello {
@@ -64,12 +67,7 @@ impl Client {
                     home.logs_dir().display()
                 ))
             })
-            .and_then(|answer| answer)
-            // Connected in the instant the daemon stopped accepting: say so, as `status` will.
-            .map_err(|e| match not_answering(home) {
-                stopping @ CtlError::NotServing { stopping: true, .. } => stopping,
-                _ => e,
-            })?;
+            .and_then(|answer| answer)?;
         match answer {
             CtlResponse::Welcome { .. } => Ok(client),
             CtlResponse::Error { message } => Err(CtlError::Failed(message)),
@@ -79,12 +77,21 @@ impl Client {
         }
     }
 
-    /// Sends one request and waits for its response.
+    /// Sends one request and waits for its response. A connection lost because pegasusd is
+    /// stopping (it drains its connections) says so, as `status` will.
     pub async fn request(&mut self, req: CtlRequest) -> Result<CtlResponse, CtlError> {
-        self.writer.write(&req).await?;
-        let closed =
-            || CtlError::Failed("pegasusd closed the connection; check `pegasusctl status`".into());
-        self.reader.read::<CtlResponse>().await?.ok_or_else(closed)
+        let answer = async {
+            self.writer.write(&req).await?;
+            let closed = || {
+                CtlError::Failed("pegasusd closed the connection; check `pegasusctl status`".into())
+            };
+            self.reader.read::<CtlResponse>().await?.ok_or_else(closed)
+        }
+        .await;
+        answer.map_err(|e| match not_answering(&self.home) {
+            stopping @ CtlError::NotServing { stopping: true, .. } => stopping,
+            _ => e,
+        })
     }
 
     /// Waits until the daemon closes the connection (it exits).
