@@ -20,31 +20,115 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_appender::rolling::RollingFileAppender;
 
-/// Every event it is given, one line each, appended to the day's file; which events is the
-/// filter's to say ([`crate::init_worker`] layers it over this).
+/// Every event its [`Levels`] let through, one line each, appended to the day's file.
 pub(crate) struct FileLog {
+    levels: Levels,
     file: Mutex<RollingFileAppender>,
     next_span: AtomicU64,
 }
 
 impl FileLog {
-    /// A log appending to `file`.
-    pub(crate) fn new(file: RollingFileAppender) -> FileLog {
+    /// A log appending to `file` what `levels` let through.
+    pub(crate) fn new(file: RollingFileAppender, levels: Levels) -> FileLog {
         FileLog {
+            levels,
             file: Mutex::new(file),
             next_span: AtomicU64::new(1),
         }
     }
 }
 
-impl Subscriber for FileLog {
-    fn enabled(&self, _metadata: &Metadata<'_>) -> bool {
-        true
+/// The level and per-module levels of a `PEGASUS_LOG` value (`warn,pegasus_llm=debug`), read
+/// without `EnvFilter`: its regex tables are relocated, so dirty, in every process that links
+/// them (~200 KiB of each worker's PSS). Span and field filters (`[span]`, `{field}`) are
+/// pegasusd's only; a worker reads such a directive as absent.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Levels {
+    default: LevelFilter,
+    /// `(module path, level)`, the longest path first, so the nearest module wins.
+    modules: Vec<(String, LevelFilter)>,
+}
+
+impl Levels {
+    /// The levels `value` says; `None` when a part of it is not a level or `module=level`
+    /// (the whole value is then unparsable, and `info` applies, as in pegasusd).
+    pub(crate) fn parse(value: &str) -> Option<Levels> {
+        let mut levels = Levels {
+            default: LevelFilter::INFO,
+            modules: Vec::new(),
+        };
+        for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part.contains(['[', '{']) {
+                continue;
+            }
+            match part.split_once('=') {
+                None => match part.parse::<LevelFilter>() {
+                    Ok(level) => levels.default = level,
+                    // A bare module path means "everything" for it, as in EnvFilter.
+                    Err(_) if is_module_path(part) => {
+                        levels.modules.push((part.to_string(), LevelFilter::TRACE))
+                    }
+                    Err(_) => return None,
+                },
+                Some((module, level)) if is_module_path(module.trim()) => {
+                    let level = level.trim().parse::<LevelFilter>().ok()?;
+                    levels.modules.push((module.trim().to_string(), level));
+                }
+                Some(_) => return None,
+            }
+        }
+        levels.modules.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        Some(levels)
     }
 
-    /// No level of its own: the filter over it says.
+    /// `info`, what an unset, empty or unparsable value means.
+    pub(crate) fn info() -> Levels {
+        Levels {
+            default: LevelFilter::INFO,
+            modules: Vec::new(),
+        }
+    }
+
+    /// The level that applies to `target`.
+    fn of(&self, target: &str) -> LevelFilter {
+        self.modules
+            .iter()
+            .find(|(m, _)| {
+                target == m
+                    || target
+                        .strip_prefix(m.as_str())
+                        .is_some_and(|rest| rest.starts_with("::"))
+            })
+            .map_or(self.default, |(_, level)| *level)
+    }
+
+    /// The most any target may log.
+    fn most(&self) -> LevelFilter {
+        self.modules
+            .iter()
+            .map(|(_, l)| *l)
+            .fold(self.default, std::cmp::max)
+    }
+}
+
+/// Whether `s` can be a module path (`pegasus_llm`, `pegasus_llm::gateway`).
+fn is_module_path(s: &str) -> bool {
+    !s.is_empty()
+        && s.split("::").all(|seg| {
+            !seg.is_empty()
+                && seg
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+        })
+}
+
+impl Subscriber for FileLog {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        self.levels.of(metadata.target()) >= *metadata.level()
+    }
+
     fn max_level_hint(&self) -> Option<LevelFilter> {
-        None
+        Some(self.levels.most())
     }
 
     /// Spans (a dependency's, if any) get an id and are otherwise ignored.
@@ -121,7 +205,6 @@ impl Visit for Fields {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use tracing_subscriber::layer::SubscriberExt;
 
     /// Captures the lines [`format_line`] makes, with a fixed clock.
     struct Capture(Mutex<Vec<String>>);
@@ -164,8 +247,10 @@ mod tests {
     #[test]
     fn only_events_at_or_above_the_level_reach_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let log = FileLog::new(tracing_appender::rolling::never(dir.path(), "w.log"))
-            .with(tracing_subscriber::EnvFilter::new("warn"));
+        let log = FileLog::new(
+            tracing_appender::rolling::never(dir.path(), "w.log"),
+            Levels::parse("warn").unwrap(),
+        );
         tracing::subscriber::with_default(log, || {
             tracing::info!("not written");
             let span = tracing::info_span!("a span", x = 1);
@@ -183,8 +268,10 @@ mod tests {
     #[test]
     fn a_module_of_its_own_level_is_written_below_the_default() {
         let dir = tempfile::tempdir().unwrap();
-        let log = FileLog::new(tracing_appender::rolling::never(dir.path(), "w.log"))
-            .with(tracing_subscriber::EnvFilter::new("warn,pegasus_log=debug"));
+        let log = FileLog::new(
+            tracing_appender::rolling::never(dir.path(), "w.log"),
+            Levels::parse("warn,pegasus_log=debug").unwrap(),
+        );
         tracing::subscriber::with_default(log, || {
             tracing::debug!("written");
             tracing::debug!(target: "other", "not written");
@@ -195,5 +282,28 @@ mod tests {
         assert_eq!(lines.len(), 2, "{text}");
         assert!(lines[0].ends_with("DEBUG pegasus_log::file_log::tests: written"));
         assert!(lines[1].ends_with(" WARN other: also written"));
+    }
+
+    #[test]
+    fn levels_read_like_env_filter_for_levels_and_modules() {
+        let l = Levels::parse("warn,pegasus_llm=debug,pegasus_llm::gateway=trace").unwrap();
+        assert_eq!(l.of("pegasus_llm::gateway::x"), LevelFilter::TRACE);
+        assert_eq!(l.of("pegasus_llm::budget"), LevelFilter::DEBUG);
+        assert_eq!(l.of("pegasus_llmx"), LevelFilter::WARN);
+        assert_eq!(l.of("other"), LevelFilter::WARN);
+        assert_eq!(l.most(), LevelFilter::TRACE);
+        assert_eq!(Levels::parse(" DEBUG ").unwrap().most(), LevelFilter::DEBUG);
+        assert_eq!(Levels::parse("").unwrap(), Levels::info());
+        assert_eq!(Levels::parse("info,=x"), None);
+        assert_eq!(
+            Levels::parse("loud"),
+            Some(Levels {
+                default: LevelFilter::INFO,
+                modules: vec![("loud".into(), LevelFilter::TRACE)],
+            })
+        );
+        // A span filter is pegasusd's only: the rest still applies.
+        let l = Levels::parse("error,pegasus_agent[run]=debug").unwrap();
+        assert_eq!(l.most(), LevelFilter::ERROR);
     }
 }
