@@ -1,71 +1,26 @@
 //! Assignments: a role put to work on one project, with per-project overrides.
 //!
-//! They live in PROJECT.md under `roles:` as a list, one entry per assignment:
-//!
-//! ```yaml
-//! roles:
-//!   - coder                                    # shorthand: the role as is
-//!   - role: reviewer
-//!     model: anthropic/claude-opus-4-1         # overrides the role's model
-//!     thinking: high
-//!     tools: [read_file, list_dir]             # narrows the role's tools
-//!     variables: {focus: "security"}
-//! ```
-//!
-//! The store crate owns PROJECT.md and hands this crate the `roles:` value; this module only
-//! reads and writes that value and applies it to a [`Role`].
-
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-use serde_norway::{Mapping, Value};
+//! They live in PROJECT.md under `roles:`; the store crate owns that file, so it reads them
+//! into [`Assignment`]s once, with the file (`ProjectFile::roles`), and writes them back
+//! (`ProjectFile::set_roles`). This module checks an assignment against its role and applies
+//! it to a [`Role`].
 
 use crate::error::RoleError;
-use crate::role::{validate_id, Role};
-use crate::thinking::Thinking;
+use crate::role::Role;
+pub use pegasus_store::project::Assignment;
 
-/// One assignment of a role to a project.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Assignment {
-    /// The role's id.
-    pub role: String,
-    /// Overrides the role's model (`provider/model`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// Overrides the role's thinking level.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thinking: Option<Thinking>,
-    /// Narrows the role's tools to these; tools the role does not allow are not granted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<Vec<String>>,
-    /// Values for the role's template variables.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub variables: BTreeMap<String, String>,
-}
-
-impl Assignment {
-    /// An assignment of `role` with no overrides.
-    pub fn new(role: impl Into<String>) -> Self {
-        Assignment {
-            role: role.into(),
-            ..Assignment::default()
-        }
+/// Checks an assignment against its role before it is stored or used: every variable it sets
+/// is declared, every required one is set, and it asks for no tool the role lacks.
+/// [`apply_assignment`] would silently drop such tools; this is for the places (`role
+/// assign`, the MainAgent's tool) where the user should hear about it instead.
+pub fn validate_assignment(a: &Assignment, role: &Role) -> Result<(), RoleError> {
+    if let Some(tool) = a.tools.iter().flatten().find(|t| !role.allows_tool(t)) {
+        return Err(RoleError::ToolNotAllowed {
+            role: role.id.clone(),
+            tool: tool.clone(),
+        });
     }
-
-    /// Checks the assignment against its role before it is stored or used: every variable it
-    /// sets is declared, every required one is set, and it asks for no tool the role lacks.
-    /// [`apply_assignment`] would silently drop such tools; this is for the places (`role
-    /// assign`, the MainAgent's tool) where the user should hear about it instead.
-    pub fn validate(&self, role: &Role) -> Result<(), RoleError> {
-        if let Some(tool) = self.tools.iter().flatten().find(|t| !role.allows_tool(t)) {
-            return Err(RoleError::ToolNotAllowed {
-                role: role.id.clone(),
-                tool: tool.clone(),
-            });
-        }
-        role.render(&self.variables).map(|_| ())
-    }
+    role.render(&a.variables).map(|_| ())
 }
 
 /// The role with an assignment's overrides applied: model and thinking replace the role's;
@@ -107,111 +62,16 @@ pub fn apply_assignment(role: &Role, a: &Assignment) -> Role {
     out
 }
 
-/// Parses the `roles:` value of a PROJECT.md; absent or `null` means no assignments. Each
-/// entry is a role id (shorthand) or a mapping; a bad entry is an error naming its position.
-pub fn assignments_from_yaml(v: Option<&Value>) -> Result<Vec<Assignment>, RoleError> {
-    let items = match v {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Sequence(items)) => items,
-        Some(_) => {
-            return Err(RoleError::Assignment {
-                at: "roles".into(),
-                message: "must be a list: write one `- role: <id>` entry per assignment".into(),
-            })
-        }
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| assignment_from_item(i, item))
-        .collect()
-}
-
-fn assignment_from_item(index: usize, item: &Value) -> Result<Assignment, RoleError> {
-    let bad = |message: String| RoleError::Assignment {
-        at: format!("roles[{index}]"),
-        message,
-    };
-    // serde_norway's from_value loses the key path, so name the usual culprit here.
-    if let Some(t) = item.get("thinking").and_then(Value::as_str) {
-        if t.parse::<Thinking>().is_err() {
-            return Err(bad(format!(
-                "thinking `{t}` is not a level: use off, low, medium or high"
-            )));
-        }
-    }
-    let a = match item {
-        Value::String(id) => Assignment::new(id.clone()),
-        Value::Mapping(_) => serde_norway::from_value::<Assignment>(item.clone()).map_err(|e| {
-            bad(format!(
-                "{e}: write it as `{{role: <id>, model: <provider/model>, thinking: off|low|medium|high, tools: [...], variables: {{name: value}}}}`"
-            ))
-        })?,
-        _ => {
-            return Err(bad(
-                "must be a role id or a mapping with a `role:` key".into(),
-            ))
-        }
-    };
-    validate_id(&a.role).map_err(|e| bad(e.to_string()))?;
-    if let Some(model) = &a.model {
-        let ok = model
-            .split_once('/')
-            .is_some_and(|(p, m)| !p.is_empty() && !m.is_empty());
-        if !ok {
-            return Err(bad(format!(
-                "model `{model}` is not provider/model: write e.g. anthropic/claude-sonnet-4-5"
-            )));
-        }
-    }
-    Ok(a)
-}
-
-/// The `roles:` value to store for `assignments`: the shorthand for an assignment with no
-/// overrides, a mapping otherwise. [`assignments_from_yaml`] reads it back unchanged.
-pub fn assignments_to_yaml(assignments: &[Assignment]) -> Value {
-    Value::Sequence(assignments.iter().map(assignment_to_item).collect())
-}
-
-fn assignment_to_item(a: &Assignment) -> Value {
-    let plain = a.model.is_none() && a.thinking.is_none() && a.tools.is_none();
-    if plain && a.variables.is_empty() {
-        return Value::String(a.role.clone());
-    }
-    let s = |x: &str| Value::String(x.to_string());
-    let mut m = Mapping::new();
-    m.insert(s("role"), s(&a.role));
-    if let Some(model) = &a.model {
-        m.insert(s("model"), s(model));
-    }
-    if let Some(t) = a.thinking {
-        m.insert(s("thinking"), s(t.as_str()));
-    }
-    if let Some(tools) = &a.tools {
-        m.insert(
-            s("tools"),
-            Value::Sequence(tools.iter().map(|t| s(t)).collect()),
-        );
-    }
-    if !a.variables.is_empty() {
-        let vars = a.variables.iter().map(|(k, v)| (s(k), s(v))).collect();
-        m.insert(s("variables"), Value::Mapping(vars));
-    }
-    Value::Mapping(m)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::catalog::builtin_roles;
+    use crate::Thinking;
+    use std::collections::BTreeMap;
 
     fn builtin(id: &str) -> Role {
         builtin_roles().into_iter().find(|r| r.id == id).unwrap()
-    }
-
-    fn yaml(text: &str) -> Value {
-        serde_norway::from_str(text).unwrap()
     }
 
     #[test]
@@ -242,7 +102,7 @@ mod tests {
         assert_eq!(r.tools, Some(vec!["read_file".to_string()]));
         assert!(!r.allows_tool("exec"));
         assert!(!r.allows_tool("list_dir"));
-        let e = a.validate(&reviewer).unwrap_err();
+        let e = validate_assignment(&a, &reviewer).unwrap_err();
         assert!(
             matches!(&e, RoleError::ToolNotAllowed { tool, .. } if tool == "exec"),
             "{e}"
@@ -268,7 +128,7 @@ mod tests {
             variables: BTreeMap::from([(name.clone(), "Zig".to_string())]),
             ..Assignment::new("coder")
         };
-        a.validate(&coder).unwrap();
+        validate_assignment(&a, &coder).unwrap();
         let prompt = apply_assignment(&coder, &a)
             .render(&BTreeMap::new())
             .unwrap();
@@ -278,74 +138,8 @@ mod tests {
             ..Assignment::new("coder")
         };
         assert!(matches!(
-            typo.validate(&coder),
+            validate_assignment(&typo, &coder),
             Err(RoleError::UnknownVariable { .. })
         ));
-    }
-
-    #[test]
-    fn yaml_round_trip() {
-        let list = vec![
-            Assignment::new("coder"),
-            Assignment {
-                model: Some("anthropic/claude-opus-4-1".into()),
-                thinking: Some(Thinking::Low),
-                tools: Some(vec!["read_file".into()]),
-                variables: BTreeMap::from([("focus".to_string(), "security".to_string())]),
-                ..Assignment::new("reviewer")
-            },
-            Assignment {
-                thinking: Some(Thinking::Off),
-                ..Assignment::new("tester")
-            },
-        ];
-        let v = assignments_to_yaml(&list);
-        assert_eq!(assignments_from_yaml(Some(&v)).unwrap(), list);
-        // Through text too, as the store writes and reads it.
-        let text = serde_norway::to_string(&v).unwrap();
-        assert_eq!(assignments_from_yaml(Some(&yaml(&text))).unwrap(), list);
-        // The derived serde form reads back as well.
-        let derived = serde_norway::to_value(&list).unwrap();
-        assert_eq!(assignments_from_yaml(Some(&derived)).unwrap(), list);
-    }
-
-    #[test]
-    fn absent_or_null_roles_are_empty() {
-        assert!(assignments_from_yaml(None).unwrap().is_empty());
-        assert!(assignments_from_yaml(Some(&Value::Null))
-            .unwrap()
-            .is_empty());
-        let v = yaml("- coder\n- {role: tester, thinking: high}\n");
-        let got = assignments_from_yaml(Some(&v)).unwrap();
-        assert_eq!(got[0], Assignment::new("coder"));
-        assert_eq!(got[1].thinking, Some(Thinking::High));
-    }
-
-    #[test]
-    fn bad_entries_name_their_position() {
-        let cases = [
-            (
-                "- coder\n- {role: tester, thinking: extreme}\n",
-                "roles[1]",
-                "thinking `extreme`",
-            ),
-            ("- {role: coder, toolz: [exec]}\n", "roles[0]", "toolz"),
-            ("- {model: openai/gpt-5}\n", "roles[0]", "role"),
-            ("- Coder\n", "roles[0]", "not a role id"),
-            (
-                "- {role: coder, model: gpt-5}\n",
-                "roles[0]",
-                "provider/model",
-            ),
-            ("- [coder]\n", "roles[0]", "mapping"),
-            ("coder\n", "roles:", "must be a list"),
-        ];
-        for (text, at, what) in cases {
-            let e = assignments_from_yaml(Some(&yaml(text)))
-                .unwrap_err()
-                .to_string();
-            assert!(e.starts_with(&format!("PROJECT.md {at}")), "{text}: {e}");
-            assert!(e.contains(what), "{text}: {e}");
-        }
     }
 }

@@ -144,7 +144,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::thinking::Thinking;
+    use crate::Thinking;
 
     const WRITER: &str =
         "---\nid: writer\nname: Writer\ndescription: Writes prose.\n---\nYou write.\n";

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use pegasus_store::project::RolesProblem;
+
 /// Everything that can go wrong reading, assigning or filling a role.
 #[derive(Debug, thiserror::Error)]
 pub enum RoleError {
@@ -59,8 +61,8 @@ pub enum RoleError {
         name: String,
     },
     /// A string used as a role id that cannot be one (also keeps ids from becoming paths).
-    #[error("`{0}` is not a role id: use 1-63 lowercase letters, digits and dashes, starting with a letter or digit")]
-    BadId(String),
+    #[error(transparent)]
+    BadId(#[from] pegasus_store::project::BadRoleId),
     /// No built-in or user role has this id.
     #[error("no role `{0}`: see `pegasusctl role list`")]
     NotFound(String),
@@ -73,7 +75,7 @@ pub enum RoleError {
         /// The tool asked for.
         tool: String,
     },
-    /// A bad `roles:` value (or entry of it) in a PROJECT.md.
+    /// A bad `roles:` value (or entry of it) in a PROJECT.md (its [`RolesProblem`]).
     #[error("PROJECT.md {at}: {message}")]
     Assignment {
         /// Where: `roles` or `roles[2]`.
@@ -81,6 +83,15 @@ pub enum RoleError {
         /// What is wrong and what to do.
         message: String,
     },
+}
+
+impl From<RolesProblem> for RoleError {
+    fn from(p: RolesProblem) -> Self {
+        RoleError::Assignment {
+            at: p.at,
+            message: p.message,
+        }
+    }
 }
 
 impl RoleError {

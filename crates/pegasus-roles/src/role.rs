@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::RoleError;
 use crate::frontmatter::{self, key_error};
 use crate::template::{fill, is_variable_name, placeholders};
-use crate::thinking::Thinking;
+use crate::Thinking;
 
 /// The model settings of a role. Every field may be left out of a role file; `None` means
 /// "whatever the project (or the gateway) uses", so a role never pins a provider by accident.
@@ -140,14 +140,7 @@ struct RoleFileOut<'a> {
 /// Checks a role id: 1-63 lowercase letters, digits and dashes, not starting with a dash.
 /// Ids become file names, so this also keeps `../x` out of paths.
 pub fn validate_id(id: &str) -> Result<(), RoleError> {
-    let mut bytes = id.bytes();
-    let first_ok = matches!(bytes.next(), Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit());
-    let rest_ok = bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if first_ok && rest_ok && id.len() <= 63 {
-        Ok(())
-    } else {
-        Err(RoleError::BadId(id.to_string()))
-    }
+    Ok(pegasus_store::project::validate_role_id(id)?)
 }
 
 impl Role {

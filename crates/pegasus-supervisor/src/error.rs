@@ -218,7 +218,10 @@ mod tests {
                 TaskError::Invalid("bad id".into()).into(),
                 ErrorKind::Invalid,
             ),
-            (RoleError::BadId("X".into()).into(), ErrorKind::Invalid),
+            (
+                RoleError::BadId(pegasus_store::project::BadRoleId("X".into())).into(),
+                ErrorKind::Invalid,
+            ),
             (
                 RunError::Refused("running".into()).into(),
                 ErrorKind::Refused,

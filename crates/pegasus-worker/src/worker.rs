@@ -259,10 +259,7 @@ async fn serve(
             });
             settings.roles_dir = Some(shared.roles.clone());
             settings.preferences = Some(shared.preferences.clone());
-            settings.role_assignments = pegasus_roles::assignments_from_yaml(
-                project.get("roles").as_ref(),
-            )
-            .map_err(|e| {
+            settings.role_assignments = project.roles().clone().map_err(|e| {
                 WorkerError::Config(format!("{}: {e}", project_dir.join("PROJECT.md").display()))
             })?;
             let runs = RunSettings {

@@ -116,6 +116,12 @@ impl ProjectFile {
         self.edit(&[(key, entry)])
     }
 
+    /// Sets `roles:` to `assignments`, each written in its shortest form (the bare role id
+    /// when it has no overrides), like [`set`](Self::set).
+    pub fn set_roles(&mut self, assignments: &[super::Assignment]) -> Result<()> {
+        self.set("roles", &super::roles::to_yaml(assignments))
+    }
+
     /// Applies the edits and re-parses; `self` changes only if the result is valid.
     fn edit(&mut self, edits: &[(&str, String)]) -> Result<()> {
         let mut fm = self.frontmatter().to_string();

@@ -9,7 +9,8 @@
 //!   them, when a code task starts: a typo there fails that task, not the project. Each holds
 //!   its value or the [`KeyProblem`] to report, which names the key and what to write.
 //!
-//! (`approvals`, `limits`, `launcher` and `roles` have their own owners.)
+//! (`approvals`, `limits` and `launcher` have their own owners; `roles` is read next door,
+//! in `roles`.)
 
 use serde::Deserialize;
 use serde_norway::{Mapping, Value};

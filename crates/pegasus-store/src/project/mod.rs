@@ -10,7 +10,8 @@
 //! * `parse`: turning text (or a project folder) into a checked [`ProjectFile`];
 //! * `edit`: lifecycle verbs, `set` and `save`, which rewrite only the lines they touch;
 //! * `create`: making a brand-new project folder from a [`NewProject`];
-//! * `extensions`: the typed extension keys (`mcp_servers`, the code keys), read once.
+//! * `extensions`: the typed extension keys (`mcp_servers`, the code keys), read once;
+//! * `roles`: the `roles:` assignments, read once.
 
 use std::path::{Path, PathBuf};
 
@@ -26,10 +27,12 @@ mod extensions;
 #[cfg(test)]
 mod fixtures;
 mod parse;
+mod roles;
 
 pub use create::{create_project, NewProject};
 pub use extensions::{CodeKeys, KeyProblem, KeyValue, MergePolicy, RepoEntry};
 pub use parse::validate_name;
+pub use roles::{validate_role_id, Assignment, BadRoleId, Roles, RolesProblem, Thinking};
 
 /// The file name of a project definition inside its folder.
 pub const PROJECT_FILE: &str = "PROJECT.md";
@@ -73,6 +76,8 @@ struct Known {
     mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
     /// The code keys, each checked by its user when a code task starts.
     code: CodeKeys,
+    /// `roles:`, checked by its users (the worker when it starts, `role assign`).
+    roles: Roles,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -162,6 +167,12 @@ impl ProjectFile {
     /// with it; a code task refuses to start on a problem, the project still loads.
     pub fn code(&self) -> &CodeKeys {
         &self.known.code
+    }
+
+    /// The role assignments (`roles:`), or what is wrong with them; the worker refuses to
+    /// start on a problem and `role assign` reports it, the project still loads.
+    pub fn roles(&self) -> &Roles {
+        &self.known.roles
     }
 
     /// The frontmatter text between the `---` lines, exactly as in the file.

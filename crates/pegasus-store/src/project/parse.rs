@@ -193,6 +193,7 @@ impl Ctx<'_> {
             limits,
             mcp_servers,
             code: CodeKeys::read(map),
+            roles: super::roles::read(map.get("roles")),
         })
     }
 }

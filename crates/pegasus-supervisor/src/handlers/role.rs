@@ -18,14 +18,17 @@ pub(crate) async fn assign(
     let found = pegasus_roles::find_role(&home.roles_dir(), role)?;
     let mut assignment = pegasus_roles::Assignment::new(&found.id);
     assignment.variables = variables.into_iter().collect();
-    assignment.validate(&found)?;
+    pegasus_roles::validate_assignment(&assignment, &found)?;
     let _guard = lifecycle_lock.lock().await;
     let dir = home.project_dir(project);
     let mut file = ProjectFile::load(&dir)?;
-    let mut list = pegasus_roles::assignments_from_yaml(file.get("roles").as_ref())?;
+    let mut list = file
+        .roles()
+        .clone()
+        .map_err(pegasus_roles::RoleError::from)?;
     list.retain(|a| a.role != assignment.role);
     list.push(assignment);
-    file.set("roles", &pegasus_roles::assignments_to_yaml(&list))?;
+    file.set_roles(&list)?;
     file.save(&dir)?;
     Ok(format!(
         "role {} assigned to project {project}; its worker uses it from its next start (`pegasusctl project suspend/resume {project}`)",
