@@ -77,7 +77,7 @@ impl Levels {
                 Some(_) => return None,
             }
         }
-        levels.modules.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        levels.modules.sort_by_key(|m| std::cmp::Reverse(m.0.len()));
         Some(levels)
     }
 
