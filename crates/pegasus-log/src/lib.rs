@@ -2,10 +2,12 @@
 //!
 //! pegasusd logs to stderr (foreground, systemd-friendly) and to a daily file in
 //! `<home>/logs/` ([`init_daemon`]); a worker logs to its own daily file only
-//! ([`init_worker`]; pegasusd keeps its stderr for panics). Both read [`ENV`] the same way
-//! ([`filter`]): tracing's filter directives, a level (`error`, `warn`, `info`, `debug`,
-//! `trace`, `off`, in any case) or per-module levels (`info,pegasus_llm=debug`). Unset, empty
-//! or unparsable, it is `info`. pegasusd hands it on to its workers (their environment keeps
+//! ([`init_worker`]; pegasusd keeps its stderr for panics). Both read [`ENV`] as tracing's
+//! filter directives: a level (`error`, `warn`, `info`, `debug`, `trace`, `off`, in any case)
+//! or per-module levels (`info,pegasus_llm=debug`). Unset, empty or unparsable, it is `info`.
+//! pegasusd reads it with `EnvFilter` ([`filter`]), span and field filters included; a worker
+//! reads the levels itself and skips span and field filters, so it never links `EnvFilter`'s
+//! regex tables (~200 KiB of dirty, relocated pages in every process that does). pegasusd hands it on to its workers (their environment keeps
 //! it), so one setting says what every process logs.
 //!
 //! The file appenders are used without the non-blocking wrapper on purpose: a process that may
