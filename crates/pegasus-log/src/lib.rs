@@ -60,7 +60,7 @@ pub fn init_daemon(logs_dir: &Path, prefix: &str) {
 
 /// Installs a worker's subscriber: the daily file `<logs_dir>/worker-<project>.log.<date>`,
 /// nothing on stdout or stderr.
-/// A worker reads the levels and per-module levels of [`ENV`] itself ([`file_log::Levels`]),
+/// A worker reads the levels and per-module levels of [`ENV`] itself (`file_log::Levels`),
 /// so no worker links `EnvFilter` and its regex tables.
 pub fn init_worker(logs_dir: &Path, project: &str) {
     let file = tracing_appender::rolling::daily(logs_dir, format!("worker-{project}.log"));
