@@ -607,7 +607,8 @@ pub struct ProjectCgroup {
 }
 
 impl ProjectCgroup {
-    /// The `cgroup.procs` files the worker is written into, for [`join_in_child`].
+    /// The `cgroup.procs` files of the worker leaf, for [`join_in_child`] (the worker finds its
+    /// own in [`CGROUP_ENV`]; `examples/bench_limits.rs` joins a process here itself).
     pub fn worker_procs(&self) -> Vec<CString> {
         self.dirs
             .iter()
@@ -657,8 +658,9 @@ impl ProjectCgroup {
     }
 }
 
-/// Writes this process into each of `procs` (`cgroup.procs` files): for the child between
-/// fork and exec, so it makes raw system calls only.
+/// Writes this process into each of `procs` (`cgroup.procs` files) with raw system calls only,
+/// so a confined command's child can call it between fork and exec (the worker calls it first
+/// thing at its start, see [`CommandCgroup::from_env`]).
 pub fn join_in_child(procs: &[CString]) -> io::Result<()> {
     for p in procs {
         // SAFETY: open/write/close with a NUL-terminated path and a static buffer.
