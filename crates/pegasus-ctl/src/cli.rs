@@ -102,7 +102,28 @@ pub enum Command {
     Completions { shell: clap_complete::Shell },
     /// Print the manual page (roff); e.g. `pegasusctl man > ~/.local/share/man/man1/pegasusctl.1`.
     Man,
+    /// Serve Pegasus to another agent as an MCP server on stdio (Claude Code, Codex, ...).
+    #[command(long_about = MCP_ABOUT)]
+    Mcp,
 }
+
+/// `pegasusctl mcp --help`: what it serves and how to register it.
+const MCP_ABOUT: &str =
+    "Serve Pegasus as a Model Context Protocol (MCP) server on stdin/stdout, for \
+another agent (Claude Code, Codex, any MCP client) to drive: its tools list_projects, \
+send_message, read_log, list_tasks, add_task, list_approvals, answer_approval, search and cost \
+do what the matching pegasusctl commands do, and nothing more. The read-only ones work while \
+pegasusd is down. Logs go to stderr; the server ends when its input does.
+
+Register it in Claude Code:
+    claude mcp add pegasus -- pegasusctl mcp
+  (another home: claude mcp add pegasus -e PEGASUS_HOME=/path/to/home -- pegasusctl mcp)
+
+Register it in Codex (~/.codex/config.toml):
+    [mcp_servers.pegasus]
+    command = \"pegasusctl\"
+    args = [\"mcp\"]
+  (or: codex mcp add pegasus -- pegasusctl mcp)";
 
 #[derive(Debug, Subcommand)]
 pub enum ProjectCommand {
@@ -292,8 +313,19 @@ impl From<AddArgs> for AddTask {
     }
 }
 
-/// What `search --kind` takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// What `search --kind` (and the MCP tool `search`'s `kind`) takes.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Deserialize,
+    rmcp::schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[schemars(crate = "rmcp::schemars")]
 pub enum SearchKind {
     Session,
     Task,

@@ -7,15 +7,20 @@ use pegasus_proto::ctl::{ApprovalInfo, CtlRequest};
 use pegasus_store::Home;
 
 pub fn list(home: &Home, json: bool, name: Option<String>, full: bool) -> Result<(), CtlError> {
-    if let Some(n) = &name {
-        super::project_dir(home, n)?;
-    }
-    let waiting = pegasus_approvals::waiting(&home.projects_dir(), name.as_deref());
+    let waiting = waiting(home, name.as_deref())?;
     if json {
         return super::print_json(&waiting);
     }
     print!("{}", table(&waiting, full));
     Ok(())
+}
+
+/// The calls waiting for approval, of one project or all, from the request files.
+pub(crate) fn waiting(home: &Home, name: Option<&str>) -> Result<Vec<ApprovalInfo>, CtlError> {
+    if let Some(n) = name {
+        super::project_dir(home, n)?;
+    }
+    Ok(pegasus_approvals::waiting(&home.projects_dir(), name))
 }
 
 /// The human listing: one block per request, the command line in full, everything escaped
@@ -66,18 +71,27 @@ pub async fn answer(
     always: bool,
     reason: Option<String>,
 ) -> Result<(), CtlError> {
+    super::mutate(home, json, answer_request(id, approve, always, reason)?).await
+}
+
+/// The request that answers approval `id`, once `id` looks like one.
+pub(crate) fn answer_request(
+    id: String,
+    approve: bool,
+    always: bool,
+    reason: Option<String>,
+) -> Result<CtlRequest, CtlError> {
     if !pegasus_approvals::valid_id(&id) {
         return Err(CtlError::Failed(format!(
             "`{id}` is not an approval id (they look like ap-k3m9x2q7rt): see `pegasusctl approvals`"
         )));
     }
-    let req = CtlRequest::ApprovalAnswer {
+    Ok(CtlRequest::ApprovalAnswer {
         id,
         approve,
         always,
         reason,
-    };
-    super::mutate(home, json, req).await
+    })
 }
 
 #[cfg(test)]

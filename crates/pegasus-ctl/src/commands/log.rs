@@ -365,6 +365,121 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// The longest the file goes unread while the daemon is quiet.
 const IDLE_READ: Duration = Duration::from_secs(1);
 
+/// Opens a session file to read, without blocking and only if it is a regular file (a FIFO in
+/// its place must not hang `log`); `None` when there is none yet.
+fn open_session(path: &Path) -> Result<Option<(std::fs::File, std::fs::Metadata)>, CtlError> {
+    let cannot =
+        |e: std::io::Error| CtlError::Failed(format!("cannot read {}: {e}", path.display()));
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(cannot(e)),
+    };
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(CtlError::Failed(format!(
+            "{} is not a regular file: Pegasus did not write it",
+            path.display()
+        )));
+    }
+    Ok(Some((file, meta)))
+}
+
+/// A part of a project's transcript (a record is a complete line of its session file, counted
+/// from 0): what `project log` prints of those records, their JSON, and the `since` that reads
+/// on from where this part ended.
+pub(crate) struct Transcript {
+    /// As `project log` prints them, with the tasks that stopped among them.
+    pub text: String,
+    /// As `project log --json` prints them (a line that does not parse is left out).
+    pub records: Vec<serde_json::Value>,
+    /// Where the next read goes on from.
+    pub next: usize,
+    /// Records after `next` were left for the next read (the size cap was reached).
+    pub more: bool,
+    /// `since` was past the end: the session was compacted into a new file since (or the
+    /// number was wrong), so this read started again from its beginning.
+    pub restarted: bool,
+}
+
+/// Reads project `name`'s transcript from record `since` on (negative: that many records
+/// before the end), stopping after the record that brings the text past `max_bytes` (see
+/// [`Transcript`]).
+pub(crate) fn transcript(
+    home: &Home,
+    name: &str,
+    since: i64,
+    max_bytes: usize,
+) -> Result<Transcript, CtlError> {
+    let dir = super::project_dir(home, name)?;
+    let path = pegasus_store::session_file(&dir);
+    let mut bytes = Vec::new();
+    if let Some((mut file, _)) = open_session(&path)? {
+        file.read_to_end(&mut bytes).map_err(CtlError::failed)?;
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    // A last line without its end is still being written: it is read next time.
+    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+    let lines: Vec<&str> = complete.lines().collect();
+    let since = match usize::try_from(since) {
+        Ok(n) => n,
+        Err(_) => lines
+            .len()
+            .saturating_sub(usize::try_from(since.unsigned_abs()).unwrap_or(usize::MAX)),
+    };
+    let restarted = since > lines.len();
+    let from = if restarted { 0 } else { since };
+    let mut stops = Stops::new(&dir, name);
+    // Tasks that stopped before the records the caller has seen were told then.
+    let seen = from
+        .checked_sub(1)
+        .and_then(|i| lines.get(i))
+        .and_then(|l| SessionRecord::decode(l.as_bytes()));
+    if let Some(last) = seen {
+        stops.until(record_ts(&last));
+    }
+    let mut out = Transcript {
+        text: String::new(),
+        records: Vec::new(),
+        next: lines.len(),
+        more: false,
+        restarted,
+    };
+    for (i, line) in lines.iter().enumerate().skip(from) {
+        if out.text.len() >= max_bytes {
+            (out.next, out.more) = (i, true);
+            break;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Ok(value) = serde_json::from_str(line) {
+            out.records.push(value);
+        }
+        match SessionRecord::decode(line.as_bytes()) {
+            Some(record) => {
+                for stop in stops.until(record_ts(&record)) {
+                    out.text.push_str(&stop);
+                    out.text.push('\n');
+                }
+                out.text.push_str(&render(&record));
+            }
+            None => out.text.push_str("(unreadable line skipped)\n"),
+        }
+    }
+    if !out.more {
+        for stop in stops.rest() {
+            out.text.push_str(&stop);
+            out.text.push('\n');
+        }
+    }
+    Ok(out)
+}
+
 /// Prints the complete lines added since `offset`; starts over when the file was replaced
 /// (compaction archives it and starts a new one).
 fn read_new(
@@ -375,25 +490,9 @@ fn read_new(
     json: bool,
     stops: &mut Stops,
 ) -> Result<(), CtlError> {
-    let cannot =
-        |e: std::io::Error| CtlError::Failed(format!("cannot read {}: {e}", path.display()));
-    // Without blocking, and a regular file only: a FIFO in its place must not hang `log -f`.
-    let mut file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(cannot(e)),
+    let Some((mut file, meta)) = open_session(path)? else {
+        return Ok(());
     };
-    let meta = file.metadata().map_err(cannot)?;
-    if !meta.is_file() {
-        return Err(CtlError::Failed(format!(
-            "{} is not a regular file: Pegasus did not write it",
-            path.display()
-        )));
-    }
     if meta.ino() != *inode || meta.len() < *offset {
         *inode = meta.ino();
         *offset = 0;

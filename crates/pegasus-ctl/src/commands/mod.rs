@@ -5,6 +5,7 @@ mod chat;
 mod cost;
 mod dashboard;
 mod log;
+mod mcp;
 mod project;
 mod role;
 mod run;
@@ -108,6 +109,7 @@ async fn run_in(home: &Home, command: Command, json: bool) -> Result<(), CtlErro
     let home = home.clone();
     match command {
         Command::Completions { .. } | Command::Man => Ok(()),
+        Command::Mcp => mcp::run(&home).await,
         Command::Dashboard => dashboard::run(&home, json).await,
         Command::Status => status::run(&home, json).await,
         Command::Project(cmd) => project::run(&home, json, cmd).await,
@@ -159,16 +161,23 @@ pub(crate) async fn mutate(
     json: bool,
     req: pegasus_proto::ctl::CtlRequest,
 ) -> Result<(), CtlError> {
+    let message = done(home, req).await?;
+    if json {
+        print_json(&serde_json::json!({"ok": true, "message": message}))
+    } else {
+        println!("{message}");
+        Ok(())
+    }
+}
+
+/// Sends one request that changes something and gives back the daemon's one-line answer.
+pub(crate) async fn done(
+    home: &Home,
+    req: pegasus_proto::ctl::CtlRequest,
+) -> Result<String, CtlError> {
     let mut client = crate::client::Client::connect(home).await?;
     match crate::client::ok(client.request(req).await?)? {
-        pegasus_proto::ctl::CtlResponse::Done { message } => {
-            if json {
-                print_json(&serde_json::json!({"ok": true, "message": message}))
-            } else {
-                println!("{message}");
-                Ok(())
-            }
-        }
+        pegasus_proto::ctl::CtlResponse::Done { message } => Ok(message),
         other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
     }
 }
@@ -187,7 +196,20 @@ pub(crate) async fn streaming<T>(
     project: &str,
     work: impl std::future::Future<Output = T>,
 ) -> (T, String) {
-    following(home, project, true, work).await
+    use pegasus_proto::WorkerEvent;
+    use std::io::Write as _;
+    let mut printed = String::new();
+    let out = following(home, project, work, |event| match event {
+        WorkerEvent::TextDelta { text, .. } => {
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+            printed.push_str(text);
+        }
+        WorkerEvent::Approval { request } => eprintln!("{}", approval_line(request)),
+        _ => {}
+    })
+    .await;
+    (out, printed)
 }
 
 /// Runs `work` (a `send --wait` that does not stream) while saying on stderr which call of
@@ -197,18 +219,33 @@ pub(crate) async fn watching_approvals<T>(
     project: &str,
     work: impl std::future::Future<Output = T>,
 ) -> T {
-    following(home, project, false, work).await.0
+    following(home, project, work, |event| {
+        if let pegasus_proto::WorkerEvent::Approval { request } = event {
+            eprintln!("{}", approval_line(request));
+        }
+    })
+    .await
 }
 
-async fn following<T>(
+/// The line that says a call waits for approval and how to answer it, escaped: what a person
+/// reads is what runs, whoever sent it.
+pub(crate) fn approval_line(r: &pegasus_proto::ctl::ApprovalInfo) -> String {
+    use pegasus_proto::shown::escape;
+    format!(
+        "waiting for approval {}: {} `{}` (task {}); answer with `pegasusctl approve {}` or `pegasusctl deny {}`",
+        escape(&r.id), escape(&r.tool), escape(&r.summary), escape(&r.task), escape(&r.id), escape(&r.id)
+    )
+}
+
+/// Runs `work` while handing each event of `project`'s worker to `on_event`, as it arrives.
+/// Without a daemon to follow, `work` just runs.
+pub(crate) async fn following<T>(
     home: &Home,
     project: &str,
-    show_text: bool,
     work: impl std::future::Future<Output = T>,
-) -> (T, String) {
-    use pegasus_proto::{ctl::CtlResponse, BusBody, WorkerEvent};
-    use std::io::Write as _;
-    let mut printed = String::new();
+    mut on_event: impl FnMut(&pegasus_proto::WorkerEvent),
+) -> T {
+    use pegasus_proto::{ctl::CtlResponse, BusBody};
     let mut follower = match crate::client::Client::connect(home).await {
         Ok(mut c) => match c.follow(Some(project.to_string())).await {
             // The first frame says the subscription is in place: nothing sent after it is missed.
@@ -221,35 +258,23 @@ async fn following<T>(
         Err(_) => None,
     };
     tokio::pin!(work);
-    let out = loop {
+    loop {
         let Some(f) = follower.as_mut() else {
             break work.await;
         };
         tokio::select! {
             out = &mut work => break out,
             ev = f.next_event() => match ev {
-                Some(CtlResponse::Event(e)) => match e.body {
-                    BusBody::Worker(WorkerEvent::TextDelta { text, .. }) if show_text => {
-                        print!("{text}");
-                        let _ = std::io::stdout().flush();
-                        printed.push_str(&text);
+                Some(CtlResponse::Event(e)) => {
+                    if let BusBody::Worker(event) = &e.body {
+                        on_event(event);
                     }
-                    BusBody::Worker(WorkerEvent::Approval { request: r }) => {
-                        // Escaped here too: what a person reads is what runs, whoever sent it.
-                        use pegasus_proto::shown::escape;
-                        eprintln!(
-                            "waiting for approval {}: {} `{}` (task {}); answer with `pegasusctl approve {}` or `pegasusctl deny {}`",
-                            escape(&r.id), escape(&r.tool), escape(&r.summary), escape(&r.task), escape(&r.id), escape(&r.id)
-                        );
-                    }
-                    _ => {}
-                },
+                }
                 Some(_) => {}
                 None => follower = None,
             },
         }
-    };
-    (out, printed)
+    }
 }
 
 /// Prints an answer after its streamed text: a line end, and the answer itself unless the

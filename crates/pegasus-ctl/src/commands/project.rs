@@ -79,7 +79,10 @@ fn report(json: bool, info: &ProjectInfo, done: &str) -> Result<(), CtlError> {
 }
 
 /// The projects from the daemon, or from the files when it is down (no worker facts then).
-async fn infos(home: &Home, status: Option<String>) -> Result<Vec<ProjectInfo>, CtlError> {
+pub(crate) async fn infos(
+    home: &Home,
+    status: Option<String>,
+) -> Result<Vec<ProjectInfo>, CtlError> {
     let status = status
         .as_deref()
         .map(ProjectFilter::parse)

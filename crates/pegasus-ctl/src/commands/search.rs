@@ -17,6 +17,25 @@ pub fn run(
     kind: Option<SearchKind>,
     limit: u16,
 ) -> Result<(), CtlError> {
+    let found = find(home, query.clone(), project, kind, limit)?;
+    for w in &found.warnings {
+        eprintln!("pegasusctl: warning: {w}");
+    }
+    if json {
+        return super::print_json(&found.hits);
+    }
+    print!("{}", text(&query, &found.hits));
+    Ok(())
+}
+
+/// The hits for `query`, best first, after catching the index up with the files.
+pub(crate) fn find(
+    home: &Home,
+    query: String,
+    project: Option<String>,
+    kind: Option<SearchKind>,
+    limit: u16,
+) -> Result<pegasus_search::Found, CtlError> {
     if let Some(name) = project.as_deref().filter(|n| *n != MAIN) {
         super::project_dir(home, name)?;
     }
@@ -30,23 +49,22 @@ pub fn run(
         }),
         limit: Some(usize::from(limit)),
     };
-    let found = pegasus_search::search(home, &q).map_err(CtlError::failed)?;
-    for w in &found.warnings {
-        eprintln!("pegasusctl: warning: {w}");
+    pegasus_search::search(home, &q).map_err(CtlError::failed)
+}
+
+/// The hits as `search` prints them.
+pub(crate) fn text(query: &str, hits: &[pegasus_search::Hit]) -> String {
+    if hits.is_empty() {
+        return format!("no match for `{}`\n", query.trim());
     }
-    if json {
-        return super::print_json(&found.hits);
-    }
-    if found.hits.is_empty() {
-        println!("no match for `{}`", q.text.trim());
-        return Ok(());
-    }
-    for (i, h) in found.hits.iter().enumerate() {
-        if i > 0 {
-            println!();
-        }
-        println!("{} · {} · {}", h.project, h.kind, h.location);
-        println!("    {}", h.snippet);
-    }
-    Ok(())
+    let blocks: Vec<String> = hits
+        .iter()
+        .map(|h| {
+            format!(
+                "{} · {} · {}\n    {}\n",
+                h.project, h.kind, h.location, h.snippet
+            )
+        })
+        .collect();
+    blocks.join("\n")
 }

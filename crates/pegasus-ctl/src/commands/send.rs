@@ -85,7 +85,7 @@ enum Attempt {
 }
 
 /// The send on `client`, and once more on a new connection after an ambiguous failure.
-async fn request(
+pub(crate) async fn request(
     home: &Home,
     client: Client,
     req: CtlRequest,
@@ -133,7 +133,7 @@ async fn connect_patiently(home: &Home) -> Result<Client, CtlError> {
 
 /// A client id no other send will have: 64 random bits from the kernel, or, failing that,
 /// the time, the pid and a counter.
-fn new_client_id() -> String {
+pub(crate) fn new_client_id() -> String {
     use std::io::Read as _;
     let mut bytes = [0u8; 8];
     let random = std::fs::File::open("/dev/urandom")

@@ -2,9 +2,9 @@
 //! retry, replay and answer go through the daemon, which tells the project's worker.
 
 use crate::{cli::TaskCommand, output, CtlError};
-use pegasus_proto::ctl::{CtlRequest, CtlResponse, TaskVerb};
+use pegasus_proto::ctl::{AddTask, CtlRequest, CtlResponse, TaskVerb};
 use pegasus_store::Home;
-use pegasus_tasks::{board, find_task, Readiness, TaskState, TaskStore};
+use pegasus_tasks::{board, find_task, Readiness, Task, TaskState, TaskStore};
 
 pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlError> {
     match cmd {
@@ -12,9 +12,7 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             name,
             board: as_board,
         } => {
-            let dir = super::project_dir(home, &name)?;
-            let store = TaskStore::open(&dir, &name).map_err(CtlError::failed)?;
-            let tasks = store.list().map_err(CtlError::failed)?;
+            let (tasks, shown) = listing(home, &name)?;
             if json && as_board {
                 let columns: Vec<_> = board(&tasks)
                     .into_iter()
@@ -28,37 +26,17 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
             if as_board {
                 print!("{}", output::task_board(&board(&tasks)));
             } else {
-                // A ready task the worker skips says what it waits on.
-                let waiting = tasks
-                    .iter()
-                    .filter(|t| t.state == TaskState::Ready && !t.depends_on.is_empty())
-                    .filter_map(|t| match store.readiness(&t.id) {
-                        Ok(Readiness::Skip { waiting_on }) => {
-                            Some((t.id.clone(), waiting_on.join(", ")))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                print!("{}", output::task_table(&tasks, &waiting));
+                print!("{shown}");
             }
             Ok(())
         }
         TaskCommand::Add(add) => {
-            let req = CtlRequest::TaskAdd(add.into());
-            let mut client = crate::client::Client::connect(home).await?;
-            match crate::client::ok(client.request(req).await?)? {
-                CtlResponse::TaskAdded { id, message } => {
-                    if json {
-                        let (_, store) =
-                            find_task(&home.projects_dir(), &id).map_err(CtlError::failed)?;
-                        let task = store.get(&id).map_err(CtlError::failed)?;
-                        return super::print_json(&task);
-                    }
-                    println!("{message}");
-                    Ok(())
-                }
-                other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
+            let (message, task) = add_task(home, add.into()).await?;
+            if json {
+                return super::print_json(&task);
             }
+            println!("{message}");
+            Ok(())
         }
         TaskCommand::Show { id } => {
             let (_, store) = find_task(&home.projects_dir(), &id).map_err(CtlError::failed)?;
@@ -78,6 +56,37 @@ pub async fn run(home: &Home, json: bool, cmd: TaskCommand) -> Result<(), CtlErr
         TaskCommand::Answer { id, text } => {
             super::mutate(home, json, CtlRequest::TaskAnswer { id, text }).await
         }
+    }
+}
+
+/// A project's tasks, newest first, and the table `task list` prints of them (a ready task
+/// the worker skips says what it waits on).
+pub(crate) fn listing(home: &Home, name: &str) -> Result<(Vec<Task>, String), CtlError> {
+    let dir = super::project_dir(home, name)?;
+    let store = TaskStore::open(&dir, name).map_err(CtlError::failed)?;
+    let tasks = store.list().map_err(CtlError::failed)?;
+    let waiting = tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Ready && !t.depends_on.is_empty())
+        .filter_map(|t| match store.readiness(&t.id) {
+            Ok(Readiness::Skip { waiting_on }) => Some((t.id.clone(), waiting_on.join(", "))),
+            _ => None,
+        })
+        .collect();
+    let shown = output::task_table(&tasks, &waiting);
+    Ok((tasks, shown))
+}
+
+/// Adds a task through the daemon: its one-line answer and the task as its file holds it.
+pub(crate) async fn add_task(home: &Home, add: AddTask) -> Result<(String, Task), CtlError> {
+    let mut client = crate::client::Client::connect(home).await?;
+    match crate::client::ok(client.request(CtlRequest::TaskAdd(add)).await?)? {
+        CtlResponse::TaskAdded { id, message } => {
+            let (_, store) = find_task(&home.projects_dir(), &id).map_err(CtlError::failed)?;
+            let task = store.get(&id).map_err(CtlError::failed)?;
+            Ok((message, task))
+        }
+        other => Err(CtlError::Failed(format!("unexpected answer: {other:?}"))),
     }
 }
 
