@@ -487,3 +487,22 @@ fn the_raw_protocol_negotiates_the_version_and_ends_with_its_input() {
         assert_eq!(listed["structuredContent"]["projects"], json!([]));
     }
 }
+
+/// `pegasusctl mcp --help` says how to register it in Claude Code and Codex; the manual and
+/// the completions, made from the same command line, know the verb.
+#[test]
+fn the_help_says_how_to_register_it() {
+    let home = Home::new();
+    let help = home.ctl_ok(&["mcp", "--help"]);
+    assert!(
+        help.contains("claude mcp add pegasus -- pegasusctl mcp"),
+        "{help}"
+    );
+    assert!(help.contains("[mcp_servers.pegasus]"), "{help}");
+    assert!(
+        help.contains("codex mcp add pegasus -- pegasusctl mcp"),
+        "{help}"
+    );
+    assert!(home.ctl_ok(&["man"]).contains("pegasusctl\\-mcp"));
+    assert!(home.ctl_ok(&["completions", "bash"]).contains("mcp"));
+}
