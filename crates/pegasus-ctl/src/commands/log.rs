@@ -513,3 +513,82 @@ fn read_new(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use pegasus_store::{Role, SessionMessage};
+
+    /// A home with project `web` whose session holds `n` user messages `message 0` ...
+    fn home_with(n: usize) -> (tempfile::TempDir, Home) {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = Home::new(tmp.path());
+        let dir = home.project_dir("web");
+        std::fs::create_dir_all(dir.join("session")).unwrap();
+        std::fs::write(dir.join("PROJECT.md"), "---\nname: web\n---\n").unwrap();
+        let mut lines = String::new();
+        for i in 0..n {
+            let m = SessionRecord::Message(SessionMessage::new(
+                Role::User,
+                vec![ContentBlock::Text {
+                    text: format!("message {i}"),
+                }],
+            ));
+            lines.push_str(&serde_json::to_string(&m).unwrap());
+            lines.push('\n');
+        }
+        // A line still being written is not a record yet.
+        lines.push_str("{\"type\":\"mess");
+        std::fs::write(pegasus_store::session_file(&dir), lines).unwrap();
+        (tmp, home)
+    }
+
+    #[test]
+    fn a_transcript_is_read_in_parts_from_any_point() {
+        let (_tmp, home) = home_with(10);
+        let all = transcript(&home, "web", 0, usize::MAX).unwrap();
+        assert_eq!((all.records.len(), all.next, all.more), (10, 10, false));
+        assert!(all.text.contains("message 0") && all.text.contains("message 9"));
+        // From a point on, and nothing after the end.
+        let tail = transcript(&home, "web", 7, usize::MAX).unwrap();
+        assert_eq!(tail.records.len(), 3);
+        assert!(!tail.text.contains("message 6") && tail.text.contains("message 7"));
+        let none = transcript(&home, "web", 10, usize::MAX).unwrap();
+        assert_eq!(
+            (none.records.len(), none.next, none.restarted),
+            (0, 10, false)
+        );
+        // Negative: the last ones.
+        let last = transcript(&home, "web", -2, usize::MAX).unwrap();
+        assert_eq!(last.records.len(), 2);
+        assert!(last.text.contains("message 8") && last.text.contains("message 9"));
+        assert_eq!(
+            transcript(&home, "web", -50, usize::MAX)
+                .unwrap()
+                .records
+                .len(),
+            10
+        );
+        // Past the end (a compaction started a new file): from its beginning, said so.
+        let past = transcript(&home, "web", 42, usize::MAX).unwrap();
+        assert!(past.restarted);
+        assert_eq!(past.records.len(), 10);
+        // A size cap cuts after the record that reaches it, and `next` reads on.
+        let mut from = 0;
+        let mut seen = 0;
+        loop {
+            let part = transcript(&home, "web", from as i64, 1).unwrap();
+            assert!(part.records.len() <= 1);
+            seen += part.records.len();
+            from = part.next;
+            if !part.more {
+                break;
+            }
+        }
+        assert_eq!((seen, from), (10, 10));
+        // An unknown project is the CLI's refusal.
+        let err = transcript(&home, "nope", 0, 1).err().unwrap();
+        assert!(err.to_string().contains("project nope not found"), "{err}");
+    }
+}
