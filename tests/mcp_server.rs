@@ -271,6 +271,27 @@ fn the_python_sdk_drives_every_tool_through_pegasusctl_mcp() {
         .unwrap()
         .contains("answered through pegasusd"));
 
+    // Without waiting: the call returns once the project has the message, with the point of
+    // the transcript its answer will follow.
+    let quick = mcp.ok(
+        "quick",
+        "send_message",
+        json!({"project": "web", "text": "where now?"}),
+    );
+    assert_eq!(quick["structured"]["since"], next, "{quick}");
+    assert!(
+        quick["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("since: {next}")),
+        "{quick}"
+    );
+    poll(WAIT, "the answer after the given point", || {
+        let a = mcp.ok("poll", "read_log", json!({"project": "web", "since": next}));
+        let text = a["text"].as_str().unwrap().to_string();
+        (text.contains("where now?") && text.contains("answered through pegasusd")).then_some(())
+    });
+
     // A task added, then listed.
     let added = mcp.ok(
         "add",

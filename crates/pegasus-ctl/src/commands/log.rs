@@ -406,6 +406,23 @@ pub(crate) struct Transcript {
     pub restarted: bool,
 }
 
+/// The complete lines of a project's session file (a last line without its end is still being
+/// written: it is read next time).
+fn complete_lines(dir: &Path) -> Result<String, CtlError> {
+    let mut bytes = Vec::new();
+    if let Some((mut file, _)) = open_session(&pegasus_store::session_file(dir))? {
+        file.read_to_end(&mut bytes).map_err(CtlError::failed)?;
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(text.rfind('\n').map_or("", |end| &text[..=end]).to_string())
+}
+
+/// How many records project `name`'s transcript holds: where a read from now on starts.
+pub(crate) fn length(home: &Home, name: &str) -> Result<usize, CtlError> {
+    let dir = super::project_dir(home, name)?;
+    Ok(complete_lines(&dir)?.lines().count())
+}
+
 /// Reads project `name`'s transcript from record `since` on (negative: that many records
 /// before the end), stopping after the record that brings the text past `max_bytes` (see
 /// [`Transcript`]).
@@ -416,15 +433,8 @@ pub(crate) fn transcript(
     max_bytes: usize,
 ) -> Result<Transcript, CtlError> {
     let dir = super::project_dir(home, name)?;
-    let path = pegasus_store::session_file(&dir);
-    let mut bytes = Vec::new();
-    if let Some((mut file, _)) = open_session(&path)? {
-        file.read_to_end(&mut bytes).map_err(CtlError::failed)?;
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    // A last line without its end is still being written: it is read next time.
-    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
-    let lines: Vec<&str> = complete.lines().collect();
+    let text = complete_lines(&dir)?;
+    let lines: Vec<&str> = text.lines().collect();
     let since = match usize::try_from(since) {
         Ok(n) => n,
         Err(_) => lines
@@ -587,6 +597,7 @@ mod tests {
             }
         }
         assert_eq!((seen, from), (10, 10));
+        assert_eq!(length(&home, "web").unwrap(), 10);
         // An unknown project is the CLI's refusal.
         let err = transcript(&home, "nope", 0, 1).err().unwrap();
         assert!(err.to_string().contains("project nope not found"), "{err}");

@@ -480,16 +480,9 @@ impl PegasusMcp {
         // Where the answer will be in the transcript, for a caller that does not wait for it.
         let since = {
             let (home, name) = (home.clone(), name.clone());
-            off_thread(move || Ok(log::transcript(&home, &name, 0, 0).map_or(0, |t| t.next)))
-                .await?
+            off_thread(move || Ok(log::length(&home, &name).unwrap_or(0))).await?
         };
-        let client_id = send::new_client_id();
-        let req = CtlRequest::ProjectSend {
-            name: name.clone(),
-            text,
-            wait,
-            client_id: Some(client_id.clone()),
-        };
+        let (req, client_id) = send::send_request(&name, text, wait, None);
         let first = Client::connect(home).await?;
         let sent = send::request(home, first, req, &client_id);
         if !wait {

@@ -26,13 +26,7 @@ pub(crate) async fn run(home: &Home, json: bool, send: SendArgs) -> Result<(), C
         stream,
         id,
     } = send;
-    let client_id = id.unwrap_or_else(new_client_id);
-    let req = CtlRequest::ProjectSend {
-        name: name.clone(),
-        text,
-        wait,
-        client_id: Some(client_id.clone()),
-    };
+    let (req, client_id) = send_request(&name, text, wait, id);
     // Said before anything else, so the streamed text is not what tells a stopped daemon.
     let first = Client::connect(home).await?;
     if wait && super::wants_stream(stream, json) {
@@ -74,6 +68,23 @@ pub(crate) async fn run(home: &Home, json: bool, send: SendArgs) -> Result<(), C
             "unexpected answer to send: {other:?}"
         ))),
     }
+}
+
+/// The request of a send to project `name`, with its client id (`id`, or one made here).
+pub(crate) fn send_request(
+    name: &str,
+    text: String,
+    wait: bool,
+    id: Option<String>,
+) -> (CtlRequest, String) {
+    let client_id = id.unwrap_or_else(new_client_id);
+    let req = CtlRequest::ProjectSend {
+        name: name.to_string(),
+        text,
+        wait,
+        client_id: Some(client_id.clone()),
+    };
+    (req, client_id)
 }
 
 /// How one attempt ended.
@@ -133,7 +144,7 @@ async fn connect_patiently(home: &Home) -> Result<Client, CtlError> {
 
 /// A client id no other send will have: 64 random bits from the kernel, or, failing that,
 /// the time, the pid and a counter.
-pub(crate) fn new_client_id() -> String {
+fn new_client_id() -> String {
     use std::io::Read as _;
     let mut bytes = [0u8; 8];
     let random = std::fs::File::open("/dev/urandom")
