@@ -56,6 +56,7 @@
 
 mod answer;
 mod anthropic;
+mod anthropic_request;
 mod background;
 mod fake;
 mod http;

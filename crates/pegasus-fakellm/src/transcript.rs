@@ -92,7 +92,9 @@ impl Transcript {
     /// [`crate::Match::LastToolResultContains`]).
     pub fn last_tool_results(&self) -> Vec<&str> {
         let mut out = Vec::new();
-        for turn in self.turns.iter().rev() {
+        // A mid-conversation system message after the results (Anthropic) does not end them.
+        let turns = self.turns.iter().rev().skip_while(|t| t.role == "system");
+        for turn in turns {
             if turn.role == "tool" {
                 out.extend(turn.tool_results.iter().map(String::as_str));
                 continue;
