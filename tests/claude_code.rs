@@ -5,6 +5,8 @@
 //! `@anthropic-ai/claude-code@2.1.332`); without it each test skips with one line, and under
 //! `CI=true` fails.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::claude::{self, Claude};

@@ -388,7 +388,13 @@ fn custom_tool(tool: &Value, i: usize, defer: bool, problems: &mut Vec<String>) 
     };
     for key in o.keys() {
         let ok = match key.as_str() {
-            "name" | "description" | "input_schema" | "cache_control" | "type" | "strict" => true,
+            "name"
+            | "description"
+            | "input_schema"
+            | "cache_control"
+            | "type"
+            | "strict"
+            | "eager_input_streaming" => true,
             "defer_loading" | "input_examples" => defer,
             _ => false,
         };

@@ -85,6 +85,7 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
                             }
                         }
                         Some("tool_result") => {
+                            tool_references(body, block, i, j, &mut problems);
                             if role != "user" {
                                 problems.push(format!("messages.{i}.content.{j}: tool_result blocks are only allowed in user messages"));
                             }
@@ -169,6 +170,31 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
 
 const THINKING_DOCS: &str =
     "Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking";
+
+/// A tool search's result names tools by reference (`{"type": "tool_reference", "tool_name":
+/// ...}`, Claude Code's `ToolSearch`); the API expands each from the request's `tools`, so a
+/// name it does not offer is refused.
+fn tool_references(body: &Value, result: &Value, i: usize, j: usize, problems: &mut Vec<String>) {
+    let offered = |name: &str| {
+        body.get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+    };
+    let parts = result.get("content").and_then(Value::as_array);
+    for (k, part) in parts.into_iter().flatten().enumerate() {
+        if part.get("type").and_then(Value::as_str) != Some("tool_reference") {
+            continue;
+        }
+        let name = part.get("tool_name").and_then(Value::as_str).unwrap_or("");
+        if !offered(name) {
+            problems.push(format!(
+                "messages.{i}.content.{j}.content.{k}: tool_reference names `{name}`, which is not in `tools`"
+            ));
+        }
+    }
+}
 
 /// A mid-conversation `system` message (Claude Code sends its environment so): text blocks
 /// only (and, like any message but a user's, never the first).
