@@ -95,3 +95,94 @@ fn claude_code_calls_its_own_tools_on_the_fakes_script() {
         assert_eq!(r.header("x-api-key"), Some(claude::API_KEY));
     }
 }
+
+/// A stdio MCP server of one tool, `ping`, answering `pong WORD` (newline-delimited JSON-RPC,
+/// as the MCP stdio transport is).
+const MINI_MCP: &str = r#"import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    mid, method = m.get("id"), m.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "mini", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "ping", "description": "Answers pong",
+                             "inputSchema": {"type": "object", "properties": {"word": {"type": "string"}},
+                                             "required": ["word"]}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "pong " + m["params"]["arguments"]["word"]}]}
+    elif mid is None:
+        continue
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// Claude Code defers an MCP server's tools behind its `ToolSearch`: the fake's script loads
+/// the tool first (`select:mcp__mini__ping`, answered with a `tool_reference` the fake checks
+/// against the offered tools), then calls it, and Claude Code runs it on the MCP server.
+#[test]
+fn claude_code_loads_and_calls_an_mcp_tool_on_the_fakes_script() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(cc) = Claude::new(&fake) else {
+        return;
+    };
+    let server = cc.home().join("mini_mcp.py");
+    std::fs::write(&server, MINI_MCP).unwrap();
+    let config = cc.home().join("mcp.json");
+    let spec = json!({"mcpServers": {"mini": {"command": "python3", "args": [server]}}});
+    std::fs::write(&config, spec.to_string()).unwrap();
+    fake.add_rule(
+        Rule::new(
+            Match::NewPrompt,
+            Reply::Tools(vec![ToolCall::new(
+                "ToolSearch",
+                json!({"query": "select:mcp__mini__ping", "max_results": 5}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::LastToolResultContains("mcp__mini__ping".into()),
+            Reply::Tools(vec![ToolCall::new(
+                "mcp__mini__ping",
+                json!({"word": "fake"}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("pong fake".into()),
+        Reply::Text("The server said pong fake.".into()),
+    ));
+
+    let cc = cc.args([
+        "--mcp-config",
+        config.to_str().unwrap(),
+        "--allowedTools",
+        "mcp__mini__ping",
+    ]);
+    let run = cc.run("Ping the mini server");
+
+    assert_eq!(
+        run.result_text(),
+        Some("The server said pong fake."),
+        "{}",
+        run.dump()
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "{}", run.dump());
+    let offered = |i: usize| -> Vec<String> {
+        requests[i].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(!offered(0).contains(&"mcp__mini__ping".to_string()));
+    assert!(offered(2).contains(&"mcp__mini__ping".to_string()));
+}
