@@ -186,3 +186,27 @@ fn claude_code_loads_and_calls_an_mcp_tool_on_the_fakes_script() {
     assert!(!offered(0).contains(&"mcp__mini__ping".to_string()));
     assert!(offered(2).contains(&"mcp__mini__ping".to_string()));
 }
+
+/// A request no rule answers gets the fake's 500, which ends the run at once (the helper turns
+/// Claude Code's retries off) with an error result, and is listed as a violation naming the
+/// prompt.
+#[test]
+fn an_unscripted_request_fails_the_run_fast_and_is_a_violation() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(cc) = Claude::new(&fake) else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let run = cc.run("Nobody scripted this");
+    assert!(!run.status.success(), "{}", run.dump());
+    assert_eq!(run.result().unwrap()["is_error"], true, "{}", run.dump());
+    assert_eq!(fake.request_count(), 1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let violations = fake.violations();
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(
+        violations[0].contains("unmatched request #1")
+            && violations[0].contains("Nobody scripted this"),
+        "{violations:?}"
+    );
+}

@@ -33,15 +33,25 @@ pub const API_KEY: &str = "sk-ant-pegasus-test-claude-code";
 /// The longest a run may take unless [`Claude::timeout`] says otherwise.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The `claude` binary: `PEGASUS_TEST_CLAUDE`, else the first `claude` on `PATH`.
-pub fn find() -> Option<PathBuf> {
+/// The `claude` binary: `PEGASUS_TEST_CLAUDE`, else the first `claude` on `PATH`; `Err` says
+/// why there is none.
+pub fn find() -> Result<PathBuf, String> {
+    const INSTALL: &str = "install it with `npm install -g @anthropic-ai/claude-code@2.1.332`";
     if let Some(p) = std::env::var_os("PEGASUS_TEST_CLAUDE") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(format!(
+            "PEGASUS_TEST_CLAUDE={} is not a file; {INSTALL}",
+            p.display()
+        ));
     }
-    let path = std::env::var_os("PATH")?;
+    let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|dir| dir.join("claude"))
         .find(|p| p.is_file())
+        .ok_or_else(|| format!("no `claude` (Claude Code) on PATH; {INSTALL}"))
 }
 
 /// A prepared run of Claude Code against a fake: its binary, isolated home, working
@@ -73,14 +83,15 @@ impl Claude {
     /// directory) whose `work/` is the working directory; `None` (after one printed line) when
     /// there is no `claude` and `CI` is not `true`.
     pub fn new(fake: &FakeLlm) -> Option<Claude> {
-        let Some(bin) = find() else {
-            let why = "no `claude` (Claude Code) on PATH and PEGASUS_TEST_CLAUDE unset; \
-                       install it with `npm install -g @anthropic-ai/claude-code@2.1.332`";
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("CI=true and {why}");
+        let bin = match find() {
+            Ok(bin) => bin,
+            Err(why) => {
+                if std::env::var("CI").as_deref() == Ok("true") {
+                    panic!("CI=true and {why}");
+                }
+                eprintln!("skipped: {why}");
+                return None;
             }
-            eprintln!("skipped: {why}");
-            return None;
         };
         let home = tempfile::tempdir().unwrap();
         let workdir = home.path().join("work");
@@ -131,7 +142,8 @@ impl Claude {
         self
     }
 
-    /// One more environment variable for Claude Code (and so for its hooks and MCP servers).
+    /// One more environment variable for Claude Code (and so for its hooks and MCP servers);
+    /// it overrides the helper's own (e.g. `CLAUDE_CODE_MAX_RETRIES`, 0 unless set here).
     pub fn env(mut self, key: &str, value: &str) -> Claude {
         self.env.push((key.to_string(), value.to_string()));
         self
@@ -165,6 +177,9 @@ impl Claude {
             .env("DISABLE_ERROR_REPORTING", "1")
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("DISABLE_AUTOUPDATER", "1")
+            // No retries: a request no rule answers (the fake's 500) ends the run at once,
+            // not after Claude Code's ten backed-off retries. `.env(..)` may set another.
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.reopen().unwrap())
