@@ -1,8 +1,9 @@
 //! `pegasusctl mcp`, Pegasus as an MCP server (DESIGN.md §16), through the real binaries: a
 //! real pegasusd on the fake LLM, and the official Python MCP SDK as the client
 //! (`tests/mcp_client.py`, in the venv `scripts/mcp-python` makes under target/mcp-python;
-//! `.ci/run` installs it). Without it (no network) the SDK test skips with one line; under
-//! `CI=true` it fails. The raw protocol test needs nothing but the binaries.
+//! `.ci/run` installs it), and Claude Code (`claude`, `tests/common/claude.rs`; `.ci/run`
+//! installs it) with the fake LLM as its model. Without one of them a test skips with one line;
+//! under `CI=true` it fails. The raw protocol test needs nothing but the binaries.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -526,4 +527,135 @@ fn the_help_says_how_to_register_it() {
     );
     assert!(home.ctl_ok(&["man"]).contains("pegasusctl\\-mcp"));
     assert!(home.ctl_ok(&["completions", "bash"]).contains("mcp"));
+}
+
+/// Claude Code as the client (issue 35's "done"): with an MCP config naming `pegasusctl mcp`
+/// (and the home in `PEGASUS_HOME`) and `--allowedTools "mcp__pegasus__*"`, its model (a fake
+/// scripted to use the tools) lists Pegasus's pending approval, approves it, and the gated
+/// command then runs in the project; then it sends the project a message and gets its answer.
+/// Claude Code defers MCP tools behind its `ToolSearch`, so the script loads them first. Two
+/// fakes: one is Pegasus's model, the other Claude Code's.
+#[test]
+fn claude_code_answers_an_approval_and_talks_to_a_project_through_pegasusctl_mcp() {
+    let cc_fake = FakeLlm::start().unwrap();
+    let Some(cc) = claude::Claude::new(&cc_fake) else {
+        return;
+    };
+    let fake = fake();
+    let home = fake_home(&fake, "approvals: {exec: ask}\n");
+    let _d = home.start_fake();
+    home.create("web");
+    // A gated call waits for a person.
+    home.ctl_ok(&["project", "send", "web", "deploy now"]);
+    let request = poll(WAIT, "an approval request", || {
+        let list = home.json(&["approvals"]);
+        list.as_array()
+            .filter(|a| a.len() == 1)
+            .map(|a| a[0].clone())
+    });
+    let id = request["id"].as_str().unwrap().to_string();
+    assert_eq!(runs(&home), 0);
+
+    let tools =
+        ["list_approvals", "answer_approval", "send_message"].map(|t| format!("mcp__pegasus__{t}"));
+    cc_fake.require_api_key(Some(claude::API_KEY.into()));
+    cc_fake.add_rule(
+        Rule::new(
+            Match::NewPrompt,
+            Reply::Tools(vec![ToolCall::new(
+                "ToolSearch",
+                json!({"query": format!("select:{}", tools.join(",")), "max_results": 5}),
+            )]),
+        )
+        .times(1),
+    );
+    cc_fake.add_rule(
+        Rule::new(
+            Match::LastToolResultContains("mcp__pegasus__answer_approval".into()),
+            Reply::Tools(vec![ToolCall::new(
+                "mcp__pegasus__list_approvals",
+                json!({}),
+            )]),
+        )
+        .times(1),
+    );
+    // Only once the listing showed it: the request's id and its command line.
+    cc_fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::LastToolResultContains(id.clone()),
+                Match::LastToolResultContains("echo ran >> runs.txt".into()),
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "mcp__pegasus__answer_approval",
+                json!({"id": id, "approve": true}),
+            )]),
+        )
+        .times(1),
+    );
+    cc_fake.add_rule(
+        Rule::new(
+            Match::LastToolResultContains("approved".into()),
+            Reply::Tools(vec![ToolCall::new(
+                "mcp__pegasus__send_message",
+                json!({"project": "web", "text": "where are you, from Claude Code?", "wait": true}),
+            )]),
+        )
+        .times(1),
+    );
+    cc_fake.add_rule(Rule::new(
+        Match::LastToolResultContains("answered through pegasusd".into()),
+        Reply::Text("Approved; web says: answered through pegasusd".into()),
+    ));
+
+    let config = cc.home().join("mcp.json");
+    let spec = json!({"mcpServers": {"pegasus": {
+        "command": PEGASUSCTL, "args": ["mcp"],
+        "env": {"PEGASUS_HOME": home.path()}}}});
+    std::fs::write(&config, spec.to_string()).unwrap();
+    let run = cc
+        .args([
+            "--mcp-config",
+            config.to_str().unwrap(),
+            "--allowedTools",
+            "mcp__pegasus__*",
+        ])
+        .run("Approve what Pegasus waits for, then ask the web project where it is.");
+
+    assert_eq!(
+        run.result_text(),
+        Some("Approved; web says: answered through pegasusd"),
+        "{}",
+        run.dump()
+    );
+    assert!(
+        cc_fake.violations().is_empty(),
+        "{:?}",
+        cc_fake.violations()
+    );
+    let called: Vec<&str> = run
+        .tool_uses()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        called,
+        [
+            "ToolSearch",
+            "mcp__pegasus__list_approvals",
+            "mcp__pegasus__answer_approval",
+            "mcp__pegasus__send_message"
+        ],
+        "{}",
+        run.dump()
+    );
+    // The approved command ran in the project, once; nothing waits any more.
+    poll(WAIT, "the approved command to run", || {
+        (runs(&home) == 1).then_some(())
+    });
+    assert_eq!(home.json(&["approvals"]), json!([]));
+    // The project got Claude Code's message and answered it, in its transcript.
+    let log = home.ctl_ok(&["project", "log", "web"]);
+    assert!(log.contains("where are you, from Claude Code?"), "{log}");
+    assert!(log.contains("answered through pegasusd"), "{log}");
 }
