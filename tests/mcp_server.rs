@@ -156,6 +156,26 @@ fn fake() -> FakeLlm {
         Match::LastUserTextContains("deploy".into()),
         Reply::Text("saw: ran".into()),
     ));
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::LastUserTextContains("release".into()),
+                Match::NewPrompt,
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "exec",
+                json!({"command": "echo released >> runs.txt"}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::LastUserTextContains("release".into()),
+            Match::LastToolResultContains("denied by the user: not today".into()),
+        ]),
+        Reply::Text("saw: release denied".into()),
+    ));
     fake.add_rule(Rule::new(
         Match::LastUserTextContains("where".into()),
         Reply::Text("answered through pegasusd".into()),
@@ -373,6 +393,59 @@ fn the_python_sdk_drives_every_tool_through_pegasusctl_mcp() {
         !again["text"].as_str().unwrap().trim().contains('\n'),
         "{again}"
     );
+
+    // A wait that ends before the answer: the message stays with the project, and the call
+    // says what it waits for and where its answer will be; a denial then reaches the model.
+    let before = mcp.ok("len", "read_log", json!({"project": "web", "since": -1}))["structured"]
+        ["next"]
+        .clone();
+    let waited = mcp.ok(
+        "release",
+        "send_message",
+        json!({"project": "web", "text": "release it", "wait": true, "timeout_s": 1}),
+    );
+    assert_eq!(waited["structured"]["answered"], false, "{waited}");
+    assert!(
+        waited["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("project web has not answered within 1 s; it has the message"),
+        "{waited}"
+    );
+    let release = poll(WAIT, "the release's approval request", || {
+        let a = mcp.ok("approvals2", "list_approvals", json!({"project": "web"}));
+        a["structured"]["approvals"]
+            .as_array()
+            .unwrap()
+            .first()
+            .cloned()
+    });
+    let release_id = release["id"].as_str().unwrap();
+    assert_eq!(release["summary"], "echo released >> runs.txt");
+    let since = waited["structured"]["since"].as_u64().unwrap();
+    assert!(since >= before.as_u64().unwrap(), "{waited}");
+    let denied = mcp.ok(
+        "deny",
+        "answer_approval",
+        json!({"id": release_id, "approve": false, "reason": "not today"}),
+    );
+    assert!(
+        denied["text"].as_str().unwrap().contains("denied"),
+        "{denied}"
+    );
+    poll(WAIT, "the denial to reach the model", || {
+        let a = mcp.ok(
+            "poll2",
+            "read_log",
+            json!({"project": "web", "since": since}),
+        );
+        a["text"]
+            .as_str()
+            .unwrap()
+            .contains("saw: release denied")
+            .then_some(())
+    });
+    assert_eq!(runs(&home), 1, "the denied call never ran");
 
     // Search finds the conversation; cost counts the calls.
     let found = mcp.ok(
