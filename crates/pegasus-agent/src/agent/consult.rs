@@ -39,6 +39,7 @@ impl Agent {
             role: Some(role.role),
             cancelled: None,
             compactor: None,
+            instructions: None,
         };
         run_loop(spec, &mut transcript).await
     }
