@@ -1,8 +1,8 @@
 //! AGENTS.md and CLAUDE.md end to end (DESIGN.md §16): pegasusd, a worker and pegasusctl as real
 //! processes, the fake LLM over real HTTP recording what the model was sent. The workdir's file
 //! is in the system prompt of every request; a subfolder's joins the conversation after the
-//! turn that touched a file under it; a code task reads its repo's files in its own worktree; a
-//! 5 MB file is cut to its share of the window, with a note, and the project answers.
+//! turn that touched a file under it; a code task reads its repo's files in its own worktree, and
+//! its reviewer reads them too; a 5 MB file is cut to its share of the window, with a note, and the project answers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -194,6 +194,10 @@ fn a_code_task_reads_its_repos_files_in_its_worktree_and_the_nearest_joins_when_
     let fake = FakeLlm::start().unwrap();
     main_agent_rule(&fake);
     fake.add_rule(Rule::new(
+        Match::SystemContains("You are the Reviewer".into()),
+        Reply::Text("APPROVED\nIt follows the rules.".into()),
+    ));
+    fake.add_rule(Rule::new(
         Match::LastToolResultContains("wrote".into()),
         Reply::Text("changed src".into()),
     ));
@@ -210,7 +214,11 @@ fn a_code_task_reads_its_repos_files_in_its_worktree_and_the_nearest_joins_when_
     // The project's own workdir has instructions too: they come first.
     let workdir = home.project_dir("cp").join("workdir");
     std::fs::write(workdir.join("AGENTS.md"), "WORKDIR-RULE: be careful.\n").unwrap();
-    configure(&home, "cp", &repos_yaml(&[("app", &app)]));
+    configure(
+        &home,
+        "cp",
+        &format!("{}review: reviewer\n", repos_yaml(&[("app", &app)])),
+    );
     let id = home.json(&["task", "add", "cp", "--goal", "edit src", "--repo", "app"])["id"]
         .as_str()
         .unwrap()
@@ -220,7 +228,15 @@ fn a_code_task_reads_its_repos_files_in_its_worktree_and_the_nearest_joins_when_
     });
     assert_eq!(sh(&app, "cat src/lib.rs"), "pub fn f() {}");
 
-    let reqs = project_requests(&fake, "APP-ROOT-RULE");
+    // The reviewer judged the change knowing the repo's rules.
+    let (reviews, reqs): (Vec<_>, Vec<_>) = project_requests(&fake, "APP-ROOT-RULE")
+        .into_iter()
+        .partition(|r| system(r).contains("You are the Reviewer"));
+    assert_eq!(
+        reviews.len(),
+        1,
+        "the reviewer's request has the repo's AGENTS.md"
+    );
     assert_eq!(reqs.len(), 2, "the write and the answer");
     let sys = system(&reqs[0]);
     let worktree_rule = format!(

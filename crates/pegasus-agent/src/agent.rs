@@ -629,6 +629,23 @@ impl Agent {
         }
     }
 
+    /// The instruction files of a task in `workspace` (the workdir's without one), and the
+    /// roots' section of its system prompt, built once so it stays the same for all its turns
+    /// (DESIGN.md §16).
+    fn instructions(
+        &self,
+        settings: &AgentSettings,
+        workspace: Option<&Workspace>,
+    ) -> (crate::instructions::TaskInstructions, String) {
+        let mut ins = crate::instructions::TaskInstructions::new(
+            settings,
+            self.instruction_roots(workspace),
+            self.instruction_files.clone(),
+        );
+        let section = ins.system_section();
+        (ins, section)
+    }
+
     /// The folders whose instruction files a task starts with (DESIGN.md §16): the workdir, and
     /// each worktree of a code task; the workdir is left out when it is itself one of the
     /// task's repos (its worktree, at the task's commit, stands for it).
@@ -693,18 +710,11 @@ impl Agent {
             }
             _ => (self.workdir.clone(), Vec::new()),
         };
-        // The instruction files of the task's folders: the roots' in its system prompt, stable
-        // for the whole task (DESIGN.md §16).
-        let mut instructions = crate::instructions::TaskInstructions::new(
-            &settings,
-            self.instruction_roots(workspace),
-            self.instruction_files.clone(),
-        );
-        let section = instructions.system_section();
-        if !section.is_empty() {
-            system = format!("{}\n\n{section}", system.trim_end());
-        }
-        let ctx = self.tool_ctx(task_id.clone(), settings, Some((workdir, repos)));
+        let (mut instructions, section) = self.instructions(&settings, workspace);
+        system = crate::instructions::with_section(&system, &section);
+        let mut ctx = self.tool_ctx(task_id.clone(), settings, Some((workdir, repos)));
+        // Subagents follow them too: they are told the project's overview.
+        ctx.project_overview = crate::instructions::with_section(&ctx.project_overview, &section);
         // The task's part of the transcript starts at the user message holding its request.
         let task_start = self.transcript.len().saturating_sub(1);
         let mark = RunMark {

@@ -492,6 +492,14 @@ fn in_transcript(transcript: &[Message], block: &str) -> bool {
         .any(|b| matches!(b, Block::Text { text } if text == block))
 }
 
+/// `text` with the roots' `section` after it (unchanged when the section is empty).
+pub fn with_section(text: &str, section: &str) -> String {
+    if section.is_empty() {
+        return text.to_string();
+    }
+    format!("{}\n\n{section}", text.trim_end())
+}
+
 /// Whether a text block of the conversation is a nested instruction file's (not a person's
 /// words, nor a task's request).
 pub fn is_instructions(text: &str) -> bool {

@@ -132,3 +132,38 @@ async fn a_compaction_in_the_middle_of_a_task_keeps_the_nested_files() {
     let (agent, _rx) = fx.open(ScriptedModel::new(), s);
     assert!(texts(agent.transcript()).contains("API RULES: no unwrap."));
 }
+
+#[tokio::test]
+async fn a_subagent_follows_the_roots_files_and_what_it_touches_joins_its_parent() {
+    let fx = Fixture::new();
+    project(&fx);
+    let model = ScriptedModel::new();
+    model
+        .push(calls(&[(
+            "p1",
+            "spawn_subagent",
+            json!({"task": "read api/x.txt"}),
+        )]))
+        .push(calls(&[("s1", "read_file", json!({"path": "api/x.txt"}))]))
+        .push(text("it says x"))
+        .push(text("the subagent read it"));
+    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    send(&mut agent, "m", "have it read");
+    assert_eq!(agent.run().await.unwrap().text, "the subagent read it");
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 4);
+    assert!(reqs[1].system.starts_with("You are a focused sub-agent"));
+    assert!(
+        reqs[1].system.contains("ROOT RULES: be brief."),
+        "{}",
+        reqs[1].system
+    );
+    // The parent's next turn has the nested file after the subagent's result.
+    let last = reqs[3].messages.last().unwrap();
+    assert!(
+        matches!(&last.content[0], Block::ToolResult { tool_use_id, .. } if tool_use_id == "p1")
+    );
+    assert!(
+        matches!(&last.content[1], Block::Text { text } if text.ends_with("API RULES: no unwrap."))
+    );
+}
