@@ -263,3 +263,37 @@ fn a_code_task_reads_its_repos_files_in_its_worktree_and_the_nearest_joins_when_
     assert!(block.contains("SRC-RULE: no panics in src."));
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+#[test]
+fn a_project_turns_them_off_in_its_project_md() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("plain");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("AGENTS.md"), "OFF-RULE-5150: for another tool.\n").unwrap();
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    let home = fake_home(&fake, "");
+    let _d = home.start_fake();
+    create_in(&home, "plain", &work);
+    home.ctl_ok(&["project", "send", "plain", "first", "--wait"]);
+    assert_eq!(project_requests(&fake, "OFF-RULE-5150").len(), 1);
+    // The project's own list replaces config.yml's: none.
+    configure(&home, "plain", "instruction_files: []\n");
+    home.ctl_ok(&["project", "suspend", "plain"]);
+    home.ctl_ok(&["project", "resume", "plain"]);
+    home.ready_worker("plain", None);
+    home.ctl_ok(&["project", "send", "plain", "second", "--wait"]);
+    let last = fake
+        .requests()
+        .into_iter()
+        .rfind(|r| r.body.to_string().contains("second"))
+        .unwrap();
+    assert!(
+        !system(&last).contains("OFF-RULE-5150"),
+        "{}",
+        system(&last)
+    );
+    assert!(!system(&last).contains("## Project instructions"));
+    assert_eq!(project_requests(&fake, "OFF-RULE-5150").len(), 1);
+}

@@ -476,6 +476,12 @@ impl Default for AgentConfig {
     }
 }
 
+/// Whether `name` can be an entry of `instruction_files` (config.yml's `agent.` one and
+/// PROJECT.md's): a file name, without folders.
+pub fn is_file_name(name: &str) -> bool {
+    !(name.is_empty() || name.contains('/') || name == "." || name == "..")
+}
+
 /// Bounds of `agent.max_tool_result_bytes`.
 const TOOL_RESULT_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024;
 
@@ -643,11 +649,7 @@ impl Config {
                 "must be between 1024 (1 KiB) and 1048576 (1 MiB)",
             ));
         }
-        if let Some(n) = a
-            .instruction_files
-            .iter()
-            .find(|n| n.is_empty() || n.contains('/') || *n == "." || *n == "..")
-        {
+        if let Some(n) = a.instruction_files.iter().find(|n| !is_file_name(n)) {
             return Err(err(
                 "agent.instruction_files",
                 &format!("`{n}` is not a file name: give names like AGENTS.md, without folders"),
