@@ -69,6 +69,8 @@ pub struct Agent {
     /// A call that was waiting for its approval when the last process stopped, left open in
     /// the session; [`Agent::resume_held`] answers it.
     held: Option<pegasus_approvals::ApprovalRequest>,
+    /// The instruction files (AGENTS.md, CLAUDE.md) read so far, kept until they change.
+    instruction_files: crate::instructions::FileCache,
 }
 
 impl Agent {
@@ -155,6 +157,7 @@ impl Agent {
             stop_flag: Arc::default(),
             approvals: None,
             held,
+            instruction_files: Default::default(),
         })
     }
 
@@ -622,7 +625,44 @@ impl Agent {
             approvals: self.approvals.clone(),
             offered: None,
             proposed: Default::default(),
+            touched: Default::default(),
         }
+    }
+
+    /// The instruction files of a task in `workspace` (the workdir's without one), and the
+    /// roots' section of its system prompt, built once so it stays the same for all its turns
+    /// (DESIGN.md §16).
+    fn instructions(
+        &self,
+        settings: &AgentSettings,
+        workspace: Option<&Workspace>,
+    ) -> (crate::instructions::TaskInstructions, String) {
+        let mut ins = crate::instructions::TaskInstructions::new(
+            settings,
+            self.instruction_roots(workspace),
+            self.instruction_files.clone(),
+        );
+        let section = ins.system_section();
+        (ins, section)
+    }
+
+    /// The folders whose instruction files a task starts with (DESIGN.md §16): the workdir, and
+    /// each worktree of a code task; the workdir is left out when it is itself one of the
+    /// task's repos (its worktree, at the task's commit, stands for it).
+    fn instruction_roots(&self, workspace: Option<&Workspace>) -> Vec<crate::instructions::Root> {
+        use crate::instructions::Root;
+        let repos = workspace.map_or(&[][..], |w| &w.repos[..]);
+        let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let worktrees_of_workdir = real(&self.workdir).join(".pegasus").join("worktrees");
+        let workdir_is_repo = repos
+            .iter()
+            .any(|(_, p)| real(p).starts_with(&worktrees_of_workdir));
+        let mut roots = Vec::new();
+        if !workdir_is_repo {
+            roots.push(Root::workdir(&self.workdir));
+        }
+        roots.extend(repos.iter().map(|(id, p)| Root::repo(id, p)));
+        roots
     }
 
     /// The run shared by [`Agent::run`] and [`Agent::run_existing`].
@@ -649,7 +689,7 @@ impl Agent {
                 });
             }
         }
-        let (system, tools, settings, role_name) = match role {
+        let (mut system, tools, settings, role_name) = match role {
             Some(r) => (r.system, r.tools, r.settings, Some(r.role)),
             None => (
                 self.system_prompt(),
@@ -670,7 +710,11 @@ impl Agent {
             }
             _ => (self.workdir.clone(), Vec::new()),
         };
-        let ctx = self.tool_ctx(task_id.clone(), settings, Some((workdir, repos)));
+        let (mut instructions, section) = self.instructions(&settings, workspace);
+        system = crate::instructions::with_section(&system, &section);
+        let mut ctx = self.tool_ctx(task_id.clone(), settings, Some((workdir, repos)));
+        // Subagents follow them too: they are told the project's overview.
+        ctx.project_overview = crate::instructions::with_section(&ctx.project_overview, &section);
         // The task's part of the transcript starts at the user message holding its request.
         let task_start = self.transcript.len().saturating_sub(1);
         let mark = RunMark {
@@ -698,6 +742,7 @@ impl Agent {
             role: role_name,
             cancelled: tracked.then_some(&cancelled as &(dyn Fn() -> bool + Send + Sync)),
             compactor: Some(&mut compactor),
+            instructions: Some(&mut instructions),
         };
         let end = match run_loop(spec, &mut self.transcript).await {
             Ok(end) => end,

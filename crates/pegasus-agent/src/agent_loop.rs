@@ -9,6 +9,7 @@ use crate::compaction::Compactor;
 use crate::context;
 use crate::error::AgentError;
 use crate::guards::RepeatGuard;
+use crate::instructions::TaskInstructions;
 use crate::outbox::send_event;
 use crate::outcome::StopKind;
 use crate::session_writer::{persist, SessionHandle};
@@ -36,6 +37,10 @@ pub struct LoopSpec<'a, 'c> {
     /// Compacts the session when a request nears the context window or the provider refuses
     /// one as too long; `None` (a subagent) never compacts.
     pub compactor: Option<&'a mut Compactor<'c>>,
+    /// The task's instruction files (AGENTS.md, CLAUDE.md): the nested ones join the
+    /// conversation as the file tools touch their folders, and again after a compaction;
+    /// `None` (a subagent) joins none itself (its parent's loop sees what it touched).
+    pub instructions: Option<&'a mut TaskInstructions>,
 }
 
 /// How a loop ended.
@@ -102,6 +107,31 @@ async fn within<F: std::future::Future>(deadline: Option<Instant>, f: F) -> Opti
     }
 }
 
+/// After a compaction: the nested instruction files the task had go back into the
+/// conversation, after the kept request, and into the new session file.
+async fn rejoin(
+    instructions: Option<&mut TaskInstructions>,
+    session: Option<&SessionHandle>,
+    transcript: &mut Vec<Message>,
+) -> Result<(), AgentError> {
+    let Some(ins) = instructions else {
+        return Ok(());
+    };
+    let blocks: Vec<Block> = ins
+        .rejoin()
+        .into_iter()
+        .map(|text| Block::Text { text })
+        .collect();
+    if blocks.is_empty() {
+        return Ok(());
+    }
+    push_user(transcript, blocks.clone());
+    if let Some(session) = session {
+        persist(session, vec![tool_record(&blocks)], true).await?;
+    }
+    Ok(())
+}
+
 /// Runs the loop on `transcript`, which must end with a user message, and leaves it valid
 /// (every call answered) whatever happens. Only a failed session write is an `Err`.
 ///
@@ -164,6 +194,7 @@ pub async fn run_loop(
                 end.cost_usd += cost;
                 if done {
                     end.compacted = true;
+                    rejoin(spec.instructions.as_deref_mut(), spec.session, transcript).await?;
                     req = request(transcript);
                 }
             }
@@ -202,6 +233,7 @@ pub async fn run_loop(
                         "the provider refused the request as too long; compacted, trying again"
                     );
                     end.compacted = true;
+                    rejoin(spec.instructions.as_deref_mut(), spec.session, transcript).await?;
                     req = request(transcript);
                 }
                 Err(stop) => {
@@ -288,7 +320,7 @@ pub async fn run_loop(
             return Ok(end);
         }
         // No one result may fill the context window (DESIGN.md §6).
-        let results: Vec<Block> = calls
+        let mut results: Vec<Block> = calls
             .iter()
             .zip(outputs)
             .map(|(c, out)| {
@@ -298,6 +330,15 @@ pub async fn run_loop(
                 })
             })
             .collect();
+        // The instruction files of the folders this turn worked in that the conversation does
+        // not have yet, after the results (DESIGN.md §16).
+        if let Some(ins) = spec.instructions.as_deref_mut() {
+            let touched = ctx.touched.take();
+            if !touched.is_empty() {
+                let joined = ins.joined_now(&touched, transcript);
+                results.extend(joined.into_iter().map(|text| Block::Text { text }));
+            }
+        }
         push_user(transcript, results.clone());
         if let Some(session) = spec.session {
             persist(session, vec![tool_record(&results)], true).await?;

@@ -105,12 +105,16 @@ pub struct Keep {
 
 /// The tool results of the task in progress, newest first, each with its call (name and
 /// arguments): what the model already fetched, kept through a compaction so it need not fetch
-/// it again. The task began at the last user message that has text.
+/// it again. The task began at the last user message that has text (other than an instruction
+/// file's, which joins after a turn's results: DESIGN.md §16).
 pub fn task_results(transcript: &[Message]) -> Vec<(String, String)> {
     let start = transcript
         .iter()
         .rposition(|m| {
-            m.role == Role::User && m.content.iter().any(|b| matches!(b, Block::Text { .. }))
+            m.role == Role::User
+                && m.content.iter().any(|b| {
+                    matches!(b, Block::Text { text } if !crate::instructions::is_instructions(text))
+                })
         })
         .map_or(0, |i| i + 1);
     // A call always comes before its result: one pass pairs them.

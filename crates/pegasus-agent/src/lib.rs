@@ -19,7 +19,7 @@
 //! person's yes), [`agent_loop`] (the loop and its guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
 //! (session records ↔ a provider-valid transcript), [`compaction`], [`context`] (staying inside
 //! the context window), [`roles`],
-//! [`prompt`], [`skills`], [`memory`], [`memory_compaction`] (old episodes condensed into
+//! [`prompt`], [`instructions`] (AGENTS.md and CLAUDE.md), [`skills`], [`memory`], [`memory_compaction`] (old episodes condensed into
 //! facts), [`paths`] (workdir confinement), [`tools`] (one file
 //! per tool).
 
@@ -31,6 +31,7 @@ pub mod compaction;
 pub mod context;
 pub mod error;
 pub mod guards;
+pub mod instructions;
 pub mod memory;
 pub mod memory_compaction;
 pub mod model;

@@ -472,6 +472,7 @@ mod tests {
             approvals: None,
             offered: None,
             proposed: Default::default(),
+            touched: Default::default(),
             repos: Vec::new(),
         }
     }

@@ -54,6 +54,12 @@ pub struct AgentSettings {
     /// Wall-clock limit of one loop (a role's `model.timeout_s`), in seconds; `None` = none
     /// beyond the guards. Checked between turns and bounding each model call and tool batch.
     pub run_timeout_s: Option<u64>,
+    /// The instruction files looked for in each folder, the first found wins (config
+    /// `agent.instruction_files`); empty = none (DESIGN.md §16).
+    pub instruction_files: Vec<String>,
+    /// Bytes of instruction files one task is shown at most (`agent.instructions_max_bytes`);
+    /// see [`AgentSettings::instructions_budget`].
+    pub instructions_max_bytes: usize,
 }
 
 impl AgentSettings {
@@ -88,6 +94,8 @@ impl AgentSettings {
             skills: None,
             sandbox: None,
             run_timeout_s: None,
+            instruction_files: a.instruction_files.clone(),
+            instructions_max_bytes: a.instructions_max_bytes,
         }
     }
 }
@@ -124,6 +132,25 @@ impl AgentSettings {
     }
 }
 
+/// The share of the context window the instruction files of a task take at most: an eighth
+/// (DESIGN.md §16).
+pub const INSTRUCTIONS_SHARE: f64 = 1.0 / 8.0;
+
+impl AgentSettings {
+    /// Bytes of instruction files (AGENTS.md, CLAUDE.md) one task is shown at most:
+    /// `instructions_max_bytes`, and at most an eighth of the model's window, so a 5 MB
+    /// AGENTS.md can never crowd out the work (DESIGN.md §16).
+    pub fn instructions_budget(&self) -> usize {
+        match self.context_window {
+            Some(w) if w > 0 => self
+                .instructions_max_bytes
+                .min((w as f64 * INSTRUCTIONS_SHARE * BYTES_PER_TOKEN) as usize)
+                .max(1024),
+            _ => self.instructions_max_bytes,
+        }
+    }
+}
+
 impl Default for AgentSettings {
     /// The config defaults with no model named (the gateway decides) and no project.
     fn default() -> Self {
@@ -150,5 +177,19 @@ mod tests {
         assert_eq!((s.answer_tokens(), s.tool_result_cap()), (2000, 7000));
         s.context_window = Some(2_048);
         assert_eq!((s.answer_tokens(), s.tool_result_cap()), (512, 1792));
+    }
+
+    #[test]
+    fn instructions_take_at_most_an_eighth_of_the_window() {
+        let mut s = AgentSettings::default();
+        assert_eq!(s.instructions_max_bytes, 64 * 1024);
+        s.context_window = None;
+        assert_eq!(s.instructions_budget(), 64 * 1024);
+        s.context_window = Some(1_000_000);
+        assert_eq!(s.instructions_budget(), 64 * 1024);
+        s.context_window = Some(8_000);
+        assert_eq!(s.instructions_budget(), 3_500);
+        s.context_window = Some(1_024);
+        assert_eq!(s.instructions_budget(), 1_024);
     }
 }

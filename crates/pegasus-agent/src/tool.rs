@@ -98,6 +98,9 @@ pub struct ToolCtx {
     pub offered: Option<crate::toolset::ToolSet>,
     /// Tasks proposed so far by this task (`propose_task`), shared by every level.
     pub proposed: Arc<AtomicU32>,
+    /// The paths the file tools resolved, shared by every level: the loop looks for the
+    /// instruction files of their folders (DESIGN.md §16).
+    pub touched: crate::instructions::Touched,
 }
 
 impl ToolCtx {
@@ -117,7 +120,9 @@ impl ToolCtx {
             }
             None => crate::paths::resolve_inside(&self.workdir, path, "workdir")?,
         };
-        self.outside_home(path, resolved)
+        let resolved = self.outside_home(path, resolved)?;
+        self.touched.note(&resolved);
+        Ok(resolved)
     }
 
     /// `resolved` (the real path of the model's `path`) unless it lies in the Pegasus home

@@ -218,6 +218,7 @@ async fn a_subagent_never_gets_a_tool_its_parent_lacks() {
         role: Some("reviewer".into()),
         cancelled: None,
         compactor: None,
+        instructions: None,
     };
     let mut transcript = vec![pegasus_proto::llm::Message {
         role: pegasus_proto::llm::Role::User,

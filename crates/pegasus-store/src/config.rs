@@ -447,6 +447,13 @@ pub struct AgentConfig {
     /// Bytes of one tool result sent to the model; a longer result keeps its head and tail
     /// with a note saying what was cut and how to read the rest (default 32768).
     pub max_tool_result_bytes: usize,
+    /// The file names of the instructions people leave for coding agents, looked for in each
+    /// folder in this order, the first found wins (default `[AGENTS.md, CLAUDE.md]`); empty
+    /// turns them off (DESIGN.md §16).
+    pub instruction_files: Vec<String>,
+    /// Bytes of instruction files one task is shown at most, besides the eighth of the
+    /// model's context window they may take (default 65536; 1 KiB to 1 MiB).
+    pub instructions_max_bytes: usize,
 }
 
 impl Default for AgentConfig {
@@ -463,8 +470,16 @@ impl Default for AgentConfig {
             loop_repeat_limit: 3,
             exec_writable: Vec::new(),
             max_tool_result_bytes: 32 * 1024,
+            instruction_files: vec!["AGENTS.md".into(), "CLAUDE.md".into()],
+            instructions_max_bytes: 64 * 1024,
         }
     }
+}
+
+/// Whether `name` can be an entry of `instruction_files` (config.yml's `agent.` one and
+/// PROJECT.md's): a file name, without folders.
+pub fn is_file_name(name: &str) -> bool {
+    !(name.is_empty() || name.contains('/') || name == "." || name == "..")
 }
 
 /// Bounds of `agent.max_tool_result_bytes`.
@@ -628,6 +643,18 @@ impl Config {
                 "must be between 1024 (1 KiB) and 1048576 (1 MiB)",
             ));
         }
+        if !TOOL_RESULT_BYTES_RANGE.contains(&a.instructions_max_bytes) {
+            return Err(err(
+                "agent.instructions_max_bytes",
+                "must be between 1024 (1 KiB) and 1048576 (1 MiB)",
+            ));
+        }
+        if let Some(n) = a.instruction_files.iter().find(|n| !is_file_name(n)) {
+            return Err(err(
+                "agent.instruction_files",
+                &format!("`{n}` is not a file name: give names like AGENTS.md, without folders"),
+            ));
+        }
         if let Some(p) = a.exec_writable.iter().find(|p| !Path::new(p).is_absolute()) {
             return Err(err(
                 "agent.exec_writable",
@@ -763,6 +790,28 @@ dashboard: {listen: 127.0.0.1:7474}
         assert_eq!(c.prices["ollama/*"].input, 0.0);
         assert_eq!(c.telegram.allowed_chats, vec![42]);
         assert_eq!(c.workers.heartbeat_interval_s, 5.0);
+    }
+
+    #[test]
+    fn instruction_files_default_to_agents_then_claude_and_take_plain_names() {
+        let c = Config::default();
+        assert_eq!(c.agent.instruction_files, ["AGENTS.md", "CLAUDE.md"]);
+        assert_eq!(c.agent.instructions_max_bytes, 65536);
+        let c = parse("agent: {instruction_files: [], instructions_max_bytes: 8192}\n").unwrap();
+        assert!(c.agent.instruction_files.is_empty());
+        assert_eq!(c.agent.instructions_max_bytes, 8192);
+        let err = parse("agent:\n  instruction_files: [docs/AGENTS.md]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("agent.instruction_files"), "{err}");
+        assert!(err.contains("`docs/AGENTS.md` is not a file name"), "{err}");
+        let err = parse("agent:\n  instructions_max_bytes: 10\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("must be between 1024 (1 KiB) and 1048576 (1 MiB)"),
+            "{err}"
+        );
     }
 
     #[test]

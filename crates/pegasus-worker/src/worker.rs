@@ -257,6 +257,9 @@ async fn serve(
                     .map(PathBuf::from)
                     .collect(),
             });
+            if let Some(names) = project.instruction_files() {
+                settings.instruction_files = names.to_vec();
+            }
             settings.roles_dir = Some(shared.roles.clone());
             settings.preferences = Some(shared.preferences.clone());
             settings.role_assignments = project.roles().clone().map_err(|e| {

@@ -1,7 +1,8 @@
 //! A role consulted once about a task (DESIGN.md §10): the review gate's reviewer reading a verified
 //! diff, the planner splitting a goal. Not a turn of the task: a fresh transcript that is
 //! neither recorded in the session nor seen by the task's agent, so what the role says reaches
-//! the task only through what the caller makes of it.
+//! the task only through what the caller makes of it. The role reads the task's instruction
+//! files (AGENTS.md) as the task's agent does.
 
 use super::{Agent, Workspace};
 use crate::agent_loop::{run_loop, LoopEnd, LoopSpec};
@@ -25,20 +26,25 @@ impl Agent {
                 .first()
                 .map(|(_, first)| (first.clone(), w.repos.clone()))
         });
-        let ctx = self.tool_ctx(task_id.to_string(), role.settings, place);
+        // The reviewer and the planner judge by the repos' instruction files too (DESIGN.md §16).
+        let (mut instructions, section) = self.instructions(&role.settings, workspace);
+        let system = crate::instructions::with_section(&role.system, &section);
+        let mut ctx = self.tool_ctx(task_id.to_string(), role.settings, place);
+        ctx.project_overview = crate::instructions::with_section(&ctx.project_overview, &section);
         let tools = role.tools.without(crate::tools::ask_user::NAME);
         let mut transcript = vec![Message {
             role: Role::User,
             content: vec![Block::Text { text }],
         }];
         let spec = LoopSpec {
-            system: &role.system,
+            system: &system,
             tools: &tools,
             ctx: &ctx,
             session: None,
             role: Some(role.role),
             cancelled: None,
             compactor: None,
+            instructions: Some(&mut instructions),
         };
         run_loop(spec, &mut transcript).await
     }

@@ -128,6 +128,7 @@ impl TypedTool for SpawnSubagent {
             role: args.role,
             cancelled: None,
             compactor: None,
+            instructions: None,
         };
         match run_loop(spec, &mut transcript).await {
             Ok(end) if end.stop == StopKind::Answered => Ok(ToolOutput::ok(end.text)),

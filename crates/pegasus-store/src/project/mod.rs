@@ -78,6 +78,8 @@ struct Known {
     code: CodeKeys,
     /// `roles:`, checked by its users (the worker when it starts, `role assign`).
     roles: Roles,
+    /// `instruction_files:`, replacing config.yml's `agent.instruction_files` (DESIGN.md §16).
+    instruction_files: Option<Vec<String>>,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -169,6 +171,12 @@ impl ProjectFile {
         &self.known.code
     }
 
+    /// Its own `instruction_files:` (AGENTS.md, CLAUDE.md; `[]` = none), replacing config.yml's
+    /// `agent.instruction_files`; `None` when it has none.
+    pub fn instruction_files(&self) -> Option<&[String]> {
+        self.known.instruction_files.as_deref()
+    }
+
     /// The role assignments (`roles:`), or what is wrong with them; the worker refuses to
     /// start on a problem and `role assign` reports it, the project still loads.
     pub fn roles(&self) -> &Roles {
@@ -248,6 +256,30 @@ mod tests {
     use super::fixtures::*;
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn instruction_files_replace_the_configs_and_must_be_file_names() {
+        assert_eq!(parse(SEED).unwrap().instruction_files(), None);
+        let with = |v: &str| {
+            SEED.replacen(
+                "completed: null",
+                &format!("completed: null\ninstruction_files: {v}"),
+                1,
+            )
+        };
+        let p = parse(&with("[]")).unwrap();
+        assert_eq!(p.instruction_files(), Some(&[][..]));
+        let p = parse(&with("[CLAUDE.md, AGENTS.md]")).unwrap();
+        assert_eq!(
+            p.instruction_files(),
+            Some(&["CLAUDE.md".to_string(), "AGENTS.md".to_string()][..])
+        );
+        for bad in ["AGENTS.md", "[docs/AGENTS.md]", "[\"\"]", "{a: b}"] {
+            let e = err_text(&with(bad));
+            assert!(e.contains("instruction_files"), "{bad}: {e}");
+            assert!(e.contains("must be a list of file names"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn parses_the_seed_example() {

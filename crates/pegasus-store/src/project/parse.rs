@@ -180,6 +180,21 @@ impl Ctx<'_> {
                 "must be `local` or the name of an entry under config.yml `launchers:`".into(),
             ));
         }
+        let instruction_files = match map.get("instruction_files") {
+            None => None,
+            Some(v) => Some(
+                serde_norway::from_value::<Vec<String>>(v.clone())
+                    .ok()
+                    .filter(|names| names.iter().all(|n| crate::config::is_file_name(n)))
+                    .ok_or_else(|| {
+                        self.err(
+                            "instruction_files",
+                            "must be a list of file names, e.g. [AGENTS.md, CLAUDE.md], or [] for none"
+                                .into(),
+                        )
+                    })?,
+            ),
+        };
         Ok(Known {
             name,
             status,
@@ -194,6 +209,7 @@ impl Ctx<'_> {
             mcp_servers,
             code: CodeKeys::read(map),
             roles: super::roles::read(map.get("roles")),
+            instruction_files,
         })
     }
 }
