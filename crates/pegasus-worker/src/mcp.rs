@@ -743,10 +743,14 @@ async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Listing, St
             ));
         }
         let params = PaginatedRequestParams::default().with_cursor(cursor.take());
-        let result = peer
-            .list_tools(Some(params))
-            .await
-            .map_err(|e| format!("listing its tools failed: {}", quote(&e.to_string())))?;
+        let result = peer.list_tools(Some(params)).await.map_err(|e| match e {
+            rmcp::ServiceError::McpError(e) if e.code.0 == OVERSIZED_CODE => format!(
+                "a page of its tool list was past the {} MiB Pegasus reads of one MCP message; \
+                 configure it to list its tools in smaller pages or to offer fewer",
+                MAX_MESSAGE_BYTES >> 20
+            ),
+            e => format!("listing its tools failed: {}", quote(&e.to_string())),
+        })?;
         for t in result.tools {
             count += 1;
             if count > MAX_TOOLS_PER_SERVER {

@@ -11,8 +11,9 @@
 //! - The search ([`rank`]): each word of the query scores a deferred tool 10 when it is a word
 //!   of the tool's name, 4 when it is part of one (words of 3 letters or more), 2 when it is a
 //!   word of its description; the whole query equal to the tool's name (as offered, or the
-//!   server's own) scores 1000. The best [`SEARCH_RESULTS`] with a score are returned, ties in
-//!   the stable order.
+//!   server's own) scores 1000. The best [`SEARCH_RESULTS`] that score at least half the best
+//!   score are returned (so a name match does not bring along tools that merely share a word
+//!   of description), ties in the stable order.
 //! - What is found is offered from the next model call on, after every other tool (so the
 //!   prompt's prefix does not move), and kept in `<project>/mcp_found.json` (an atomic write per
 //!   find) so a restarted worker offers it too. The session is not the place: compaction
@@ -101,7 +102,7 @@ fn score(query: &str, query_words: &[String], spec: &ToolSpec, own_name: &str) -
 }
 
 /// The indexes of the best `limit` of `tools` (spec and the server's own name) for `query`,
-/// best first, ties in their order; tools that score 0 are left out.
+/// best first, ties in their order; tools that score 0 or less than half the best are left out.
 pub fn rank(query: &str, tools: &[(&ToolSpec, &str)], limit: usize) -> Vec<usize> {
     let mut query_words = words(query);
     query_words.dedup();
@@ -113,7 +114,13 @@ pub fn rank(query: &str, tools: &[(&ToolSpec, &str)], limit: usize) -> Vec<usize
         .collect();
     // Stable: equal scores keep the catalog's order.
     scored.sort_by(|a, b| b.0.cmp(&a.0));
-    scored.into_iter().take(limit).map(|(_, i)| i).collect()
+    let best = scored.first().map(|(s, _)| *s).unwrap_or(0);
+    scored
+        .into_iter()
+        .take_while(|(s, _)| *s * 2 >= best)
+        .take(limit)
+        .map(|(_, i)| i)
+        .collect()
 }
 
 /// One deferred tool: its spec, its name on its server, and the tool that calls it.
@@ -470,15 +477,20 @@ mod tests {
                 .map(|i| tools[i].name.as_str())
                 .collect()
         };
-        // Name words (10) beat description words (2); "issue" is a word of create_issue's name,
-        // part of list_issues' (4), and a description word of create_issue's.
+        // Name words (10) beat description words (2); "issue" is a word of create_issue's name
+        // and description (24 in all), part of list_issues' name (4); create_pull_request has
+        // "create" (10): less than half the best, left out.
+        assert_eq!(names("create issue"), ["mcp__gh__create_issue"]);
         assert_eq!(
-            names("create issue"),
-            [
-                "mcp__gh__create_issue",
-                "mcp__gh__create_pull_request",
-                "mcp__gh__list_issues"
-            ]
+            names("create"),
+            ["mcp__gh__create_issue", "mcp__gh__create_pull_request"]
+        );
+        // Half the best is enough: "issues" is a word of list_issues' name (12) and of the
+        // description of jira's search (2, left out).
+        assert_eq!(names("issues"), ["mcp__gh__list_issues"]);
+        assert_eq!(
+            names("repository"),
+            ["mcp__gh__create_issue", "mcp__gh__list_issues"]
         );
         // The exact name, as offered or as the server's own, wins over any word score.
         assert_eq!(names("search")[0], "mcp__jira__search");
