@@ -113,7 +113,7 @@ pub fn rank(query: &str, tools: &[(&ToolSpec, &str)], limit: usize) -> Vec<usize
         .filter(|(s, _)| *s > 0)
         .collect();
     // Stable: equal scores keep the catalog's order.
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|(s, _)| std::cmp::Reverse(*s));
     let best = scored.first().map(|(s, _)| *s).unwrap_or(0);
     scored
         .into_iter()
@@ -267,12 +267,11 @@ impl Deferred {
         }
         let over = st.found.len().saturating_sub(MAX_FOUND);
         st.found.drain(..over);
+        // Written under the lock, so two searches cannot leave the older list on disk.
         if st.found != before {
-            let file = FoundFile {
+            self.save(&FoundFile {
                 found: st.found.clone(),
-            };
-            drop(st);
-            self.save(&file);
+            });
         }
         hits
     }
