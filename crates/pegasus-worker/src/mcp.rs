@@ -962,43 +962,35 @@ impl<R> LineGuard<R> {
                 None => (rest, false),
             };
             rest = &rest[segment.len() + usize::from(ends)..];
+            if self.skipping.is_none() {
+                let room = HEAD_BYTES
+                    .saturating_sub(self.head.len())
+                    .min(segment.len());
+                self.head.extend_from_slice(&segment[..room]);
+                if self.line + segment.len() <= self.max {
+                    self.pending.extend_from_slice(segment);
+                    self.line += segment.len();
+                    if ends {
+                        self.pending.push(b'\n');
+                    }
+                } else {
+                    let Some(id) = request_id(&self.head) else {
+                        self.tripped.store(true, Ordering::SeqCst);
+                        return Err(());
+                    };
+                    // rmcp gets the end of a line it cannot parse and drops it.
+                    self.pending.push(b'\n');
+                    self.skipping = Some((id, self.line as u64));
+                }
+            }
             if let Some((_, skipped)) = self.skipping.as_mut() {
                 *skipped += segment.len() as u64 + u64::from(ends);
-                if ends {
-                    if let Some((id, bytes)) = self.skipping.take() {
-                        self.pending.extend_from_slice(&oversized_line(id, bytes));
-                    }
-                    self.line = 0;
-                    self.head.clear();
-                }
-                continue;
             }
-            let room = HEAD_BYTES
-                .saturating_sub(self.head.len())
-                .min(segment.len());
-            self.head.extend_from_slice(&segment[..room]);
-            if self.line + segment.len() > self.max {
-                let Some(id) = request_id(&self.head) else {
-                    self.tripped.store(true, Ordering::SeqCst);
-                    return Err(());
-                };
-                // rmcp gets the end of a line it cannot parse and drops it.
-                self.pending.push(b'\n');
-                let bytes = (self.line + segment.len()) as u64 + u64::from(ends);
-                self.skipping = Some((id, bytes));
-                if ends {
-                    if let Some((id, bytes)) = self.skipping.take() {
-                        self.pending.extend_from_slice(&oversized_line(id, bytes));
-                    }
-                    self.line = 0;
-                    self.head.clear();
-                }
-                continue;
-            }
-            self.pending.extend_from_slice(segment);
-            self.line += segment.len();
             if ends {
-                self.pending.push(b'\n');
+                // A skipped line is answered in its place once it ends.
+                if let Some((id, bytes)) = self.skipping.take() {
+                    self.pending.extend_from_slice(&oversized_line(id, bytes));
+                }
                 self.line = 0;
                 self.head.clear();
             }
