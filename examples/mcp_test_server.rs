@@ -10,8 +10,8 @@
 //! With `MCP_TEST_NO_HANDSHAKE=1` it never answers the handshake (a server that hangs at start).
 //!
 //! Hostile listings, for the limits on what a client accepts:
-//! - `MCP_TEST_TOOLS=N`: N more tools, `gen_0` … (each answers `tool NAME answered`), with
-//!   descriptions of `MCP_TEST_DESC_BYTES` bytes (default 40);
+//! - `MCP_TEST_TOOLS=N`: N more tools, `gen_0` … (each answers `tool NAME answered`), each
+//!   described as `Looks up widget I.` and `MCP_TEST_DESC_BYTES` more bytes (default 40);
 //! - `MCP_TEST_NAMES=a.b,a_b`: more tools with exactly these names (names that collide once a
 //!   client cleans them);
 //! - `MCP_TEST_PAGE=K`: the list comes in pages of K tools (default: one page).
@@ -76,7 +76,13 @@ impl TestServer {
         let schema = std::sync::Arc::new(schema);
         let desc = "d".repeat(num("MCP_TEST_DESC_BYTES", 40));
         let mut extra: Vec<Tool> = (0..num("MCP_TEST_TOOLS", 0))
-            .map(|i| Tool::new(format!("gen_{i}"), desc.clone(), schema.clone()))
+            .map(|i| {
+                Tool::new(
+                    format!("gen_{i}"),
+                    format!("Looks up widget {i}. {desc}"),
+                    schema.clone(),
+                )
+            })
             .collect();
         if let Ok(names) = std::env::var("MCP_TEST_NAMES") {
             for n in names.split(',').filter(|n| !n.is_empty()) {

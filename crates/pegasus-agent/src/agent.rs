@@ -454,9 +454,14 @@ impl Agent {
     }
 
     /// Offers MCP servers' tools (`mcp__NAME__TOOL`, DESIGN.md §13) from now on besides the
-    /// agent's own; replaces the MCP tools given before.
-    pub fn set_mcp_tools(&mut self, mcp: Vec<Arc<dyn crate::tool::Tool>>) {
-        self.tools = self.tools.only(|n| !n.starts_with("mcp__")).with(mcp);
+    /// agent's own; replaces the MCP tools given before. `late`: the deferred MCP tools, which
+    /// join while a loop runs once found (DESIGN.md §13).
+    pub fn set_mcp_tools(
+        &mut self,
+        mcp: Vec<Arc<dyn crate::tool::Tool>>,
+        late: Option<Arc<dyn crate::toolset::LateTools>>,
+    ) {
+        self.tools = self.tools.with_mcp(mcp, late);
     }
 
     /// Uses `tokens` as the model's context window from the next run on (what its server

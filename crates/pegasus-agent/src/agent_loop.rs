@@ -149,6 +149,12 @@ pub async fn run_loop(
     };
     let ctx = &owned;
     let settings = &ctx.settings;
+    // Deferred MCP tools (DESIGN.md §13): the system prompt says how many and how to find them,
+    // the same words for the whole loop.
+    let system = match spec.tools.system_note() {
+        Some(note) => format!("{}\n\n{note}", spec.system.trim_end()),
+        None => spec.system.to_string(),
+    };
     let mut guard = RepeatGuard::new(settings.loop_repeat_limit);
     let mut deadline = settings
         .run_timeout_s
@@ -181,7 +187,7 @@ pub async fn run_loop(
         }
         stage(ctx, Stage::Reasoning);
         let request = |t: &[Message]| {
-            thinker::request(ctx, spec.system, t, spec.tools.specs(), spec.role.clone())
+            thinker::request(ctx, &system, t, spec.tools.specs(), spec.role.clone())
         };
         let mut req = request(transcript);
         // Compact first when the request nears the window (DESIGN.md §6), so it is never sent to

@@ -61,4 +61,4 @@ pub use roles::{prepare_role, RoleRun};
 pub use session_writer::{record_inbound, record_sent, SessionHandle};
 pub use settings::AgentSettings;
 pub use tool::{Tool, ToolCtx, ToolFuture, ToolOutput, TypedTool};
-pub use toolset::ToolSet;
+pub use toolset::{LateTools, ToolSet};

@@ -85,7 +85,10 @@ pub fn prepare_role(
     Ok(RoleRun {
         role: role.id.clone(),
         system,
-        tools: tools.only(|name| role.allows_tool(name)),
+        tools: {
+            let role = role.clone();
+            tools.only(move |name| role.allows_tool(name))
+        },
         settings: s,
     })
 }

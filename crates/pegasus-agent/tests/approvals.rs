@@ -433,7 +433,7 @@ async fn mcp_tools_are_asked_about_by_their_glob() {
     model.push(text("ok"));
     let (mut agent, _rx) = fx.open(model.clone(), settings());
     let pushes = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    agent.set_mcp_tools(vec![Arc::new(McpPush(pushes.clone()))]);
+    agent.set_mcp_tools(vec![Arc::new(McpPush(pushes.clone()))], None);
     let g = gate(&fx, &mut agent, "tools: {\"mcp__github__*\": ask}");
     send(&mut agent, "m1", "push it");
     let approver = async {

@@ -46,6 +46,17 @@ pub fn tokens_of_bytes(bytes: usize) -> u64 {
 /// Tokens added per message and per tool for the wire format's structure.
 const OVERHEAD_TOKENS: u64 = 8;
 
+impl ToolSpec {
+    /// Tokens this spec adds to every request it is sent with, as
+    /// [`ChatRequest::estimated_input_tokens`] counts them.
+    pub fn estimated_tokens(&self) -> u64 {
+        OVERHEAD_TOKENS
+            + tokens_of_bytes(
+                self.name.len() + self.description.len() + self.input_schema_json.len(),
+            )
+    }
+}
+
 impl ChatRequest {
     /// A pessimistic estimate of the prompt tokens of this request: system prompt, every block
     /// of every message (thinking and its signature included: they are sent back) and the tool
@@ -63,8 +74,7 @@ impl ChatRequest {
             }
         }
         for t in &self.tools {
-            tokens += OVERHEAD_TOKENS
-                + tokens_of_bytes(t.name.len() + t.description.len() + t.input_schema_json.len());
+            tokens += t.estimated_tokens();
         }
         tokens
     }

@@ -46,6 +46,8 @@ pub struct Config {
     pub default_context_window: u64,
     /// MCP servers every project gets (DESIGN.md §13); a project's entry of the same name wins.
     pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// How much of every model call MCP tools may take; the rest wait behind `tool_search`.
+    pub mcp: crate::mcp::McpConfig,
     /// Where workers can run besides this machine (DESIGN.md §14); `local` is built in.
     pub launchers: BTreeMap<String, crate::launcher::LauncherConfig>,
     /// The launcher of a project whose PROJECT.md names none.
@@ -115,6 +117,7 @@ impl Default for Config {
             models: BTreeMap::new(),
             default_context_window: 128_000,
             mcp_servers: BTreeMap::new(),
+            mcp: Default::default(),
             launchers: BTreeMap::new(),
             default_launcher: crate::launcher::LOCAL.into(),
             approvals: Default::default(),
@@ -603,6 +606,9 @@ impl Config {
                 .to_string();
             return Err(err(&key, &m));
         }
+        if let Err((key, m)) = self.mcp.check() {
+            return Err(err(&format!("mcp.{key}"), m));
+        }
         if self.default_context_window < 1024 {
             return Err(err(
                 "default_context_window",
@@ -827,6 +833,33 @@ dashboard: {listen: 127.0.0.1:7474}
         );
         let err = parse("logs: {keep_days: 0}\n").unwrap_err().to_string();
         assert!(err.contains("logs.keep_days"), "{err}");
+    }
+
+    #[test]
+    fn mcp_budget_defaults_and_refuses_nonsense_naming_the_key() {
+        let c = Config::default();
+        assert_eq!(
+            (c.mcp.tool_budget_share, c.mcp.max_offered_tools),
+            (0.1, 64)
+        );
+        let c = parse("mcp: {tool_budget_share: 0.25, max_offered_tools: 10}\n").unwrap();
+        assert_eq!(
+            (c.mcp.tool_budget_share, c.mcp.max_offered_tools),
+            (0.25, 10)
+        );
+        let err = parse("mcp:\n  tool_budget_share: 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "config.yml:2: key `mcp.tool_budget_share`: must be a number from 0 to 1"
+            ),
+            "{err}"
+        );
+        let err = parse("mcp: {max_offered_tools: 5000}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mcp.max_offered_tools"), "{err}");
     }
 
     #[test]

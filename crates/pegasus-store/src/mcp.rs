@@ -31,6 +31,48 @@ pub struct McpServerConfig {
     pub writable: Vec<String>,
 }
 
+/// `mcp:` in config.yml: how much of every model call the MCP tools of a project may take
+/// (DESIGN.md §13). The tools past it are deferred behind `tool_search`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// The share of the model's context window (0 to 1) the offered MCP tools' specs may take,
+    /// estimated as the agent estimates its window (default 0.1).
+    pub tool_budget_share: f64,
+    /// The most MCP tools offered in every call, `tool_search` and the tools found with it
+    /// not counted (default 64: with the built-ins, `tool_search` and the tools found, under
+    /// the 128 tools some providers accept).
+    pub max_offered_tools: usize,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            tool_budget_share: 0.1,
+            max_offered_tools: 64,
+        }
+    }
+}
+
+impl McpConfig {
+    /// Range checks: `Err((key, why))`, the key under `mcp.`.
+    pub fn check(&self) -> Result<(), (&'static str, &'static str)> {
+        if !(self.tool_budget_share.is_finite() && (0.0..=1.0).contains(&self.tool_budget_share)) {
+            return Err((
+                "tool_budget_share",
+                "must be a number from 0 to 1 (a share of the context window, e.g. 0.1)",
+            ));
+        }
+        if self.max_offered_tools > 1000 {
+            return Err((
+                "max_offered_tools",
+                "must be at most 1000 (providers refuse far fewer tools per call)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A call's time limit when `timeout_s` is not given.
 pub const DEFAULT_MCP_TIMEOUT_S: u64 = 60;
 /// The largest `timeout_s` accepted.
@@ -112,11 +154,19 @@ pub struct McpServerStatus {
     pub name: String,
     /// `not started`, `running` or `down`.
     pub state: String,
-    /// Its tools as the agent sees them (`mcp__NAME__TOOL`).
+    /// Its tools offered with every model call (`mcp__NAME__TOOL`): those within the budget
+    /// and those found with `tool_search`.
     pub tools: Vec<String>,
+    /// How many more of its tools wait behind `tool_search` (DESIGN.md §13).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred: usize,
     /// Why it is down (or last failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A project's MCP servers' state (none when the file is absent or unreadable).

@@ -16,6 +16,7 @@ mod connection;
 pub mod error;
 mod logging;
 pub mod mcp;
+pub mod mcp_deferred;
 mod merge_approval;
 mod planning;
 mod proxy;

@@ -9,17 +9,22 @@
 //! What a server sends is bounded like any other input (DESIGN.md §12), so no server can make the
 //! worker buffer without end or send pegasusd a frame past `MAX_FRAME` (tool specs travel in
 //! every `LlmRequest`):
-//! - one message (a line of JSON-RPC) is at most [`MAX_MESSAGE_BYTES`]: a longer one stops
-//!   that server (marked down with the reason; a call waiting for it gets that reason);
+//! - one message (a line of JSON-RPC) is read whole up to [`MAX_MESSAGE_BYTES`] (a 15 MiB result
+//!   is read, then cut). A longer one is never buffered: its rest is skipped as it streams by
+//!   ([`LineGuard`]) and the call it answers gets an error saying so, the server kept running;
+//!   only when the message names no request it answers is the server stopped (marked down with
+//!   the reason, started again at next use);
 //! - one server lists at most [`MAX_TOOLS_PER_SERVER`] tools in at most [`MAX_LIST_PAGES`]
 //!   pages, [`MAX_SERVER_TOOLS_BYTES`] of names, descriptions and schemas in all: past any of
 //!   these the server fails to start, with the reason in `project show`;
 //! - one tool's name, description and schema together are at most [`MAX_TOOL_BYTES`]: a
 //!   longer tool is refused by name (in `project show`), the server's other tools are offered;
-//! - all servers of a project together offer at most [`MAX_PROJECT_TOOLS_BYTES`]: a server
+//! - all servers of a project together list at most [`MAX_PROJECT_CATALOG_BYTES`]: a server
 //!   whose tools would pass it is not offered (in `project show`);
+//! - the tools offered with every call fit the budget (`mcp:` in config.yml, at most
+//!   [`MAX_PROJECT_TOOLS_BYTES`]); the rest wait behind `tool_search` ([`crate::mcp_deferred`]);
 //! - a tool result is cut like every tool result (`agent.max_tool_result_bytes`, head and tail
-//!   kept around a note).
+//!   kept), with a note that says how much was cut and that the server is fine.
 //!
 //! Tool names are cleaned to what providers accept ([`tool_name`]); tools whose cleaned names
 //! collide all stay reachable: each one whose name changed gets a suffix made from its own name
@@ -34,10 +39,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use pegasus_agent::{Tool, ToolCtx, ToolOutput};
+use pegasus_agent::{LateTools, Tool, ToolCtx, ToolOutput};
 use pegasus_proto::llm::ToolSpec;
+use pegasus_store::mcp::McpConfig;
 use pegasus_store::mcp::{McpServerStatus as ServerStatus, MCP_STATUS_FILE as STATUS_FILE};
 use pegasus_store::McpServerConfig;
+
+use crate::mcp_deferred::{Deferred, DeferredTool};
 use rmcp::model::{CallToolRequestParams, ContentBlock, PaginatedRequestParams};
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceExt};
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
@@ -45,21 +53,32 @@ use tokio::sync::Mutex;
 
 /// The longest wait before a down server is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// The longest message (one line of JSON-RPC) read from a server: room for a large image in a
-/// tool result, far below `MAX_FRAME`. A longer line stops the server.
-pub const MAX_MESSAGE_BYTES: usize = 8 << 20;
+/// The longest message (one line of JSON-RPC) read whole from a server: a 5,000-tool list in one
+/// page, a 15 MiB result. A longer one is skipped as it streams by, never buffered
+/// ([`LineGuard`]): the hard cap of what one message may cost the worker's memory.
+pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
 /// The most tools one server may list.
-pub const MAX_TOOLS_PER_SERVER: usize = 500;
+pub const MAX_TOOLS_PER_SERVER: usize = 10_000;
 /// The most pages a server's tool list may come in.
-pub const MAX_LIST_PAGES: usize = 100;
+pub const MAX_LIST_PAGES: usize = 1000;
 /// The most bytes of one tool's name, description and input schema (JSON) together.
 pub const MAX_TOOL_BYTES: usize = 32 << 10;
-/// The most bytes of name, description and schema of all the tools one server offers.
-pub const MAX_SERVER_TOOLS_BYTES: usize = 512 << 10;
-/// The most bytes of name, description and schema of all the MCP tools of a project (as sent
-/// with every model call): an eighth of `MAX_FRAME`, the rest left to the conversation.
+/// The most bytes of name, description and schema of all the tools one server lists.
+pub const MAX_SERVER_TOOLS_BYTES: usize = 32 << 20;
+/// The most bytes of name, description and schema of all the tools a project's servers list
+/// (offered or deferred: the worker keeps them all).
+pub const MAX_PROJECT_CATALOG_BYTES: usize = 64 << 20;
+/// The most bytes of name, description and schema of the MCP tools offered with every model
+/// call (whatever the budget): an eighth of `MAX_FRAME`, the rest left to the conversation.
 pub const MAX_PROJECT_TOOLS_BYTES: usize = 2 << 20;
 const _: () = assert!(MAX_PROJECT_TOOLS_BYTES <= pegasus_proto::MAX_FRAME / 8);
+/// The JSON-RPC error code of the answer put in place of a message past [`MAX_MESSAGE_BYTES`]
+/// (one of the codes JSON-RPC leaves to implementations).
+const OVERSIZED_CODE: i32 = -32_088;
+/// Bytes kept of each message's start, where its `id` is looked for.
+const HEAD_BYTES: usize = 4096;
+/// Room left in a cut result for the note (so the loop's own cap does not cut it again).
+const NOTE_ROOM: usize = 600;
 /// The most characters of a server's own words (an error message, a tool name) quoted in a
 /// status line or an error.
 const MAX_QUOTE_CHARS: usize = 200;
@@ -83,7 +102,7 @@ struct Running {
 struct Offered {
     /// The server's own name for it (what a call sends).
     tool: String,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
     /// Bytes of its name, description and schema (what it adds to every model call).
     bytes: usize,
 }
@@ -107,6 +126,9 @@ struct State {
     refused: Vec<String>,
     /// Why its tools are not offered although listed (the project's budget), set by `tools`.
     withheld: Option<String>,
+    /// Its first tool past the budget (deferred, with all after it), set by `tools`; `None`:
+    /// all offered.
+    deferred_from: Option<usize>,
     started_once: bool,
     error: Option<String>,
     failures: u32,
@@ -129,16 +151,36 @@ pub struct McpHub {
     sandbox: Option<pegasus_sandbox::SandboxPaths>,
     /// What `mcp.json` holds now: it is written only when the state changes, never per call.
     written: Mutex<String>,
+    /// The budget of the offered tools.
+    budget: McpConfig,
+    /// The window assumed when the model's is not known.
+    default_window: u64,
+    /// The tools past the budget, and those found.
+    deferred: Arc<Deferred>,
+}
+
+/// What the agent is offered of the project's MCP tools: the tools of every call, and the
+/// deferred ones that join once found (DESIGN.md §13).
+pub struct McpTools {
+    /// Offered with every call: the tools within the budget, then `tool_search` and the tools
+    /// found (when any are deferred).
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The deferred tools, when there are any.
+    pub late: Option<Arc<dyn LateTools>>,
 }
 
 impl McpHub {
-    /// A hub for `servers`; nothing starts yet. Writes the initial status file.
+    /// A hub for `servers`; nothing starts yet. Writes the initial status file. `budget` and
+    /// `default_window` (the window assumed when the model's is not known) decide how many
+    /// tools are offered with every call.
     pub fn new(
         servers: BTreeMap<String, McpServerConfig>,
         project_dir: &Path,
         workdir: &Path,
         registry: Option<PathBuf>,
         sandbox: Option<pegasus_sandbox::SandboxPaths>,
+        budget: McpConfig,
+        default_window: u64,
     ) -> Arc<McpHub> {
         let hub = Arc::new(McpHub {
             servers: servers
@@ -156,6 +198,9 @@ impl McpHub {
             registry,
             sandbox,
             written: Mutex::new(String::new()),
+            budget,
+            default_window,
+            deferred: Deferred::load(project_dir),
         });
         if hub.servers.is_empty() {
             let _ = std::fs::remove_file(&hub.status_path);
@@ -181,23 +226,26 @@ impl McpHub {
 
     /// The tools to offer: every server is started if it never was (first use), and its listed
     /// tools become `mcp__NAME__TOOL`. Servers are taken in name order; one whose tools would
-    /// take the project past [`MAX_PROJECT_TOOLS_BYTES`], or that offers a name an earlier
-    /// server offers, is withheld (with the reason in `project show`).
-    pub async fn tools(self: &Arc<Self>) -> Vec<Arc<dyn Tool>> {
-        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+    /// take the project past [`MAX_PROJECT_CATALOG_BYTES`], or that offers a name an earlier
+    /// server offers, is withheld (with the reason in `project show`). The tools (in that
+    /// order, each server's in its listing order) are offered while they fit the budget of a
+    /// model of `window` tokens; the rest are deferred behind `tool_search`
+    /// ([`crate::mcp_deferred`]).
+    pub async fn tools(self: &Arc<Self>, window: Option<u64>) -> McpTools {
+        let mut all: Vec<(usize, Offered)> = Vec::new();
         let mut total = 0usize;
         let mut taken: HashMap<String, String> = HashMap::new();
-        for s in &self.servers {
+        for (index, s) in self.servers.iter().enumerate() {
             let mut st = s.state.lock().await;
             if !st.started_once {
                 let _ = self.ensure_running(s, &mut st).await;
             }
             let bytes: usize = st.tools.iter().map(|t| t.bytes).sum();
-            st.withheld = if total + bytes > MAX_PROJECT_TOOLS_BYTES {
+            st.withheld = if total + bytes > MAX_PROJECT_CATALOG_BYTES {
                 Some(format!(
                     "its tools are not offered: their {bytes} bytes would take the project's MCP \
-                     tools past {MAX_PROJECT_TOOLS_BYTES} bytes (all servers together); remove a \
-                     server from mcp_servers or have this one offer fewer tools"
+                     tools past {MAX_PROJECT_CATALOG_BYTES} bytes (all servers together); remove \
+                     a server from mcp_servers or have this one offer fewer tools"
                 ))
             } else {
                 st.tools
@@ -217,16 +265,63 @@ impl McpHub {
             total += bytes;
             for t in &st.tools {
                 taken.insert(t.spec.name.clone(), s.name.clone());
-                out.push(Arc::new(McpTool {
-                    hub: self.clone(),
-                    server: s.clone(),
-                    tool: t.tool.clone(),
-                    spec: t.spec.clone(),
-                }));
+                all.push((index, t.clone()));
             }
         }
+        let window = window.unwrap_or(self.default_window);
+        let offered = crate::mcp_deferred::split(
+            all.iter().map(|(_, t)| t.spec.as_ref()),
+            crate::mcp_deferred::budget_tokens(window, self.budget.tool_budget_share),
+            self.budget.max_offered_tools,
+            MAX_PROJECT_TOOLS_BYTES,
+        );
+        // Each server's first deferred tool, for `project show`.
+        let mut seen = vec![0usize; self.servers.len()];
+        let mut deferred_from: Vec<Option<usize>> = vec![None; self.servers.len()];
+        for (i, (server, _)) in all.iter().enumerate() {
+            if i >= offered && deferred_from[*server].is_none() {
+                deferred_from[*server] = Some(seen[*server]);
+            }
+            seen[*server] += 1;
+        }
+        for (s, from) in self.servers.iter().zip(deferred_from) {
+            s.state.lock().await.deferred_from = from;
+        }
+        let tool = |server: usize, t: &Offered| -> Arc<McpTool> {
+            Arc::new(McpTool {
+                hub: self.clone(),
+                server: self.servers[server].clone(),
+                tool: t.tool.clone(),
+                spec: t.spec.clone(),
+            })
+        };
+        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+        for (server, t) in &all[..offered] {
+            out.push(tool(*server, t));
+        }
+        let later: Vec<DeferredTool> = all[offered..]
+            .iter()
+            .map(|(server, t)| DeferredTool {
+                spec: t.spec.clone(),
+                own_name: t.tool.clone(),
+                tool: tool(*server, t),
+            })
+            .collect();
+        let any_deferred = !later.is_empty();
+        self.deferred.set(later, all.len());
         self.write_status().await;
-        out
+        if !any_deferred {
+            return McpTools {
+                tools: out,
+                late: None,
+            };
+        }
+        out.push(self.deferred.search_tool());
+        out.extend(self.deferred.found_tools());
+        McpTools {
+            tools: out,
+            late: Some(self.deferred.clone() as Arc<dyn LateTools>),
+        }
     }
 
     /// Starts the server if it is not running and its backoff allows. `Err` is one line.
@@ -364,13 +459,14 @@ impl McpHub {
         };
         let timeout = s.cfg.timeout();
         let oversized = Arc::new(AtomicBool::new(false));
-        let stdout = BoundedLines::new(stdout, MAX_MESSAGE_BYTES, oversized.clone());
+        let stdout = LineGuard::new(stdout, MAX_MESSAGE_BYTES, oversized.clone());
+        // rmcp's own cap (16 MiB by default) is set past ours: what LineGuard lets through is
+        // read whole.
+        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
+            .with_max_line_length(MAX_MESSAGE_BYTES + 2);
         // `Err((true, why))`: the handshake failed; `Err((false, why))`: its tools are refused.
         let started = tokio::time::timeout(timeout, async {
-            let service =
-                ().serve((stdout, stdin))
-                    .await
-                    .map_err(|e| (true, quote(&e.to_string())))?;
+            let service = ().serve(transport).await.map_err(|e| (true, quote(&e.to_string())))?;
             let listing = list_tools(&s.name, service.peer())
                 .await
                 .map_err(|why| (false, why))?;
@@ -436,13 +532,19 @@ impl McpHub {
             Ok(Ok(r)) => {
                 let text = render(&r.content, r.structured_content.as_ref());
                 return if r.is_error == Some(true) {
-                    ToolOutput::error(pegasus_agent::context::cap_tool_result(
+                    ToolOutput::error(cut_result(
+                        &s.name,
                         format!("MCP tool {} failed: {text}", quote(tool)),
                         max_bytes,
                     ))
                 } else {
-                    ToolOutput::ok(pegasus_agent::context::cap_tool_result(text, max_bytes))
+                    ToolOutput::ok(cut_result(&s.name, text, max_bytes))
                 };
+            }
+            // The answer was past the hard cap: skipped as it came, the server stays up.
+            Ok(Err(rmcp::ServiceError::McpError(e))) if e.code.0 == OVERSIZED_CODE => {
+                tracing::warn!(server = %s.name, "{}", e.message);
+                return ToolOutput::error(format!("MCP server {}: {}", s.name, e.message));
             }
             // A protocol-level error from a live server (unknown tool, bad arguments): the
             // server stays up.
@@ -474,6 +576,12 @@ impl McpHub {
     /// Every server's state, as `project show` lists it.
     pub async fn status(&self) -> Vec<ServerStatus> {
         let mut out = Vec::new();
+        let found: HashSet<String> = self
+            .deferred
+            .found_tools()
+            .iter()
+            .map(|t| t.spec().name)
+            .collect();
         for s in &self.servers {
             let st = s.state.lock().await;
             let state = if st.running.is_some() {
@@ -487,14 +595,27 @@ impl McpHub {
             if !st.refused.is_empty() {
                 notes.push(refused_note(&st.refused));
             }
+            // What the model is offered with every call: the tools within the budget and the
+            // ones found; the rest are counted.
+            let (tools, deferred) = if st.withheld.is_some() {
+                (Vec::new(), 0)
+            } else {
+                let from = st.deferred_from.unwrap_or(st.tools.len());
+                let (mut shown, mut deferred) = (Vec::new(), 0);
+                for (i, t) in st.tools.iter().enumerate() {
+                    if i < from || found.contains(&t.spec.name) {
+                        shown.push(t.spec.name.clone());
+                    } else {
+                        deferred += 1;
+                    }
+                }
+                (shown, deferred)
+            };
             out.push(ServerStatus {
                 name: s.name.clone(),
                 state: state.to_string(),
-                tools: if st.withheld.is_some() {
-                    Vec::new()
-                } else {
-                    st.tools.iter().map(|t| t.spec.name.clone()).collect()
-                },
+                tools,
+                deferred,
                 error: (!notes.is_empty()).then(|| notes.join("; ")),
             });
         }
@@ -622,10 +743,14 @@ async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Listing, St
             ));
         }
         let params = PaginatedRequestParams::default().with_cursor(cursor.take());
-        let result = peer
-            .list_tools(Some(params))
-            .await
-            .map_err(|e| format!("listing its tools failed: {}", quote(&e.to_string())))?;
+        let result = peer.list_tools(Some(params)).await.map_err(|e| match e {
+            rmcp::ServiceError::McpError(e) if e.code.0 == OVERSIZED_CODE => format!(
+                "a page of its tool list was past the {} MiB Pegasus reads of one MCP message; \
+                 configure it to list its tools in smaller pages or to offer fewer",
+                MAX_MESSAGE_BYTES >> 20
+            ),
+            e => format!("listing its tools failed: {}", quote(&e.to_string())),
+        })?;
         for t in result.tools {
             count += 1;
             if count > MAX_TOOLS_PER_SERVER {
@@ -684,23 +809,53 @@ async fn list_tools(server: &str, peer: &Peer<RoleClient>) -> Result<Listing, St
         offered.push(Offered {
             tool: tool.clone(),
             bytes: name.len() + description.len() + schema.len(),
-            spec: ToolSpec {
+            spec: Arc::new(ToolSpec {
                 name,
                 description,
                 input_schema_json: schema.clone(),
-            },
+            }),
         });
     }
     Ok(Listing { offered, refused })
 }
 
-/// Why a server that sent too long a message was stopped.
+/// Why a server that sent too long a message, answering no request Pegasus could tell, was
+/// stopped.
 fn oversized_reason() -> String {
     format!(
-        "it sent a message of more than {} MiB (the most Pegasus reads from an MCP server); it \
-         was stopped and restarts at next use: have its tools answer less at a time",
+        "it sent a message of more than {} MiB (the most Pegasus reads of one MCP message) that \
+         answers no request it could tell; it was stopped and restarts at next use: have its \
+         tools answer less at a time",
         MAX_MESSAGE_BYTES >> 20
     )
+}
+
+/// The error put in place of an answer of `bytes` bytes, past [`MAX_MESSAGE_BYTES`].
+fn oversized_answer(bytes: u64) -> String {
+    format!(
+        "its answer was {} MiB, past the {} MiB Pegasus reads of one MCP message, so nothing of \
+         it is shown; the server is fine and still running: ask the tool for less at a time (a \
+         narrower query, a page, a range)",
+        bytes >> 20,
+        MAX_MESSAGE_BYTES >> 20
+    )
+}
+
+/// A result cut to `cap` bytes (head and tail kept) with a note saying how much was cut and
+/// that the server is fine; within `cap` it is unchanged.
+fn cut_result(server: &str, text: String, cap: usize) -> String {
+    if text.len() <= cap {
+        return text;
+    }
+    let keep = cap.saturating_sub(NOTE_ROOM).max(cap / 2);
+    pegasus_agent::context::cut_middle(text, keep, |cut, total| {
+        format!(
+            "[... {cut} of {total} bytes cut here: a tool result shows at most {cap} bytes \
+             (agent.max_tool_result_bytes, at most a quarter of the model's context window). \
+             MCP server {server} is fine and still running; to see the middle, ask the tool for \
+             less at a time (a narrower query, a page, a range) ...]"
+        )
+    })
 }
 
 /// The status line of refused tools: the first few named, the rest counted.
@@ -757,29 +912,149 @@ async fn log_stderr(name: String, mut err: impl AsyncRead + Unpin) {
     }
 }
 
-/// A server's stdout as rmcp reads it, ended (an error, and `tripped` set) at the first line
-/// longer than `max` bytes: rmcp alone would drop such a line and leave its caller waiting
-/// until the timeout.
-struct BoundedLines<R> {
+/// A server's stdout as rmcp reads it, each line (one JSON-RPC message) passed on up to `max`
+/// bytes. A longer line is never buffered here nor by rmcp: once past `max` it is ended with a
+/// newline (rmcp drops the unparsable start it got), its rest is skipped as it streams by, and
+/// in its place comes a JSON-RPC error answering the same request ([`oversized_answer`]), so
+/// the call waiting for it gets a clear error and the server keeps running. A long line whose
+/// start (its first [`HEAD_BYTES`]) names no request `id` ends the stream instead (an error,
+/// `tripped` set): the server is stopped with [`oversized_reason`].
+struct LineGuard<R> {
     inner: R,
-    /// Bytes of the line read so far.
-    line: usize,
     max: usize,
     tripped: Arc<AtomicBool>,
+    /// Bytes of the current line passed on so far.
+    line: usize,
+    /// The current line's first [`HEAD_BYTES`].
+    head: Vec<u8>,
+    /// Skipping the rest of a line past `max`: its request's id and its bytes so far.
+    skipping: Option<(serde_json::Value, u64)>,
+    /// Bytes made here, to hand out (from `handed`) before reading on.
+    pending: Vec<u8>,
+    handed: usize,
+    /// Read from `inner`, not yet looked at.
+    scratch: Box<[u8]>,
 }
 
-impl<R> BoundedLines<R> {
+impl<R> LineGuard<R> {
     fn new(inner: R, max: usize, tripped: Arc<AtomicBool>) -> Self {
-        BoundedLines {
+        LineGuard {
             inner,
-            line: 0,
             max,
             tripped,
+            line: 0,
+            head: Vec::new(),
+            skipping: None,
+            pending: Vec::new(),
+            handed: 0,
+            scratch: vec![0u8; 64 << 10].into_boxed_slice(),
         }
+    }
+
+    /// Looks at `input` (bytes just read), putting what rmcp gets in `self.pending`. `Err`
+    /// when a line past `max` names no request.
+    fn feed(&mut self, input: &[u8]) -> Result<(), ()> {
+        let mut rest = input;
+        while !rest.is_empty() {
+            let newline = rest.iter().position(|b| *b == b'\n');
+            let (segment, ends) = match newline {
+                Some(i) => (&rest[..i], true),
+                None => (rest, false),
+            };
+            rest = &rest[segment.len() + usize::from(ends)..];
+            if self.skipping.is_none() {
+                let room = HEAD_BYTES
+                    .saturating_sub(self.head.len())
+                    .min(segment.len());
+                self.head.extend_from_slice(&segment[..room]);
+                if self.line + segment.len() <= self.max {
+                    self.pending.extend_from_slice(segment);
+                    self.line += segment.len();
+                    if ends {
+                        self.pending.push(b'\n');
+                    }
+                } else {
+                    let Some(id) = request_id(&self.head) else {
+                        self.tripped.store(true, Ordering::SeqCst);
+                        return Err(());
+                    };
+                    // rmcp gets the end of a line it cannot parse and drops it.
+                    self.pending.push(b'\n');
+                    self.skipping = Some((id, self.line as u64));
+                }
+            }
+            if let Some((_, skipped)) = self.skipping.as_mut() {
+                *skipped += segment.len() as u64 + u64::from(ends);
+            }
+            if ends {
+                // A skipped line is answered in its place once it ends.
+                if let Some((id, bytes)) = self.skipping.take() {
+                    self.pending.extend_from_slice(&oversized_line(id, bytes));
+                }
+                self.line = 0;
+                self.head.clear();
+            }
+        }
+        Ok(())
     }
 }
 
-impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
+/// The JSON-RPC error line answering request `id` in place of a message of `bytes` bytes.
+fn oversized_line(id: serde_json::Value, bytes: u64) -> Vec<u8> {
+    let msg = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": OVERSIZED_CODE, "message": oversized_answer(bytes)},
+    });
+    let mut line = msg.to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// The `id` member of the JSON object `head` starts (a number or a string), if it comes before
+/// the head ends: a scan of the object's own members, skipping strings and nested values.
+fn request_id(head: &[u8]) -> Option<serde_json::Value> {
+    let text = String::from_utf8_lossy(head);
+    let b = text.as_bytes();
+    let (mut depth, mut i, mut expect_key) = (0usize, 0usize, false);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                let mut end = i + 1;
+                while end < b.len() && b[end] != b'"' {
+                    end += if b[end] == b'\\' { 2 } else { 1 };
+                }
+                if end >= b.len() {
+                    return None;
+                }
+                if depth == 1 && expect_key {
+                    expect_key = false;
+                    if &text[i + 1..end] == "id" {
+                        let after = text[end + 1..].trim_start().strip_prefix(':')?;
+                        let value = serde_json::Deserializer::from_str(after)
+                            .into_iter::<serde_json::Value>()
+                            .next()?
+                            .ok()?;
+                        return (value.is_number() || value.is_string()).then_some(value);
+                    }
+                }
+                i = end + 1;
+                continue;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                expect_key = depth == 1 && b[i] == b'{';
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 => expect_key = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for LineGuard<R> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -788,31 +1063,41 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
         let too_long = || {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                "an MCP message longer than the limit",
+                "an MCP message longer than the limit that answers no request",
             )
         };
-        if self.tripped.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(too_long()));
-        }
-        let before = buf.filled().len();
-        match Pin::new(&mut self.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {}
-            other => return other,
-        }
-        let mut line = self.line;
-        for (i, segment) in buf.filled()[before..].split(|b| *b == b'\n').enumerate() {
-            if i > 0 {
-                line = 0;
+        let this = &mut *self;
+        loop {
+            if this.handed < this.pending.len() {
+                let n = (this.pending.len() - this.handed).min(buf.remaining());
+                buf.put_slice(&this.pending[this.handed..this.handed + n]);
+                this.handed += n;
+                if this.handed == this.pending.len() {
+                    this.pending.clear();
+                    this.handed = 0;
+                }
+                return Poll::Ready(Ok(()));
             }
-            line += segment.len();
-            if line > self.max {
-                self.tripped.store(true, Ordering::SeqCst);
-                buf.set_filled(before);
+            if this.tripped.load(Ordering::SeqCst) {
+                return Poll::Ready(Err(too_long()));
+            }
+            let mut read = ReadBuf::new(&mut this.scratch);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) => {}
+                other => return other,
+            }
+            let n = read.filled().len();
+            if n == 0 {
+                // End of stream.
+                return Poll::Ready(Ok(()));
+            }
+            let scratch = std::mem::take(&mut this.scratch);
+            let fed = this.feed(&scratch[..n]);
+            this.scratch = scratch;
+            if fed.is_err() {
                 return Poll::Ready(Err(too_long()));
             }
         }
-        self.line = line;
-        Poll::Ready(Ok(()))
     }
 }
 
@@ -838,12 +1123,12 @@ struct McpTool {
     hub: Arc<McpHub>,
     server: Arc<Server>,
     tool: String,
-    spec: ToolSpec,
+    spec: Arc<ToolSpec>,
 }
 
 impl Tool for McpTool {
     fn spec(&self) -> ToolSpec {
-        self.spec.clone()
+        (*self.spec).clone()
     }
 
     fn call<'a>(
@@ -959,39 +1244,176 @@ mod tests {
         let tripped = Arc::new(AtomicBool::new(false));
         // A small buffer, so lines span reads.
         let mut r =
-            tokio::io::BufReader::with_capacity(3, BoundedLines::new(input, max, tripped.clone()));
+            tokio::io::BufReader::with_capacity(3, LineGuard::new(input, max, tripped.clone()));
         let mut out = Vec::new();
         let res = r.read_to_end(&mut out).await.map(|_| out);
         (res, tripped.load(Ordering::SeqCst))
     }
 
     #[tokio::test]
-    async fn a_line_past_the_limit_ends_the_stream_and_says_so() {
+    async fn lines_within_the_limit_pass_unchanged() {
         let ok = b"12345\n1234\n\n12345";
         let (res, tripped) = read_all(ok, 5).await;
         assert_eq!(res.unwrap(), ok.to_vec());
         assert!(!tripped);
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_limit_naming_no_request_ends_the_stream_and_says_so() {
         for bad in [&b"123456\n"[..], b"12\n1234567", b"1\n2\n123456789\n1\n"] {
             let (res, tripped) = read_all(bad, 5).await;
             assert!(res.is_err() && tripped, "{bad:?}");
         }
+        // The id after the point where the head ends, or nested: not the message's own.
+        let nested = br#"{"result":{"id":7,"x":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"}}"#;
+        let (res, tripped) = read_all(&[&nested[..], b"\n"].concat(), 30).await;
+        assert!(res.is_err() && tripped);
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_limit_becomes_an_error_for_its_request_and_the_stream_goes_on() {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}}}}\n",
+            "x".repeat(500)
+        );
+        let next = "{\"jsonrpc\":\"2.0\",\"id\":43,\"result\":{}}\n";
+        let input = format!("{big}{next}");
+        let (res, tripped) = read_all(input.as_bytes(), 100).await;
+        assert!(!tripped);
+        let out = String::from_utf8(res.unwrap()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        // The start rmcp got (cut, unparsable: dropped), the error for id 42, the next message.
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(
+            lines[0].len() <= 100 && serde_json::from_str::<serde_json::Value>(lines[0]).is_err()
+        );
+        let err: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(err["id"], 42);
+        assert_eq!(err["error"]["code"], OVERSIZED_CODE);
+        let msg = err["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("the server is fine and still running"),
+            "{msg}"
+        );
+        assert_eq!(lines[2], next.trim_end());
+        // A string id is kept as it is.
+        let s = "{\"id\":\"a-1\",\"jsonrpc\":\"2.0\",\"result\":\"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\"}\n";
+        let (res, _) = read_all(s.as_bytes(), 20).await;
+        let out = String::from_utf8(res.unwrap()).unwrap();
+        let err: serde_json::Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+        assert_eq!(err["id"], "a-1");
+    }
+
+    /// An endless answer streamed through: what the guard holds stays small.
+    struct Endless {
+        sent: u64,
+        total: u64,
+    }
+
+    impl AsyncRead for Endless {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let head = br#"{"jsonrpc":"2.0","id":9,"result":{"content":[{"type":"text","text":""#;
+            if self.sent == 0 {
+                buf.put_slice(head);
+                self.sent = head.len() as u64;
+            } else if self.sent < self.total {
+                let n = buf.remaining().min((self.total - self.sent) as usize);
+                buf.put_slice(&vec![b'x'; n]);
+                self.sent += n as u64;
+            } else if self.sent == self.total {
+                buf.put_slice(b"\"}]}}\n");
+                self.sent += 1;
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_100_mib_answer_streams_through_in_bounded_memory() {
+        let tripped = Arc::new(AtomicBool::new(false));
+        let source = Endless {
+            sent: 0,
+            total: 100 << 20,
+        };
+        let mut guard = LineGuard::new(source, 1 << 20, tripped.clone());
+        let mut out = Vec::new();
+        let mut chunk = vec![0u8; 8192];
+        let mut most_pending = 0;
+        loop {
+            let n = guard.read(&mut chunk).await.unwrap();
+            most_pending = most_pending.max(guard.pending.capacity());
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&chunk[..n]);
+            // Only the part within the limit and the answer put in its place come out.
+            assert!(out.len() < (1 << 20) + 4096);
+        }
+        assert!(!tripped.load(Ordering::SeqCst));
+        assert!(most_pending <= 256 << 10, "{most_pending}");
+        let text = String::from_utf8(out).unwrap();
+        let err: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(err["id"], 9);
+        let msg = err["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("its answer was 100 MiB, past the 32 MiB"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_request_id_is_the_objects_own() {
+        let id = |s: &str| request_id(s.as_bytes());
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":5,"result":{"#),
+            Some(serde_json::json!(5))
+        );
+        assert_eq!(
+            id(r#"{ "result" : {"id": 1, "a": "}"}, "id" : "x\"y", "#),
+            Some(serde_json::json!("x\"y"))
+        );
+        assert_eq!(id(r#"{"method":"notifications/x","params":{"id":3"#), None);
+        assert_eq!(id(r#"{"id":{"a":1}}"#), None);
+        assert_eq!(id(r#"{"jsonrpc":"2.0","result":"xxxx"#), None);
+    }
+
+    #[test]
+    fn a_cut_result_says_how_much_and_that_the_server_is_fine_within_the_cap() {
+        let text = format!("start{}end", "m".repeat(100_000));
+        let cut = cut_result("srv", text.clone(), 32 * 1024);
+        assert!(cut.len() <= 32 * 1024, "{}", cut.len());
+        assert!(cut.starts_with("start") && cut.ends_with("end"));
+        assert!(
+            cut.contains("bytes cut here")
+                && cut.contains("MCP server srv is fine and still running")
+        );
+        let total = format!("of {} bytes", text.len());
+        assert!(cut.contains(&total), "{cut}");
+        // The loop's own cap leaves it as it is.
+        assert_eq!(
+            pegasus_agent::context::cap_tool_result(cut.clone(), 32 * 1024),
+            cut
+        );
+        assert_eq!(cut_result("srv", "short".into(), 1024), "short");
     }
 
     fn offered(server: &str, tool: &str, bytes: usize) -> Offered {
         Offered {
             tool: tool.into(),
-            spec: ToolSpec {
+            spec: Arc::new(ToolSpec {
                 name: tool_name(server, tool),
-                description: String::new(),
+                description: "d".repeat(bytes.min(1000)),
                 input_schema_json: "{}".into(),
-            },
+            }),
             bytes,
         }
     }
 
-    #[tokio::test]
-    async fn servers_past_the_projects_budget_or_reusing_a_name_are_withheld_and_say_why() {
-        let dir = tempfile::tempdir().unwrap();
+    fn hub_of(dir: &Path, names: &[&str], budget: McpConfig) -> Arc<McpHub> {
         let cfg = |c: &str| McpServerConfig {
             command: c.into(),
             args: vec![],
@@ -1000,27 +1422,51 @@ mod tests {
             eager: false,
             writable: vec![],
         };
-        let servers: BTreeMap<String, McpServerConfig> = ["a", "a_", "b", "c"]
-            .into_iter()
+        let servers: BTreeMap<String, McpServerConfig> = names
+            .iter()
             .map(|n| (n.to_string(), cfg("/nonexistent")))
             .collect();
-        let hub = McpHub::new(servers, dir.path(), dir.path(), None, None);
-        let half = MAX_PROJECT_TOOLS_BYTES / 2;
-        let listed = [
-            ("a", vec![offered("a", "_x", 10), offered("a", "y", half)]),
-            // `mcp__a___x` again, from another server.
-            ("a_", vec![offered("a_", "x", 10)]),
-            ("b", vec![offered("b", "z", half - 100)]),
-            ("c", vec![offered("c", "w", 200)]),
-        ];
-        for (s, (_, tools)) in hub.servers.iter().zip(listed) {
+        McpHub::new(servers, dir, dir, None, None, budget, 128_000)
+    }
+
+    async fn listed(hub: &McpHub, listings: Vec<Vec<Offered>>) {
+        for (s, tools) in hub.servers.iter().zip(listings) {
             let mut st = s.state.lock().await;
             st.started_once = true;
             st.tools = tools;
         }
-        let tools = hub.tools().await;
-        let got: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
-        assert_eq!(got, vec!["mcp__a___x", "mcp__a__y", "mcp__b__z"]);
+    }
+
+    fn names_of(tools: &[Arc<dyn Tool>]) -> Vec<String> {
+        tools.iter().map(|t| t.spec().name).collect()
+    }
+
+    #[tokio::test]
+    async fn servers_past_the_projects_catalog_or_reusing_a_name_are_withheld_and_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let everything = McpConfig {
+            tool_budget_share: 1.0,
+            max_offered_tools: 1000,
+        };
+        let hub = hub_of(dir.path(), &["a", "a_", "b", "c"], everything);
+        let half = MAX_PROJECT_CATALOG_BYTES / 2;
+        listed(
+            &hub,
+            vec![
+                vec![offered("a", "_x", 10), offered("a", "y", half)],
+                // `mcp__a___x` again, from another server.
+                vec![offered("a_", "x", 10)],
+                vec![offered("b", "z", half - 100)],
+                vec![offered("c", "w", 200)],
+            ],
+        )
+        .await;
+        let got = hub.tools(None).await;
+        assert_eq!(
+            names_of(&got.tools),
+            vec!["mcp__a___x", "mcp__a__y", "mcp__b__z"]
+        );
+        assert!(got.late.is_none());
         let status = hub.status().await;
         let err = |i: usize| status[i].error.clone().unwrap_or_default();
         assert!(
@@ -1030,11 +1476,72 @@ mod tests {
         assert!(status[1].tools.is_empty());
         assert!(err(2).is_empty(), "{status:?}");
         assert!(
-            err(3).contains(&format!("past {MAX_PROJECT_TOOLS_BYTES} bytes")),
+            err(3).contains(&format!("past {MAX_PROJECT_CATALOG_BYTES} bytes")),
             "{status:?}"
         );
         // The status file holds the same.
         let file = pegasus_store::mcp::read_mcp_status(dir.path());
         assert_eq!(file, status);
+    }
+
+    #[tokio::test]
+    async fn tools_past_the_budget_are_deferred_and_found_ones_are_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let two = McpConfig {
+            tool_budget_share: 0.1,
+            max_offered_tools: 2,
+        };
+        let hub = hub_of(dir.path(), &["a", "b"], two);
+        let a: Vec<Offered> = (0..3)
+            .map(|i| offered("a", &format!("t{i}"), 100))
+            .collect();
+        let b: Vec<Offered> = (0..2)
+            .map(|i| offered("b", &format!("u{i}"), 100))
+            .collect();
+        listed(&hub, vec![a, b]).await;
+        let got = hub.tools(Some(200_000)).await;
+        assert_eq!(
+            names_of(&got.tools),
+            ["mcp__a__t0", "mcp__a__t1", "tool_search"]
+        );
+        let search = got.tools[2].spec();
+        assert!(
+            search
+                .description
+                .contains("3 of its 5 MCP tools are deferred"),
+            "{}",
+            search.description
+        );
+        let late = got.late.unwrap();
+        assert!(late.get("mcp__b__u0").is_some() && late.get("mcp__a__t0").is_none());
+        assert!(late.system_note().unwrap().contains("(a, b)"));
+        let status = hub.status().await;
+        assert_eq!(
+            (
+                status[0].tools.len(),
+                status[0].deferred,
+                status[1].deferred
+            ),
+            (2, 1, 2)
+        );
+        // Found: offered after the others from then on, in `project show` too.
+        assert_eq!(hub.deferred.search("u1", |_| true).len(), 1);
+        let got = hub.tools(Some(200_000)).await;
+        assert_eq!(
+            names_of(&got.tools),
+            ["mcp__a__t0", "mcp__a__t1", "tool_search", "mcp__b__u1"]
+        );
+        let status = hub.status().await;
+        assert_eq!(status[1].tools, ["mcp__b__u1"]);
+        assert_eq!(status[1].deferred, 1);
+        // A small window: fewer offered (the budget is a share of it); a window so small
+        // that nothing fits defers all.
+        let tokens = hub.servers[0].state.lock().await.tools[0]
+            .spec
+            .estimated_tokens();
+        let got = hub.tools(Some(tokens * 15)).await;
+        assert_eq!(names_of(&got.tools)[..2], ["mcp__a__t0", "tool_search"]);
+        let got = hub.tools(Some(1)).await;
+        assert_eq!(names_of(&got.tools), ["tool_search", "mcp__b__u1"]);
     }
 }

@@ -111,8 +111,8 @@ pub async fn run_jobs(
         }
         // MCP servers start at first use: the first job that runs the agent.
         if !mcp.is_empty() && !matches!(job, Job::Barrier(_)) {
-            let tools = mcp.tools().await;
-            agent.set_mcp_tools(tools);
+            let offered = mcp.tools(agent.settings().context_window).await;
+            agent.set_mcp_tools(offered.tools, offered.late);
         }
         match job {
             Job::Message(first) => {

@@ -316,6 +316,8 @@ async fn serve(
                 &workdir,
                 Some(home.exec_registry(&name)),
                 agent.settings().sandbox.clone(),
+                config.mcp.clone(),
+                config.default_context_window,
             );
             Ok((runs, agent, mcp, gate))
         });

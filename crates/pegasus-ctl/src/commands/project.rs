@@ -185,11 +185,14 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
     }
     print!("{}", output::project_details(&info));
     for s in &mcp {
-        let tools = if s.tools.is_empty() {
+        let mut tools = if s.tools.is_empty() {
             String::new()
         } else {
             format!(" — {}", s.tools.join(", "))
         };
+        if s.deferred > 0 {
+            tools.push_str(&format!(" (+{} deferred behind tool_search)", s.deferred));
+        }
         let error = s
             .error
             .as_deref()
