@@ -52,6 +52,32 @@ fn home_with_provider(fake: &FakeLlm, provider: &str, extra: &str) -> Home {
     ))
 }
 
+/// The body of the dashboard's page `path`, fetched with its token (HTTP/1.0: the body ends
+/// with the connection).
+fn dashboard_get(home: &Home, path: &str) -> String {
+    use std::io::Write;
+    let addr = poll(Duration::from_secs(10), "the dashboard address", || {
+        std::fs::read_to_string(home.path().join("run/dashboard.addr")).ok()
+    });
+    let token = std::fs::read_to_string(home.path().join("run/dashboard.token")).unwrap();
+    let mut s = std::net::TcpStream::connect(addr.trim()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+        addr.trim(),
+        token.trim()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(
+        raw.starts_with("HTTP/1.0 200") || raw.starts_with("HTTP/1.1 200"),
+        "{raw}"
+    );
+    raw
+}
+
 /// The models the fake was asked for, in order.
 fn models_asked(fake: &FakeLlm) -> Vec<String> {
     fake.requests()
@@ -168,6 +194,16 @@ fn an_overloaded_model_falls_back_and_status_and_show_say_so() {
     let shown = home.json(&["project", "show", "web"]);
     assert_eq!(shown["fallback_models"], serde_json::json!(["fa/backup"]));
     assert_eq!(shown["fallbacks"][0]["why"], "overloaded (529)");
+
+    // The dashboard: under the project's state, on the projects page and its own.
+    for page in ["/", "/projects/web"] {
+        let html = dashboard_get(&home, page);
+        assert!(
+            html.contains("fallback fa/backup served 1 call since")
+                && html.contains("fa/test-model overloaded (529)"),
+            "{page}: {html}"
+        );
+    }
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
 
