@@ -11,8 +11,7 @@ use common::*;
 use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule};
 use serde_json::Value;
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The fake's model answers `529 Overloaded` to every message containing `words`; `fa/backup`
@@ -78,6 +77,15 @@ fn dashboard_get(home: &Home, path: &str) -> String {
     raw
 }
 
+/// What a command printed, stdout then stderr.
+fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// The models the fake was asked for, in order.
 fn models_asked(fake: &FakeLlm) -> Vec<String> {
     fake.requests()
@@ -94,32 +102,6 @@ fn ledger_of(home: &Home, project: &str) -> Vec<Value> {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v["project"] == project)
         .collect()
-}
-
-/// Starts pegasusctl with `args`, collecting its stdout as it comes.
-fn spawn_ctl(home: &Home, args: &[&str]) -> (Child, Arc<Mutex<String>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pegasusctl"))
-        .arg("--home")
-        .arg(home.path())
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 256];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    (child, seen)
 }
 
 #[test]
@@ -313,11 +295,7 @@ fn a_budget_refusal_does_not_fall_back() {
     let _d = home.start_fake();
     home.create("web");
     let out = home.ctl(&["project", "send", "web", "hello there", "--wait"]);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = said(&out);
     assert!(said.contains("budget"), "{said}");
     assert!(
         !models_asked(&fake).iter().any(|m| m == "backup"),
@@ -351,11 +329,7 @@ fn a_chain_that_all_fails_names_each_model() {
     let _d = home.start_fake();
     home.create("web");
     let out = home.ctl(&["project", "send", "web", "hello there", "--wait"]);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = said(&out);
     let at = said
         .find("no model could answer: fa/test-model: ")
         .unwrap_or_else(|| panic!("{said}"));
