@@ -508,6 +508,7 @@ fn project_keys() -> BTreeSet<String> {
         "name",
         "status",
         "model",
+        "fallback",
         "workdir",
         "created",
         "suspended",

@@ -6,9 +6,6 @@
 mod common;
 use common::*;
 use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule};
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const STORY: &str = "Once upon a time there was a daemon that never lost a message.";
@@ -19,32 +16,6 @@ fn slow(text: &str) -> Reply {
         gap_ms: 200,
         then: Box::new(Reply::Text(text.into())),
     })
-}
-
-/// Starts pegasusctl with `args`, collecting its stdout as it comes.
-fn spawn_ctl(home: &Home, args: &[&str]) -> (Child, Arc<Mutex<String>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pegasusctl"))
-        .arg("--home")
-        .arg(home.path())
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 256];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    (child, seen)
 }
 
 fn running_tasks(home: &Home, project: &str) -> usize {

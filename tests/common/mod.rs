@@ -267,6 +267,32 @@ impl Drop for Home {
     }
 }
 
+/// Starts pegasusctl with `args`, collecting its stdout as it comes.
+pub fn spawn_ctl(home: &Home, args: &[&str]) -> (Child, std::sync::Arc<std::sync::Mutex<String>>) {
+    let mut child = Command::new(PEGASUSCTL)
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    (child, seen)
+}
+
 /// The environment variable and value that carry the fake provider's API key to pegasusd.
 pub const FAKE_KEY_ENV: &str = "PEGASUS_FAKE_KEY";
 pub const FAKE_KEY: &str = "sk-fake-common-7a3e91";

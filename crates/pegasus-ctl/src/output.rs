@@ -175,6 +175,12 @@ pub fn status(s: &DaemonStatus) -> String {
     if others > 0 {
         let _ = writeln!(out, "\n{others} more project(s) suspended, completed or archived: `pegasusctl project list`");
     }
+    if !s.fallbacks.is_empty() {
+        out.push_str("\nfallback models answered (last hour):\n");
+        for f in &s.fallbacks {
+            let _ = writeln!(out, "  {}: {}", f.project, f.line());
+        }
+    }
     out
 }
 
@@ -197,6 +203,17 @@ pub fn project_details(p: &ProjectInfo) -> String {
         );
     }
     field("model", dash(p.model.as_ref()));
+    if let Some(list) = &p.fallback_models {
+        let list = if list.is_empty() {
+            "none".to_string()
+        } else {
+            list.join(", ")
+        };
+        field("fallback", list);
+    }
+    for f in &p.fallbacks {
+        field("fell back", f.line());
+    }
     field("workdir", dash(p.workdir.as_ref()));
     field("created", dash(p.created.as_ref()));
     if let Some(t) = &p.suspended {
@@ -554,6 +571,8 @@ mod tests {
             unmerged_branches: Vec::new(),
             approvals: 2,
             limits: None,
+            fallback_models: None,
+            fallbacks: Vec::new(),
         };
         let s = DaemonStatus {
             pid: 1,
@@ -563,8 +582,30 @@ mod tests {
             projects: vec![p],
             waiting: vec![],
             problems: vec![],
+            fallbacks: vec![pegasus_proto::ctl::FallbackInfo {
+                project: "web".into(),
+                model: "fa/b".into(),
+                from: "fa/a".into(),
+                why: "overloaded (529)".into(),
+                calls: 3,
+                since: "2026-11-29T12:04:00Z".into(),
+                last: "2026-11-29T12:09:00Z".into(),
+            }],
         };
         let out = status(&s);
+        assert!(
+            out.contains("fallback models answered (last hour):\n  web: fallback fa/b served 3 calls since 12:04 UTC: fa/a overloaded (529)\n"),
+            "{out}"
+        );
+        let mut shown = s.projects[0].clone();
+        shown.fallback_models = Some(vec!["fa/b".into(), "fo/c".into()]);
+        shown.fallbacks = s.fallbacks.clone();
+        let details = project_details(&shown);
+        assert!(details.contains("fallback     fa/b, fo/c\n"), "{details}");
+        assert!(
+            details.contains("fell back    fallback fa/b served 3 calls since 12:04 UTC"),
+            "{details}"
+        );
         assert!(
             out.contains("TASK (STAGE)") && out.contains("t-1 (acting)"),
             "{out}"

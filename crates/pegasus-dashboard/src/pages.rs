@@ -191,6 +191,10 @@ fn doing(p: &ProjectInfo) -> Markup {
                 br; small .bad { "last crash: " (c) }
             }
         }
+        // DESIGN.md §5 fallback models: another model answered its calls lately, and why.
+        @for f in &p.fallbacks {
+            br; small .bad .fallback { (f.line()) }
+        }
     }
 }
 
@@ -693,6 +697,38 @@ mod tests {
         assert!(html.contains("<header>"), "{html}");
         let resp = with_headers(StatusCode::OK, html! {});
         assert_eq!(resp.headers()[header::CONTENT_SECURITY_POLICY], CSP);
+    }
+
+    /// A fallback model that answered lately is said where the project's state is, on the
+    /// projects page and the project's own.
+    #[test]
+    fn a_fallback_that_answered_is_shown_with_why() {
+        let mut p = pegasus_store::project_info::from_entry(
+            &pegasus_store::ScanEntry {
+                name: "web".into(),
+                dir: std::path::PathBuf::new(),
+                project: Err(pegasus_store::StoreError::Invalid("x".into())),
+            },
+            0.0,
+        );
+        p.error = None;
+        assert!(!doing(&p).into_string().contains("fallback"));
+        p.fallbacks = vec![pegasus_proto::ctl::FallbackInfo {
+            project: "web".into(),
+            model: "fa/<b>".into(),
+            from: "fa/a".into(),
+            why: "overloaded (529)".into(),
+            calls: 2,
+            since: "2026-11-29T12:04:00Z".into(),
+            last: "2026-11-29T12:05:00Z".into(),
+        }];
+        let html = doing(&p).into_string();
+        assert!(
+            html.contains(
+                "fallback fa/&lt;b&gt; served 2 calls since 12:04 UTC: fa/a overloaded (529)"
+            ),
+            "{html}"
+        );
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc::UnboundedSender;
 
 use pegasus_proto::llm::{Block, ChatRequest, LlmError, Role, StopReason};
 
@@ -20,7 +19,7 @@ use crate::sse::{forward, StreamParser};
 pub const API_VERSION: &str = "2023-06-01";
 
 /// Extended-thinking budget for a reasoning effort; `None` = thinking off.
-fn thinking_budget(thinking: Option<&str>) -> Option<u32> {
+pub(crate) fn thinking_budget(thinking: Option<&str>) -> Option<u32> {
     match thinking? {
         "low" => Some(1024),
         "medium" => Some(4096),
@@ -296,7 +295,7 @@ impl StreamParser for Stream {
         &mut self,
         _name: &str,
         data: &str,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&crate::sse::Deltas>,
     ) -> Result<bool, String> {
         // The JSON's own `type` is authoritative (it always equals the SSE event name).
         let v: Value =

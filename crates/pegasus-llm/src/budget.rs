@@ -227,6 +227,7 @@ mod tests {
             request_id: None,
             call: None,
             estimated: false,
+            fallback_from: None,
         };
         w.append(&entry("a", Some("t"), Some(0.25))).unwrap();
         w.append(&entry("a", None, None)).unwrap();

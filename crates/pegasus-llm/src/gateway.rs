@@ -22,6 +22,7 @@ use pegasus_proto::llm::{
 use pegasus_store::{Config, Home, LedgerEntry, ProjectRegistry};
 
 use crate::budget::{self, Limits, MAIN_PROJECT};
+use crate::fallback::{self, Why};
 use crate::journal::{self, Journal, PendingCall, Reserved};
 use crate::ledger::Ledger;
 use crate::lock;
@@ -29,7 +30,8 @@ use crate::models::{ModelInfo, ModelTable};
 use crate::prices::PriceTable;
 use crate::provider::{self, Kind, Target};
 use crate::reply::{self, Progress, ProviderReply, SeenUsage};
-use crate::retry::{self, AttemptError};
+use crate::retry::{self, AttemptError, Cause};
+use crate::sse::Deltas;
 use crate::window::RememberedWindow;
 use crate::{anthropic, openai, sse};
 
@@ -75,6 +77,8 @@ struct Inner {
     /// no prefix): what a call is priced by before its answer says (admission) or when its
     /// answer never did (an estimated line), so every line follows one pricing rule.
     reported: Mutex<HashMap<String, String>>,
+    /// The fallback models that answered, for `status` (DESIGN.md §5 fallback models).
+    recent: fallback::Recent,
     /// Models already logged as running without the thinking a role asked for.
     thinking_refused: Mutex<std::collections::HashSet<String>>,
     http: reqwest::Client,
@@ -151,6 +155,17 @@ impl Gateway {
     pub fn new(home: &Home, config: &Config) -> Result<Gateway, LlmError> {
         let prices = PriceTable::new(&config.prices)?;
         let models = ModelTable::new(config)?;
+        // A fallback model that could never answer is refused now, not in the middle of an
+        // outage (DESIGN.md §5 fallback models).
+        for model in &config.fallback {
+            if let Err(e) = provider::resolve(config, model)
+                .and_then(|t| priced_or_allowed(config, &prices, &t))
+            {
+                return Err(LlmError::Other(format!(
+                    "config.yml key `fallback`: {model} cannot be a fallback model: {e}"
+                )));
+            }
+        }
         let (ledger, settled) = Ledger::open(home)?;
         // Calls journaled by an earlier pegasusd that died before recording them: the
         // provider may have billed them, so they count at their worst case.
@@ -218,6 +233,7 @@ impl Gateway {
                 windows_file,
                 window_tx: tokio::sync::broadcast::channel(256).0,
                 reported: Mutex::new(HashMap::new()),
+                recent: Default::default(),
                 thinking_refused: Mutex::new(Default::default()),
                 http,
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
@@ -235,13 +251,14 @@ impl Gateway {
         })
     }
 
-    /// One model call, start to finish: resolve the model, check budgets, wait for a permit and
-    /// the provider's rate gate, send with retries and a timeout per attempt, price the answer
-    /// and write its ledger line.
+    /// One model call, start to finish: the model asked for, then its fallback models in
+    /// order while a model cannot answer (DESIGN.md §5 fallback models); each model is tried
+    /// as [`Gateway::chat_model`] says.
     ///
     /// With `deltas` and `req.stream`, text is forwarded as it arrives. The deltas are a
-    /// preview: if a stream breaks and is retried, the new attempt's text is forwarded from its
-    /// start; the returned response is the authoritative text.
+    /// preview: when an answer breaks after its text went out and is retried, or another
+    /// model takes over, a line saying so goes out first and the new answer's text follows
+    /// from its start; the returned response is the authoritative text.
     ///
     /// Dropping the future cancels the call: the HTTP request is aborted, the permit is freed and
     /// nothing is written to the ledger (unless the answer had already fully arrived: then it
@@ -251,18 +268,120 @@ impl Gateway {
         req: ChatRequest,
         deltas: Option<UnboundedSender<String>>,
     ) -> Result<ChatResponse, LlmError> {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let deltas = deltas.map(Deltas::new);
+        let first = self.resolve_model(&req.model);
+        let models = fallback::chain(&first, &self.fallback_models(req.meta.project.as_deref()));
+        // Why the model asked for did not answer: what `status` says of the fallback that did.
+        let mut first_why: Option<Why> = None;
+        let mut tried: Vec<(String, LlmError)> = Vec::new();
+        // Bytes of text followers had when the answer now arriving began.
+        let mut shown = 0;
+        for (i, model) in models.iter().enumerate() {
+            let from = (i > 0).then_some(first.as_str());
+            let (error, why) = match self
+                .chat_model(&req, model, from, deltas.as_ref(), &mut shown)
+                .await
+            {
+                Ok(answer) => {
+                    if let (Some(from), Some(why)) = (from, &first_why) {
+                        let project = req.meta.project.as_deref().unwrap_or(MAIN_PROJECT);
+                        self.inner
+                            .recent
+                            .record(project, from, model, why, Utc::now());
+                    }
+                    return Ok(answer);
+                }
+                Err(failed) => failed,
+            };
+            let next = models.get(i + 1).filter(|_| why.falls_back());
+            if first_why.is_none() {
+                first_why = Some(why.clone());
+            }
+            match (next, tried.is_empty()) {
+                // The model asked for failed in a way no other model would fix: its own error.
+                (None, true) => return Err(error),
+                // A budget refusal or a cancel stays what it is, whichever model it met.
+                (None, false) if matches!(why, Why::Budget | Why::Cancelled) => return Err(error),
+                (None, false) => {
+                    tried.push((model.clone(), error));
+                    return Err(fallback::none_answered(tried));
+                }
+                (Some(next), _) => {
+                    tracing::warn!(model = %model, fallback = %next, why = %why, error = %error,
+                        "the model cannot answer; its fallback model takes the call");
+                    if let Some(d) = deltas.as_ref().filter(|d| d.sent() > shown) {
+                        d.send(&fallback::restart_mark(model, next, &why.to_string()));
+                        shown = d.sent();
+                    }
+                    tried.push((model.clone(), error));
+                }
+            }
+        }
+        Err(fallback::none_answered(tried))
+    }
+
+    /// The fallback models of a call of `project` (`None`: the MainAgent): its PROJECT.md
+    /// `fallback:` as the file says now, else config.yml's.
+    pub fn fallback_models(&self, project: Option<&str>) -> Vec<String> {
+        project
+            .and_then(|p| self.inner.projects.fallback(p))
+            .unwrap_or_else(|| self.inner.config.fallback.clone())
+    }
+
+    /// Why `model` could not answer a call as configured now, if it could not: a provider
+    /// config.yml lacks, an unset key, or no price (unless unpriced models are allowed). The
+    /// start-up check asks it of each PROJECT.md's fallback models.
+    pub fn cannot_answer(&self, model: &str) -> Option<LlmError> {
+        let config = &self.inner.config;
+        provider::resolve(config, model)
+            .and_then(|t| {
+                provider::credential(&t)?;
+                priced_or_allowed(config, &self.inner.prices, &t)
+            })
+            .err()
+    }
+
+    /// The fallback models that answered in the last hour, of `project` (`main` for the
+    /// MainAgent) or of all (`None`).
+    pub fn fallbacks_served(&self, project: Option<&str>) -> Vec<pegasus_proto::ctl::FallbackInfo> {
+        self.inner.recent.list(project, Utc::now())
+    }
+
+    /// One model of a call's chain: resolve it, check budgets, wait for a permit and the
+    /// provider's rate gate, send with retries and a timeout per attempt, price the answer and
+    /// write its ledger line (naming `from`, the model asked for, when this is its fallback).
+    /// A fallback gets the request fitted to its own window, output limit and thinking. An
+    /// error comes with why, which decides whether the next model is tried.
+    async fn chat_model(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+        from: Option<&str>,
+        deltas: Option<&Deltas>,
+        shown: &mut u64,
+    ) -> Result<ChatResponse, (LlmError, Why)> {
         let inner = &*self.inner;
-        inner.calls.fetch_add(1, Ordering::Relaxed);
-        let target = provider::resolve(&inner.config, &req.model)?;
-        // PROJECT.md is read once here; a retry, which may come much later, reads it again.
-        let mut limits = Some(self.check_budgets(&req.meta)?);
-        let key = provider::credential(&target)?;
-        let info = self.model_info(&target.full);
-        let req = self.adapt(req, &target.full, &info);
-        let body = match target.kind {
-            Kind::Anthropic => anthropic::request_body(&req, &target.model, req.stream)?,
-            Kind::OpenAi => openai::request_body(&req, &target.model, req.stream, info.reasoning)?,
+        let failed = |e: LlmError| {
+            let why = Why::of(&e, None);
+            (e, why)
         };
+        let target = provider::resolve(&inner.config, model).map_err(failed)?;
+        // PROJECT.md is read once here; a retry, which may come much later, reads it again.
+        let mut limits = Some(self.check_budgets(&req.meta).map_err(failed)?);
+        let key = provider::credential(&target).map_err(failed)?;
+        let info = self.model_info(&target.full);
+        let mut req = req.clone();
+        req.model = target.full.clone();
+        let mut req = self.adapt(req, &target.full, &info);
+        if from.is_some() {
+            req = self.fit_window(req, &target)?;
+        }
+        let body = match target.kind {
+            Kind::Anthropic => anthropic::request_body(&req, &target.model, req.stream),
+            Kind::OpenAi => openai::request_body(&req, &target.model, req.stream, info.reasoning),
+        }
+        .map_err(failed)?;
         let timeout =
             Duration::from_secs(req.timeout_s.unwrap_or(inner.config.llm.timeout_s).max(1));
         let base = Duration::from_millis(inner.config.llm.retry_base_ms);
@@ -271,25 +390,29 @@ impl Gateway {
         // is metered from it.
         let input_estimate = req.estimated_input_tokens();
         let mut last = String::new();
+        let mut last_cause = None;
         let mut retry_after = None;
         for n in 0..attempts {
             if n > 0 {
                 tokio::time::sleep(retry::retry_wait(base, n - 1, retry_after)).await;
             }
-            let permit = self.permit(&target.provider).await?;
+            let permit = self.permit(&target.provider).await.map_err(failed)?;
             // Admitted only now, after the wait, against what is spent and held (DESIGN.md §5).
             let limits = limits.take().unwrap_or_else(|| self.limits(&req.meta));
-            let reservation = self.admit(
-                &req.meta,
-                &limits,
-                &target,
-                &body,
-                req.max_tokens,
-                input_estimate,
-            )?;
+            let reservation = self
+                .admit(
+                    &req.meta,
+                    &limits,
+                    &target,
+                    &body,
+                    req.max_tokens,
+                    input_estimate,
+                    from,
+                )
+                .map_err(failed)?;
             if let Err(e) = self.journal_sent(&reservation.call).await {
                 reservation.abandon(Abandon::NotJournaled).await;
-                return Err(e);
+                return Err(failed(e));
             }
             let sent = self
                 .attempt(
@@ -299,7 +422,7 @@ impl Gateway {
                     &body,
                     req.stream,
                     timeout,
-                    deltas.as_ref(),
+                    deltas,
                     &reservation.progress,
                 )
                 .await;
@@ -312,10 +435,11 @@ impl Gateway {
             // billed it. Metered from what arrived before anything else happens.
             reservation.abandon(Abandon::Failed).await;
             match sent {
-                AttemptError::Fatal(e) => return Err(e),
+                AttemptError::Fatal(e) => return Err(failed(e)),
                 AttemptError::Retry {
                     message,
                     retry_after: wait,
+                    cause,
                 } => {
                     if let Some(wait) = wait {
                         self.hold_provider(&target.provider, wait);
@@ -327,16 +451,63 @@ impl Gateway {
                         error = %message,
                         "LLM call attempt failed"
                     );
+                    // Text of the broken answer reached followers: the retry's answer starts
+                    // over, and they are told so first.
+                    if let Some(d) = deltas.filter(|d| d.sent() > *shown && n + 1 < attempts) {
+                        let why = Why::of(&exhausted(&target, 1, ""), Some(cause));
+                        d.send(&fallback::restart_mark(
+                            &target.full,
+                            &target.full,
+                            &why.to_string(),
+                        ));
+                        *shown = d.sent();
+                    }
                     last = message;
+                    last_cause = Some(cause);
                     retry_after = wait;
                 }
             }
         }
-        Err(LlmError::Exhausted {
-            provider: target.provider,
-            attempts,
-            last,
-        })
+        let error = exhausted(&target, attempts, &last);
+        let why = Why::of(&error, last_cause);
+        Err((error, why))
+    }
+
+    /// A request built for another model, fitted to the window of `target`, its fallback
+    /// (DESIGN.md §5 fallback models): refused when the prompt leaves less than
+    /// [`MIN_ANSWER`] tokens for an answer; otherwise its answer (and an Anthropic thinking
+    /// budget, which comes on top) capped to what is left, thinking dropped when its budget
+    /// would leave less than [`MIN_ANSWER`].
+    fn fit_window(
+        &self,
+        mut req: ChatRequest,
+        target: &Target,
+    ) -> Result<ChatRequest, (LlmError, Why)> {
+        let window = self.window_now(&target.full).window;
+        let needed = req.estimated_input_tokens();
+        let room = window.saturating_sub(needed);
+        if room < u64::from(MIN_ANSWER) {
+            let why = Why::TooSmall { needed, window };
+            let error = LlmError::ContextTooLong {
+                provider: target.provider.clone(),
+                message: format!("{} is {why}", target.full),
+            };
+            return Err((error, why));
+        }
+        let room = u32::try_from(room).unwrap_or(u32::MAX);
+        let thinking = match target.kind {
+            Kind::Anthropic => anthropic::thinking_budget(req.thinking.as_deref()).unwrap_or(0),
+            Kind::OpenAi => 0,
+        };
+        if thinking > 0 && room.saturating_sub(thinking) < MIN_ANSWER {
+            tracing::info!(model = %target.full,
+                "thinking off for this call: its budget does not fit the fallback model's window");
+            req.thinking = None;
+            req.max_tokens = req.max_tokens.min(room);
+        } else {
+            req.max_tokens = req.max_tokens.min(room - thinking);
+        }
+        Ok(req)
     }
 
     /// Context window of a model (empty = the default model): the model table (or an older
@@ -598,6 +769,7 @@ impl Gateway {
     /// plus `max_tokens` at the table price — must fit every cap together with what is spent
     /// and what the calls in flight hold, checked and reserved under one lock. A model with no
     /// price is refused unless `llm.allow_unpriced_models`.
+    #[allow(clippy::too_many_arguments)] // one attempt's accounting; a struct would only rename it
     fn admit(
         &self,
         meta: &CallMeta,
@@ -606,6 +778,7 @@ impl Gateway {
         body: &serde_json::Value,
         max_tokens: u32,
         input_estimate: u64,
+        fallback_from: Option<&str>,
     ) -> Result<Reservation, LlmError> {
         let inner = &*self.inner;
         let project = meta.project.as_deref().unwrap_or(MAIN_PROJECT);
@@ -659,6 +832,7 @@ impl Gateway {
                 input_tokens: usage.input_tokens,
                 output_tokens: usage.output_tokens,
                 usd: worst,
+                fallback_from: fallback_from.map(str::to_string),
             },
         })
     }
@@ -758,7 +932,7 @@ impl Gateway {
         body: &serde_json::Value,
         stream: bool,
         timeout: Duration,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&Deltas>,
         progress: &Progress,
     ) -> Result<ProviderReply, AttemptError> {
         let http = &self.inner.http;
@@ -775,8 +949,12 @@ impl Gateway {
             .header("x-client-request-id", call)
             .json(body);
         let deadline = Instant::now() + timeout;
-        let timed_out =
-            || AttemptError::retry(format!("no answer within {} s", timeout.as_secs_f64()));
+        let timed_out = || {
+            AttemptError::because(
+                Cause::Timeout,
+                format!("no answer within {} s", timeout.as_secs_f64()),
+            )
+        };
         let response = tokio::time::timeout_at(deadline, request.send())
             .await
             .map_err(|_| timed_out())?
@@ -802,6 +980,7 @@ impl Gateway {
                 AttemptError::Retry {
                     message: format!("HTTP {}: {message}", status.as_u16()),
                     retry_after,
+                    cause: Cause::Status(status.as_u16()),
                 }
             } else if reply::is_context_overflow(status.as_u16(), &text) {
                 // llama.cpp names its window in the refusal: remembered, and every worker
@@ -1110,6 +1289,40 @@ fn price(
         .or(target.local.then_some(0.0))
 }
 
+/// The fewest tokens a fallback model's window must leave for the answer (DESIGN.md §5
+/// fallback models).
+const MIN_ANSWER: u32 = 1024;
+
+/// `Unpriced` when `target` has no price (as configured, or free on a local provider) and
+/// config.yml does not allow unpriced models: what the admission refuses, known before a call.
+fn priced_or_allowed(
+    config: &Config,
+    prices: &PriceTable,
+    target: &Target,
+) -> Result<(), LlmError> {
+    let one = Usage {
+        input_tokens: 1,
+        output_tokens: 1,
+        ..Default::default()
+    };
+    if config.llm.allow_unpriced_models || price(prices, target, None, &one).is_some() {
+        Ok(())
+    } else {
+        Err(LlmError::Unpriced {
+            model: target.full.clone(),
+        })
+    }
+}
+
+/// The error of a model whose `attempts` all failed, the last with `last`.
+fn exhausted(target: &Target, attempts: u32, last: &str) -> LlmError {
+    LlmError::Exhausted {
+        provider: target.provider.clone(),
+        attempts,
+        last: last.to_string(),
+    }
+}
+
 /// How long a server that did not say its context window is not asked again.
 const PROBE_AGAIN: Duration = Duration::from_secs(60);
 
@@ -1134,8 +1347,16 @@ async fn read_capped(
     Ok((out, true))
 }
 
-/// A transport failure (connect, reset, TLS, body read) with its causes, all retryable.
+/// A transport failure (connect, reset, TLS, body read) with its causes, all retryable: a
+/// connection never made is [`Cause::Connect`], one that broke [`Cause::Broken`].
 fn transport_error(e: reqwest::Error) -> AttemptError {
+    let cause = if e.is_connect() {
+        Cause::Connect
+    } else if e.is_timeout() {
+        Cause::Timeout
+    } else {
+        Cause::Broken
+    };
     let mut message = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
@@ -1143,7 +1364,7 @@ fn transport_error(e: reqwest::Error) -> AttemptError {
         message.push_str(&s.to_string());
         source = s.source();
     }
-    AttemptError::retry(message)
+    AttemptError::because(cause, message)
 }
 
 #[cfg(test)]
@@ -1193,7 +1414,7 @@ mod tests {
         };
         let body = serde_json::json!({"model": "alias", "messages": [
             {"role": "user", "content": "a question of some length ".repeat(20)}]});
-        gw.admit(&meta, &gw.limits(&meta), target, &body, 200, 150)
+        gw.admit(&meta, &gw.limits(&meta), target, &body, 200, 150, None)
             .unwrap()
     }
 

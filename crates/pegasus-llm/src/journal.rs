@@ -49,6 +49,9 @@ pub struct PendingCall {
     pub output_tokens: u64,
     /// The worst case at the table price; `None` for an unpriced model.
     pub usd: Option<f64>,
+    /// The model the call asked for first, when this model is its fallback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_from: Option<String>,
 }
 
 impl PendingCall {
@@ -75,6 +78,7 @@ impl PendingCall {
             request_id,
             call: Some(self.call.clone()),
             estimated,
+            fallback_from: self.fallback_from.clone(),
         }
     }
 
@@ -298,7 +302,28 @@ mod tests {
             input_tokens: 10,
             output_tokens: 20,
             usd: Some(0.5),
+            fallback_from: None,
         }
+    }
+
+    /// A fallback model's call replayed after a crash still names the model asked for, and an
+    /// older journal line without the field reads as no fallback.
+    #[test]
+    fn a_journaled_fallback_call_keeps_the_model_asked_for() {
+        let call = PendingCall {
+            fallback_from: Some("fa/first".into()),
+            ..pending("c1")
+        };
+        let line = serde_json::to_string(&call).unwrap();
+        let back: PendingCall = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, call);
+        let entry = back.estimated_entry(None);
+        assert_eq!(entry.fallback_from.as_deref(), Some("fa/first"));
+        assert_eq!(entry.model, "fa/m");
+        let old = serde_json::to_string(&pending("c2")).unwrap();
+        assert!(!old.contains("fallback_from"), "{old}");
+        let old: PendingCall = serde_json::from_str(&old).unwrap();
+        assert_eq!(old.estimated_entry(None).fallback_from, None);
     }
 
     #[test]

@@ -15,12 +15,13 @@
 //!
 //! One concern per module: [`provider`] (model ids, endpoints, keys), [`anthropic`] and
 //! [`openai`] (the wire formats), [`sse`] (streams), [`retry`] (when and how long to wait),
-//! [`prices`] (costs), [`budget`] (totals and caps; a project's cap from pegasus-store's project
+//! [`prices`] (costs), [`fallback`] (which models a call may try, and when), [`budget`] (totals and caps; a project's cap from pegasus-store's project
 //! registry), [`ledger`] (the cost record), and
 //! [`gateway`], which ties them together.
 
 pub mod anthropic;
 pub mod budget;
+pub mod fallback;
 pub mod gateway;
 pub mod journal;
 pub mod ledger;

@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc::UnboundedSender;
 
 use pegasus_proto::llm::{tool_uses, Block, ChatRequest, LlmError, Message, Role, StopReason};
 
@@ -270,7 +269,7 @@ impl StreamParser for Stream {
         &mut self,
         _name: &str,
         data: &str,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&crate::sse::Deltas>,
     ) -> Result<bool, String> {
         if data.trim() == "[DONE]" {
             self.done = true;

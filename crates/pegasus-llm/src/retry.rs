@@ -26,17 +26,40 @@ pub enum AttemptError {
         message: String,
         /// The provider's `retry-after`; `None` when it gave none.
         retry_after: Option<Duration>,
+        /// What kind of failure it was: what a fallback model's reason says (see
+        /// [`crate::fallback::Why`]).
+        cause: Cause,
     },
     /// Final: retrying cannot help (a 4xx other than 429, a request we cannot even build).
     Fatal(LlmError),
 }
 
+/// The kinds of failure worth another attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The provider answered with this retryable HTTP status (429, 529, 5xx, 408).
+    Status(u16),
+    /// No connection could be made (refused, no route, DNS, TLS handshake).
+    Connect,
+    /// No answer, or no next chunk of a stream, within the timeout.
+    Timeout,
+    /// The answer began and broke off, or could not be read.
+    Broken,
+}
+
 impl AttemptError {
-    /// A retryable failure without a provider-requested wait.
+    /// A retryable failure of an answer that broke off or could not be read, without a
+    /// provider-requested wait.
     pub fn retry(message: impl Into<String>) -> AttemptError {
+        AttemptError::because(Cause::Broken, message)
+    }
+
+    /// A retryable failure of kind `cause`, without a provider-requested wait.
+    pub fn because(cause: Cause, message: impl Into<String>) -> AttemptError {
         AttemptError::Retry {
             message: message.into(),
             retry_after: None,
+            cause,
         }
     }
 }

@@ -12,19 +12,14 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::reply::{Progress, ProviderReply, SeenUsage};
-use crate::retry::AttemptError;
+use crate::retry::{AttemptError, Cause};
 
 /// One wire format's interpretation of stream events.
 pub trait StreamParser {
     /// Feeds one event (`name` is `message` when the server gave none). Returns `Ok(true)` when
     /// this event ends the stream; `Err` for an error event or an unreadable payload. Text
     /// deltas are forwarded to `deltas` as they come.
-    fn event(
-        &mut self,
-        name: &str,
-        data: &str,
-        deltas: Option<&UnboundedSender<String>>,
-    ) -> Result<bool, String>;
+    fn event(&mut self, name: &str, data: &str, deltas: Option<&Deltas>) -> Result<bool, String>;
 
     /// What has arrived so far: bytes of answer, the usage reported, the response id and the
     /// model the provider says it used (each empty until seen).
@@ -51,7 +46,7 @@ pub async fn read(
     mut parser: Box<dyn StreamParser + Send>,
     idle: Duration,
     limit: usize,
-    deltas: Option<&UnboundedSender<String>>,
+    deltas: Option<&Deltas>,
     progress: &Progress,
 ) -> Result<ProviderReply, ReadError> {
     let mut total = 0usize;
@@ -72,9 +67,9 @@ pub async fn read(
         let next = tokio::time::timeout(idle, events.next())
             .await
             .map_err(|_| {
-                retry(format!(
-                    "stream stalled: nothing for {} s",
-                    idle.as_secs_f64()
+                ReadError::Attempt(AttemptError::because(
+                    Cause::Timeout,
+                    format!("stream stalled: nothing for {} s", idle.as_secs_f64()),
                 ))
             })?;
         match next {
@@ -99,12 +94,43 @@ pub async fn read(
 /// The transport error a stream past its byte limit ends with.
 const TOO_LARGE: &str = "the stream passed its byte limit";
 
-/// Sends a text delta if anyone listens; a consumer that went away must not fail the call.
-pub fn forward(deltas: Option<&UnboundedSender<String>>, text: &str) {
-    if let Some(tx) = deltas {
-        if !text.is_empty() {
-            let _ = tx.send(text.to_string());
+/// Where the text of a call's answers goes as it arrives, counting the bytes that went: an
+/// answer that restarts (a retry, a fallback model) after text reached the caller is marked
+/// as such in the text first, so whoever follows it is not left with two answers run together.
+#[derive(Debug)]
+pub struct Deltas {
+    tx: UnboundedSender<String>,
+    sent: std::sync::atomic::AtomicU64,
+}
+
+impl Deltas {
+    /// Text goes to `tx`.
+    pub fn new(tx: UnboundedSender<String>) -> Deltas {
+        Deltas {
+            tx,
+            sent: Default::default(),
         }
+    }
+
+    /// Sends `text` if anyone listens; a consumer that went away must not fail the call.
+    pub fn send(&self, text: &str) {
+        if !text.is_empty() {
+            self.sent
+                .fetch_add(text.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            let _ = self.tx.send(text.to_string());
+        }
+    }
+
+    /// Bytes of text sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Sends a text delta if anyone listens ([`Deltas::send`]).
+pub fn forward(deltas: Option<&Deltas>, text: &str) {
+    if let Some(d) = deltas {
+        d.send(text);
     }
 }
 
@@ -114,7 +140,7 @@ pub fn forward(deltas: Option<&UnboundedSender<String>>, text: &str) {
 pub fn feed<P: StreamParser>(
     mut parser: P,
     text: &str,
-    deltas: Option<&UnboundedSender<String>>,
+    deltas: Option<&Deltas>,
 ) -> Result<ProviderReply, String> {
     for raw in text.split("\n\n") {
         let mut name = "message".to_string();
@@ -143,11 +169,14 @@ pub fn feed_deltas<P: StreamParser>(
     text: &str,
 ) -> Result<(ProviderReply, Vec<String>), String> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let reply = feed(parser, text, Some(&tx))?;
+    let sink = Deltas::new(tx);
+    let reply = feed(parser, text, Some(&sink))?;
     let mut deltas = Vec::new();
     while let Ok(d) = rx.try_recv() {
         deltas.push(d);
     }
+    let bytes: u64 = deltas.iter().map(|d| d.len() as u64).sum();
+    assert_eq!(sink.sent(), bytes, "every byte sent is counted");
     Ok((reply, deltas))
 }
 

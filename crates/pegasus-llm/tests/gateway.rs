@@ -1321,6 +1321,7 @@ async fn calls_a_dead_daemon_sent_but_never_recorded_count_at_their_worst_case()
         request_id: None,
         call: Some("c-settled".into()),
         estimated: false,
+        fallback_from: None,
     };
     std::fs::write(
         w.home.ledger_file(),
@@ -1490,4 +1491,413 @@ async fn each_request_names_its_call_and_its_ledger_line_names_both() {
             Some(a.request_id.as_str())
         );
     }
+}
+
+// ---- fallback models (DESIGN.md §5) ---------------------------------------------------------
+
+/// A world whose calls of `fa/main` fall back to `list`, in order; `main` answers `529` always.
+fn overloaded_main(list: &[&str], tweak: impl FnOnce(&mut Config)) -> World {
+    let w = world(|c| {
+        c.fallback = list.iter().map(|s| s.to_string()).collect();
+        c.llm.max_retries = 1;
+        tweak(c);
+    });
+    w.fake.add_rule(Rule::new(
+        Match::Model("main".into()),
+        status(529, "Overloaded", None),
+    ));
+    w
+}
+
+/// The models the fake was asked for, in order.
+fn models_asked(w: &World) -> Vec<String> {
+    w.fake
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The model asked for is overloaded through its retries: the next model of `fallback:`
+/// answers; its ledger line names it and the model asked for; `status` can say so. Across
+/// wire formats: an Anthropic model falls back to an OpenAI one.
+#[tokio::test]
+async fn an_overloaded_model_falls_back_after_its_retries() {
+    let w = overloaded_main(&["fo/backup", "fa/never"], |_| {});
+    w.fake.add_rule(Rule::new(
+        Match::Model("backup".into()),
+        Reply::Text("from the backup".into()),
+    ));
+    let r = w.gw.chat(request("fa/main", "hi"), None).await.unwrap();
+    assert_eq!(text_of(&r.content), "from the backup");
+    assert_eq!(
+        r.model, "fo/backup",
+        "the response names the model that answered"
+    );
+    assert_eq!(
+        models_asked(&w),
+        ["main", "main", "backup"],
+        "retries first, in order"
+    );
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].model, "fo/backup");
+    assert_eq!(lines[0].fallback_from.as_deref(), Some("fa/main"));
+    assert!(lines[0].usd.is_some_and(|u| u > 0.0));
+    let raw = std::fs::read_to_string(w.home.ledger_file()).unwrap();
+    assert!(raw.contains(r#""fallback_from":"fa/main""#), "{raw}");
+    let served = w.gw.fallbacks_served(Some("alpha"));
+    assert_eq!(served.len(), 1);
+    assert_eq!(
+        (
+            served[0].model.as_str(),
+            served[0].from.as_str(),
+            served[0].calls
+        ),
+        ("fo/backup", "fa/main", 1)
+    );
+    assert!(
+        served[0].line().ends_with("fa/main overloaded (529)"),
+        "{}",
+        served[0].line()
+    );
+    // A second call counts on the same line; the model asked for answering has no mark.
+    w.gw.chat(request("fa/main", "again"), None).await.unwrap();
+    assert_eq!(w.gw.fallbacks_served(None)[0].calls, 2);
+    assert!(w.gw.fallbacks_served(Some("other")).is_empty());
+    w.fake.clear_rules();
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("main is back".into())));
+    w.gw.chat(request("fa/main", "hi"), None).await.unwrap();
+    let last = ledger(&w).pop().unwrap();
+    assert_eq!((last.model.as_str(), last.fallback_from), ("fa/main", None));
+    assert!(!std::fs::read_to_string(w.home.ledger_file())
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .contains("fallback_from"));
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+}
+
+/// Rate limits, other 5xx, a refused key (401) and a provider nobody listens on fall back;
+/// a request's own fault (400) does not, and neither does a budget refusal.
+#[tokio::test]
+async fn what_falls_back_and_what_does_not() {
+    for (reply, why) in [
+        (status(429, "rate limited", None), "rate-limited (429)"),
+        (status(503, "unavailable", None), "overloaded (503)"),
+        (status(500, "internal", None), "failing (500)"),
+        (
+            status(401, "invalid x-api-key", None),
+            "refused the key (401)",
+        ),
+    ] {
+        let w = world(|c| {
+            c.fallback = vec!["fa/backup".into()];
+            c.llm.max_retries = 1;
+        });
+        w.fake
+            .add_rule(Rule::new(Match::Model("main".into()), reply));
+        w.fake
+            .add_rule(Rule::new(Match::Any, Reply::Text("backup".into())));
+        let r = w.gw.chat(request("fa/main", "hi"), None).await.unwrap();
+        assert_eq!(r.model, "fa/backup", "{why}");
+        assert_eq!(w.gw.fallbacks_served(None)[0].why, why);
+    }
+
+    // Nobody listens at the main model's address: a failed connection, after its retries.
+    let w = world(|c| {
+        c.providers.insert(
+            "gone".into(),
+            ProviderConfig {
+                kind: "anthropic".into(),
+                base_url: "http://127.0.0.1:9".into(),
+                api_key_env: None,
+                local: true,
+            },
+        );
+        c.fallback = vec!["fa/backup".into()];
+        c.llm.max_retries = 1;
+    });
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("backup".into())));
+    let r = w.gw.chat(request("gone/main", "hi"), None).await.unwrap();
+    assert_eq!(r.model, "fa/backup");
+    assert_eq!(w.gw.fallbacks_served(None)[0].why, "unreachable");
+
+    // 400: the request's fault; the backup is never asked.
+    let w = world(|c| c.fallback = vec!["fa/backup".into()]);
+    w.fake.add_rule(Rule::new(
+        Match::Model("main".into()),
+        status(400, "messages: field required", None),
+    ));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("backup".into())));
+    let err = w.gw.chat(request("fa/main", "hi"), None).await.unwrap_err();
+    assert!(
+        matches!(err, LlmError::Refused { status: 400, .. }),
+        "{err:?}"
+    );
+    assert_eq!(models_asked(&w), ["main"]);
+    assert!(w.gw.fallbacks_served(None).is_empty());
+
+    // A budget refusal: no model is asked.
+    let w = world(|c| {
+        c.fallback = vec!["fa/backup".into()];
+        c.budget.daily_usd = Some(0.000_001);
+    });
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("x".into())));
+    let err = w.gw.chat(request("fa/main", "hi"), None).await.unwrap_err();
+    assert!(matches!(err, LlmError::BudgetExceeded { .. }), "{err:?}");
+    assert_eq!(w.fake.request_count(), 0);
+}
+
+/// Each model reserves at its own price: a fallback dearer than the budget allows is refused
+/// by the budget (and that refusal ends the call), while the cheap model asked for was
+/// admitted.
+#[tokio::test]
+async fn each_model_reserves_at_its_own_price() {
+    let w = overloaded_main(&["fa/dear"], |c| {
+        c.budget.daily_usd = Some(0.01);
+        c.prices.insert(
+            "fa/dear".into(),
+            PriceConfig {
+                input: 1000.0,
+                output: 1000.0,
+                ..fake_price()
+            },
+        );
+    });
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("dear".into())));
+    let err = w.gw.chat(request("fa/main", "hi"), None).await.unwrap_err();
+    match &err {
+        LlmError::BudgetExceeded { scope, .. } => assert!(scope.starts_with("daily"), "{scope}"),
+        other => panic!("expected the dear fallback refused by the budget: {other:?}"),
+    }
+    assert_eq!(
+        models_asked(&w),
+        ["main", "main"],
+        "the dear model never asked"
+    );
+    // Its own attempt reserved at its own price: in the journal as `fa/dear`, never sent.
+    let journal = std::fs::read_to_string(w.home.pending_calls_file()).unwrap();
+    assert!(
+        !journal.contains("fa/dear"),
+        "refused before the journal: {journal}"
+    );
+    assert!(journal.contains(r#""model":"fa/main""#), "{journal}");
+}
+
+/// Every model fails: one error names each model tried, in order, with its own reason.
+#[tokio::test]
+async fn a_chain_that_all_fails_names_each_model() {
+    let w = overloaded_main(&["fa/second", "gone/third"], |c| {
+        c.providers.insert(
+            "gone".into(),
+            ProviderConfig {
+                kind: "openai".into(),
+                base_url: "http://127.0.0.1:9/v1".into(),
+                api_key_env: None,
+                local: true,
+            },
+        );
+    });
+    w.fake.add_rule(Rule::new(
+        Match::Model("second".into()),
+        status(500, "boom", None),
+    ));
+    let err = w.gw.chat(request("fa/main", "hi"), None).await.unwrap_err();
+    let LlmError::NoModelAnswered { tried } = &err else {
+        panic!("expected NoModelAnswered, got {err:?}");
+    };
+    assert_eq!(tried.len(), 3, "{tried:?}");
+    assert!(
+        tried[0].starts_with("fa/main: provider fa failed after 2 attempts: HTTP 529"),
+        "{tried:?}"
+    );
+    assert!(
+        tried[1].starts_with("fa/second: provider fa failed after 2 attempts: HTTP 500"),
+        "{tried:?}"
+    );
+    assert!(
+        tried[2].starts_with("gone/third: provider gone failed after 2 attempts: "),
+        "{tried:?}"
+    );
+    let line = err.to_string();
+    assert!(
+        line.starts_with("no model could answer: fa/main: "),
+        "{line}"
+    );
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(ledger(&w).is_empty());
+}
+
+/// A streamed answer that breaks after its text reached the caller restarts on the fallback
+/// behind a line that says so; the response holds only the fallback's answer.
+#[tokio::test]
+async fn a_stream_cut_after_text_restarts_on_the_fallback_with_a_mark() {
+    let w = world(|c| {
+        c.fallback = vec!["fa/backup".into()];
+        c.llm.max_retries = 0;
+    });
+    w.fake.add_rule(Rule::new(
+        Match::Model("main".into()),
+        Reply::Fault(Fault::CutStream),
+    ));
+    w.fake.add_rule(Rule::new(
+        Match::Any,
+        Reply::Text("The whole answer, from the backup.".into()),
+    ));
+    let mut req = request("fa/main", "hi");
+    req.stream = true;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let r = w.gw.chat(req, Some(tx)).await.unwrap();
+    assert_eq!(text_of(&r.content), "The whole answer, from the backup.");
+    let mut seen = String::new();
+    while let Ok(d) = rx.try_recv() {
+        seen.push_str(&d);
+    }
+    let mark = "\n\n[the answer restarts on fa/backup: fa/main answer broke off]\n\n";
+    let (before, after) = seen.split_once(mark).unwrap_or_else(|| panic!("{seen:?}"));
+    assert!(
+        before.starts_with("fake-llm"),
+        "the cut answer's text came first: {seen:?}"
+    );
+    assert_eq!(after, "The whole answer, from the backup.");
+    // The cut answer was billed (estimated) as the model asked for; the answer as its fallback.
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].estimated && lines[0].model == "fa/main" && lines[0].fallback_from.is_none());
+    assert_eq!(lines[1].fallback_from.as_deref(), Some("fa/main"));
+
+    // A retry of the same model after text went out is marked too.
+    let w = world(|c| c.llm.max_retries = 1);
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Fault(Fault::CutStream)).times(1));
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("Second try.".into())));
+    let mut req = request("fa/main", "hi");
+    req.stream = true;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    w.gw.chat(req, Some(tx)).await.unwrap();
+    let mut seen = String::new();
+    while let Ok(d) = rx.try_recv() {
+        seen.push_str(&d);
+    }
+    assert!(
+        seen.ends_with(
+            "\n\n[the answer restarts: fa/main answer broke off; trying it again]\n\nSecond try."
+        ),
+        "{seen:?}"
+    );
+}
+
+/// PROJECT.md `fallback:` replaces config.yml's list for that project (the MainAgent keeps
+/// config.yml's), and `[]` means none.
+#[tokio::test]
+async fn a_projects_list_replaces_the_configs() {
+    let w = overloaded_main(&["fa/from-config"], |_| {});
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    let mut project = create_project(
+        &w.home,
+        &NewProject {
+            name: "alpha".into(),
+            goal: "Test fallbacks.".into(),
+            ..NewProject::default()
+        },
+        chrono::Utc::now(),
+    )
+    .unwrap();
+    let list: serde_norway::Value = serde_norway::from_str("[fa/from-project]").unwrap();
+    project.set("fallback", &list).unwrap();
+    project.save(&w.home.project_dir("alpha")).unwrap();
+    let r = w.gw.chat(request("fa/main", "hi"), None).await.unwrap();
+    assert_eq!(r.model, "fa/from-project");
+    let mut main_agent = request("fa/main", "hi");
+    main_agent.meta = CallMeta::default();
+    assert_eq!(
+        w.gw.chat(main_agent, None).await.unwrap().model,
+        "fa/from-config"
+    );
+    assert_eq!(
+        w.gw.fallbacks_served(Some("main"))[0].model,
+        "fa/from-config"
+    );
+
+    let none: serde_norway::Value = serde_norway::from_str("[]").unwrap();
+    project.set("fallback", &none).unwrap();
+    project.save(&w.home.project_dir("alpha")).unwrap();
+    let err = w.gw.chat(request("fa/main", "hi"), None).await.unwrap_err();
+    assert!(
+        matches!(err, LlmError::Exhausted { .. }),
+        "no fallback: {err:?}"
+    );
+}
+
+/// A request built for a thinking model with a large window is fitted to its fallback: a
+/// model whose window cannot hold it is skipped (and named), one without thinking gets none
+/// (and no thinking blocks), and `max_tokens` is capped to what its window leaves.
+#[tokio::test]
+async fn a_request_is_fitted_to_each_fallbacks_window_and_thinking() {
+    let w = overloaded_main(&["fa/tiny", "fa/small-nothink"], |c| {
+        let caps = |window: u64| pegasus_store::ModelConfig {
+            context_window: Some(window),
+            max_output_tokens: Some(8192),
+            thinking: false,
+            reasoning: false,
+        };
+        c.models.insert("fa/tiny".into(), caps(1500));
+        c.models.insert("fa/small-nothink".into(), caps(6000));
+    });
+    w.fake
+        .add_rule(Rule::new(Match::Any, Reply::Text("fitted".into())));
+    let mut req = request("fa/main", &"a long question ".repeat(600));
+    req.thinking = Some("high".into());
+    req.max_tokens = 8000;
+    let r = w.gw.chat(req, None).await.unwrap();
+    assert_eq!(r.model, "fa/small-nothink");
+    let sent = w.fake.requests().last().unwrap().body.clone();
+    assert!(sent.get("thinking").is_none(), "{sent}");
+    let max = sent["max_tokens"].as_u64().unwrap();
+    assert!(
+        (1024..6000).contains(&max),
+        "capped to the window's room: {max}"
+    );
+    assert_eq!(
+        models_asked(&w),
+        ["main", "main", "small-nothink"],
+        "tiny skipped unasked"
+    );
+    assert!(w.fake.violations().is_empty(), "{:?}", w.fake.violations());
+}
+
+/// An unpriced or unknown fallback in config.yml is refused at start with one line naming
+/// the key; a PROJECT.md's is reported by `cannot_answer` (the start-up check's lines).
+#[test]
+fn an_unusable_fallback_in_config_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::new(dir.path());
+    let mut config = Config {
+        fallback: vec!["openai/no-such-priced-model".into()],
+        ..Config::default()
+    };
+    let err = Gateway::new(&home, &config).err().unwrap().to_string();
+    assert!(
+        err.starts_with("config.yml key `fallback`: openai/no-such-priced-model cannot be a fallback model: model openai/no-such-priced-model has no price"),
+        "{err}"
+    );
+    assert!(!err.contains('\n'));
+    config.fallback = vec!["nowhere/x".into()];
+    let err = Gateway::new(&home, &config).err().unwrap().to_string();
+    assert!(err.contains("unknown provider `nowhere`"), "{err}");
+    config.llm.allow_unpriced_models = true;
+    config.fallback = vec!["openai/no-such-priced-model".into()];
+    let gw = Gateway::new(&home, &config).unwrap();
+    assert!(gw
+        .cannot_answer("anthropic/claude-haiku-4-5")
+        .is_some_and(|e| matches!(e, LlmError::MissingKey { .. })));
 }

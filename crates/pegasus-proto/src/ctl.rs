@@ -467,6 +467,47 @@ pub struct DaemonStatus {
     /// project's model naming a provider config.yml lacks, or whose key is not set).
     #[serde(default)]
     pub problems: Vec<String>,
+    /// Fallback models that answered in the last hour (DESIGN.md §5), the MainAgent's
+    /// (project `main`) and every project's.
+    #[serde(default)]
+    pub fallbacks: Vec<FallbackInfo>,
+}
+
+/// A fallback model that answered a project's calls recently, instead of the model they asked
+/// for (DESIGN.md §5 fallback models): one per pair of models, while its last call is less
+/// than an hour old.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FallbackInfo {
+    /// The project whose calls it answered (`main` for the MainAgent).
+    pub project: String,
+    /// The fallback model that answered, `provider/model`.
+    pub model: String,
+    /// The model the calls asked for first.
+    pub from: String,
+    /// Why `from` did not answer the last of them (`overloaded (529)`, `unreachable`).
+    pub why: String,
+    /// How many calls it answered since `since`.
+    pub calls: u64,
+    /// When it first answered (RFC 3339, UTC).
+    pub since: String,
+    /// When it last answered (RFC 3339, UTC).
+    pub last: String,
+}
+
+impl FallbackInfo {
+    /// One line for people: `fallback fa/haiku served 3 calls since 12:04 UTC: fa/sonnet
+    /// overloaded (529)`.
+    pub fn line(&self) -> String {
+        let hhmm = self.since.get(11..16).unwrap_or(&self.since);
+        format!(
+            "fallback {} served {} call{} since {hhmm} UTC: {} {}",
+            self.model,
+            self.calls,
+            if self.calls == 1 { "" } else { "s" },
+            self.from,
+            self.why
+        )
+    }
 }
 
 /// One project as every listing shows it, from the daemon (with its worker) or from the files.
@@ -527,6 +568,13 @@ pub struct ProjectInfo {
     /// (pegasusctl without a daemon).
     #[serde(default)]
     pub limits: Option<LimitsInfo>,
+    /// Its fallback models in force, in order (PROJECT.md `fallback:`, else config.yml's);
+    /// `None` where nobody knows (pegasusctl without a daemon).
+    #[serde(default)]
+    pub fallback_models: Option<Vec<String>>,
+    /// Fallback models that answered its calls in the last hour.
+    #[serde(default)]
+    pub fallbacks: Vec<FallbackInfo>,
 }
 
 /// A project's limits as pegasusd applies them (DESIGN.md §12): config.yml `limits:` with its
@@ -698,6 +746,31 @@ mod tests {
         }
     }
 
+    fn fallback() -> FallbackInfo {
+        FallbackInfo {
+            project: "web".into(),
+            model: "fa/backup".into(),
+            from: "fa/main".into(),
+            why: "overloaded (529)".into(),
+            calls: 3,
+            since: "2026-11-29T12:04:09Z".into(),
+            last: "2026-11-29T12:10:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn a_fallback_says_what_served_since_when_and_why() {
+        assert_eq!(
+            fallback().line(),
+            "fallback fa/backup served 3 calls since 12:04 UTC: fa/main overloaded (529)"
+        );
+        let one = FallbackInfo {
+            calls: 1,
+            ..fallback()
+        };
+        assert!(one.line().contains("served 1 call since"), "{}", one.line());
+    }
+
     #[test]
     fn every_control_response_round_trips_through_the_codec() {
         let info = ProjectInfo {
@@ -729,6 +802,8 @@ mod tests {
                 applied: true,
                 note: "cgroup v1".into(),
             }),
+            fallback_models: Some(vec!["fa/backup".into()]),
+            fallbacks: vec![fallback()],
         };
         let invalid = ProjectInfo {
             status: None,
@@ -748,6 +823,7 @@ mod tests {
                 projects: vec![info.clone()],
                 waiting: vec!["web: task t-1 asks: which?".into()],
                 problems: vec!["default_model `x/y` cannot be used".into()],
+                fallbacks: vec![fallback()],
             }),
             CtlResponse::Project(Box::new(info.clone())),
             CtlResponse::Projects(vec![info, invalid]),

@@ -349,6 +349,13 @@ pub enum LlmError {
         /// The provider's error message.
         message: String,
     },
+    /// The model asked for and each of its fallback models (DESIGN.md §5) failed: each
+    /// entry is one model tried, in order, with why it did not answer.
+    #[error("no model could answer: {}", .tried.join("; "))]
+    NoModelAnswered {
+        /// `provider/model: why`, one per model tried, in order.
+        tried: Vec<String>,
+    },
     /// The caller gave the call up (its task was cancelled, or the worker's connection ended)
     /// before an answer.
     #[error("the call was cancelled")]

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StoreError};
+use crate::project::check_fallback;
 use crate::yaml::{dotted_key_line, problem};
 
 /// All settings of a Pegasus home.
@@ -17,6 +18,9 @@ use crate::yaml::{dotted_key_line, problem};
 pub struct Config {
     /// Model used when a project names none, as `provider/model`.
     pub default_model: String,
+    /// Models that answer, in order, when the model asked for cannot (DESIGN.md §5 fallback
+    /// models): every project's and the MainAgent's; a PROJECT.md `fallback:` replaces it.
+    pub fallback: Vec<String>,
     /// Provider name -> endpoint. The shipped `anthropic` and `openai` entries are kept unless
     /// the file overrides them by name.
     pub providers: BTreeMap<String, ProviderConfig>,
@@ -103,6 +107,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             default_model: "anthropic/claude-sonnet-4-5".into(),
+            fallback: Vec::new(),
             providers: default_providers(),
             llm: LlmConfig::default(),
             budget: BudgetConfig::default(),
@@ -555,6 +560,9 @@ impl Config {
         if self.llm.max_concurrency < 1 {
             return Err(err("llm.max_concurrency", "must be at least 1"));
         }
+        if let Err(m) = check_fallback(&self.fallback) {
+            return Err(err("fallback", &m));
+        }
         if let Err(m) = self.approvals.check() {
             return Err(err("approvals", &m));
         }
@@ -914,6 +922,15 @@ dashboard: {listen: 127.0.0.1:7474}
             err,
             "config.yml:2: key `llm.max_concurrency`: must be at least 1"
         );
+        let err = parse("default_model: a/b\nfallback: [a/c, haiku]\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config.yml:2: key `fallback`: entry 2: model `haiku` must be `provider/model`, e.g. anthropic/claude-sonnet-4-5"
+        );
+        let c = parse("fallback: [a/c, b/d]\n").unwrap();
+        assert_eq!(c.fallback, vec!["a/c".to_string(), "b/d".to_string()]);
         let err = parse("workers: {shutdown_timeout_s: 0}\n")
             .unwrap_err()
             .to_string();

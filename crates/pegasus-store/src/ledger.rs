@@ -61,6 +61,10 @@ pub struct LedgerEntry {
     /// answer could not be read, or pegasusd died before it could record it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
+    /// The model the call asked for first, when `model` answered as its fallback (DESIGN.md §5
+    /// fallback models); absent when the model asked for answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_from: Option<String>,
 }
 
 impl LedgerEntry {
@@ -281,6 +285,7 @@ mod tests {
             request_id: None,
             call: None,
             estimated: false,
+            fallback_from: None,
         }
     }
 

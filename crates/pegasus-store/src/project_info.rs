@@ -34,6 +34,10 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         approvals: 0,
         // Not in PROJECT.md alone: pegasusd knows the defaults and what the kernel applies.
         limits: None,
+        // Not in PROJECT.md alone: config.yml's list applies where it sets none.
+        fallback_models: None,
+        // Only pegasusd knows which answered.
+        fallbacks: Vec::new(),
     };
     match &entry.project {
         Ok(p) => {

@@ -84,6 +84,12 @@ impl ProjectRegistry {
         self.project(name)?.model().map(str::to_string)
     }
 
+    /// The `fallback:` list of project `name` as its PROJECT.md says now; `None` when it sets
+    /// none (config.yml's list applies) or the file cannot be read.
+    pub fn fallback(&self, name: &str) -> Option<Vec<String>> {
+        self.project(name)?.fallback().map(<[String]>::to_vec)
+    }
+
     /// Every project's listing row from its PROJECT.md (no live worker facts), sorted by name;
     /// `spend` gives each project's cost.
     pub fn rows(&self, spend: impl Fn(&str) -> f64) -> Result<Vec<ProjectInfo>, StoreError> {

@@ -1,5 +1,7 @@
 //! The start-up check of the models (issue 37): `default_model` and the model of every project
-//! that can run must name a provider config.yml defines, and that provider's key must be set.
+//! that can run must name a provider config.yml defines, and that provider's key must be set;
+//! so must every fallback model (DESIGN.md §5), which must also have a price (an unpriced one
+//! in config.yml already refused pegasusd's start; a PROJECT.md's is said here).
 //! Each problem is one line, logged at start (a warning while something else can still be
 //! served, an error when nothing can) and listed by `pegasusctl status` until pegasusd restarts.
 
@@ -15,9 +17,21 @@ fn problem(config: &Config, model: &str) -> Option<String> {
     }
 }
 
-/// The problems, one line each, and whether any model in use works.
-pub(crate) fn check(config: &Config, entries: &[ScanEntry]) -> (Vec<String>, bool) {
+/// The problems, one line each, and whether any model in use works. `cannot_answer` says why a
+/// fallback model could not answer a call (the gateway's [`pegasus_llm::Gateway::cannot_answer`]).
+pub(crate) fn check(
+    config: &Config,
+    entries: &[ScanEntry],
+    cannot_answer: impl Fn(&str) -> Option<String>,
+) -> (Vec<String>, bool) {
     let mut lines = Vec::new();
+    for model in &config.fallback {
+        if let Some(why) = cannot_answer(model) {
+            lines.push(format!(
+                "fallback `{model}` in config.yml cannot answer: {why} (or remove it from `fallback:`)"
+            ));
+        }
+    }
     let mut any_works = false;
     // Who relies on the default model: the MainAgent, and each runnable project naming none.
     let mut on_default = Vec::new();
@@ -30,6 +44,14 @@ pub(crate) fn check(config: &Config, entries: &[ScanEntry]) -> (Vec<String>, boo
             ProjectStatus::Active | ProjectStatus::Suspended
         ) {
             continue;
+        }
+        for model in project.fallback().unwrap_or_default() {
+            if let Some(why) = cannot_answer(model) {
+                lines.push(format!(
+                    "project {}: its fallback `{model}` cannot answer: {why} (or change `fallback:` in its PROJECT.md)",
+                    entry.name
+                ));
+            }
         }
         match project.model().filter(|m| !m.trim().is_empty()) {
             None => on_default.push(entry.name.clone()),
@@ -79,7 +101,7 @@ mod tests {
         let c = config(
             "default_model: nokey/m\nproviders:\n  nokey: {kind: anthropic, base_url: \"http://127.0.0.1:9\", api_key_env: PEGASUS_TEST_UNSET_KEY_37}\n",
         );
-        let (lines, works) = check(&c, &[]);
+        let (lines, works) = check(&c, &[], |_| None);
         assert!(!works);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
@@ -88,8 +110,39 @@ mod tests {
             "{lines:?}"
         );
         let c = config("default_model: nowhere/m\n");
-        let (lines, _) = check(&c, &[]);
+        let (lines, _) = check(&c, &[], |_| None);
         assert!(lines[0].contains("unknown provider `nowhere`"), "{lines:?}");
+    }
+
+    /// Each fallback model that could not answer is one line: config.yml's, and each
+    /// runnable project's own list.
+    #[test]
+    fn each_fallback_that_cannot_answer_is_one_line() {
+        let c = config(
+            "default_model: llama/any\nfallback: [llama/ok, llama/nokey]\nproviders:\n  llama: {kind: openai, base_url: \"http://127.0.0.1:9/v1\", local: true}\n",
+        );
+        let text = "---\nname: web\nstatus: active\ncreated: 2026-02-28T10:00:00Z\nfallback: [llama/unpriced]\n---\n## Goal\nG\n";
+        let project =
+            pegasus_store::ProjectFile::parse(text, std::path::Path::new("PROJECT.md")).unwrap();
+        let entries = [ScanEntry {
+            name: "web".into(),
+            dir: std::path::PathBuf::from("/nowhere/web"),
+            project: Ok(project),
+        }];
+        let why = |m: &str| match m {
+            "llama/nokey" => Some("no API key".to_string()),
+            "llama/unpriced" => Some("no price".to_string()),
+            _ => None,
+        };
+        let (lines, works) = check(&c, &entries, why);
+        assert!(works);
+        assert_eq!(
+            lines,
+            [
+                "fallback `llama/nokey` in config.yml cannot answer: no API key (or remove it from `fallback:`)",
+                "project web: its fallback `llama/unpriced` cannot answer: no price (or change `fallback:` in its PROJECT.md)",
+            ]
+        );
     }
 
     #[test]
@@ -97,6 +150,6 @@ mod tests {
         let c = config(
             "default_model: llama/any\nproviders:\n  llama: {kind: openai, base_url: \"http://127.0.0.1:9/v1\", local: true}\n",
         );
-        assert_eq!(check(&c, &[]), (vec![], true));
+        assert_eq!(check(&c, &[], |_| None), (vec![], true));
     }
 }

@@ -224,7 +224,9 @@ impl Supervisor {
         }
         let entries = pegasus_store::scan_projects(&self.home)?;
         // Before any worker asks: a model that cannot answer is said now, once per problem.
-        let (problems, any_works) = crate::model_check::check(&self.config, &entries);
+        let (problems, any_works) = crate::model_check::check(&self.config, &entries, |m| {
+            self.gateway.cannot_answer(m).map(|e| e.to_string())
+        });
         for line in &problems {
             if any_works {
                 tracing::warn!("{line}");

@@ -31,6 +31,7 @@ mod roles;
 
 pub use create::{create_project, NewProject};
 pub use extensions::{CodeKeys, KeyProblem, KeyValue, MergePolicy, RepoEntry};
+pub(crate) use parse::check_fallback;
 pub use parse::validate_name;
 pub use roles::{validate_role_id, Assignment, BadRoleId, Roles, RolesProblem, Thinking};
 
@@ -63,6 +64,8 @@ struct Known {
     name: String,
     status: ProjectStatus,
     model: Option<String>,
+    /// `fallback:`, replacing config.yml's list; `None` when absent.
+    fallback: Option<Vec<String>>,
     workdir: Option<PathBuf>,
     created: DateTime<Utc>,
     suspended: Option<DateTime<Utc>>,
@@ -122,6 +125,12 @@ impl ProjectFile {
     /// The `provider/model` override, if any.
     pub fn model(&self) -> Option<&str> {
         self.known.model.as_deref()
+    }
+
+    /// Its own fallback models (`fallback:`), in order, replacing config.yml's list; `None`
+    /// when it sets none (then config.yml's apply), `Some([])` for none at all.
+    pub fn fallback(&self) -> Option<&[String]> {
+        self.known.fallback.as_deref()
     }
 
     /// The external working directory, if any.

@@ -46,6 +46,22 @@ pub(super) fn check_model(model: &str) -> std::result::Result<(), String> {
     }
 }
 
+/// Why a `fallback:` list (config.yml or PROJECT.md) is wrong, if it is: each entry a
+/// `provider/model`, each once.
+pub(crate) fn check_fallback(models: &[String]) -> std::result::Result<(), String> {
+    for (i, m) in models.iter().enumerate() {
+        check_model(m).map_err(|e| format!("entry {}: {e}", i + 1))?;
+        if models[..i].contains(m) {
+            return Err(format!(
+                "entry {}: `{}` is listed twice; each model once, in the order to try them",
+                i + 1,
+                m.escape_debug()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Builds Parse errors for one file, knowing where each key sits.
 struct Ctx<'a> {
     path: &'a Path,
@@ -106,6 +122,33 @@ impl Ctx<'_> {
         }
     }
 
+    /// `fallback:`: absent or `null` = config.yml's list; a list of `provider/model` strings
+    /// (empty: no fallback for this project).
+    fn fallback(&self, v: Option<&Value>) -> Result<Option<Vec<String>>> {
+        let list = match v {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Sequence(items)) => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(s.trim().to_string()),
+                    _ => Err(self.err(
+                        "fallback",
+                        "must be a list of `provider/model` strings, e.g. [anthropic/claude-haiku-4-5]".into(),
+                    )),
+                })
+                .collect::<Result<Vec<_>>>()?,
+            Some(_) => {
+                return Err(self.err(
+                    "fallback",
+                    "must be a list of `provider/model` strings, e.g. [anthropic/claude-haiku-4-5]"
+                        .into(),
+                ))
+            }
+        };
+        check_fallback(&list).map_err(|m| self.err("fallback", m))?;
+        Ok(Some(list))
+    }
+
     fn known(&self, map: &Mapping) -> Result<Known> {
         let name = match map.get("name") {
             None => return Err(self.missing("name", "my-project")),
@@ -142,6 +185,7 @@ impl Ctx<'_> {
         if let Some(m) = &model {
             check_model(m).map_err(|msg| self.err("model", msg))?;
         }
+        let fallback = self.fallback(map.get("fallback"))?;
         let workdir = self.opt_string("workdir", map.get("workdir"))?;
         if workdir.as_deref().is_some_and(|w| w.trim().is_empty()) {
             return Err(self.err("workdir", "is empty: give a path or remove the key".into()));
@@ -199,6 +243,7 @@ impl Ctx<'_> {
             name,
             status,
             model,
+            fallback,
             workdir: workdir.map(PathBuf::from),
             created,
             suspended,
@@ -318,6 +363,24 @@ mod tests {
     use proptest::prelude::*;
     use std::fs;
 
+    /// `fallback:` absent means config.yml's list, a list replaces it, `[]` means none.
+    #[test]
+    fn a_fallback_list_is_read_in_order() {
+        let with = |line: &str| {
+            parse(&format!(
+                "---\nname: foo\nstatus: active\ncreated: 2026-02-28T10:00:00Z\n{line}---\nbody\n"
+            ))
+            .unwrap()
+        };
+        assert_eq!(with("").fallback(), None);
+        assert_eq!(with("fallback: null\n").fallback(), None);
+        assert_eq!(with("fallback: []\n").fallback(), Some(&[][..]));
+        assert_eq!(
+            with("fallback: [fa/b, openrouter/meta/llama]\n").fallback(),
+            Some(&["fa/b".to_string(), "openrouter/meta/llama".to_string()][..])
+        );
+    }
+
     #[test]
     fn every_validation_error_names_its_line_and_key() {
         let base = "---\nname: foo\nstatus: active\nmodel: a/b\nworkdir: /w\ncreated: 2026-02-28T10:00:00Z\nsuspended: null\ncompleted: null\nbudget_usd: 3\n---\nbody\n";
@@ -381,6 +444,27 @@ mod tests {
                 "RFC 3339",
             ),
             ("budget_usd: 3", "budget_usd: -1", 9, "budget_usd", ">= 0"),
+            (
+                "budget_usd: 3",
+                "fallback: a/c",
+                9,
+                "fallback",
+                "must be a list of `provider/model` strings",
+            ),
+            (
+                "budget_usd: 3",
+                "fallback: [a/c, haiku]",
+                9,
+                "fallback",
+                "entry 2: model `haiku` must be `provider/model`",
+            ),
+            (
+                "budget_usd: 3",
+                "fallback: [a/c, a/c]",
+                9,
+                "fallback",
+                "entry 2: `a/c` is listed twice",
+            ),
             ("budget_usd: 3", "budget_usd: lots", 9, "budget_usd", ">= 0"),
             (
                 "budget_usd: 3",

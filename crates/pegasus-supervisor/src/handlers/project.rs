@@ -42,7 +42,7 @@ pub(crate) struct Listing {
     /// Every project as its PROJECT.md says now: pegasusd's one reader of those files (listing
     /// rows, budgets, models), shared with the gateway.
     pub projects: Arc<ProjectRegistry>,
-    /// The spend per project, and the default model.
+    /// The spend per project, the default model, the fallback models and which answered.
     pub gateway: Gateway,
     pub slots: Arc<Slots>,
     /// What each worker is doing now (from the bus).
@@ -77,6 +77,18 @@ impl Listing {
         self.slots.fill(infos);
         self.activity.fill(infos);
         self.approval_counts.fill(infos);
+        // DESIGN.md §5 fallback models: the list in force and which answered lately.
+        let served = self.gateway.fallbacks_served(None);
+        for info in infos.iter_mut() {
+            if info.error.is_none() {
+                info.fallback_models = Some(self.gateway.fallback_models(Some(&info.name)));
+            }
+            info.fallbacks = served
+                .iter()
+                .filter(|f| f.project == info.name)
+                .cloned()
+                .collect();
+        }
     }
 
     /// Adds each project's limits (DESIGN.md §12) and whether they apply to listing rows: for

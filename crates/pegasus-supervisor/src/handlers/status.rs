@@ -38,5 +38,7 @@ pub(crate) fn status(
         projects,
         waiting,
         problems,
+        // Every project's (its row has them too) and the MainAgent's (`main`).
+        fallbacks: listing.gateway.fallbacks_served(None),
     })
 }
