@@ -164,6 +164,11 @@ impl Supervisor {
             pods: elsewhere.pods,
             main: main.clone(),
             slot_events,
+            web_search: config
+                .web
+                .search
+                .as_ref()
+                .map(pegasus_web::Searcher::from_config),
         });
         let slots = Arc::new(Slots {
             by_project: Mutex::new(HashMap::new()),

@@ -54,6 +54,9 @@ pub(crate) struct SlotCtx {
     pub main: MainInbox,
     /// What the slots ask of the daemon (see [`SlotEvent`]).
     pub slot_events: mpsc::UnboundedSender<SlotEvent>,
+    /// `web.search`'s backend, which every worker's `web_search` goes through (it holds the
+    /// key); `None` when config.yml names none.
+    pub web_search: Option<pegasus_web::Searcher>,
 }
 
 impl SlotCtx {
