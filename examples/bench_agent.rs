@@ -758,9 +758,17 @@ fn mcp(bins: &Bins, _: &[String]) -> Res<bool> {
             writable: vec![],
         };
         let servers = BTreeMap::from([("t".to_string(), config)]);
-        let hub = pegasus_worker::mcp::McpHub::new(servers, dir.path(), dir.path(), None, None);
+        let hub = pegasus_worker::mcp::McpHub::new(
+            servers,
+            dir.path(),
+            dir.path(),
+            None,
+            None,
+            pegasus_store::mcp::McpConfig::default(),
+            200_000,
+        );
         let t0 = Instant::now();
-        let tools = ToolSet::project_tools().with(hub.tools().await);
+        let tools = ToolSet::project_tools().with(hub.tools(None).await.tools);
         let start = t0.elapsed();
         let (notices, _rx) = tokio::sync::mpsc::unbounded_channel();
         let ctx = ToolCtx {

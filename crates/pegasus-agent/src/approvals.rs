@@ -99,7 +99,7 @@ impl Approvals {
     ) -> Result<PolicyDecision, PolicyRefusal> {
         Ok(self
             .policy()?
-            .decide(tool, command_of(tool, input).as_deref()))
+            .decide(tool, store::call_target(tool, input).as_deref()))
     }
 
     /// Whether a call was left waiting because the process is stopping.

@@ -47,6 +47,15 @@ pub fn exact_glob(line: &str) -> String {
     out
 }
 
+/// A `tools:` key split into the tool-name glob and, for `NAME(GLOB)`, the glob its call's
+/// target must match (`web_fetch(https://docs.rs/*)`: `web_fetch`'s URL).
+pub fn split_tool_key(key: &str) -> (&str, Option<&str>) {
+    match key.split_once('(') {
+        Some((name, rest)) if rest.ends_with(')') => (name.trim(), Some(&rest[..rest.len() - 1])),
+        _ => (key, None),
+    }
+}
+
 pub(crate) fn literal_len(glob: &str) -> usize {
     glob.chars().filter(|c| !matches!(c, '*' | '?')).count()
 }
@@ -104,6 +113,20 @@ pub fn glob_match(glob: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_keys_split_into_name_and_target() {
+        assert_eq!(split_tool_key("web_fetch"), ("web_fetch", None));
+        assert_eq!(
+            split_tool_key("web_fetch(https://docs.rs/*)"),
+            ("web_fetch", Some("https://docs.rs/*"))
+        );
+        assert_eq!(
+            split_tool_key("web_search(*(x)*)"),
+            ("web_search", Some("*(x)*"))
+        );
+        assert_eq!(split_tool_key("odd(name"), ("odd(name", None));
+    }
 
     #[test]
     fn globs_match_the_whole_text() {

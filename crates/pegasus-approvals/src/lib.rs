@@ -22,9 +22,9 @@ pub mod request;
 pub mod seen;
 pub mod state;
 
-pub use glob::{command_allowed, exact_glob, glob_match};
+pub use glob::{command_allowed, exact_glob, glob_match, split_tool_key};
 pub use pegasus_store::approvals::{ApprovalsConfig, MergeMode, Mode};
-pub use policy::{Policy, PolicyDecision, DEFAULT_TIMEOUT_S, MERGE_TOOL};
+pub use policy::{call_target, Policy, PolicyDecision, DEFAULT_TIMEOUT_S, MERGE_TOOL};
 pub use project_policy::{PolicyRefusal, ProjectPolicy};
 pub use request::{
     answer, close, closed_answer, count_pending, find, list_pending, mark_ran, new_id,

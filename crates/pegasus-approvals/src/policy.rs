@@ -4,7 +4,7 @@
 
 use pegasus_store::approvals::{ApprovalsConfig, MergeMode, Mode};
 
-use crate::glob::{command_allowed, glob_match, literal_len};
+use crate::glob::{command_allowed, glob_match, literal_len, split_tool_key};
 
 /// Default `approvals.timeout_s`: an hour.
 pub const DEFAULT_TIMEOUT_S: u64 = 3600;
@@ -60,20 +60,35 @@ impl Policy {
             && self.block.tools.get(MERGE_TOOL) != Some(&Mode::Allow)
     }
 
-    /// What the policy says about a call of `tool` (for `exec`, `command` is its line).
-    pub fn decide(&self, tool: &str, command: Option<&str>) -> PolicyDecision {
+    /// What the policy says about a call of `tool` whose target is `target` (`exec`'s command
+    /// line, `web_fetch`'s URL, `web_search`'s query: [`crate::call_target`]).
+    pub fn decide(&self, tool: &str, target: Option<&str>) -> PolicyDecision {
         // `exec:` is `tools: {exec: ...}`: an exact name, so it beats every glob. Otherwise the
-        // most specific glob that matches the name: an exact name first, then the one with the
-        // most literal characters, then the stricter mode.
+        // most specific entry that matches the call: one that names its target
+        // (`web_fetch(https://docs.rs/*)`) first, then an exact name, then the one with the
+        // most literal characters, then the stricter mode. Targets of `exec` are never matched
+        // here: its lines go through `allow`, which knows the shell's operators.
         let exec_key = (tool == "exec" && !self.block.tools.contains_key("exec"))
             .then_some(self.block.exec)
             .flatten();
+        let matches = |key: &str| match split_tool_key(key) {
+            (name, None) => glob_match(name, tool),
+            (name, Some(arg)) => {
+                tool != "exec"
+                    && glob_match(name, tool)
+                    && target.is_some_and(|t| glob_match(arg, t))
+            }
+        };
         let entry = self
             .block
             .tools
             .iter()
-            .filter(|(g, _)| glob_match(g, tool))
-            .max_by_key(|(g, m)| (*g == tool, literal_len(g), **m));
+            .filter(|(g, _)| matches(g))
+            .max_by_key(|(g, m)| {
+                let (name, arg) = split_tool_key(g);
+                (arg.is_some(), name == tool, literal_len(g), **m)
+            });
+        let command = target.filter(|_| tool == "exec");
         let (mode, label) = match (exec_key, entry) {
             (Some(m), _) => (m, "approvals.exec".to_string()),
             (None, Some((g, m))) => (*m, format!("approvals.tools[{g}]")),
@@ -92,6 +107,18 @@ impl Policy {
             },
         }
     }
+}
+
+/// The argument of a call that a `tools:` entry can name: `exec`'s command line (matched by
+/// `allow`), `web_fetch`'s `url`, `web_search`'s `query`; `None` for other tools.
+pub fn call_target(tool: &str, input: &serde_json::Value) -> Option<String> {
+    let key = match tool {
+        "exec" => "command",
+        "web_fetch" => "url",
+        "web_search" => "query",
+        _ => return None,
+    };
+    input.get(key).and_then(|v| v.as_str()).map(str::to_string)
 }
 
 /// What the policy says about one call.
@@ -170,6 +197,30 @@ mod tests {
         // A project's `exec:` wins over the config's `tools: {exec: ...}`.
         let merged = Policy::under(&block("tools: {exec: deny}"), &block("exec: allow"));
         assert_eq!(merged.decide("exec", Some("ls")), PolicyDecision::Allow);
+    }
+
+    #[test]
+    fn a_tool_entry_may_name_its_target() {
+        let p = policy(
+            "tools: {web_fetch: ask, \"web_fetch(https://docs.rs/*)\": allow, \"web_fetch(http://*)\": deny, \"web_*\": allow}",
+        );
+        let fetch = |url: &str| p.decide("web_fetch", Some(url));
+        assert_eq!(fetch("https://docs.rs/htmd"), PolicyDecision::Allow);
+        assert_eq!(fetch("https://example.com/"), PolicyDecision::Ask);
+        assert_eq!(
+            fetch("http://docs.rs/x"),
+            PolicyDecision::Deny("approvals.tools[web_fetch(http://*)]".into())
+        );
+        // No target known: the name-only entries decide.
+        assert_eq!(p.decide("web_fetch", None), PolicyDecision::Ask);
+        assert_eq!(p.decide("web_search", Some("rust")), PolicyDecision::Allow);
+        // `exec` lines are `allow`'s alone: an `exec(...)` entry (refused at load) never matches.
+        let mut b = block("exec: ask");
+        b.tools.insert("exec(ls*)".into(), Mode::Allow);
+        assert_eq!(
+            Policy::of(b).decide("exec", Some("ls; rm -rf ~")),
+            PolicyDecision::Ask
+        );
     }
 
     #[test]

@@ -90,11 +90,15 @@ mod sse;
 pub mod telegram;
 mod transcript;
 mod validate;
+pub mod websearch;
+pub mod website;
 
 pub use fake::FakeLlm;
 pub use record::{Answered, Format, Recorded};
 pub use script::{Fault, Match, Reply, Rule, ToolCall, UsageSpec};
 pub use telegram::{FakeTelegram, SentMessage};
+pub use websearch::{FakeBrave, FakeHit, FakeSearxng, SearchRequest};
+pub use website::{FakeSite, SitePage};
 
 /// The stamps in a [`Fault::Clock`] answer's text (or any piece of it): the fake's wall clock,
 /// in microseconds since the Unix epoch, when each piece was written.

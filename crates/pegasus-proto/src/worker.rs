@@ -59,6 +59,25 @@ pub enum ToWorker {
         /// The window, in tokens.
         window: u64,
     },
+    /// pegasusd's answer to [`FromWorker::WebSearch`] with the same id: the results, or one
+    /// line saying why there are none (for the model).
+    WebSearchResult {
+        /// The [`FromWorker::WebSearch`] id it answers.
+        id: u64,
+        /// The results, best first, or why the search failed.
+        result: Result<Vec<SearchHit>, String>,
+    },
+}
+
+/// One result of a web search.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// The page's title.
+    pub title: String,
+    /// Its address.
+    pub url: String,
+    /// What the search engine quotes of it.
+    pub snippet: String,
 }
 
 /// Settings the worker cannot find on its own.
@@ -161,6 +180,16 @@ pub enum FromWorker {
     LlmCancel {
         /// The [`FromWorker::LlmRequest`] id to drop.
         id: u64,
+    },
+    /// A `web_search` call, made by pegasusd (which holds the backend's key, DESIGN.md §16 "The
+    /// web"); answered by [`ToWorker::WebSearchResult`].
+    WebSearch {
+        /// The worker's id for the search, unique on its connection.
+        id: u64,
+        /// What to search for.
+        query: String,
+        /// Results wanted (pegasusd bounds it); `None` = its default.
+        count: Option<u32>,
     },
     /// The agent's answer to the inbound message `message_id`, for its sender. `answered` is
     /// false when the message's task stopped without an answer (failed, blocked, capped): then

@@ -185,6 +185,13 @@ mod tests {
         }
         assert!(by_id("coder").allows_tool("exec"));
         assert!(by_id("coder").allows_tool("edit_file"));
+        // Reading the web changes nothing here: the researcher and the makers have it, the
+        // reviewer and the planner judge what is in front of them.
+        for id in ["researcher", "coder", "devops", "tester", "designer"] {
+            assert!(by_id(id).allows_tool("web_fetch"), "{id}");
+            assert!(by_id(id).allows_tool("web_search"), "{id}");
+        }
+        assert!(!by_id("reviewer").allows_tool("web_fetch"));
         assert!(by_id("tester").allows_tool("exec"));
         assert!(by_id("devops").allows_tool("exec"));
         let designer = by_id("designer");

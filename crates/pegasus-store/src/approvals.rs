@@ -77,6 +77,25 @@ impl ApprovalsConfig {
         if self.tools.keys().any(|g| g.trim().is_empty()) {
             return Err("tools has an empty name: remove it".into());
         }
+        // `NAME(GLOB)` names a call's target; exec's lines go through `allow`, which knows the
+        // shell's operators (DESIGN.md §11).
+        if let Some(k) = self.tools.keys().find(|k| {
+            k.split_once('(')
+                .is_some_and(|(name, _)| name.trim() == "exec")
+        }) {
+            return Err(format!(
+                "tools[{k}]: exec command lines go in `allow` (e.g. allow: [\"cargo test*\"]), not in tools"
+            ));
+        }
+        if let Some(k) = self
+            .tools
+            .keys()
+            .find(|k| k.contains('(') && !k.ends_with(')'))
+        {
+            return Err(format!(
+                "tools[{k}]: a tool entry naming its target is NAME(GLOB), e.g. \"web_fetch(https://docs.rs/*)\""
+            ));
+        }
         Ok(())
     }
 }
@@ -95,6 +114,8 @@ mod tests {
             "timeout_s: -1",
             "merge: never",
             "allow: [\"\"]",
+            "tools: {\"exec(ls*)\": allow}",
+            "tools: {\"web_fetch(https://x\": allow}",
             "unknown: 1",
         ] {
             let v: serde_norway::Value = serde_norway::from_str(bad).unwrap();

@@ -62,6 +62,8 @@ pub struct Config {
     pub limits: crate::limits::LimitsConfig,
     /// How long pegasusd's and the workers' logs under `<home>/logs/` are kept (DESIGN.md §12).
     pub logs: LogsConfig,
+    /// `web_fetch`'s limits and `web_search`'s backend (DESIGN.md §16 "The web").
+    pub web: crate::web::WebConfig,
 }
 
 /// `logs:` in config.yml: log files older than `keep_days` are deleted, then the oldest until
@@ -128,6 +130,7 @@ impl Default for Config {
             approvals: Default::default(),
             logs: LogsConfig::default(),
             limits: Default::default(),
+            web: Default::default(),
         }
     }
 }
@@ -568,6 +571,9 @@ impl Config {
         }
         if let Err((key, m)) = self.limits.check() {
             return Err(err(&format!("limits.{key}"), &m));
+        }
+        if let Err((key, m)) = self.web.check() {
+            return Err(err(&key, &m));
         }
         match self.dashboard.listen.parse::<std::net::SocketAddr>() {
             Err(_) => {

@@ -35,6 +35,7 @@ pub mod registry;
 pub mod remote_record;
 pub mod scan;
 pub mod session;
+pub mod web;
 pub mod worker_lock;
 pub mod yaml;
 

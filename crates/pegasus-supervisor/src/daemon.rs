@@ -91,6 +91,8 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
         secrets.insert(name.clone(), token);
         taken.push(name.clone());
     }
+    // The web search backend's key (Brave's), likewise (DESIGN.md §16 "The web").
+    taken.extend(pegasus_web::search::take_key_from_env(&config.web));
     for name in &taken {
         scrub_env(name);
     }

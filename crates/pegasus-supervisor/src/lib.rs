@@ -41,6 +41,7 @@ mod spawn;
 mod supervisor;
 mod sweeper;
 mod watchdog;
+mod web_search;
 mod worker_server;
 
 pub use daemon::{run, DaemonOptions};

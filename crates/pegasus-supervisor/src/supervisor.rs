@@ -165,6 +165,11 @@ impl Supervisor {
             main: main.clone(),
             slot_events,
             stopping: shutdown.clone(),
+            web_search: config
+                .web
+                .search
+                .as_ref()
+                .map(pegasus_web::Searcher::from_config),
         });
         let slots = Arc::new(Slots {
             by_project: Mutex::new(HashMap::new()),

@@ -1,11 +1,13 @@
 //! The worker's model: a [`ChatModel`] that forwards every call to the LLM gateway in pegasusd
 //! over the worker socket. The agent code cannot tell it from a direct client; the worker never
-//! sees a credential.
+//! sees a credential. Web searches go the same way ([`WebSearch`]: pegasusd holds the search
+//! backend's key, DESIGN.md §16 "The web").
 
+use pegasus_agent::tools::web_search::{SearchFuture, WebSearch};
 use pegasus_agent::{ChatFuture, ChatModel};
 use pegasus_proto::{
     llm::{ChatRequest, ChatResponse, LlmError},
-    worker::FromWorker,
+    worker::{FromWorker, SearchHit},
 };
 use std::{
     collections::HashMap,
@@ -19,12 +21,16 @@ use tokio::sync::{mpsc, oneshot};
 /// The calls waiting for their answer, by id.
 type Waiters = HashMap<u64, oneshot::Sender<Result<ChatResponse, LlmError>>>;
 type Pending = Arc<Mutex<Waiters>>;
+/// The web searches waiting for their results, by id.
+type Searches = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Vec<SearchHit>, String>>>>>;
 
-/// Sends `LlmRequest` frames and matches `LlmResponse` frames to them by id.
+/// Sends `LlmRequest` frames and matches `LlmResponse` frames to them by id; likewise
+/// `WebSearch` and `WebSearchResult`.
 #[derive(Clone)]
 pub struct ProxyModel {
     out: mpsc::UnboundedSender<FromWorker>,
     pending: Pending,
+    searches: Searches,
     next_id: Arc<AtomicU64>,
 }
 
@@ -34,6 +40,7 @@ impl ProxyModel {
         ProxyModel {
             out,
             pending: Arc::default(),
+            searches: Arc::default(),
             next_id: Arc::new(AtomicU64::new(1)),
         }
     }
@@ -49,18 +56,60 @@ impl ProxyModel {
         }
     }
 
-    /// Fails every waiting call: the supervisor connection is gone.
+    /// Delivers pegasusd's search results to the search waiting for them (if it still waits).
+    pub fn complete_search(&self, id: u64, result: Result<Vec<SearchHit>, String>) {
+        let waiter = lock(&self.searches).remove(&id);
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(result);
+            }
+            None => tracing::debug!(id, "search results nobody waits for"),
+        }
+    }
+
+    /// Fails every waiting call and search: the supervisor connection is gone.
     pub fn fail_all(&self) {
         let failed: Vec<_> = waiters(&self.pending).drain().collect();
         for (_, tx) in failed {
             let _ = tx.send(Err(LlmError::Cancelled));
         }
+        let failed: Vec<_> = lock(&self.searches).drain().collect();
+        for (_, tx) in failed {
+            let _ = tx.send(Err("the connection to pegasusd is gone".into()));
+        }
+    }
+}
+
+/// A lock of the proxy's (a panic elsewhere does not lose what it holds).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl WebSearch for ProxyModel {
+    /// One search over the socket, made by pegasusd. A search whose caller went away is
+    /// simply forgotten: its results are dropped when they come.
+    fn search(&self, query: String, count: Option<u32>) -> SearchFuture<'_> {
+        Box::pin(async move {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            lock(&self.searches).insert(id, tx);
+            if self
+                .out
+                .send(FromWorker::WebSearch { id, query, count })
+                .is_err()
+            {
+                lock(&self.searches).remove(&id);
+                return Err("the connection to pegasusd is gone".into());
+            }
+            rx.await
+                .unwrap_or_else(|_| Err("the connection to pegasusd is gone".into()))
+        })
     }
 }
 
 /// The waiting calls (a panic elsewhere does not lose them).
 fn waiters(pending: &Pending) -> MutexGuard<'_, Waiters> {
-    pending.lock().unwrap_or_else(|p| p.into_inner())
+    lock(pending)
 }
 
 /// Tells the gateway to drop a call whose caller went away (its future was dropped).

@@ -12,7 +12,7 @@
 use pegasus_agent::Notice;
 use pegasus_proto::{
     llm::{ChatResponse, LlmError},
-    worker::{FromWorker, InboundMessage, ToWorker},
+    worker::{FromWorker, InboundMessage, SearchHit, ToWorker},
 };
 
 /// Where the worker is in its life.
@@ -61,6 +61,11 @@ pub enum Action {
     Answer {
         id: u64,
         result: Result<ChatResponse, LlmError>,
+    },
+    /// Hand web search results to the search that waits for them.
+    SearchAnswer {
+        id: u64,
+        result: Result<Vec<SearchHit>, String>,
     },
     /// Look for tasks that are ready to run.
     LookForTasks,
@@ -136,6 +141,8 @@ fn frame_step(state: State, frame: ToWorker) -> (State, Vec<Action>) {
         ToWorker::Ping { nonce } => (state, vec![Send(FromWorker::Pong { nonce })]),
         // A call of the current stage may still be waiting for its answer while draining.
         ToWorker::LlmResponse { id, result } => (state, vec![Answer { id, result }]),
+        // Likewise a search of the current stage.
+        ToWorker::WebSearchResult { id, result } => (state, vec![SearchAnswer { id, result }]),
         ToWorker::Shutdown if draining => (state, Vec::new()),
         ToWorker::Shutdown => (State::Draining, vec![StartDraining]),
         // pegasusd sends no work after a shutdown; if it did, it is not taken (and so not
@@ -177,6 +184,7 @@ mod tests {
                 Action::Send(FromWorker::Event(_)) => "event",
                 Action::Send(_) => "send",
                 Action::Answer { .. } => "answer",
+                Action::SearchAnswer { .. } => "search",
                 Action::LookForTasks => "tasks",
                 Action::DriveRun(_) => "run",
                 Action::WakeApproval(_) => "wake",
@@ -267,6 +275,15 @@ mod tests {
                 "window",
                 Box::new(|| Event::Frame(ToWorker::ContextWindow { window: 4096 })),
             ),
+            (
+                "searched",
+                Box::new(|| {
+                    Event::Frame(ToWorker::WebSearchResult {
+                        id: 4,
+                        result: Ok(Vec::new()),
+                    })
+                }),
+            ),
         ]
     }
 
@@ -290,6 +307,7 @@ mod tests {
             (Serving, "heartbeat", Serving, &["heartbeat"]),
             (Serving, "silent", Serving, &["exit-err"]),
             (Serving, "window", Serving, &["window"]),
+            (Serving, "searched", Serving, &["search"]),
             (Draining, "message", Draining, &[]),
             (Draining, "ping", Draining, &["pong"]),
             (Draining, "response", Draining, &["answer"]),
@@ -306,6 +324,7 @@ mod tests {
             (Draining, "heartbeat", Draining, &["heartbeat"]),
             (Draining, "silent", Draining, &["exit-err"]),
             (Draining, "window", Draining, &["window"]),
+            (Draining, "searched", Draining, &["search"]),
         ];
         let events = events();
         assert_eq!(table.len(), 2 * events.len(), "every pair is in the table");

@@ -292,7 +292,11 @@ async fn serve(
                 &name,
                 project.body().to_string(),
                 shared.skills.clone(),
-                ToolSet::project_tools(),
+                // The web tools under `web:`; searches go to pegasusd, which holds the key.
+                ToolSet::project_tools().with(pegasus_agent::tools::web(
+                    &config.web,
+                    Some(Arc::new(proxy.clone())),
+                )),
                 Arc::new(proxy.clone()),
                 notices.clone(),
                 settings,
@@ -488,6 +492,7 @@ async fn serve(
                     let _ = out.send(frame);
                 }
                 Action::Answer { id, result } => proxy.complete(id, result),
+                Action::SearchAnswer { id, result } => proxy.complete_search(id, result),
                 Action::LookForTasks => {
                     let _ = jobs.send(Job::ReadyTasks);
                 }

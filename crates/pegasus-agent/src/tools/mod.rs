@@ -18,6 +18,8 @@ pub mod propose_task;
 pub mod read_file;
 pub mod spawn_subagent;
 pub mod use_skill;
+pub mod web_fetch;
+pub mod web_search;
 pub mod write_file;
 
 /// The built-in tools of a project agent, in the order the model sees them. `ask_user` and
@@ -39,6 +41,19 @@ pub fn builtins() -> Vec<Arc<dyn Tool>> {
         Arc::new(ask_user::AskUser),
         Arc::new(propose_task::ProposeTask),
     ]
+}
+
+/// The web tools (DESIGN.md §16 "The web") under config.yml's `web:`: `web_fetch` always,
+/// `web_search` when `web.search` names a backend and there is a `searcher` to ask.
+pub fn web(
+    config: &pegasus_store::web::WebConfig,
+    searcher: Option<Arc<dyn web_search::WebSearch>>,
+) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(web_fetch::WebFetch::new(&config.fetch))];
+    if let (Some(_), Some(searcher)) = (&config.search, searcher) {
+        tools.push(Arc::new(web_search::WebSearchTool::new(searcher)));
+    }
+    tools
 }
 
 /// The schema of an object of string arguments, each `(name, description)` (`""` for none):

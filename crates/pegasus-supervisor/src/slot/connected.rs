@@ -146,7 +146,13 @@ impl Slot {
             to_worker.clone(),
         );
         let link_gone = gone.clone();
+        let searches = crate::web_search::WebSearches::new(
+            self.ctx.web_search.clone(),
+            self.name.clone(),
+            to_worker.clone(),
+        );
         let reader_task = tokio::spawn(async move {
+            let mut searches = searches;
             loop {
                 let read = async {
                     match &link_gone {
@@ -168,6 +174,10 @@ impl Slot {
                     }
                     Ok(Some(FromWorker::LlmCancel { id })) => {
                         proxy.cancel(id);
+                        continue;
+                    }
+                    Ok(Some(FromWorker::WebSearch { id, query, count })) => {
+                        searches.search(id, query, count);
                         continue;
                     }
                     Ok(Some(msg)) => Ok(msg),

@@ -57,6 +57,9 @@ pub(crate) struct SlotCtx {
     /// The daemon's shutdown: once cancelled, no slot starts a worker again, and a worker that
     /// has not said hello yet is stopped at once (its socket is already closed).
     pub stopping: tokio_util::sync::CancellationToken,
+    /// `web.search`'s backend, which every worker's `web_search` goes through (it holds the
+    /// key); `None` when config.yml names none.
+    pub web_search: Option<pegasus_web::Searcher>,
 }
 
 impl SlotCtx {

@@ -304,9 +304,11 @@ impl Link {
                 }
                 vec![KillGroup]
             }
-            // Model calls are the reader task's; the rest only say the worker lives.
+            // Model calls and web searches are the reader task's; the rest only say the
+            // worker lives.
             FromWorker::LlmRequest { .. }
             | FromWorker::LlmCancel { .. }
+            | FromWorker::WebSearch { .. }
             | FromWorker::Heartbeat
             | FromWorker::Pong { .. }
             | FromWorker::ShutdownComplete => Vec::new(),
