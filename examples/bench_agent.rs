@@ -778,6 +778,7 @@ fn mcp(bins: &Bins, _: &[String]) -> Res<bool> {
             approvals: None,
             offered: None,
             proposed: Default::default(),
+            hooks: None,
         };
         let echo = tools
             .get("mcp__t__echo")

@@ -31,6 +31,7 @@ pub mod compaction;
 pub mod context;
 pub mod error;
 pub mod guards;
+pub mod hooks;
 pub mod memory;
 pub mod memory_compaction;
 pub mod model;

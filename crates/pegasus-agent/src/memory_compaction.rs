@@ -472,6 +472,7 @@ mod tests {
             approvals: None,
             offered: None,
             proposed: Default::default(),
+            hooks: None,
             repos: Vec::new(),
         }
     }

@@ -98,6 +98,8 @@ pub struct ToolCtx {
     pub offered: Option<crate::toolset::ToolSet>,
     /// Tasks proposed so far by this task (`propose_task`), shared by every level.
     pub proposed: Arc<AtomicU32>,
+    /// The project's lifecycle hooks (DESIGN.md §16); `None` when it has none.
+    pub hooks: Option<Arc<crate::hooks::Hooks>>,
 }
 
 impl ToolCtx {

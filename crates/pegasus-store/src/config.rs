@@ -799,18 +799,34 @@ dashboard: {listen: 127.0.0.1:7474}
         let c = parse("hooks:\n  PreToolUse:\n    - matcher: exec\n      hooks: [{type: command, command: ./check.sh}]\n").unwrap();
         let group = &c.hooks[&crate::hooks::HookEvent::PreToolUse][0];
         assert!(group.matcher.matches(Some("exec")));
-        let err = parse("default_model: a/b\nhooks:\n  PreToolUse:\n    - matcher: \"(\"\n      hooks: []\n")
-            .unwrap_err()
-            .to_string();
+        let err = parse(
+            "default_model: a/b\nhooks:\n  PreToolUse:\n    - matcher: \"(\"\n      hooks: []\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.starts_with("config.yml:"), "{err}");
-        assert!(err.contains("matcher `(` is not a regular expression"), "{err}");
+        assert!(
+            err.contains("matcher `(` is not a regular expression"),
+            "{err}"
+        );
         let err = parse("hooks:\n  SessionEnd: []\n").unwrap_err().to_string();
         assert!(err.contains("key `hooks`"), "{err}");
-        assert!(err.contains("unknown variant `SessionEnd`") && err.contains("Pegasus fires"), "{err}");
-        let err = parse("hooks:\n  Stop:\n    - hooks: [{type: http, url: x}]\n").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown variant `SessionEnd`") && err.contains("Pegasus fires"),
+            "{err}"
+        );
+        let err = parse("hooks:\n  Stop:\n    - hooks: [{type: http, url: x}]\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`type: command` hooks only"), "{err}");
-        let err = parse("hooks:\n  Stop:\n    - hooks: [{type: command, command: x, timeout: 0}]\n").unwrap_err().to_string();
-        assert_eq!(err, "config.yml:1: key `hooks.Stop[0].hooks[0].timeout`: must be from 1 to 3600 seconds");
+        let err =
+            parse("hooks:\n  Stop:\n    - hooks: [{type: command, command: x, timeout: 0}]\n")
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            err,
+            "config.yml:1: key `hooks.Stop[0].hooks[0].timeout`: must be from 1 to 3600 seconds"
+        );
     }
 
     #[test]

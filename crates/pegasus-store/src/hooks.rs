@@ -221,9 +221,7 @@ pub fn check_hooks(hooks: &HooksConfig) -> Result<(), String> {
                 match hook {
                     HookHandler::Command { command, timeout } => {
                         if command.trim().is_empty() {
-                            return Err(format!(
-                                "{at}.command is empty: give the command to run"
-                            ));
+                            return Err(format!("{at}.command is empty: give the command to run"));
                         }
                         if timeout.is_some_and(|t| !(1..=MAX_HOOK_TIMEOUT_S).contains(&t)) {
                             return Err(format!(
@@ -345,7 +343,9 @@ Stop:
             );
         }
         assert!(m("exec").matches(None));
-        assert!(Matcher::parse("(exec").unwrap_err().contains("matcher `(exec`"));
+        assert!(Matcher::parse("(exec")
+            .unwrap_err()
+            .contains("matcher `(exec`"));
     }
 
     #[test]
@@ -369,8 +369,8 @@ Stop:
             e,
             "hooks.PreCompact[0].hooks[0].timeout must be from 1 to 3600 seconds"
         );
-        let e = hooks("Stop:\n  - hooks: [{type: command, command: x}]\n    match: x\n")
-            .unwrap_err();
+        let e =
+            hooks("Stop:\n  - hooks: [{type: command, command: x}]\n    match: x\n").unwrap_err();
         assert!(e.contains("unknown field `match`"), "{e}");
         let e = hooks("Stop: 5\n").unwrap_err();
         assert!(e.starts_with("must map event names"), "{e}");

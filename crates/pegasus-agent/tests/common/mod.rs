@@ -216,6 +216,7 @@ pub fn ctx_with(
             approvals: None,
             offered: None,
             proposed: Default::default(),
+            hooks: None,
             repos: vec![],
         },
         rx,

@@ -91,6 +91,7 @@ mod tests {
             approvals: None,
             offered: None,
             proposed: Default::default(),
+            hooks: None,
         }
     }
 
