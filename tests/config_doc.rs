@@ -530,6 +530,7 @@ fn project_keys() -> BTreeSet<String> {
         "limits",
         "mcp_servers",
         "roles",
+        "hooks",
     ]
     .into_iter()
     .map(str::to_string)

@@ -268,7 +268,8 @@ impl Run<'_> {
         input: &serde_json::Value,
     ) -> ToolOutput {
         let Some(gate) = self.ctx.approvals.as_ref() else {
-            return self.call(tool, input).await;
+            let out = self.call(tool, input).await;
+            return post_tool_use(call, input, out, self).await;
         };
         let asked = Instant::now();
         // A person is wanted: the Notification hooks run while the request waits.
@@ -287,7 +288,7 @@ impl Run<'_> {
             Gate::Run(id) => {
                 let out = self.call(tool, input).await;
                 gate.done(&id);
-                out
+                post_tool_use(call, input, out, self).await
             }
             Gate::Result(out) => out,
             Gate::Held => {
@@ -387,13 +388,7 @@ pub async fn act(
                     // Once one call is held or out of time, the ones after it are not run.
                     _ if run.holding() => ToolOutput::error("not run: the project stopped"),
                     _ if run.out_of_time.load(Ordering::SeqCst) => ToolOutput::error(late),
-                    Prepared::Ask(tool, input) => {
-                        let out = run.asked(&calls[k], tool, input).await;
-                        match run.holding() {
-                            true => out,
-                            false => post_tool_use(&calls[k], input, out, run).await,
-                        }
-                    }
+                    Prepared::Ask(tool, input) => run.asked(&calls[k], tool, input).await,
                     Prepared::Run(tool, input) => {
                         // The semaphore is never closed, so acquire cannot fail; if it somehow
                         // did, running without a permit is better than dropping the call.
