@@ -357,3 +357,196 @@ pub async fn notify(ctx: &crate::tool::ToolCtx, message: &str, notification_type
             .await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    fn config(yaml: &str) -> HooksConfig {
+        let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();
+        pegasus_store::hooks::parse_hooks(Some(&v)).unwrap()
+    }
+
+    fn hooks(global: &str, own: &str, dir: &Path) -> Hooks {
+        let session = Arc::new(Mutex::new(
+            pegasus_store::Session::open(dir, "web").unwrap(),
+        ));
+        let place = HookPlace {
+            project: "web".into(),
+            project_dir: dir.to_path_buf(),
+            workdir: dir.join("workdir"),
+            model: "fa/m".into(),
+            sandbox: None,
+            registry: None,
+        };
+        Hooks::new(&config(global), &config(own), place, session).unwrap()
+    }
+
+    #[test]
+    fn matching_hooks_run_config_first_each_command_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = hooks(
+            "PreToolUse:\n  - matcher: exec\n    hooks: [{type: command, command: a}, {type: command, command: b, timeout: 5}]\n  - matcher: write_file\n    hooks: [{type: command, command: w}]\nStop:\n  - matcher: exec\n    hooks: [{type: command, command: s}]\n",
+            "PreToolUse:\n  - hooks: [{type: command, command: a}, {type: command, command: p}]\n",
+            dir.path(),
+        );
+        let input = json!({"command": "ls"});
+        let pre = |tool: &'static str| Input::PreToolUse {
+            tool_name: tool,
+            tool_input: &input,
+            tool_use_id: "t1",
+        };
+        let names =
+            |i: &Input<'_>| -> Vec<String> { h.matching(i).into_iter().map(|(c, _)| c).collect() };
+        assert_eq!(names(&pre("exec")), ["a", "b", "p"]);
+        assert_eq!(names(&pre("write_file")), ["w", "a", "p"]);
+        assert_eq!(names(&pre("read_file")), ["a", "p"]);
+        assert_eq!(h.matching(&pre("exec"))[1].1.as_secs(), 5);
+        assert_eq!(h.matching(&pre("exec"))[0].1.as_secs(), 60);
+        // Stop has no value to match: every group of it runs, whatever its matcher says.
+        let stop = Input::Stop {
+            stop_hook_active: false,
+            last_assistant_message: "done",
+        };
+        assert_eq!(names(&stop), ["s"]);
+        assert!(h.has(HookEvent::Stop) && !h.has(HookEvent::PreCompact));
+        let none = HooksConfig::new();
+        let session = Arc::new(Mutex::new(
+            pegasus_store::Session::open(dir.path(), "web").unwrap(),
+        ));
+        let place = HookPlace {
+            project: "web".into(),
+            project_dir: dir.path().to_path_buf(),
+            workdir: dir.path().to_path_buf(),
+            model: String::new(),
+            sandbox: None,
+            registry: None,
+        };
+        assert!(Hooks::new(&none, &none, place, session).is_none());
+    }
+
+    #[test]
+    fn each_event_gets_claude_codes_fields_plus_project() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = hooks(
+            "Stop:\n  - hooks: [{type: command, command: x}]\n",
+            "",
+            dir.path(),
+        );
+        let cwd = Path::new("/w");
+        let tool_input = json!({"command": "ls"});
+        let common = |v: &Value, event: &str| {
+            assert_eq!(v["hook_event_name"], event);
+            assert_eq!(v["session_id"], "web");
+            assert_eq!(v["project"], "web");
+            assert_eq!(v["cwd"], "/w");
+            assert_eq!(v["permission_mode"], "default");
+            assert!(v["transcript_path"]
+                .as_str()
+                .unwrap()
+                .ends_with("session/current.jsonl"));
+        };
+        let cases: Vec<(Input<'_>, &str, Value)> = vec![
+            (
+                Input::PreToolUse {
+                    tool_name: "exec",
+                    tool_input: &tool_input,
+                    tool_use_id: "t1",
+                },
+                "PreToolUse",
+                json!({"tool_name": "exec", "tool_input": {"command": "ls"}, "tool_use_id": "t1"}),
+            ),
+            (
+                Input::PostToolUse {
+                    tool_name: "exec",
+                    tool_input: &tool_input,
+                    tool_response: json!({"content": "x", "is_error": false}),
+                    tool_use_id: "t1",
+                },
+                "PostToolUse",
+                json!({"tool_response": {"content": "x", "is_error": false}}),
+            ),
+            (
+                Input::UserPromptSubmit { prompt: "hi" },
+                "UserPromptSubmit",
+                json!({"prompt": "hi"}),
+            ),
+            (
+                Input::Stop {
+                    stop_hook_active: true,
+                    last_assistant_message: "a",
+                },
+                "Stop",
+                json!({"stop_hook_active": true, "last_assistant_message": "a"}),
+            ),
+            (
+                Input::SubagentStop {
+                    stop_hook_active: false,
+                    last_assistant_message: "a",
+                    agent_id: "t-1",
+                },
+                "SubagentStop",
+                json!({"stop_hook_active": false, "agent_id": "t-1", "agent_type": "general-purpose"}),
+            ),
+            (
+                Input::SessionStart { source: "resume" },
+                "SessionStart",
+                json!({"source": "resume", "model": "fa/m"}),
+            ),
+            (
+                Input::PreCompact { trigger: "auto" },
+                "PreCompact",
+                json!({"trigger": "auto", "custom_instructions": null}),
+            ),
+            (
+                Input::Notification {
+                    message: "m",
+                    notification_type: "idle_prompt",
+                },
+                "Notification",
+                json!({"message": "m", "notification_type": "idle_prompt"}),
+            ),
+        ];
+        for (input, event, own) in cases {
+            let v = h.input_json(&input, cwd);
+            common(&v, event);
+            for (k, want) in own.as_object().unwrap() {
+                assert_eq!(&v[k], want, "{event}.{k}: {v}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hook_reads_the_event_and_its_answer_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("workdir")).unwrap();
+        let h = hooks(
+            "PreToolUse:\n  - hooks:\n      - {type: command, command: \"cat > seen.json; echo \\\"$PEGASUS_PROJECT $CLAUDE_PROJECT_DIR\\\" > env.txt; echo no >&2; exit 2\"}\n      - {type: command, command: \"cat >/dev/null; echo '{\\\"hookSpecificOutput\\\":{\\\"permissionDecision\\\":\\\"ask\\\"}}'\"}\n",
+            "",
+            dir.path(),
+        );
+        let workdir = dir.path().join("workdir");
+        let input = json!({"command": "rm -rf /"});
+        let v = h
+            .fire(
+                Input::PreToolUse {
+                    tool_name: "exec",
+                    tool_input: &input,
+                    tool_use_id: "t9",
+                },
+                &workdir,
+            )
+            .await;
+        assert_eq!(v.block.as_deref(), Some("no"));
+        assert_eq!(v.permission, Some(Permission::Deny));
+        let seen: Value =
+            serde_json::from_str(&std::fs::read_to_string(workdir.join("seen.json")).unwrap())
+                .unwrap();
+        assert_eq!(seen["tool_input"], input);
+        assert_eq!(seen["tool_use_id"], "t9");
+        let env = std::fs::read_to_string(workdir.join("env.txt")).unwrap();
+        assert_eq!(env.trim(), format!("web {}", workdir.display()));
+    }
+}
