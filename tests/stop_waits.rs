@@ -101,3 +101,37 @@ fn stop_waits_for_the_exit_and_status_and_a_second_daemon_agree_meanwhile() {
     assert!(quick.contains("pegasusd is stopping"), "{quick}");
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0));
 }
+
+/// The workers are stopped together, not one after another: three projects each held mid-call
+/// past their graceful stop (5 s in `fake_home`) cost one drain, so pegasusd is gone well
+/// before three drains (15 s) could have passed.
+#[test]
+fn stop_drains_every_worker_at_once() {
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("slow".into()),
+        Reply::Fault(Fault::Delay {
+            ms: 60_000,
+            then: Box::new(Reply::Text("late".into())),
+        }),
+    ));
+    let home = fake_home(&fake, "");
+    let mut d = home.start_fake();
+    for name in ["one", "two", "three"] {
+        home.create(name);
+        home.ctl_ok(&["project", "send", name, "a slow question"]);
+    }
+    poll(Duration::from_secs(20), "three held model calls", || {
+        (fake.request_count() >= 3).then_some(())
+    });
+    let started = std::time::Instant::now();
+    home.ctl_ok(&["stop", "--no-wait"]);
+    assert_eq!(d.wait_exit(Duration::from_secs(30)), Some(0));
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(11),
+        "three workers held past their 5 s drain took {took:?} to stop: one after another"
+    );
+}

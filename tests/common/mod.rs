@@ -2,6 +2,7 @@
 //! over the real socket. Waiting is always polling with a deadline, never a bare sleep.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod claude;
 pub mod llama;
 use std::{
     path::{Path, PathBuf},

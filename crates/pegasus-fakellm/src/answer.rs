@@ -32,6 +32,9 @@ pub(crate) struct Answer {
     /// a `redacted_thinking` block, before the text and tool calls.
     pub thinking: Option<(String, String)>,
     pub redacted: Option<String>,
+    /// The request asked for `context_management`: the answer reports the edits applied
+    /// (none: the fake's conversations never grow large enough).
+    pub context_management: bool,
     /// How many deltas the text is streamed in.
     pub pieces: usize,
     /// The text is [`CLOCK_SLOT`]s, each stamped as it is written ([`crate::Fault::Clock`]).
@@ -101,17 +104,23 @@ impl Answer {
             usage: Some(usage),
             thinking: None,
             redacted: None,
+            context_management: false,
             pieces: 3,
             clock: false,
         }
     }
 
-    /// Adds the thinking blocks a thinking-enabled request gets (Anthropic only).
-    pub fn with_thinking(mut self) -> Answer {
-        let text = format!(
-            "Reasoning about the request before answering ({}).",
-            self.id
-        );
+    /// Adds the thinking blocks a thinking-enabled request gets (Anthropic only); `omitted`
+    /// (`thinking.display: omitted`) leaves the thinking text out, keeping its signature.
+    pub fn with_thinking(mut self, omitted: bool) -> Answer {
+        let text = if omitted {
+            String::new()
+        } else {
+            format!(
+                "Reasoning about the request before answering ({}).",
+                self.id
+            )
+        };
         self.thinking = Some((text.clone(), ids::thinking_signature(&text)));
         self.redacted = Some(ids::redacted_data(&self.id));
         self

@@ -76,7 +76,15 @@ pub(crate) fn message(a: &Answer) -> Value {
     if let (Some(u), Some(obj)) = (&a.usage, msg.as_object_mut()) {
         obj.insert("usage".into(), usage_json(u));
     }
+    if let (true, Some(obj)) = (a.context_management, msg.as_object_mut()) {
+        obj.insert("context_management".into(), applied_edits());
+    }
     msg
+}
+
+/// The `context_management` of an answer to a request that asked for it: the edits applied.
+fn applied_edits() -> Value {
+    json!({"applied_edits": []})
 }
 
 /// Content blocks as stream events, numbered in order.
@@ -180,6 +188,9 @@ pub(crate) fn events(a: &Answer) -> Vec<SseEvent> {
     });
     if let (Some(u), Some(obj)) = (&a.usage, delta.as_object_mut()) {
         obj.insert("usage".into(), json!({"output_tokens": u.output}));
+    }
+    if let (true, Some(obj)) = (a.context_management, delta.as_object_mut()) {
+        obj.insert("context_management".into(), applied_edits());
     }
     out.push(SseEvent::named("message_delta", &delta));
     out.push(SseEvent::named(

@@ -21,6 +21,25 @@
 //!   prompt fits the context window ([`FakeLlm::set_context_window`])...).
 //!   Problems are answered with the provider's real 400 and listed by
 //!   [`FakeLlm::violations`], as are requests no rule answered.
+//! * Checking a request's envelope as strictly as the Anthropic API: the
+//!   `anthropic-version` header is required; an unknown `anthropic-beta` value is refused
+//!   (``Unexpected value(s) `x` for the `anthropic-beta` header``); a top-level field the API
+//!   does not know, or one whose beta the request did not name (`context_management`
+//!   without `context-management-2025-06-27`, a tool's `defer_loading` without
+//!   `advanced-tool-use-2025-11-20`, ...), is refused as `<path>: Extra inputs are not
+//!   permitted`; `thinking` (`enabled`, `adaptive` with its `display`, `disabled`),
+//!   `output_config.effort`, `metadata` and `context_management.edits` are checked, and for
+//!   the Claude models it knows, `max_tokens` against the model's output limit and the
+//!   thinking type against what the model supports.
+//! * Serving **Claude Code** (2.1.332, `claude -p`) as the Anthropic API does: its
+//!   `POST /v1/messages?beta=true` requests with their nine betas, adaptive thinking
+//!   (answered with signed thinking blocks it must send back unchanged), mid-conversation
+//!   `system` messages, deferred tools and the `tool_reference` results of its `ToolSearch`
+//!   (each must name a tool the request offers), and `context_management` (answered with
+//!   the edits applied). Its recorded requests are the fixtures of
+//!   `tests/claude_code_requests.rs`; the workspace's `tests/common/claude.rs` runs the real
+//!   `claude` against the fake. Claude Code's prompt is the last text of its first user
+//!   message, after a `<system-reminder>` block: [`Match::LastUserTextContains`] finds it.
 //! * The Pegasus demo, which runs a scripted agent session against it.
 //!
 //! ## What it is not for
@@ -31,7 +50,9 @@
 //!   (as the real APIs keep them), `Content-Length` request bodies only,
 //!   bound to 127.0.0.1, no TLS.
 //! * It does not cover the whole API surface: no images,
-//!   batches, embeddings, `/v1/models`, or the OpenAI Responses API. The context-window
+//!   batches, embeddings, `/v1/models`, `/v1/messages/count_tokens` (Claude Code 2.1.332
+//!   does not call it), server tools (their `type`d specs are accepted unchecked, never run),
+//!   or the OpenAI Responses API. The context-window
 //!   probes Pegasus makes of a server on this machine (`/props`, `/v1/models`, `/api/show`)
 //!   get a 404, as from a hosted API, counted by `FakeLlm::window_probes`.
 //!
@@ -56,6 +77,7 @@
 
 mod answer;
 mod anthropic;
+mod anthropic_request;
 mod background;
 mod fake;
 mod http;

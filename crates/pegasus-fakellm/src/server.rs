@@ -20,7 +20,7 @@ use crate::record::{Format, Recorded};
 use crate::script::{Fault, MatchContext, Reply, Rule, ToolCall, UsageSpec};
 use crate::sse::SseEvent;
 use crate::transcript::Transcript;
-use crate::{anthropic, openai, validate};
+use crate::{anthropic, anthropic_request, openai, validate};
 
 /// Message of the 500 sent when no rule matches.
 pub(crate) const NO_SCRIPTED_REPLY: &str = "fake-llm: no scripted reply";
@@ -190,8 +190,13 @@ struct ReplyPlan {
     reply: Reply,
     usage: Option<UsageSpec>,
     input_chars: usize,
-    /// Anthropic extended thinking was enabled: answers start with thinking blocks.
+    /// Anthropic extended thinking was on (a budget or adaptive): answers start with
+    /// thinking blocks.
     thinking: bool,
+    /// `thinking.display: omitted`: the thinking blocks come without their text.
+    thinking_omitted: bool,
+    /// The request carried `context_management`: the answer reports the edits applied.
+    context_management: bool,
 }
 
 /// The error body of `format` for `code`.
@@ -290,7 +295,13 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
     }
 
     let problems = match format {
-        Format::Anthropic => validate::anthropic(&body),
+        Format::Anthropic => {
+            let mut problems = anthropic_request::check_headers(&req.headers);
+            let betas = anthropic_request::betas(&req.headers);
+            problems.extend(anthropic_request::check_fields(&body, &betas));
+            problems.extend(validate::anthropic(&body));
+            problems
+        }
         Format::OpenAi => validate::openai(&body),
     };
     if !problems.is_empty() {
@@ -300,7 +311,17 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
         return error(format, 400, &problems.join("; "));
     }
 
-    let window = st.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
+    let known = match format {
+        Format::Anthropic => body
+            .get("model")
+            .and_then(Value::as_str)
+            .and_then(anthropic_request::known_model),
+        Format::OpenAi => None,
+    };
+    let window = st
+        .context_window
+        .or(known.map(|m| m.window))
+        .unwrap_or(DEFAULT_CONTEXT_WINDOW);
     if let Some(message) = context_overflow(format, &body, window) {
         st.violations
             .push(format!("request #{nth}: context too long: {message}"));
@@ -355,7 +376,13 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
         usage: counted.rule.usage,
         input_chars: transcript.char_count(),
         thinking: format == Format::Anthropic
-            && body.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled"),
+            && matches!(
+                body.pointer("/thinking/type").and_then(Value::as_str),
+                Some("enabled" | "adaptive")
+            ),
+        thinking_omitted: body.pointer("/thinking/display").and_then(Value::as_str)
+            == Some("omitted"),
+        context_management: format == Format::Anthropic && body.get("context_management").is_some(),
     })
 }
 
@@ -400,8 +427,9 @@ fn send_reply<'a>(
             if p.omit_usage {
                 a = a.without_usage();
             }
+            a.context_management = p.context_management;
             if p.thinking {
-                a.with_thinking()
+                a.with_thinking(p.thinking_omitted)
             } else {
                 a
             }

@@ -92,7 +92,9 @@ impl Transcript {
     /// [`crate::Match::LastToolResultContains`]).
     pub fn last_tool_results(&self) -> Vec<&str> {
         let mut out = Vec::new();
-        for turn in self.turns.iter().rev() {
+        // A mid-conversation system message after the results (Anthropic) does not end them.
+        let turns = self.turns.iter().rev().skip_while(|t| t.role == "system");
+        for turn in turns {
             if turn.role == "tool" {
                 out.extend(turn.tool_results.iter().map(String::as_str));
                 continue;
@@ -129,6 +131,21 @@ fn content_texts(content: &Value) -> Vec<String> {
     }
 }
 
+/// Text of a tool result's content: its text parts, and the name of each tool a tool search
+/// loaded (`{"type": "tool_reference", "tool_name": ...}`, as Claude Code's `ToolSearch`
+/// answers).
+fn result_texts(content: &Value) -> Vec<String> {
+    let mut texts = content_texts(content);
+    let references = content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p.get("type").and_then(Value::as_str) == Some("tool_reference"))
+        .filter_map(|p| p.get("tool_name").and_then(Value::as_str));
+    texts.extend(references.map(str::to_string));
+    texts
+}
+
 fn anthropic_turn(mut turn: Turn, msg: &Value) -> Turn {
     let content = msg.get("content");
     turn.texts = content.map(content_texts).unwrap_or_default();
@@ -139,7 +156,7 @@ fn anthropic_turn(mut turn: Turn, msg: &Value) -> Turn {
                 turn.tool_inputs.push(input.to_string());
             }
             Some("tool_result") => {
-                let text = block.get("content").map(content_texts).unwrap_or_default();
+                let text = block.get("content").map(result_texts).unwrap_or_default();
                 turn.tool_results.push(text.join("\n"));
             }
             _ => {}

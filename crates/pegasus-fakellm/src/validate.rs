@@ -36,7 +36,8 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
         problems.push("messages: Field required (an array)".to_string());
         return problems;
     };
-    thinking_blocks(messages, thinking, &mut problems);
+    let budgeted = body.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled");
+    thinking_blocks(messages, budgeted, &mut problems);
     if messages.is_empty() {
         problems.push("messages: at least one message is required".to_string());
         return problems;
@@ -48,10 +49,13 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
     let mut results: Vec<Vec<String>> = Vec::with_capacity(messages.len());
     for (i, msg) in messages.iter().enumerate() {
         let role = msg.get("role").and_then(Value::as_str).unwrap_or("");
-        if role != "user" && role != "assistant" {
+        if !["user", "assistant", "system"].contains(&role) {
             problems.push(format!(
-                "messages.{i}.role: must be \"user\" or \"assistant\", got {role:?}"
+                "messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
             ));
+        }
+        if role == "system" {
+            system_message(msg, i, &mut problems);
         }
         roles.push(role);
         let mut u = Vec::new();
@@ -81,6 +85,7 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
                             }
                         }
                         Some("tool_result") => {
+                            tool_references(body, block, i, j, &mut problems);
                             if role != "user" {
                                 problems.push(format!("messages.{i}.content.{j}: tool_result blocks are only allowed in user messages"));
                             }
@@ -109,13 +114,18 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
     if roles.first() != Some(&"user") {
         problems.push("messages.0.role: the first message must use the \"user\" role".to_string());
     }
-    for i in 1..roles.len() {
-        if roles[i] == roles[i - 1] && !roles[i].is_empty() {
+    // A mid-conversation system message stands between turns: alternation skips it.
+    let mut previous: Option<&str> = None;
+    for (i, role) in roles.iter().enumerate() {
+        if *role == "system" {
+            continue;
+        }
+        if previous == Some(*role) && !role.is_empty() {
             problems.push(format!(
-                "messages.{i}: roles must alternate between \"user\" and \"assistant\", but found two consecutive {:?} messages",
-                roles[i]
+                "messages.{i}: roles must alternate between \"user\" and \"assistant\", but found two consecutive {role:?} messages"
             ));
         }
+        previous = Some(role);
     }
 
     for i in 0..messages.len() {
@@ -161,13 +171,57 @@ pub(crate) fn anthropic(body: &Value) -> Vec<String> {
 const THINKING_DOCS: &str =
     "Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking";
 
-/// The `thinking` parameter's rules; returns whether thinking is enabled.
+/// A tool search's result names tools by reference (`{"type": "tool_reference", "tool_name":
+/// ...}`, Claude Code's `ToolSearch`); the API expands each from the request's `tools`, so a
+/// name it does not offer is refused.
+fn tool_references(body: &Value, result: &Value, i: usize, j: usize, problems: &mut Vec<String>) {
+    let offered = |name: &str| {
+        body.get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+    };
+    let parts = result.get("content").and_then(Value::as_array);
+    for (k, part) in parts.into_iter().flatten().enumerate() {
+        if part.get("type").and_then(Value::as_str) != Some("tool_reference") {
+            continue;
+        }
+        let name = part.get("tool_name").and_then(Value::as_str).unwrap_or("");
+        if !offered(name) {
+            problems.push(format!(
+                "messages.{i}.content.{j}.content.{k}: tool_reference names `{name}`, which is not in `tools`"
+            ));
+        }
+    }
+}
+
+/// A mid-conversation `system` message (Claude Code sends its environment so): text blocks
+/// only (and, like any message but a user's, never the first).
+fn system_message(msg: &Value, i: usize, problems: &mut Vec<String>) {
+    if let Some(blocks) = msg.get("content").and_then(Value::as_array) {
+        for (j, b) in blocks.iter().enumerate() {
+            let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
+            if kind != "text" {
+                problems.push(format!(
+                    "messages.{i}.content.{j}: a system message may only contain text blocks, found `{kind}`"
+                ));
+            }
+        }
+    }
+}
+
+/// The `thinking` parameter's rules; returns whether thinking is on (a budget or adaptive).
+/// Only a fixed budget makes the assistant turn of an open tool loop start with thinking:
+/// an adaptive model may have answered without thinking. The tag itself is checked with the
+/// other fields ([`crate::anthropic_request`]).
 fn thinking_settings(body: &Value, problems: &mut Vec<String>) -> bool {
     let Some(t) = body.get("thinking") else {
         return false;
     };
     match t.get("type").and_then(Value::as_str) {
         Some("disabled") => false,
+        Some("adaptive") => true,
         Some("enabled") => {
             let budget = t.get("budget_tokens").and_then(Value::as_u64);
             match budget {
@@ -203,10 +257,7 @@ fn thinking_settings(body: &Value, problems: &mut Vec<String>) -> bool {
             }
             true
         }
-        _ => {
-            problems.push("thinking.type: Input should be 'enabled' or 'disabled'".into());
-            false
-        }
+        _ => false,
     }
 }
 

@@ -352,6 +352,7 @@ async fn require_api_key_gives_401() {
     let ok = client()
         .post(format!("{}/v1/messages", fake.base_url()))
         .header("x-api-key", "secret")
+        .header("anthropic-version", "2023-06-01")
         .json(&anthropic_body("hi", false))
         .send()
         .await
@@ -416,6 +417,7 @@ async fn stall_keeps_request_pending() {
     let started = Instant::now();
     let err = client
         .post(format!("{}/v1/messages", fake.base_url()))
+        .header("anthropic-version", "2023-06-01")
         .json(&anthropic_body("hi", false))
         .send()
         .await
@@ -435,6 +437,7 @@ async fn stall_stream_sends_first_events_then_hangs() {
         .unwrap();
     let mut resp = client
         .post(format!("{}/v1/messages", fake.base_url()))
+        .header("anthropic-version", "2023-06-01")
         .json(&anthropic_body("hi", true))
         .send()
         .await
@@ -607,6 +610,7 @@ async fn dropping_the_server_releases_stalled_clients() {
     let pending = tokio::spawn(async move {
         client()
             .post(url)
+            .header("anthropic-version", "2023-06-01")
             .json(&anthropic_body("hi", false))
             .send()
             .await
@@ -633,7 +637,7 @@ async fn large_body_with_expect_continue() {
     let body = anthropic_body(&"x".repeat(200_000), false).to_string();
     let mut s = tokio::net::TcpStream::connect(fake.addr()).await.unwrap();
     let head = format!(
-        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n",
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
@@ -691,7 +695,7 @@ async fn connections_persist_as_the_real_apis_do() {
     let body = anthropic_body("hi", false).to_string();
     let request = |close: bool| {
         format!(
-            "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+            "POST /v1/messages HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
              content-length: {}\r\n{}\r\n{body}",
             body.len(),
             if close { "connection: close\r\n" } else { "" }
@@ -768,7 +772,7 @@ async fn a_small_answer_arrives_in_one_piece() {
     fake.add_rule(Rule::new(Match::Any, Reply::Text("whole".into())));
     let body = anthropic_body("hi", false).to_string();
     let request = format!(
-        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
          content-length: {}\r\n\r\n{body}",
         body.len()
     );

@@ -164,6 +164,7 @@ impl Supervisor {
             pods: elsewhere.pods,
             main: main.clone(),
             slot_events,
+            stopping: shutdown.clone(),
         });
         let slots = Arc::new(Slots {
             by_project: Mutex::new(HashMap::new()),
@@ -303,9 +304,12 @@ impl Slots {
     /// Stops every worker at once; used by the graceful daemon shutdown.
     pub async fn stop_all(&self) {
         let handles: Vec<SlotHandle> = lock(&self.by_project).drain().map(|(_, h)| h).collect();
-        let stops = handles
+        // Every stop is under way before the first is awaited (a lazy `map` here would stop
+        // the slots one after another).
+        let stops: Vec<_> = handles
             .into_iter()
-            .map(|h| tokio::spawn(async move { h.stop().await }));
+            .map(|h| tokio::spawn(async move { h.stop().await }))
+            .collect();
         for stop in stops {
             let _ = stop.await;
         }

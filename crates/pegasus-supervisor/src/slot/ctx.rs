@@ -54,6 +54,9 @@ pub(crate) struct SlotCtx {
     pub main: MainInbox,
     /// What the slots ask of the daemon (see [`SlotEvent`]).
     pub slot_events: mpsc::UnboundedSender<SlotEvent>,
+    /// The daemon's shutdown: once cancelled, no slot starts a worker again, and a worker that
+    /// has not said hello yet is stopped at once (its socket is already closed).
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl SlotCtx {

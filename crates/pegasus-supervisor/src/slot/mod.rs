@@ -316,6 +316,9 @@ impl Slot {
             };
             tokio::select! {
                 _ = sleep => return (Event::BackoffElapsed, None),
+                // The daemon stops: no worker is started again (`stop_all`'s own stop may
+                // come later, or find the slot ended).
+                _ = self.ctx.stopping.cancelled() => return (Event::StopAsked, None),
                 cmd = rx.recv() => match cmd {
                     None => return (Event::StopAsked, None),
                     Some(SlotCmd::Stop(reply)) => {
@@ -438,6 +441,9 @@ impl Slot {
 
     /// Starts one worker where its launcher says and supervises it until it ends.
     async fn run_once(&mut self, rx: &mut mpsc::Receiver<SlotCmd>) -> Outcome {
+        if self.ctx.stopping.is_cancelled() {
+            return Outcome::Stopped(None);
+        }
         self.set_state(WorkerState::Starting, None);
         match self.ctx.launcher_of(&self.name) {
             Err(StartError::Crash(why)) => Outcome::Crashed(why),
@@ -503,8 +509,19 @@ impl Slot {
                 status = child.wait() => {
                     self.ctx.spawns.cancel(&token);
                     spawn::kill_group(pid);
+                    if self.ctx.stopping.is_cancelled() {
+                        // It found the worker socket closed: not a crash.
+                        return Outcome::Stopped(None);
+                    }
                     let status = status.map(spawn::describe_exit).unwrap_or_else(|e| e.to_string());
                     return Outcome::Crashed(format!("{status} before the handshake"));
+                }
+                // The daemon stops before this worker said hello: it could not link any more.
+                _ = self.ctx.stopping.cancelled() => {
+                    self.ctx.spawns.cancel(&token);
+                    spawn::kill_group(pid);
+                    let _ = child.wait().await;
+                    return Outcome::Stopped(None);
                 }
                 _ = sleep_until(deadline) => {
                     self.ctx.spawns.cancel(&token);
