@@ -557,3 +557,175 @@ fn a_bad_hook_in_config_yml_stops_pegasusd_with_one_line_naming_the_key() {
         "{stderr}"
     );
 }
+
+/// The hook script of the comparison: it keeps every event it reads (one JSON line each) in
+/// `$CLAUDE_PROJECT_DIR/events.jsonl`, blocks `rm` with exit 2, and denies with JSON what says
+/// `deny-me` — as a Claude Code user writes one.
+const SHARED_HOOK: &str = r#"#!/bin/bash
+input=$(cat)
+echo "$input" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' >> "$CLAUDE_PROJECT_DIR/events.jsonl"
+cmd=$(echo "$input" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tool_input"].get("command",""))')
+case "$cmd" in
+  rm*) echo "rm is not allowed here: $cmd" >&2; exit 2 ;;
+  *deny-me*) echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"denied-by-the-shared-hook"}}' ;;
+esac
+exit 0
+"#;
+
+/// The fields every tool event carries in both (Claude Code's common fields and the tool's).
+const COMMON_FIELDS: [&str; 8] = [
+    "session_id",
+    "transcript_path",
+    "cwd",
+    "hook_event_name",
+    "permission_mode",
+    "tool_name",
+    "tool_input",
+    "tool_use_id",
+];
+
+/// On `prompt`, the model calls `tool` with `rm -rf data`, then (seeing the hook's stderr)
+/// with `echo deny-me`, then (seeing the denial's reason) answers `both blocked`.
+fn shared_script(fake: &FakeLlm, prompt: &str, tool: &str) {
+    let call = |command: &str| {
+        let mut input = json!({"command": command});
+        if tool == "Bash" {
+            input["description"] = json!("run it");
+        }
+        Reply::Tools(vec![ToolCall::new(tool, input)])
+    };
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains(prompt.into()),
+            ]),
+            call("rm -rf data"),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::LastToolResultContains("rm is not allowed here: rm -rf data".into()),
+            call("echo deny-me"),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("denied-by-the-shared-hook".into()),
+        Reply::Text("both blocked".into()),
+    ));
+}
+
+fn events(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The same hook script, with the same `hooks` block, under Claude Code (its `--settings`
+/// file) and under Pegasus (config.yml): each model, scripted by the fake, calls a tool the
+/// matcher names (`Bash` there, `exec` here); in both the script reads the same common fields,
+/// its exit 2 keeps `rm` from running with its stderr reaching the model, and its JSON `deny`
+/// keeps the next call from running with its reason reaching the model. Needs `claude` (as
+/// `tests/claude_code.rs`; skipped with one line without it, failing under `CI=true`).
+#[test]
+fn the_same_hook_script_blocks_the_same_way_under_claude_code_and_under_pegasus() {
+    let scripts = Scripts::new();
+    let hook = scripts.add("shared.sh", SHARED_HOOK);
+    let block = json!({"PreToolUse": [{"matcher": "Bash|exec", "hooks": [{"type": "command", "command": hook, "timeout": 30}]}]});
+
+    // Claude Code.
+    let cc_fake = FakeLlm::start().unwrap();
+    cc_fake.require_api_key(Some(common::claude::API_KEY.to_string()));
+    let Some(cc) = common::claude::Claude::new(&cc_fake) else {
+        return;
+    };
+    shared_script(&cc_fake, "clean up the data folder", "Bash");
+    let settings = cc.home().join("hooks-settings.json");
+    std::fs::write(&settings, json!({"hooks": block}).to_string()).unwrap();
+    let cc_data = cc.dir().join("data");
+    std::fs::create_dir_all(&cc_data).unwrap();
+    let cc = cc.args([
+        "--settings",
+        settings.to_str().unwrap(),
+        "--allowedTools",
+        "Bash",
+    ]);
+    let run = cc.run("clean up the data folder");
+    assert_eq!(run.result_text(), Some("both blocked"), "{}", run.dump());
+    assert!(cc_data.is_dir(), "rm did not run under Claude Code");
+    let cc_events = events(&cc.dir().join("events.jsonl"));
+    assert_eq!(cc_events.len(), 2, "{cc_events:?}");
+
+    // Pegasus, the same block (YAML reads JSON).
+    let fake = FakeLlm::start().unwrap();
+    shared_script(&fake, "clean up the data folder", "exec");
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    main_agent_rule(&fake);
+    let home = fake_home(&fake, &format!("hooks: {block}"));
+    let _d = home.start_fake();
+    home.create("shared");
+    let workdir = home.project_dir("shared").join("workdir");
+    std::fs::create_dir_all(workdir.join("data")).unwrap();
+    let out = home.ctl_ok(&[
+        "project",
+        "send",
+        "shared",
+        "clean up the data folder",
+        "--wait",
+    ]);
+    assert_eq!(out.trim(), "both blocked");
+    assert!(
+        workdir.join("data").is_dir(),
+        "rm did not run under Pegasus"
+    );
+    let ours = events(&workdir.join("events.jsonl"));
+    assert_eq!(ours.len(), 2, "{ours:?}");
+
+    // The same common fields, the same event, the same commands.
+    for (theirs, mine) in cc_events.iter().zip(&ours) {
+        for field in COMMON_FIELDS {
+            assert!(
+                theirs.get(field).is_some(),
+                "Claude Code gave no `{field}`: {theirs}"
+            );
+            assert!(
+                mine.get(field).is_some(),
+                "Pegasus gave no `{field}`: {mine}"
+            );
+        }
+        assert_eq!(theirs["hook_event_name"], mine["hook_event_name"]);
+        assert_eq!(
+            theirs["tool_input"]["command"],
+            mine["tool_input"]["command"]
+        );
+        assert_eq!(theirs["permission_mode"], mine["permission_mode"]);
+        for (name, v) in [("Claude Code", theirs), ("Pegasus", mine)] {
+            let cwd = Path::new(v["cwd"].as_str().unwrap());
+            assert!(
+                cwd.is_absolute() && v["session_id"].as_str().is_some_and(|s| !s.is_empty()),
+                "{name}: {v}"
+            );
+        }
+    }
+    // Beyond those, Claude Code adds only fields its schema marks optional (`prompt_id`,
+    // `effort`), Pegasus only `project`.
+    let keys = |v: &serde_json::Value| -> std::collections::BTreeSet<String> {
+        v.as_object().unwrap().keys().cloned().collect()
+    };
+    let (theirs, mine) = (keys(&cc_events[0]), keys(&ours[0]));
+    let only_theirs: Vec<&String> = theirs.difference(&mine).collect();
+    let only_mine: Vec<&String> = mine.difference(&theirs).collect();
+    assert!(
+        only_theirs
+            .iter()
+            .all(|k| ["prompt_id", "effort", "agent_id", "agent_type"].contains(&k.as_str())),
+        "Claude Code gave fields Pegasus does not: {only_theirs:?}"
+    );
+    assert_eq!(only_mine, ["project"]);
+    assert_eq!(cc_events[0]["tool_name"], "Bash");
+    assert_eq!(ours[0]["tool_name"], "exec");
+}
