@@ -369,7 +369,7 @@ mod tests {
         pegasus_store::hooks::parse_hooks(Some(&v)).unwrap()
     }
 
-    fn hooks(global: &str, own: &str, dir: &Path) -> Hooks {
+    fn build(global: &HooksConfig, own: &HooksConfig, dir: &Path) -> Option<Hooks> {
         let session = Arc::new(Mutex::new(
             pegasus_store::Session::open(dir, "web").unwrap(),
         ));
@@ -381,7 +381,11 @@ mod tests {
             sandbox: None,
             registry: None,
         };
-        Hooks::new(&config(global), &config(own), place, session).unwrap()
+        Hooks::new(global, own, place, session)
+    }
+
+    fn hooks(global: &str, own: &str, dir: &Path) -> Hooks {
+        build(&config(global), &config(own), dir).unwrap()
     }
 
     #[test]
@@ -413,18 +417,7 @@ mod tests {
         assert_eq!(names(&stop), ["s"]);
         assert!(h.has(HookEvent::Stop) && !h.has(HookEvent::PreCompact));
         let none = HooksConfig::new();
-        let session = Arc::new(Mutex::new(
-            pegasus_store::Session::open(dir.path(), "web").unwrap(),
-        ));
-        let place = HookPlace {
-            project: "web".into(),
-            project_dir: dir.path().to_path_buf(),
-            workdir: dir.path().to_path_buf(),
-            model: String::new(),
-            sandbox: None,
-            registry: None,
-        };
-        assert!(Hooks::new(&none, &none, place, session).is_none());
+        assert!(build(&none, &none, dir.path()).is_none());
     }
 
     #[test]
