@@ -729,3 +729,59 @@ fn the_same_hook_script_blocks_the_same_way_under_claude_code_and_under_pegasus(
     assert_eq!(cc_events[0]["tool_name"], "Bash");
     assert_eq!(ours[0]["tool_name"], "exec");
 }
+
+const GUARD_THAT_HANGS_ONCE: &str = r#"#!/bin/bash
+prompt=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt"])')
+echo run >> "$CLAUDE_PROJECT_DIR/guard-runs.txt"
+if [ -f "$CLAUDE_PROJECT_DIR/hang" ]; then sleep 600; fi
+if [[ "$prompt" == *secret* ]]; then
+  echo "no secrets in prompts, please" >&2
+  exit 2
+fi
+"#;
+
+/// A worker killed while a UserPromptSubmit hook decides on a message: the message's task runs
+/// again after the restart, and the hook is asked again before the model sees anything.
+#[test]
+fn a_message_whose_hook_was_cut_off_by_a_crash_is_checked_again() {
+    let scripts = Scripts::new();
+    let guard = scripts.add("guard.sh", GUARD_THAT_HANGS_ONCE);
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    let home = home_with_hooks(
+        &fake,
+        &format!(
+            "  UserPromptSubmit:\n    - hooks: [{{type: command, command: \"{}\", timeout: 120}}]\n",
+            guard.display()
+        ),
+    );
+    let _d = home.start_fake();
+    let first = home.create("vault");
+    let workdir = home.project_dir("vault").join("workdir");
+    std::fs::write(workdir.join("hang"), "").unwrap();
+    home.ctl_ok(&["project", "send", "vault", "my secret is hunter2"]);
+    poll(WAIT, "the hook to start", || {
+        (lines(&home, "vault", "guard-runs.txt").len() == 1).then_some(())
+    });
+    std::fs::remove_file(workdir.join("hang")).unwrap();
+    kill9(first);
+    home.ready_worker("vault", Some(first as u64));
+    let task = poll(WAIT, "the message's task to fail", || {
+        let tasks = home.json(&["task", "list", "vault"]);
+        tasks
+            .as_array()?
+            .iter()
+            .find(|t| t["state"] == "failed")
+            .cloned()
+    });
+    assert_eq!(lines(&home, "vault", "guard-runs.txt").len(), 2, "{task}");
+    assert!(
+        !all_sent(&fake).contains("hunter2"),
+        "the model never saw the message"
+    );
+    let log = home.ctl_ok(&["project", "log", "vault"]);
+    assert!(
+        log.contains("Refused by a UserPromptSubmit hook: no secrets in prompts, please"),
+        "{log}"
+    );
+}

@@ -639,6 +639,29 @@ impl Agent {
         task: Task,
         role: Option<RoleRun>,
     ) -> Result<RunOutcome, AgentError> {
+        // A message's task that runs again (the process stopped before it was answered,
+        // perhaps while its UserPromptSubmit hooks ran): they are asked again, as nothing
+        // says what they answered.
+        if !task.messages.is_empty() {
+            let prompt = task_record::request_of(&self.tasks, &task);
+            if let Some(refused) = self
+                .user_prompt_submit(&[prompt], task.messages.clone())
+                .await?
+            {
+                // The messages are out of the transcript as the session now says.
+                if let Ok(loaded) = load_session(&self.dir) {
+                    self.transcript = rebuild(&loaded.records);
+                }
+                self.fail_unstartable(&task.id, &refused);
+                return Ok(RunOutcome {
+                    task_id: task.id,
+                    text: refused.clone(),
+                    stop: StopKind::Hook(refused),
+                    turns: 0,
+                    cost_usd: 0.0,
+                });
+            }
+        }
         let text =
             if task.messages.is_empty() {
                 task_record::request_of(&self.tasks, &task)
