@@ -787,6 +787,7 @@ fn mcp(bins: &Bins, _: &[String]) -> Res<bool> {
             offered: None,
             proposed: Default::default(),
             touched: Default::default(),
+            hooks: None,
         };
         let echo = tools
             .get("mcp__t__echo")

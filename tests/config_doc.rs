@@ -532,6 +532,7 @@ fn project_keys() -> BTreeSet<String> {
         "mcp_servers",
         "roles",
         "instruction_files",
+        "hooks",
     ]
     .into_iter()
     .map(str::to_string)

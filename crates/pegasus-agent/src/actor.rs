@@ -15,11 +15,13 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::approvals::Gate;
+use crate::hooks::{Input, Permission};
 use crate::outbox::send_event;
 use crate::tool::{Tool, ToolCtx, ToolOutput};
 use crate::toolset::ToolSet;
 use pegasus_approvals::PolicyDecision;
 use pegasus_proto::WorkerEvent;
+use pegasus_store::hooks::HookEvent;
 
 /// One tool call as the model made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,7 +91,27 @@ fn prepare(call: &Call, tools: &ToolSet, ctx: &ToolCtx) -> Prepared {
             }
         }
     };
+    decide(call, tool, input, ctx, None)
+}
+
+/// What the approval policy says of a call with `input`, after what its `PreToolUse` hooks
+/// said (`hook`): a hook's `ask` asks even where the policy allows, and its `allow` skips
+/// nothing of the policy (DESIGN.md §16, as Claude Code's ask and deny rules stand over a
+/// hook's allow).
+fn decide(
+    call: &Call,
+    tool: Arc<dyn Tool>,
+    input: serde_json::Value,
+    ctx: &ToolCtx,
+    hook: Option<Permission>,
+) -> Prepared {
     match ctx.approvals.as_ref().map(|g| g.check(&call.name, &input)) {
+        None if hook == Some(Permission::Ask) => Prepared::Refused(ToolOutput::error(
+            "not run: a PreToolUse hook asked for a person's approval, and nobody can be asked here",
+        )),
+        Some(Ok(PolicyDecision::Allow)) if hook == Some(Permission::Ask) => {
+            Prepared::Ask(tool, input)
+        }
         None | Some(Ok(PolicyDecision::Allow)) => Prepared::Run(tool, input),
         Some(Ok(PolicyDecision::Ask)) => Prepared::Ask(tool, input),
         Some(Ok(PolicyDecision::Deny(key))) => {
@@ -98,6 +120,74 @@ fn prepare(call: &Call, tools: &ToolSet, ctx: &ToolCtx) -> Prepared {
         // PROJECT.md does not load: its rules are unknown, so nothing gated runs.
         Some(Err(refusal)) => Prepared::Refused(ToolOutput::error(refusal.to_string())),
     }
+}
+
+/// The call as its `PreToolUse` hooks leave it (DESIGN.md §16): blocked (the reason is the tool's
+/// error result), with new arguments (checked by the policy again), asked, or as it was.
+async fn pre_tool_use(call: &Call, prepared: &Prepared, run: &Run<'_>) -> Option<Prepared> {
+    let ctx = run.ctx;
+    let hooks = ctx
+        .hooks
+        .as_ref()
+        .filter(|h| h.has(HookEvent::PreToolUse))?;
+    let (Prepared::Run(tool, input) | Prepared::Ask(tool, input)) = prepared else {
+        return None;
+    };
+    let verdict = hooks
+        .fire(
+            Input::PreToolUse {
+                tool_name: &call.name,
+                tool_input: input,
+                tool_use_id: &call.id,
+            },
+            &ctx.workdir,
+        )
+        .await;
+    run.stop_with(verdict.stop);
+    if let Some(reason) = verdict.block {
+        return Some(Prepared::Refused(ToolOutput::error(format!(
+            "blocked by a PreToolUse hook: {reason}"
+        ))));
+    }
+    if verdict.updated_input.is_none() && verdict.permission != Some(Permission::Ask) {
+        return None;
+    }
+    let input = verdict.updated_input.unwrap_or_else(|| input.clone());
+    Some(decide(call, tool.clone(), input, ctx, verdict.permission))
+}
+
+/// The result as its `PostToolUse` hooks leave it: a block's reason and their context follow
+/// the result, for the model.
+async fn post_tool_use(
+    call: &Call,
+    input: &serde_json::Value,
+    mut out: ToolOutput,
+    run: &Run<'_>,
+) -> ToolOutput {
+    let ctx = run.ctx;
+    let Some(hooks) = ctx.hooks.as_ref().filter(|h| h.has(HookEvent::PostToolUse)) else {
+        return out;
+    };
+    let verdict = hooks
+        .fire(
+            Input::PostToolUse {
+                tool_name: &call.name,
+                tool_input: input,
+                tool_response: serde_json::json!({"content": out.content, "is_error": out.is_error}),
+                tool_use_id: &call.id,
+            },
+            &ctx.workdir,
+        )
+        .await;
+    run.stop_with(verdict.stop);
+    if let Some(reason) = verdict.block {
+        out.content
+            .push_str(&format!("\n\nPostToolUse hook feedback:\n{reason}"));
+    }
+    if let Some(text) = crate::hooks::context_text(HookEvent::PostToolUse, &verdict.context) {
+        out.content.push_str(&format!("\n\n{text}"));
+    }
+    out
 }
 
 /// What [`act`] gives back.
@@ -112,6 +202,8 @@ pub struct Acted {
     /// Time spent waiting for people's answers: not the role's time, so the deadline moves
     /// by it.
     pub waited: std::time::Duration,
+    /// A hook said not to continue (`continue: false`), with its `stopReason`.
+    pub hook_stop: Option<String>,
 }
 
 /// `f`, unless `deadline` passes first (`None`).
@@ -130,9 +222,26 @@ struct Run<'a> {
     held: AtomicBool,
     out_of_time: AtomicBool,
     waited: std::sync::Mutex<std::time::Duration>,
+    hook_stop: std::sync::Mutex<Option<String>>,
 }
 
 impl Run<'_> {
+    /// The first hook's `continue: false`, if any.
+    fn hook_stop(&self) -> Option<String> {
+        self.hook_stop
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Remembers a hook's `continue: false` (the first one counts).
+    fn stop_with(&self, reason: Option<String>) {
+        if let Some(reason) = reason {
+            let mut stop = self.hook_stop.lock().unwrap_or_else(|p| p.into_inner());
+            stop.get_or_insert(reason);
+        }
+    }
+
     fn waited(&self) -> std::time::Duration {
         *self.waited.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -159,18 +268,27 @@ impl Run<'_> {
         input: &serde_json::Value,
     ) -> ToolOutput {
         let Some(gate) = self.ctx.approvals.as_ref() else {
-            return self.call(tool, input).await;
+            let out = self.call(tool, input).await;
+            return post_tool_use(call, input, out, self).await;
         };
         let asked = Instant::now();
-        let gate_says = gate
-            .ask(self.ctx.task_id.as_deref(), &call.id, &call.name, input)
-            .await;
+        // A person is wanted: the Notification hooks run while the request waits.
+        let message = format!(
+            "Pegasus needs your approval to use {}: {}",
+            call.name,
+            pegasus_approvals::summary(&call.name, input)
+        );
+        let notify = crate::hooks::notify(self.ctx, &message, "permission_prompt");
+        let ((), gate_says) = tokio::join!(
+            notify,
+            gate.ask(self.ctx.task_id.as_deref(), &call.id, &call.name, input)
+        );
         *self.waited.lock().unwrap_or_else(|p| p.into_inner()) += asked.elapsed();
         match gate_says {
             Gate::Run(id) => {
                 let out = self.call(tool, input).await;
                 gate.done(&id);
-                out
+                post_tool_use(call, input, out, self).await
             }
             Gate::Result(out) => out,
             Gate::Held => {
@@ -224,6 +342,7 @@ pub async fn act(
         held: AtomicBool::new(false),
         out_of_time: AtomicBool::new(false),
         waited: Default::default(),
+        hook_stop: Default::default(),
     };
     let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
     let mut i = 0;
@@ -258,6 +377,12 @@ pub async fn act(
                         );
                     }
                 }
+                let hooked = match p {
+                    Prepared::Refused(_) => None,
+                    _ if run.holding() || run.out_of_time.load(Ordering::SeqCst) => None,
+                    _ => pre_tool_use(&calls[k], p, run).await,
+                };
+                let p = hooked.as_ref().unwrap_or(p);
                 let out = match p {
                     Prepared::Refused(out) => out.clone(),
                     // Once one call is held or out of time, the ones after it are not run.
@@ -268,7 +393,8 @@ pub async fn act(
                         // The semaphore is never closed, so acquire cannot fail; if it somehow
                         // did, running without a permit is better than dropping the call.
                         let _permit = permits.acquire().await.ok();
-                        run.call(tool, input).await
+                        let out = run.call(tool, input).await;
+                        post_tool_use(&calls[k], input, out, run).await
                     }
                 };
                 (k, out)
@@ -301,5 +427,6 @@ pub async fn act(
         held: run.holding(),
         out_of_time: run.out_of_time.load(Ordering::SeqCst),
         waited: run.waited(),
+        hook_stop: run.hook_stop(),
     }
 }

@@ -71,6 +71,11 @@ pub struct Agent {
     held: Option<pegasus_approvals::ApprovalRequest>,
     /// The instruction files (AGENTS.md, CLAUDE.md) read so far, kept until they change.
     instruction_files: crate::instructions::FileCache,
+    /// The project's lifecycle hooks (DESIGN.md §16), set by the host.
+    hooks: Option<Arc<crate::hooks::Hooks>>,
+    /// The `source` of the `SessionStart` due before the next task: `startup` or `resume`
+    /// for the worker's first, `compact` after a compaction; `None` once fired.
+    session_start: Option<&'static str>,
 }
 
 impl Agent {
@@ -138,6 +143,11 @@ impl Agent {
         };
         // Last: the records move into the transcript.
         let transcript = crate::transcript::rebuild_owned(loaded.records);
+        let session_start = Some(if transcript.is_empty() {
+            "startup"
+        } else {
+            "resume"
+        });
         Ok(Agent {
             dir: dir.to_path_buf(),
             workdir: workdir.to_path_buf(),
@@ -158,7 +168,21 @@ impl Agent {
             approvals: None,
             held,
             instruction_files: Default::default(),
+            hooks: None,
+            session_start,
         })
+    }
+
+    /// Runs the project's lifecycle hooks (DESIGN.md §16: config.yml's, then PROJECT.md's) at
+    /// the agent's events from now on; nothing when both are empty.
+    pub fn set_hooks(
+        &mut self,
+        config: &pegasus_store::hooks::HooksConfig,
+        project: &pegasus_store::hooks::HooksConfig,
+        place: crate::hooks::HookPlace,
+    ) {
+        self.hooks =
+            crate::hooks::Hooks::new(config, project, place, self.session.clone()).map(Arc::new);
     }
 
     /// Puts the project's approval gate in front of every tool call from now on.
@@ -432,8 +456,8 @@ impl Agent {
             return Err(AgentError::NothingQueued);
         }
         // A message becomes a task (DESIGN.md §7): created, its spec (the request) frozen, ready.
-        let goal = self.queued.join("\n\n");
-        self.queued.clear();
+        let texts = std::mem::take(&mut self.queued);
+        let goal = texts.join("\n\n");
         // Only a project's messages are re-run after a restart (DESIGN.md §6): the MainAgent's
         // senders (`chat`, channels) were told it stopped, and nothing would run its tasks.
         let ids = std::mem::take(&mut self.queued_ids);
@@ -442,10 +466,95 @@ impl Agent {
         } else {
             Vec::new()
         };
-        let task =
-            task_record::task_for_message(&self.tasks, &self.dir, goal, ids, TaskState::Running)?;
+        let refused_ids = ids.clone();
+        let task = task_record::task_for_message(
+            &self.tasks,
+            &self.dir,
+            goal.clone(),
+            ids,
+            TaskState::Running,
+        )?;
         task_record::report(&self.notices, &task);
+        if let Some(refused) = self.user_prompt_submit(&texts, refused_ids).await? {
+            task_record::fail_running(&self.tasks, &self.notices, &task.id, &refused);
+            return Ok(RunOutcome {
+                task_id: task.id,
+                text: refused.clone(),
+                stop: StopKind::Hook(refused),
+                turns: 0,
+                cost_usd: 0.0,
+            });
+        }
         self.run_task(task.id, true, true, None, None).await
+    }
+
+    /// The `UserPromptSubmit` hooks of the queued messages (`prompt`): `Some(why)` when they
+    /// refused them (then the messages are out of the transcript, now and after a restart,
+    /// and the session says so); their context joins the request otherwise.
+    async fn user_prompt_submit(
+        &mut self,
+        texts: &[String],
+        ids: Vec<String>,
+    ) -> Result<Option<String>, AgentError> {
+        use crate::hooks::Input;
+        use pegasus_store::hooks::HookEvent;
+        let Some(hooks) = self
+            .hooks
+            .clone()
+            .filter(|h| h.has(HookEvent::UserPromptSubmit))
+        else {
+            return Ok(None);
+        };
+        let prompt = texts.join("\n\n");
+        let verdict = hooks
+            .fire(Input::UserPromptSubmit { prompt: &prompt }, &self.workdir)
+            .await;
+        if let Some(reason) = verdict.block.or(verdict.stop) {
+            let why = format!("Refused by a UserPromptSubmit hook: {reason}");
+            crate::transcript::drop_trailing_texts(&mut self.transcript, texts);
+            hooks.note(HookEvent::UserPromptSubmit, &why, ids).await;
+            return Ok(Some(why));
+        }
+        self.add_context(HookEvent::UserPromptSubmit, &verdict.context)?;
+        Ok(None)
+    }
+
+    /// Adds hooks' context for the model to the request at the end of the transcript, and to
+    /// the session, so a restart sees it too.
+    fn add_context(
+        &mut self,
+        event: pegasus_store::hooks::HookEvent,
+        context: &[String],
+    ) -> Result<(), AgentError> {
+        let Some(text) = crate::hooks::context_text(event, context) else {
+            return Ok(());
+        };
+        let record = pegasus_store::SessionRecord::Message(pegasus_store::SessionMessage::new(
+            pegasus_store::Role::User,
+            vec![pegasus_store::ContentBlock::Text { text: text.clone() }],
+        ));
+        crate::session_writer::append_blocking(&self.session, &[record])?;
+        push_user(&mut self.transcript, vec![Block::Text { text }]);
+        Ok(())
+    }
+
+    /// The `SessionStart` hooks, when one is due (the worker's first task, the first after a
+    /// compaction); their context joins the request.
+    async fn session_start(&mut self, cwd: &Path) -> Result<(), AgentError> {
+        use pegasus_store::hooks::HookEvent;
+        let Some(hooks) = self.hooks.clone() else {
+            return Ok(());
+        };
+        let Some(source) = self.session_start.take() else {
+            return Ok(());
+        };
+        if !hooks.has(HookEvent::SessionStart) {
+            return Ok(());
+        }
+        let verdict = hooks
+            .fire(crate::hooks::Input::SessionStart { source }, cwd)
+            .await;
+        self.add_context(HookEvent::SessionStart, &verdict.context)
     }
 
     /// The tools the agent offers (built-ins, plus MCP tools once added).
@@ -538,6 +647,29 @@ impl Agent {
         task: Task,
         role: Option<RoleRun>,
     ) -> Result<RunOutcome, AgentError> {
+        // A message's task that runs again (the process stopped before it was answered,
+        // perhaps while its UserPromptSubmit hooks ran): they are asked again, as nothing
+        // says what they answered.
+        if !task.messages.is_empty() {
+            let prompt = task_record::request_of(&self.tasks, &task);
+            if let Some(refused) = self
+                .user_prompt_submit(&[prompt], task.messages.clone())
+                .await?
+            {
+                // The messages are out of the transcript as the session now says.
+                if let Ok(loaded) = load_session(&self.dir) {
+                    self.transcript = rebuild(&loaded.records);
+                }
+                self.fail_unstartable(&task.id, &refused);
+                return Ok(RunOutcome {
+                    task_id: task.id,
+                    text: refused.clone(),
+                    stop: StopKind::Hook(refused),
+                    turns: 0,
+                    cost_usd: 0.0,
+                });
+            }
+        }
         let text =
             if task.messages.is_empty() {
                 task_record::request_of(&self.tasks, &task)
@@ -631,6 +763,7 @@ impl Agent {
             offered: None,
             proposed: Default::default(),
             touched: Default::default(),
+            hooks: self.hooks.clone(),
         }
     }
 
@@ -715,6 +848,7 @@ impl Agent {
             }
             _ => (self.workdir.clone(), Vec::new()),
         };
+        self.session_start(&workdir).await?;
         let (mut instructions, section) = self.instructions(&settings, workspace);
         system = crate::instructions::with_section(&system, &section);
         let mut ctx = self.tool_ctx(task_id.clone(), settings, Some((workdir, repos)));
@@ -807,8 +941,14 @@ impl Agent {
             );
             self.settings.context_window = Some(w);
         }
-        // A compaction replaced the transcript: all of it is this task's part now.
-        let task_start = if compactor.compacted() { 0 } else { task_start };
+        // A compaction replaced the transcript: all of it is this task's part now, and the
+        // next task starts a session anew for the hooks (`SessionStart` with `compact`).
+        let task_start = if compactor.compacted() {
+            self.session_start = Some("compact");
+            0
+        } else {
+            task_start
+        };
 
         let (mut state, mut reason) = end.stop.task_state(end.token_capped);
         // A code task's answer is where verification starts, not the end.

@@ -93,6 +93,7 @@ fn explain(stop: &StopKind, turns: u32, looped: &str, limit: u32) -> String {
         StopKind::Held => {
             "Waiting for approval: the call goes on when the project is back.".to_string()
         }
+        StopKind::Hook(msg) => format!("Stopped by a hook: {msg}"),
         StopKind::ContextTooLong(msg) => format!(
             "Stopped: {msg}; shorten the request, or use a model with a larger context window."
         ),
@@ -156,6 +157,8 @@ pub async fn run_loop(
         None => spec.system.to_string(),
     };
     let mut guard = RepeatGuard::new(settings.loop_repeat_limit);
+    // Times in a row the Stop hooks sent the answer back.
+    let mut stop_blocks = 0u32;
     let mut deadline = settings
         .run_timeout_s
         .map(|s| Instant::now() + std::time::Duration::from_secs(s));
@@ -288,7 +291,29 @@ pub async fn run_loop(
         if calls.is_empty() {
             end.text = pegasus_proto::llm::text_of(&blocks);
             end.token_capped = resp.stop_reason == StopReason::MaxTokens;
-            return Ok(end);
+            // The Stop (a subagent's: SubagentStop) hooks may make it go on (DESIGN.md §16).
+            match stop_hooks(ctx, &end.text, &mut stop_blocks).await {
+                StopHooks::End => return Ok(end),
+                StopHooks::Stopped(reason) => {
+                    end.stop = StopKind::Hook(reason);
+                    end.text = explain(&end.stop, end.turns, "", 0);
+                    return Ok(end);
+                }
+                StopHooks::GoOn(feedback) => {
+                    let text = format!("{} hook feedback:\n{feedback}", stop_event(ctx));
+                    push_user(transcript, vec![Block::Text { text: text.clone() }]);
+                    if let Some(session) = spec.session {
+                        let record = pegasus_store::SessionRecord::Message(
+                            pegasus_store::SessionMessage::new(
+                                pegasus_store::Role::User,
+                                vec![pegasus_store::ContentBlock::Text { text }],
+                            ),
+                        );
+                        persist(session, vec![record], true).await?;
+                    }
+                    continue;
+                }
+            }
         }
 
         let looped = calls
@@ -297,6 +322,7 @@ pub async fn run_loop(
             .map(|c| c.name.clone());
         let mut out_of_time = false;
         let mut held = false;
+        let mut hook_stop = None;
         let outputs = match &looped {
             // The calls are still answered, so the transcript stays valid for the next task.
             Some(_) => calls
@@ -314,6 +340,7 @@ pub async fn run_loop(
                 let acted = act(&calls, spec.tools, ctx, deadline, &late).await;
                 held = acted.held;
                 out_of_time = acted.out_of_time;
+                hook_stop = acted.hook_stop;
                 deadline = deadline.map(|d| d + acted.waited);
                 acted.outputs
             }
@@ -373,5 +400,76 @@ pub async fn run_loop(
             end.text = explain(&end.stop, end.turns, &name, settings.loop_repeat_limit);
             return Ok(end);
         }
+        if let Some(reason) = hook_stop {
+            end.stop = StopKind::Hook(reason);
+            end.text = explain(&end.stop, end.turns, "", 0);
+            return Ok(end);
+        }
     }
+}
+
+/// Times in a row the Stop hooks may send the agent back to work before its answer stands
+/// (Claude Code caps it too): a hook that ignores `stop_hook_active` cannot loop forever.
+pub const STOP_HOOK_BLOCK_CAP: u32 = 3;
+
+/// What the Stop hooks said of an answer.
+enum StopHooks {
+    /// It stands.
+    End,
+    /// A hook said not to continue at all (`continue: false`).
+    Stopped(String),
+    /// Go on, with this feedback.
+    GoOn(String),
+}
+
+/// `Stop` for the agent itself, `SubagentStop` for a subagent.
+fn stop_event(ctx: &ToolCtx) -> pegasus_store::hooks::HookEvent {
+    match ctx.depth {
+        0 => pegasus_store::hooks::HookEvent::Stop,
+        _ => pegasus_store::hooks::HookEvent::SubagentStop,
+    }
+}
+
+/// Runs the Stop (or SubagentStop) hooks of an answer; `blocks` counts the times in a row they
+/// sent it back (`stop_hook_active` once it is not 0), capped by [`STOP_HOOK_BLOCK_CAP`].
+async fn stop_hooks(ctx: &ToolCtx, answer: &str, blocks: &mut u32) -> StopHooks {
+    let event = stop_event(ctx);
+    let Some(hooks) = ctx.hooks.as_ref().filter(|h| h.has(event)) else {
+        return StopHooks::End;
+    };
+    let active = *blocks > 0;
+    let agent_id = format!(
+        "{}-{}",
+        ctx.task_id.as_deref().unwrap_or("subagent"),
+        ctx.depth
+    );
+    let input = match event {
+        pegasus_store::hooks::HookEvent::Stop => crate::hooks::Input::Stop {
+            stop_hook_active: active,
+            last_assistant_message: answer,
+        },
+        _ => crate::hooks::Input::SubagentStop {
+            stop_hook_active: active,
+            last_assistant_message: answer,
+            agent_id: &agent_id,
+        },
+    };
+    let verdict = hooks.fire(input, &ctx.workdir).await;
+    if let Some(reason) = verdict.stop {
+        return StopHooks::Stopped(reason);
+    }
+    let Some(reason) = verdict.block else {
+        *blocks = 0;
+        return StopHooks::End;
+    };
+    if *blocks >= STOP_HOOK_BLOCK_CAP {
+        let note = format!(
+            "a {event} hook blocked the end {blocks} times in a row; the answer stands (check `stop_hook_active` in the hook)"
+        );
+        hooks.note(event, &note, Vec::new()).await;
+        *blocks = 0;
+        return StopHooks::End;
+    }
+    *blocks += 1;
+    StopHooks::GoOn(reason)
 }

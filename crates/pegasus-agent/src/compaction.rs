@@ -363,6 +363,19 @@ impl<'a> Compactor<'a> {
                 "the context is nearly full, but this run will not compact again");
             return (false, 0.0);
         }
+        // PreCompact hooks (DESIGN.md §16) are told first; Pegasus compacts on its own: `auto`.
+        if let Some(hooks) = ctx
+            .hooks
+            .as_ref()
+            .filter(|h| h.has(pegasus_store::hooks::HookEvent::PreCompact))
+        {
+            hooks
+                .fire(
+                    crate::hooks::Input::PreCompact { trigger: "auto" },
+                    &ctx.workdir,
+                )
+                .await;
+        }
         let window = self
             .window
             .or(ctx.settings.context_window)

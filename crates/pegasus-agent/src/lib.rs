@@ -32,6 +32,7 @@ pub mod context;
 pub mod error;
 pub mod guards;
 pub mod instructions;
+pub mod hooks;
 pub mod memory;
 pub mod memory_compaction;
 pub mod model;

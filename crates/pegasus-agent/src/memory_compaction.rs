@@ -473,6 +473,7 @@ mod tests {
             offered: None,
             proposed: Default::default(),
             touched: Default::default(),
+            hooks: None,
             repos: Vec::new(),
         }
     }

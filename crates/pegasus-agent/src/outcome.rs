@@ -27,6 +27,9 @@ pub enum StopKind {
     /// The process is stopping while a call waits for its approval: the task stays blocked
     /// and the call open, for the next start (DESIGN.md §11).
     Held,
+    /// A lifecycle hook (DESIGN.md §16) stopped the task (`continue: false`) or refused its
+    /// message (`UserPromptSubmit`). Carries the line that says so.
+    Hook(String),
 }
 
 impl StopKind {
@@ -46,6 +49,7 @@ impl StopKind {
             StopKind::ContextTooLong(_) => (TaskState::Failed, Some("context_too_long")),
             StopKind::Question(_) => (TaskState::Blocked, Some("question")),
             StopKind::Held => (TaskState::Blocked, Some(crate::approvals::APPROVAL_REASON)),
+            StopKind::Hook(_) => (TaskState::Failed, Some("hook")),
         }
     }
 }

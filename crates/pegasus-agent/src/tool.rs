@@ -101,6 +101,8 @@ pub struct ToolCtx {
     /// The paths the file tools resolved, shared by every level: the loop looks for the
     /// instruction files of their folders (DESIGN.md §16).
     pub touched: crate::instructions::Touched,
+    /// The project's lifecycle hooks (DESIGN.md §16); `None` when it has none.
+    pub hooks: Option<Arc<crate::hooks::Hooks>>,
 }
 
 impl ToolCtx {

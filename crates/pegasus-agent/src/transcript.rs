@@ -29,11 +29,25 @@ pub fn rebuild(records: &[SessionRecord]) -> Vec<Message> {
 /// [`rebuild`] from records the caller no longer needs: their text moves into the transcript
 /// instead of being copied (a worker's start, where this is a sixth of a long session's load).
 pub fn rebuild_owned(records: impl IntoIterator<Item = SessionRecord>) -> Vec<Message> {
+    let records: Vec<SessionRecord> = records.into_iter().collect();
+    // Messages a UserPromptSubmit hook refused (DESIGN.md §16) never reach the model.
+    let refused: std::collections::HashSet<String> = records
+        .iter()
+        .filter_map(|r| match r {
+            SessionRecord::Hook { refused, .. } => Some(refused.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
     let mut b = Builder::default();
     for r in records {
         match r {
             // A crash record only tells the reader; the repair it announces is in the records.
-            SessionRecord::Meta { .. } | SessionRecord::Crash { .. } => {}
+            // A hook's line is for people.
+            SessionRecord::Meta { .. }
+            | SessionRecord::Crash { .. }
+            | SessionRecord::Hook { .. } => {}
+            SessionRecord::Message(m) if m.id.as_ref().is_some_and(|id| refused.contains(id)) => {}
             // Everything before a compaction is in its summary.
             SessionRecord::Compaction { summary, .. } => {
                 b = Builder::default();
@@ -324,6 +338,26 @@ pub fn sent_record(id: &str, from: &Channel, text: &str, client_id: Option<&str>
         client_id: client_id.map(str::to_string),
         ..SessionMessage::new(SRole::User, vec![ContentBlock::Text { text: text.into() }])
     })
+}
+
+/// Takes `texts` (the messages just enqueued, in order) back off the end of the transcript: a
+/// refused message never reaches the model (DESIGN.md §16).
+pub fn drop_trailing_texts(transcript: &mut Vec<Message>, texts: &[String]) {
+    let Some(last) = transcript.last_mut().filter(|m| m.role == Role::User) else {
+        return;
+    };
+    for text in texts.iter().rev() {
+        let at = last
+            .content
+            .iter()
+            .rposition(|b| matches!(b, Block::Text { text: t } if t == text));
+        if let Some(at) = at {
+            last.content.remove(at);
+        }
+    }
+    if last.content.is_empty() {
+        transcript.pop();
+    }
 }
 
 /// Checks the provider rules of the module doc; `Err` says the first one broken. Used by tests

@@ -21,6 +21,7 @@ fn roles(records: &[SessionRecord]) -> Vec<String> {
             SessionRecord::Message(m) => format!("{:?}", m.role).to_lowercase(),
             SessionRecord::Compaction { .. } => "compaction".to_string(),
             SessionRecord::Crash { .. } => "crash".to_string(),
+            SessionRecord::Hook { .. } => "hook".to_string(),
         })
         .collect()
 }

@@ -64,6 +64,9 @@ pub struct Config {
     pub logs: LogsConfig,
     /// `web_fetch`'s limits and `web_search`'s backend (DESIGN.md §16 "The web").
     pub web: crate::web::WebConfig,
+    /// Lifecycle hooks in Claude Code's settings format (DESIGN.md §16), for every project;
+    /// PROJECT.md's run after them.
+    pub hooks: crate::hooks::HooksConfig,
 }
 
 /// `logs:` in config.yml: log files older than `keep_days` are deleted, then the oldest until
@@ -131,6 +134,7 @@ impl Default for Config {
             logs: LogsConfig::default(),
             limits: Default::default(),
             web: Default::default(),
+            hooks: BTreeMap::new(),
         }
     }
 }
@@ -528,11 +532,17 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config> {
         let to_err = |e: serde_norway::Error| {
             let p = problem(&e);
+            let message = match &p.key {
+                Some(k) if k == "hooks" || k.starts_with("hooks.") => {
+                    crate::hooks::explain_config_error(&p.message)
+                }
+                _ => p.message,
+            };
             StoreError::Parse {
                 path: path.to_path_buf(),
                 line: p.line.unwrap_or(1),
                 key: p.key,
-                message: p.message,
+                message,
             }
         };
         // Parsing to a Value first tells "empty or only comments" (= defaults) from a document.
@@ -622,6 +632,10 @@ impl Config {
         }
         if let Err((key, m)) = self.mcp.check() {
             return Err(err(&format!("mcp.{key}"), m));
+        }
+        if let Err(m) = crate::hooks::check_hooks(&self.hooks) {
+            let (key, what) = m.split_once(' ').unwrap_or(("hooks", &m));
+            return Err(err(key, what));
         }
         if self.default_context_window < 1024 {
             return Err(err(
@@ -874,6 +888,41 @@ dashboard: {listen: 127.0.0.1:7474}
             .unwrap_err()
             .to_string();
         assert!(err.contains("mcp.max_offered_tools"), "{err}");
+    }
+
+    #[test]
+    fn hooks_load_and_a_bad_one_is_one_line_with_its_key() {
+        let c = parse("hooks:\n  PreToolUse:\n    - matcher: exec\n      hooks: [{type: command, command: ./check.sh}]\n").unwrap();
+        let group = &c.hooks[&crate::hooks::HookEvent::PreToolUse][0];
+        assert!(group.matcher.matches(Some("exec")));
+        let err = parse(
+            "default_model: a/b\nhooks:\n  PreToolUse:\n    - matcher: \"(\"\n      hooks: []\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("config.yml:"), "{err}");
+        assert!(
+            err.contains("matcher `(` is not a regular expression"),
+            "{err}"
+        );
+        let err = parse("hooks:\n  SessionEnd: []\n").unwrap_err().to_string();
+        assert!(err.contains("key `hooks`"), "{err}");
+        assert!(
+            err.contains("unknown variant `SessionEnd`") && err.contains("Pegasus fires"),
+            "{err}"
+        );
+        let err = parse("hooks:\n  Stop:\n    - hooks: [{type: http, url: x}]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`type: command` hooks only"), "{err}");
+        let err =
+            parse("hooks:\n  Stop:\n    - hooks: [{type: command, command: x, timeout: 0}]\n")
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            err,
+            "config.yml:1: key `hooks.Stop[0].hooks[0].timeout`: must be from 1 to 3600 seconds"
+        );
     }
 
     #[test]

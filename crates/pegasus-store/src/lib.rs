@@ -22,6 +22,7 @@ pub mod error;
 pub mod frontmatter;
 pub mod home;
 pub mod home_guard;
+pub mod hooks;
 pub mod jsonl;
 pub mod launcher;
 pub mod ledger;

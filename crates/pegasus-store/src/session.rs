@@ -62,6 +62,20 @@ pub enum SessionRecord {
         /// When the restart noticed it.
         ts: DateTime<Utc>,
     },
+    /// What a lifecycle hook (DESIGN.md §16) did that a person should see: it failed, hung, said
+    /// too much, showed a `systemMessage`, or refused messages. The model never sees it.
+    Hook {
+        /// The event it ran for (`PreToolUse`, ...).
+        event: String,
+        /// One line saying what happened.
+        text: String,
+        /// The ids of the inbound messages a `UserPromptSubmit` hook refused: they stay in the
+        /// file, as everything sent does, and are left out of the transcript.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        refused: Vec<String>,
+        /// When it happened.
+        ts: DateTime<Utc>,
+    },
 }
 
 impl SessionRecord {
@@ -584,6 +598,9 @@ struct RawRecord {
     archived: Option<String>,
     reason: Option<String>,
     client_id: Option<String>,
+    event: Option<String>,
+    text: Option<String>,
+    refused: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -644,6 +661,12 @@ fn record(r: RawRecord) -> Option<SessionRecord> {
         },
         "crash" => SessionRecord::Crash {
             reason: r.reason?,
+            ts: r.ts?,
+        },
+        "hook" => SessionRecord::Hook {
+            event: r.event?,
+            text: r.text?,
+            refused: r.refused.unwrap_or_default(),
             ts: r.ts?,
         },
         "message" => SessionRecord::Message(message(r)?),
@@ -805,6 +828,9 @@ mod fast_parse_tests {
             r#"{"type":"message","role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"c2ln"},{"type":"redacted_thinking","data":"ZW5j"},{"type":"text","text":"x"}],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"assistant","content":[{"type":"thinking","thinking":"no signature"}],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"crash","ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"hook","event":"Stop","text":"hook `x` timed out","ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"hook","event":"UserPromptSubmit","text":"refused","refused":["7-1"],"ts":"2026-11-21T10:00:00Z"}"#,
+            r#"{"type":"hook","event":"Stop","ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"user","content":[{"type":"image","text":"x"}],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"robot","content":[],"ts":"2026-11-21T10:00:00Z"}"#,
             r#"{"type":"message","role":"user","content":[]}"#,

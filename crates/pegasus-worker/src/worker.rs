@@ -310,6 +310,18 @@ async fn serve(
                 agent.stop_flag(),
             ));
             agent.set_approvals(gate.clone());
+            agent.set_hooks(
+                &config.hooks,
+                project.hooks(),
+                pegasus_agent::hooks::HookPlace {
+                    project: name.clone(),
+                    project_dir: project_dir.clone(),
+                    workdir: workdir.clone(),
+                    model: init.model.clone(),
+                    sandbox: agent.settings().sandbox.clone(),
+                    registry: Some(home.exec_registry(&name)),
+                },
+            );
             let merged =
                 pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, project.mcp_servers());
             pegasus_store::home_guard::check_mcp_writable(&home, &project_dir, &project, &merged)

@@ -73,15 +73,15 @@ impl TypedTool for Exec {
 }
 
 /// Kills a process group when dropped: the one mechanism behind timeout, cancel and cleanup,
-/// so no path out of [`run_command`] can leave the group running.
-struct GroupKiller {
-    pgid: Pid,
+/// so no path out of [`run_command`] (or a hook's run) can leave the group running.
+pub(crate) struct GroupKiller {
+    pub(crate) pgid: Pid,
     /// The shell's pid, known to the escapee sweep until the call ends.
-    pid: u32,
+    pub(crate) pid: u32,
 }
 
 impl GroupKiller {
-    fn kill(&self) {
+    pub(crate) fn kill(&self) {
         // ESRCH (the group is already gone) is the normal case after a clean exit.
         let _ = killpg(self.pgid, Signal::SIGKILL);
     }

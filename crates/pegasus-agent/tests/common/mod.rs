@@ -217,6 +217,7 @@ pub fn ctx_with(
             offered: None,
             proposed: Default::default(),
             touched: Default::default(),
+            hooks: None,
             repos: vec![],
         },
         rx,

@@ -44,6 +44,15 @@ fn render(record: &SessionRecord) -> String {
         SessionRecord::Crash { reason, ts } => {
             format!("# {} crash: {reason}\n", ts.format("%Y-%m-%d %H:%M:%S"))
         }
+        SessionRecord::Hook {
+            event, text, ts, ..
+        } => {
+            format!(
+                "# {} hook {event}: {}\n",
+                ts.format("%Y-%m-%d %H:%M:%S"),
+                clip(text, 400)
+            )
+        }
         SessionRecord::Message(m) => {
             let who = match (&m.role, &m.from) {
                 (pegasus_store::Role::User, Some(from)) => format!("user ({from})"),
@@ -108,7 +117,9 @@ fn print_line(line: &str, json: bool, stops: &mut Stops) {
 fn record_ts(record: &SessionRecord) -> chrono::DateTime<chrono::Utc> {
     match record {
         SessionRecord::Meta { created, .. } => *created,
-        SessionRecord::Compaction { ts, .. } | SessionRecord::Crash { ts, .. } => *ts,
+        SessionRecord::Compaction { ts, .. }
+        | SessionRecord::Crash { ts, .. }
+        | SessionRecord::Hook { ts, .. } => *ts,
         SessionRecord::Message(m) => m.ts,
     }
 }

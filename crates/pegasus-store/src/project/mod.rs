@@ -10,7 +10,8 @@
 //! * `parse`: turning text (or a project folder) into a checked [`ProjectFile`];
 //! * `edit`: lifecycle verbs, `set` and `save`, which rewrite only the lines they touch;
 //! * `create`: making a brand-new project folder from a [`NewProject`];
-//! * `extensions`: the typed extension keys (`mcp_servers`, the code keys), read once;
+//! * `extensions`: the typed extension keys (`mcp_servers`, the code keys), read once
+//!   (`hooks` is read with `mcp_servers`, by its owner `crate::hooks`);
 //! * `roles`: the `roles:` assignments, read once.
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,8 @@ struct Known {
     limits: crate::limits::ProjectLimits,
     /// Its own MCP servers (`mcp_servers:`), checked with the file.
     mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// Its own lifecycle hooks (`hooks:`, DESIGN.md §16), checked with the file.
+    hooks: crate::hooks::HooksConfig,
     /// The code keys, each checked by its user when a code task starts.
     code: CodeKeys,
     /// `roles:`, checked by its users (the worker when it starts, `role assign`).
@@ -172,6 +175,11 @@ impl ProjectFile {
     /// Its own MCP servers (`mcp_servers:`; config.yml's are merged in by the worker).
     pub fn mcp_servers(&self) -> &std::collections::BTreeMap<String, crate::mcp::McpServerConfig> {
         &self.known.mcp_servers
+    }
+
+    /// Its own lifecycle hooks (`hooks:`), which run after config.yml's.
+    pub fn hooks(&self) -> &crate::hooks::HooksConfig {
+        &self.known.hooks
     }
 
     /// The code keys (`repos`, `hydrate`, `verify`, ...), each read or with what is wrong

@@ -209,6 +209,8 @@ impl Ctx<'_> {
         };
         let mcp_servers = crate::mcp::parse_mcp_servers(map.get("mcp_servers"))
             .map_err(|m| self.err("mcp_servers", m))?;
+        let hooks =
+            crate::hooks::parse_hooks(map.get("hooks")).map_err(|m| self.err("hooks", m))?;
         if let Err(m) = crate::approvals::ApprovalsConfig::from_yaml(map.get("approvals")) {
             return Err(self.err("approvals", m));
         }
@@ -252,6 +254,7 @@ impl Ctx<'_> {
             launcher,
             limits,
             mcp_servers,
+            hooks,
             code: CodeKeys::read(map),
             roles: super::roles::read(map.get("roles")),
             instruction_files,
@@ -473,6 +476,20 @@ mod tests {
                 "limits",
                 "is not a size",
             ),
+            (
+                "budget_usd: 3",
+                "hooks: {PreToolUse: [{matcher: \"(\", hooks: []}]}",
+                9,
+                "hooks",
+                "matcher `(` is not a regular expression",
+            ),
+            (
+                "budget_usd: 3",
+                "hooks: {SessionEnd: []}",
+                9,
+                "hooks",
+                "unknown variant `SessionEnd`",
+            ),
         ];
         for (from, to, line, key, msg) in cases {
             let e = err_text(&base.replace(from, to));
@@ -480,6 +497,14 @@ mod tests {
             assert!(e.starts_with(&want), "{to}: {e}");
             assert!(e.contains(msg), "{to}: {e}");
         }
+    }
+
+    #[test]
+    fn hooks_are_read_with_the_file() {
+        let p = parse("---\nname: foo\nstatus: active\ncreated: 2026-02-28T10:00:00Z\nhooks:\n  Stop:\n    - hooks: [{type: command, command: ./stop.sh, timeout: 5}]\n---\n").unwrap();
+        let stop = &p.hooks()[&crate::hooks::HookEvent::Stop];
+        assert_eq!(stop[0].hooks[0].command(), "./stop.sh");
+        assert!(parse(SEED).unwrap().hooks().is_empty());
     }
 
     #[test]

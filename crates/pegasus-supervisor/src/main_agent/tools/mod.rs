@@ -92,6 +92,7 @@ mod tests {
             offered: None,
             proposed: Default::default(),
             touched: Default::default(),
+            hooks: None,
         }
     }
 
