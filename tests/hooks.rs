@@ -444,7 +444,9 @@ fn a_hanging_hook_is_killed_at_its_timeout_with_a_line_and_the_project_goes_on()
     let scripts = Scripts::new();
     let hang = scripts.add(
         "hang.sh",
-        "#!/bin/bash\ncat > /dev/null\nsleep 600 # hang-marker-4417\n",
+        // The child it waits for carries a marker of its own (its argument): killing only
+        // bash would leave it behind.
+        "#!/bin/bash\ncat > /dev/null\nsleep 600.4417 &\nwait\n",
     );
     let fake = FakeLlm::start().unwrap();
     exec_then(&fake, "probe", "echo probed", &[("probed", "saw: ran")]);
@@ -467,7 +469,7 @@ fn a_hanging_hook_is_killed_at_its_timeout_with_a_line_and_the_project_goes_on()
         "{log}"
     );
     assert!(
-        processes_with("hang-marker-4417").is_empty(),
+        processes_with("hang-marker-4417").is_empty() && processes_with("600.4417").is_empty(),
         "the hook and what it started were killed"
     );
     assert_eq!(

@@ -60,7 +60,8 @@ impl Call {
 /// person's yes first, or already answered with an error.
 enum Prepared {
     Run(Arc<dyn Tool>, serde_json::Value),
-    Ask(Arc<dyn Tool>, serde_json::Value),
+    /// Asks a person first; with the reason a `PreToolUse` hook gave for asking, if one did.
+    Ask(Arc<dyn Tool>, serde_json::Value, Option<String>),
     Refused(ToolOutput),
 }
 
@@ -91,7 +92,7 @@ fn prepare(call: &Call, tools: &ToolSet, ctx: &ToolCtx) -> Prepared {
             }
         }
     };
-    decide(call, tool, input, ctx, None)
+    decide(call, tool, input, ctx, None, None)
 }
 
 /// What the approval policy says of a call with `input`, after what its `PreToolUse` hooks
@@ -104,16 +105,17 @@ fn decide(
     input: serde_json::Value,
     ctx: &ToolCtx,
     hook: Option<Permission>,
+    hook_reason: Option<String>,
 ) -> Prepared {
     match ctx.approvals.as_ref().map(|g| g.check(&call.name, &input)) {
         None if hook == Some(Permission::Ask) => Prepared::Refused(ToolOutput::error(
             "not run: a PreToolUse hook asked for a person's approval, and nobody can be asked here",
         )),
         Some(Ok(PolicyDecision::Allow)) if hook == Some(Permission::Ask) => {
-            Prepared::Ask(tool, input)
+            Prepared::Ask(tool, input, hook_reason)
         }
         None | Some(Ok(PolicyDecision::Allow)) => Prepared::Run(tool, input),
-        Some(Ok(PolicyDecision::Ask)) => Prepared::Ask(tool, input),
+        Some(Ok(PolicyDecision::Ask)) => Prepared::Ask(tool, input, hook_reason),
         Some(Ok(PolicyDecision::Deny(key))) => {
             Prepared::Refused(ToolOutput::error(format!("denied by policy: {key}")))
         }
@@ -130,7 +132,7 @@ async fn pre_tool_use(call: &Call, prepared: &Prepared, run: &Run<'_>) -> Option
         .hooks
         .as_ref()
         .filter(|h| h.has(HookEvent::PreToolUse))?;
-    let (Prepared::Run(tool, input) | Prepared::Ask(tool, input)) = prepared else {
+    let (Prepared::Run(tool, input) | Prepared::Ask(tool, input, _)) = prepared else {
         return None;
     };
     let verdict = hooks
@@ -153,7 +155,17 @@ async fn pre_tool_use(call: &Call, prepared: &Prepared, run: &Run<'_>) -> Option
         return None;
     }
     let input = verdict.updated_input.unwrap_or_else(|| input.clone());
-    Some(decide(call, tool.clone(), input, ctx, verdict.permission))
+    let reason = verdict
+        .ask_reason
+        .filter(|_| verdict.permission == Some(Permission::Ask));
+    Some(decide(
+        call,
+        tool.clone(),
+        input,
+        ctx,
+        verdict.permission,
+        reason,
+    ))
 }
 
 /// The result as its `PostToolUse` hooks leave it: a block's reason and their context follow
@@ -266,6 +278,7 @@ impl Run<'_> {
         call: &Call,
         tool: &Arc<dyn Tool>,
         input: &serde_json::Value,
+        hook_reason: Option<&str>,
     ) -> ToolOutput {
         let Some(gate) = self.ctx.approvals.as_ref() else {
             let out = self.call(tool, input).await;
@@ -278,11 +291,16 @@ impl Run<'_> {
             call.name,
             pegasus_approvals::summary(&call.name, input)
         );
-        let notify = crate::hooks::notify(self.ctx, &message, "permission_prompt");
-        let ((), gate_says) = tokio::join!(
-            notify,
-            gate.ask(self.ctx.task_id.as_deref(), &call.id, &call.name, input)
-        );
+        crate::hooks::notify(self.ctx, &message, "permission_prompt");
+        let gate_says = gate
+            .ask(
+                self.ctx.task_id.as_deref(),
+                &call.id,
+                &call.name,
+                input,
+                hook_reason,
+            )
+            .await;
         *self.waited.lock().unwrap_or_else(|p| p.into_inner()) += asked.elapsed();
         match gate_says {
             Gate::Run(id) => {
@@ -364,7 +382,7 @@ pub async fn act(
             let p = &prepared[k];
             let run = &run;
             async move {
-                if let Prepared::Run(_, input) | Prepared::Ask(_, input) = p {
+                if let Prepared::Run(_, input) | Prepared::Ask(_, input, _) = p {
                     if !run.holding() && !run.out_of_time.load(Ordering::SeqCst) {
                         send_event(
                             &ctx.notices,
@@ -388,7 +406,9 @@ pub async fn act(
                     // Once one call is held or out of time, the ones after it are not run.
                     _ if run.holding() => ToolOutput::error("not run: the project stopped"),
                     _ if run.out_of_time.load(Ordering::SeqCst) => ToolOutput::error(late),
-                    Prepared::Ask(tool, input) => run.asked(&calls[k], tool, input).await,
+                    Prepared::Ask(tool, input, reason) => {
+                        run.asked(&calls[k], tool, input, reason.as_deref()).await
+                    }
                     Prepared::Run(tool, input) => {
                         // The semaphore is never closed, so acquire cannot fail; if it somehow
                         // did, running without a permit is better than dropping the call.

@@ -113,12 +113,15 @@ impl Approvals {
     }
 
     /// Asks for the call `call_id` of `tool` in task `task`, and waits for the answer.
+    /// `hook_reason`: why a `PreToolUse` hook asked (`permissionDecisionReason`), shown to the
+    /// person with the call.
     pub async fn ask(
         &self,
         task: Option<&str>,
         call_id: &str,
         tool: &str,
         input: &serde_json::Value,
+        hook_reason: Option<&str>,
     ) -> Gate {
         let command = command_of(tool, input);
         let timeout_s = match self.policy() {
@@ -130,7 +133,10 @@ impl Approvals {
             project: self.project.clone(),
             task: task.unwrap_or_default().to_string(),
             tool: tool.to_string(),
-            summary: store::summary(tool, input),
+            summary: match hook_reason {
+                Some(why) => format!("{} (a hook asks: {why})", store::summary(tool, input)),
+                None => store::summary(tool, input),
+            },
             asked_at: Utc::now(),
             call_id: call_id.to_string(),
             input_json: input.to_string(),

@@ -118,7 +118,28 @@ pub fn call_target(tool: &str, input: &serde_json::Value) -> Option<String> {
         "web_search" => "query",
         _ => return None,
     };
-    input.get(key).and_then(|v| v.as_str()).map(str::to_string)
+    let target = input.get(key).and_then(|v| v.as_str())?;
+    Some(match tool {
+        "web_fetch" => fetch_target(target),
+        _ => target.to_string(),
+    })
+}
+
+/// A URL as the fetcher reads it, for matching: trimmed, its scheme and host in lower case
+/// (` HTTP://Example.COM/Path` is `http://example.com/Path`), so a glob cannot be dodged by
+/// spelling what the fetcher ignores.
+fn fetch_target(url: &str) -> String {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    format!(
+        "{}://{}{}",
+        scheme.to_ascii_lowercase(),
+        rest[..host_end].to_ascii_lowercase(),
+        &rest[host_end..]
+    )
 }
 
 /// What the policy says about one call.
@@ -136,6 +157,19 @@ pub enum PolicyDecision {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_fetch_target_is_matched_as_the_fetcher_reads_it() {
+        let t = |u: &str| call_target("web_fetch", &serde_json::json!({ "url": u })).unwrap();
+        assert_eq!(
+            t(" HTTP://Example.COM/Path?Q=1"),
+            "http://example.com/Path?Q=1"
+        );
+        assert_eq!(t("https://docs.rs"), "https://docs.rs");
+        assert_eq!(t("not a url"), "not a url");
+        let q = call_target("web_search", &serde_json::json!({"query": " Rust "})).unwrap();
+        assert_eq!(q, " Rust ");
+    }
 
     fn block(yaml: &str) -> ApprovalsConfig {
         let v: serde_norway::Value = serde_norway::from_str(yaml).unwrap();

@@ -128,8 +128,92 @@ pub fn decode(
     (text.into_owned(), used.name())
 }
 
-/// HTML as Markdown: scripts, styles and other non-content elements left out.
+/// Deepest element nesting [`to_markdown`] converts; a page nested deeper (no real page is,
+/// a hostile one can be: `<div>` 200,000 times fits the size cap) comes back as plain text.
+const MAX_NESTING: usize = 512;
+/// The converter walks the tree recursively: its own thread, with room for [`MAX_NESTING`].
+const CONVERT_STACK: usize = 64 << 20;
+
+/// HTML as Markdown: scripts, styles and other non-content elements left out. A page nested
+/// deeper than [`MAX_NESTING`] is given as its text without tags, with a note saying why.
 pub fn to_markdown(html: &str) -> Result<String, String> {
+    let depth = nesting_depth(html);
+    if depth > MAX_NESTING {
+        return Ok(format!(
+            "[this page nests its elements {depth} deep (more than {MAX_NESTING}): shown as plain text]\n\n{}",
+            plain_text(html)
+        ));
+    }
+    let html = html.to_string();
+    std::thread::Builder::new()
+        .name("html-to-markdown".into())
+        .stack_size(CONVERT_STACK)
+        .spawn(move || convert(&html))
+        .map_err(|e| format!("the HTML could not be read: no thread to convert it: {e}"))?
+        .join()
+        .map_err(|_| "the HTML could not be read: its conversion failed".to_string())?
+}
+
+/// The deepest nesting of elements in `html`, counted by a scan of its tags: elements whose
+/// end tag may be left out (`p`, `li`, `td`, ...) and void elements (`br`, `img`, ...) do not
+/// count, so sloppy real pages are not over-counted.
+fn nesting_depth(html: &str) -> usize {
+    const UNCOUNTED: &[&str] = &[
+        "p", "li", "dt", "dd", "tr", "td", "th", "option", "optgroup", "tbody", "thead", "tfoot",
+        "colgroup", "caption", "rb", "rt", "rp", "rtc", "br", "img", "hr", "input", "meta", "link",
+        "area", "base", "col", "embed", "param", "source", "track", "wbr", "!doctype",
+    ];
+    let bytes = html.as_bytes();
+    let (mut depth, mut max, mut at) = (0usize, 0usize, 0usize);
+    while let Some(i) = bytes[at..].iter().position(|&b| b == b'<') {
+        let start = at + i + 1;
+        let Some(len) = bytes[start..].iter().position(|&b| b == b'>') else {
+            break;
+        };
+        let tag = &html[start..start + len];
+        at = start + len + 1;
+        if tag.starts_with("!--") || tag.ends_with('/') {
+            continue;
+        }
+        let closing = tag.starts_with('/');
+        let name: String = tag
+            .trim_start_matches('/')
+            .chars()
+            .take_while(|c| !c.is_whitespace() && *c != '/')
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if name.is_empty() || UNCOUNTED.contains(&name.as_str()) {
+            continue;
+        }
+        if closing {
+            depth = depth.saturating_sub(1);
+        } else {
+            depth += 1;
+            max = max.max(depth);
+        }
+    }
+    max
+}
+
+/// The text of `html` without its tags, whitespace collapsed.
+fn plain_text(html: &str) -> String {
+    let mut out = String::with_capacity(html.len() / 2);
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => {
+                in_tag = true;
+                out.push(' ');
+            }
+            '>' if in_tag => in_tag = false,
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn convert(html: &str) -> Result<String, String> {
     htmd::HtmlToMarkdown::builder()
         .skip_tags(vec![
             "script", "style", "noscript", "template", "head", "svg", "iframe", "object", "embed",
@@ -158,6 +242,30 @@ pub fn title(html: &str) -> Option<String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_page_nested_past_the_limit_is_plain_text_and_real_pages_are_markdown() {
+        let hostile = format!(
+            "{}deep{}",
+            "<div>".repeat(200_000),
+            "</div>".repeat(200_000)
+        );
+        let md = to_markdown(&hostile).unwrap();
+        assert!(
+            md.starts_with("[this page nests its elements 200000 deep"),
+            "{}",
+            &md[..80]
+        );
+        assert!(md.ends_with("deep"), "{}", &md[md.len() - 20..]);
+        // Unclosed paragraphs and list items, and void elements, do not count as nesting.
+        let sloppy = format!(
+            "<ul>{}</ul><p>end",
+            "<li><p>item<br><img src=x>".repeat(5_000)
+        );
+        assert!(nesting_depth(&sloppy) < 5, "{}", nesting_depth(&sloppy));
+        let md = to_markdown(&format!("<h1>Title</h1>{}", "<div>".repeat(400))).unwrap();
+        assert!(md.starts_with("# Title"), "{md}");
+    }
 
     #[test]
     fn kinds_follow_the_content_type_then_the_bytes() {

@@ -139,6 +139,8 @@ impl Searcher {
             client: reqwest::Client::builder()
                 .timeout(TIMEOUT)
                 .user_agent(concat!("Pegasus/", env!("CARGO_PKG_VERSION")))
+                // A redirect would carry the Brave key's header to wherever it points.
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default(),
         }

@@ -340,21 +340,27 @@ pub fn context_text(event: HookEvent, context: &[String]) -> Option<String> {
 
 /// Fires the `Notification` hooks of `ctx`'s project, if it has any: a person is wanted
 /// (`notification_type`: `permission_prompt`, `idle_prompt`, `notify`).
-pub async fn notify(ctx: &crate::tool::ToolCtx, message: &str, notification_type: &str) {
+///
+/// Nothing waits for them (their answer changes nothing): a notifier that blocks (`notify-send
+/// --wait`) must not hold up the approval, question or notice it tells of.
+pub fn notify(ctx: &crate::tool::ToolCtx, message: &str, notification_type: &'static str) {
     if let Some(hooks) = ctx
         .hooks
         .as_ref()
         .filter(|h| h.has(HookEvent::Notification))
     {
-        hooks
-            .fire(
-                Input::Notification {
-                    message,
-                    notification_type,
-                },
-                &ctx.workdir,
-            )
-            .await;
+        let (hooks, message, workdir) = (hooks.clone(), message.to_string(), ctx.workdir.clone());
+        tokio::spawn(async move {
+            hooks
+                .fire(
+                    Input::Notification {
+                        message: &message,
+                        notification_type,
+                    },
+                    &workdir,
+                )
+                .await;
+        });
     }
 }
 

@@ -57,7 +57,7 @@ impl TypedTool for AskUser {
                     .into(),
             );
         }
-        crate::hooks::notify(ctx, &args.question, "idle_prompt").await;
+        crate::hooks::notify(ctx, &args.question, "idle_prompt");
         Ok(ToolOutput::ok(
             "Your question was sent to the user. This task now waits for the answer; end \
              your turn.",

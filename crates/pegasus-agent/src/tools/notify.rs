@@ -34,7 +34,7 @@ impl TypedTool for Notify {
         if args.text.trim().is_empty() {
             return Err("`text` is empty".into());
         }
-        crate::hooks::notify(ctx, &args.text, "notify").await;
+        crate::hooks::notify(ctx, &args.text, "notify");
         ctx.notices
             .send(Notice::Notify { text: args.text })
             .map_err(|_| "the supervisor is not listening; the message was not sent")?;
