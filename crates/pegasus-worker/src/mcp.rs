@@ -916,9 +916,11 @@ async fn log_stderr(name: String, mut err: impl AsyncRead + Unpin) {
 /// bytes. A longer line is never buffered here nor by rmcp: once past `max` it is ended with a
 /// newline (rmcp drops the unparsable start it got), its rest is skipped as it streams by, and
 /// in its place comes a JSON-RPC error answering the same request ([`oversized_answer`]), so
-/// the call waiting for it gets a clear error and the server keeps running. A long line whose
-/// start (its first [`HEAD_BYTES`]) names no request `id` ends the stream instead (an error,
-/// `tripped` set): the server is stopped with [`oversized_reason`].
+/// the call waiting for it gets a clear error and the server keeps running. The request's `id`
+/// is read from the line's start (its first [`HEAD_BYTES`]) or, for servers that write it last
+/// (the TypeScript SDK's `{"result":…,"jsonrpc":"2.0","id":7}`), from its end (its last
+/// [`HEAD_BYTES`]); a long line that names no `id` at either end ends the stream instead (an
+/// error, `tripped` set): the server is stopped with [`oversized_reason`].
 struct LineGuard<R> {
     inner: R,
     max: usize,
@@ -927,8 +929,11 @@ struct LineGuard<R> {
     line: usize,
     /// The current line's first [`HEAD_BYTES`].
     head: Vec<u8>,
-    /// Skipping the rest of a line past `max`: its request's id and its bytes so far.
-    skipping: Option<(serde_json::Value, u64)>,
+    /// Skipping the rest of a line past `max`: its request's id (when its start named it) and
+    /// its bytes so far.
+    skipping: Option<(Option<serde_json::Value>, u64)>,
+    /// The last [`HEAD_BYTES`] of a line being skipped, for an `id` written last.
+    tail: Vec<u8>,
     /// Bytes made here, to hand out (from `handed`) before reading on.
     pending: Vec<u8>,
     handed: usize,
@@ -945,6 +950,7 @@ impl<R> LineGuard<R> {
             line: 0,
             head: Vec::new(),
             skipping: None,
+            tail: Vec::new(),
             pending: Vec::new(),
             handed: 0,
             scratch: vec![0u8; 64 << 10].into_boxed_slice(),
@@ -974,25 +980,28 @@ impl<R> LineGuard<R> {
                         self.pending.push(b'\n');
                     }
                 } else {
-                    let Some(id) = request_id(&self.head) else {
-                        self.tripped.store(true, Ordering::SeqCst);
-                        return Err(());
-                    };
                     // rmcp gets the end of a line it cannot parse and drops it.
                     self.pending.push(b'\n');
-                    self.skipping = Some((id, self.line as u64));
+                    self.skipping = Some((request_id(&self.head), self.line as u64));
+                    self.tail.clear();
                 }
             }
             if let Some((_, skipped)) = self.skipping.as_mut() {
                 *skipped += segment.len() as u64 + u64::from(ends);
+                keep_tail(&mut self.tail, segment);
             }
             if ends {
                 // A skipped line is answered in its place once it ends.
                 if let Some((id, bytes)) = self.skipping.take() {
+                    let Some(id) = id.or_else(|| trailing_request_id(&self.tail)) else {
+                        self.tripped.store(true, Ordering::SeqCst);
+                        return Err(());
+                    };
                     self.pending.extend_from_slice(&oversized_line(id, bytes));
                 }
                 self.line = 0;
                 self.head.clear();
+                self.tail.clear();
             }
         }
         Ok(())
@@ -1009,6 +1018,30 @@ fn oversized_line(id: serde_json::Value, bytes: u64) -> Vec<u8> {
     let mut line = msg.to_string().into_bytes();
     line.push(b'\n');
     line
+}
+
+/// Keeps the last [`HEAD_BYTES`] of a line in `tail` as `segment` (its next bytes) goes by.
+fn keep_tail(tail: &mut Vec<u8>, segment: &[u8]) {
+    if segment.len() >= HEAD_BYTES {
+        tail.clear();
+        tail.extend_from_slice(&segment[segment.len() - HEAD_BYTES..]);
+        return;
+    }
+    let over = (tail.len() + segment.len()).saturating_sub(HEAD_BYTES);
+    tail.drain(..over.min(tail.len()));
+    tail.extend_from_slice(segment);
+}
+
+/// The `id` member that ends the JSON object `tail` is the end of (`…,"id":7}`), a number or a
+/// string: the last `"id"` key followed by its value and the object's one closing brace.
+fn trailing_request_id(tail: &[u8]) -> Option<serde_json::Value> {
+    let text = String::from_utf8_lossy(tail);
+    let key = text.rfind("\"id\"")?;
+    let after = text[key + 4..].trim_start().strip_prefix(':')?;
+    let mut values = serde_json::Deserializer::from_str(after).into_iter::<serde_json::Value>();
+    let value = values.next()?.ok()?;
+    let rest = after[values.byte_offset()..].trim();
+    (rest == "}" && (value.is_number() || value.is_string())).then_some(value)
 }
 
 /// The `id` member of the JSON object `head` starts (a number or a string), if it comes before
@@ -1088,7 +1121,11 @@ impl<R: AsyncRead + Unpin> AsyncRead for LineGuard<R> {
             }
             let n = read.filled().len();
             if n == 0 {
-                // End of stream.
+                // End of stream; a line skipped without its id (unended) answers nothing.
+                if matches!(this.skipping, Some((None, _))) {
+                    this.tripped.store(true, Ordering::SeqCst);
+                    return Poll::Ready(Err(too_long()));
+                }
                 return Poll::Ready(Ok(()));
             }
             let scratch = std::mem::take(&mut this.scratch);
@@ -1379,6 +1416,38 @@ mod tests {
         assert_eq!(id(r#"{"method":"notifications/x","params":{"id":3"#), None);
         assert_eq!(id(r#"{"id":{"a":1}}"#), None);
         assert_eq!(id(r#"{"jsonrpc":"2.0","result":"xxxx"#), None);
+        let last = |s: &str| trailing_request_id(s.as_bytes());
+        assert_eq!(
+            last(r#"xxx"}]},"jsonrpc":"2.0","id":7}"#),
+            Some(serde_json::json!(7))
+        );
+        assert_eq!(
+            last(r#"x", "id" : "a-1" } "#),
+            Some(serde_json::json!("a-1"))
+        );
+        assert_eq!(last(r#"yy","id":7}}"#), None, "a nested object's");
+        assert_eq!(last(r#"{"id":7,"x":"yy"}"#), None, "not the last member");
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_limit_whose_id_comes_last_is_answered_in_its_place() {
+        // The TypeScript SDK writes `id` after `result`.
+        let big = format!(
+            "{{\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}]}},\"jsonrpc\":\"2.0\",\"id\":42}}\n",
+            "x".repeat(5_000)
+        );
+        let next = "{\"result\":{},\"jsonrpc\":\"2.0\",\"id\":43}\n";
+        let (res, tripped) = read_all(format!("{big}{next}").as_bytes(), 100).await;
+        assert!(!tripped);
+        let out = String::from_utf8(res.unwrap()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        let err: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(
+            (err["id"].clone(), err["error"]["code"].clone()),
+            (serde_json::json!(42), serde_json::json!(OVERSIZED_CODE))
+        );
+        assert_eq!(lines[2], next.trim_end());
     }
 
     #[test]
