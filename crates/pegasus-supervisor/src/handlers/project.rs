@@ -79,9 +79,13 @@ impl Listing {
         self.approval_counts.fill(infos);
         // DESIGN.md §5 fallback models: the list in force and which answered lately.
         let served = self.gateway.fallbacks_served(None);
+        let default = self.gateway.fallback_models(None);
         for info in infos.iter_mut() {
             if info.error.is_none() {
-                info.fallback_models = Some(self.gateway.fallback_models(Some(&info.name)));
+                // As the rows just read each PROJECT.md: no second look per project.
+                let own = self.projects.last_seen(&info.name);
+                let list = own.as_deref().and_then(|p| p.fallback());
+                info.fallback_models = Some(list.map_or_else(|| default.clone(), <[String]>::to_vec));
             }
             info.fallbacks = served
                 .iter()
