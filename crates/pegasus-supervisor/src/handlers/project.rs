@@ -85,7 +85,8 @@ impl Listing {
                 // As the rows just read each PROJECT.md: no second look per project.
                 let own = self.projects.last_seen(&info.name);
                 let list = own.as_deref().and_then(|p| p.fallback());
-                info.fallback_models = Some(list.map_or_else(|| default.clone(), <[String]>::to_vec));
+                info.fallback_models =
+                    Some(list.map_or_else(|| default.clone(), <[String]>::to_vec));
             }
             info.fallbacks = served
                 .iter()
