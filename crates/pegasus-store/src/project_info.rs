@@ -43,6 +43,8 @@ pub fn from_entry(entry: &ScanEntry, cost_usd: f64) -> ProjectInfo {
         Ok(p) => {
             info.status = Some(p.status());
             info.model = p.model().map(str::to_string);
+            // Its own list; pegasusd puts config.yml's in its place when it sets none.
+            info.fallback_models = p.fallback().map(<[String]>::to_vec);
             info.workdir = p.workdir().map(|w| w.display().to_string());
             info.created = Some(ts(p.created()));
             info.suspended = p.suspended().map(ts);

@@ -84,12 +84,6 @@ impl ProjectRegistry {
         self.project(name)?.model().map(str::to_string)
     }
 
-    /// Project `name` as the last look found it, without a new look: for the rows
-    /// [`Self::rows`] has just made (one look at each PROJECT.md per listing is enough).
-    pub fn last_seen(&self, name: &str) -> Option<Arc<ProjectFile>> {
-        self.lock().get(name)?.file.clone().ok()
-    }
-
     /// The `fallback:` list of project `name` as its PROJECT.md says now; `None` when it sets
     /// none (config.yml's list applies) or the file cannot be read.
     pub fn fallback(&self, name: &str) -> Option<Vec<String>> {

@@ -82,11 +82,10 @@ impl Listing {
         let default = self.gateway.fallback_models(None);
         for info in infos.iter_mut() {
             if info.error.is_none() {
-                // As the rows just read each PROJECT.md: no second look per project.
-                let own = self.projects.last_seen(&info.name);
-                let list = own.as_deref().and_then(|p| p.fallback());
-                info.fallback_models =
-                    Some(list.map_or_else(|| default.clone(), <[String]>::to_vec));
+                // The row holds the project's own list, as its PROJECT.md was just read: no
+                // second look at each file.
+                let own = info.fallback_models.take();
+                info.fallback_models = Some(own.unwrap_or_else(|| default.clone()));
             }
             info.fallbacks = served
                 .iter()
