@@ -12,19 +12,25 @@ use std::{
     time::Duration,
 };
 
-#[test]
-fn stop_waits_for_the_exit_and_status_and_a_second_daemon_agree_meanwhile() {
+/// A fake whose answer to a message holding "slow" outlasts the worker's graceful stop (5 s in
+/// `fake_home`) many times over.
+fn slow_fake() -> FakeLlm {
     let fake = FakeLlm::start().unwrap();
     fake.require_api_key(Some(FAKE_KEY.into()));
     main_agent_rule(&fake);
-    // A model call that outlasts the worker's graceful stop (5 s in `fake_home`).
     fake.add_rule(Rule::new(
         Match::LastUserTextContains("slow".into()),
         Reply::Fault(Fault::Delay {
-            ms: 30_000,
+            ms: 60_000,
             then: Box::new(Reply::Text("late".into())),
         }),
     ));
+    fake
+}
+
+#[test]
+fn stop_waits_for_the_exit_and_status_and_a_second_daemon_agree_meanwhile() {
+    let fake = slow_fake();
     let home = fake_home(&fake, "");
     let d = home.start_fake();
     home.create("web");
@@ -107,16 +113,7 @@ fn stop_waits_for_the_exit_and_status_and_a_second_daemon_agree_meanwhile() {
 /// before three drains (15 s) could have passed.
 #[test]
 fn stop_drains_every_worker_at_once() {
-    let fake = FakeLlm::start().unwrap();
-    fake.require_api_key(Some(FAKE_KEY.into()));
-    main_agent_rule(&fake);
-    fake.add_rule(Rule::new(
-        Match::LastUserTextContains("slow".into()),
-        Reply::Fault(Fault::Delay {
-            ms: 60_000,
-            then: Box::new(Reply::Text("late".into())),
-        }),
-    ));
+    let fake = slow_fake();
     let home = fake_home(&fake, "");
     let mut d = home.start_fake();
     for name in ["one", "two", "three"] {

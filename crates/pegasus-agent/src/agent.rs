@@ -477,13 +477,7 @@ impl Agent {
         task_record::report(&self.notices, &task);
         if let Some(refused) = self.user_prompt_submit(&texts, refused_ids).await? {
             task_record::fail_running(&self.tasks, &self.notices, &task.id, &refused);
-            return Ok(RunOutcome {
-                task_id: task.id,
-                text: refused.clone(),
-                stop: StopKind::Hook(refused),
-                turns: 0,
-                cost_usd: 0.0,
-            });
+            return Ok(RunOutcome::refused_by_hook(task.id, refused));
         }
         self.run_task(task.id, true, true, None, None).await
     }
@@ -661,13 +655,7 @@ impl Agent {
                     self.transcript = rebuild(&loaded.records);
                 }
                 self.fail_unstartable(&task.id, &refused);
-                return Ok(RunOutcome {
-                    task_id: task.id,
-                    text: refused.clone(),
-                    stop: StopKind::Hook(refused),
-                    turns: 0,
-                    cost_usd: 0.0,
-                });
+                return Ok(RunOutcome::refused_by_hook(task.id, refused));
             }
         }
         let text =

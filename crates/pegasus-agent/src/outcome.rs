@@ -71,6 +71,17 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// Task `task_id` never ran: a `UserPromptSubmit` hook refused its message (`why`).
+    pub(crate) fn refused_by_hook(task_id: String, why: String) -> RunOutcome {
+        RunOutcome {
+            task_id,
+            text: why.clone(),
+            stop: StopKind::Hook(why),
+            turns: 0,
+            cost_usd: 0.0,
+        }
+    }
+
     /// The outcome of task `task_id`'s loop that ended as `end`, with its whole cost.
     pub(crate) fn of(
         task_id: String,
