@@ -14,6 +14,7 @@ mod attempt;
 pub mod code_task;
 mod connection;
 pub mod error;
+pub mod harness;
 mod logging;
 pub mod mcp;
 pub mod mcp_deferred;
