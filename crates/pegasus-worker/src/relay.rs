@@ -124,7 +124,7 @@ impl Relay {
     /// Hands a part of pegasusd's answer to the call waiting for it (if it still waits).
     pub(crate) fn deliver(&self, id: u64, part: RelayPart) {
         let mut calls = lock(&self.calls);
-        let end = matches!(part, RelayPart::End { .. });
+        let end = matches!(part, RelayPart::End { .. } | RelayPart::Cut(_));
         let sent = calls.get(&id).map(|tx| tx.send(part).is_ok());
         if end || sent == Some(false) {
             calls.remove(&id);
@@ -326,6 +326,7 @@ async fn handle(shared: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Rela
             shared.refused(refusal);
             return error(api, 500, "pegasusd ended the answer before its head");
         }
+        Some(RelayPart::Cut(why)) => return error(api, 500, &why),
         Some(RelayPart::Chunk(_)) | None => {
             return error(api, 500, "the worker's link to pegasusd is gone");
         }
@@ -419,13 +420,14 @@ impl RelayBody {
     }
 }
 
-/// A stream cut before its end: the link to pegasusd went away mid-answer.
+/// An answer cut before its end (upstream, or the link to pegasusd went away), why: the
+/// harness sees its connection cut.
 #[derive(Debug)]
-struct Cut;
+struct Cut(String);
 
 impl std::fmt::Display for Cut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the worker's link to pegasusd went away mid-answer")
+        f.write_str(&self.0)
     }
 }
 
@@ -463,10 +465,16 @@ impl Body for RelayBody {
                         Poll::Ready(None)
                     }
                     Poll::Ready(Some(RelayPart::Head { .. })) => continue,
+                    Poll::Ready(Some(RelayPart::Cut(why))) => {
+                        guard.done = true;
+                        Poll::Ready(Some(Err(Cut(why))))
+                    }
                     // The link went away: the harness sees a cut answer (no cancel to send).
                     Poll::Ready(None) => {
                         guard.done = true;
-                        Poll::Ready(Some(Err(Cut)))
+                        Poll::Ready(Some(Err(Cut(
+                            "the worker's link to pegasusd went away mid-answer".into(),
+                        ))))
                     }
                 };
             },
