@@ -719,3 +719,119 @@ fn responses_usage(usage: Option<&Value>) -> SeenUsage {
         cache_write: 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    /// The reservation rule (DESIGN.md §18): the request's own limit, capped by the model's
+    /// output limit and by [`RELAY_OUTPUT_RESERVE`]; the cap when the request sets none.
+    #[test]
+    fn the_output_reserved_is_bounded() {
+        let table = [
+            (json!({"max_tokens": 128000}), 64_000, RELAY_OUTPUT_RESERVE),
+            (json!({"max_tokens": 1000}), 64_000, 1000),
+            (json!({"max_tokens": 128000}), 4096, 4096),
+            (json!({"max_output_tokens": 2000}), 64_000, 2000),
+            (json!({}), 64_000, RELAY_OUTPUT_RESERVE),
+            (json!({"max_tokens": 0}), 64_000, 1),
+            (
+                json!({"max_tokens": u64::MAX}),
+                64_000,
+                RELAY_OUTPUT_RESERVE,
+            ),
+        ];
+        for (body, model_max, want) in table {
+            assert_eq!(
+                reserved_output(&body, model_max),
+                want,
+                "{body} / {model_max}"
+            );
+        }
+    }
+
+    #[test]
+    fn server_sent_events_are_split_across_chunks() {
+        let mut lines = SseLines::default();
+        assert!(lines
+            .push(b"event: message_start\r\ndata: {\"a\"")
+            .is_empty());
+        assert_eq!(
+            lines.push(b":1}\r\n\r\ndata: x\n"),
+            vec![("message_start".to_string(), "{\"a\":1}".to_string())]
+        );
+        assert_eq!(
+            lines.push(b"data: y\n\n: a comment\n\n"),
+            vec![("message".to_string(), "x\ny".to_string())]
+        );
+    }
+
+    /// An OpenAI Responses stream as Codex gets it: the id and model, the text, and the usage
+    /// of `response.completed` with its cached tokens split out.
+    #[test]
+    fn a_responses_stream_is_metered_from_its_completed_usage() {
+        let mut p = ResponsesStream::default();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let deltas = Deltas::new(tx);
+        let events = [
+            json!({"type": "response.created", "response": {"id": "resp_1", "model": "gpt-5", "usage": null}}),
+            json!({"type": "response.output_text.delta", "delta": "Hel"}),
+            json!({"type": "response.function_call_arguments.delta", "delta": "{\"a\":1}"}),
+            json!({"type": "response.output_text.delta", "delta": "lo"}),
+            json!({"type": "response.completed", "response": {"id": "resp_1", "model": "gpt-5",
+                "usage": {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 600},
+                          "output_tokens": 50, "output_tokens_details": {"reasoning_tokens": 20}}}}),
+        ];
+        let mut done = false;
+        for e in &events {
+            done = p.event("message", &e.to_string(), Some(&deltas)).unwrap();
+        }
+        assert!(done, "response.completed ends the stream");
+        let (bytes, usage, id, model) = p.progress();
+        assert_eq!((id, model), ("resp_1", "gpt-5"));
+        assert_eq!(bytes, 3 + 7 + 2);
+        assert_eq!(
+            usage,
+            SeenUsage {
+                input: Some(400),
+                output: Some(50),
+                cache_read: 600,
+                cache_write: 0,
+            }
+        );
+        let mut text = String::new();
+        while let Ok(d) = rx.try_recv() {
+            text.push_str(&d);
+        }
+        assert_eq!(text, "Hello");
+    }
+
+    #[test]
+    fn paths_map_onto_the_provider_base_url() {
+        let target = |kind, base: &str| Target {
+            provider: "p".into(),
+            model: "m".into(),
+            full: "p/m".into(),
+            kind,
+            base_url: base.into(),
+            api_key_env: None,
+            local: false,
+        };
+        assert_eq!(
+            upstream_url(
+                &target(Kind::Anthropic, "https://api.anthropic.com"),
+                "/v1/messages?beta=true"
+            ),
+            "https://api.anthropic.com/v1/messages?beta=true"
+        );
+        assert_eq!(
+            upstream_url(
+                &target(Kind::OpenAi, "https://api.openai.com/v1"),
+                "/v1/responses"
+            ),
+            "https://api.openai.com/v1/responses"
+        );
+    }
+}
