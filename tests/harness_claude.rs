@@ -444,3 +444,56 @@ fn a_missing_harness_binary_is_one_error_naming_the_key() {
     });
     assert!(log.contains("/nonexistent/claude"), "{log}");
 }
+
+/// Claude Code runs contained like `exec`: its shell cannot write outside the workdir, cannot
+/// read the Pegasus home, sees only its own processes, and has no provider key in its
+/// environment.
+#[test]
+fn claude_code_is_contained_like_exec() {
+    let Some(bin) = claude_bin() else { return };
+    let outside = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    harness_project(&home, "cc", "");
+    let escaped = outside.path().join("escaped.txt");
+    let command = format!(
+        "touch {} 2>/dev/null; echo touch=$?; cat {} >/dev/null 2>&1; echo read=$?; echo procs=$(ls /proc | grep -c '^[0-9]*$'); env | grep -c {FAKE_KEY} | sed 's/^/keys=/'",
+        escaped.display(),
+        home.path().join("config.yml").display(),
+    );
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Try to get out".into()),
+        ]),
+        Reply::Tools(vec![bash(&command)]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("touch=".into()),
+        Reply::Text("tried".into()),
+    ));
+    let said = home.ctl_ok(&["project", "send", "cc", "Try to get out", "--wait"]);
+    assert!(said.contains("tried"), "{said}");
+    assert!(
+        !escaped.exists(),
+        "a write outside the workdir went through"
+    );
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    let result = log
+        .lines()
+        .find(|l| l.trim_start().starts_with("← ") && l.contains("touch="))
+        .unwrap_or_else(|| panic!("the result in the log:\n{log}"));
+    assert!(!result.contains("touch=0"), "{result}");
+    assert!(!result.contains("read=0"), "the home is readable: {result}");
+    assert!(result.contains("keys=0"), "{result}");
+    let procs: u32 = result
+        .split("procs=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(999);
+    assert!(procs < 30, "a PID namespace of its own: {result}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
