@@ -86,6 +86,8 @@ fn tasks(home: &Home, project: &str) -> Vec<Value> {
 fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
     let Some(bin) = claude_bin() else { return };
     let fake = FakeLlm::start().unwrap();
+    // Every request reaches the provider with pegasusd's key, never one the harness holds.
+    fake.require_api_key(Some(FAKE_KEY.into()));
     main_agent_rule(&fake);
     let home = harness_home(&fake, &bin, "");
     let _d = home.start_fake();
@@ -154,6 +156,16 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
     let t = tasks(&home, "cc");
     assert_eq!(t.len(), 1, "{t:?}");
     assert_eq!(t[0]["state"], "done", "{t:?}");
+    // Its three model calls went through pegasusd: metered in the ledger for the task.
+    let ledger = std::fs::read_to_string(home.path().join("costs/ledger.jsonl")).unwrap();
+    let lines: Vec<Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["project"] == "cc")
+        .collect();
+    assert_eq!(lines.len(), 3, "{ledger}");
+    assert!(lines.iter().all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0), "{ledger}");
+    assert!(home.ctl_ok(&["cost", "--project", "cc"]).contains('$'));
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     // Claude Code kept its session in the project, and nothing of it runs on.
     let sessions = home
@@ -496,4 +508,53 @@ fn claude_code_is_contained_like_exec() {
         .unwrap_or(999);
     assert!(procs < 30, "a PID namespace of its own: {result}");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A budget reached mid-task: the harness's next model call is refused by pegasusd, Claude Code
+/// stops, and the task ends blocked on `budget` with the reason (`send --wait` exits 1).
+#[test]
+fn a_budget_reached_mid_task_stops_claude_code() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    // The first call fits the project's $0.08 (its reservation is bounded, DESIGN.md §15)
+    // and costs $0.10 (100k input tokens at $1/M): the next one has no room.
+    harness_project(&home, "cc", "budget_usd: 0.08\n");
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Spend it".into()),
+            ]),
+            Reply::Tools(vec![bash("echo step-one")]),
+        )
+        .usage(pegasus_fakellm::UsageSpec {
+            input: 100_000,
+            output: 10,
+            ..Default::default()
+        }),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("step-one".into()),
+        Reply::Text("should not get here".into()),
+    ));
+    let out = home.ctl(&["project", "send", "cc", "Spend it", "--wait"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("budget"), "{stdout}\n{stderr}");
+    let t = tasks(&home, "cc");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(
+        (t[0]["state"].as_str(), t[0]["stop_reason"].as_str()),
+        (Some("blocked"), Some("budget")),
+        "{t:?}"
+    );
+    assert_eq!(fake.request_count(), 1, "the refused call never reached the provider");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
 }
