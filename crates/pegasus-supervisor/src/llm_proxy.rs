@@ -67,6 +67,46 @@ impl Drop for InFlight {
     }
 }
 
+/// What one call publishes on the bus: its start, its text deltas (as its task's), its end
+/// with the cost.
+struct OnBus {
+    bus: EventBus,
+    project: String,
+    task: Option<String>,
+}
+
+impl OnBus {
+    fn start(&self, in_flight: u32) {
+        let start = BusBody::LlmCall {
+            task: self.task.clone(),
+            ended: false,
+            in_flight,
+            cost_usd: None,
+        };
+        self.bus.publish(&self.project, start);
+    }
+
+    fn delta(&self, text: String) {
+        let delta = WorkerEvent::TextDelta {
+            task: self.task.clone(),
+            text,
+        };
+        self.bus.publish(&self.project, BusBody::Worker(delta));
+    }
+
+    /// The call is over: it leaves the in-flight count, then its end is published.
+    fn end(self, in_flight: InFlight, cost_usd: Option<f64>) {
+        let in_flight = in_flight.leave();
+        let end = BusBody::LlmCall {
+            task: self.task,
+            ended: true,
+            in_flight,
+            cost_usd,
+        };
+        self.bus.publish(&self.project, end);
+    }
+}
+
 impl LlmProxy {
     pub fn new(
         gateway: Gateway,
@@ -108,13 +148,8 @@ impl LlmProxy {
         let call = tokio::spawn(async move {
             // Start and end are published by this one task, so a consumer always sees the start
             // first.
-            let start = BusBody::LlmCall {
-                task: task.clone(),
-                ended: false,
-                in_flight,
-                cost_usd: None,
-            };
-            bus.publish(&project, start);
+            let on_bus = OnBus { bus, project, task };
+            on_bus.start(in_flight);
             // Deltas go on the bus in order and before the answer reaches the worker (so
             // before anything the worker says after it): the call and its deltas are drained
             // on this one task.
@@ -122,24 +157,15 @@ impl LlmProxy {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
                 let chat = gateway.chat(request, Some(tx));
                 tokio::pin!(chat);
-                let delta = |text: String| {
-                    bus.publish(
-                        &project,
-                        BusBody::Worker(WorkerEvent::TextDelta {
-                            task: task.clone(),
-                            text,
-                        }),
-                    );
-                };
                 let result = loop {
                     tokio::select! {
                         biased;
-                        Some(text) = rx.recv() => delta(text),
+                        Some(text) = rx.recv() => on_bus.delta(text),
                         result = &mut chat => break result,
                     }
                 };
                 while let Ok(text) = rx.try_recv() {
-                    delta(text);
+                    on_bus.delta(text);
                 }
                 result
             } else {
@@ -150,14 +176,7 @@ impl LlmProxy {
                 Err(_) => None,
             };
             let _ = to_worker.send(ToWorker::LlmResponse { id, result });
-            let in_flight = guard.leave();
-            let end = BusBody::LlmCall {
-                task,
-                ended: true,
-                in_flight,
-                cost_usd,
-            };
-            bus.publish(&project, end);
+            on_bus.end(guard, cost_usd);
         });
         self.calls.insert(id, call);
     }
@@ -173,15 +192,12 @@ impl LlmProxy {
             let _ = to_worker.send(ToWorker::RelayAnswer { id, part });
         };
         if let Some(refusal) = self.watchdogs.refusal(&self.project, task.as_deref()) {
-            let body = request.api.error_body(400, &refusal.to_string());
-            answer(RelayPart::Head {
-                status: 400,
-                headers: vec![("content-type".into(), "application/json".into())],
-            });
-            answer(RelayPart::Chunk(body.into_bytes()));
-            answer(RelayPart::End {
-                refusal: Some(refusal),
-            });
+            let message = format!("Pegasus: {refusal}");
+            request
+                .api
+                .refusal(400, &message, refusal)
+                .into_iter()
+                .for_each(answer);
             return;
         }
         let gateway = self.gateway.clone();
@@ -189,32 +205,22 @@ impl LlmProxy {
         let project = self.project.clone();
         let (guard, in_flight) = InFlight::enter(&self.in_flight);
         let call = tokio::spawn(async move {
-            let start = BusBody::LlmCall {
-                task: task.clone(),
-                ended: false,
-                in_flight,
-                cost_usd: None,
+            let on_bus = OnBus {
+                bus,
+                project: project.clone(),
+                task,
             };
-            bus.publish(&project, start);
+            on_bus.start(in_flight);
             let (parts_tx, mut parts) = mpsc::unbounded_channel::<RelayPart>();
             let (deltas_tx, mut deltas) = mpsc::unbounded_channel::<String>();
             let relayed = gateway.relay(&project, request, &parts_tx, Some(deltas_tx));
             tokio::pin!(relayed);
-            let delta = |text: String| {
-                bus.publish(
-                    &project,
-                    BusBody::Worker(WorkerEvent::TextDelta {
-                        task: task.clone(),
-                        text,
-                    }),
-                );
-            };
             // Parts and deltas are passed on as they come, in order, by this one task.
             let cost_usd = loop {
                 tokio::select! {
                     biased;
                     Some(part) = parts.recv() => answer(part),
-                    Some(text) = deltas.recv() => delta(text),
+                    Some(text) = deltas.recv() => on_bus.delta(text),
                     cost = &mut relayed => break cost,
                 }
             };
@@ -222,16 +228,9 @@ impl LlmProxy {
                 answer(part);
             }
             while let Ok(text) = deltas.try_recv() {
-                delta(text);
+                on_bus.delta(text);
             }
-            let in_flight = guard.leave();
-            let end = BusBody::LlmCall {
-                task,
-                ended: true,
-                in_flight,
-                cost_usd,
-            };
-            bus.publish(&project, end);
+            on_bus.end(guard, cost_usd);
         });
         self.relays.insert(id, call);
     }

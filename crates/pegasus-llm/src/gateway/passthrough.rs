@@ -103,13 +103,12 @@ impl Answer<'_> {
 
     /// A whole answer pegasusd makes itself: the API's error shape, and the typed reason.
     fn refuse(&self, refusal: Refusal) {
-        let body = self.api.error_body(refusal.status, &refusal.message);
-        self.head(
-            refusal.status,
-            vec![("content-type".into(), "application/json".into())],
-        );
-        self.chunk(body.as_bytes());
-        self.end(Some(refusal.error));
+        for part in self
+            .api
+            .refusal(refusal.status, &refusal.message, refusal.error)
+        {
+            let _ = self.out.send(part);
+        }
     }
 }
 
