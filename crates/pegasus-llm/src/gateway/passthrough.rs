@@ -360,8 +360,11 @@ impl Gateway {
         {
             builder = builder.header("anthropic-version", anthropic::API_VERSION);
         }
-        let builder =
-            provider::authorize(builder, target.kind, key).header("x-client-request-id", call);
+        // The call id travels with a metered call, as on the normal path (`Gateway::attempt`).
+        let mut builder = provider::authorize(builder, target.kind, key);
+        if !call.is_empty() {
+            builder = builder.header("x-client-request-id", call);
+        }
         match tokio::time::timeout(timeout, builder.send()).await {
             Err(_) => Err((
                 Cause::Timeout,
