@@ -50,8 +50,8 @@
 //!   (as the real APIs keep them), `Content-Length` request bodies only,
 //!   bound to 127.0.0.1, no TLS.
 //! * It does not cover the whole API surface: no images,
-//!   batches, embeddings, `/v1/models`, `/v1/messages/count_tokens` (Claude Code 2.1.332
-//!   does not call it), server tools (their `type`d specs are accepted unchecked, never run),
+//!   batches, embeddings, `/v1/models` (`/v1/messages/count_tokens` is served, strict, its
+//!   count the fake's estimate: a harness's relay forwards it), server tools (their `type`d specs are accepted unchecked, never run),
 //!   or the OpenAI Responses API. The context-window
 //!   probes Pegasus makes of a server on this machine (`/props`, `/v1/models`, `/api/show`)
 //!   get a 404, as from a hosted API, counted by `FakeLlm::window_probes`.

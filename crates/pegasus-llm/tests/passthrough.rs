@@ -385,3 +385,39 @@ async fn a_call_dropped_mid_answer_is_metered_from_what_arrived() {
     assert!(lines[0].estimated);
     assert!(lines[0].usd.unwrap() > 0.0);
 }
+
+/// A streamed answer larger than `llm.max_response_bytes` passes whole: its bytes are not held
+/// (the limit bounds what pegasusd keeps, and a 128,000-token stream is far beyond it), and it
+/// is metered from its usage. (The fake sends the text as one event, larger than the limit:
+/// that event is not read for the bus, only passed on.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_passes_whole_past_the_response_limit() {
+    let w = world("fa/claude-sonnet-4-5", |c| {
+        c.llm.max_response_bytes = 64 * 1024
+    });
+    let text = "word ".repeat(40_000);
+    w.fake.add_rule(
+        Rule::new(Match::Any, Reply::Text(text.clone())).usage(UsageSpec {
+            input: 10,
+            output: 50_000,
+            ..UsageSpec::default()
+        }),
+    );
+    let a = relay(&w, messages("claude-opus-4-7", true, "write a lot")).await;
+    assert_eq!(a.status, 200);
+    assert!(a.body.len() > 200_000, "{}", a.body.len());
+    let streamed: String = a
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|e| e["delta"]["type"] == "text_delta")
+        .map(|e| e["delta"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert!(streamed == text, "the whole text reached the harness");
+    assert!(a.body.contains("message_stop"));
+    let lines = ledger(&w);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].output_tokens, 50_000);
+    assert!(!lines[0].estimated);
+}

@@ -123,6 +123,21 @@ impl RelayApi {
         };
         value.to_string()
     }
+
+    /// The whole answer pegasusd gives a call it refuses itself: a head of `status`, the body
+    /// [`RelayApi::error_body`] with `message`, and the end with the typed reason.
+    pub fn refusal(self, status: u16, message: &str, reason: LlmError) -> [RelayPart; 3] {
+        [
+            RelayPart::Head {
+                status,
+                headers: vec![("content-type".into(), "application/json".into())],
+            },
+            RelayPart::Chunk(self.error_body(status, message).into_bytes()),
+            RelayPart::End {
+                refusal: Some(reason),
+            },
+        ]
+    }
 }
 
 /// One request a harness sent to its worker's relay endpoint, relayed to pegasusd as it came:
@@ -356,4 +371,99 @@ pub struct Hello {
     /// The per-spawn token pegasusd gave the worker on stdin (for a remote worker, the token its
     /// certificate was enrolled with).
     pub token: String,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{decode, encode};
+
+    /// Every relay frame crosses the codec unchanged, a body of any bytes included.
+    #[test]
+    fn relay_frames_round_trip() {
+        let request = RelayRequest {
+            api: RelayApi::Anthropic,
+            method: "POST".into(),
+            path: "/v1/messages?beta=true".into(),
+            body: r#"{"model":"claude-x","max_tokens":128000,"stream":true}"#.into(),
+            headers: vec![("anthropic-beta".into(), "a,b".into())],
+            task: Some("t-1".into()),
+            role: None,
+        };
+        for frame in [
+            FromWorker::RelayRequest { id: 3, request },
+            FromWorker::RelayCancel { id: 3 },
+        ] {
+            assert_eq!(
+                decode::<FromWorker>(&encode(&frame).unwrap()).unwrap(),
+                frame
+            );
+        }
+        let refusal = LlmError::BudgetExceeded {
+            scope: "task t-1".into(),
+            limit: 2.0,
+            spent: 2.5,
+        };
+        let parts = [
+            RelayPart::Head {
+                status: 200,
+                headers: vec![("content-type".into(), "text/event-stream".into())],
+            },
+            RelayPart::Chunk(vec![0, 159, 146, 150, b'\n']),
+            RelayPart::Cut("stream stalled".into()),
+            RelayPart::End { refusal: None },
+            RelayPart::End {
+                refusal: Some(refusal),
+            },
+        ];
+        for part in parts {
+            let frame = ToWorker::RelayAnswer { id: 9, part };
+            assert_eq!(decode::<ToWorker>(&encode(&frame).unwrap()).unwrap(), frame);
+        }
+    }
+
+    /// The error bodies are the APIs' own shapes, typed by status as the real APIs do.
+    #[test]
+    fn error_bodies_have_each_api_s_shape() {
+        let table = [
+            (
+                RelayApi::Anthropic,
+                401,
+                "/error/type",
+                "authentication_error",
+            ),
+            (
+                RelayApi::Anthropic,
+                400,
+                "/error/type",
+                "invalid_request_error",
+            ),
+            (RelayApi::Anthropic, 404, "/error/type", "not_found_error"),
+            (RelayApi::Anthropic, 413, "/error/type", "request_too_large"),
+            (RelayApi::Anthropic, 502, "/error/type", "api_error"),
+            (RelayApi::OpenAi, 401, "/error/code", "invalid_api_key"),
+            (RelayApi::OpenAi, 429, "/error/code", "insufficient_quota"),
+            (
+                RelayApi::OpenAi,
+                400,
+                "/error/type",
+                "invalid_request_error",
+            ),
+            (RelayApi::OpenAi, 502, "/error/type", "server_error"),
+        ];
+        for (api, status, pointer, want) in table {
+            let body: serde_json::Value =
+                serde_json::from_str(&api.error_body(status, "what to do")).unwrap();
+            assert_eq!(
+                body.pointer(pointer).unwrap(),
+                want,
+                "{api:?} {status}: {body}"
+            );
+            assert_eq!(body.pointer("/error/message").unwrap(), "what to do");
+            if api == RelayApi::Anthropic {
+                assert_eq!(body["type"], "error");
+            }
+        }
+    }
 }

@@ -8,6 +8,10 @@
 //! front when the watchdog stopped its task. Every start and end is published on the bus (with
 //! the cost), which is how the watchdog knows a busy worker is waiting on the gateway rather
 //! than silent. Calls are cancelled (their tasks aborted) when the worker asks or exits.
+//!
+//! A harness's own requests, relayed by the worker's endpoint (`RelayRequest`, DESIGN.md
+//! §18), go the same way through the gateway's passthrough path: their answer's parts go back
+//! to the worker as they come (`RelayAnswer`), their text on the bus like any call's.
 
 use crate::{bus::EventBus, watchdog::Watchdogs};
 use pegasus_llm::Gateway;
@@ -63,6 +67,46 @@ impl Drop for InFlight {
     }
 }
 
+/// What one call publishes on the bus: its start, its text deltas (as its task's), its end
+/// with the cost.
+struct OnBus {
+    bus: EventBus,
+    project: String,
+    task: Option<String>,
+}
+
+impl OnBus {
+    fn start(&self, in_flight: u32) {
+        let start = BusBody::LlmCall {
+            task: self.task.clone(),
+            ended: false,
+            in_flight,
+            cost_usd: None,
+        };
+        self.bus.publish(&self.project, start);
+    }
+
+    fn delta(&self, text: String) {
+        let delta = WorkerEvent::TextDelta {
+            task: self.task.clone(),
+            text,
+        };
+        self.bus.publish(&self.project, BusBody::Worker(delta));
+    }
+
+    /// The call is over: it leaves the in-flight count, then its end is published.
+    fn end(self, in_flight: InFlight, cost_usd: Option<f64>) {
+        let in_flight = in_flight.leave();
+        let end = BusBody::LlmCall {
+            task: self.task,
+            ended: true,
+            in_flight,
+            cost_usd,
+        };
+        self.bus.publish(&self.project, end);
+    }
+}
+
 impl LlmProxy {
     pub fn new(
         gateway: Gateway,
@@ -104,13 +148,8 @@ impl LlmProxy {
         let call = tokio::spawn(async move {
             // Start and end are published by this one task, so a consumer always sees the start
             // first.
-            let start = BusBody::LlmCall {
-                task: task.clone(),
-                ended: false,
-                in_flight,
-                cost_usd: None,
-            };
-            bus.publish(&project, start);
+            let on_bus = OnBus { bus, project, task };
+            on_bus.start(in_flight);
             // Deltas go on the bus in order and before the answer reaches the worker (so
             // before anything the worker says after it): the call and its deltas are drained
             // on this one task.
@@ -118,24 +157,15 @@ impl LlmProxy {
                 let (tx, mut rx) = mpsc::unbounded_channel::<String>();
                 let chat = gateway.chat(request, Some(tx));
                 tokio::pin!(chat);
-                let delta = |text: String| {
-                    bus.publish(
-                        &project,
-                        BusBody::Worker(WorkerEvent::TextDelta {
-                            task: task.clone(),
-                            text,
-                        }),
-                    );
-                };
                 let result = loop {
                     tokio::select! {
                         biased;
-                        Some(text) = rx.recv() => delta(text),
+                        Some(text) = rx.recv() => on_bus.delta(text),
                         result = &mut chat => break result,
                     }
                 };
                 while let Ok(text) = rx.try_recv() {
-                    delta(text);
+                    on_bus.delta(text);
                 }
                 result
             } else {
@@ -146,14 +176,7 @@ impl LlmProxy {
                 Err(_) => None,
             };
             let _ = to_worker.send(ToWorker::LlmResponse { id, result });
-            let in_flight = guard.leave();
-            let end = BusBody::LlmCall {
-                task,
-                ended: true,
-                in_flight,
-                cost_usd,
-            };
-            bus.publish(&project, end);
+            on_bus.end(guard, cost_usd);
         });
         self.calls.insert(id, call);
     }
@@ -169,15 +192,12 @@ impl LlmProxy {
             let _ = to_worker.send(ToWorker::RelayAnswer { id, part });
         };
         if let Some(refusal) = self.watchdogs.refusal(&self.project, task.as_deref()) {
-            let body = request.api.error_body(400, &refusal.to_string());
-            answer(RelayPart::Head {
-                status: 400,
-                headers: vec![("content-type".into(), "application/json".into())],
-            });
-            answer(RelayPart::Chunk(body.into_bytes()));
-            answer(RelayPart::End {
-                refusal: Some(refusal),
-            });
+            let message = format!("Pegasus: {refusal}");
+            request
+                .api
+                .refusal(400, &message, refusal)
+                .into_iter()
+                .for_each(answer);
             return;
         }
         let gateway = self.gateway.clone();
@@ -185,32 +205,22 @@ impl LlmProxy {
         let project = self.project.clone();
         let (guard, in_flight) = InFlight::enter(&self.in_flight);
         let call = tokio::spawn(async move {
-            let start = BusBody::LlmCall {
-                task: task.clone(),
-                ended: false,
-                in_flight,
-                cost_usd: None,
+            let on_bus = OnBus {
+                bus,
+                project: project.clone(),
+                task,
             };
-            bus.publish(&project, start);
+            on_bus.start(in_flight);
             let (parts_tx, mut parts) = mpsc::unbounded_channel::<RelayPart>();
             let (deltas_tx, mut deltas) = mpsc::unbounded_channel::<String>();
             let relayed = gateway.relay(&project, request, &parts_tx, Some(deltas_tx));
             tokio::pin!(relayed);
-            let delta = |text: String| {
-                bus.publish(
-                    &project,
-                    BusBody::Worker(WorkerEvent::TextDelta {
-                        task: task.clone(),
-                        text,
-                    }),
-                );
-            };
             // Parts and deltas are passed on as they come, in order, by this one task.
             let cost_usd = loop {
                 tokio::select! {
                     biased;
                     Some(part) = parts.recv() => answer(part),
-                    Some(text) = deltas.recv() => delta(text),
+                    Some(text) = deltas.recv() => on_bus.delta(text),
                     cost = &mut relayed => break cost,
                 }
             };
@@ -218,16 +228,9 @@ impl LlmProxy {
                 answer(part);
             }
             while let Ok(text) = deltas.try_recv() {
-                delta(text);
+                on_bus.delta(text);
             }
-            let in_flight = guard.leave();
-            let end = BusBody::LlmCall {
-                task,
-                ended: true,
-                in_flight,
-                cost_usd,
-            };
-            bus.publish(&project, end);
+            on_bus.end(guard, cost_usd);
         });
         self.relays.insert(id, call);
     }
@@ -254,5 +257,136 @@ impl Drop for LlmProxy {
         for (_, call) in self.calls.drain().chain(self.relays.drain()) {
             call.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, UsageSpec};
+    use pegasus_proto::worker::RelayApi;
+    use pegasus_store::{Config, Home, NewProject, PriceConfig, ProviderConfig};
+
+    /// A harness's call relayed for project `web`: its answer's parts go to the worker as
+    /// `RelayAnswer` frames in order, its text on the bus as the task's deltas between the
+    /// call's start and its end (with the cost).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_relayed_call_streams_to_the_worker_and_its_text_to_the_bus() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        let fake = FakeLlm::start().unwrap();
+        fake.add_rule(
+            Rule::new(Match::Any, Reply::Text("streamed text".into())).usage(UsageSpec {
+                input: 100,
+                output: 10,
+                ..UsageSpec::default()
+            }),
+        );
+        let mut config = Config::default();
+        config.providers.insert(
+            "fa".into(),
+            ProviderConfig {
+                kind: "anthropic".into(),
+                base_url: fake.anthropic_base_url(),
+                api_key_env: None,
+                local: true,
+            },
+        );
+        config.default_model = "fa/claude-opus-4-7".into();
+        config.prices.insert(
+            "fa/claude-opus-4-7".into(),
+            PriceConfig {
+                input: 1.0,
+                output: 2.0,
+                cache_read: None,
+                cache_write: None,
+                context_window: None,
+            },
+        );
+        pegasus_store::create_project(
+            &home,
+            &NewProject {
+                name: "web".into(),
+                goal: "Relay.".into(),
+                ..NewProject::default()
+            },
+            chrono::Utc::now(),
+        )
+        .unwrap();
+        let gateway = Gateway::new(&home, &config).unwrap();
+        let bus = EventBus::new();
+        let mut events = bus.subscribe();
+        let (to_worker, mut frames) = mpsc::unbounded_channel();
+        let mut proxy = LlmProxy::new(
+            gateway,
+            bus,
+            Arc::new(Watchdogs::new(&config.watchdog)),
+            "web".into(),
+            to_worker,
+        );
+        let body = serde_json::json!({
+            "model": "claude-opus-4-7", "max_tokens": 1000, "stream": true,
+            "messages": [{"role": "user", "content": "hi"}],
+        });
+        proxy.relay(
+            7,
+            RelayRequest {
+                api: RelayApi::Anthropic,
+                method: "POST".into(),
+                path: "/v1/messages?beta=true".into(),
+                body: body.to_string(),
+                headers: vec![],
+                task: Some("t-1".into()),
+                role: None,
+            },
+        );
+        let mut parts = Vec::new();
+        loop {
+            let frame = tokio::time::timeout(std::time::Duration::from_secs(10), frames.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            let ToWorker::RelayAnswer { id: 7, part } = frame else {
+                panic!("not an answer of call 7: {frame:?}");
+            };
+            let end = matches!(part, RelayPart::End { .. });
+            parts.push(part);
+            if end {
+                break;
+            }
+        }
+        assert!(
+            matches!(parts[0], RelayPart::Head { status: 200, .. }),
+            "{parts:?}"
+        );
+        assert_eq!(parts.last(), Some(&RelayPart::End { refusal: None }));
+        let body: Vec<u8> = parts
+            .iter()
+            .filter_map(|p| match p {
+                RelayPart::Chunk(b) => Some(b.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert!(String::from_utf8(body).unwrap().contains("message_stop"));
+        let (mut text, mut ended_cost) = (String::new(), None);
+        while ended_cost.is_none() {
+            let e = events.recv().await.unwrap();
+            match &e.body {
+                BusBody::Worker(WorkerEvent::TextDelta { task, text: piece }) => {
+                    assert_eq!(task.as_deref(), Some("t-1"));
+                    text.push_str(piece);
+                }
+                BusBody::LlmCall {
+                    ended: true,
+                    cost_usd,
+                    ..
+                } => ended_cost = Some(*cost_usd),
+                _ => {}
+            }
+        }
+        assert_eq!(text, "streamed text");
+        assert_eq!(ended_cost, Some(Some((100.0 * 1.0 + 10.0 * 2.0) / 1e6)));
     }
 }

@@ -103,13 +103,12 @@ impl Answer<'_> {
 
     /// A whole answer pegasusd makes itself: the API's error shape, and the typed reason.
     fn refuse(&self, refusal: Refusal) {
-        let body = self.api.error_body(refusal.status, &refusal.message);
-        self.head(
-            refusal.status,
-            vec![("content-type".into(), "application/json".into())],
-        );
-        self.chunk(body.as_bytes());
-        self.end(Some(refusal.error));
+        for part in self
+            .api
+            .refusal(refusal.status, &refusal.message, refusal.error)
+        {
+            let _ = self.out.send(part);
+        }
     }
 }
 
@@ -361,8 +360,11 @@ impl Gateway {
         {
             builder = builder.header("anthropic-version", anthropic::API_VERSION);
         }
-        let builder =
-            provider::authorize(builder, target.kind, key).header("x-client-request-id", call);
+        // The call id travels with a metered call, as on the normal path (`Gateway::attempt`).
+        let mut builder = provider::authorize(builder, target.kind, key);
+        if !call.is_empty() {
+            builder = builder.header("x-client-request-id", call);
+        }
         match tokio::time::timeout(timeout, builder.send()).await {
             Err(_) => Err((
                 Cause::Timeout,
@@ -405,8 +407,10 @@ impl Gateway {
 
     /// Streams a 200 answer back to the harness as its bytes arrive, reading its usage, id,
     /// model and text on the way, and settles the reservation with its ledger line (from the
-    /// usage, else estimated). A stream cut, stalled or past `llm.max_response_bytes` is cut
-    /// for the harness too, and metered from what arrived.
+    /// usage, else estimated). A stream cut or stalled is cut for the harness too, and metered
+    /// from what arrived. Its bytes pass through without being held, so no size limit applies
+    /// (a 128,000-token answer's stream is far beyond `llm.max_response_bytes`); what is held
+    /// to read it (a plain body, an unfinished event) is bounded by that limit.
     #[allow(clippy::too_many_arguments)] // one answer's whole context; a struct would only rename it
     async fn stream_back(
         &self,
@@ -422,9 +426,8 @@ impl Gateway {
         let is_sse =
             header(&response, "content-type").is_some_and(|v| v.starts_with("text/event-stream"));
         let limit = self.inner.config.llm.max_response_bytes as usize;
-        let mut meter = Meter::new(api, is_sse);
+        let mut meter = Meter::new(api, is_sse, limit);
         let mut body = response.bytes_stream();
-        let mut total = 0usize;
         let broke = loop {
             let chunk = match tokio::time::timeout(idle, body.next()).await {
                 Err(_) => break Some(format!("stream stalled: nothing for {} s", idle.as_secs())),
@@ -432,12 +435,6 @@ impl Gateway {
                 Ok(Some(Err(e))) => break Some(format!("stream broken: {e}")),
                 Ok(Some(Ok(chunk))) => chunk,
             };
-            total = total.saturating_add(chunk.len());
-            if total > limit {
-                break Some(format!(
-                    "the answer is larger than llm.max_response_bytes ({limit} bytes)"
-                ));
-            }
             answer.chunk(&chunk);
             meter.feed(&chunk, deltas, &reservation.progress);
         };
@@ -550,8 +547,8 @@ async fn forward_unmetered(response: reqwest::Response, answer: &Answer<'_>, idl
 }
 
 /// Reads an answer's usage, id, model and text as its bytes go by, without holding it: a
-/// stream's events are parsed as they complete, a plain JSON body is kept (up to its limit)
-/// and read at its end.
+/// stream's events are parsed as they complete, a plain JSON body is kept (up to `limit`
+/// bytes; a larger one is metered as estimated from its size) and read at its end.
 enum Meter {
     /// Server-sent events, split into events as the bytes come.
     Sse {
@@ -559,22 +556,33 @@ enum Meter {
         lines: SseLines,
     },
     /// A plain JSON body.
-    Json { api: RelayApi, bytes: Vec<u8> },
+    Json {
+        api: RelayApi,
+        bytes: Vec<u8>,
+        /// Bytes of the whole body.
+        total: u64,
+        limit: usize,
+    },
 }
 
 impl Meter {
-    fn new(api: RelayApi, sse: bool) -> Meter {
+    fn new(api: RelayApi, sse: bool, limit: usize) -> Meter {
         match sse {
             true => Meter::Sse {
                 parser: match api {
                     RelayApi::Anthropic => Box::<anthropic::Stream>::default(),
                     RelayApi::OpenAi => Box::<ResponsesStream>::default(),
                 },
-                lines: SseLines::default(),
+                lines: SseLines {
+                    limit,
+                    ..SseLines::default()
+                },
             },
             false => Meter::Json {
                 api,
                 bytes: Vec::new(),
+                total: 0,
+                limit,
             },
         }
     }
@@ -592,9 +600,17 @@ impl Meter {
                 let (bytes, usage, id, model) = parser.progress();
                 progress.update(bytes, usage, id, model);
             }
-            Meter::Json { bytes, .. } => {
-                bytes.extend_from_slice(chunk);
-                progress.update(bytes.len() as u64, SeenUsage::default(), "", "");
+            Meter::Json {
+                bytes,
+                total,
+                limit,
+                ..
+            } => {
+                *total += chunk.len() as u64;
+                if bytes.len() + chunk.len() <= *limit {
+                    bytes.extend_from_slice(chunk);
+                }
+                progress.update(*total, SeenUsage::default(), "", "");
             }
         }
     }
@@ -607,26 +623,35 @@ impl Meter {
                 let (bytes, usage, id, model) = parser.progress();
                 (usage, bytes, id.to_string(), model.to_string())
             }
-            Meter::Json { api, bytes } => {
+            Meter::Json {
+                api, bytes, total, ..
+            } => {
+                // A body past the limit was not kept whole: it does not parse, and is estimated.
                 let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                 let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
                 let usage = match api {
                     RelayApi::Anthropic => anthropic::seen_usage(v.get("usage")),
                     RelayApi::OpenAi => responses_usage(v.get("usage")),
                 };
-                (usage, bytes.len() as u64, text("id"), text("model"))
+                (usage, total, text("id"), text("model"))
             }
         }
     }
 }
 
 /// Splits a byte stream into server-sent events (`event:` and `data:` lines, a blank line
-/// ends one), keeping only the unfinished line between chunks.
+/// ends one), keeping only the unfinished event between chunks; one longer than `limit` bytes
+/// is skipped (the harness still gets it: only its metering is lost, and estimated).
 #[derive(Default)]
 struct SseLines {
     partial: Vec<u8>,
     event: String,
     data: Vec<String>,
+    /// Bytes of `data` held.
+    held: usize,
+    limit: usize,
+    /// The current event passed `limit`: its lines are dropped up to its end.
+    skipping: bool,
 }
 
 impl SseLines {
@@ -639,7 +664,9 @@ impl SseLines {
             let line = String::from_utf8_lossy(&line);
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
-                if !self.data.is_empty() {
+                if std::mem::take(&mut self.skipping) {
+                    self.data.clear();
+                } else if !self.data.is_empty() {
                     let name = match std::mem::take(&mut self.event) {
                         e if e.is_empty() => "message".to_string(),
                         e => e,
@@ -647,11 +674,26 @@ impl SseLines {
                     done.push((name, std::mem::take(&mut self.data).join("\n")));
                 }
                 self.event.clear();
+                self.held = 0;
+            } else if self.skipping {
+                // The rest of an event past the limit.
+                continue;
             } else if let Some(v) = line.strip_prefix("event:") {
                 self.event = v.trim().to_string();
             } else if let Some(v) = line.strip_prefix("data:") {
-                self.data.push(v.strip_prefix(' ').unwrap_or(v).to_string());
+                self.held += v.len();
+                if self.held > self.limit {
+                    self.skipping = true;
+                    self.data.clear();
+                } else {
+                    self.data.push(v.strip_prefix(' ').unwrap_or(v).to_string());
+                }
             }
+        }
+        if self.partial.len() > self.limit {
+            // A line without its end past the limit: dropped, and so is its event.
+            self.partial.clear();
+            self.skipping = true;
         }
         done
     }
@@ -756,7 +798,10 @@ mod tests {
 
     #[test]
     fn server_sent_events_are_split_across_chunks() {
-        let mut lines = SseLines::default();
+        let mut lines = SseLines {
+            limit: 64,
+            ..SseLines::default()
+        };
         assert!(lines
             .push(b"event: message_start\r\ndata: {\"a\"")
             .is_empty());
@@ -767,6 +812,13 @@ mod tests {
         assert_eq!(
             lines.push(b"data: y\n\n: a comment\n\n"),
             vec![("message".to_string(), "x\ny".to_string())]
+        );
+        // An event past the limit is skipped whole; the next one is read.
+        let long = format!("data: {}\n", "z".repeat(100));
+        assert!(lines.push(long.as_bytes()).is_empty());
+        assert_eq!(
+            lines.push(b"data: tail\n\nevent: e\ndata: ok\n\n"),
+            vec![("e".to_string(), "ok".to_string())]
         );
     }
 
