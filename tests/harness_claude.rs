@@ -121,22 +121,33 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
         Reply::Text("greeting.txt says hello from claude".into()),
     ));
 
+    let (mut follower, followed) = spawn_ctl(&home, &["project", "log", "cc", "-f"]);
     let out = home.ctl(&[
         "project",
         "send",
         "cc",
         "Create greeting.txt and show it to me",
         "--wait",
+        "--stream",
     ]);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("greeting.txt says hello from claude"),
-        "{stdout}\n{stderr}"
-    );
+    // Streamed as Claude Code's model wrote it (its first words too, not only the answer),
+    // each once.
+    for said in ["I will write the file.", "greeting.txt says hello from claude"] {
+        assert_eq!(stdout.matches(said).count(), 1, "{said:?} in {stdout}\n{stderr}");
+    }
+    // A follower saw the calls and the answer.
+    poll(Duration::from_secs(10), "the turn at log -f", || {
+        let seen = followed.lock().unwrap().clone();
+        (seen.contains("Write") && seen.contains("greeting.txt says hello from claude"))
+            .then_some(())
+    });
+    let _ = follower.kill();
+    let _ = follower.wait();
     assert_eq!(
         std::fs::read_to_string(work.join("greeting.txt")).unwrap(),
         "hello from claude\n"
@@ -164,7 +175,12 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
         .filter(|l| l["project"] == "cc")
         .collect();
     assert_eq!(lines.len(), 3, "{ledger}");
-    assert!(lines.iter().all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0), "{ledger}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0),
+        "{ledger}"
+    );
     assert!(home.ctl_ok(&["cost", "--project", "cc"]).contains('$'));
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     // Claude Code kept its session in the project, and nothing of it runs on.
@@ -554,7 +570,11 @@ fn a_budget_reached_mid_task_stops_claude_code() {
         (Some("blocked"), Some("budget")),
         "{t:?}"
     );
-    assert_eq!(fake.request_count(), 1, "the refused call never reached the provider");
+    assert_eq!(
+        fake.request_count(),
+        1,
+        "the refused call never reached the provider"
+    );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
 }

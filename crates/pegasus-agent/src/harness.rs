@@ -55,7 +55,8 @@ pub trait Harness: Send + Sync {
 }
 
 /// Where a harness's events go: the session (durably, turn by turn), the in-memory transcript
-/// and the bus, as the built-in loop writes its own.
+/// and the bus, as the built-in loop writes its own. (The model's text streams to followers
+/// from pegasusd's relay, as the built-in loop's does from its proxy: not from here.)
 pub struct Mirror<'a> {
     pub(crate) session: &'a SessionHandle,
     pub(crate) transcript: &'a mut Vec<Message>,
@@ -89,17 +90,6 @@ impl<'a> Mirror<'a> {
             depth: 0,
             stage: Stage::Reasoning,
         });
-    }
-
-    /// A piece of the answer's text as it arrives: for followers only (the session gets the
-    /// whole message from [`Mirror::assistant`]).
-    pub fn text_delta(&self, text: &str) {
-        if !text.is_empty() {
-            self.event(WorkerEvent::TextDelta {
-                task: self.ctx.task_id.clone(),
-                text: text.to_string(),
-            });
-        }
     }
 
     /// One assistant message of the harness (text and tool calls; thinking is not kept),
