@@ -587,3 +587,35 @@ fn a_budget_reached_mid_task_stops_claude_code() {
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
 }
+
+/// `approvals.tools` globs match Claude Code's own tool names: `Write: deny` refuses its
+/// `Write` by policy (the model is told the key), without asking anyone.
+#[test]
+fn approvals_tools_globs_match_claude_codes_tool_names() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "approvals: {tools: {\"Wri*\": deny}}\n");
+    let _d = home.start_fake();
+    harness_project(&home, "cc", "");
+    let file = home.project_dir("cc").join("workdir/kept-out.txt");
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Write it".into()),
+        ]),
+        Reply::Tools(vec![ToolCall::new(
+            "Write",
+            json!({"file_path": file, "content": "no\n"}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("denied by policy: approvals.tools[Wri*]".into()),
+        Reply::Text("the policy refused the write".into()),
+    ));
+    let said = home.ctl_ok(&["project", "send", "cc", "Write it", "--wait"]);
+    assert!(said.contains("the policy refused the write"), "{said}");
+    assert!(!file.exists());
+    assert_eq!(home.json(&["approvals"]), json!([]), "nobody was asked");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

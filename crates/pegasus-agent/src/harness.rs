@@ -215,19 +215,9 @@ impl<'a> Mirror<'a> {
     }
 }
 
-/// A tool's input (JSON text) on one line, cut to 160 characters, for `ToolStart`.
+/// A tool's input (JSON text) as a started call is shown (the built-in loop's way).
 fn one_line(input_json: &str) -> String {
     let input: serde_json::Value =
         serde_json::from_str(input_json).unwrap_or(serde_json::Value::Null);
-    let text = match input.as_object().map(|o| o.values().collect::<Vec<_>>()) {
-        Some(values) if values.len() == 1 && values[0].is_string() => {
-            values[0].as_str().unwrap_or_default().to_string()
-        }
-        _ => input.to_string(),
-    };
-    let line = text.replace(['\n', '\r'], " ");
-    match line.char_indices().nth(160) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line,
-    }
+    crate::actor::summary(&input)
 }
