@@ -619,3 +619,70 @@ fn approvals_tools_globs_match_claude_codes_tool_names() {
     assert_eq!(home.json(&["approvals"]), json!([]), "nobody was asked");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// kill -9 of the worker while Claude Code runs a command: Claude Code and the command go with
+/// it within a second; pegasusd starts a new worker, which runs the message again once,
+/// resuming the same Claude Code session.
+#[test]
+fn kill_9_of_the_worker_mid_command_leaves_nothing_and_the_message_runs_again_once() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    let worker = harness_project(&home, "cc", "");
+    let marks = home.project_dir("cc").join("workdir/marks.txt");
+    // The first run starts a long command; the run after the restart a short one.
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("Pegasus restarted".into()),
+            Reply::Tools(vec![bash("echo again >> marks.txt && echo finished")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Mark and wait".into()),
+            ]),
+            Reply::Tools(vec![bash("echo first >> marks.txt && sleep 600")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("finished".into()),
+        Reply::Text("marked after the restart".into()),
+    ));
+    home.ctl_ok(&["project", "send", "cc", "Mark and wait"]);
+    poll(Duration::from_secs(60), "the long command to run", || {
+        std::fs::read_to_string(&marks)
+            .ok()
+            .filter(|m| m == "first\n")
+    });
+    assert!(!harness_processes(home.path()).is_empty());
+    kill9(worker);
+    poll(
+        Duration::from_secs(2),
+        "Claude Code and its command to die with the worker",
+        || harness_processes(home.path()).is_empty().then_some(()),
+    );
+    home.ready_worker("cc", Some(u64::from(worker)));
+    let t = poll(Duration::from_secs(60), "the message's task done", || {
+        let t = tasks(&home, "cc");
+        (t.len() == 1 && t[0]["state"] == "done").then_some(t)
+    });
+    assert_eq!(
+        std::fs::read_to_string(&marks).unwrap(),
+        "first\nagain\n",
+        "{t:?}"
+    );
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    assert!(log.contains("marked after the restart"), "{log}");
+    assert!(
+        log.contains("cut off"),
+        "the cut-off call shows as cancelled: {log}"
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+}
