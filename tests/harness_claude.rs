@@ -686,3 +686,69 @@ fn kill_9_of_the_worker_mid_command_leaves_nothing_and_the_message_runs_again_on
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
 }
+
+/// A role may have its own agent: in a built-in project, a task for role `coder` (assigned with
+/// `agent: claude-code`) is worked by Claude Code, told the role's prompt.
+#[test]
+fn a_roles_agent_can_be_claude_code_in_a_builtin_project() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    let first = home.create("mixed");
+    home.ctl_ok(&["project", "suspend", "mixed"]);
+    configure(
+        &home,
+        "mixed",
+        "roles:\n  - {role: coder, agent: claude-code}\n",
+    );
+    home.ctl_ok(&["project", "resume", "mixed"]);
+    home.ready_worker("mixed", Some(u64::from(first)));
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Role work".into()),
+        ]),
+        Reply::Text("done as the coder".into()),
+    ));
+    let id = home.json(&[
+        "task",
+        "add",
+        "mixed",
+        "--goal",
+        "Role work",
+        "--role",
+        "coder",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t = poll(Duration::from_secs(60), "the role's task done", || {
+        let t = home.json(&["task", "show", &id])["task"].clone();
+        matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
+    });
+    assert_eq!(t["state"], "done", "{t}");
+    // Claude Code made the call (its own tools offered), with the role's prompt.
+    let call = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.body.to_string().contains("Role work"))
+        .unwrap();
+    let tools: Vec<String> = call.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(tools.contains(&"Bash".to_string()), "{tools:?}");
+    assert!(
+        call.body["system"].to_string().contains("coder")
+            || call.body["system"].to_string().contains("Coder")
+    );
+    assert!(home
+        .project_dir("mixed")
+        .join("harness/claude-code/sessions.json")
+        .exists());
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
