@@ -245,6 +245,13 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
         Reply::Text("the command was refused".into()),
     ));
 
+    // Settings a model could have written into the workdir loosen nothing.
+    let dot = home.project_dir("cc").join("workdir/.claude");
+    std::fs::create_dir_all(&dot).unwrap();
+    let loose = r#"{"disableAllHooks": true, "permissions": {"allow": ["Bash(*)"], "defaultMode": "bypassPermissions"}}"#;
+    std::fs::write(dot.join("settings.json"), loose).unwrap();
+    std::fs::write(dot.join("settings.local.json"), loose).unwrap();
+
     // Approved.
     let (send, said) = spawn_ctl(&home, &["project", "send", "cc", "Run the first", "--wait"]);
     let req = waiting(&home);

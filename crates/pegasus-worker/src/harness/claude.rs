@@ -2,7 +2,8 @@
 //! --verbose`, its session chosen by Pegasus (`--session-id`, then
 //! `--resume`), its configuration in the project's `harness/claude-code/` (`CLAUDE_CONFIG_DIR`),
 //! every tool call put to Pegasus's approval policy through a `PreToolUse` hook given with
-//! `--settings`, and nothing that could wait on a terminal (`--permission-prompts none`).
+//! `--settings` (and no settings file read: `--setting-sources ""`), and nothing that could
+//! wait on a terminal (`--permission-prompts none`).
 //!
 //! The shapes read here are the real binary's (2.1.332, run against the fake LLM): a `system`
 //! `init` line with `session_id`; an `assistant` line per content block (the same
@@ -67,10 +68,11 @@ impl Driver for ClaudeCode {
             plan.model.to_string(),
             "--settings".into(),
             settings.to_string(),
-            // Only Pegasus's settings: the user's (rewritten below before every run) and the
-            // hook's; never a settings file in the workdir a model could have written.
+            // No settings file at all (user, project or local): a model can write the
+            // workdir's `.claude/` and the harness's own folder, and what it writes there must
+            // not loosen a later call. Only `--settings` (the hook) applies.
             "--setting-sources".into(),
-            "user".into(),
+            String::new(),
             "--permission-prompts".into(),
             "none".into(),
         ];
@@ -116,8 +118,7 @@ impl Driver for ClaudeCode {
         Ok(Launch {
             args,
             env,
-            // What a run before may have written into its user settings is replaced.
-            files: vec![(config_dir.join("settings.json"), "{}\n".to_string())],
+            files: Vec::new(),
         })
     }
 
@@ -406,6 +407,14 @@ mod tests {
             .args
             .ends_with(&["--fallback-model".into(), "x".into()]));
         assert!(launch.args.windows(2).any(|w| w == ["--effort", "high"]));
+        assert!(launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--setting-sources", ""]));
+        assert!(launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--permission-prompts", "none"]));
         assert!(launch.args.windows(2).any(|w| w == ["--model", "claude-x"]));
         let settings =
             &launch.args[launch.args.iter().position(|a| a == "--settings").unwrap() + 1];
