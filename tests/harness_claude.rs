@@ -45,6 +45,19 @@ fn harness_project(home: &Home, name: &str, keys: &str) -> u32 {
     home.ready_worker(name, Some(u64::from(first)))
 }
 
+/// The usual start of a test: the fake (with the MainAgent's rule), a home on it whose
+/// config.yml has `extra`, pegasusd, and project `cc` with `agent: claude-code` and `keys`
+/// (its worker's pid last). `None` (after one line) when there is no `claude`.
+fn started(extra: &str, keys: &str) -> Option<(FakeLlm, Home, Daemon, u32)> {
+    let bin = claude_bin()?;
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, extra);
+    let daemon = home.start_fake();
+    let worker = harness_project(&home, "cc", keys);
+    Some((fake, home, daemon, worker))
+}
+
 /// Processes (other than workers) working anywhere in `dir`: a harness and what it started.
 fn harness_processes(dir: &Path) -> Vec<(u32, String)> {
     let dir = dir.canonicalize().unwrap_or(dir.to_path_buf());
@@ -84,14 +97,11 @@ fn tasks(home: &Home, project: &str) -> Vec<Value> {
 /// its task is done, and nothing of it is left running.
 #[test]
 fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
+    let Some((fake, home, _d, _worker)) = started("", "") else {
+        return;
+    };
     // Every request reaches the provider with pegasusd's key, never one the harness holds.
     fake.require_api_key(Some(FAKE_KEY.into()));
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    harness_project(&home, "cc", "");
     let work = home.project_dir("cc").join("workdir");
     fake.add_rule(
         Rule::new(
@@ -215,12 +225,9 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
 /// once; denied, it does not run and Claude Code's model is told so with the reason.
 #[test]
 fn claude_codes_shell_waits_for_a_persons_approval() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "approvals: {exec: ask}\n");
-    let _d = home.start_fake();
-    harness_project(&home, "cc", "");
+    let Some((fake, home, _d, _worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
     let runs = home.project_dir("cc").join("workdir/runs.txt");
     fake.add_rule(Rule::new(
         Match::All(vec![
@@ -308,12 +315,9 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
 /// task runs again once (its request withdrawn and asked anew), and the command runs once.
 #[test]
 fn kill_9_of_pegasusd_mid_turn_resumes_the_session_and_runs_the_message_once() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "approvals: {exec: ask}\n");
-    let mut d = home.start_fake();
-    harness_project(&home, "cc", "");
+    let Some((fake, home, mut d, _worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
     let runs = home.project_dir("cc").join("workdir/runs.txt");
     // After the restart the request says so (however Claude Code closed its cut-off call).
     fake.add_rule(
@@ -411,21 +415,18 @@ fn kill_9_of_pegasusd_mid_turn_resumes_the_session_and_runs_the_message_once() {
 /// verifies and merges into main.
 #[test]
 fn a_code_task_with_claude_code_reaches_a_verified_merge() {
-    let Some(bin) = claude_bin() else { return };
+    if claude_bin().is_none() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let app = repo(tmp.path(), "app");
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    harness_project(
-        &home,
-        "cc",
-        &format!(
-            "{}verify:\n  - grep -q shipped feature.txt\n",
-            repos_yaml(&[("app", &app)])
-        ),
+    let keys = format!(
+        "{}verify:\n  - grep -q shipped feature.txt\n",
+        repos_yaml(&[("app", &app)])
     );
+    let Some((fake, home, _d, _worker)) = started("", &keys) else {
+        return;
+    };
     fake.add_rule(Rule::new(
         Match::All(vec![
             Match::NewPrompt,
@@ -492,13 +493,10 @@ fn a_missing_harness_binary_is_one_error_naming_the_key() {
 /// environment.
 #[test]
 fn claude_code_is_contained_like_exec() {
-    let Some(bin) = claude_bin() else { return };
+    let Some((fake, home, _d, _worker)) = started("", "") else {
+        return;
+    };
     let outside = tempfile::tempdir().unwrap();
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    harness_project(&home, "cc", "");
     let escaped = outside.path().join("escaped.txt");
     let command = format!(
         "touch {} 2>/dev/null; echo touch=$?; cat {} >/dev/null 2>&1; echo read=$?; echo procs=$(ls /proc | grep -c '^[0-9]*$'); env | grep -c {FAKE_KEY} | sed 's/^/keys=/'",
@@ -544,14 +542,11 @@ fn claude_code_is_contained_like_exec() {
 /// stops, and the task ends blocked on `budget` with the reason (`send --wait` exits 1).
 #[test]
 fn a_budget_reached_mid_task_stops_claude_code() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
     // The first call fits the project's $0.08 (its reservation is bounded, DESIGN.md §15)
     // and costs $0.10 (100k input tokens at $1/M): the next one has no room.
-    harness_project(&home, "cc", "budget_usd: 0.08\n");
+    let Some((fake, home, _d, _worker)) = started("", "budget_usd: 0.08\n") else {
+        return;
+    };
     fake.add_rule(
         Rule::new(
             Match::All(vec![
@@ -599,12 +594,10 @@ fn a_budget_reached_mid_task_stops_claude_code() {
 /// `Write` by policy (the model is told the key), without asking anyone.
 #[test]
 fn approvals_tools_globs_match_claude_codes_tool_names() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "approvals: {tools: {\"Wri*\": deny}}\n");
-    let _d = home.start_fake();
-    harness_project(&home, "cc", "");
+    let Some((fake, home, _d, _worker)) = started("approvals: {tools: {\"Wri*\": deny}}\n", "")
+    else {
+        return;
+    };
     let file = home.project_dir("cc").join("workdir/kept-out.txt");
     fake.add_rule(Rule::new(
         Match::All(vec![
@@ -632,12 +625,9 @@ fn approvals_tools_globs_match_claude_codes_tool_names() {
 /// resuming the same Claude Code session.
 #[test]
 fn kill_9_of_the_worker_mid_command_leaves_nothing_and_the_message_runs_again_once() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    let worker = harness_project(&home, "cc", "");
+    let Some((fake, home, _d, worker)) = started("", "") else {
+        return;
+    };
     let marks = home.project_dir("cc").join("workdir/marks.txt");
     // The first run starts a long command; the run after the restart a short one.
     fake.add_rule(
