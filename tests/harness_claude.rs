@@ -199,6 +199,15 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
         "{ledger}"
     );
     assert!(home.ctl_ok(&["cost", "--project", "cc"]).contains('$'));
+    // Search finds what Claude Code said, like anything a project's agent said.
+    let hits = home.json(&["search", "greeting.txt says hello", "--project", "cc"]);
+    assert!(
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["kind"] == "session"),
+        "{hits}"
+    );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     // Claude Code kept its session in the project, and nothing of it runs on.
     let sessions = home
