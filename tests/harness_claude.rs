@@ -495,6 +495,18 @@ fn a_missing_harness_binary_is_one_error_naming_the_key() {
             .then_some(text)
     });
     assert!(log.contains("/nonexistent/claude"), "{log}");
+    // pegasusd was told why (the worker's Fatal) and says it where people look.
+    let shown = poll(
+        Duration::from_secs(20),
+        "the reason at project show",
+        || {
+            let out = home.ctl(&["project", "show", "cc"]);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.contains("harnesses.claude-code.command")
+                .then_some(text)
+        },
+    );
+    assert!(shown.contains("not an executable file"), "{shown}");
 }
 
 /// Claude Code runs contained like `exec`: its shell cannot write outside the workdir, cannot
