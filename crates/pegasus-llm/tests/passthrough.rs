@@ -299,7 +299,7 @@ async fn a_task_budget_holds_without_reserving_the_whole_max_tokens() {
 async fn an_unpriced_model_and_a_provider_of_another_kind_are_refused_by_name() {
     let w = world("fa/claude-sonnet-4-5", |_| {});
     let a = relay(&w, messages("gpt-unpriced", true, "hi")).await;
-    assert_eq!(a.status, 404, "{}", a.body);
+    assert_eq!(a.status, 400, "{}", a.body);
     let message = error_message(&a.body);
     assert!(message.contains("fa/gpt-unpriced"), "{message}");
     assert!(message.contains("prices:"), "{message}");

@@ -76,8 +76,10 @@ struct Endpoint {
 }
 
 impl Relay {
-    /// The relay of a worker whose frames to pegasusd go to `out`.
-    pub(crate) fn new(out: mpsc::UnboundedSender<FromWorker>) -> Relay {
+    /// The relay of a worker whose frames to pegasusd go to `out` (the worker makes one; so
+    /// may another link of the worker protocol, a benchmark's). The `RelayAnswer` parts that
+    /// come back are handed to [`Relay::deliver`].
+    pub fn new(out: mpsc::UnboundedSender<FromWorker>) -> Relay {
         Relay {
             out,
             calls: Arc::default(),
@@ -121,8 +123,9 @@ impl Relay {
         })
     }
 
-    /// Hands a part of pegasusd's answer to the call waiting for it (if it still waits).
-    pub(crate) fn deliver(&self, id: u64, part: RelayPart) {
+    /// Hands a part of pegasusd's answer (`ToWorker::RelayAnswer`) to the call waiting for it
+    /// (if it still waits).
+    pub fn deliver(&self, id: u64, part: RelayPart) {
         let mut calls = lock(&self.calls);
         let end = matches!(part, RelayPart::End { .. } | RelayPart::Cut(_));
         let sent = calls.get(&id).map(|tx| tx.send(part).is_ok());

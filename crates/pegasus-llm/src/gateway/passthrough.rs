@@ -324,8 +324,10 @@ impl Gateway {
         }
         let full = format!("{}/{asked}", project_target.provider);
         let target = provider::resolve(config, &full).map_err(|e| Refusal::new(400, e))?;
+        // 400, not the 404 of a model the API does not serve: Claude Code replaces a 404's
+        // message with its own ("may not exist"), and this one says what to set.
         super::priced_or_allowed(config, &self.inner.prices, &target)
-            .map_err(|e| Refusal::new(404, e))?;
+            .map_err(|e| Refusal::new(400, e))?;
         Ok(target)
     }
 
@@ -492,11 +494,11 @@ fn upstream_url(target: &Target, path: &str) -> String {
 /// An admission's refusal as the harness gets it. A budget refusal says which budget and how
 /// to raise it, with the status of the API's own "no money left" (OpenAI: 429
 /// `insufficient_quota`, which Codex does not retry; Anthropic: 400, as for a credit balance
-/// too low, which Claude Code does not retry). Any other is the model's (unpriced: 404, as the
-/// API answers a model it does not serve).
+/// too low, which Claude Code does not retry). Any other is the model's (unpriced: 400, whose
+/// message the harness shows as it is).
 fn admission_refusal(api: RelayApi, error: LlmError) -> Refusal {
     let LlmError::BudgetExceeded { scope, .. } = &error else {
-        return Refusal::new(404, error);
+        return Refusal::new(400, error);
     };
     let how = if scope.starts_with("daily") {
         "raise budget.daily_usd in config.yml, or wait for tomorrow (UTC)"
