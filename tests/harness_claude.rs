@@ -45,6 +45,19 @@ fn harness_project(home: &Home, name: &str, keys: &str) -> u32 {
     home.ready_worker(name, Some(u64::from(first)))
 }
 
+/// The usual start of a test: the fake (with the MainAgent's rule), a home on it whose
+/// config.yml has `extra`, pegasusd, and project `cc` with `agent: claude-code` and `keys`
+/// (its worker's pid last). `None` (after one line) when there is no `claude`.
+fn started(extra: &str, keys: &str) -> Option<(FakeLlm, Home, Daemon, u32)> {
+    let bin = claude_bin()?;
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, extra);
+    let daemon = home.start_fake();
+    let worker = harness_project(&home, "cc", keys);
+    Some((fake, home, daemon, worker))
+}
+
 /// Processes (other than workers) working anywhere in `dir`: a harness and what it started.
 fn harness_processes(dir: &Path) -> Vec<(u32, String)> {
     let dir = dir.canonicalize().unwrap_or(dir.to_path_buf());
@@ -84,14 +97,11 @@ fn tasks(home: &Home, project: &str) -> Vec<Value> {
 /// its task is done, and nothing of it is left running.
 #[test]
 fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
+    let Some((fake, home, _d, _worker)) = started("", "") else {
+        return;
+    };
     // Every request reaches the provider with pegasusd's key, never one the harness holds.
     fake.require_api_key(Some(FAKE_KEY.into()));
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    harness_project(&home, "cc", "");
     let work = home.project_dir("cc").join("workdir");
     fake.add_rule(
         Rule::new(
@@ -121,22 +131,40 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
         Reply::Text("greeting.txt says hello from claude".into()),
     ));
 
+    let (mut follower, followed) = spawn_ctl(&home, &["project", "log", "cc", "-f"]);
     let out = home.ctl(&[
         "project",
         "send",
         "cc",
         "Create greeting.txt and show it to me",
         "--wait",
+        "--stream",
     ]);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("greeting.txt says hello from claude"),
-        "{stdout}\n{stderr}"
-    );
+    // Streamed as Claude Code's model wrote it (its first words too, not only the answer),
+    // each once.
+    for said in [
+        "I will write the file.",
+        "greeting.txt says hello from claude",
+    ] {
+        assert_eq!(
+            stdout.matches(said).count(),
+            1,
+            "{said:?} in {stdout}\n{stderr}"
+        );
+    }
+    // A follower saw the calls and the answer.
+    poll(Duration::from_secs(10), "the turn at log -f", || {
+        let seen = followed.lock().unwrap().clone();
+        (seen.contains("Write") && seen.contains("greeting.txt says hello from claude"))
+            .then_some(())
+    });
+    let _ = follower.kill();
+    let _ = follower.wait();
     assert_eq!(
         std::fs::read_to_string(work.join("greeting.txt")).unwrap(),
         "hello from claude\n"
@@ -164,8 +192,22 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
         .filter(|l| l["project"] == "cc")
         .collect();
     assert_eq!(lines.len(), 3, "{ledger}");
-    assert!(lines.iter().all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0), "{ledger}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0),
+        "{ledger}"
+    );
     assert!(home.ctl_ok(&["cost", "--project", "cc"]).contains('$'));
+    // Search finds what Claude Code said, like anything a project's agent said.
+    let hits = home.json(&["search", "greeting.txt says hello", "--project", "cc"]);
+    assert!(
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["kind"] == "session"),
+        "{hits}"
+    );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     // Claude Code kept its session in the project, and nothing of it runs on.
     let sessions = home
@@ -192,12 +234,9 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
 /// once; denied, it does not run and Claude Code's model is told so with the reason.
 #[test]
 fn claude_codes_shell_waits_for_a_persons_approval() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "approvals: {exec: ask}\n");
-    let _d = home.start_fake();
-    harness_project(&home, "cc", "");
+    let Some((fake, home, _d, _worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
     let runs = home.project_dir("cc").join("workdir/runs.txt");
     fake.add_rule(Rule::new(
         Match::All(vec![
@@ -221,6 +260,13 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
         Match::LastToolResultContains("denied by the user: not today".into()),
         Reply::Text("the command was refused".into()),
     ));
+
+    // Settings a model could have written into the workdir loosen nothing.
+    let dot = home.project_dir("cc").join("workdir/.claude");
+    std::fs::create_dir_all(&dot).unwrap();
+    let loose = r#"{"disableAllHooks": true, "permissions": {"allow": ["Bash(*)"], "defaultMode": "bypassPermissions"}}"#;
+    std::fs::write(dot.join("settings.json"), loose).unwrap();
+    std::fs::write(dot.join("settings.local.json"), loose).unwrap();
 
     // Approved.
     let (send, said) = spawn_ctl(&home, &["project", "send", "cc", "Run the first", "--wait"]);
@@ -278,12 +324,9 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
 /// task runs again once (its request withdrawn and asked anew), and the command runs once.
 #[test]
 fn kill_9_of_pegasusd_mid_turn_resumes_the_session_and_runs_the_message_once() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "approvals: {exec: ask}\n");
-    let mut d = home.start_fake();
-    harness_project(&home, "cc", "");
+    let Some((fake, home, mut d, _worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
     let runs = home.project_dir("cc").join("workdir/runs.txt");
     // After the restart the request says so (however Claude Code closed its cut-off call).
     fake.add_rule(
@@ -381,21 +424,18 @@ fn kill_9_of_pegasusd_mid_turn_resumes_the_session_and_runs_the_message_once() {
 /// verifies and merges into main.
 #[test]
 fn a_code_task_with_claude_code_reaches_a_verified_merge() {
-    let Some(bin) = claude_bin() else { return };
+    if claude_bin().is_none() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let app = repo(tmp.path(), "app");
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    harness_project(
-        &home,
-        "cc",
-        &format!(
-            "{}verify:\n  - grep -q shipped feature.txt\n",
-            repos_yaml(&[("app", &app)])
-        ),
+    let keys = format!(
+        "{}verify:\n  - grep -q shipped feature.txt\n",
+        repos_yaml(&[("app", &app)])
     );
+    let Some((fake, home, _d, _worker)) = started("", &keys) else {
+        return;
+    };
     fake.add_rule(Rule::new(
         Match::All(vec![
             Match::NewPrompt,
@@ -455,6 +495,18 @@ fn a_missing_harness_binary_is_one_error_naming_the_key() {
             .then_some(text)
     });
     assert!(log.contains("/nonexistent/claude"), "{log}");
+    // pegasusd was told why (the worker's Fatal) and says it where people look.
+    let shown = poll(
+        Duration::from_secs(20),
+        "the reason at project show",
+        || {
+            let out = home.ctl(&["project", "show", "cc"]);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.contains("harnesses.claude-code.command")
+                .then_some(text)
+        },
+    );
+    assert!(shown.contains("not an executable file"), "{shown}");
 }
 
 /// Claude Code runs contained like `exec`: its shell cannot write outside the workdir, cannot
@@ -462,13 +514,10 @@ fn a_missing_harness_binary_is_one_error_naming_the_key() {
 /// environment.
 #[test]
 fn claude_code_is_contained_like_exec() {
-    let Some(bin) = claude_bin() else { return };
+    let Some((fake, home, _d, _worker)) = started("", "") else {
+        return;
+    };
     let outside = tempfile::tempdir().unwrap();
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    harness_project(&home, "cc", "");
     let escaped = outside.path().join("escaped.txt");
     let command = format!(
         "touch {} 2>/dev/null; echo touch=$?; cat {} >/dev/null 2>&1; echo read=$?; echo procs=$(ls /proc | grep -c '^[0-9]*$'); env | grep -c {FAKE_KEY} | sed 's/^/keys=/'",
@@ -514,14 +563,11 @@ fn claude_code_is_contained_like_exec() {
 /// stops, and the task ends blocked on `budget` with the reason (`send --wait` exits 1).
 #[test]
 fn a_budget_reached_mid_task_stops_claude_code() {
-    let Some(bin) = claude_bin() else { return };
-    let fake = FakeLlm::start().unwrap();
-    main_agent_rule(&fake);
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
     // The first call fits the project's $0.08 (its reservation is bounded, DESIGN.md §15)
     // and costs $0.10 (100k input tokens at $1/M): the next one has no room.
-    harness_project(&home, "cc", "budget_usd: 0.08\n");
+    let Some((fake, home, _d, _worker)) = started("", "budget_usd: 0.08\n") else {
+        return;
+    };
     fake.add_rule(
         Rule::new(
             Match::All(vec![
@@ -554,7 +600,173 @@ fn a_budget_reached_mid_task_stops_claude_code() {
         (Some("blocked"), Some("budget")),
         "{t:?}"
     );
-    assert_eq!(fake.request_count(), 1, "the refused call never reached the provider");
+    // (The MainAgent, told of the stop, may call the fake too.)
+    let of_claude = fake
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("Spend it"))
+        .count();
+    assert_eq!(of_claude, 1, "the refused call never reached the provider");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
+}
+
+/// `approvals.tools` globs match Claude Code's own tool names: `Write: deny` refuses its
+/// `Write` by policy (the model is told the key), without asking anyone.
+#[test]
+fn approvals_tools_globs_match_claude_codes_tool_names() {
+    let Some((fake, home, _d, _worker)) = started("approvals: {tools: {\"Wri*\": deny}}\n", "")
+    else {
+        return;
+    };
+    let file = home.project_dir("cc").join("workdir/kept-out.txt");
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Write it".into()),
+        ]),
+        Reply::Tools(vec![ToolCall::new(
+            "Write",
+            json!({"file_path": file, "content": "no\n"}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("denied by policy: approvals.tools[Wri*]".into()),
+        Reply::Text("the policy refused the write".into()),
+    ));
+    let said = home.ctl_ok(&["project", "send", "cc", "Write it", "--wait"]);
+    assert!(said.contains("the policy refused the write"), "{said}");
+    assert!(!file.exists());
+    assert_eq!(home.json(&["approvals"]), json!([]), "nobody was asked");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// kill -9 of the worker while Claude Code runs a command: Claude Code and the command go with
+/// it within a second; pegasusd starts a new worker, which runs the message again once,
+/// resuming the same Claude Code session.
+#[test]
+fn kill_9_of_the_worker_mid_command_leaves_nothing_and_the_message_runs_again_once() {
+    let Some((fake, home, _d, worker)) = started("", "") else {
+        return;
+    };
+    let marks = home.project_dir("cc").join("workdir/marks.txt");
+    // The first run starts a long command; the run after the restart a short one.
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("Pegasus restarted".into()),
+            Reply::Tools(vec![bash("echo again >> marks.txt && echo finished")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Mark and wait".into()),
+            ]),
+            Reply::Tools(vec![bash("echo first >> marks.txt && sleep 600")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("finished".into()),
+        Reply::Text("marked after the restart".into()),
+    ));
+    home.ctl_ok(&["project", "send", "cc", "Mark and wait"]);
+    poll(Duration::from_secs(60), "the long command to run", || {
+        std::fs::read_to_string(&marks)
+            .ok()
+            .filter(|m| m == "first\n")
+    });
+    assert!(!harness_processes(home.path()).is_empty());
+    kill9(worker);
+    poll(
+        Duration::from_secs(2),
+        "Claude Code and its command to die with the worker",
+        || harness_processes(home.path()).is_empty().then_some(()),
+    );
+    home.ready_worker("cc", Some(u64::from(worker)));
+    let t = poll(Duration::from_secs(60), "the message's task done", || {
+        let t = tasks(&home, "cc");
+        (t.len() == 1 && t[0]["state"] == "done").then_some(t)
+    });
+    assert_eq!(
+        std::fs::read_to_string(&marks).unwrap(),
+        "first\nagain\n",
+        "{t:?}"
+    );
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    assert!(log.contains("marked after the restart"), "{log}");
+    assert!(
+        log.contains("cut off"),
+        "the cut-off call shows as cancelled: {log}"
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+}
+
+/// A role may have its own agent: in a built-in project, a task for role `coder` (assigned with
+/// `agent: claude-code`) is worked by Claude Code, told the role's prompt.
+#[test]
+fn a_roles_agent_can_be_claude_code_in_a_builtin_project() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    let first = home.create("mixed");
+    home.ctl_ok(&["project", "suspend", "mixed"]);
+    configure(
+        &home,
+        "mixed",
+        "roles:\n  - {role: coder, agent: claude-code}\n",
+    );
+    home.ctl_ok(&["project", "resume", "mixed"]);
+    home.ready_worker("mixed", Some(u64::from(first)));
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Role work".into()),
+        ]),
+        Reply::Text("done as the coder".into()),
+    ));
+    let id = home.json(&[
+        "task",
+        "add",
+        "mixed",
+        "--goal",
+        "Role work",
+        "--role",
+        "coder",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t = poll(Duration::from_secs(60), "the role's task done", || {
+        let t = home.json(&["task", "show", &id])["task"].clone();
+        matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
+    });
+    assert_eq!(t["state"], "done", "{t}");
+    // Claude Code made the call (its own tools offered), with the role's prompt.
+    let call = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.body.to_string().contains("Role work"))
+        .unwrap();
+    let tools: Vec<String> = call.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(tools.contains(&"Bash".to_string()), "{tools:?}");
+    assert!(
+        call.body["system"].to_string().contains("coder")
+            || call.body["system"].to_string().contains("Coder")
+    );
+    assert!(home
+        .project_dir("mixed")
+        .join("harness/claude-code/sessions.json")
+        .exists());
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }

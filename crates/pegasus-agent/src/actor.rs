@@ -326,7 +326,7 @@ impl Run<'_> {
 
 /// What a started call is shown with: its input on one line, cut to 160 characters (a lone
 /// string argument, such as an `exec` command or a path, without its JSON quoting).
-fn summary(input: &serde_json::Value) -> String {
+pub(crate) fn summary(input: &serde_json::Value) -> String {
     let text = match input.as_object().map(|o| o.values().collect::<Vec<_>>()) {
         Some(values) if values.len() == 1 && values[0].is_string() => {
             values[0].as_str().unwrap_or_default().to_string()

@@ -55,7 +55,8 @@ pub trait Harness: Send + Sync {
 }
 
 /// Where a harness's events go: the session (durably, turn by turn), the in-memory transcript
-/// and the bus, as the built-in loop writes its own.
+/// and the bus, as the built-in loop writes its own. (The model's text streams to followers
+/// from pegasusd's relay, as the built-in loop's does from its proxy: not from here.)
 pub struct Mirror<'a> {
     pub(crate) session: &'a SessionHandle,
     pub(crate) transcript: &'a mut Vec<Message>,
@@ -89,17 +90,6 @@ impl<'a> Mirror<'a> {
             depth: 0,
             stage: Stage::Reasoning,
         });
-    }
-
-    /// A piece of the answer's text as it arrives: for followers only (the session gets the
-    /// whole message from [`Mirror::assistant`]).
-    pub fn text_delta(&self, text: &str) {
-        if !text.is_empty() {
-            self.event(WorkerEvent::TextDelta {
-                task: self.ctx.task_id.clone(),
-                text: text.to_string(),
-            });
-        }
     }
 
     /// One assistant message of the harness (text and tool calls; thinking is not kept),
@@ -225,19 +215,9 @@ impl<'a> Mirror<'a> {
     }
 }
 
-/// A tool's input (JSON text) on one line, cut to 160 characters, for `ToolStart`.
+/// A tool's input (JSON text) as a started call is shown (the built-in loop's way).
 fn one_line(input_json: &str) -> String {
     let input: serde_json::Value =
         serde_json::from_str(input_json).unwrap_or(serde_json::Value::Null);
-    let text = match input.as_object().map(|o| o.values().collect::<Vec<_>>()) {
-        Some(values) if values.len() == 1 && values[0].is_string() => {
-            values[0].as_str().unwrap_or_default().to_string()
-        }
-        _ => input.to_string(),
-    };
-    let line = text.replace(['\n', '\r'], " ");
-    match line.char_indices().nth(160) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line,
-    }
+    crate::actor::summary(&input)
 }

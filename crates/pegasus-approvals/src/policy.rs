@@ -110,17 +110,18 @@ impl Policy {
 }
 
 /// The argument of a call that a `tools:` entry can name: `exec`'s command line (matched by
-/// `allow`), `web_fetch`'s `url`, `web_search`'s `query`; `None` for other tools.
+/// `allow`), `web_fetch`'s `url`, `web_search`'s `query` (and the same of a harness's own web
+/// tools, Claude Code's `WebFetch` and `WebSearch`, DESIGN.md §15); `None` for other tools.
 pub fn call_target(tool: &str, input: &serde_json::Value) -> Option<String> {
     let key = match tool {
         "exec" => "command",
-        "web_fetch" => "url",
-        "web_search" => "query",
+        "web_fetch" | "WebFetch" => "url",
+        "web_search" | "WebSearch" => "query",
         _ => return None,
     };
     let target = input.get(key).and_then(|v| v.as_str())?;
     Some(match tool {
-        "web_fetch" => fetch_target(target),
+        "web_fetch" | "WebFetch" => fetch_target(target),
         _ => target.to_string(),
     })
 }
@@ -169,6 +170,22 @@ mod tests {
         assert_eq!(t("not a url"), "not a url");
         let q = call_target("web_search", &serde_json::json!({"query": " Rust "})).unwrap();
         assert_eq!(q, " Rust ");
+        // Claude Code's own web tools are read the same way.
+        let u = call_target(
+            "WebFetch",
+            &serde_json::json!({"url": "HTTPS://Docs.RS/x", "prompt": "p"}),
+        );
+        assert_eq!(u.as_deref(), Some("https://docs.rs/x"));
+        let p = policy("tools: {\"WebFetch(https://docs.rs/*)\": allow, WebFetch: deny}\n");
+        assert_eq!(p.decide("WebFetch", u.as_deref()), PolicyDecision::Allow);
+        let other = call_target(
+            "WebFetch",
+            &serde_json::json!({"url": "https://evil.example/"}),
+        );
+        assert!(matches!(
+            p.decide("WebFetch", other.as_deref()),
+            PolicyDecision::Deny(_)
+        ));
     }
 
     fn block(yaml: &str) -> ApprovalsConfig {

@@ -1,13 +1,13 @@
 //! Claude Code as a harness (DESIGN.md §15): `claude -p PROMPT --output-format stream-json
-//! --verbose --include-partial-messages`, its session chosen by Pegasus (`--session-id`, then
+//! --verbose`, its session chosen by Pegasus (`--session-id`, then
 //! `--resume`), its configuration in the project's `harness/claude-code/` (`CLAUDE_CONFIG_DIR`),
 //! every tool call put to Pegasus's approval policy through a `PreToolUse` hook given with
-//! `--settings`, and nothing that could wait on a terminal (`--permission-prompts none`).
+//! `--settings` (and no settings file read: `--setting-sources ""`), and nothing that could
+//! wait on a terminal (`--permission-prompts none`).
 //!
 //! The shapes read here are the real binary's (2.1.332, run against the fake LLM): a `system`
 //! `init` line with `session_id`; an `assistant` line per content block (the same
-//! `message.id` for the blocks of one model message, `usage` on each); `stream_event` lines
-//! with the model's stream (`content_block_delta` / `text_delta`); a `user` line with the
+//! `message.id` for the blocks of one model message, `usage` on each); a `user` line with the
 //! `tool_result` blocks; a `result` line last (`subtype`, `is_error`, `result`).
 //! Lines of a subagent carry a `parent_tool_use_id` and are not mirrored.
 
@@ -64,15 +64,15 @@ impl Driver for ClaudeCode {
             "--output-format".into(),
             "stream-json".into(),
             "--verbose".into(),
-            "--include-partial-messages".into(),
             "--model".into(),
             plan.model.to_string(),
             "--settings".into(),
             settings.to_string(),
-            // Only Pegasus's settings: the user's (rewritten below before every run) and the
-            // hook's; never a settings file in the workdir a model could have written.
+            // No settings file at all (user, project or local): a model can write the
+            // workdir's `.claude/` and the harness's own folder, and what it writes there must
+            // not loosen a later call. Only `--settings` (the hook) applies.
             "--setting-sources".into(),
-            "user".into(),
+            String::new(),
             "--permission-prompts".into(),
             "none".into(),
         ];
@@ -118,8 +118,7 @@ impl Driver for ClaudeCode {
         Ok(Launch {
             args,
             env,
-            // What a run before may have written into its user settings is replaced.
-            files: vec![(config_dir.join("settings.json"), "{}\n".to_string())],
+            files: Vec::new(),
         })
     }
 
@@ -141,26 +140,16 @@ fn has_session(config_dir: &Path, id: &str) -> bool {
 struct StreamJson {
     /// The model message being received: its id, model, usage and blocks so far.
     pending: Option<(String, String, Option<Usage>, Vec<Block>)>,
-    /// Text deltas were streamed for the pending message.
-    streamed: bool,
     /// Tool names by call id, for the results.
     names: HashMap<String, String>,
 }
 
 impl StreamJson {
-    /// The pending message as an event (and its text as one delta when none was streamed).
+    /// The pending message as an event.
     fn flush(&mut self, out: &mut Vec<Event>) {
         let Some((_, model, usage, blocks)) = self.pending.take() else {
             return;
         };
-        if !self.streamed {
-            for b in &blocks {
-                if let Block::Text { text } = b {
-                    out.push(Event::TextDelta(text.clone()));
-                }
-            }
-        }
-        self.streamed = false;
         out.push(Event::Assistant {
             blocks,
             model,
@@ -231,22 +220,6 @@ impl Parser for StreamJson {
             Some("system") if v["subtype"] == "init" => {
                 if let Some(id) = v["session_id"].as_str() {
                     out.push(Event::Session(id.to_string()));
-                }
-            }
-            Some("stream_event") => {
-                let event = &v["event"];
-                match event["type"].as_str() {
-                    Some("message_start") => {
-                        self.flush(&mut out);
-                        out.push(Event::Reasoning);
-                    }
-                    Some("content_block_delta") if event["delta"]["type"] == "text_delta" => {
-                        if let Some(text) = event["delta"]["text"].as_str() {
-                            self.streamed = true;
-                            out.push(Event::TextDelta(text.to_string()));
-                        }
-                    }
-                    _ => {}
                 }
             }
             Some("assistant") => self.assistant(&v["message"], &mut out),
@@ -339,46 +312,48 @@ mod tests {
             events[0],
             Event::Session("7d6c2a52-1f0e-4c55-9d43-0a3c7b1e2f11".into())
         );
-        assert_eq!(events[1], Event::TextDelta("Writing.".into()));
         let Event::Assistant {
             blocks,
             model,
             usage,
-        } = &events[2]
+        } = &events[1]
         else {
             panic!("{events:?}")
         };
         assert_eq!(model, "claude-sonnet-4-5");
         assert_eq!(usage.unwrap().input_tokens, 9686);
         assert_eq!(blocks.len(), 2, "thinking is not kept: {blocks:?}");
+        assert!(matches!(&blocks[0], Block::Text { text } if text == "Writing."));
         assert!(matches!(&blocks[1], Block::ToolUse { name, .. } if name == "Bash"));
         assert_eq!(
-            events[3],
+            events[2],
             Event::Results(vec![("toolu_1".into(), "Bash".into(), "hi".into(), false)])
         );
-        assert_eq!(events[4], Event::TextDelta("done first".into()));
-        assert!(matches!(&events[5], Event::Assistant { .. }));
-        assert_eq!(events[6], Event::Done(Ok("done first".into())));
-        assert_eq!(events.len(), 7);
+        assert!(matches!(&events[3], Event::Assistant { blocks, .. } if blocks.len() == 1));
+        assert_eq!(events[4], Event::Done(Ok("done first".into())));
+        assert_eq!(events.len(), 5);
     }
 
     #[test]
-    fn streamed_text_is_not_sent_twice_and_subagents_and_errors_read_right() {
+    fn subagents_are_left_out_and_a_budget_error_reads_as_one() {
         let mut p = StreamJson::default();
-        let start = r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_1"}},"parent_tool_use_id":null}"#;
-        let delta = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}},"parent_tool_use_id":null}"#;
         let whole = r#"{"message":{"content":[{"text":"Hello","type":"text"}],"id":"msg_1","model":"m"},"parent_tool_use_id":null,"type":"assistant"}"#;
         let sub = r#"{"message":{"content":[{"text":"inside","type":"text"}],"id":"msg_9","model":"m"},"parent_tool_use_id":"toolu_5","type":"assistant"}"#;
         let failed = r#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 402 the task's budget of $0.01 is spent"}"#;
+        let other = r#"{"type":"result","subtype":"error_max_turns","is_error":true}"#;
         let mut events = Vec::new();
-        for l in [start, delta, whole, sub, failed] {
+        for l in [whole, sub, failed, "not json", other] {
             events.extend(p.line(l));
         }
-        assert_eq!(events[0], Event::Reasoning);
-        assert_eq!(events[1], Event::TextDelta("Hel".into()));
-        assert!(matches!(&events[2], Event::Assistant { blocks, .. } if blocks.len() == 1));
-        assert!(matches!(&events[3], Event::Done(Err(Failure::Budget(_)))));
-        assert_eq!(events.len(), 4, "{events:?}");
+        assert!(matches!(&events[0], Event::Assistant { blocks, .. } if blocks.len() == 1));
+        assert!(matches!(&events[1], Event::Done(Err(Failure::Budget(_)))));
+        assert_eq!(
+            events[2],
+            Event::Done(Err(Failure::Error(
+                "Claude Code ended with `error_max_turns`".into()
+            )))
+        );
+        assert_eq!(events.len(), 3, "{events:?}");
         assert_eq!(
             result_text(
                 &serde_json::json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
@@ -432,6 +407,14 @@ mod tests {
             .args
             .ends_with(&["--fallback-model".into(), "x".into()]));
         assert!(launch.args.windows(2).any(|w| w == ["--effort", "high"]));
+        assert!(launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--setting-sources", ""]));
+        assert!(launch
+            .args
+            .windows(2)
+            .any(|w| w == ["--permission-prompts", "none"]));
         assert!(launch.args.windows(2).any(|w| w == ["--model", "claude-x"]));
         let settings =
             &launch.args[launch.args.iter().position(|a| a == "--settings").unwrap() + 1];

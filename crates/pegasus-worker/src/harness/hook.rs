@@ -112,8 +112,14 @@ impl HookServer {
         let task = tokio::spawn(async move {
             let lock = Arc::new(tokio::sync::Mutex::new(()));
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of descriptors, most likely: not a reason to spin.
+                        tracing::warn!("the harness's permission channel cannot accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
                 };
                 let (decide, expected, lock) = (decide.clone(), expected.clone(), lock.clone());
                 tokio::spawn(async move {

@@ -78,12 +78,9 @@ pub struct Launch {
 /// What a harness said, read off its output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// Its session id (to resume it next time).
+    /// Its session id (to resume it next time). (Its model's text reaches followers as it
+    /// streams through the relay, which pegasusd publishes; no event here repeats it.)
     Session(String),
-    /// A request to its model started.
-    Reasoning,
-    /// A piece of the answer's text as it streams.
-    TextDelta(String),
     /// One whole assistant message: text and tool calls (`Block::Text`, `Block::ToolUse`).
     Assistant {
         /// Its blocks.

@@ -262,6 +262,7 @@ impl Runner {
 
         let mut parser = self.driver.parser();
         let mut mirror = turn.mirror;
+        mirror.reasoning();
         let mut turns = 0u32;
         let deadline = ctx
             .settings
@@ -282,13 +283,15 @@ impl Runner {
                                     }
                                 }
                             }
-                            Event::Reasoning => mirror.reasoning(),
-                            Event::TextDelta(text) => mirror.text_delta(&text),
                             Event::Assistant { blocks, model, usage } => {
                                 turns += 1;
                                 mirror.assistant(blocks, &model, usage).await?;
                             }
-                            Event::Results(results) => mirror.results(results).await?,
+                            Event::Results(results) => {
+                                mirror.results(results).await?;
+                                // Back to its model with the results.
+                                mirror.reasoning();
+                            }
                             Event::Done(result) => end = Some(End::Done(result)),
                         }
                     }
