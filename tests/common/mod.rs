@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod claude;
+pub mod codex;
 pub mod llama;
 use std::{
     path::{Path, PathBuf},

@@ -1,0 +1,328 @@
+//! Codex (`codex`, OpenAI's Codex CLI, npm `@openai/codex`) as the other side of a test: run
+//! `codex exec --json PROMPT` against a [`FakeLlm`] scripted by the test, in an isolated
+//! `CODEX_HOME` whose `config.toml` names the fake as its model provider, with a deadline, and
+//! read back its JSONL events.
+//!
+//! The binary is `PEGASUS_TEST_CODEX` when set, else `codex` on `PATH` (`.ci/run` installs
+//! `@openai/codex@0.171.0`). When there is none, [`Codex::new`] prints one line saying so and
+//! returns `None`, and the test skips; under `CI=true` it fails instead.
+//!
+//! What Codex sends, for writing rules: every request is `POST /v1/responses`, streamed, with
+//! `Authorization: Bearer KEY` (the key from the provider's `env_key`), `store: false`, its
+//! instructions as `developer` messages, an `<environment_context>` user message and then the
+//! prompt as the last user message (`Match::LastUserTextContains` finds it). Its tools:
+//! `exec_command` (a function: `{"cmd": "..."}`, run as `bash -lc CMD`, its output coming back
+//! as `Chunk ID: ..\nWall time: ..\nProcess exited with code N\n...\nOutput:\n...`),
+//! `apply_patch` (a `custom` tool: the call's input is the patch text), `write_stdin`,
+//! `view_image`, `request_user_input`, the goal tools, `tool_search`, `web_search`.
+//! `Match::NewPrompt` holds on the first request of a prompt and
+//! `Match::LastToolResultContains` on the requests that carry a tool's output back.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+use pegasus_fakellm::FakeLlm;
+use serde_json::Value;
+
+/// The API key Codex is given (in [`KEY_VAR`]): `fake.require_api_key(Some(..))` checks it
+/// arrives.
+pub const API_KEY: &str = "sk-pegasus-test-codex";
+
+/// The environment variable the fake provider's `env_key` names.
+pub const KEY_VAR: &str = "PEGASUS_TEST_CODEX_KEY";
+
+/// A model Codex 0.171.0 knows (its metadata is built in, so it warns of nothing).
+pub const MODEL: &str = "gpt-5.5";
+
+/// The longest a run may take unless [`Codex::timeout`] says otherwise.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The `codex` binary: `PEGASUS_TEST_CODEX`, else the first `codex` on `PATH`; `Err` says
+/// why there is none.
+pub fn find() -> Result<PathBuf, String> {
+    const INSTALL: &str = "install it with `npm install -g @openai/codex@0.171.0`";
+    if let Some(p) = std::env::var_os("PEGASUS_TEST_CODEX") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(format!(
+            "PEGASUS_TEST_CODEX={} is not a file; {INSTALL}",
+            p.display()
+        ));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("codex"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no `codex` (OpenAI's Codex CLI) on PATH; {INSTALL}"))
+}
+
+/// The `config.toml` of a Codex home whose model provider is the OpenAI Responses endpoint at
+/// `base_url` (ending in `/v1`), its key in [`KEY_VAR`], without retries (a refusal ends the
+/// run at once).
+pub fn config_toml(base_url: &str) -> String {
+    format!(
+        r#"model = "{MODEL}"
+model_provider = "fake"
+
+[model_providers.fake]
+name = "Fake LLM"
+base_url = "{base_url}"
+env_key = "{KEY_VAR}"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"#
+    )
+}
+
+/// A prepared run of Codex against a fake: its binary, isolated home, working directory,
+/// extra arguments and deadline.
+pub struct Codex {
+    bin: PathBuf,
+    home: tempfile::TempDir,
+    workdir: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+}
+
+/// What one run gave: its `--json` events (one JSON value per stdout line), its stderr and
+/// its exit status.
+#[derive(Debug)]
+pub struct CodexRun {
+    /// Every event, in order (`thread.started`, `turn.started`, `item.started`,
+    /// `item.completed`, `turn.completed` or `turn.failed`, `error`).
+    pub events: Vec<Value>,
+    /// Everything Codex wrote on stderr.
+    pub stderr: String,
+    /// How it exited.
+    pub status: ExitStatus,
+}
+
+impl Codex {
+    /// A run against `fake`, in a fresh home (`HOME`, and `CODEX_HOME` with the fake as its
+    /// provider, in a temporary directory) whose `work/` is the working directory; `None`
+    /// (after one printed line) when there is no `codex` and `CI` is not `true`.
+    pub fn new(fake: &FakeLlm) -> Option<Codex> {
+        let bin = match find() {
+            Ok(bin) => bin,
+            Err(why) => {
+                if std::env::var("CI").as_deref() == Ok("true") {
+                    panic!("CI=true and {why}");
+                }
+                eprintln!("skipped: {why}");
+                return None;
+            }
+        };
+        let home = tempfile::tempdir().unwrap();
+        let workdir = home.path().join("work");
+        std::fs::create_dir_all(&workdir).unwrap();
+        let codex_home = home.path().join("codex-home");
+        std::fs::create_dir_all(&codex_home).unwrap();
+        std::fs::write(
+            codex_home.join("config.toml"),
+            config_toml(&fake.openai_base_url()),
+        )
+        .unwrap();
+        Some(Codex {
+            bin,
+            home,
+            workdir,
+            args: Vec::new(),
+            env: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// The isolated `HOME`.
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// `CODEX_HOME` (inside the home): its `config.toml`, sessions and logs.
+    pub fn codex_home(&self) -> PathBuf {
+        self.home.path().join("codex-home")
+    }
+
+    /// The working directory Codex runs in (`HOME/work` unless [`Codex::workdir`]).
+    pub fn dir(&self) -> &Path {
+        &self.workdir
+    }
+
+    /// Runs in `dir` instead.
+    pub fn workdir(mut self, dir: &Path) -> Codex {
+        self.workdir = dir.to_path_buf();
+        self
+    }
+
+    /// Extra arguments after `exec --json --skip-git-repo-check`, e.g. `["--sandbox",
+    /// "workspace-write"]`, `["-c", "key=value"]`.
+    pub fn args<I, S>(mut self, args: I) -> Codex
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// One more environment variable for Codex (and so for the commands it runs); it
+    /// overrides the helper's own (e.g. [`KEY_VAR`]).
+    pub fn env(mut self, key: &str, value: &str) -> Codex {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// The deadline of a run (default 120 s); past it the run is killed and the test fails.
+    pub fn timeout(mut self, timeout: Duration) -> Codex {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs `codex exec --json --skip-git-repo-check ARGS... PROMPT` to its end and parses
+    /// its events. Codex runs in a process group of its own, killed when the run is over (the
+    /// commands it started with it). Fails the test past the deadline, or on a stdout line that
+    /// is not JSON.
+    pub fn run(&self, prompt: &str) -> CodexRun {
+        let mut args: Vec<String> = vec![
+            "exec".into(),
+            "--json".into(),
+            "--skip-git-repo-check".into(),
+        ];
+        args.extend(self.args.iter().cloned());
+        args.push(prompt.into());
+        self.run_args(&args)
+    }
+
+    /// Runs `codex ARGS...` (e.g. `exec resume --last ...`) as [`Codex::run`] does.
+    pub fn run_args(&self, args: &[String]) -> CodexRun {
+        use std::os::unix::process::CommandExt;
+        let out = tempfile::NamedTempFile::new().unwrap();
+        let err = tempfile::NamedTempFile::new().unwrap();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .current_dir(&self.workdir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("CODEX_HOME", self.codex_home())
+            .env(KEY_VAR, API_KEY)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(out.reopen().unwrap())
+            .stderr(err.reopen().unwrap())
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.display()));
+        let group = child.id() as i32;
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Whatever is left of the group (a command it ran) goes with the run.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(group),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let stdout = std::fs::read_to_string(out.path()).unwrap();
+        let stderr = std::fs::read_to_string(err.path()).unwrap();
+        let Some(status) = status else {
+            let _ = child.wait();
+            panic!(
+                "codex {args:?} did not finish within {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+                self.timeout
+            );
+        };
+        let events = stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| {
+                    panic!(
+                        "codex wrote a stdout line that is not JSON ({e}): {l}\nstderr:\n{stderr}"
+                    )
+                })
+            })
+            .collect();
+        CodexRun {
+            events,
+            stderr,
+            status,
+        }
+    }
+}
+
+impl CodexRun {
+    /// The thread id of `thread.started` (what `codex exec resume` takes).
+    pub fn thread_id(&self) -> Option<&str> {
+        self.events
+            .iter()
+            .find(|e| e["type"] == "thread.started")
+            .and_then(|e| e["thread_id"].as_str())
+    }
+
+    /// The items of the `item.completed` events, in order.
+    pub fn items(&self) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| e["type"] == "item.completed")
+            .map(|e| &e["item"])
+            .collect()
+    }
+
+    /// The completed items of one `type` (`agent_message`, `command_execution`,
+    /// `file_change`, `reasoning`, `error`, ...).
+    pub fn items_of(&self, kind: &str) -> Vec<&Value> {
+        self.items()
+            .into_iter()
+            .filter(|i| i["type"] == kind)
+            .collect()
+    }
+
+    /// The text of the last `agent_message`: the final answer.
+    pub fn answer(&self) -> Option<&str> {
+        self.items_of("agent_message")
+            .last()
+            .and_then(|i| i["text"].as_str())
+    }
+
+    /// The `turn.completed` event, if the turn ended well.
+    pub fn turn_completed(&self) -> Option<&Value> {
+        self.events.iter().find(|e| e["type"] == "turn.completed")
+    }
+
+    /// The messages of the `error` and `turn.failed` events, in order.
+    pub fn errors(&self) -> Vec<&str> {
+        self.events
+            .iter()
+            .filter_map(|e| match e["type"].as_str() {
+                Some("error") => e["message"].as_str(),
+                Some("turn.failed") => e["error"]["message"].as_str(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Everything the run printed, for a failing assertion's message.
+    pub fn dump(&self) -> String {
+        let events: Vec<String> = self.events.iter().map(Value::to_string).collect();
+        format!(
+            "status {:?}\nevents:\n{}\nstderr:\n{}",
+            self.status,
+            events.join("\n"),
+            self.stderr
+        )
+    }
+}
