@@ -5,6 +5,14 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // A harness's permission hook (DESIGN.md §19): asks the worker that started the harness.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            pegasus_worker::harness::hook::SUBCOMMAND,
+        ))
+    {
+        return pegasus_worker::harness::hook::client_main();
+    }
     let mut args = std::env::args_os().skip(1);
     let (Some(dir), None) = (args.next(), args.next()) else {
         eprintln!("{}", pegasus_worker::WorkerError::Usage);

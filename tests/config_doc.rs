@@ -533,6 +533,7 @@ fn project_keys() -> BTreeSet<String> {
         "roles",
         "instruction_files",
         "hooks",
+        "agent",
     ]
     .into_iter()
     .map(str::to_string)

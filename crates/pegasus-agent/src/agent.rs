@@ -76,6 +76,12 @@ pub struct Agent {
     /// The `source` of the `SessionStart` due before the next task: `startup` or `resume`
     /// for the worker's first, `compact` after a compaction; `None` once fired.
     session_start: Option<&'static str>,
+    /// The project's agent (PROJECT.md `agent:`, DESIGN.md §15).
+    agent_kind: pegasus_store::AgentKind,
+    /// The harnesses the host can run, by kind; a task whose agent is not the built-in loop
+    /// is handed to its harness.
+    harnesses:
+        std::collections::BTreeMap<pegasus_store::AgentKind, Arc<dyn crate::harness::Harness>>,
 }
 
 impl Agent {
@@ -170,7 +176,20 @@ impl Agent {
             instruction_files: Default::default(),
             hooks: None,
             session_start,
+            agent_kind: pegasus_store::AgentKind::Builtin,
+            harnesses: Default::default(),
         })
+    }
+
+    /// The project's agent is `kind` (DESIGN.md §15), and these are the harnesses it and its
+    /// roles may use; a kind with no harness here runs the built-in loop.
+    pub fn set_harnesses(
+        &mut self,
+        kind: pegasus_store::AgentKind,
+        harnesses: Vec<Arc<dyn crate::harness::Harness>>,
+    ) {
+        self.agent_kind = kind;
+        self.harnesses = harnesses.into_iter().map(|h| (h.kind(), h)).collect();
     }
 
     /// Runs the project's lifecycle hooks (DESIGN.md §16: config.yml's, then PROJECT.md's) at
@@ -250,12 +269,37 @@ impl Agent {
             .and_then(|msgs| msgs.into_iter().find(|m| m.role == pegasus_proto::llm::Role::Assistant))
             .map(|m| crate::actor::Call::from_blocks(&m.content))
             .unwrap_or_default();
-        if calls.is_empty() {
+        // A harness's call (DESIGN.md §15): the harness was stopped with it, so the task starts
+        // over and the harness, resuming its session, asks again if it still wants the call.
+        let harnessed = self.harnesses.contains_key(
+            &role
+                .as_ref()
+                .and_then(|r| r.agent)
+                .unwrap_or(self.agent_kind),
+        );
+        if calls.is_empty() || harnessed {
             // A subagent's call (its turns live only in memory): the task starts over.
-            gate.withdraw(
-                &request,
-                "the call was a subagent's, cut off by the restart",
-            );
+            let why = if harnessed {
+                "the harness that made the call was stopped by the restart"
+            } else {
+                "the call was a subagent's, cut off by the restart"
+            };
+            gate.withdraw(&request, why);
+            if harnessed {
+                // The call the session held open is closed, as a restart closes any other.
+                let closed = Block::ToolResult {
+                    tool_use_id: request.call_id.clone(),
+                    content: pegasus_store::CANCELLED_TOOL_RESULT.to_string(),
+                    is_error: true,
+                };
+                crate::session_writer::persist(
+                    &self.session,
+                    vec![crate::transcript::tool_record(&[closed])],
+                    true,
+                )
+                .await?;
+                self.transcript = rebuild(&load_session(&self.dir)?.records);
+            }
             self.move_task(&task_id, TaskState::Blocked, TaskState::Ready, "restarted")?;
             return Ok(outcome(
                 StopKind::Cancelled,
@@ -791,6 +835,24 @@ impl Agent {
         roots
     }
 
+    /// What a harness is told for task `task_id` whose request is the transcript's message at
+    /// `at`: the request itself; for a message's task run again after a restart (whose request
+    /// is only a note pointing at the messages above, which the harness's own session may not
+    /// hold), the task's request and that note.
+    fn harness_prompt(&self, task_id: &str, at: usize) -> String {
+        let request = request_texts(self.transcript.get(at)).join("\n\n");
+        if !request.starts_with("(Pegasus restarted before the message") {
+            return request;
+        }
+        match self.tasks.get(task_id) {
+            Ok(task) => format!(
+                "{}\n\n(Pegasus restarted while this was being worked on: check what was already done, then go on and answer.)",
+                task_record::request_of(&self.tasks, &task)
+            ),
+            Err(_) => request,
+        }
+    }
+
     /// The run shared by [`Agent::run`] and [`Agent::run_existing`].
     /// `tracked`: `task_id` is a task of the store and its states are recorded (it is `ready`,
     /// or already `running` when `started`: a message's task is created running); otherwise it
@@ -815,8 +877,21 @@ impl Agent {
                 });
             }
         }
+        let role_agent = role.as_ref().and_then(|r| r.agent);
+        let harness = self
+            .harnesses
+            .get(&role_agent.unwrap_or(self.agent_kind))
+            .cloned();
+        let harnessed = harness.is_some();
         let (mut system, tools, settings, role_name) = match role {
             Some(r) => (r.system, r.tools, r.settings, Some(r.role)),
+            // A harness has its own prompt; it is told the project's description only.
+            None if harness.is_some() => (
+                self.system_base.clone(),
+                self.tools.clone(),
+                self.settings.clone(),
+                None,
+            ),
             None => (
                 self.system_prompt(),
                 self.tools.clone(),
@@ -871,7 +946,25 @@ impl Agent {
             compactor: Some(&mut compactor),
             instructions: Some(&mut instructions),
         };
-        let end = match run_loop(spec, &mut self.transcript).await {
+        let ran = match harness {
+            Some(harness) => {
+                let prompt = self.harness_prompt(&task_id, task_start);
+                let turn = crate::harness::HarnessTurn {
+                    task_id: &task_id,
+                    prompt,
+                    ctx: &ctx,
+                    role: spec.role.clone(),
+                    system: system.clone(),
+                    code_task: workspace.is_some(),
+                    cancelled: &cancelled,
+                    mirror: crate::harness::Mirror::new(&self.session, &mut self.transcript, &ctx),
+                };
+                drop(spec);
+                harness.run(turn).await
+            }
+            None => run_loop(spec, &mut self.transcript).await,
+        };
+        let end = match ran {
             Ok(end) => end,
             Err(e) => {
                 // The file is the truth; the in-memory copy may hold an unpersisted turn.
@@ -892,7 +985,8 @@ impl Agent {
             return Ok(RunOutcome::of(task_id, end, cost));
         }
 
-        if end.stop == StopKind::Answered && self.settings.reflection {
+        // A harness keeps its own memory and context: no reflection, no compaction here.
+        if end.stop == StopKind::Answered && self.settings.reflection && !harnessed {
             send_event(
                 &self.notices,
                 WorkerEvent::Stage {

@@ -16,6 +16,9 @@ pub struct RoleRun {
     pub tools: ToolSet,
     /// The settings with the role's model, thinking, temperature and max_tokens applied.
     pub settings: AgentSettings,
+    /// The agent the project's assignment says does this role's work (DESIGN.md §15); `None`:
+    /// the project's own.
+    pub agent: Option<pegasus_store::AgentKind>,
 }
 
 /// Prepares `role_id` for one piece of work. The role comes from `settings.roles_dir` (user
@@ -37,9 +40,9 @@ pub fn prepare_role(
 ) -> Result<RoleRun, String> {
     let roles_dir = settings.roles_dir.clone().unwrap_or_default();
     let role = find_role(&roles_dir, role_id).map_err(|e| e.to_string())?;
-    let (role, vars) = match assignments.iter().find(|a| a.role == role.id) {
-        Some(a) => (apply_assignment(&role, a), a.variables.clone()),
-        None => (role, Default::default()),
+    let (role, vars, agent) = match assignments.iter().find(|a| a.role == role.id) {
+        Some(a) => (apply_assignment(&role, a), a.variables.clone(), a.agent),
+        None => (role, Default::default(), None),
     };
     let role_prompt = role.render(&vars).map_err(|e| e.to_string())?;
     let memory: String = memory_index(memory_dir)
@@ -90,5 +93,6 @@ pub fn prepare_role(
             tools.only(move |name| role.allows_tool(name))
         },
         settings: s,
+        agent,
     })
 }

@@ -132,7 +132,8 @@ pub(crate) fn task_for_message(
         acceptance: Vec::new(),
         role: None,
         model_policy: None,
-        repos: pegasus_tasks::project_repos(project_dir).unwrap_or_default(),
+        repos: pegasus_tasks::project_repos(project_dir, pegasus_code::git::repo_rev)
+            .unwrap_or_default(),
     };
     tasks
         .create_frozen(new, spec, to, "agent", "a message")

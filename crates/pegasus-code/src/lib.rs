@@ -27,7 +27,8 @@ pub use error::CodeError;
 pub use lock::RepoLock;
 pub use merge::{run_checks, safe_merge, CheckRun, Checks, MergeOutcome};
 pub use recover::{
-    recover, unmerged_branches, unmerged_branches_of, KeptBranch, Recovery, TaskFate,
+    recover, unmerged_branches, unmerged_branches_of, unmerged_lines, KeptBranch, Recovery,
+    TaskFate,
 };
 pub use repo::Repo;
 pub use shell::{run_shell, ShellResult};

@@ -3,7 +3,7 @@
 //! dead tasks deleted when they hold nothing the base lacks and **kept** (and reported) when
 //! they hold unmerged commits. Worktrees and branches of other projects are left alone.
 
-use std::path::PathBuf;
+use std::{collections::HashSet, path::PathBuf};
 
 use crate::error::CodeError;
 use crate::git::{git, is_ancestor};
@@ -135,6 +135,23 @@ pub fn unmerged_branches_of(
         }
     }
     out
+}
+
+/// `repo: branch (task ID)` of every kept branch with unmerged commits among `repos` (`(id,
+/// path, base branch)`), the tasks in `over` being over (`pegasus_tasks::over_tasks`): what
+/// `project show` lists.
+pub fn unmerged_lines(repos: &[(String, PathBuf, String)], over: &HashSet<String>) -> Vec<String> {
+    let fate = |id: &str| {
+        if over.contains(id) {
+            TaskFate::Over
+        } else {
+            TaskFate::Live
+        }
+    };
+    unmerged_branches_of(repos, &fate)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// The task branches of this project's over tasks with unmerged commits, without changing

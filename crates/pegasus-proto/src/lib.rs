@@ -30,4 +30,4 @@ pub use project::{ProjectStatus, WorkerState};
 
 /// Version of both links. A peer that says hello with another number is disconnected: the
 /// binaries of one installation are always upgraded together, so a mismatch means a stale process.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;

@@ -67,6 +67,108 @@ pub enum ToWorker {
         /// The results, best first, or why the search failed.
         result: Result<Vec<SearchHit>, String>,
     },
+    /// Part of pegasusd's answer to [`FromWorker::RelayRequest`] with the same id: its head,
+    /// then its body's chunks as they arrive, then its end (DESIGN.md §18).
+    RelayAnswer {
+        /// The [`FromWorker::RelayRequest`] id it answers.
+        id: u64,
+        /// This part of the answer.
+        part: RelayPart,
+    },
+}
+
+/// The provider API a harness's model endpoint speaks (DESIGN.md §18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RelayApi {
+    /// Anthropic Messages (`POST /v1/messages`, `POST /v1/messages/count_tokens`): Claude Code.
+    /// Needs a provider of kind `anthropic`.
+    Anthropic,
+    /// OpenAI Responses (`POST /v1/responses`): Codex. Needs a provider of kind `openai`.
+    OpenAi,
+}
+
+impl RelayApi {
+    /// The body of an error answer in this API's own shape (Anthropic:
+    /// `{"type":"error","error":{"type":..,"message":..}}`; OpenAI:
+    /// `{"error":{"message":..,"type":..,"param":null,"code":..}}`), its type chosen by
+    /// `status` as the real API does, so a harness shows `message` as it would the provider's.
+    /// OpenAI's 429 is `insufficient_quota`, the real API's "no money left", which Codex does
+    /// not retry: pegasusd answers a budget refusal with it.
+    pub fn error_body(self, status: u16, message: &str) -> String {
+        let value = match self {
+            RelayApi::Anthropic => {
+                let kind = match status {
+                    401 => "authentication_error",
+                    402 => "billing_error",
+                    403 => "permission_error",
+                    404 => "not_found_error",
+                    413 => "request_too_large",
+                    429 => "rate_limit_error",
+                    529 => "overloaded_error",
+                    500..=599 => "api_error",
+                    _ => "invalid_request_error",
+                };
+                serde_json::json!({"type": "error", "error": {"type": kind, "message": message}})
+            }
+            RelayApi::OpenAi => {
+                let (kind, code) = match status {
+                    401 => ("invalid_request_error", Some("invalid_api_key")),
+                    404 => ("invalid_request_error", Some("model_not_found")),
+                    429 => ("insufficient_quota", Some("insufficient_quota")),
+                    500..=599 => ("server_error", None),
+                    _ => ("invalid_request_error", None),
+                };
+                serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+            }
+        };
+        value.to_string()
+    }
+}
+
+/// One request a harness sent to its worker's relay endpoint, relayed to pegasusd as it came:
+/// the body is forwarded unchanged but for `model`, which pegasusd maps to the project's
+/// provider (DESIGN.md §18).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RelayRequest {
+    /// The API of the endpoint it came to.
+    pub api: RelayApi,
+    /// `GET` or `POST`.
+    pub method: String,
+    /// The path with its query, as the harness sent it (`/v1/messages?beta=true`).
+    pub path: String,
+    /// The JSON body as the harness sent it (empty for a `GET`).
+    pub body: String,
+    /// The headers the provider needs to see (`anthropic-beta`, `anthropic-version`, ...), by
+    /// lowercase name; never a credential.
+    pub headers: Vec<(String, String)>,
+    /// The task the harness works for: its spend counts there (and its budget applies).
+    pub task: Option<String>,
+    /// The role that task runs as, for the ledger line.
+    pub role: Option<String>,
+}
+
+/// One part of the answer to a [`RelayRequest`], in order: one `Head`, any number of `Chunk`s,
+/// one `End`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RelayPart {
+    /// The answer's status and the headers the harness should see (`content-type`,
+    /// `request-id`, ...).
+    Head {
+        /// The HTTP status.
+        status: u16,
+        /// The headers, by lowercase name.
+        headers: Vec<(String, String)>,
+    },
+    /// Bytes of the body, as they arrived from the provider.
+    Chunk(Vec<u8>),
+    /// The answer is complete. `refusal`: pegasusd refused the call itself (a budget, an
+    /// unpriced model, a provider of the wrong kind), and the body said so in the API's own
+    /// error shape; the worker keeps it for the harness's runner (a budget ends the task
+    /// `budget`).
+    End {
+        /// Why pegasusd refused the call, if it did.
+        refusal: Option<LlmError>,
+    },
 }
 
 /// One result of a web search.
@@ -190,6 +292,21 @@ pub enum FromWorker {
         query: String,
         /// Results wanted (pegasusd bounds it); `None` = its default.
         count: Option<u32>,
+    },
+    /// A harness's model call, relayed by the worker's endpoint (DESIGN.md §18); answered by
+    /// [`ToWorker::RelayAnswer`] parts with the same id.
+    RelayRequest {
+        /// The worker's id for the call, unique on its connection (shared with
+        /// [`FromWorker::LlmRequest`]'s ids).
+        id: u64,
+        /// The request as the harness sent it.
+        request: RelayRequest,
+    },
+    /// The harness went away before the answer to this relayed call ended: pegasusd cancels
+    /// it upstream (what arrived is metered).
+    RelayCancel {
+        /// The [`FromWorker::RelayRequest`] id to drop.
+        id: u64,
     },
     /// The agent's answer to the inbound message `message_id`, for its sender. `answered` is
     /// false when the message's task stopped without an answer (failed, blocked, capped): then

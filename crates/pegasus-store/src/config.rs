@@ -67,6 +67,9 @@ pub struct Config {
     /// Lifecycle hooks in Claude Code's settings format (DESIGN.md §16), for every project;
     /// PROJECT.md's run after them.
     pub hooks: crate::hooks::HooksConfig,
+    /// How each coding harness a project may choose as its agent (PROJECT.md `agent:`) is
+    /// started (DESIGN.md §15).
+    pub harnesses: crate::harness::HarnessesConfig,
 }
 
 /// `logs:` in config.yml: log files older than `keep_days` are deleted, then the oldest until
@@ -135,6 +138,7 @@ impl Default for Config {
             limits: Default::default(),
             web: Default::default(),
             hooks: BTreeMap::new(),
+            harnesses: crate::harness::HarnessesConfig::default(),
         }
     }
 }
@@ -632,6 +636,9 @@ impl Config {
         }
         if let Err((key, m)) = self.mcp.check() {
             return Err(err(&format!("mcp.{key}"), m));
+        }
+        if let Err((key, m)) = self.harnesses.check() {
+            return Err(err(&key, &m));
         }
         if let Err(m) = crate::hooks::check_hooks(&self.hooks) {
             let (key, what) = m.split_once(' ').unwrap_or(("hooks", &m));

@@ -20,6 +20,7 @@ pub mod crashes;
 pub mod daemon_lock;
 pub mod error;
 pub mod frontmatter;
+pub mod harness;
 pub mod home;
 pub mod home_guard;
 pub mod hooks;
@@ -45,6 +46,7 @@ pub use config::*;
 pub use crashes::{read_crashes, record_crash, CrashRecord, CRASHES_FILE};
 pub use error::{Result, StoreError};
 pub use frontmatter::{split_frontmatter, strip_bom, Frontmatter, FrontmatterError};
+pub use harness::{AgentKind, HarnessConfig, HarnessesConfig};
 pub use home::{home_of_project, Home};
 pub use jsonl::*;
 pub use ledger::{

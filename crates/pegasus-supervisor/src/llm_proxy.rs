@@ -13,7 +13,7 @@ use crate::{bus::EventBus, watchdog::Watchdogs};
 use pegasus_llm::Gateway;
 use pegasus_proto::{
     llm::{ChatRequest, ChatResponse},
-    worker::ToWorker,
+    worker::{RelayPart, RelayRequest, ToWorker},
     BusBody, WorkerEvent,
 };
 use std::{
@@ -34,6 +34,8 @@ pub(crate) struct LlmProxy {
     project: String,
     to_worker: mpsc::UnboundedSender<ToWorker>,
     calls: HashMap<u64, JoinHandle<()>>,
+    /// A harness's calls relayed by the worker (DESIGN.md §18), by the worker's id for them.
+    relays: HashMap<u64, JoinHandle<()>>,
     in_flight: Arc<AtomicU32>,
 }
 
@@ -76,6 +78,7 @@ impl LlmProxy {
             project,
             to_worker,
             calls: HashMap::new(),
+            relays: HashMap::new(),
             in_flight: Arc::new(AtomicU32::new(0)),
         }
     }
@@ -155,6 +158,88 @@ impl LlmProxy {
         self.calls.insert(id, call);
     }
 
+    /// Starts relayed call `id` of a harness of the worker (DESIGN.md §18): the answer's parts
+    /// go to the worker as they come, its text on the bus as the task's deltas. Refused up
+    /// front, in the API's error shape, when the watchdog stopped its task.
+    pub fn relay(&mut self, id: u64, request: RelayRequest) {
+        self.relays.retain(|_, call| !call.is_finished());
+        let task = request.task.clone();
+        let to_worker = self.to_worker.clone();
+        let answer = move |part: RelayPart| {
+            let _ = to_worker.send(ToWorker::RelayAnswer { id, part });
+        };
+        if let Some(refusal) = self.watchdogs.refusal(&self.project, task.as_deref()) {
+            let body = request.api.error_body(400, &refusal.to_string());
+            answer(RelayPart::Head {
+                status: 400,
+                headers: vec![("content-type".into(), "application/json".into())],
+            });
+            answer(RelayPart::Chunk(body.into_bytes()));
+            answer(RelayPart::End {
+                refusal: Some(refusal),
+            });
+            return;
+        }
+        let gateway = self.gateway.clone();
+        let bus = self.bus.clone();
+        let project = self.project.clone();
+        let (guard, in_flight) = InFlight::enter(&self.in_flight);
+        let call = tokio::spawn(async move {
+            let start = BusBody::LlmCall {
+                task: task.clone(),
+                ended: false,
+                in_flight,
+                cost_usd: None,
+            };
+            bus.publish(&project, start);
+            let (parts_tx, mut parts) = mpsc::unbounded_channel::<RelayPart>();
+            let (deltas_tx, mut deltas) = mpsc::unbounded_channel::<String>();
+            let relayed = gateway.relay(&project, request, &parts_tx, Some(deltas_tx));
+            tokio::pin!(relayed);
+            let delta = |text: String| {
+                bus.publish(
+                    &project,
+                    BusBody::Worker(WorkerEvent::TextDelta {
+                        task: task.clone(),
+                        text,
+                    }),
+                );
+            };
+            // Parts and deltas are passed on as they come, in order, by this one task.
+            let cost_usd = loop {
+                tokio::select! {
+                    biased;
+                    Some(part) = parts.recv() => answer(part),
+                    Some(text) = deltas.recv() => delta(text),
+                    cost = &mut relayed => break cost,
+                }
+            };
+            while let Ok(part) = parts.try_recv() {
+                answer(part);
+            }
+            while let Ok(text) = deltas.try_recv() {
+                delta(text);
+            }
+            let in_flight = guard.leave();
+            let end = BusBody::LlmCall {
+                task,
+                ended: true,
+                in_flight,
+                cost_usd,
+            };
+            bus.publish(&project, end);
+        });
+        self.relays.insert(id, call);
+    }
+
+    /// The harness went away before the answer to relayed call `id` ended: cancelled upstream
+    /// (what arrived is metered by the gateway).
+    pub fn cancel_relay(&mut self, id: u64) {
+        if let Some(call) = self.relays.remove(&id) {
+            call.abort();
+        }
+    }
+
     /// The worker no longer wants the answer to call `id`.
     pub fn cancel(&mut self, id: u64) {
         if let Some(call) = self.calls.remove(&id) {
@@ -166,7 +251,7 @@ impl LlmProxy {
 impl Drop for LlmProxy {
     /// The worker is gone: nobody is left to read the answers.
     fn drop(&mut self) {
-        for (_, call) in self.calls.drain() {
+        for (_, call) in self.calls.drain().chain(self.relays.drain()) {
             call.abort();
         }
     }

@@ -1,9 +1,9 @@
-//! Code projects seen from the task list: which task branches are kept with unmerged work (read
-//! through `pegasus-code`), and what waits for the user. Both are read-only views for listings (`status`, `project show`,
+//! Code projects seen from the task list: which tasks are over (their kept branches are read by
+//! `pegasus-code`), and what waits for the user. Both are read-only views for listings (`status`, `project show`,
 //! the dashboard, the MainAgent), so they read the task index without the task lock.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     sync::Mutex,
     time::SystemTime,
@@ -24,38 +24,14 @@ pub fn peek_tasks(dir: &Path) -> Vec<crate::Task> {
         .unwrap_or_default()
 }
 
-/// The kept branches of a code project's ended tasks (DESIGN.md §10), `repo: branch (task ID)`:
-/// which tasks are over is this crate's rule ([`crate::state::is_over`]); the branches are
-/// read by `pegasus-code`.
-pub fn unmerged_branches(dir: &Path) -> Vec<String> {
-    let Ok(repos) = crate::project_repos(dir) else {
-        return Vec::new();
-    };
-    if repos.is_empty() {
-        return Vec::new();
-    }
-    let over: std::collections::HashSet<String> = peek_tasks(dir)
+/// The ids of the project's tasks that are over ([`crate::state::is_over`]): their kept
+/// branches are unmerged work a listing shows (DESIGN.md §10; the branches are read by
+/// `pegasus-code`, `unmerged_branches_of`).
+pub fn over_tasks(dir: &Path) -> HashSet<String> {
+    peek_tasks(dir)
         .into_iter()
         .filter(|t| crate::state::is_over(t.state))
         .map(|t| t.id)
-        .collect();
-    let fate = |id: &str| {
-        if over.contains(id) {
-            pegasus_code::TaskFate::Over
-        } else {
-            pegasus_code::TaskFate::Live
-        }
-    };
-    let repos: Vec<(String, PathBuf, String)> = repos
-        .into_iter()
-        .map(|r| {
-            let path = crate::snapshot::resolve(dir, &r.path);
-            (r.id, path, r.branch.unwrap_or_else(|| "main".to_string()))
-        })
-        .collect();
-    pegasus_code::unmerged_branches_of(&repos, &fate)
-        .iter()
-        .map(ToString::to_string)
         .collect()
 }
 

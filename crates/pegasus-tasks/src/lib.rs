@@ -33,14 +33,14 @@ pub mod store;
 pub mod task;
 
 pub use board::{board, BoardColumn};
-pub use code::{peek_tasks, unmerged_branches, waiting_on_user, WaitingCache};
+pub use code::{over_tasks, peek_tasks, waiting_on_user, WaitingCache};
 pub use error::TaskError;
 pub use event::{fold, TaskEvent};
 pub use find::find_task;
 pub use id::new_task_id;
 pub use merge::{blocked_from_verified, MergeState};
 pub use readiness::Readiness;
-pub use snapshot::project_repos;
+pub use snapshot::{project_repos, repo_paths, ReadRev};
 pub use split::{check_steps, Step, MAX_STEPS};
 pub use state::{check_transition, column, is_over, TaskState};
 pub use store::{

@@ -20,7 +20,6 @@ use crate::id::{date_dir_of, is_safe_id, new_task_id};
 use crate::index::{read_index, write_index, write_index_if_changed, IndexLine};
 use crate::lock::ProjectLock;
 use crate::readiness::{readiness_of, Readiness};
-use crate::snapshot::snapshot_repos;
 use crate::split::{check_steps, step_title, Step};
 use crate::state::{check_transition, TaskState};
 use crate::task::{NewTask, RepoSnapshot, Task, TaskSpec, TaskUpdate, MAX_PRIORITY};
@@ -141,18 +140,14 @@ impl TaskStore {
     /// Freezes a spec: `draft → planned` with `spec_version` 1, or a new version while still
     /// draft/planned (every `spec` event stays in the file, see [`Self::spec_history`]).
     /// Refused once the task is ready or later: from then on a different spec means a new task
-    /// or a [`replay`](Self::replay). The HEAD commit of every repo in `spec.repos` is recorded
-    /// (`None` when the path is not a git repository); callers get the repos from PROJECT.md,
-    /// e.g. with [`crate::project_repos`].
-    pub fn freeze(&self, id: &str, mut spec: TaskSpec, actor: &str) -> Result<Task, TaskError> {
+    /// or a [`replay`](Self::replay). The repos in `spec.repos` are recorded as given, with the
+    /// commits their caller read: [`crate::project_repos`] gives PROJECT.md's repos with them.
+    pub fn freeze(&self, id: &str, spec: TaskSpec, actor: &str) -> Result<Task, TaskError> {
         if spec.goal.trim().is_empty() {
             return Err(TaskError::Invalid(format!(
                 "task {id}: a spec needs a goal: say what must be achieved"
             )));
         }
-        // git runs before the lock is taken, so a slow disk does not stall every other task
-        // operation of the project.
-        snapshot_repos(&self.project_dir, &mut spec.repos);
         let _lock = self.lock()?;
         let (path, mut task) = self.load(id)?;
         if !matches!(task.state, TaskState::Draft | TaskState::Planned) {
@@ -211,7 +206,7 @@ impl TaskStore {
     pub fn create_frozen(
         &self,
         t: NewTask,
-        mut spec: TaskSpec,
+        spec: TaskSpec,
         to: TaskState,
         actor: &str,
         reason: &str,
@@ -229,7 +224,6 @@ impl TaskStore {
                 "a spec needs a goal: say what must be achieved".into(),
             ));
         }
-        snapshot_repos(&self.project_dir, &mut spec.repos);
         let _lock = self.lock()?;
         let (path, mut task, created) = self.new_task_locked(t, None)?;
         let mut batch = Batch::new(&path, &mut task, Some(created));

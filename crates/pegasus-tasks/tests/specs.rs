@@ -138,9 +138,12 @@ fn git(dir: &Path, args: &[&str]) -> bool {
 }
 
 #[test]
-fn freeze_snapshots_the_head_of_every_repo_in_scope() {
-    let (dir, store) = project();
-    let repo = dir.path().join("repo");
+fn project_repos_snapshot_the_head_of_every_repo_and_freeze_keeps_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("demo");
+    std::fs::create_dir(&dir).unwrap();
+    let store = TaskStore::open(&dir, "demo").unwrap();
+    let repo = dir.join("repo");
     std::fs::create_dir(&repo).unwrap();
     if !git(&repo, &["init", "-q"]) {
         eprintln!("git is not available; skipping the snapshot test");
@@ -161,31 +164,23 @@ fn freeze_snapshots_the_head_of_every_repo_in_scope() {
     .unwrap()
     .trim()
     .to_string();
-    let plain = dir.path().join("plain");
+    let plain = dir.join("plain");
     std::fs::create_dir(&plain).unwrap();
+    // Relative to the project folder, as PROJECT.md writes it.
+    let md = format!(
+        "---\nname: demo\nstatus: active\ncreated: 2026-02-28T10:00:00Z\nrepos:\n  - {{id: app, path: repo}}\n  - {{id: docs, path: {}}}\n---\n## Goal\nShip it.\n",
+        plain.display()
+    );
+    std::fs::write(dir.join("PROJECT.md"), md).unwrap();
 
     let t = store.create(new_task("x"), "user").unwrap();
     let mut s = spec("touch the repo");
-    s.repos = vec![
-        // Relative to the project folder, as PROJECT.md writes it.
-        RepoSnapshot {
-            id: "app".into(),
-            path: "repo".into(),
-            head: Some("stale".into()),
-            branch: None,
-        },
-        RepoSnapshot {
-            id: "docs".into(),
-            path: plain.display().to_string(),
-            head: None,
-            branch: None,
-        },
-    ];
+    s.repos = project_repos(&dir, pegasus_code::git::repo_rev).unwrap();
     let t = store.freeze(&t.id, s, "user").unwrap();
     let repos = &t.spec.as_ref().unwrap().repos;
     assert_eq!(repos[0].head.as_deref(), Some(head.as_str()));
     assert_eq!(repos[0].path, "repo");
-    assert_eq!(repos[1].head, None);
+    assert_eq!(repos[1].head, None, "a plain folder has no commit");
 
     // A later commit does not change the frozen snapshot.
     std::fs::write(repo.join("a.txt"), "changed\n").unwrap();
@@ -207,7 +202,7 @@ fn project_repos_come_from_project_md() {
         "---\nname: demo\nstatus: active\ncreated: 2026-02-28T10:00:00Z\nrepos:\n  - {id: app, path: app, role: main}\n  - {id: infra, path: /srv/infra, role: ops}\n---\n## Goal\nShip it.\n",
     )
     .unwrap();
-    let repos = project_repos(&dir).unwrap();
+    let repos = project_repos(&dir, pegasus_code::git::repo_rev).unwrap();
     assert_eq!(
         repos,
         vec![
@@ -233,5 +228,7 @@ fn project_repos_come_from_project_md() {
         "---\nname: demo\nstatus: active\ncreated: 2026-02-28T10:00:00Z\n---\n",
     )
     .unwrap();
-    assert!(project_repos(&dir).unwrap().is_empty());
+    assert!(project_repos(&dir, pegasus_code::git::repo_rev)
+        .unwrap()
+        .is_empty());
 }

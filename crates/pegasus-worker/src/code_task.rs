@@ -68,14 +68,8 @@ impl CodeProject {
     ) -> Result<CodeProject, String> {
         let file = ProjectFile::load(project_dir).map_err(|e| e.to_string())?;
         let where_ = project_dir.join("PROJECT.md").display().to_string();
-        let repos = pegasus_tasks::snapshot::repos_in(&file, project_dir)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|r| {
-                let path = pegasus_tasks::snapshot::resolve(project_dir, &r.path);
-                (r.id, path, r.branch.unwrap_or_else(|| "main".to_string()))
-            })
-            .collect();
+        let repos = pegasus_tasks::repo_paths(&file, project_dir, pegasus_code::git::repo_rev)
+            .map_err(|e| e.to_string())?;
         let keys = file.code();
         // Checked in this order, so the first problem a user sees is the one it always was.
         let verify = checked(&where_, &keys.verify)?;

@@ -14,12 +14,14 @@ mod attempt;
 pub mod code_task;
 mod connection;
 pub mod error;
+pub mod harness;
 mod logging;
 pub mod mcp;
 pub mod mcp_deferred;
 mod merge_approval;
 mod planning;
 mod proxy;
+pub mod relay;
 mod review;
 pub mod sends;
 mod serve;
@@ -27,6 +29,8 @@ mod work_queue;
 mod worker;
 
 pub use error::WorkerError;
+pub use pegasus_proto::worker::RelayApi;
+pub use relay::{Relay, RelayEndpoint};
 #[doc(hidden)]
 pub use worker::proxy_link;
 pub use worker::{run, WorkerArgs};

@@ -12,7 +12,7 @@
 use pegasus_agent::Notice;
 use pegasus_proto::{
     llm::{ChatResponse, LlmError},
-    worker::{FromWorker, InboundMessage, SearchHit, ToWorker},
+    worker::{FromWorker, InboundMessage, RelayPart, SearchHit, ToWorker},
 };
 
 /// Where the worker is in its life.
@@ -67,6 +67,8 @@ pub enum Action {
         id: u64,
         result: Result<Vec<SearchHit>, String>,
     },
+    /// Hand a part of a relayed answer to the harness's endpoint that waits for it.
+    RelayAnswer { id: u64, part: RelayPart },
     /// Look for tasks that are ready to run.
     LookForTasks,
     /// Drive an autonomous run.
@@ -143,6 +145,8 @@ fn frame_step(state: State, frame: ToWorker) -> (State, Vec<Action>) {
         ToWorker::LlmResponse { id, result } => (state, vec![Answer { id, result }]),
         // Likewise a search of the current stage.
         ToWorker::WebSearchResult { id, result } => (state, vec![SearchAnswer { id, result }]),
+        // And a harness's call, whose answer it streams.
+        ToWorker::RelayAnswer { id, part } => (state, vec![RelayAnswer { id, part }]),
         ToWorker::Shutdown if draining => (state, Vec::new()),
         ToWorker::Shutdown => (State::Draining, vec![StartDraining]),
         // pegasusd sends no work after a shutdown; if it did, it is not taken (and so not
@@ -185,6 +189,7 @@ mod tests {
                 Action::Send(_) => "send",
                 Action::Answer { .. } => "answer",
                 Action::SearchAnswer { .. } => "search",
+                Action::RelayAnswer { .. } => "relay",
                 Action::LookForTasks => "tasks",
                 Action::DriveRun(_) => "run",
                 Action::WakeApproval(_) => "wake",
@@ -284,6 +289,15 @@ mod tests {
                     })
                 }),
             ),
+            (
+                "relayed",
+                Box::new(|| {
+                    Event::Frame(ToWorker::RelayAnswer {
+                        id: 5,
+                        part: RelayPart::Chunk(b"data: {}".to_vec()),
+                    })
+                }),
+            ),
         ]
     }
 
@@ -308,6 +322,7 @@ mod tests {
             (Serving, "silent", Serving, &["exit-err"]),
             (Serving, "window", Serving, &["window"]),
             (Serving, "searched", Serving, &["search"]),
+            (Serving, "relayed", Serving, &["relay"]),
             (Draining, "message", Draining, &[]),
             (Draining, "ping", Draining, &["pong"]),
             (Draining, "response", Draining, &["answer"]),
@@ -325,6 +340,7 @@ mod tests {
             (Draining, "silent", Draining, &["exit-err"]),
             (Draining, "window", Draining, &["window"]),
             (Draining, "searched", Draining, &["search"]),
+            (Draining, "relayed", Draining, &["relay"]),
         ];
         let events = events();
         assert_eq!(table.len(), 2 * events.len(), "every pair is in the table");

@@ -5,6 +5,7 @@ use crate::sends::{self, SendCheck, Sends};
 use crate::{
     connection, logging,
     proxy::ProxyModel,
+    relay::Relay,
     serve::{self, Action, Event, State},
     work_queue::{run_jobs, AgentPhases, Job, Window, WindowGate},
     WorkerError,
@@ -216,6 +217,9 @@ async fn serve(
     let (out, out_rx) = mpsc::unbounded_channel::<FromWorker>();
     let (notices, mut notice_rx) = mpsc::unbounded_channel::<Notice>();
     let proxy = ProxyModel::new(out.clone());
+    // The model endpoints of the harnesses this worker runs (DESIGN.md §18): the harness runner
+    // starts one per spawn with `relay.start(..)`.
+    let relay = Relay::new(out.clone());
 
     // The home's roles, skills and preferences: a local worker reads the home's own; a remote
     // one (DESIGN.md §14) got them over the link and keeps them where its commands cannot write.
@@ -310,6 +314,12 @@ async fn serve(
                 agent.stop_flag(),
             ));
             agent.set_approvals(gate.clone());
+            // A harness as the project's (or a role's) agent (DESIGN.md §15): checked now, so a
+            // missing binary or a provider of the wrong kind is one error at start.
+            let (kind, harnesses) =
+                crate::harness::build(&config, &project, &init.model, &project_dir)
+                    .map_err(WorkerError::Config)?;
+            agent.set_harnesses(kind, harnesses);
             agent.set_hooks(
                 &config.hooks,
                 project.hooks(),
@@ -505,6 +515,7 @@ async fn serve(
                 }
                 Action::Answer { id, result } => proxy.complete(id, result),
                 Action::SearchAnswer { id, result } => proxy.complete_search(id, result),
+                Action::RelayAnswer { id, part } => relay.deliver(id, part),
                 Action::LookForTasks => {
                     let _ = jobs.send(Job::ReadyTasks);
                 }
@@ -539,6 +550,7 @@ async fn serve(
                     } else {
                         tracing::info!("supervisor closed the connection; exiting");
                         proxy.fail_all();
+                        relay.fail_all();
                     }
                     return Ok(());
                 }

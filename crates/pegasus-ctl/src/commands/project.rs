@@ -169,7 +169,13 @@ async fn show(home: &Home, json: bool, name: &str) -> Result<(), CtlError> {
                 "project {name} not found: see `pegasusctl project list`"
             ))
         })?;
-    info.unmerged_branches = pegasus_tasks::unmerged_branches(&home.project_dir(name));
+    let dir = home.project_dir(name);
+    info.unmerged_branches = pegasus_store::ProjectFile::load(&dir)
+        .ok()
+        .and_then(|f| pegasus_tasks::repo_paths(&f, &dir, pegasus_code::git::repo_rev).ok())
+        .filter(|repos| !repos.is_empty())
+        .map(|repos| pegasus_code::unmerged_lines(&repos, &pegasus_tasks::over_tasks(&dir)))
+        .unwrap_or_default();
     if info.limits.is_none() && info.status.is_some() {
         info.limits = offline_limits(home, name);
     }

@@ -86,6 +86,8 @@ struct Known {
     roles: Roles,
     /// `instruction_files:`, replacing config.yml's `agent.instruction_files` (DESIGN.md §16).
     instruction_files: Option<Vec<String>>,
+    /// `agent:`, the project's agent (DESIGN.md §15); `builtin` when absent.
+    agent: crate::harness::AgentKind,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -194,6 +196,11 @@ impl ProjectFile {
         self.known.instruction_files.as_deref()
     }
 
+    /// The project's agent (`agent:`): Pegasus's own loop unless it names a harness.
+    pub fn agent(&self) -> crate::harness::AgentKind {
+        self.known.agent
+    }
+
     /// The role assignments (`roles:`), or what is wrong with them; the worker refuses to
     /// start on a problem and `role assign` reports it, the project still loads.
     pub fn roles(&self) -> &Roles {
@@ -273,6 +280,33 @@ mod tests {
     use super::fixtures::*;
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn agent_names_a_harness_or_is_builtin() {
+        use crate::harness::AgentKind;
+        assert_eq!(parse(SEED).unwrap().agent(), AgentKind::Builtin);
+        let with = |v: &str| {
+            SEED.replacen(
+                "completed: null",
+                &format!("completed: null\nagent: {v}"),
+                1,
+            )
+        };
+        assert_eq!(
+            parse(&with("claude-code")).unwrap().agent(),
+            AgentKind::ClaudeCode
+        );
+        assert_eq!(parse(&with("codex")).unwrap().agent(), AgentKind::Codex);
+        assert_eq!(parse(&with("null")).unwrap().agent(), AgentKind::Builtin);
+        let e = err_text(&with("claude"));
+        assert!(e.contains("key `agent`") || e.contains("agent"), "{e}");
+        assert!(e.contains("use builtin, claude-code or codex"), "{e}");
+        let e = err_text(&with("[codex]"));
+        assert!(
+            e.contains("must be one of builtin, claude-code or codex"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn instruction_files_replace_the_configs_and_must_be_file_names() {

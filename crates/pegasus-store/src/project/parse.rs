@@ -241,6 +241,18 @@ impl Ctx<'_> {
                     })?,
             ),
         };
+        let agent = match map.get("agent") {
+            None | Some(Value::Null) => crate::harness::AgentKind::Builtin,
+            Some(Value::String(word)) => {
+                crate::harness::AgentKind::parse(word).map_err(|m| self.err("agent", m))?
+            }
+            Some(_) => {
+                return Err(self.err(
+                    "agent",
+                    "must be one of builtin, claude-code or codex".into(),
+                ))
+            }
+        };
         Ok(Known {
             name,
             status,
@@ -258,6 +270,7 @@ impl Ctx<'_> {
             code: CodeKeys::read(map),
             roles: super::roles::read(map.get("roles")),
             instruction_files,
+            agent,
         })
     }
 }

@@ -100,6 +100,9 @@ pub struct Assignment {
     /// Values for the role's template variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub variables: BTreeMap<String, String>,
+    /// The agent that does this role's work (DESIGN.md §15); `None`: the project's `agent:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::harness::AgentKind>,
 }
 
 impl Assignment {
@@ -176,11 +179,16 @@ fn read_item(index: usize, item: &Value) -> Result<Assignment, RolesProblem> {
             )));
         }
     }
+    if let Some(word) = item.get("agent").and_then(Value::as_str) {
+        if let Err(why) = crate::harness::AgentKind::parse(word) {
+            return Err(bad(format!("agent {why}")));
+        }
+    }
     let a = match item {
         Value::String(id) => Assignment::new(id.clone()),
         Value::Mapping(_) => serde_norway::from_value::<Assignment>(item.clone()).map_err(|e| {
             bad(format!(
-                "{e}: write it as `{{role: <id>, model: <provider/model>, thinking: off|low|medium|high, tools: [...], variables: {{name: value}}}}`"
+                "{e}: write it as `{{role: <id>, model: <provider/model>, thinking: off|low|medium|high, tools: [...], variables: {{name: value}}, agent: builtin|claude-code|codex}}`"
             ))
         })?,
         _ => {
@@ -210,7 +218,7 @@ pub(super) fn to_yaml(assignments: &[Assignment]) -> Value {
 }
 
 fn item_to_yaml(a: &Assignment) -> Value {
-    let plain = a.model.is_none() && a.thinking.is_none() && a.tools.is_none();
+    let plain = a.model.is_none() && a.thinking.is_none() && a.tools.is_none() && a.agent.is_none();
     if plain && a.variables.is_empty() {
         return Value::String(a.role.clone());
     }
@@ -228,6 +236,9 @@ fn item_to_yaml(a: &Assignment) -> Value {
             s("tools"),
             Value::Sequence(tools.iter().map(|t| s(t)).collect()),
         );
+    }
+    if let Some(agent) = a.agent {
+        m.insert(s("agent"), s(agent.as_str()));
     }
     if !a.variables.is_empty() {
         let vars = a.variables.iter().map(|(k, v)| (s(k), s(v))).collect();
@@ -271,6 +282,10 @@ mod tests {
             Assignment {
                 thinking: Some(Thinking::Off),
                 ..Assignment::new("tester")
+            },
+            Assignment {
+                agent: Some(crate::harness::AgentKind::ClaudeCode),
+                ..Assignment::new("coder")
             },
         ];
         let v = to_yaml(&list);

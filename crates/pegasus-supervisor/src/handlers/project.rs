@@ -118,7 +118,13 @@ pub(crate) fn info(listing: &Listing, name: &str) -> Result<ProjectInfo, Request
         .into_iter()
         .find(|p| p.name == name)
         .ok_or_else(|| RequestError::ProjectNotFound(name.to_string()))?;
-    info.unmerged_branches = pegasus_tasks::unmerged_branches(&listing.home.project_dir(name));
+    let dir = listing.home.project_dir(name);
+    info.unmerged_branches = pegasus_store::ProjectFile::load(&dir)
+        .ok()
+        .and_then(|f| pegasus_tasks::repo_paths(&f, &dir, pegasus_code::git::repo_rev).ok())
+        .filter(|repos| !repos.is_empty())
+        .map(|repos| pegasus_code::unmerged_lines(&repos, &pegasus_tasks::over_tasks(&dir)))
+        .unwrap_or_default();
     listing.fill_limits(std::slice::from_mut(&mut info));
     Ok(info)
 }

@@ -53,7 +53,7 @@ pub(crate) fn add(
         Some(r) => Some(pegasus_roles::find_role(&home.roles_dir(), r)?.id),
         None => None,
     };
-    let declared = pegasus_tasks::project_repos(&dir)?;
+    let declared = pegasus_tasks::project_repos(&dir, pegasus_code::git::repo_rev)?;
     let mut repos = Vec::new();
     for id in &req.repos {
         match declared.iter().find(|r| &r.id == id) {

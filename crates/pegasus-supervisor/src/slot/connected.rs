@@ -176,6 +176,14 @@ impl Slot {
                         proxy.cancel(id);
                         continue;
                     }
+                    Ok(Some(FromWorker::RelayRequest { id, request })) => {
+                        proxy.relay(id, request);
+                        continue;
+                    }
+                    Ok(Some(FromWorker::RelayCancel { id })) => {
+                        proxy.cancel_relay(id);
+                        continue;
+                    }
                     Ok(Some(FromWorker::WebSearch { id, query, count })) => {
                         searches.search(id, query, count);
                         continue;

@@ -308,6 +308,8 @@ impl Link {
             // worker lives.
             FromWorker::LlmRequest { .. }
             | FromWorker::LlmCancel { .. }
+            | FromWorker::RelayRequest { .. }
+            | FromWorker::RelayCancel { .. }
             | FromWorker::WebSearch { .. }
             | FromWorker::Heartbeat
             | FromWorker::Pong { .. }
