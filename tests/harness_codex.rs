@@ -1,0 +1,250 @@
+//! Codex as a project's agent (`agent: codex`, DESIGN.md §15), through the real binaries:
+//! pegasusd, its worker, pegasusctl, and the real `codex` (OpenAI's Codex CLI 0.171.0) against
+//! the fake LLM's Responses API. A message is answered and mirrored into the session; a shell
+//! command waits for a person's approval (`exec: ask`) and a denial reaches Codex as one; the
+//! Codex thread continues from message to message and after `kill -9` of pegasusd.
+//!
+//! Needs `codex` on PATH (`.ci/run` installs `@openai/codex@0.171.0`); without it each test
+//! skips with one line, and under `CI=true` fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_fakellm::{FakeLlm, Format, Match, Reply, Rule, ToolCall};
+use serde_json::json;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A home whose default model is `fo/gpt-5.5` on an `openai` provider at the fake, priced, with
+/// `extra` YAML appended; `None` (after one line) when there is no `codex` and `CI` is not
+/// `true`.
+fn codex_home(fake: &FakeLlm, extra: &str) -> Option<Home> {
+    if let Err(why) = common::codex::find() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("CI=true and {why}");
+        }
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    main_agent_rule(fake);
+    Some(Home::with_config(&format!(
+        "default_model: fo/{model}\n\
+         providers:\n  fo: {{kind: openai, base_url: \"{o}\", api_key_env: {FAKE_KEY_ENV}}}\n\
+         prices:\n  \"fo/*\": {{input: 1.0, output: 2.0}}\n\
+         llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
+         workers: {{shutdown_timeout_s: 5}}\n\
+         agent: {{reflection: false}}\n\
+         {extra}\n",
+        model = common::codex::MODEL,
+        o = fake.openai_base_url(),
+    )))
+}
+
+/// Creates project `name` with `agent: codex` and waits for its worker (started again, so it
+/// reads the key).
+fn codex_project(home: &Home, name: &str) -> u32 {
+    let first = home.create(name);
+    configure(home, name, "agent: codex\n");
+    home.ctl_ok(&["project", "suspend", name]);
+    home.ctl_ok(&["project", "resume", name]);
+    home.ready_worker(name, Some(u64::from(first)))
+}
+
+/// Only the Responses API's requests (Codex's), not the MainAgent's.
+fn codex_requests(fake: &FakeLlm) -> Vec<pegasus_fakellm::Recorded> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.format == Format::Responses)
+        .collect()
+}
+
+/// The live processes of Codex (its command line names it) working in `dir` or below.
+fn codex_in(dir: &std::path::Path) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cwd.starts_with(dir) && String::from_utf8_lossy(&cmd).contains("codex")
+        })
+        .collect()
+}
+
+fn responses(rule: Match, reply: Reply) -> Rule {
+    Rule::new(
+        Match::All(vec![Match::Format(Format::Responses), rule]),
+        reply,
+    )
+}
+
+/// `pegasusctl project send --wait` prints Codex's answer; the session shows the message and
+/// the answer; Codex ran with its home in the project (`harness/codex/home`), its key the
+/// endpoint's, never the provider's.
+#[test]
+fn a_message_is_answered_by_codex_and_mirrored() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "") else {
+        return;
+    };
+    fake.add_rule(responses(
+        Match::LastUserTextContains("hello codex".into()),
+        Reply::Text("Hello from Codex through Pegasus.".into()),
+    ));
+    let _d = home.start_fake();
+    codex_project(&home, "cx");
+
+    let out = home.ctl_ok(&["project", "send", "cx", "hello codex", "--wait"]);
+    assert!(out.contains("Hello from Codex through Pegasus."), "{out}");
+    let log = home.ctl_ok(&["project", "log", "cx"]);
+    assert!(log.contains("hello codex"), "{log}");
+    assert!(log.contains("Hello from Codex through Pegasus."), "{log}");
+    let requests = codex_requests(&fake);
+    assert_eq!(requests.len(), 1, "{:?}", fake.violations());
+    assert_eq!(requests[0].body["model"], common::codex::MODEL);
+    let auth = requests[0].header("authorization").unwrap();
+    assert!(
+        !auth.contains(FAKE_KEY),
+        "the provider key reached codex: {auth}"
+    );
+    assert!(home
+        .project_dir("cx")
+        .join("harness/codex/home/sessions")
+        .is_dir());
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    poll(WAIT, "codex gone after its answer", || {
+        codex_in(home.path()).is_empty().then_some(())
+    });
+}
+
+/// Under `exec: ask`, Codex's shell command waits for a person: approved, it runs and its
+/// output goes back to Codex; denied, it does not run and Codex's model is told so.
+#[test]
+fn codex_commands_wait_for_a_person() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "approvals: {exec: ask}") else {
+        return;
+    };
+    for (word, file) in [("make yes", "yes.txt"), ("make no", "no.txt")] {
+        fake.add_rule(
+            responses(
+                Match::All(vec![
+                    Match::NewPrompt,
+                    Match::LastUserTextContains(word.into()),
+                ]),
+                Reply::Tools(vec![ToolCall::new(
+                    "exec_command",
+                    json!({"cmd": format!("echo made > {file} && cat {file}")}),
+                )]),
+            )
+            .times(1),
+        );
+    }
+    fake.add_rule(responses(
+        Match::LastToolResultContains("Process exited with code 0".into()),
+        Reply::Text("The file is made.".into()),
+    ));
+    fake.add_rule(responses(
+        Match::LastToolResultContains("blocked".into()),
+        Reply::Text("I was not allowed to.".into()),
+    ));
+    let _d = home.start_fake();
+    codex_project(&home, "cx");
+    let workdir = home.project_dir("cx").join("workdir");
+
+    let (mut sender, seen) = spawn_ctl(&home, &["project", "send", "cx", "make yes", "--wait"]);
+    let req = poll(WAIT, "an approval request", || {
+        let list = home.json(&["approvals"]);
+        list.as_array()
+            .filter(|a| a.len() == 1)
+            .map(|a| a[0].clone())
+    });
+    assert!(
+        req.to_string().contains("echo made > yes.txt"),
+        "the request shows the command: {req}"
+    );
+    assert!(!workdir.join("yes.txt").exists(), "it waited");
+    home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
+    assert!(sender.wait().unwrap().success(), "{:?}", fake.violations());
+    assert!(
+        seen.lock().unwrap().contains("The file is made."),
+        "{}",
+        seen.lock().unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(workdir.join("yes.txt")).unwrap(),
+        "made\n"
+    );
+
+    let (mut sender, seen) = spawn_ctl(&home, &["project", "send", "cx", "make no", "--wait"]);
+    let req = poll(WAIT, "a second approval request", || {
+        let list = home.json(&["approvals"]);
+        list.as_array()
+            .filter(|a| a.len() == 1)
+            .map(|a| a[0].clone())
+    });
+    home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not today"]);
+    assert!(sender.wait().unwrap().success());
+    assert!(
+        seen.lock().unwrap().contains("I was not allowed to."),
+        "{}",
+        seen.lock().unwrap()
+    );
+    assert!(!workdir.join("no.txt").exists());
+    let last = codex_requests(&fake).last().unwrap().body["input"].to_string();
+    assert!(
+        last.contains("not today"),
+        "the denial reached codex: {last}"
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// Each message continues Codex's thread, also after `kill -9` of pegasusd (and so of its
+/// worker and of Codex): the next message's request carries the earlier exchange, and no Codex
+/// process is left.
+#[test]
+fn the_codex_thread_continues_after_kill_9_of_pegasusd() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "") else {
+        return;
+    };
+    fake.add_rule(responses(
+        Match::LastUserTextContains("first question".into()),
+        Reply::Text("first answer".into()),
+    ));
+    fake.add_rule(responses(
+        Match::All(vec![
+            Match::LastUserTextContains("second question".into()),
+            Match::AnyTextContains("first answer".into()),
+        ]),
+        Reply::Text("second answer, with the first in mind".into()),
+    ));
+    let mut d = home.start_fake();
+    codex_project(&home, "cx");
+    let out = home.ctl_ok(&["project", "send", "cx", "first question", "--wait"]);
+    assert!(out.contains("first answer"), "{out}");
+
+    d.kill9();
+    poll(WAIT, "no codex left after kill -9", || {
+        codex_in(home.path()).is_empty().then_some(())
+    });
+    let _d = home.start_fake();
+    home.ready_worker("cx", None);
+    let out = home.ctl_ok(&["project", "send", "cx", "second question", "--wait"]);
+    assert!(
+        out.contains("second answer, with the first in mind"),
+        "{out}"
+    );
+    let requests = codex_requests(&fake);
+    assert_eq!(requests.len(), 2, "{:?}", fake.violations());
+    assert_eq!(
+        requests[0].header("session-id"),
+        requests[1].header("session-id"),
+        "one Codex thread"
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
