@@ -248,3 +248,58 @@ fn the_codex_thread_continues_after_kill_9_of_pegasusd() {
     );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// `kill -9` of pegasusd while Codex waits for its model: Codex goes with it, and after the
+/// restart the message is run again once (not lost, not twice), answered in the same session.
+#[test]
+fn a_message_cut_off_by_kill_9_mid_turn_is_answered_once_after_the_restart() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "") else {
+        return;
+    };
+    // The first try hangs on its model call until the crash; the next one is answered.
+    fake.add_rule(
+        responses(
+            Match::LastUserTextContains("slow question".into()),
+            Reply::Fault(pegasus_fakellm::Fault::Delay {
+                ms: 120_000,
+                then: Box::new(Reply::Text("too late".into())),
+            }),
+        )
+        .times(1),
+    );
+    fake.add_rule(responses(
+        Match::LastUserTextContains("slow question".into()),
+        Reply::Text("answered after the crash".into()),
+    ));
+    let mut d = home.start_fake();
+    codex_project(&home, "cx");
+    let (_sender, _) = spawn_ctl(&home, &["project", "send", "cx", "slow question"]);
+    poll(WAIT, "codex's first model call", || {
+        (!codex_requests(&fake).is_empty()).then_some(())
+    });
+    assert!(!codex_in(home.path()).is_empty(), "codex runs");
+
+    d.kill9();
+    poll(WAIT, "no codex left after kill -9", || {
+        codex_in(home.path()).is_empty().then_some(())
+    });
+    let _d = home.start_fake();
+    let log = poll(WAIT, "the answer after the restart", || {
+        let log = home.ctl_ok(&["project", "log", "cx"]);
+        log.contains("answered after the crash").then_some(log)
+    });
+    assert_eq!(log.matches("slow question").count(), 1, "{log}");
+    assert_eq!(log.matches("answered after the crash").count(), 1, "{log}");
+    assert!(!log.contains("too late"), "{log}");
+    let requests = codex_requests(&fake);
+    assert_eq!(requests.len(), 2, "{:?}", fake.violations());
+    assert_eq!(
+        requests[0].header("session-id"),
+        requests[1].header("session-id"),
+        "the restart resumed Codex's thread"
+    );
+    poll(WAIT, "codex gone after its answer", || {
+        codex_in(home.path()).is_empty().then_some(())
+    });
+}
