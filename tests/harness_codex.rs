@@ -179,6 +179,9 @@ fn codex_commands_wait_for_a_person() {
         std::fs::read_to_string(workdir.join("yes.txt")).unwrap(),
         "made\n"
     );
+    // The command and its output are in the session, as Pegasus's own tool calls are.
+    let log = home.ctl_ok(&["project", "log", "cx"]);
+    assert!(log.contains("echo made > yes.txt"), "{log}");
 
     let (mut sender, seen) = spawn_ctl(&home, &["project", "send", "cx", "make no", "--wait"]);
     let req = poll(WAIT, "a second approval request", || {
@@ -302,4 +305,66 @@ fn a_message_cut_off_by_kill_9_mid_turn_is_answered_once_after_the_restart() {
     poll(WAIT, "codex gone after its answer", || {
         codex_in(home.path()).is_empty().then_some(())
     });
+}
+
+/// Codex as the agent of a code task: it patches the task's worktree, and Pegasus verifies,
+/// commits and merges (DESIGN.md §10 unchanged around it).
+#[test]
+fn codex_works_a_code_task_to_a_verified_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "") else {
+        return;
+    };
+    fake.add_rule(
+        responses(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("add made.txt".into()),
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "apply_patch",
+                json!("*** Begin Patch\n*** Add File: made.txt\n+made by codex\n*** End Patch\n"),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(responses(
+        Match::LastToolResultContains("Success".into()),
+        Reply::Text("added made.txt".into()),
+    ));
+    let _d = home.start_fake();
+    home.create("cx");
+    configure(
+        &home,
+        "cx",
+        &format!(
+            "agent: codex\n{}verify: test -f made.txt\n",
+            repos_yaml(&[("app", &app)])
+        ),
+    );
+    home.ctl_ok(&["project", "suspend", "cx"]);
+    home.ctl_ok(&["project", "resume", "cx"]);
+    home.ready_worker("cx", None);
+    let id = home.json(&[
+        "task",
+        "add",
+        "cx",
+        "--goal",
+        "add made.txt",
+        "--repo",
+        "app",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let task = poll(WAIT, "the code task done", || {
+        let t = home.json(&["task", "show", &id])["task"].clone();
+        matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
+    });
+    assert_eq!(task["state"], "done", "{task}\n{:?}", fake.violations());
+    assert_eq!(sh(&app, "cat made.txt"), "made by codex");
+    assert_eq!(sh(&app, "git status --porcelain"), "");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
