@@ -20,8 +20,8 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, ExitStatus, Stdio},
-    time::{Duration, Instant},
+    process::{Command, ExitStatus},
+    time::Duration,
 };
 
 use pegasus_fakellm::FakeLlm;
@@ -201,9 +201,6 @@ impl Codex {
 
     /// Runs `codex ARGS...` (e.g. `exec resume --last ...`) as [`Codex::run`] does.
     pub fn run_args(&self, args: &[String]) -> CodexRun {
-        use std::os::unix::process::CommandExt;
-        let out = tempfile::NamedTempFile::new().unwrap();
-        let err = tempfile::NamedTempFile::new().unwrap();
         let mut cmd = Command::new(&self.bin);
         cmd.args(args)
             .current_dir(&self.workdir)
@@ -212,54 +209,12 @@ impl Codex {
             .env("HOME", self.home.path())
             .env("CODEX_HOME", self.codex_home())
             .env(KEY_VAR, API_KEY)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(out.reopen().unwrap())
-            .stderr(err.reopen().unwrap())
-            .process_group(0);
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.display()));
-        let group = child.id() as i32;
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // Whatever is left of the group (a command it ran) goes with the run.
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(group),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let stdout = std::fs::read_to_string(out.path()).unwrap();
-        let stderr = std::fs::read_to_string(err.path()).unwrap();
-        let Some(status) = status else {
-            let _ = child.wait();
-            panic!(
-                "codex {args:?} did not finish within {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-                self.timeout
-            );
-        };
-        let events = stdout
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                serde_json::from_str(l).unwrap_or_else(|e| {
-                    panic!(
-                        "codex wrote a stdout line that is not JSON ({e}): {l}\nstderr:\n{stderr}"
-                    )
-                })
-            })
-            .collect();
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        let run = super::run_json_lines(cmd, self.timeout, &format!("codex {args:?}"));
         CodexRun {
-            events,
-            stderr,
-            status,
+            events: run.events,
+            stderr: run.stderr,
+            status: run.status,
         }
     }
 }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{client, parse_sse};
+use common::{client, fixture, parse_sse, Recorded};
 use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
 use serde_json::{json, Value};
 
@@ -17,50 +17,6 @@ const FIRST_TURN: &str = include_str!("fixtures/codex-0.171.0/first-turn.json");
 /// The third request of that run: it carries an `exec_command` call and its output, then an
 /// `apply_patch` custom call and its output.
 const TOOL_RESULTS: &str = include_str!("fixtures/codex-0.171.0/tool-results.json");
-
-/// A recorded request: its target, headers and body.
-struct Recorded {
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Value,
-}
-
-fn fixture(text: &str) -> Recorded {
-    let v: Value = serde_json::from_str(text).unwrap();
-    let headers = v["headers"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-        .collect();
-    Recorded {
-        path: v["path"].as_str().unwrap().to_string(),
-        headers,
-        body: v["body"].clone(),
-    }
-}
-
-impl Recorded {
-    fn without_header(mut self, name: &str) -> Recorded {
-        self.headers.retain(|(n, _)| n != name);
-        self
-    }
-
-    fn with(mut self, f: impl FnOnce(&mut Value)) -> Recorded {
-        f(&mut self.body);
-        self
-    }
-
-    async fn send(&self, fake: &FakeLlm) -> (u16, String) {
-        let mut req = client().post(format!("{}{}", fake.base_url(), self.path));
-        for (n, v) in &self.headers {
-            req = req.header(n, v);
-        }
-        let resp = req.body(self.body.to_string()).send().await.unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.text().await.unwrap())
-    }
-}
 
 /// The output items a streamed answer builds, as Codex assembles them (from
 /// `response.output_item.done`), and the final `response.completed` response.

@@ -31,7 +31,7 @@ use pegasus_proto::llm::Block;
 use pegasus_store::AgentKind;
 use serde_json::{json, Value};
 
-use super::{Driver, Event, Failure, Launch, Parser, Plan};
+use super::{failure, Driver, Event, Launch, Parser, Plan};
 
 /// Codex.
 pub struct Codex;
@@ -364,18 +364,10 @@ impl Parser for ExecJson {
     }
 }
 
-/// A budget refusal (the endpoint's error names the budget) or another failure.
-fn failure(why: String) -> Failure {
-    if why.to_ascii_lowercase().contains("budget") {
-        Failure::Budget(why)
-    } else {
-        Failure::Error(why)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::super::Failure;
     use super::*;
 
     /// `codex exec --json` as Codex 0.171.0 wrote it against the fake LLM: a command, a

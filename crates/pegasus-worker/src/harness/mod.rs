@@ -109,6 +109,16 @@ pub enum Failure {
     Error(String),
 }
 
+/// A run's failure as its harness worded it: a budget refusal when the endpoint's error names
+/// the budget, else another failure.
+pub(crate) fn failure(why: String) -> Failure {
+    if why.to_ascii_lowercase().contains("budget") {
+        Failure::Budget(why)
+    } else {
+        Failure::Error(why)
+    }
+}
+
 /// Reads one run's stdout, line by line.
 pub trait Parser: Send {
     /// The events of one line (none for a line it does not use).
