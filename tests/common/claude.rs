@@ -36,22 +36,11 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The `claude` binary: `PEGASUS_TEST_CLAUDE`, else the first `claude` on `PATH`; `Err` says
 /// why there is none.
 pub fn find() -> Result<PathBuf, String> {
-    const INSTALL: &str = "install it with `npm install -g @anthropic-ai/claude-code@2.1.332`";
-    if let Some(p) = std::env::var_os("PEGASUS_TEST_CLAUDE") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        return Err(format!(
-            "PEGASUS_TEST_CLAUDE={} is not a file; {INSTALL}",
-            p.display()
-        ));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("claude"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("no `claude` (Claude Code) on PATH; {INSTALL}"))
+    super::find_program(
+        "PEGASUS_TEST_CLAUDE",
+        "claude",
+        "install it with `npm install -g @anthropic-ai/claude-code@2.1.332`",
+    )
 }
 
 /// A prepared run of Claude Code against a fake: its binary, isolated home, working
@@ -83,16 +72,7 @@ impl Claude {
     /// directory) whose `work/` is the working directory; `None` (after one printed line) when
     /// there is no `claude` and `CI` is not `true`.
     pub fn new(fake: &FakeLlm) -> Option<Claude> {
-        let bin = match find() {
-            Ok(bin) => bin,
-            Err(why) => {
-                if std::env::var("CI").as_deref() == Ok("true") {
-                    panic!("CI=true and {why}");
-                }
-                eprintln!("skipped: {why}");
-                return None;
-            }
-        };
+        let bin = super::required(find())?;
         let home = tempfile::tempdir().unwrap();
         let workdir = home.path().join("work");
         std::fs::create_dir_all(&workdir).unwrap();

@@ -43,22 +43,11 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The `codex` binary: `PEGASUS_TEST_CODEX`, else the first `codex` on `PATH`; `Err` says
 /// why there is none.
 pub fn find() -> Result<PathBuf, String> {
-    const INSTALL: &str = "install it with `npm install -g @openai/codex@0.171.0`";
-    if let Some(p) = std::env::var_os("PEGASUS_TEST_CODEX") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        return Err(format!(
-            "PEGASUS_TEST_CODEX={} is not a file; {INSTALL}",
-            p.display()
-        ));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("codex"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("no `codex` (OpenAI's Codex CLI) on PATH; {INSTALL}"))
+    super::find_program(
+        "PEGASUS_TEST_CODEX",
+        "codex",
+        "install it with `npm install -g @openai/codex@0.171.0`",
+    )
 }
 
 /// The `config.toml` of a Codex home whose model provider is the OpenAI Responses endpoint at
@@ -109,16 +98,7 @@ impl Codex {
     /// provider, in a temporary directory) whose `work/` is the working directory; `None`
     /// (after one printed line) when there is no `codex` and `CI` is not `true`.
     pub fn new(fake: &FakeLlm) -> Option<Codex> {
-        let bin = match find() {
-            Ok(bin) => bin,
-            Err(why) => {
-                if std::env::var("CI").as_deref() == Ok("true") {
-                    panic!("CI=true and {why}");
-                }
-                eprintln!("skipped: {why}");
-                return None;
-            }
-        };
+        let bin = super::required(find())?;
         let home = tempfile::tempdir().unwrap();
         let workdir = home.path().join("work");
         std::fs::create_dir_all(&workdir).unwrap();

@@ -294,6 +294,41 @@ pub fn spawn_ctl(home: &Home, args: &[&str]) -> (Child, std::sync::Arc<std::sync
     (child, seen)
 }
 
+/// A third-party program a test drives: `$env_var` when set (it must be a file), else the
+/// first `name` on `PATH`; `Err` says why there is none and how to install it (`install`).
+pub fn find_program(env_var: &str, name: &str, install: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env_var) {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(format!(
+            "{env_var}={} is not a file; {install}",
+            p.display()
+        ));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no `{name}` on PATH; {install}"))
+}
+
+/// The program `found`, or `None` after one printed line saying why the test skips; under
+/// `CI=true` a missing program fails the test instead.
+pub fn required(found: Result<PathBuf, String>) -> Option<PathBuf> {
+    match found {
+        Ok(bin) => Some(bin),
+        Err(why) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("CI=true and {why}");
+            }
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
 /// What a command run by [`run_json_lines`] gave: its stdout's JSON lines, its stderr and its
 /// exit status.
 pub struct JsonLines {
