@@ -227,6 +227,7 @@ fn not_found(what: &str) -> Plan {
 
 fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
     let format = match (req.method.as_str(), req.path()) {
+        ("POST", "/v1/messages/count_tokens") => return count_tokens(shared, req),
         ("POST", "/v1/messages") => Format::Anthropic,
         ("POST", "/v1/chat/completions") => Format::OpenAi,
         ("POST", "/v1/responses") => Format::Responses,
@@ -413,6 +414,56 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
             _ => Box::default(),
         },
     })
+}
+
+/// Anthropic's `POST /v1/messages/count_tokens`: the prompt's tokens as the fake counts them
+/// ([`prompt_tokens`]), `{"input_tokens": N}`. As strict as the real one: the key, a JSON body
+/// with `model` and `messages`, and none of the fields of a call only (`max_tokens`, `stream`:
+/// "Extra inputs are not permitted").
+fn count_tokens(shared: &Arc<Shared>, req: Request) -> Plan {
+    let format = Format::Anthropic;
+    let parsed: Result<Value, _> = serde_json::from_slice(&req.body);
+    let mut st = shared.lock();
+    st.requests.push(Recorded {
+        format,
+        path: req.target.clone(),
+        headers: req.headers.clone(),
+        body: parsed.as_ref().cloned().unwrap_or(Value::Null),
+        stream: false,
+        at: Instant::now(),
+    });
+    if let Some(key) = &st.api_key {
+        if !anthropic::authorized(&req.headers, key) {
+            return error(format, 401, "invalid x-api-key");
+        }
+    }
+    let body = match parsed {
+        Ok(v) => v,
+        Err(e) => return error(format, 400, &format!("request body is not valid JSON: {e}")),
+    };
+    let mut problems = Vec::new();
+    if !body.get("model").is_some_and(Value::is_string) {
+        problems.push("model: Field required".to_string());
+    }
+    if !body.get("messages").is_some_and(Value::is_array) {
+        problems.push("messages: Field required".to_string());
+    }
+    for extra in ["max_tokens", "stream"] {
+        if body.get(extra).is_some() {
+            problems.push(format!("{extra}: Extra inputs are not permitted"));
+        }
+    }
+    if !problems.is_empty() {
+        let nth = st.requests.len();
+        for p in &problems {
+            st.violations.push(format!("request #{nth}: {p}"));
+        }
+        return error(format, 400, &problems.join("; "));
+    }
+    Plan::Json(
+        200,
+        serde_json::json!({"input_tokens": prompt_tokens(&body)}),
+    )
 }
 
 async fn execute(stream: &mut TcpStream, plan: Plan) -> io::Result<Next> {

@@ -205,6 +205,15 @@ impl WireUsage {
     }
 }
 
+/// The usage an Anthropic `usage` object reports (of a whole message, or of a stream's
+/// event); a count it leaves out stays unknown.
+pub(crate) fn seen_usage(usage: Option<&Value>) -> SeenUsage {
+    usage
+        .and_then(|u| WireUsage::deserialize(u).ok())
+        .map(|u| u.seen())
+        .unwrap_or_default()
+}
+
 #[derive(Deserialize)]
 #[serde(tag = "type")]
 enum WireBlock {

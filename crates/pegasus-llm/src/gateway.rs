@@ -35,6 +35,8 @@ use crate::sse::Deltas;
 use crate::window::RememberedWindow;
 use crate::{anthropic, openai, sse};
 
+mod passthrough;
+
 /// A snapshot of the gateway's load, for benchmarks, tests and the dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GatewayStats {
@@ -1081,26 +1083,16 @@ impl Gateway {
         reservation: Reservation,
     ) -> ChatResponse {
         let output_estimate = tokens_of_bytes(reply.content.iter().map(Block::bytes).sum());
-        let (usage, estimated) = reply
-            .usage
-            .or_estimate(reservation.input_estimate, output_estimate);
-        if estimated {
-            tracing::debug!(model = %target.full, request_id = %reply.id,
-                "the provider reported no (or partial) usage; the ledger line is estimated");
-        }
-        let cost = self.inner.price(target, &reply.model, &usage);
-        if cost.is_none() {
-            tracing::warn!(model = %target.full,
-                "no price for this model; add it under prices: in config.yml");
-        }
-        let request_id = (!reply.id.is_empty()).then(|| reply.id.clone());
-        // A plain (unstreamed) answer's id is known only now: journaled before the ledger
-        // line, so a kill between the two still replays the call with it.
-        if let Some(id) = &request_id {
-            self.inner.journal.answered(&reservation.call.call, id);
-        }
-        let entry = reservation.call.entry(&usage, cost, request_id, estimated);
-        reservation.settle(entry).await;
+        let (usage, cost) = self
+            .meter(
+                target,
+                &reply.usage,
+                output_estimate,
+                &reply.model,
+                &reply.id,
+                reservation,
+            )
+            .await;
         ChatResponse {
             request_id: reply.id,
             model: target.full.clone(),
@@ -1109,6 +1101,40 @@ impl Gateway {
             usage,
             cost_usd: cost,
         }
+    }
+
+    /// Settles an answered call from what its answer reported: `seen`, the usage (a count
+    /// left out is estimated, from the request and `output_estimate`, and the line says so),
+    /// priced by `reported_model` (the id the server said it used; may be empty), `id` the
+    /// answer's id. Returns the usage and its cost as the ledger line has them.
+    async fn meter(
+        &self,
+        target: &Target,
+        seen: &SeenUsage,
+        output_estimate: u64,
+        reported_model: &str,
+        id: &str,
+        reservation: Reservation,
+    ) -> (Usage, Option<f64>) {
+        let (usage, estimated) = seen.or_estimate(reservation.input_estimate, output_estimate);
+        if estimated {
+            tracing::debug!(model = %target.full, request_id = %id,
+                "the provider reported no (or partial) usage; the ledger line is estimated");
+        }
+        let cost = self.inner.price(target, reported_model, &usage);
+        if cost.is_none() {
+            tracing::warn!(model = %target.full,
+                "no price for this model; add it under prices: in config.yml");
+        }
+        let request_id = (!id.is_empty()).then(|| id.to_string());
+        // A plain (unstreamed) answer's id is known only now: journaled before the ledger
+        // line, so a kill between the two still replays the call with it.
+        if let Some(id) = &request_id {
+            self.inner.journal.answered(&reservation.call.call, id);
+        }
+        let entry = reservation.call.entry(&usage, cost, request_id, estimated);
+        reservation.settle(entry).await;
+        (usage, cost)
     }
 }
 

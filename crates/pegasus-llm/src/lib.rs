@@ -15,7 +15,7 @@
 //!
 //! One concern per module: [`provider`] (model ids, endpoints, keys), [`anthropic`] and
 //! [`openai`] (the wire formats), [`sse`] (streams), [`retry`] (when and how long to wait),
-//! [`prices`] (costs), [`passthrough`] (a harness's own requests, relayed), [`fallback`] (which models a call may try, and when), [`budget`] (totals and caps; a project's cap from pegasus-store's project
+//! [`prices`] (costs), [`fallback`] (which models a call may try, and when), [`budget`] (totals and caps; a project's cap from pegasus-store's project
 //! registry), [`ledger`] (the cost record), and
 //! [`gateway`], which ties them together.
 
@@ -27,7 +27,6 @@ pub mod journal;
 pub mod ledger;
 pub mod models;
 pub mod openai;
-pub mod passthrough;
 pub mod prices;
 pub mod provider;
 pub mod reply;

@@ -161,6 +161,9 @@ pub enum RelayPart {
     },
     /// Bytes of the body, as they arrived from the provider.
     Chunk(Vec<u8>),
+    /// The answer broke off upstream (cut, stalled, too large), why: the harness sees its
+    /// connection cut, as it would the provider's.
+    Cut(String),
     /// The answer is complete. `refusal`: pegasusd refused the call itself (a budget, an
     /// unpriced model, a provider of the wrong kind), and the body said so in the API's own
     /// error shape; the worker keeps it for the harness's runner (a budget ends the task

@@ -76,8 +76,10 @@ struct Endpoint {
 }
 
 impl Relay {
-    /// The relay of a worker whose frames to pegasusd go to `out`.
-    pub(crate) fn new(out: mpsc::UnboundedSender<FromWorker>) -> Relay {
+    /// The relay of a worker whose frames to pegasusd go to `out` (the worker makes one; so
+    /// may another link of the worker protocol, a benchmark's). The `RelayAnswer` parts that
+    /// come back are handed to [`Relay::deliver`].
+    pub fn new(out: mpsc::UnboundedSender<FromWorker>) -> Relay {
         Relay {
             out,
             calls: Arc::default(),
@@ -121,10 +123,11 @@ impl Relay {
         })
     }
 
-    /// Hands a part of pegasusd's answer to the call waiting for it (if it still waits).
-    pub(crate) fn deliver(&self, id: u64, part: RelayPart) {
+    /// Hands a part of pegasusd's answer (`ToWorker::RelayAnswer`) to the call waiting for it
+    /// (if it still waits).
+    pub fn deliver(&self, id: u64, part: RelayPart) {
         let mut calls = lock(&self.calls);
-        let end = matches!(part, RelayPart::End { .. });
+        let end = matches!(part, RelayPart::End { .. } | RelayPart::Cut(_));
         let sent = calls.get(&id).map(|tx| tx.send(part).is_ok());
         if end || sent == Some(false) {
             calls.remove(&id);
@@ -326,6 +329,7 @@ async fn handle(shared: &Arc<Endpoint>, req: Request<Incoming>) -> Response<Rela
             shared.refused(refusal);
             return error(api, 500, "pegasusd ended the answer before its head");
         }
+        Some(RelayPart::Cut(why)) => return error(api, 500, &why),
         Some(RelayPart::Chunk(_)) | None => {
             return error(api, 500, "the worker's link to pegasusd is gone");
         }
@@ -419,13 +423,14 @@ impl RelayBody {
     }
 }
 
-/// A stream cut before its end: the link to pegasusd went away mid-answer.
+/// An answer cut before its end (upstream, or the link to pegasusd went away), why: the
+/// harness sees its connection cut.
 #[derive(Debug)]
-struct Cut;
+struct Cut(String);
 
 impl std::fmt::Display for Cut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the worker's link to pegasusd went away mid-answer")
+        f.write_str(&self.0)
     }
 }
 
@@ -463,13 +468,240 @@ impl Body for RelayBody {
                         Poll::Ready(None)
                     }
                     Poll::Ready(Some(RelayPart::Head { .. })) => continue,
+                    Poll::Ready(Some(RelayPart::Cut(why))) => {
+                        guard.done = true;
+                        Poll::Ready(Some(Err(Cut(why))))
+                    }
                     // The link went away: the harness sees a cut answer (no cancel to send).
                     Poll::Ready(None) => {
                         guard.done = true;
-                        Poll::Ready(Some(Err(Cut)))
+                        Poll::Ready(Some(Err(Cut(
+                            "the worker's link to pegasusd went away mid-answer".into(),
+                        ))))
                     }
                 };
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A relay whose frames to pegasusd come out of the returned receiver.
+    fn relay() -> (Relay, mpsc::UnboundedReceiver<FromWorker>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Relay::new(tx), rx)
+    }
+
+    /// The next relayed request, within a deadline.
+    async fn next_request(rx: &mut mpsc::UnboundedReceiver<FromWorker>) -> (u64, RelayRequest) {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(FromWorker::RelayRequest { id, request })) => (id, request),
+            other => panic!("expected a relayed request, got {other:?}"),
+        }
+    }
+
+    fn post(endpoint: &RelayEndpoint, path: &str) -> reqwest::RequestBuilder {
+        let url = format!(
+            "http://{}{path}",
+            endpoint
+                .base_url
+                .trim_start_matches("http://")
+                .trim_end_matches("/v1")
+        );
+        reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .body(r#"{"model":"claude-x","messages":[]}"#)
+    }
+
+    #[tokio::test]
+    async fn a_request_without_the_spawn_s_credential_is_refused_in_the_api_s_shape() {
+        let (relay, mut frames) = relay();
+        let endpoint = relay
+            .start(RelayApi::Anthropic, Some("t-1".into()), None)
+            .unwrap();
+        for key in [None, Some("wrong"), Some(&endpoint.key[1..])] {
+            let mut req = post(&endpoint, "/v1/messages");
+            if let Some(key) = key {
+                req = req.header("x-api-key", key);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 401);
+            let v: serde_json::Value = r.json().await.unwrap();
+            assert_eq!(v["type"], "error");
+            assert_eq!(v["error"]["type"], "authentication_error");
+        }
+        let r = post(&endpoint, "/v1/complete")
+            .header("x-api-key", &endpoint.key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        assert!(frames.try_recv().is_err(), "nothing reached pegasusd");
+
+        let openai = relay.start(RelayApi::OpenAi, None, None).unwrap();
+        assert!(openai.base_url.ends_with("/v1"));
+        let r = reqwest::Client::new()
+            .post(format!("{}/responses", openai.base_url))
+            .bearer_auth("sk-not-it")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "invalid_api_key");
+    }
+
+    /// The request goes to pegasusd as it came (path and query, body, the API's headers, the
+    /// spawn's task; never a credential), and the answer streams back part by part.
+    #[tokio::test]
+    async fn a_request_is_relayed_and_its_answer_streams_back() {
+        let (relay, mut frames) = relay();
+        let endpoint = relay
+            .start(RelayApi::Anthropic, Some("t-1".into()), Some("dev".into()))
+            .unwrap();
+        let call = tokio::spawn(
+            post(&endpoint, "/v1/messages?beta=true")
+                .header("authorization", format!("Bearer {}", endpoint.key))
+                .header("anthropic-beta", "a-1,b-2")
+                .header("anthropic-version", "2023-06-01")
+                .send(),
+        );
+        let (id, request) = next_request(&mut frames).await;
+        assert_eq!(request.api, RelayApi::Anthropic);
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            ("POST", "/v1/messages?beta=true")
+        );
+        assert_eq!(request.body, r#"{"model":"claude-x","messages":[]}"#);
+        assert_eq!(
+            request.headers,
+            vec![
+                ("anthropic-version".to_string(), "2023-06-01".to_string()),
+                ("anthropic-beta".to_string(), "a-1,b-2".to_string()),
+            ]
+        );
+        assert_eq!(
+            (request.task.as_deref(), request.role.as_deref()),
+            (Some("t-1"), Some("dev"))
+        );
+        relay.deliver(
+            id,
+            RelayPart::Head {
+                status: 200,
+                headers: vec![("content-type".into(), "text/event-stream".into())],
+            },
+        );
+        let mut response = call.await.unwrap().unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        // Each chunk arrives as it is delivered, before the next exists.
+        relay.deliver(id, RelayPart::Chunk(b"data: one\n\n".to_vec()));
+        assert_eq!(
+            &response.chunk().await.unwrap().unwrap()[..],
+            b"data: one\n\n"
+        );
+        relay.deliver(id, RelayPart::Chunk(b"data: two\n\n".to_vec()));
+        assert_eq!(
+            &response.chunk().await.unwrap().unwrap()[..],
+            b"data: two\n\n"
+        );
+        relay.deliver(id, RelayPart::End { refusal: None });
+        assert!(response.chunk().await.unwrap().is_none());
+        assert!(endpoint.budget_refusal().is_none());
+        assert!(
+            frames.try_recv().is_err(),
+            "an answer that ended is not cancelled"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_budget_refusal_is_kept_for_the_runner() {
+        let (relay, mut frames) = relay();
+        let endpoint = relay
+            .start(RelayApi::Anthropic, Some("t-1".into()), None)
+            .unwrap();
+        let call = tokio::spawn(
+            post(&endpoint, "/v1/messages")
+                .header("x-api-key", &endpoint.key)
+                .send(),
+        );
+        let (id, _) = next_request(&mut frames).await;
+        let error = LlmError::BudgetExceeded {
+            scope: "task t-1".into(),
+            limit: 2.0,
+            spent: 2.1,
+        };
+        let body = RelayApi::Anthropic.error_body(400, &error.to_string());
+        relay.deliver(
+            id,
+            RelayPart::Head {
+                status: 400,
+                headers: vec![],
+            },
+        );
+        relay.deliver(id, RelayPart::Chunk(body.into_bytes()));
+        relay.deliver(
+            id,
+            RelayPart::End {
+                refusal: Some(error.clone()),
+            },
+        );
+        let response = call.await.unwrap().unwrap();
+        assert_eq!(response.status(), 400);
+        let v: serde_json::Value = response.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains("task t-1"));
+        assert_eq!(endpoint.budget_refusal(), Some(error.clone()));
+        assert_eq!(endpoint.last_refusal(), Some(error));
+    }
+
+    /// A harness that goes away mid-answer: pegasusd is told to cancel the call upstream. And
+    /// a dropped endpoint takes no more connections.
+    #[tokio::test]
+    async fn a_harness_gone_mid_answer_cancels_the_call() {
+        let (relay, mut frames) = relay();
+        let endpoint = relay.start(RelayApi::Anthropic, None, None).unwrap();
+        let addr = endpoint.base_url.trim_start_matches("http://").to_string();
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let body = "{}";
+        let head = format!(
+            "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            endpoint.key,
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let (id, _) = next_request(&mut frames).await;
+        relay.deliver(
+            id,
+            RelayPart::Head {
+                status: 200,
+                headers: vec![],
+            },
+        );
+        relay.deliver(id, RelayPart::Chunk(b"data: first\n\n".to_vec()));
+        let mut buf = [0u8; 512];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
+        drop(stream);
+        match tokio::time::timeout(Duration::from_secs(10), frames.recv()).await {
+            Ok(Some(FromWorker::RelayCancel { id: cancelled })) => assert_eq!(cancelled, id),
+            other => panic!("expected a cancel, got {other:?}"),
+        }
+        drop(endpoint);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the endpoint still listens"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }

@@ -31,6 +31,10 @@ impl Driver for ClaudeCode {
         AgentKind::ClaudeCode
     }
 
+    fn api(&self) -> pegasus_proto::worker::RelayApi {
+        pegasus_proto::worker::RelayApi::Anthropic
+    }
+
     fn new_session_id(&self) -> Option<String> {
         let hex = super::random_hex()?;
         // A version-4 UUID: Claude Code takes nothing else.

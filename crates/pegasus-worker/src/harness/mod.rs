@@ -54,8 +54,8 @@ pub struct Plan<'a> {
     pub code_task: bool,
 }
 
-/// The loopback model endpoint a harness is pointed at, and its credential (never a provider
-/// key).
+/// The loopback model endpoint a harness is pointed at (the worker's relay for this run), and
+/// its credential (never a provider key).
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     /// `http://127.0.0.1:PORT`.
@@ -129,6 +129,8 @@ pub trait Parser: Send {
 pub trait Driver: Send + Sync + 'static {
     /// Which harness.
     fn kind(&self) -> AgentKind;
+    /// The API its model endpoint speaks (the relay serves it).
+    fn api(&self) -> pegasus_proto::worker::RelayApi;
     /// A fresh session id, if this harness takes one chosen by its caller (Claude Code's
     /// `--session-id`): it is kept before the run starts, so a crash at any point resumes it.
     /// `None`: the harness names its session itself ([`Event::Session`]).
@@ -147,6 +149,7 @@ pub fn build(
     project: &ProjectFile,
     model: &str,
     project_dir: &Path,
+    relay: &crate::relay::Relay,
 ) -> Result<(AgentKind, Vec<Arc<dyn pegasus_agent::Harness>>), String> {
     let mut kinds = vec![project.agent()];
     if let Ok(roles) = project.roles() {
@@ -171,7 +174,7 @@ pub fn build(
             program,
             entry.clone(),
             project_dir.join("harness").join(kind.as_str()),
-            endpoint_of(config, model)?,
+            relay.clone(),
         )));
     }
     Ok((project.agent(), harnesses))
@@ -269,23 +272,6 @@ fn check_provider(kind: AgentKind, config: &Config, model: &str) -> Result<(), S
         ));
     }
     Ok(())
-}
-
-/// The model endpoint a harness uses.
-// TODO(relay): the worker's loopback relay (`Relay::start`) takes this place once it is
-// merged; until then (development only) the harness talks to the provider's base URL with a
-// key that is no provider key.
-fn endpoint_of(config: &Config, model: &str) -> Result<Endpoint, String> {
-    let provider = model.split_once('/').map_or(model, |(p, _)| p);
-    let base_url = config
-        .providers
-        .get(provider)
-        .map(|p| p.base_url.trim_end_matches('/').to_string())
-        .ok_or_else(|| format!("provider `{provider}` is not defined in config.yml `providers`"))?;
-    Ok(Endpoint {
-        base_url,
-        key: "pegasus-harness-no-provider-key".into(),
-    })
 }
 
 /// `model` without its provider prefix (`fa/claude-x` is `claude-x`).

@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use super::hook::{Decide, HookServer, Question, Verdict};
 use super::sessions::{self, Sessions};
 use super::{bare_model, Driver, Endpoint, Event, Failure, Plan};
+use crate::relay::Relay;
 
 /// The longest line of a harness's output read (a tool's whole output can be in one).
 const MAX_LINE: usize = 32 << 20;
@@ -33,25 +34,26 @@ pub struct Runner {
     program: PathBuf,
     config: HarnessConfig,
     state_dir: PathBuf,
-    endpoint: Endpoint,
+    relay: Relay,
 }
 
 impl Runner {
     /// `program` started as `driver` says, with `config`'s arguments, keeping its own state in
-    /// `state_dir` (`<project>/harness/<kind>/`), talking to `endpoint`.
+    /// `state_dir` (`<project>/harness/<kind>/`), its model endpoint one `relay` starts for
+    /// each run.
     pub fn new(
         driver: Arc<dyn Driver>,
         program: PathBuf,
         config: HarnessConfig,
         state_dir: PathBuf,
-        endpoint: Endpoint,
+        relay: Relay,
     ) -> Runner {
         Runner {
             driver,
             program,
             config,
             state_dir,
-            endpoint,
+            relay,
         }
     }
 }
@@ -127,6 +129,20 @@ impl Runner {
             Ok(s) => s,
             Err(e) => return failed(e),
         };
+        // Its model endpoint: the worker's relay, for this run and task alone (pegasusd checks
+        // the budgets, adds the real key, meters every call).
+        let relayed = match self.relay.start(
+            self.driver.api(),
+            Some(turn.task_id.to_string()),
+            turn.role.clone(),
+        ) {
+            Ok(r) => r,
+            Err(e) => return failed(format!("cannot open its model endpoint: {e}")),
+        };
+        let endpoint = Endpoint {
+            base_url: relayed.base_url.clone(),
+            key: relayed.key.clone(),
+        };
         let plan = Plan {
             prompt: &turn.prompt,
             system: &turn.system,
@@ -135,7 +151,7 @@ impl Runner {
             session: session.as_deref(),
             new_session: fresh.as_deref(),
             state_dir: &self.state_dir,
-            endpoint: &self.endpoint,
+            endpoint: &endpoint,
             hook: &server.command,
             code_task: turn.code_task,
         };
@@ -293,6 +309,10 @@ impl Runner {
         }
         // The harness and all it started go now, whatever they were doing.
         drop(server);
+        // A budget pegasusd refused a call for stops the task as `budget`, whatever the
+        // harness made of the refusal.
+        let budget = relayed.budget_refusal();
+        drop(relayed);
         let status = match end {
             Some(End::Done(_)) => {
                 // It said its last word: a moment to exit on its own, then killed.
@@ -338,6 +358,14 @@ impl Runner {
             ))
             .await?;
         mirror.flush().await?;
+        if let Some(refusal) = budget {
+            let why = refusal.to_string();
+            return Ok(loop_end(
+                format!("Stopped: {why}"),
+                StopKind::Budget(why),
+                turns,
+            ));
+        }
         Ok(match end {
             End::Done(Ok(text)) => loop_end(text, StopKind::Answered, turns),
             End::Done(Err(Failure::Budget(why))) => {

@@ -1,0 +1,560 @@
+//! Claude Code as a project's agent (DESIGN.md §15), end to end: the real `claude` binary run by
+//! a real worker under a real pegasusd, its model the in-repo fake LLM over real HTTP, driven
+//! through `pegasusctl` like any project.
+//!
+//! Needs `claude` on PATH or `PEGASUS_TEST_CLAUDE` (`.ci/run` installs
+//! `@anthropic-ai/claude-code@2.1.332`); without it each test skips with one line, and under
+//! `CI=true` fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+/// The `claude` binary, or `None` (after one line) when there is none and `CI` is not `true`.
+fn claude_bin() -> Option<String> {
+    match common::claude::find() {
+        Ok(bin) => Some(bin.display().to_string()),
+        Err(why) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("CI=true and {why}");
+            }
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// A home on the fake (provider `fa`, kind `anthropic`) whose harness is `bin`, plus `extra`.
+fn harness_home(fake: &FakeLlm, bin: &str, extra: &str) -> Home {
+    fake_home(
+        fake,
+        &format!("harnesses: {{claude-code: {{command: \"{bin}\"}}}}\n{extra}"),
+    )
+}
+
+/// Creates project `name` with `agent: claude-code` (and `keys`) and waits for its worker.
+fn harness_project(home: &Home, name: &str, keys: &str) -> u32 {
+    let first = home.create(name);
+    home.ctl_ok(&["project", "suspend", name]);
+    configure(home, name, &format!("agent: claude-code\n{keys}"));
+    home.ctl_ok(&["project", "resume", name]);
+    home.ready_worker(name, Some(u64::from(first)))
+}
+
+/// Processes (other than workers) working anywhere in `dir`: a harness and what it started.
+fn harness_processes(dir: &Path) -> Vec<(u32, String)> {
+    let dir = dir.canonicalize().unwrap_or(dir.to_path_buf());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+            (cwd.starts_with(&dir) && !exe.to_string_lossy().contains("project-worker"))
+                .then(|| (pid, exe.display().to_string()))
+        })
+        .collect()
+}
+
+fn bash(command: &str) -> ToolCall {
+    ToolCall::new("Bash", json!({"command": command, "description": "Run it"}))
+}
+
+/// The approval request waiting in the home (there must be one soon).
+fn waiting(home: &Home) -> Value {
+    poll(Duration::from_secs(60), "an approval request", || {
+        home.json(&["approvals"]).as_array()?.first().cloned()
+    })
+}
+
+fn tasks(home: &Home, project: &str) -> Vec<Value> {
+    home.json(&["task", "list", project])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// A message is answered by Claude Code: it writes a file with its `Write` tool and reads it
+/// with `Bash`, and the project's session shows its text and both calls with their results,
+/// its task is done, and nothing of it is left running.
+#[test]
+fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    // Every request reaches the provider with pegasusd's key, never one the harness holds.
+    fake.require_api_key(Some(FAKE_KEY.into()));
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    harness_project(&home, "cc", "");
+    let work = home.project_dir("cc").join("workdir");
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Create greeting.txt".into()),
+            ]),
+            Reply::TextThenTools(
+                "I will write the file.".into(),
+                vec![ToolCall::new(
+                    "Write",
+                    json!({"file_path": work.join("greeting.txt"), "content": "hello from claude\n"}),
+                )],
+            ),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::LastToolResultContains("File created successfully".into()),
+            Reply::Tools(vec![bash("cat greeting.txt")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("hello from claude".into()),
+        Reply::Text("greeting.txt says hello from claude".into()),
+    ));
+
+    let out = home.ctl(&[
+        "project",
+        "send",
+        "cc",
+        "Create greeting.txt and show it to me",
+        "--wait",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("greeting.txt says hello from claude"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("greeting.txt")).unwrap(),
+        "hello from claude\n"
+    );
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    for want in [
+        "Create greeting.txt and show it to me",
+        "I will write the file.",
+        "→ Write",
+        "→ Bash",
+        "File created successfully",
+        "← hello from claude",
+        "greeting.txt says hello from claude",
+    ] {
+        assert!(log.contains(want), "{want:?} in the log:\n{log}");
+    }
+    let t = tasks(&home, "cc");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0]["state"], "done", "{t:?}");
+    // Its three model calls went through pegasusd: metered in the ledger for the task.
+    let ledger = std::fs::read_to_string(home.path().join("costs/ledger.jsonl")).unwrap();
+    let lines: Vec<Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["project"] == "cc")
+        .collect();
+    assert_eq!(lines.len(), 3, "{ledger}");
+    assert!(lines.iter().all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0), "{ledger}");
+    assert!(home.ctl_ok(&["cost", "--project", "cc"]).contains('$'));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    // Claude Code kept its session in the project, and nothing of it runs on.
+    let sessions = home
+        .project_dir("cc")
+        .join("harness/claude-code/sessions.json");
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&sessions).unwrap()).unwrap();
+    assert!(kept["project"].as_str().is_some(), "{kept}");
+    assert_eq!(harness_processes(home.path()), vec![]);
+    // A second message continues the same Claude Code session (its earlier turns are sent).
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("What did you write".into()),
+            Match::AnyTextContains("greeting.txt says hello from claude".into()),
+        ]),
+        Reply::Text("I wrote greeting.txt before".into()),
+    ));
+    let again = home.ctl_ok(&["project", "send", "cc", "What did you write?", "--wait"]);
+    assert!(again.contains("I wrote greeting.txt before"), "{again}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// With `approvals: {exec: ask}`, Claude Code's `Bash` waits for a person: approved, it runs
+/// once; denied, it does not run and Claude Code's model is told so with the reason.
+#[test]
+fn claude_codes_shell_waits_for_a_persons_approval() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "approvals: {exec: ask}\n");
+    let _d = home.start_fake();
+    harness_project(&home, "cc", "");
+    let runs = home.project_dir("cc").join("workdir/runs.txt");
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Run the first".into()),
+        ]),
+        Reply::Tools(vec![bash("echo first >> runs.txt && echo wrote-it")]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Run the second".into()),
+        ]),
+        Reply::Tools(vec![bash("echo second >> runs.txt && echo wrote-it")]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote-it".into()),
+        Reply::Text("the command ran".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("denied by the user: not today".into()),
+        Reply::Text("the command was refused".into()),
+    ));
+
+    // Approved.
+    let (send, said) = spawn_ctl(&home, &["project", "send", "cc", "Run the first", "--wait"]);
+    let req = waiting(&home);
+    assert_eq!(req["tool"], "exec", "{req}");
+    assert_eq!(
+        req["summary"], "echo first >> runs.txt && echo wrote-it",
+        "{req}"
+    );
+    let task = req["task"].as_str().unwrap().to_string();
+    let t = home.json(&["task", "show", &task])["task"].clone();
+    assert_eq!(
+        (t["state"].as_str(), t["stop_reason"].as_str()),
+        (Some("blocked"), Some("approval")),
+        "{t}"
+    );
+    assert!(!runs.exists(), "nothing runs before the answer");
+    home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
+    let out = send.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", said.lock().unwrap());
+    assert!(
+        said.lock().unwrap().contains("the command ran"),
+        "{}",
+        said.lock().unwrap()
+    );
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "first\n");
+
+    // Denied, with a reason.
+    let (send, said) = spawn_ctl(
+        &home,
+        &["project", "send", "cc", "Run the second", "--wait"],
+    );
+    let req = waiting(&home);
+    home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not today"]);
+    let out = send.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", said.lock().unwrap());
+    assert!(
+        said.lock().unwrap().contains("the command was refused"),
+        "{}",
+        said.lock().unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "first\n",
+        "the denied call did not run"
+    );
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    assert!(log.contains("denied by the user: not today"), "{log}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+}
+
+/// kill -9 of pegasusd while Claude Code's call waits for its approval: the worker and Claude
+/// Code go with it, at once; the next start resumes the Claude Code session, the message's
+/// task runs again once (its request withdrawn and asked anew), and the command runs once.
+#[test]
+fn kill_9_of_pegasusd_mid_turn_resumes_the_session_and_runs_the_message_once() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "approvals: {exec: ask}\n");
+    let mut d = home.start_fake();
+    harness_project(&home, "cc", "");
+    let runs = home.project_dir("cc").join("workdir/runs.txt");
+    // After the restart the request says so (however Claude Code closed its cut-off call).
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("Pegasus restarted".into()),
+            Reply::Tools(vec![bash("echo run >> runs.txt && echo recorded")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Record one run".into()),
+            ]),
+            Reply::Tools(vec![bash("echo run >> runs.txt && echo recorded")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("recorded".into()),
+        Reply::Text("recorded it once".into()),
+    ));
+
+    let (_send, _said) = spawn_ctl(
+        &home,
+        &["project", "send", "cc", "Record one run", "--id", "rec-1"],
+    );
+    let first = waiting(&home);
+    assert!(
+        !harness_processes(home.path()).is_empty(),
+        "Claude Code is running"
+    );
+    d.kill9();
+    poll(
+        Duration::from_secs(5),
+        "Claude Code to die with its worker",
+        || harness_processes(home.path()).is_empty().then_some(()),
+    );
+    assert!(!runs.exists());
+
+    let _d = home.start_fake();
+    // The same message again (the CLI's retry): recognised, not recorded twice.
+    home.ctl_ok(&["project", "send", "cc", "Record one run", "--id", "rec-1"]);
+    let second = poll(Duration::from_secs(60), "the call asked again", || {
+        home.json(&["approvals"])
+            .as_array()?
+            .iter()
+            .find(|r| r["id"] != first["id"])
+            .cloned()
+    });
+    home.ctl_ok(&["approve", second["id"].as_str().unwrap()]);
+    let t = poll(Duration::from_secs(60), "the task done", || {
+        let t = tasks(&home, "cc");
+        (t.len() == 1 && t[0]["state"] == "done").then_some(t)
+    });
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "run\n", "{t:?}");
+    let session =
+        std::fs::read_to_string(home.project_dir("cc").join("session/current.jsonl")).unwrap();
+    assert_eq!(
+        session.matches("\"Record one run\"").count(),
+        1,
+        "the message is recorded once:\n{session}"
+    );
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    assert!(log.contains("recorded it once"), "{log}");
+    // The Claude Code session was resumed, not started anew: its transcript holds both runs.
+    let kept: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            home.project_dir("cc")
+                .join("harness/claude-code/sessions.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let id = kept["project"].as_str().unwrap();
+    let resumed = fake
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("Pegasus restarted"))
+        .count();
+    assert!(resumed >= 1, "the restarted run was told so");
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.header("x-claude-code-session-id") == Some(id)
+                || r.body["metadata"].to_string().contains(id)),
+        "every request names session {id}"
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+}
+
+/// A code task with Claude Code as its agent: it edits in the task's worktree, Pegasus commits,
+/// verifies and merges into main.
+#[test]
+fn a_code_task_with_claude_code_reaches_a_verified_merge() {
+    let Some(bin) = claude_bin() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    harness_project(
+        &home,
+        "cc",
+        &format!(
+            "{}verify:\n  - grep -q shipped feature.txt\n",
+            repos_yaml(&[("app", &app)])
+        ),
+    );
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Add the feature file".into()),
+        ]),
+        Reply::Tools(vec![bash("echo shipped > feature.txt && echo made-it")]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("made-it".into()),
+        Reply::Text("feature.txt is there".into()),
+    ));
+    let id = home.json(&[
+        "task",
+        "add",
+        "cc",
+        "--goal",
+        "Add the feature file",
+        "--repo",
+        "app",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t = poll(Duration::from_secs(90), "the code task done", || {
+        let t = home.json(&["task", "show", &id])["task"].clone();
+        matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
+    });
+    assert_eq!(t["state"], "done", "{t}");
+    assert_eq!(sh(&app, "cat feature.txt"), "shipped");
+    assert!(sh(&app, "git log --format=%s -1").starts_with("Merge pegasus/task-"));
+    assert_eq!(sh(&app, "git status --porcelain"), "");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+    assert_eq!(harness_processes(&app), vec![]);
+}
+
+/// A project whose harness binary is missing does not start: one line naming the key.
+#[test]
+fn a_missing_harness_binary_is_one_error_naming_the_key() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, "/nonexistent/claude", "");
+    let _d = home.start_fake();
+    let first = home.create("cc");
+    home.ctl_ok(&["project", "suspend", "cc"]);
+    configure(&home, "cc", "agent: claude-code\n");
+    home.ctl_ok(&["project", "resume", "cc"]);
+    let _ = first;
+    let log = poll(Duration::from_secs(20), "the worker's refusal", || {
+        let dir = home.path().join("logs");
+        let text: String = std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect();
+        text.contains("harnesses.claude-code.command")
+            .then_some(text)
+    });
+    assert!(log.contains("/nonexistent/claude"), "{log}");
+}
+
+/// Claude Code runs contained like `exec`: its shell cannot write outside the workdir, cannot
+/// read the Pegasus home, sees only its own processes, and has no provider key in its
+/// environment.
+#[test]
+fn claude_code_is_contained_like_exec() {
+    let Some(bin) = claude_bin() else { return };
+    let outside = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    harness_project(&home, "cc", "");
+    let escaped = outside.path().join("escaped.txt");
+    let command = format!(
+        "touch {} 2>/dev/null; echo touch=$?; cat {} >/dev/null 2>&1; echo read=$?; echo procs=$(ls /proc | grep -c '^[0-9]*$'); env | grep -c {FAKE_KEY} | sed 's/^/keys=/'",
+        escaped.display(),
+        home.path().join("config.yml").display(),
+    );
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Try to get out".into()),
+        ]),
+        Reply::Tools(vec![bash(&command)]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("touch=".into()),
+        Reply::Text("tried".into()),
+    ));
+    let said = home.ctl_ok(&["project", "send", "cc", "Try to get out", "--wait"]);
+    assert!(said.contains("tried"), "{said}");
+    assert!(
+        !escaped.exists(),
+        "a write outside the workdir went through"
+    );
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    let result = log
+        .lines()
+        .find(|l| l.trim_start().starts_with("← ") && l.contains("touch="))
+        .unwrap_or_else(|| panic!("the result in the log:\n{log}"));
+    assert!(!result.contains("touch=0"), "{result}");
+    assert!(!result.contains("read=0"), "the home is readable: {result}");
+    assert!(result.contains("keys=0"), "{result}");
+    let procs: u32 = result
+        .split("procs=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(999);
+    assert!(procs < 30, "a PID namespace of its own: {result}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A budget reached mid-task: the harness's next model call is refused by pegasusd, Claude Code
+/// stops, and the task ends blocked on `budget` with the reason (`send --wait` exits 1).
+#[test]
+fn a_budget_reached_mid_task_stops_claude_code() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    // The first call fits the project's $0.08 (its reservation is bounded, DESIGN.md §15)
+    // and costs $0.10 (100k input tokens at $1/M): the next one has no room.
+    harness_project(&home, "cc", "budget_usd: 0.08\n");
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Spend it".into()),
+            ]),
+            Reply::Tools(vec![bash("echo step-one")]),
+        )
+        .usage(pegasus_fakellm::UsageSpec {
+            input: 100_000,
+            output: 10,
+            ..Default::default()
+        }),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("step-one".into()),
+        Reply::Text("should not get here".into()),
+    ));
+    let out = home.ctl(&["project", "send", "cc", "Spend it", "--wait"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("budget"), "{stdout}\n{stderr}");
+    let t = tasks(&home, "cc");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(
+        (t[0]["state"].as_str(), t[0]["stop_reason"].as_str()),
+        (Some("blocked"), Some("budget")),
+        "{t:?}"
+    );
+    assert_eq!(fake.request_count(), 1, "the refused call never reached the provider");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+}
