@@ -164,7 +164,12 @@ fn a_message_is_answered_by_claude_code_and_mirrored_into_the_session() {
         .filter(|l| l["project"] == "cc")
         .collect();
     assert_eq!(lines.len(), 3, "{ledger}");
-    assert!(lines.iter().all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0), "{ledger}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["task"] == t[0]["id"] && l["usd"].as_f64().unwrap() > 0.0),
+        "{ledger}"
+    );
     assert!(home.ctl_ok(&["cost", "--project", "cc"]).contains('$'));
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     // Claude Code kept its session in the project, and nothing of it runs on.
@@ -554,7 +559,11 @@ fn a_budget_reached_mid_task_stops_claude_code() {
         (Some("blocked"), Some("budget")),
         "{t:?}"
     );
-    assert_eq!(fake.request_count(), 1, "the refused call never reached the provider");
+    assert_eq!(
+        fake.request_count(),
+        1,
+        "the refused call never reached the provider"
+    );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
 }

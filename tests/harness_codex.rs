@@ -82,6 +82,7 @@ fn responses(rule: Match, reply: Reply) -> Rule {
 #[test]
 fn a_message_is_answered_by_codex_and_mirrored() {
     let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(FAKE_KEY.into()));
     let Some(home) = codex_home(&fake, "") else {
         return;
     };
@@ -92,19 +93,39 @@ fn a_message_is_answered_by_codex_and_mirrored() {
     let _d = home.start_fake();
     codex_project(&home, "cx");
 
-    let out = home.ctl_ok(&["project", "send", "cx", "hello codex", "--wait"]);
-    assert!(out.contains("Hello from Codex through Pegasus."), "{out}");
+    // Followers see the answer stream as it comes, once.
+    let out = home.ctl_ok(&["project", "send", "cx", "hello codex", "--wait", "--stream"]);
+    assert_eq!(
+        out.matches("Hello from Codex through Pegasus.").count(),
+        1,
+        "{out}"
+    );
     let log = home.ctl_ok(&["project", "log", "cx"]);
     assert!(log.contains("hello codex"), "{log}");
     assert!(log.contains("Hello from Codex through Pegasus."), "{log}");
     let requests = codex_requests(&fake);
     assert_eq!(requests.len(), 1, "{:?}", fake.violations());
     assert_eq!(requests[0].body["model"], common::codex::MODEL);
-    let auth = requests[0].header("authorization").unwrap();
-    assert!(
-        !auth.contains(FAKE_KEY),
-        "the provider key reached codex: {auth}"
+    // pegasusd added the provider's key on the way; Codex had only its endpoint's.
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {FAKE_KEY}").as_str())
     );
+    let codex_config = std::fs::read_to_string(
+        home.project_dir("cx")
+            .join("harness/codex/home/config.toml"),
+    )
+    .unwrap();
+    assert!(!codex_config.contains(FAKE_KEY), "{codex_config}");
+    // Its model call went through pegasusd: metered in the ledger for the project.
+    let ledger = std::fs::read_to_string(home.path().join("costs/ledger.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["project"] == "cx")
+        .collect();
+    assert_eq!(lines.len(), 1, "{ledger}");
+    assert!(lines[0]["usd"].as_f64().unwrap() > 0.0, "{ledger}");
     assert!(home
         .project_dir("cx")
         .join("harness/codex/home/sessions")
@@ -361,4 +382,67 @@ fn codex_works_a_code_task_to_a_verified_merge() {
     assert_eq!(sh(&app, "cat made.txt"), "made by codex");
     assert_eq!(sh(&app, "git status --porcelain"), "");
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A budget reached mid-task: Codex's next model call is refused by pegasusd, Codex stops, and
+/// the task ends blocked on `budget` with the reason (`send --wait` exits 1).
+#[test]
+fn a_budget_reached_mid_task_stops_codex() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "") else {
+        return;
+    };
+    let _d = home.start_fake();
+    let first = home.create("cx");
+    configure(&home, "cx", "agent: codex\nbudget_usd: 0.08\n");
+    home.ctl_ok(&["project", "suspend", "cx"]);
+    home.ctl_ok(&["project", "resume", "cx"]);
+    home.ready_worker("cx", Some(u64::from(first)));
+    // The first call fits the project's $0.08 and costs $0.10 (100k input tokens at $1/M):
+    // the next one has no room.
+    fake.add_rule(
+        responses(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Spend it".into()),
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "exec_command",
+                json!({"cmd": "echo step-one"}),
+            )]),
+        )
+        .usage(pegasus_fakellm::UsageSpec {
+            input: 100_000,
+            output: 10,
+            ..Default::default()
+        }),
+    );
+    fake.add_rule(responses(
+        Match::LastToolResultContains("step-one".into()),
+        Reply::Text("should not get here".into()),
+    ));
+    let out = home.ctl(&["project", "send", "cx", "Spend it", "--wait"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("budget"), "{stdout}\n{stderr}");
+    let tasks = home.json(&["task", "list", "cx"]);
+    let t = tasks.as_array().unwrap();
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(
+        (t[0]["state"].as_str(), t[0]["stop_reason"].as_str()),
+        (Some("blocked"), Some("budget")),
+        "{t:?}"
+    );
+    assert_eq!(
+        codex_requests(&fake).len(),
+        1,
+        "the refused call never reached the provider"
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    poll(WAIT, "codex gone", || {
+        codex_in(home.path()).is_empty().then_some(())
+    });
 }

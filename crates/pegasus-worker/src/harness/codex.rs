@@ -55,6 +55,10 @@ impl Driver for Codex {
         AgentKind::Codex
     }
 
+    fn api(&self) -> pegasus_proto::worker::RelayApi {
+        pegasus_proto::worker::RelayApi::OpenAi
+    }
+
     fn new_session_id(&self) -> Option<String> {
         // Codex names its thread itself (`thread.started`).
         None
@@ -295,8 +299,9 @@ impl ExecJson {
         let id = item["id"].as_str().unwrap_or_default().to_string();
         if item["type"] == "agent_message" {
             if completed {
+                // Its text reached followers as it streamed, from the relay (the Responses
+                // stream's deltas); here it is the whole message, for the session.
                 let text = item["text"].as_str().unwrap_or_default().to_string();
-                out.push(Event::TextDelta(text.clone()));
                 out.push(Event::Assistant {
                     blocks: vec![Block::Text { text: text.clone() }],
                     model: String::new(),
@@ -416,11 +421,10 @@ mod tests {
                 false
             )])
         );
-        assert_eq!(events[6], Event::TextDelta("done it".into()));
-        assert!(matches!(&events[7], Event::Assistant { blocks, .. }
+        assert!(matches!(&events[6], Event::Assistant { blocks, .. }
             if blocks == &vec![Block::Text { text: "done it".into() }]));
-        assert_eq!(events[8], Event::Done(Ok("done it".into())));
-        assert_eq!(events.len(), 9, "{events:?}");
+        assert_eq!(events[7], Event::Done(Ok("done it".into())));
+        assert_eq!(events.len(), 8, "{events:?}");
     }
 
     #[test]
