@@ -446,3 +446,88 @@ fn a_budget_reached_mid_task_stops_codex() {
         codex_in(home.path()).is_empty().then_some(())
     });
 }
+
+/// Codex runs contained like `exec`: its shell cannot write outside the workdir nor into the
+/// workdir's `.git`, cannot read the Pegasus home, sees only its own processes, and has no
+/// provider key in its environment.
+#[test]
+fn codex_is_contained_like_exec() {
+    let outside = tempfile::tempdir().unwrap();
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "") else {
+        return;
+    };
+    let _d = home.start_fake();
+    codex_project(&home, "cx");
+    let workdir = home.project_dir("cx").join("workdir");
+    sh(&workdir, "git init -q");
+    let escaped = outside.path().join("escaped.txt");
+    let command = format!(
+        "touch {} 2>/dev/null; echo touch=$?; touch .git/hooked 2>/dev/null; echo git=$?; cat {} >/dev/null 2>&1; echo read=$?; echo procs=$(ls /proc | grep -c '^[0-9]*$'); env | grep -c {FAKE_KEY} | sed 's/^/keys=/'",
+        escaped.display(),
+        home.path().join("config.yml").display(),
+    );
+    fake.add_rule(responses(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Try to get out".into()),
+        ]),
+        Reply::Tools(vec![ToolCall::new("exec_command", json!({"cmd": command}))]),
+    ));
+    fake.add_rule(responses(
+        Match::LastToolResultContains("touch=".into()),
+        Reply::Text("tried".into()),
+    ));
+    let said = home.ctl_ok(&["project", "send", "cx", "Try to get out", "--wait"]);
+    assert!(said.contains("tried"), "{said}");
+    assert!(
+        !escaped.exists(),
+        "a write outside the workdir went through"
+    );
+    assert!(!workdir.join(".git/hooked").exists(), ".git is writable");
+    let result = codex_requests(&fake).last().unwrap().body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap()["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!result.contains("touch=0"), "{result}");
+    assert!(!result.contains("git=0"), "{result}");
+    assert!(!result.contains("read=0"), "the home is readable: {result}");
+    assert!(result.contains("keys=0"), "{result}");
+    let procs: u32 = result
+        .split("procs=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(999);
+    assert!(procs < 30, "a PID namespace of its own: {result}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A project whose Codex binary is missing does not start: one line naming the key.
+#[test]
+fn a_missing_codex_binary_is_one_error_naming_the_key() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "harnesses: {codex: {command: /nonexistent/codex}}") else {
+        return;
+    };
+    let _d = home.start_fake();
+    home.create("cx");
+    home.ctl_ok(&["project", "suspend", "cx"]);
+    configure(&home, "cx", "agent: codex\n");
+    home.ctl_ok(&["project", "resume", "cx"]);
+    let log = poll(WAIT, "the worker's refusal", || {
+        let text: String = std::fs::read_dir(home.path().join("logs"))
+            .ok()?
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect();
+        text.contains("harnesses.codex.command").then_some(text)
+    });
+    assert!(log.contains("/nonexistent/codex"), "{log}");
+}
