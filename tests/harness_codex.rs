@@ -16,8 +16,9 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A home whose default model is `fo/gpt-5.5` on an `openai` provider at the fake, priced, with
-/// `extra` YAML appended; `None` (after one line) when there is no `codex` and `CI` is not
+/// A home whose default model is `fo/gpt-5.5` on an `openai` provider at the fake, priced and
+/// known as a reasoning model (the MainAgent's own calls go to it too), with `extra` YAML
+/// appended; `None` (after one line) when there is no `codex` and `CI` is not
 /// `true`.
 fn codex_home(fake: &FakeLlm, extra: &str) -> Option<Home> {
     required(common::codex::find())?;
@@ -26,6 +27,7 @@ fn codex_home(fake: &FakeLlm, extra: &str) -> Option<Home> {
         "default_model: fo/{model}\n\
          providers:\n  fo: {{kind: openai, base_url: \"{o}\", api_key_env: {FAKE_KEY_ENV}}}\n\
          prices:\n  \"fo/*\": {{input: 1.0, output: 2.0}}\n\
+         models:\n  \"fo/*\": {{context_window: 400000, max_output_tokens: 16000, reasoning: true}}\n\
          llm: {{retry_base_ms: 10, max_retries: 1, timeout_s: 60}}\n\
          workers: {{shutdown_timeout_s: 5}}\n\
          agent: {{reflection: false}}\n\
@@ -185,11 +187,13 @@ fn codex_commands_wait_for_a_person() {
     assert!(!workdir.join("yes.txt").exists(), "it waited");
     home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
     assert!(sender.wait().unwrap().success(), "{:?}", fake.violations());
-    assert!(
-        seen.lock().unwrap().contains("The file is made."),
-        "{}",
-        seen.lock().unwrap()
-    );
+    // Its output is read by another thread: wait for it rather than race it.
+    poll(WAIT, "the answer on send's output", || {
+        seen.lock()
+            .unwrap()
+            .contains("The file is made.")
+            .then_some(())
+    });
     assert_eq!(
         std::fs::read_to_string(workdir.join("yes.txt")).unwrap(),
         "made\n"
@@ -207,11 +211,13 @@ fn codex_commands_wait_for_a_person() {
     });
     home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not today"]);
     assert!(sender.wait().unwrap().success());
-    assert!(
-        seen.lock().unwrap().contains("I was not allowed to."),
-        "{}",
-        seen.lock().unwrap()
-    );
+    // Its output is read by another thread: wait for it rather than race it.
+    poll(WAIT, "the answer on send's output", || {
+        seen.lock()
+            .unwrap()
+            .contains("I was not allowed to.")
+            .then_some(())
+    });
     assert!(!workdir.join("no.txt").exists());
     let last = codex_requests(&fake).last().unwrap().body["input"].to_string();
     assert!(

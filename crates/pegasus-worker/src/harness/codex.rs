@@ -350,7 +350,6 @@ impl Parser for ExecJson {
                     out.push(Event::Session(id.to_string()));
                 }
             }
-            Some("turn.started") => out.push(Event::Reasoning),
             Some("item.started") => self.item(&v["item"], false, &mut out),
             Some("item.completed") => self.item(&v["item"], true, &mut out),
             Some("turn.completed") => {
@@ -397,8 +396,7 @@ mod tests {
             events[0],
             Event::Session("01a227c4-94b0-7dd1-baf7-5688600ff7f9".into())
         );
-        assert_eq!(events[1], Event::Reasoning);
-        let Event::Assistant { blocks, .. } = &events[2] else {
+        let Event::Assistant { blocks, .. } = &events[1] else {
             panic!("{events:?}")
         };
         assert!(
@@ -407,13 +405,13 @@ mod tests {
             "{blocks:?}"
         );
         assert_eq!(
-            events[3],
+            events[2],
             Event::Results(vec![("item_1".into(), "Bash".into(), "hi\n".into(), false)])
         );
-        assert!(matches!(&events[4], Event::Assistant { blocks, .. }
+        assert!(matches!(&events[3], Event::Assistant { blocks, .. }
             if matches!(&blocks[0], Block::ToolUse { name, .. } if name == "apply_patch")));
         assert_eq!(
-            events[5],
+            events[4],
             Event::Results(vec![(
                 "item_2".into(),
                 "apply_patch".into(),
@@ -421,10 +419,10 @@ mod tests {
                 false
             )])
         );
-        assert!(matches!(&events[6], Event::Assistant { blocks, .. }
+        assert!(matches!(&events[5], Event::Assistant { blocks, .. }
             if blocks == &vec![Block::Text { text: "done it".into() }]));
-        assert_eq!(events[7], Event::Done(Ok("done it".into())));
-        assert_eq!(events.len(), 8, "{events:?}");
+        assert_eq!(events[6], Event::Done(Ok("done it".into())));
+        assert_eq!(events.len(), 7, "{events:?}");
     }
 
     #[test]
