@@ -537,3 +537,37 @@ fn a_missing_codex_binary_is_one_error_naming_the_key() {
     });
     assert!(log.contains("/nonexistent/codex"), "{log}");
 }
+
+/// `approvals.tools` globs match Codex's own tool names as its hook gives them: with
+/// `apply_*: deny`, its patch is refused (the file is not written) and Codex's model is told.
+#[test]
+fn a_tools_glob_denies_codexs_patch() {
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "approvals: {tools: {\"apply_*\": deny}}") else {
+        return;
+    };
+    fake.add_rule(
+        responses(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("patch it".into()),
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "apply_patch",
+                json!("*** Begin Patch\n*** Add File: patched.txt\n+no\n*** End Patch\n"),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(responses(
+        Match::LastToolResultContains("blocked".into()),
+        Reply::Text("The patch was refused.".into()),
+    ));
+    let _d = home.start_fake();
+    codex_project(&home, "cx");
+    let out = home.ctl_ok(&["project", "send", "cx", "patch it", "--wait"]);
+    assert!(out.contains("The patch was refused."), "{out}");
+    assert!(!home.project_dir("cx").join("workdir/patched.txt").exists());
+    assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
