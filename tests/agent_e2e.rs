@@ -17,7 +17,7 @@ const KEY: &str = "sk-fake-9d41c7e2b05a4f3e";
 fn llm_home(fake: &FakeLlm, format: Format, extra: &str) -> Home {
     let model = match format {
         Format::Anthropic => "fa/test-model",
-        Format::OpenAi => "fo/test-model",
+        Format::OpenAi | Format::Responses => "fo/test-model",
     };
     Home::with_config(&format!(
         "default_model: {model}\n\
@@ -102,7 +102,9 @@ fn reads_and_writes_files_and_answers(format: Format) {
     // The key reached the provider in the provider's header...
     let header = match format {
         Format::Anthropic => requests[0].header("x-api-key").map(str::to_string),
-        Format::OpenAi => requests[0].header("authorization").map(str::to_string),
+        Format::OpenAi | Format::Responses => {
+            requests[0].header("authorization").map(str::to_string)
+        }
     };
     assert!(header.unwrap().contains(KEY));
     // ... and one ledger line per call, for this project, priced.

@@ -13,7 +13,7 @@ use serde_json::json;
 fn home_for(fake: &FakeLlm, format: Format) -> Home {
     let model = match format {
         Format::Anthropic => "fa/test-thinking",
-        Format::OpenAi => "fo/test-reasoning",
+        Format::OpenAi | Format::Responses => "fo/test-reasoning",
     };
     Home::with_config(&format!(
         "default_model: {model}\n\
@@ -94,7 +94,7 @@ fn thinking_role_three_tool_calls(format: Format) {
                 let budget = r.body["thinking"]["budget_tokens"].as_u64().unwrap();
                 assert!(budget < r.body["max_tokens"].as_u64().unwrap());
             }
-            Format::OpenAi => {
+            Format::OpenAi | Format::Responses => {
                 assert!(r.body.get("reasoning_effort").is_some(), "request {n}");
                 assert!(r.body.get("max_completion_tokens").is_some());
                 assert!(r.body.get("max_tokens").is_none());

@@ -19,8 +19,8 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, ExitStatus, Stdio},
-    time::{Duration, Instant},
+    process::{Command, ExitStatus},
+    time::Duration,
 };
 
 use pegasus_fakellm::FakeLlm;
@@ -36,22 +36,11 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The `claude` binary: `PEGASUS_TEST_CLAUDE`, else the first `claude` on `PATH`; `Err` says
 /// why there is none.
 pub fn find() -> Result<PathBuf, String> {
-    const INSTALL: &str = "install it with `npm install -g @anthropic-ai/claude-code@2.1.332`";
-    if let Some(p) = std::env::var_os("PEGASUS_TEST_CLAUDE") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        return Err(format!(
-            "PEGASUS_TEST_CLAUDE={} is not a file; {INSTALL}",
-            p.display()
-        ));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("claude"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("no `claude` (Claude Code) on PATH; {INSTALL}"))
+    super::find_program(
+        "PEGASUS_TEST_CLAUDE",
+        "claude",
+        "install it with `npm install -g @anthropic-ai/claude-code@2.1.332`",
+    )
 }
 
 /// A prepared run of Claude Code against a fake: its binary, isolated home, working
@@ -83,16 +72,7 @@ impl Claude {
     /// directory) whose `work/` is the working directory; `None` (after one printed line) when
     /// there is no `claude` and `CI` is not `true`.
     pub fn new(fake: &FakeLlm) -> Option<Claude> {
-        let bin = match find() {
-            Ok(bin) => bin,
-            Err(why) => {
-                if std::env::var("CI").as_deref() == Ok("true") {
-                    panic!("CI=true and {why}");
-                }
-                eprintln!("skipped: {why}");
-                return None;
-            }
-        };
+        let bin = super::required(find())?;
         let home = tempfile::tempdir().unwrap();
         let workdir = home.path().join("work");
         std::fs::create_dir_all(&workdir).unwrap();
@@ -160,9 +140,6 @@ impl Claude {
     /// is over (its tools' and MCP servers' processes with it). Fails the test past the
     /// deadline, or on a stdout line that is not JSON.
     pub fn run(&self, prompt: &str) -> ClaudeRun {
-        use std::os::unix::process::CommandExt;
-        let out = tempfile::NamedTempFile::new().unwrap();
-        let err = tempfile::NamedTempFile::new().unwrap();
         let mut cmd = Command::new(&self.bin);
         cmd.args(["-p", prompt, "--output-format", "stream-json", "--verbose"])
             .args(&self.args)
@@ -180,54 +157,12 @@ impl Claude {
             // No retries: a request no rule answers (the fake's 500) ends the run at once,
             // not after Claude Code's ten backed-off retries. `.env(..)` may set another.
             .env("CLAUDE_CODE_MAX_RETRIES", "0")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(out.reopen().unwrap())
-            .stderr(err.reopen().unwrap())
-            .process_group(0);
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.display()));
-        let group = child.id() as i32;
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // Whatever is left of the group (a tool's shell, an MCP server) goes with the run.
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(group),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let stdout = std::fs::read_to_string(out.path()).unwrap();
-        let stderr = std::fs::read_to_string(err.path()).unwrap();
-        let Some(status) = status else {
-            let _ = child.wait();
-            panic!(
-                "claude -p {prompt:?} did not finish within {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-                self.timeout
-            );
-        };
-        let events = stdout
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                serde_json::from_str(l).unwrap_or_else(|e| {
-                    panic!(
-                        "claude wrote a stdout line that is not JSON ({e}): {l}\nstderr:\n{stderr}"
-                    )
-                })
-            })
-            .collect();
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        let run = super::run_json_lines(cmd, self.timeout, &format!("claude -p {prompt:?}"));
         ClaudeRun {
-            events,
-            stderr,
-            status,
+            events: run.events,
+            stderr: run.stderr,
+            status: run.status,
         }
     }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod claude;
+pub mod codex;
 pub mod llama;
 use std::{
     path::{Path, PathBuf},
@@ -291,6 +292,105 @@ pub fn spawn_ctl(home: &Home, args: &[&str]) -> (Child, std::sync::Arc<std::sync
         }
     });
     (child, seen)
+}
+
+/// A third-party program a test drives: `$env_var` when set (it must be a file), else the
+/// first `name` on `PATH`; `Err` says why there is none and how to install it (`install`).
+pub fn find_program(env_var: &str, name: &str, install: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env_var) {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(format!(
+            "{env_var}={} is not a file; {install}",
+            p.display()
+        ));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no `{name}` on PATH; {install}"))
+}
+
+/// The program `found`, or `None` after one printed line saying why the test skips; under
+/// `CI=true` a missing program fails the test instead.
+pub fn required(found: Result<PathBuf, String>) -> Option<PathBuf> {
+    match found {
+        Ok(bin) => Some(bin),
+        Err(why) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("CI=true and {why}");
+            }
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// What a command run by [`run_json_lines`] gave: its stdout's JSON lines, its stderr and its
+/// exit status.
+pub struct JsonLines {
+    /// One JSON value per non-empty stdout line, in order.
+    pub events: Vec<serde_json::Value>,
+    /// Everything it wrote on stderr.
+    pub stderr: String,
+    /// How it exited.
+    pub status: std::process::ExitStatus,
+}
+
+/// Runs `cmd` to its end in a process group of its own (killed, with whatever it started, once
+/// it exits or `timeout` passes) with stdin closed, and reads its stdout as JSON lines (a
+/// harness's event stream). Fails the test past the deadline, or on a stdout line that is not
+/// JSON; `what` names the run in the message.
+pub fn run_json_lines(mut cmd: Command, timeout: Duration, what: &str) -> JsonLines {
+    use std::os::unix::process::CommandExt;
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let err = tempfile::NamedTempFile::new().unwrap();
+    cmd.stdin(Stdio::null())
+        .stdout(out.reopen().unwrap())
+        .stderr(err.reopen().unwrap())
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    let group = child.id() as i32;
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever is left of the group (a tool's shell, an MCP server) goes with the run.
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(group),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let stdout = std::fs::read_to_string(out.path()).unwrap();
+    let stderr = std::fs::read_to_string(err.path()).unwrap();
+    let Some(status) = status else {
+        let _ = child.wait();
+        panic!("{what} did not finish within {timeout:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    };
+    let events = stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!("{what} wrote a stdout line that is not JSON ({e}): {l}\nstderr:\n{stderr}")
+            })
+        })
+        .collect();
+    JsonLines {
+        events,
+        stderr,
+        status,
+    }
 }
 
 /// The environment variable and value that carry the fake provider's API key to pegasusd.

@@ -18,7 +18,7 @@ pub(crate) struct AnswerTool {
 /// Everything needed to render one successful response.
 #[derive(Debug, Clone)]
 pub(crate) struct Answer {
-    /// `msg_…` (Anthropic) or `chatcmpl-…` (OpenAI).
+    /// `msg_…` (Anthropic), `chatcmpl-…` (OpenAI Chat Completions) or `resp_…` (Responses).
     pub id: String,
     /// Echo of the request's model.
     pub model: String,
@@ -73,6 +73,7 @@ impl Answer {
         let (msg_prefix, tool_prefix) = match format {
             Format::Anthropic => ("msg_", "toolu_"),
             Format::OpenAi => ("chatcmpl-", "call_"),
+            Format::Responses => ("resp_", "call_"),
         };
         let tools: Vec<AnswerTool> = tools
             .iter()

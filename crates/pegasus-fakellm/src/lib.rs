@@ -1,9 +1,9 @@
 //! # pegasus-fakellm
 //!
 //! A fake LLM HTTP server that speaks the real **Anthropic Messages API**
-//! (`POST /v1/messages`) and **OpenAI Chat Completions API**
-//! (`POST /v1/chat/completions`) wire formats, both as plain JSON and as
-//! server-sent-event streams.
+//! (`POST /v1/messages`), **OpenAI Chat Completions API**
+//! (`POST /v1/chat/completions`) and **OpenAI Responses API** (`POST /v1/responses`) wire
+//! formats, both as plain JSON and as server-sent-event streams.
 //!
 //! ## What it is for
 //!
@@ -40,6 +40,18 @@
 //!   `tests/claude_code_requests.rs`; the workspace's `tests/common/claude.rs` runs the real
 //!   `claude` against the fake. Claude Code's prompt is the last text of its first user
 //!   message, after a `<system-reminder>` block: [`Match::LastUserTextContains`] finds it.
+//! * Serving **Codex** (OpenAI's Codex CLI 0.171.0, `codex exec`) as the Responses API does:
+//!   its streamed `POST /v1/responses` requests (`store: false`, `client_metadata`,
+//!   `prompt_cache_key`, `namespace` and `custom` tools, message items with their ids) are
+//!   checked as strictly as the API checks them (an unknown parameter is refused as
+//!   `Unknown parameter: 'x'.` with its `param` and `code`; every `function_call_output` must
+//!   answer a call and every call be answered; a request without a bearer key is OpenAI's
+//!   401), answered with the API's named events (`response.created` ... `response.completed`
+//!   with its usage); a scripted call of a tool the request declares `custom` (Codex's
+//!   `apply_patch`) is a `custom_tool_call` whose input is the call's string; a reasoning
+//!   request gets a signed `reasoning` item it must send back unchanged. Its recorded requests
+//!   are the fixtures of `tests/codex_requests.rs`; the workspace's `tests/common/codex.rs`
+//!   runs the real `codex` against the fake.
 //! * The Pegasus demo, which runs a scripted agent session against it.
 //!
 //! ## What it is not for
@@ -50,9 +62,10 @@
 //!   (as the real APIs keep them), `Content-Length` request bodies only,
 //!   bound to 127.0.0.1, no TLS.
 //! * It does not cover the whole API surface: no images,
-//!   batches, embeddings, `/v1/models` (`/v1/messages/count_tokens` is served, strict, its
-//!   count the fake's estimate: a harness's relay forwards it), server tools (their `type`d specs are accepted unchecked, never run),
-//!   or the OpenAI Responses API. The context-window
+//!   batches, embeddings, `/v1/models`, server tools (their `type`d specs are accepted
+//!   unchecked, never run), the Responses API's stored state (`previous_response_id`, `GET
+//!   /v1/responses/ID`, `/v1/responses/compact`). (`/v1/messages/count_tokens` is served,
+//!   strict, its count the fake's estimate: a harness's relay forwards it.) The context-window
 //!   probes Pegasus makes of a server on this machine (`/props`, `/v1/models`, `/api/show`)
 //!   get a 404, as from a hosted API, counted by `FakeLlm::window_probes`.
 //!
@@ -84,6 +97,8 @@ mod http;
 mod ids;
 mod openai;
 mod record;
+mod responses;
+mod responses_request;
 mod script;
 mod server;
 mod sse;

@@ -9,6 +9,8 @@ pub enum Format {
     Anthropic,
     /// OpenAI Chat Completions API: `POST /v1/chat/completions`.
     OpenAi,
+    /// OpenAI Responses API: `POST /v1/responses` (what Codex calls).
+    Responses,
 }
 
 /// One request as the server received it, so tests can assert on what the
@@ -44,7 +46,7 @@ impl Recorded {
 /// a call the real provider bills, whatever becomes of the connection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answered {
-    /// The answer's id (`msg_…`, `chatcmpl-…`): the request id a client records.
+    /// The answer's id (`msg_…`, `chatcmpl-…`, `resp_…`): the request id a client records.
     pub request_id: String,
     /// The `X-Client-Request-Id` the client sent with the request, if any.
     pub client_request_id: Option<String>,

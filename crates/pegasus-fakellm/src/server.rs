@@ -20,7 +20,7 @@ use crate::record::{Format, Recorded};
 use crate::script::{Fault, MatchContext, Reply, Rule, ToolCall, UsageSpec};
 use crate::sse::SseEvent;
 use crate::transcript::Transcript;
-use crate::{anthropic, anthropic_request, openai, validate};
+use crate::{anthropic, anthropic_request, openai, responses, responses_request, validate};
 
 /// Message of the 500 sent when no rule matches.
 pub(crate) const NO_SCRIPTED_REPLY: &str = "fake-llm: no scripted reply";
@@ -132,11 +132,11 @@ enum Plan {
 /// gives `fake/*`).
 pub(crate) const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;
 
-/// The fake's token count of a request's prompt: the characters of its JSON system prompt,
-/// messages and tools, divided by 4 (rounded up). Real tokenizers differ, which is the point:
+/// The fake's token count of a request's prompt: the characters of its JSON system prompt
+/// (`system`, `instructions`), messages (`messages`, `input`) and tools, divided by 4 (rounded up). Real tokenizers differ, which is the point:
 /// a client must survive a provider that counts more than it estimated.
 pub(crate) fn prompt_tokens(body: &Value) -> u64 {
-    let chars: usize = ["system", "messages", "tools"]
+    let chars: usize = ["system", "instructions", "messages", "input", "tools"]
         .iter()
         .filter_map(|k| body.get(*k))
         .map(|v| v.to_string().chars().count())
@@ -148,7 +148,7 @@ pub(crate) fn prompt_tokens(body: &Value) -> u64 {
 /// than `window`, worded as the real API words it.
 fn context_overflow(format: Format, body: &Value, window: u64) -> Option<String> {
     let prompt = prompt_tokens(body);
-    let max = ["max_tokens", "max_completion_tokens"]
+    let max = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
         .iter()
         .find_map(|k| body.get(*k).and_then(Value::as_u64))
         .unwrap_or(0);
@@ -163,6 +163,9 @@ fn context_overflow(format: Format, body: &Value, window: u64) -> Option<String>
         Format::OpenAi if prompt > window => Some(format!(
             "This model's maximum context length is {window} tokens. However, your messages \
              resulted in {prompt} tokens. Please reduce the length of the messages."
+        )),
+        Format::Responses if prompt + max > window => Some(format!(
+            "Your input exceeds the context window of this model: {prompt} + {max} > {window}"
         )),
         Format::OpenAi if prompt + max > window => Some(format!(
             "This model's maximum context length is {window} tokens. However, you requested \
@@ -197,13 +200,15 @@ struct ReplyPlan {
     thinking_omitted: bool,
     /// The request carried `context_management`: the answer reports the edits applied.
     context_management: bool,
+    /// What a Responses answer echoes of its request (default for the other formats).
+    echo: Box<responses::Echo>,
 }
 
 /// The error body of `format` for `code`.
 fn error_body(format: Format, code: u16, message: &str) -> Value {
     match format {
         Format::Anthropic => anthropic::error_body(code, message),
-        Format::OpenAi => openai::error_body(code, message),
+        Format::OpenAi | Format::Responses => openai::error_body(code, message),
     }
 }
 
@@ -225,6 +230,7 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
         ("POST", "/v1/messages/count_tokens") => return count_tokens(shared, req),
         ("POST", "/v1/messages") => Format::Anthropic,
         ("POST", "/v1/chat/completions") => Format::OpenAi,
+        ("POST", "/v1/responses") => Format::Responses,
         // Pegasus asks a server on this machine for its context window (llama.cpp `/props`,
         // vLLM `/v1/models`, Ollama `/api/show`), and the fake listens on 127.0.0.1. It stands
         // in for the hosted APIs, which serve none of these: 404, as they answer, counted
@@ -281,15 +287,22 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
         return error(format, 400, &msg);
     }
 
+    // The Responses API never answers without a key (the other formats keep the fake's
+    // historical leniency unless a key is required).
+    if format == Format::Responses {
+        if let Some(refusal) = responses::unauthorized(&req.headers, st.api_key.as_deref()) {
+            return Plan::Json(401, refusal);
+        }
+    }
     if let Some(key) = &st.api_key {
         let ok = match format {
             Format::Anthropic => anthropic::authorized(&req.headers, key),
-            Format::OpenAi => openai::authorized(&req.headers, key),
+            Format::OpenAi | Format::Responses => openai::authorized(&req.headers, key),
         };
         if !ok {
             let msg = match format {
                 Format::Anthropic => "invalid x-api-key",
-                Format::OpenAi => "Incorrect API key provided.",
+                Format::OpenAi | Format::Responses => "Incorrect API key provided.",
             };
             return error(format, 401, msg);
         }
@@ -304,6 +317,17 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
             problems
         }
         Format::OpenAi => validate::openai(&body),
+        Format::Responses => {
+            // The API names the first problem only, with its parameter and code.
+            let problems = responses_request::check(&body);
+            if let Some(first) = problems.first() {
+                for p in &problems {
+                    st.violations.push(format!("request #{nth}: {}", p.message));
+                }
+                return Plan::Json(400, first.body());
+            }
+            Vec::new()
+        }
     };
     if !problems.is_empty() {
         for p in &problems {
@@ -317,7 +341,7 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
             .get("model")
             .and_then(Value::as_str)
             .and_then(anthropic_request::known_model),
-        Format::OpenAi => None,
+        Format::OpenAi | Format::Responses => None,
     };
     let window = st
         .context_window
@@ -329,6 +353,7 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
         let body = match format {
             Format::Anthropic => anthropic::error_body(400, &message),
             Format::OpenAi => openai::context_error_body(&message),
+            Format::Responses => responses::context_error_body(),
         };
         return Plan::Json(400, body);
     }
@@ -384,6 +409,10 @@ fn decide(shared: &Arc<Shared>, req: Request) -> Plan {
         thinking_omitted: body.pointer("/thinking/display").and_then(Value::as_str)
             == Some("omitted"),
         context_management: format == Format::Anthropic && body.get("context_management").is_some(),
+        echo: match format {
+            Format::Responses => Box::new(responses::Echo::from_body(&body)),
+            _ => Box::default(),
+        },
     })
 }
 
@@ -564,6 +593,7 @@ fn send_reply<'a>(
                         events.push(match p.format {
                             Format::Anthropic => anthropic::malformed_event(),
                             Format::OpenAi => openai::malformed_event(),
+                            Format::Responses => responses::malformed_event(),
                         });
                         start_stream(stream, &events).await?;
                         http::finish_chunks(stream).await?;
@@ -571,6 +601,7 @@ fn send_reply<'a>(
                         let body = match p.format {
                             Format::Anthropic => anthropic::malformed_body(&a),
                             Format::OpenAi => openai::malformed_body(&a),
+                            Format::Responses => responses::malformed_body(&a, &p.echo),
                         };
                         http::write_full(stream, 200, "application/json", &[], body.as_bytes())
                             .await?;
@@ -586,6 +617,7 @@ fn events(p: &ReplyPlan, a: &Answer) -> Vec<SseEvent> {
     match p.format {
         Format::Anthropic => anthropic::events(a),
         Format::OpenAi => openai::events(a, p.include_usage),
+        Format::Responses => responses::events(a, &p.echo),
     }
 }
 
@@ -593,6 +625,7 @@ fn json_body(p: &ReplyPlan, a: &Answer) -> String {
     match p.format {
         Format::Anthropic => anthropic::message(a).to_string(),
         Format::OpenAi => openai::completion(a).to_string(),
+        Format::Responses => responses::body(a, &p.echo).to_string(),
     }
 }
 

@@ -31,6 +31,9 @@ pub(crate) struct Transcript {
 
 impl Transcript {
     pub fn from_body(format: Format, body: &Value) -> Transcript {
+        if format == Format::Responses {
+            return responses_transcript(body);
+        }
         let messages = body.get("messages").and_then(Value::as_array);
         let turns = messages.into_iter().flatten().map(|msg| {
             let turn = Turn {
@@ -43,13 +46,13 @@ impl Transcript {
             };
             match format {
                 Format::Anthropic => anthropic_turn(turn, msg),
-                Format::OpenAi => openai_turn(turn, msg),
+                Format::OpenAi | Format::Responses => openai_turn(turn, msg),
             }
         });
         Transcript {
             system: match format {
                 Format::Anthropic => body.get("system").map(content_texts).unwrap_or_default(),
-                Format::OpenAi => Vec::new(),
+                Format::OpenAi | Format::Responses => Vec::new(),
             },
             turns: turns.collect(),
         }
@@ -146,6 +149,76 @@ fn result_texts(content: &Value) -> Vec<String> {
     texts
 }
 
+/// A Responses request's conversation: `instructions` as the system prompt; each `input` item
+/// a turn (messages by their role, with their `input_text`/`output_text` parts; a
+/// `function_call` or `custom_tool_call` an assistant turn with the call's arguments; its output
+/// a `tool` turn); a string `input` is one user message. Reasoning items carry no text.
+fn responses_transcript(body: &Value) -> Transcript {
+    let system = body
+        .get("instructions")
+        .and_then(Value::as_str)
+        .map(|s| vec![s.to_string()])
+        .unwrap_or_default();
+    let text_of = |v: &Value| match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let turns = match body.get("input") {
+        Some(Value::String(s)) => vec![Turn {
+            role: "user".into(),
+            texts: vec![s.clone()],
+            ..Turn::default()
+        }],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|item| {
+                let kind = item
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("message");
+                let turn = |role: &str| Turn {
+                    role: role.to_string(),
+                    ..Turn::default()
+                };
+                Some(match kind {
+                    "message" => Turn {
+                        texts: item.get("content").map(text_of).unwrap_or_default(),
+                        ..turn(item.get("role").and_then(Value::as_str).unwrap_or(""))
+                    },
+                    "function_call" | "custom_tool_call" => {
+                        let key = if kind == "function_call" {
+                            "arguments"
+                        } else {
+                            "input"
+                        };
+                        let input = item.get(key).and_then(Value::as_str).unwrap_or("");
+                        Turn {
+                            tool_inputs: vec![input.to_string()],
+                            ..turn("assistant")
+                        }
+                    }
+                    "function_call_output" | "custom_tool_call_output" => Turn {
+                        tool_results: vec![item
+                            .get("output")
+                            .map(text_of)
+                            .unwrap_or_default()
+                            .join("\n")],
+                        ..turn("tool")
+                    },
+                    _ => return None,
+                })
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Transcript { system, turns }
+}
+
 fn anthropic_turn(mut turn: Turn, msg: &Value) -> Turn {
     let content = msg.get("content");
     turn.texts = content.map(content_texts).unwrap_or_default();
@@ -210,6 +283,31 @@ mod tests {
         assert!(tr.has_tool_result());
         assert!(tr.system_texts().any(|t| t.contains("Pegasus")));
         assert!(tr.all_text().any(|t| t.contains("\"city\"")));
+    }
+
+    #[test]
+    fn responses_view() {
+        let body = json!({
+            "instructions": "be brief",
+            "input": [
+                {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex"}]},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "x"},
+                {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{\"cmd\":\"ls\"}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+                {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
+                {"type": "custom_tool_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "Success."}]}
+            ]
+        });
+        let tr = Transcript::from_body(Format::Responses, &body);
+        assert_eq!(tr.last_user_text().as_deref(), Some("list files"));
+        assert_eq!(tr.last_tool_results(), vec!["Success."]);
+        assert!(tr.system_texts().any(|t| t == "be brief"));
+        assert!(tr.system_texts().any(|t| t == "You are Codex"));
+        assert!(tr.all_text().any(|t| t.contains("\"ls\"")));
+        let plain = Transcript::from_body(Format::Responses, &json!({"input": "hello"}));
+        assert_eq!(plain.last_user_text().as_deref(), Some("hello"));
+        assert!(!plain.has_tool_result());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{client, parse_sse};
+use common::{fixture, parse_sse, Recorded};
 use pegasus_fakellm::{FakeLlm, Match, Reply, Rule, ToolCall};
 use serde_json::{json, Value};
 
@@ -16,34 +16,7 @@ const FIRST_TURN: &str = include_str!("fixtures/claude-code-2.1.332/first-turn.j
 /// The request that carries the result of the `Write` the first answer asked for.
 const TOOL_RESULT: &str = include_str!("fixtures/claude-code-2.1.332/tool-result.json");
 
-/// A recorded request: its target, headers and body.
-struct Recorded {
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Value,
-}
-
-fn fixture(text: &str) -> Recorded {
-    let v: Value = serde_json::from_str(text).unwrap();
-    let headers = v["headers"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-        .collect();
-    Recorded {
-        path: v["path"].as_str().unwrap().to_string(),
-        headers,
-        body: v["body"].clone(),
-    }
-}
-
 impl Recorded {
-    fn without_header(mut self, name: &str) -> Recorded {
-        self.headers.retain(|(n, _)| n != name);
-        self
-    }
-
     /// The `anthropic-beta` header without `beta`.
     fn without_beta(mut self, beta: &str) -> Recorded {
         for (n, v) in &mut self.headers {
@@ -64,16 +37,6 @@ impl Recorded {
             }
         }
         self
-    }
-
-    async fn send(&self, fake: &FakeLlm) -> (u16, String) {
-        let mut req = client().post(format!("{}{}", fake.base_url(), self.path));
-        for (n, v) in &self.headers {
-            req = req.header(n, v);
-        }
-        let resp = req.body(self.body.to_string()).send().await.unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.text().await.unwrap())
     }
 }
 

@@ -1,6 +1,8 @@
-//! Helpers shared by the integration tests: request builders and an SSE parser.
+//! Helpers shared by the integration tests: request builders, recorded requests replayed, and
+//! an SSE parser.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use pegasus_fakellm::FakeLlm;
 use serde_json::{json, Value};
 
 pub fn client() -> reqwest::Client {
@@ -87,4 +89,53 @@ pub fn parse_sse(text: &str) -> Vec<Event> {
             }
         })
         .collect()
+}
+
+/// A request a real client sent, recorded as a fixture (`{"path", "headers", "body"}`): its
+/// target, headers and body, to be replayed (and mutated) against the fake.
+pub struct Recorded {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+/// Reads a recorded request.
+pub fn fixture(text: &str) -> Recorded {
+    let v: Value = serde_json::from_str(text).unwrap();
+    let headers = v["headers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    Recorded {
+        path: v["path"].as_str().unwrap().to_string(),
+        headers,
+        body: v["body"].clone(),
+    }
+}
+
+impl Recorded {
+    /// Without header `name`.
+    pub fn without_header(mut self, name: &str) -> Recorded {
+        self.headers.retain(|(n, _)| n != name);
+        self
+    }
+
+    /// With its body changed by `f`.
+    pub fn with(mut self, f: impl FnOnce(&mut Value)) -> Recorded {
+        f(&mut self.body);
+        self
+    }
+
+    /// Sends it to `fake` as recorded: its status and body.
+    pub async fn send(&self, fake: &FakeLlm) -> (u16, String) {
+        let mut req = client().post(format!("{}{}", fake.base_url(), self.path));
+        for (n, v) in &self.headers {
+            req = req.header(n, v);
+        }
+        let resp = req.body(self.body.to_string()).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
+    }
 }

@@ -18,7 +18,7 @@ use pegasus_proto::llm::{Block, Usage};
 use pegasus_store::AgentKind;
 use serde_json::Value;
 
-use super::{Driver, Event, Failure, Launch, Parser, Plan};
+use super::{failure, Driver, Event, Launch, Parser, Plan};
 
 /// Claude Code.
 pub struct ClaudeCode;
@@ -254,16 +254,6 @@ impl Parser for StreamJson {
     }
 }
 
-/// A budget refusal (the endpoint's error names the budget) or another failure.
-fn failure(why: String) -> Failure {
-    let lower = why.to_ascii_lowercase();
-    if lower.contains("budget") {
-        Failure::Budget(why)
-    } else {
-        Failure::Error(why)
-    }
-}
-
 /// A tool result's content as text: a string, or the text of its blocks.
 fn result_text(content: &Value) -> String {
     match content {
@@ -290,6 +280,7 @@ fn usage_of(u: &Value) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::super::Failure;
     use super::*;
 
     /// Lines as Claude Code 2.1.332 wrote them against the fake LLM (cut to what is read).

@@ -4,7 +4,7 @@
 //! The pieces, one concern each:
 //! * [`Driver`]: what differs between harnesses: the command line of one run ([`Driver::launch`])
 //!   and the reading of its output ([`Parser`] into [`Event`]s). One per harness:
-//!   `claude` (Claude Code); Codex plugs in the same way.
+//!   `claude` (Claude Code), `codex` (Codex).
 //! * `runner`: what is the same for all: the contained spawn, the line reader, the mirror
 //!   into the session ([`pegasus_agent::Mirror`]), the durable session id, the approvals
 //!   channel, cancellation and the end of a run. It is the [`pegasus_agent::Harness`] the agent
@@ -21,6 +21,7 @@ use pegasus_proto::llm::{Block, Usage};
 use pegasus_store::{AgentKind, Config, HarnessConfig, HarnessesConfig, ProjectFile};
 
 mod claude;
+mod codex;
 pub mod hook;
 mod runner;
 mod sessions;
@@ -105,6 +106,16 @@ pub enum Failure {
     Error(String),
 }
 
+/// A run's failure as its harness worded it: a budget refusal when the endpoint's error names
+/// the budget, else another failure.
+pub(crate) fn failure(why: String) -> Failure {
+    if why.to_ascii_lowercase().contains("budget") {
+        Failure::Budget(why)
+    } else {
+        Failure::Error(why)
+    }
+}
+
 /// Reads one run's stdout, line by line.
 pub trait Parser: Send {
     /// The events of one line (none for a line it does not use).
@@ -152,12 +163,7 @@ pub fn build(
         check_provider(kind, config, model)?;
         let driver: Arc<dyn Driver> = match kind {
             AgentKind::ClaudeCode => Arc::new(claude::ClaudeCode),
-            AgentKind::Codex => {
-                return Err(format!(
-                    "{}: Codex is not supported yet by this Pegasus; use `agent: builtin` or `agent: claude-code`",
-                    agent_key(project, kind)
-                ))
-            }
+            AgentKind::Codex => Arc::new(codex::Codex),
             AgentKind::Builtin => continue,
         };
         harnesses.push(Arc::new(Runner::new(
@@ -169,15 +175,6 @@ pub fn build(
         )));
     }
     Ok((project.agent(), harnesses))
-}
-
-/// How the key that chose `kind` is named in errors.
-fn agent_key(project: &ProjectFile, kind: AgentKind) -> String {
-    if project.agent() == kind {
-        format!("PROJECT.md `agent: {kind}`")
-    } else {
-        format!("PROJECT.md `roles[].agent: {kind}`")
-    }
 }
 
 /// The harness's program: an absolute path, or the first executable of that name on PATH;
