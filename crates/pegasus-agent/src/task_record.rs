@@ -133,6 +133,7 @@ pub(crate) fn task_for_message(
         role: None,
         model_policy: None,
         repos: pegasus_tasks::project_repos(project_dir).unwrap_or_default(),
+        budget_usd: None,
     };
     tasks
         .create_frozen(new, spec, to, "agent", "a message")

@@ -78,6 +78,7 @@
 mod answer;
 mod anthropic;
 mod anthropic_request;
+pub mod asana;
 mod background;
 mod fake;
 mod http;
@@ -93,6 +94,7 @@ mod validate;
 pub mod websearch;
 pub mod website;
 
+pub use asana::FakeAsana;
 pub use fake::FakeLlm;
 pub use record::{Answered, Format, Recorded};
 pub use script::{Fault, Match, Reply, Rule, ToolCall, UsageSpec};

@@ -86,6 +86,8 @@ struct Known {
     roles: Roles,
     /// `instruction_files:`, replacing config.yml's `agent.instruction_files` (DESIGN.md §16).
     instruction_files: Option<Vec<String>>,
+    /// `asana:`, the Asana project that is its board (DESIGN.md §17), checked with the file.
+    asana: Option<crate::asana::AsanaBoard>,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -192,6 +194,11 @@ impl ProjectFile {
     /// `agent.instruction_files`; `None` when it has none.
     pub fn instruction_files(&self) -> Option<&[String]> {
         self.known.instruction_files.as_deref()
+    }
+
+    /// The Asana project that is its board (`asana:`), synced by pegasusd.
+    pub fn asana(&self) -> Option<&crate::asana::AsanaBoard> {
+        self.known.asana.as_ref()
     }
 
     /// The role assignments (`roles:`), or what is wrong with them; the worker refuses to
