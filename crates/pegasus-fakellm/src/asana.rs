@@ -821,7 +821,7 @@ fn shape(full: &Value, q: &BTreeMap<String, String>, compact: &[&str]) -> Res {
         Some(list) => {
             for path in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 let top = path.split('.').next().unwrap_or_default();
-                if full.get(top).is_none() {
+                if full.get(top).is_none() && !optional(full, top) {
                     return Err(refuse(400, format!("opt_fields: Unknown field: {path}")));
                 }
                 pick(full, &mut out, path);
@@ -829,6 +829,18 @@ fn shape(full: &Value, q: &BTreeMap<String, String>, compact: &[&str]) -> Res {
         }
     }
     Ok(Value::Object(out))
+}
+
+/// Properties a resource of this type has only in some instances (an enum field's options,
+/// a number field's precision): asking for them is fine, they are left out where absent.
+fn optional(full: &Value, field: &str) -> bool {
+    match full["resource_type"].as_str() {
+        Some("custom_field") => matches!(
+            field,
+            "enum_options" | "enum_value" | "number_value" | "text_value" | "precision"
+        ),
+        _ => false,
+    }
 }
 
 /// Copies `path` (dotted) of `from` into `into`, through lists.
