@@ -474,3 +474,86 @@ fn kill_9_of_pegasusd_mid_sync_repeats_nothing_and_loses_nothing() {
     comments_soon(&asana, &leaves, 1);
     assert_eq!(asana.workspace_field_count(), 7, "no field made twice");
 }
+
+#[test]
+fn merge_approval_manual_check_holds_a_code_tasks_merge_until_approved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote".into()),
+        Reply::Text("changed alpha".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("change alpha".into()),
+        Reply::Tools(vec![ToolCall::new(
+            "write_file",
+            json!({"path": "a.txt", "content": "task\n"}),
+        )]),
+    ));
+    let asana = FakeAsana::start(TOKEN).unwrap();
+    let user = User(&asana);
+    let home = asana_home(&fake, &asana);
+    let _logs = ShowLogs(&home);
+    let _d = start(&home);
+    home.create("board");
+    configure(
+        &home,
+        "board",
+        &format!(
+            "{}verify: test -s a.txt\nasana: {{project: \"{}\"}}\n",
+            repos_yaml(&[("app", &app)]),
+            asana.project()
+        ),
+    );
+    poll(Duration::from_secs(20), "the board made", || {
+        (asana.field_names().len() == 7).then_some(())
+    });
+    let card = user.draft("Change alpha", "<body>change alpha</body>");
+    let approval = user.field("Merge Approval");
+    let option = |name: &str| {
+        approval["enum_options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == name)
+            .unwrap()["gid"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let field = approval["gid"].as_str().unwrap().to_string();
+    user.ok(
+        "PUT",
+        &format!("/tasks/{card}"),
+        Some(json!({"data": {"custom_fields": {field.clone(): option("Manual Check")}}})),
+    );
+    let before = sh(&app, "git rev-parse main");
+    user.move_to(&card, "Ready Queue");
+
+    // Verified, the merge waits in Merging: main untouched.
+    wait_section(&asana, &card, "Merging", 60);
+    poll(Duration::from_secs(10), "Swarm Status Blocked", || {
+        (asana.field_value(&card, "Swarm Status").as_deref() == Some("Blocked")).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(asana.section_of(&card).as_deref(), Some("Merging"));
+    assert_eq!(sh(&app, "git rev-parse main"), before, "held");
+    let id = tasks(&home)[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        home.json(&["task", "show", &id])["task"]["state"],
+        "verified"
+    );
+
+    // Approved: merged, and the card is Done.
+    user.ok(
+        "PUT",
+        &format!("/tasks/{card}"),
+        Some(json!({"data": {"custom_fields": {field: option("Approved")}}})),
+    );
+    wait_section(&asana, &card, "Done", 60);
+    assert_eq!(sh(&app, "git show main:a.txt"), "task");
+    comments_soon(&asana, &card, 1);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
