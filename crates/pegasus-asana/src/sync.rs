@@ -323,8 +323,7 @@ impl Board {
         self.save()
     }
 
-    /// The Pegasus task a crash left unlinked: made by the sync from this card (same title and
-    /// goal) since the making began, and linked to no other card.
+    /// The Pegasus task a crash left unlinked (see [`made_from`]).
     fn adopt(
         &self,
         door: &FrontDoor,
@@ -341,13 +340,7 @@ impl Board {
             .filter_map(|l| l.task.as_deref())
             .collect();
         let store = TaskStore::open(&door.home().project_dir(&self.project), &self.project)?;
-        let found = store.list()?.into_iter().find(|t| {
-            t.title == card.name
-                && t.spec.as_ref().is_some_and(|s| s.goal == goal)
-                && t.created >= since
-                && !linked.contains(t.id.as_str())
-        });
-        Ok(found.map(|t| t.id))
+        Ok(made_from(&store.list()?, &card.name, goal, since, &linked))
     }
 
     /// A linked task the user moved back to Ready Queue after it failed is retried.
@@ -648,6 +641,26 @@ impl Board {
     }
 }
 
+/// The task the sync made from a card before a crash kept it from recording so: the card's
+/// title and goal, made since the making began, linked to no other card.
+fn made_from(
+    tasks: &[Task],
+    title: &str,
+    goal: &str,
+    since: chrono::DateTime<chrono::Utc>,
+    linked: &HashSet<&str>,
+) -> Option<String> {
+    tasks
+        .iter()
+        .find(|t| {
+            t.title == title
+                && t.spec.as_ref().is_some_and(|s| s.goal == goal)
+                && t.created >= since
+                && !linked.contains(t.id.as_str())
+        })
+        .map(|t| t.id.clone())
+}
+
 /// A comment in seed 003 §4.4's template, as Markdown.
 fn template(
     agent: &str,
@@ -698,7 +711,51 @@ fn dashboard_link(door: &FrontDoor, project: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn a_task_made_before_a_crash_is_found_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TaskStore::open(dir.path(), "p").unwrap();
+        let spec = |goal: &str| pegasus_tasks::TaskSpec {
+            goal: goal.into(),
+            constraints: vec![],
+            acceptance: vec![],
+            role: None,
+            model_policy: None,
+            repos: vec![],
+            budget_usd: Some(1.0),
+        };
+        let new = |title: &str| pegasus_tasks::NewTask {
+            title: title.into(),
+            ..Default::default()
+        };
+        let since = chrono::Utc::now() - chrono::Duration::seconds(1);
+        let a = store
+            .create_frozen(new("Mow"), spec("mow it"), TaskState::Ready, "asana", "r")
+            .unwrap();
+        let b = store
+            .create_frozen(new("Mow"), spec("mow it"), TaskState::Ready, "asana", "r")
+            .unwrap();
+        let all = store.list().unwrap();
+        let none = HashSet::new();
+        let found = made_from(&all, "Mow", "mow it", since, &none).unwrap();
+        assert!(found == a.id || found == b.id);
+        // Linked to another card: the other one; both linked: none.
+        let one: HashSet<&str> = [a.id.as_str()].into();
+        assert_eq!(
+            made_from(&all, "Mow", "mow it", since, &one),
+            Some(b.id.clone())
+        );
+        let both: HashSet<&str> = [a.id.as_str(), b.id.as_str()].into();
+        assert_eq!(made_from(&all, "Mow", "mow it", since, &both), None);
+        // Another goal, another title, or made before the making began: not it.
+        assert_eq!(made_from(&all, "Mow", "rake", since, &none), None);
+        assert_eq!(made_from(&all, "Rake", "mow it", since, &none), None);
+        let later = chrono::Utc::now() + chrono::Duration::seconds(5);
+        assert_eq!(made_from(&all, "Mow", "mow it", later, &none), None);
+    }
 
     #[test]
     fn comments_follow_the_seeds_template_and_summaries_stay_short() {

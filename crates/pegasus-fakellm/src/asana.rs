@@ -1590,6 +1590,36 @@ mod tests {
         assert_eq!(s, 400);
     }
 
+    #[tokio::test]
+    async fn http_needs_the_token_and_a_rate_limit_says_when_to_come_back() {
+        let fake = FakeAsana::start("bot").unwrap();
+        let http = reqwest::Client::new();
+        let url = format!("{}/users/me", fake.base_url());
+        let r = http.get(&url).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["errors"][0]["message"], "Not Authorized");
+        let r = http.get(&url).bearer_auth("wrong").send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        fake.rate_limit(1, 7);
+        let r = http.get(&url).bearer_auth("bot").send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 429);
+        assert_eq!(r.headers()["retry-after"], "7");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["errors"][0]["message"], RATE_LIMITED);
+        let r = http.get(&url).bearer_auth("bot").send().await.unwrap();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["data"]["name"], "Pegasus Bot");
+        let r = http
+            .get(format!("{}/nothing/here", fake.base_url()))
+            .bearer_auth("bot")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 404);
+        assert_eq!(fake.requests().len(), 5);
+    }
+
     #[test]
     fn lists_page_with_limit_and_offset_and_opt_fields_narrow() {
         let fake = FakeAsana::start("bot").unwrap();
