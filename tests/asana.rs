@@ -545,6 +545,12 @@ fn merge_approval_manual_check_holds_a_code_tasks_merge_until_approved() {
         home.json(&["task", "show", &id])["task"]["state"],
         "verified"
     );
+    assert_eq!(asana.field_value(&card, "Session ID"), Some(id.clone()));
+    let worktree = asana.field_value(&card, "Worktree Path").unwrap();
+    assert!(
+        worktree.ends_with(&format!(".pegasus/worktrees/task-{id}")),
+        "{worktree}"
+    );
 
     // Approved: merged, and the card is Done.
     user.ok(
@@ -554,6 +560,12 @@ fn merge_approval_manual_check_holds_a_code_tasks_merge_until_approved() {
     );
     wait_section(&asana, &card, "Done", 60);
     assert_eq!(sh(&app, "git show main:a.txt"), "task");
+    poll(Duration::from_secs(10), "the worktree path cleared", || {
+        asana
+            .field_value(&card, "Worktree Path")
+            .is_none()
+            .then_some(())
+    });
     comments_soon(&asana, &card, 1);
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }

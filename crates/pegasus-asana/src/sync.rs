@@ -10,7 +10,10 @@
 //! crash repeats handling (which finds everything already done) rather than losing it.
 
 use crate::api::{Api, ApiError};
-use crate::board::{self, look, Section, AGENT, COST, MAX_COST, MERGE_APPROVAL, SWARM_STATUS};
+use crate::board::{
+    self, look, Section, AGENT, COST, MAX_COST, MERGE_APPROVAL, SESSION_ID, SWARM_STATUS,
+    WORKTREE_PATH,
+};
 use crate::rich;
 use crate::schema::{self, Schema};
 use crate::state::{self, BoardState};
@@ -525,6 +528,14 @@ impl Board {
                     }
                 }
             }
+            // The task's id (its transcript and events: `pegasusctl task show ID`), and where a
+            // code task works while it has a worktree.
+            if let Some(f) = schema.fields.get(SESSION_ID) {
+                fields.insert(f.gid.clone(), json!(id));
+            }
+            if let Some(f) = schema.fields.get(WORKTREE_PATH) {
+                fields.insert(f.gid.clone(), json!(self.worktree(door, &task)));
+            }
         }
         if cost.is_some() && cost != link.cost {
             if let Some(f) = schema.fields.get(COST) {
@@ -613,6 +624,22 @@ impl Board {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The first repo's worktree of a code task while it has one (running to verified).
+    fn worktree(&self, door: &FrontDoor, task: &Task) -> Option<String> {
+        let live = matches!(
+            task.state,
+            TaskState::Running | TaskState::Verifying | TaskState::Verified | TaskState::Blocked
+        );
+        let repo = task.spec.as_ref()?.repos.first().filter(|_| live)?;
+        let dir = door.home().project_dir(&self.project);
+        let root = pegasus_tasks::snapshot::resolve(&dir, &repo.path);
+        Some(
+            pegasus_code::repo::task_worktree_in(&root, &task.id)
+                .display()
+                .to_string(),
+        )
     }
 
     /// Posts a comment once: one already on the task by the sync with the same text (a crash
