@@ -89,30 +89,10 @@ pub fn to_markdown(html: &str) -> String {
     if !html.starts_with('<') {
         return html.to_string();
     }
-    match pegasus_web::page::to_markdown(html) {
-        Ok(md) => md.trim().to_string(),
-        Err(_) => plain(html),
-    }
-}
-
-/// The text of rich text, tags dropped (the fallback when it cannot be converted).
-fn plain(html: &str) -> String {
-    let mut out = String::new();
-    let mut in_tag = false;
-    for c in html.chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' => in_tag = false,
-            c if !in_tag => out.push(c),
-            _ => {}
-        }
-    }
-    out.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&amp;", "&")
-        .trim()
-        .to_string()
+    // It fails only when no thread can be had for it: then the rich text as it is.
+    pegasus_web::page::to_markdown(html)
+        .map(|md| md.trim().to_string())
+        .unwrap_or_else(|_| html.to_string())
 }
 
 fn text(s: &str) -> String {
