@@ -250,6 +250,7 @@ mod tests {
             ("project", Some("web")),
             ("task", None),
             ("run", None),
+            ("asana", None),
             ("user", None),
         ];
         let want: Vec<(String, Option<String>)> = want
