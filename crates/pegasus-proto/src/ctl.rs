@@ -275,7 +275,6 @@ pub struct AddTask {
     pub acceptance: Vec<String>,
     /// The task's own spending cap in USD, instead of config.yml's `budget.task_usd` (an Asana
     /// task's Max Cost, DESIGN.md §17); `None`: config.yml's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_usd: Option<f64>,
 }
 
