@@ -534,6 +534,7 @@ fn project_keys() -> BTreeSet<String> {
         "instruction_files",
         "hooks",
         "agent",
+        "asana",
     ]
     .into_iter()
     .map(str::to_string)
@@ -542,6 +543,8 @@ fn project_keys() -> BTreeSet<String> {
     let (limits, _) = keys_of::<pegasus_store::limits::ProjectLimits>("limits");
     let (mcp, _) = keys_of::<pegasus_store::McpServerConfig>("mcp_servers.*");
     let (roles, _) = keys_of::<pegasus_roles::Assignment>("roles");
+    let (asana, _) = keys_of::<pegasus_store::asana::AsanaBoard>("asana");
+    keys.extend(asana);
     keys.extend(roles);
     keys.extend(approvals);
     keys.extend(limits);

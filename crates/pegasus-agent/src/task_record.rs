@@ -134,6 +134,7 @@ pub(crate) fn task_for_message(
         model_policy: None,
         repos: pegasus_tasks::project_repos(project_dir, pegasus_code::git::repo_rev)
             .unwrap_or_default(),
+        budget_usd: None,
     };
     tasks
         .create_frozen(new, spec, to, "agent", "a message")

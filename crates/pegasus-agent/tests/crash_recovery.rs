@@ -78,6 +78,7 @@ async fn dangling_tool_use_and_mid_turn_message_rebuild_valid() {
         role: None,
         model_policy: None,
         repos: vec![],
+        budget_usd: None,
     };
     tasks.freeze(&t.id, spec, "test").unwrap();
     tasks

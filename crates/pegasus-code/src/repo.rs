@@ -11,6 +11,12 @@ use crate::lock::RepoLock;
 /// The folder under a repo's root that holds Pegasus's worktrees.
 pub const WORKTREES_DIR: &str = ".pegasus/worktrees";
 
+/// The worktree of task `task` in the repository whose work tree is `root` (shown on an Asana
+/// board as the task's Worktree Path).
+pub fn task_worktree_in(root: &Path, task: &str) -> PathBuf {
+    root.join(WORKTREES_DIR).join(format!("task-{task}"))
+}
+
 /// A repository bound to a project (`repos:` in PROJECT.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repo {
@@ -130,7 +136,7 @@ impl Repo {
 
     /// The worktree of task `task`.
     pub fn task_worktree(&self, task: &str) -> PathBuf {
-        self.worktrees_dir().join(format!("task-{task}"))
+        task_worktree_in(&self.root, task)
     }
 
     /// The staging worktree where task `task` is merged and checked before the base moves.

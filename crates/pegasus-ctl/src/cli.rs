@@ -309,6 +309,7 @@ impl From<AddArgs> for AddTask {
             depends_on: a.depends_on,
             priority: a.priority,
             acceptance: a.acceptance,
+            budget_usd: None,
         }
     }
 }

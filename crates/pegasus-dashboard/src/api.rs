@@ -356,6 +356,7 @@ pub(super) async fn add_task(
                 depends_on: t.depends_on,
                 priority: t.priority,
                 acceptance: t.acceptance,
+                budget_usd: None,
             }),
         )
         .await;

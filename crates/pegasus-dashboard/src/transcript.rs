@@ -82,6 +82,7 @@ pub(crate) fn speaker(m: &SessionMessage) -> String {
             Channel::Project(p) => format!("project {p}"),
             Channel::Task => "the task's request".into(),
             Channel::Run => "the run".into(),
+            Channel::Asana => "you · Asana".into(),
             Channel::Other(w) => w.clone(),
         },
     }

@@ -91,6 +91,7 @@
 mod answer;
 mod anthropic;
 mod anthropic_request;
+pub mod asana;
 mod background;
 mod fake;
 mod http;
@@ -108,6 +109,7 @@ mod validate;
 pub mod websearch;
 pub mod website;
 
+pub use asana::FakeAsana;
 pub use fake::FakeLlm;
 pub use record::{Answered, Format, Recorded};
 pub use script::{Fault, Match, Reply, Rule, ToolCall, UsageSpec};

@@ -55,6 +55,9 @@ pub struct Gateway {
     inner: Arc<Inner>,
 }
 
+/// A task's own spending cap, by (project, task id): see [`Gateway::set_task_budgets`].
+pub type TaskBudgets = Arc<dyn Fn(&str, &str) -> Option<f64> + Send + Sync>;
+
 struct Inner {
     config: Config,
     prices: PriceTable,
@@ -86,6 +89,9 @@ struct Inner {
     http: reqwest::Client,
     /// `llm.max_concurrency` slots shared by every caller.
     slots: Semaphore,
+    /// A task's own cap (its frozen spec's `budget_usd`), asked by (project, task); set by
+    /// pegasusd, which reads task files ([`Gateway::set_task_budgets`]).
+    task_budgets: std::sync::RwLock<Option<TaskBudgets>>,
     /// Per provider: no request before this instant (set from `retry-after`).
     gates: Mutex<HashMap<String, Instant>>,
     ledger: Ledger,
@@ -239,6 +245,7 @@ impl Gateway {
                 thinking_refused: Mutex::new(Default::default()),
                 http,
                 slots: Semaphore::new(config.llm.max_concurrency.max(1)),
+                task_budgets: std::sync::RwLock::new(None),
                 gates: Mutex::new(HashMap::new()),
                 ledger,
                 projects: Arc::new(ProjectRegistry::new(home.clone())),
@@ -876,8 +883,27 @@ impl Gateway {
                 .project
                 .as_deref()
                 .and_then(|p| self.inner.projects.budget_usd(p)),
-            task: config.budget.task_usd,
+            task: match (meta.project.as_deref(), meta.task.as_deref()) {
+                (Some(project), Some(task)) => {
+                    self.task_budget(project, task).or(config.budget.task_usd)
+                }
+                _ => config.budget.task_usd,
+            },
         }
+    }
+
+    /// Where a task's own cap is read from (DESIGN.md §17: an Asana task's Max Cost): asked
+    /// with (project, task id) before each of its calls; `None` leaves config.yml's
+    /// `budget.task_usd`.
+    pub fn set_task_budgets(&self, lookup: TaskBudgets) {
+        if let Ok(mut slot) = self.inner.task_budgets.write() {
+            *slot = Some(lookup);
+        }
+    }
+
+    fn task_budget(&self, project: &str, task: &str) -> Option<f64> {
+        let lookup = self.inner.task_budgets.read().ok()?.clone()?;
+        lookup(project, task)
     }
 
     /// The project registry the gateway reads budgets from: pegasusd's one reader of

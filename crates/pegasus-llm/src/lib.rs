@@ -34,7 +34,7 @@ pub mod retry;
 pub mod sse;
 pub mod window;
 
-pub use gateway::{Gateway, GatewayStats, WindowNow};
+pub use gateway::{Gateway, GatewayStats, TaskBudgets, WindowNow};
 pub use pegasus_proto::llm::*;
 pub use provider::take_keys_from_env;
 

@@ -1017,6 +1017,34 @@ async fn project_and_task_budgets_are_enforced_per_scope() {
 }
 
 #[tokio::test]
+async fn a_tasks_own_budget_replaces_the_configs_for_that_task_only() {
+    let w = world(|c| c.budget.task_usd = Some(1.0));
+    w.gw.set_task_budgets(std::sync::Arc::new(|project: &str, task: &str| {
+        (project == "alpha" && task == "t-asana").then_some(0.005)
+    }));
+    w.fake.add_rule(
+        Rule::new(Match::Any, Reply::Text("x".into())).usage(UsageSpec {
+            input: 10_000,
+            ..UsageSpec::default()
+        }),
+    );
+    let call = |task: &str| {
+        let mut req = request("fa/x", "hi");
+        req.meta.task = Some(task.into());
+        w.gw.chat(req, None)
+    };
+    call("t-asana").await.unwrap(); // $0.01: past its own $0.005
+    let err = call("t-asana").await.unwrap_err();
+    assert!(
+        matches!(&err, LlmError::BudgetExceeded { scope, limit, .. } if scope == "task t-asana" && *limit == 0.005),
+        "{err:?}"
+    );
+    // Another task keeps config.yml's $1.
+    call("t-other").await.unwrap();
+    call("t-other").await.unwrap();
+}
+
+#[tokio::test]
 async fn models_resolve_against_the_config() {
     let w = world(|c| c.default_model = "fa/default-model".into());
     assert_eq!(w.gw.resolve_model(""), "fa/default-model");

@@ -32,6 +32,9 @@ pub enum Channel {
     Task,
     /// A phase of an autonomous run (`run`); not an inbound message.
     Run,
+    /// The Asana board sync of pegasusd (`asana`): the tasks it adds, answers and merges
+    /// (DESIGN.md §17).
+    Asana,
     /// A word this version does not know, kept as written.
     Other(String),
 }
@@ -47,6 +50,7 @@ impl Channel {
             "schedule" => Channel::Schedule(None),
             "task" => Channel::Task,
             "run" => Channel::Run,
+            "asana" => Channel::Asana,
             _ => {
                 if let Some(chat) = s.strip_prefix("telegram:") {
                     // Only the form written (`telegram:007` would not read back the same).
@@ -88,6 +92,7 @@ impl Channel {
             Channel::Project(_) => "project",
             Channel::Task => "task",
             Channel::Run => "run",
+            Channel::Asana => "asana",
             Channel::Other(word) => word,
         }
     }
@@ -106,6 +111,7 @@ impl Channel {
             | Channel::Main
             | Channel::Task
             | Channel::Run
+            | Channel::Asana
             | Channel::Other(_) => None,
         }
     }
@@ -124,6 +130,7 @@ impl fmt::Display for Channel {
             Channel::Project(name) => write!(f, "project/{name}"),
             Channel::Task => f.write_str("task"),
             Channel::Run => f.write_str("run"),
+            Channel::Asana => f.write_str("asana"),
             Channel::Other(word) => f.write_str(word),
         }
     }
@@ -172,6 +179,7 @@ mod tests {
             (Channel::Project("web".into()), "project/web"),
             (Channel::Task, "task"),
             (Channel::Run, "run"),
+            (Channel::Asana, "asana"),
             (Channel::Other("user".into()), "user"),
         ];
         // Adding a variant without a sample above fails to compile here.
@@ -185,6 +193,7 @@ mod tests {
                 | Channel::Project(_)
                 | Channel::Task
                 | Channel::Run
+                | Channel::Asana
                 | Channel::Other(_) => {}
             }
         }
@@ -241,6 +250,7 @@ mod tests {
             ("project", Some("web")),
             ("task", None),
             ("run", None),
+            ("asana", None),
             ("user", None),
         ];
         let want: Vec<(String, Option<String>)> = want

@@ -273,6 +273,9 @@ pub struct AddTask {
     pub priority: u8,
     /// How to tell the goal is met.
     pub acceptance: Vec<String>,
+    /// The task's own spending cap in USD, instead of config.yml's `budget.task_usd` (an Asana
+    /// task's Max Cost, DESIGN.md §17); `None`: config.yml's.
+    pub budget_usd: Option<f64>,
 }
 
 /// Arguments of `project create`.
@@ -663,6 +666,7 @@ mod tests {
                 depends_on: vec!["t-1".into()],
                 priority: 1,
                 acceptance: vec!["tests pass".into()],
+                budget_usd: Some(1.5),
             }),
             CtlRequest::Approvals {
                 project: Some("web".into()),

@@ -34,6 +34,9 @@ pub struct Config {
     pub workers: WorkersConfig,
     /// The Telegram channel.
     pub telegram: TelegramConfig,
+    /// Asana as a project's board (DESIGN.md §17), synced by pegasusd for every project whose
+    /// PROJECT.md has `asana:`.
+    pub asana: AsanaConfig,
     /// The web dashboard.
     pub dashboard: DashboardConfig,
     /// Limits of the agent loop inside each worker (and the MainAgent).
@@ -122,6 +125,7 @@ impl Default for Config {
             prices: BTreeMap::new(),
             workers: WorkersConfig::default(),
             telegram: TelegramConfig::default(),
+            asana: AsanaConfig::default(),
             dashboard: DashboardConfig::default(),
             agent: AgentConfig::default(),
             watchdog: WatchdogConfig::default(),
@@ -381,6 +385,30 @@ impl Default for TelegramConfig {
     }
 }
 
+/// Asana as a project's board (DESIGN.md §17): where the API is, the variable holding the
+/// personal access token, and how often the board is polled for events.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AsanaConfig {
+    /// Environment variable holding the personal access token (read by pegasusd at start, then
+    /// removed from its environment; never given to a worker); the sync runs only when it is set.
+    pub token_env: String,
+    /// The API's base URL (overridable for tests).
+    pub base_url: String,
+    /// Seconds between two polls of a board's events (1 to 3600).
+    pub poll_s: u64,
+}
+
+impl Default for AsanaConfig {
+    fn default() -> Self {
+        AsanaConfig {
+            token_env: "ASANA_PAT".into(),
+            base_url: "https://app.asana.com/api/1.0".into(),
+            poll_s: 10,
+        }
+    }
+}
+
 /// The web dashboard.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -617,6 +645,17 @@ impl Config {
             return Err(err(
                 "telegram.poll_timeout_s",
                 "must be from 1 to 50 seconds (Telegram's long-poll limit)",
+            ));
+        }
+        if !(1..=3600).contains(&self.asana.poll_s) {
+            return Err(err("asana.poll_s", "must be from 1 to 3600 seconds"));
+        }
+        if !(self.asana.base_url.starts_with("https://")
+            || self.asana.base_url.starts_with("http://"))
+        {
+            return Err(err(
+                "asana.base_url",
+                "must be an http(s) URL, e.g. https://app.asana.com/api/1.0",
             ));
         }
         if let Err((key, m)) = crate::launcher::check(

@@ -14,6 +14,7 @@
 //! on purpose: its writes are small, and async callers wrap them in `pegasus_fs::blocking`.
 
 pub mod approvals;
+pub mod asana;
 pub mod atomic;
 pub mod config;
 pub mod crashes;

@@ -86,10 +86,12 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     // The clients' secrets (the Telegram bot token), likewise: read once, then gone from the
     // environment; a client gets them through its front door.
     let mut secrets = std::collections::HashMap::new();
-    let name = &config.telegram.token_env;
-    if let Some(token) = std::env::var(name).ok().filter(|t| !t.trim().is_empty()) {
-        secrets.insert(name.clone(), token);
-        taken.push(name.clone());
+    // The Asana token too (DESIGN.md §17): pegasusd syncs the boards, never a worker.
+    for name in [&config.telegram.token_env, &config.asana.token_env] {
+        if let Some(token) = std::env::var(name).ok().filter(|t| !t.trim().is_empty()) {
+            secrets.insert(name.clone(), token);
+            taken.push(name.clone());
+        }
     }
     // The web search backend's key (Brave's), likewise (DESIGN.md §16 "The web").
     taken.extend(pegasus_web::search::take_key_from_env(&config.web));
@@ -149,6 +151,7 @@ async fn serve(
     let worker_listener = listen(&home.worker_socket())?;
     let control_listener = listen(&home.control_socket())?;
     let gateway = pegasus_llm::Gateway::new(&home, &config).map_err(SupervisorError::Llm)?;
+    gateway.set_task_budgets(task_budgets(&home));
     // Workers on other hosts (DESIGN.md §14): the listener and the certificate authority.
     let (remote, remote_listener) = match &config.workers.listen {
         Some(listen) => {
@@ -356,4 +359,26 @@ fn scrub_env(name: &str) {
         }
     }
     std::env::remove_var(name);
+}
+
+/// A task's own spending cap, from its frozen spec (an Asana task's Max Cost, DESIGN.md §17),
+/// read from its file at its first call and remembered: a frozen spec never changes.
+fn task_budgets(home: &Home) -> pegasus_llm::TaskBudgets {
+    let home = home.clone();
+    let known = std::sync::Mutex::new(std::collections::HashMap::<String, Option<f64>>::new());
+    std::sync::Arc::new(move |project: &str, task: &str| {
+        if let Some(b) = known.lock().ok().and_then(|m| m.get(task).copied()) {
+            return b;
+        }
+        let read = pegasus_tasks::TaskStore::open(&home.project_dir(project), project)
+            .and_then(|s| s.get(task));
+        let Ok(t) = read else {
+            return None;
+        };
+        let budget = t.spec.and_then(|s| s.budget_usd);
+        if let Ok(mut m) = known.lock() {
+            m.insert(task.to_string(), budget);
+        }
+        budget
+    })
 }

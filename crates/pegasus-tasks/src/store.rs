@@ -452,6 +452,7 @@ impl TaskStore {
                         ..r.clone()
                     })
                     .collect(),
+                budget_usd: spec.budget_usd,
             };
             let mut batch = Batch::new(&path, &mut task, Some(created));
             batch.spec(1, sub, actor);

@@ -48,6 +48,10 @@ pub struct TaskSpec {
     /// Repositories in scope, with their HEAD at freeze time.
     #[serde(default)]
     pub repos: Vec<RepoSnapshot>,
+    /// Its own spending cap in USD, instead of config.yml's `budget.task_usd` (an Asana task's
+    /// Max Cost, DESIGN.md §17); enforced by pegasusd's gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
 }
 
 /// A task as folded from its event file. Every optional or list field defaults when absent so

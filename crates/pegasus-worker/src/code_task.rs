@@ -73,7 +73,10 @@ impl CodeProject {
         let keys = file.code();
         // Checked in this order, so the first problem a user sees is the one it always was.
         let verify = checked(&where_, &keys.verify)?;
-        let manual = checked(&where_, &keys.merge)? == MergePolicy::Manual;
+        // A project whose board is Asana merges when the board says (Merge Approval,
+        // DESIGN.md §17): its verified tasks wait for pegasusd's sync to ask for the merge.
+        let manual =
+            checked(&where_, &keys.merge)? == MergePolicy::Manual || file.asana().is_some();
         Ok(CodeProject {
             name: name.to_string(),
             repos,

@@ -205,6 +205,7 @@ mod tests {
             role: None,
             model_policy: None,
             repos: vec![],
+            budget_usd: None,
         };
         let diffs = vec![(
             "app".to_string(),

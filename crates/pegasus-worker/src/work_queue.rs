@@ -295,6 +295,7 @@ pub(crate) fn spec_of(task: &pegasus_tasks::Task) -> pegasus_tasks::TaskSpec {
             role: None,
             model_policy: None,
             repos: vec![],
+            budget_usd: None,
         })
 }
 

@@ -152,6 +152,7 @@ impl TypedTool for ProposeTask {
                     role: None,
                     model_policy: None,
                     repos: Vec::new(),
+                    budget_usd: None,
                 },
                 pegasus_tasks::TaskState::Planned,
                 "agent",

@@ -332,6 +332,7 @@ impl PegasusMcp {
             depends_on: args.depends_on,
             priority,
             acceptance: args.acceptance,
+            budget_usd: None,
         };
         match task::add_task(&self.home, add).await {
             Ok((message, task)) => match to_json(&task) {

@@ -88,6 +88,8 @@ struct Known {
     instruction_files: Option<Vec<String>>,
     /// `agent:`, the project's agent (DESIGN.md §15); `builtin` when absent.
     agent: crate::harness::AgentKind,
+    /// `asana:`, the Asana project that is its board (DESIGN.md §17), checked with the file.
+    asana: Option<crate::asana::AsanaBoard>,
 }
 
 /// A parsed PROJECT.md: typed known fields + the exact original frontmatter text (so unknown
@@ -199,6 +201,11 @@ impl ProjectFile {
     /// The project's agent (`agent:`): Pegasus's own loop unless it names a harness.
     pub fn agent(&self) -> crate::harness::AgentKind {
         self.known.agent
+    }
+
+    /// The Asana project that is its board (`asana:`), synced by pegasusd.
+    pub fn asana(&self) -> Option<&crate::asana::AsanaBoard> {
+        self.known.asana.as_ref()
     }
 
     /// The role assignments (`roles:`), or what is wrong with them; the worker refuses to

@@ -214,6 +214,8 @@ impl Ctx<'_> {
         if let Err(m) = crate::approvals::ApprovalsConfig::from_yaml(map.get("approvals")) {
             return Err(self.err("approvals", m));
         }
+        let asana =
+            crate::asana::parse_asana(map.get("asana")).map_err(|m| self.err("asana", m))?;
         let limits = crate::limits::ProjectLimits::from_yaml(map.get("limits"))
             .map_err(|m| self.err("limits", m))?;
         let launcher = self.opt_string("launcher", map.get("launcher"))?;
@@ -271,6 +273,7 @@ impl Ctx<'_> {
             roles: super::roles::read(map.get("roles")),
             instruction_files,
             agent,
+            asana,
         })
     }
 }

@@ -90,6 +90,7 @@ pub(crate) fn add(
             role,
             model_policy: None,
             repos,
+            budget_usd: req.budget_usd,
         },
         to,
         actor,

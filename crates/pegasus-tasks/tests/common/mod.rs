@@ -30,6 +30,7 @@ pub fn spec(goal: &str) -> TaskSpec {
         role: Some("coder".into()),
         model_policy: Some("anthropic/claude-sonnet-4-5".into()),
         repos: vec![],
+        budget_usd: None,
     }
 }
 

@@ -72,6 +72,7 @@ impl TypedTool for AddTask {
             depends_on: args.depends_on.unwrap_or_default(),
             priority,
             acceptance: args.acceptance.unwrap_or_default(),
+            budget_usd: None,
         });
         match request(&self.0, req).await? {
             CtlResponse::TaskAdded { id, message } => Ok(ToolOutput::ok(
