@@ -286,12 +286,14 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
     assert!(!runs.exists(), "nothing runs before the answer");
     home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
     let out = send.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", said.lock().unwrap());
-    assert!(
-        said.lock().unwrap().contains("the command ran"),
-        "{}",
-        said.lock().unwrap()
-    );
+    assert!(out.status.success());
+    // The reader of its output may still be at work when it exits.
+    poll(Duration::from_secs(5), "the answer printed", || {
+        said.lock()
+            .unwrap()
+            .contains("the command ran")
+            .then_some(())
+    });
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "first\n");
 
     // Denied, with a reason.
@@ -302,11 +304,16 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
     let req = waiting(&home);
     home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not today"]);
     let out = send.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", said.lock().unwrap());
-    assert!(
-        said.lock().unwrap().contains("the command was refused"),
-        "{}",
-        said.lock().unwrap()
+    assert!(out.status.success());
+    poll(
+        Duration::from_secs(5),
+        "the refusal's answer printed",
+        || {
+            said.lock()
+                .unwrap()
+                .contains("the command was refused")
+                .then_some(())
+        },
     );
     assert_eq!(
         std::fs::read_to_string(&runs).unwrap(),
@@ -769,4 +776,65 @@ fn a_roles_agent_can_be_claude_code_in_a_builtin_project() {
         .join("harness/claude-code/sessions.json")
         .exists());
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A project suspended while Claude Code's call waits for approval stops at once (the call is
+/// held, Claude Code goes); resumed, the task runs again, the call is asked anew and runs once.
+#[test]
+fn a_suspend_while_a_call_waits_holds_it_and_the_resumed_task_asks_again() {
+    let Some((fake, home, _d, _worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
+    let runs = home.project_dir("cc").join("workdir/held.txt");
+    fake.add_rule(
+        Rule::new(
+            Match::LastUserTextContains("Pegasus restarted".into()),
+            Reply::Tools(vec![bash("echo once >> held.txt && echo held-ran")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Hold this".into()),
+            ]),
+            Reply::Tools(vec![bash("echo once >> held.txt && echo held-ran")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("held-ran".into()),
+        Reply::Text("ran it after the pause".into()),
+    ));
+    home.ctl_ok(&["project", "send", "cc", "Hold this"]);
+    let first = waiting(&home);
+    let task = first["task"].as_str().unwrap().to_string();
+    home.ctl_ok(&["project", "suspend", "cc"]);
+    poll(
+        Duration::from_secs(10),
+        "Claude Code gone with the suspend",
+        || harness_processes(home.path()).is_empty().then_some(()),
+    );
+    let t = home.json(&["task", "show", &task])["task"].clone();
+    assert_eq!(t["state"], "blocked", "the task waits, held: {t}");
+    home.ctl_ok(&["project", "resume", "cc"]);
+    let second = poll(Duration::from_secs(60), "the call asked again", || {
+        home.json(&["approvals"])
+            .as_array()?
+            .iter()
+            .find(|r| r["id"] != first["id"])
+            .cloned()
+    });
+    home.ctl_ok(&["approve", second["id"].as_str().unwrap()]);
+    poll(Duration::from_secs(60), "the task done", || {
+        let t = home.json(&["task", "show", &task])["task"].clone();
+        (t["state"] == "done").then_some(())
+    });
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "once\n");
+    assert!(home
+        .ctl_ok(&["project", "log", "cc"])
+        .contains("ran it after the pause"));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
 }
