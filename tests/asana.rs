@@ -51,17 +51,6 @@ fn board_project(home: &Home, asana: &FakeAsana) {
     );
 }
 
-fn logs(home: &Home) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(home.path().join("logs"))
-        .unwrap()
-        .flatten()
-    {
-        all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
-    }
-    all
-}
-
 /// Shows pegasusd's Asana log lines when a test fails.
 struct ShowLogs<'a>(&'a Home);
 

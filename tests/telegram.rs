@@ -42,17 +42,6 @@ fn reply(tg: &FakeTelegram, skip: usize, needle: &str) -> String {
     )
 }
 
-fn logs(home: &Home) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(home.path().join("logs"))
-        .unwrap()
-        .flatten()
-    {
-        all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
-    }
-    all
-}
-
 #[test]
 fn commands_the_main_agent_limits_rate_limits_restarts_and_notifications() {
     let fake = FakeLlm::start().unwrap();

@@ -75,6 +75,18 @@ pub fn kill9(pid: u32) {
 }
 
 /// A temporary home (short path: Unix socket paths are limited to 107 bytes).
+/// Everything in the home's `logs/` (pegasusd's and the workers' files), to look for a line.
+pub fn logs(home: &Home) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(home.path().join("logs"))
+        .unwrap()
+        .flatten()
+    {
+        all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+    }
+    all
+}
+
 pub struct Home {
     pub dir: tempfile::TempDir,
 }

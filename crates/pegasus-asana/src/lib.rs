@@ -26,7 +26,14 @@ use std::time::Duration;
 /// variable `asana.token_env` names, taken by pegasusd at start).
 pub fn client() -> pegasus_supervisor::Client {
     Box::new(|door: FrontDoor| {
-        let token = door.secret(&door.config().asana.token_env)?.to_string();
+        let env = &door.config().asana.token_env;
+        let Some(token) = door.secret(env) else {
+            for (project, _) in projects_with_boards(&door) {
+                tracing::warn!(project = %project, "asana: PROJECT.md names an Asana board, but ${env} was not set when pegasusd started, so it is not synced; set it and restart pegasusd");
+            }
+            return None;
+        };
+        let token = token.to_string();
         Some(Box::pin(run(door, token)) as _)
     })
 }
