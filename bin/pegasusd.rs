@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         clients: vec![
             pegasus_dashboard::client(),
             pegasus_telegram::client(),
+            pegasus_email::client(),
             search_index(),
         ],
     }) {

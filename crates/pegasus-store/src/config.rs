@@ -67,6 +67,9 @@ pub struct Config {
     /// Lifecycle hooks in Claude Code's settings format (DESIGN.md §16), for every project;
     /// PROJECT.md's run after them.
     pub hooks: crate::hooks::HooksConfig,
+    /// The e-mail channel (DESIGN.md §17); absent = none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email: Option<crate::email::EmailConfig>,
 }
 
 /// `logs:` in config.yml: log files older than `keep_days` are deleted, then the oldest until
@@ -135,6 +138,7 @@ impl Default for Config {
             limits: Default::default(),
             web: Default::default(),
             hooks: BTreeMap::new(),
+            email: None,
         }
     }
 }
@@ -608,6 +612,9 @@ impl Config {
         }
         if let Err(m) = self.dashboard.public_origin() {
             return Err(err("dashboard.public_url", &m));
+        }
+        if let Some(Err((key, m))) = self.email.as_ref().map(|e| e.check()) {
+            return Err(err(&key, &m));
         }
         if !(1..=50).contains(&self.telegram.poll_timeout_s) {
             return Err(err(

@@ -18,6 +18,7 @@ pub mod atomic;
 pub mod config;
 pub mod crashes;
 pub mod daemon_lock;
+pub mod email;
 pub mod error;
 pub mod frontmatter;
 pub mod home;

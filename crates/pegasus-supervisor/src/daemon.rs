@@ -83,13 +83,17 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     // Every listener's caps are made to fit what this gives (crate::gate).
     let open_files = crate::gate::raise_open_files_limit();
     let mut taken = pegasus_llm::take_keys_from_env(&config);
-    // The clients' secrets (the Telegram bot token), likewise: read once, then gone from the
-    // environment; a client gets them through its front door.
+    // The clients' secrets (the Telegram bot token, the e-mail passwords), likewise: read
+    // once, then gone from the environment; a client gets them through its front door.
     let mut secrets = std::collections::HashMap::new();
-    let name = &config.telegram.token_env;
-    if let Some(token) = std::env::var(name).ok().filter(|t| !t.trim().is_empty()) {
-        secrets.insert(name.clone(), token);
-        taken.push(name.clone());
+    let mut names = vec![config.telegram.token_env.clone()];
+    // The e-mail channel's passwords (DESIGN.md §17), likewise.
+    names.extend(config.email.iter().flat_map(|e| e.password_envs()));
+    for name in names {
+        if let Some(token) = std::env::var(&name).ok().filter(|t| !t.trim().is_empty()) {
+            secrets.insert(name.clone(), token);
+            taken.push(name);
+        }
     }
     // The web search backend's key (Brave's), likewise (DESIGN.md §16 "The web").
     taken.extend(pegasus_web::search::take_key_from_env(&config.web));
