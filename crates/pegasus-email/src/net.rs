@@ -3,6 +3,7 @@
 //! roots and the same rustls (ring) the rest of pegasusd links.
 
 use crate::mail::Head;
+use async_imap::types::UnsolicitedResponse;
 use futures_util::TryStreamExt;
 use lettre::address::Envelope;
 use lettre::message::header::ContentType;
@@ -196,23 +197,43 @@ pub async fn present(session: &mut Session, ids: &[String]) -> Result<Vec<String
 }
 
 /// Waits for the mailbox to change (IDLE, at most `wait`), or just `wait` without IDLE; the
-/// session back, or why it broke.
+/// session back, or why it broke. A new mail the server announced between commands, or while
+/// IDLE was being entered (async-imap hands those to `unsolicited_responses`, not to the IDLE
+/// wait), ends the wait at once.
 pub async fn wait(session: Session, idle: bool, wait: Duration) -> Result<Session, String> {
+    if news(|| session.unsolicited_responses.try_recv().ok()) {
+        return Ok(session);
+    }
     if !idle {
         tokio::time::sleep(wait).await;
         return Ok(session);
     }
+    let said = session.unsolicited_responses.clone();
     let mut handle = session.idle();
     tokio::time::timeout(IO_TIMEOUT, handle.init())
         .await
         .map_err(|_| "IDLE was not accepted in time".to_string())?
         .map_err(|e| format!("IDLE failed: {e}"))?;
-    let (fut, _stop) = handle.wait_with_timeout(wait);
-    fut.await.map_err(|e| format!("IDLE broke: {e}"))?;
+    if !news(|| said.try_recv().ok()) {
+        let (fut, _stop) = handle.wait_with_timeout(wait);
+        fut.await.map_err(|e| format!("IDLE broke: {e}"))?;
+    }
     tokio::time::timeout(IO_TIMEOUT, handle.done())
         .await
         .map_err(|_| "DONE was not answered in time".to_string())?
         .map_err(|e| format!("leaving IDLE failed: {e}"))
+}
+
+/// Whether the server announced a new mail since last asked (what else it said is dropped).
+fn news(mut next: impl FnMut() -> Option<UnsolicitedResponse>) -> bool {
+    let mut news = false;
+    while let Some(r) = next() {
+        news |= matches!(
+            r,
+            UnsolicitedResponse::Exists(_) | UnsolicitedResponse::Recent(_)
+        );
+    }
+    news
 }
 
 /// The SMTP side.

@@ -96,6 +96,10 @@ impl Store {
             path: jobs.display().to_string(),
             message: e.to_string(),
         })?;
+        // One pegasusd per home: a temp file here is a write a kill cut off.
+        for d in [&dir, &jobs] {
+            pegasus_fs::remove_stale_temps(d, std::time::Duration::ZERO);
+        }
         Ok(Store { dir })
     }
 
