@@ -456,7 +456,7 @@ fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread()
     main_agent_rule(&fake);
     let home = email_home(&fake, &mail, "");
     let _daemon = start(&home);
-    home.create("website");
+    let worker = home.create("website");
 
     // By plus-address: the answer, long and whole, in the same thread.
     mail.submit(
@@ -611,6 +611,16 @@ fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread()
     );
     // Every job answered and forgotten.
     no_job_left(&home);
+
+    // A crash is mailed to the allowed sender, not to anyone else.
+    kill9(worker);
+    let notice = poll(WAIT, "the crash notice", || {
+        mail.inbox("me")
+            .into_iter()
+            .find(|m| m.subject == "[website] worker crashed")
+    });
+    assert!(notice.text.contains("crashed"), "{}", notice.text);
+    assert!(mail.inbox("stranger").is_empty());
 }
 
 #[test]
