@@ -275,6 +275,7 @@ async fn take(
 /// What an allowed sender's mail asks for.
 fn work(m: &Mailer, mail: &Incoming, key: &str, too_big: Option<u32>) -> Work {
     if let Some(size) = too_big {
+        tracing::info!(mail = %key, size, "email: mail over email.max_bytes not read; answered briefly");
         return Work::Refuse {
             text: format!(
                 "Your mail is {size} bytes, more than the {} bytes Pegasus reads (email.max_bytes), so it was not read. Send a shorter mail, without attachments.",
@@ -283,6 +284,7 @@ fn work(m: &Mailer, mail: &Incoming, key: &str, too_big: Option<u32>) -> Work {
         };
     }
     if mail.attachments > 0 {
+        tracing::info!(mail = %key, attachments = mail.attachments, "email: mail with attachments not read; answered briefly");
         return Work::Refuse {
             text: format!(
                 "Your mail carries {} attachment(s); Pegasus reads only the text of a mail, so it was not read. Send it again without attachments (paste the text that matters, or a link).",
