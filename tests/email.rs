@@ -7,7 +7,9 @@
 //! reaches a project (by plus-address or subject tag) or the MainAgent, and the answer arrives
 //! whole in the same thread; a stranger's mail and a forged From are left alone; an oversize
 //! mail and one with an attachment get one short answer each; an approval request is mailed
-//! and answered by a reply; kill -9 of pegasusd mid-way loses no mail and answers none twice.
+//! and answered by a reply; crash notices are mailed; a lost IMAP connection is opened again
+//! (a mail delivered meanwhile is read); kill -9 of pegasusd mid-way loses no mail and answers
+//! none twice.
 //!
 //! Needs the Debian packages `dovecot-imapd` and `postfix` (`.ci/run` installs them) and root
 //! (Postfix's daemons drop to their own users). Without them a test skips with one line;
@@ -150,14 +152,7 @@ impl MailServers {
             "postlog unix-dgram n - n - 1 postlogd".into(),
         ];
         std::fs::write(pf.join("etc/master.cf"), services.join("\n") + "\n").unwrap();
-        let dovecot = Command::new("/usr/sbin/dovecot")
-            .arg("-F")
-            .arg("-c")
-            .arg(d.join("dovecot/dovecot.conf"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let dovecot = spawn_dovecot(d);
         let postfix = Command::new("/usr/sbin/postfix")
             .arg("-c")
             .arg(pf.join("etc"))
@@ -180,6 +175,22 @@ impl MailServers {
 
     fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Stops Dovecot and every connection it serves (its children would outlive the master),
+    /// runs `meanwhile`, and starts it again on the same port.
+    fn restart_imap(&mut self, meanwhile: impl FnOnce(&MailServers)) {
+        let children = children_of(self.dovecot.id());
+        stop(&mut self.dovecot);
+        for pid in children {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        meanwhile(self);
+        self.dovecot = spawn_dovecot(self.dir.path());
+        wait_port(self.imap_port, "Dovecot to listen again");
     }
 
     /// Hands `raw` to Postfix over SMTP for `to`.
@@ -251,23 +262,58 @@ impl Drop for MailServers {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.dovecot.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        for child in [&mut self.dovecot, &mut self.postfix] {
-            let stopped = (0..100).any(|_| {
-                let done = child.try_wait().ok().flatten().is_some();
-                if !done {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                done
-            });
-            if !stopped {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        stop(&mut self.dovecot);
+        stop(&mut self.postfix);
+    }
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(child)
+        })
+        .collect()
+}
+
+fn spawn_dovecot(dir: &Path) -> Child {
+    Command::new("/usr/sbin/dovecot")
+        .arg("-F")
+        .arg("-c")
+        .arg(dir.join("dovecot/dovecot.conf"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGTERM, then SIGKILL after 5 s.
+fn stop(child: &mut Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let stopped = (0..100).any(|_| {
+        let done = child.try_wait().ok().flatten().is_some();
+        if !done {
+            std::thread::sleep(Duration::from_millis(50));
         }
+        done
+    });
+    if !stopped {
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -434,7 +480,7 @@ fn user_messages(home: &Home, project: &str, needle: &str) -> Vec<String> {
 
 #[test]
 fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread() {
-    let Some(mail) = MailServers::start() else {
+    let Some(mut mail) = MailServers::start() else {
         return;
     };
     let fake = FakeLlm::start().unwrap();
@@ -621,6 +667,43 @@ fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread()
     });
     assert!(notice.text.contains("crashed"), "{}", notice.text);
     assert!(mail.inbox("stranger").is_empty());
+
+    // The IMAP server goes away; a mail delivered meanwhile is read once it is back.
+    mail.restart_imap(|mail| {
+        mail.submit(
+            "me@example.com",
+            "pegasus+website@example.com",
+            &compose(
+                "me@example.com",
+                "pegasus+website@example.com",
+                "deploy again",
+                "m4@example.com",
+                "",
+                "Please deploy again.",
+                true,
+            ),
+        );
+        poll(WAIT, "the mail delivered", || {
+            (std::fs::read_dir(mail.path().join("mail/example.com/pegasus/Maildir/new"))
+                .ok()?
+                .count()
+                > 0)
+            .then_some(())
+        });
+    });
+    assert_eq!(
+        reply_to(&mail, "me", "m4@example.com").text.trim(),
+        "deploy done"
+    );
+    let log = logs(&home);
+    assert!(
+        log.contains("email: IMAP 127.0.0.1"),
+        "the lost connection is logged: {}",
+        log.lines()
+            .filter(|l| l.contains("email"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[test]
