@@ -8,8 +8,8 @@
 //! whole in the same thread; a stranger's mail and a forged From are left alone; an oversize
 //! mail and one with an attachment get one short answer each; an approval request is mailed
 //! and answered by a reply; crash notices are mailed; a lost IMAP connection is opened again
-//! (a mail delivered meanwhile is read); kill -9 of pegasusd mid-way loses no mail and answers
-//! none twice.
+//! (a mail delivered meanwhile is read); IDLE where Dovecot offers it, polling where it does
+//! not; kill -9 of pegasusd mid-way loses no mail and answers none twice.
 //!
 //! Needs the Debian packages `dovecot-imapd` and `postfix` (`.ci/run` installs them) and root
 //! (Postfix's daemons drop to their own users). Without them a test skips with one line;
@@ -58,6 +58,12 @@ fn wait_port(port: u16, what: &str) {
 impl MailServers {
     /// The servers, or `None` (after one line) when this machine cannot run them.
     fn start() -> Option<MailServers> {
+        MailServers::start_with(true)
+    }
+
+    /// As [`MailServers::start`]; without `idle`, Dovecot does not offer IDLE, so the channel
+    /// polls.
+    fn start_with(idle: bool) -> Option<MailServers> {
         let missing: Vec<&str> = ["/usr/sbin/dovecot", "/usr/sbin/postfix"]
             .into_iter()
             .filter(|p| !Path::new(p).exists())
@@ -96,8 +102,13 @@ impl MailServers {
                  passdb {{\n  driver = static\n  args = password={PASSWORD}\n}}\n\
                  userdb {{\n  driver = static\n  args = uid=mail gid=mail home={d}/mail/%d/%n allow_all_users=yes\n}}\n\
                  service imap-login {{\n  inet_listener imap {{\n    address = 127.0.0.1\n    port = {imap_port}\n  }}\n  inet_listener imaps {{\n    port = 0\n  }}\n  chroot =\n}}\n\
-                 service anvil {{\n  chroot =\n}}\n",
-                d = d.display()
+                 service anvil {{\n  chroot =\n}}\n{no_idle}",
+                d = d.display(),
+                no_idle = if idle {
+                    ""
+                } else {
+                    "imap_capability = IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE LITERAL+\n"
+                }
             ),
         )
         .unwrap();
@@ -697,7 +708,7 @@ fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread()
     );
     let log = logs(&home);
     assert!(
-        log.contains("email: IMAP 127.0.0.1"),
+        log.contains("email: IMAP 127.0.0.1") && log.contains("idle=true"),
         "the lost connection is logged: {}",
         log.lines()
             .filter(|l| l.contains("email"))
@@ -809,7 +820,8 @@ fn an_approval_request_is_mailed_and_answered_by_a_reply() {
 
 #[test]
 fn kill_9_of_pegasusd_mid_way_loses_no_mail_and_answers_none_twice() {
-    let Some(mail) = MailServers::start() else {
+    // A server without IDLE: the channel looks every `poll_s`.
+    let Some(mail) = MailServers::start_with(false) else {
         return;
     };
     let fake = FakeLlm::start().unwrap();
@@ -875,6 +887,11 @@ fn kill_9_of_pegasusd_mid_way_loses_no_mail_and_answers_none_twice() {
         .matches("resuming a mail not answered before the restart")
         .count();
     assert!(resumed >= 2, "{resumed} jobs resumed");
+    let log = logs(&home);
+    assert!(
+        log.contains("idle=false") && !log.contains("idle=true"),
+        "polled"
+    );
     let inbox: Vec<Mail> = mail
         .inbox("me")
         .into_iter()
