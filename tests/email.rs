@@ -749,7 +749,7 @@ fn an_approval_request_is_mailed_and_answered_by_a_reply() {
     ));
     main_agent_rule(&fake);
     let home = email_home(&fake, &mail, "approvals: {exec: ask}\n");
-    let _daemon = start(&home);
+    let mut daemon = start(&home);
     home.create("website");
     mail.submit(
         "me@example.com",
@@ -778,6 +778,13 @@ fn an_approval_request_is_mailed_and_answered_by_a_reply() {
         None,
         "not before the approval"
     );
+    // pegasusd is killed while the request waits: after the restart it is not mailed again.
+    daemon.kill9();
+    let _daemon = start(&home);
+    poll(WAIT, "the request waiting after the restart", || {
+        let list = home.json(&["approvals"]);
+        (list[0]["id"] == id.as_str()).then_some(())
+    });
     // The reply, its first line the answer, the request quoted below it.
     let quoted: String = ask.text.lines().map(|l| format!("> {l}\r\n")).collect();
     mail.submit(
@@ -814,8 +821,14 @@ fn an_approval_request_is_mailed_and_answered_by_a_reply() {
         std::fs::read_to_string(home.project_dir("website").join("workdir/runs.txt")).unwrap(),
         "ran\n"
     );
-    // Answered once: the same answer again changes nothing.
+    // Nothing waits any more, and the request was mailed once.
     assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+    let asked = mail
+        .inbox("me")
+        .into_iter()
+        .filter(|m| m.subject.starts_with("Approval "))
+        .count();
+    assert_eq!(asked, 1);
 }
 
 #[test]
