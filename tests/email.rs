@@ -17,11 +17,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+use common::llama::free_port;
 use common::*;
 use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule, ToolCall};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -39,14 +40,6 @@ struct MailServers {
     smtp_port: u16,
     dovecot: Child,
     postfix: Child,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn wait_port(port: u16, what: &str) {
@@ -380,6 +373,12 @@ impl Mail {
     }
 }
 
+/// Hands Postfix a plain mail from the allowed sender, vouched for.
+fn from_me(mail: &MailServers, to: &str, subject: &str, id: &str, body: &str) {
+    let raw = compose("me@example.com", to, subject, id, "", body, true);
+    mail.submit("me@example.com", to, &raw);
+}
+
 /// A mail from `from` to `to`; `vouched` puts the mail server's DKIM verdict on top.
 fn compose(
     from: &str,
@@ -549,35 +548,23 @@ fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread()
     );
 
     // By subject tag, and to the MainAgent.
-    mail.submit(
-        "me@example.com",
+    from_me(
+        &mail,
         "pegasus@example.com",
-        &compose(
-            "me@example.com",
-            "pegasus@example.com",
-            "[website] deploy",
-            "m2@example.com",
-            "",
-            "Please deploy.",
-            true,
-        ),
+        "[website] deploy",
+        "m2@example.com",
+        "Please deploy.",
     );
     assert_eq!(
         reply_to(&mail, "me", "m2@example.com").text.trim(),
         "deploy done"
     );
-    mail.submit(
-        "me@example.com",
+    from_me(
+        &mail,
         "pegasus@example.com",
-        &compose(
-            "me@example.com",
-            "pegasus@example.com",
-            "hello",
-            "m3@example.com",
-            "",
-            "anything new?",
-            true,
-        ),
+        "hello",
+        "m3@example.com",
+        "anything new?",
     );
     assert_eq!(
         reply_to(&mail, "me", "m3@example.com").text.trim(),
@@ -612,18 +599,12 @@ fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread()
         ),
     );
     // Too large, and with an attachment: one short answer each.
-    mail.submit(
-        "me@example.com",
+    from_me(
+        &mail,
         "pegasus+website@example.com",
-        &compose(
-            "me@example.com",
-            "pegasus+website@example.com",
-            "big",
-            "b1@example.com",
-            "",
-            &"x".repeat(6000),
-            true,
-        ),
+        "big",
+        "b1@example.com",
+        &"x".repeat(6000),
     );
     let attached = "Content-Type: multipart/mixed; boundary=\"XX\"\r\n";
     let parts = "--XX\r\nContent-Type: text/plain\r\n\r\nsee attached deploy\r\n--XX\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"a.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\nAAECAw==\r\n--XX--";
@@ -681,18 +662,12 @@ fn mails_reach_projects_and_the_main_agent_and_answers_come_back_in_the_thread()
 
     // The IMAP server goes away; a mail delivered meanwhile is read once it is back.
     mail.restart_imap(|mail| {
-        mail.submit(
-            "me@example.com",
+        from_me(
+            mail,
             "pegasus+website@example.com",
-            &compose(
-                "me@example.com",
-                "pegasus+website@example.com",
-                "deploy again",
-                "m4@example.com",
-                "",
-                "Please deploy again.",
-                true,
-            ),
+            "deploy again",
+            "m4@example.com",
+            "Please deploy again.",
         );
         poll(WAIT, "the mail delivered", || {
             (std::fs::read_dir(mail.path().join("mail/example.com/pegasus/Maildir/new"))
@@ -751,18 +726,12 @@ fn an_approval_request_is_mailed_and_answered_by_a_reply() {
     let home = email_home(&fake, &mail, "approvals: {exec: ask}\n");
     let mut daemon = start(&home);
     home.create("website");
-    mail.submit(
-        "me@example.com",
+    from_me(
+        &mail,
         "pegasus+website@example.com",
-        &compose(
-            "me@example.com",
-            "pegasus+website@example.com",
-            "file",
-            "q1@example.com",
-            "",
-            "Please make the file.",
-            true,
-        ),
+        "file",
+        "q1@example.com",
+        "Please make the file.",
     );
     let ask = poll(WAIT, "the approval mail", || {
         mail.inbox("me")
@@ -858,18 +827,12 @@ fn kill_9_of_pegasusd_mid_way_loses_no_mail_and_answers_none_twice() {
     let mut daemon = start(&home);
     home.create("website");
     for n in 1..=4 {
-        mail.submit(
-            "me@example.com",
+        from_me(
+            &mail,
             "pegasus+website@example.com",
-            &compose(
-                "me@example.com",
-                "pegasus+website@example.com",
-                &format!("job {n}"),
-                &format!("k{n}@example.com"),
-                "",
-                &format!("Do job number {n}."),
-                true,
-            ),
+            &format!("job {n}"),
+            &format!("k{n}@example.com"),
+            &format!("Do job number {n}."),
         );
     }
     let jobs = home.path().join("email/jobs");
