@@ -27,6 +27,7 @@ fn main() -> ExitCode {
             pegasus_dashboard::client(),
             pegasus_telegram::client(),
             pegasus_asana::client(),
+            pegasus_email::client(),
             search_index(),
         ],
     }) {

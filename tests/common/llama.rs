@@ -88,7 +88,7 @@ fn install() -> &'static Result<(), String> {
 }
 
 /// A port nobody listens on now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -76,6 +76,7 @@ pub(crate) fn speaker(m: &SessionMessage) -> String {
             Channel::Cli => "you · command line".into(),
             Channel::Dashboard => "you · dashboard".into(),
             Channel::Telegram(_) => "you · Telegram".into(),
+            Channel::Email(_) => "you · e-mail".into(),
             Channel::Main => "the MainAgent".into(),
             Channel::Schedule(Some(job)) => format!("schedule {job}"),
             Channel::Schedule(None) => "a schedule".into(),

@@ -3,7 +3,7 @@
 //! actor of a task event a person or a schedule caused.
 //!
 //! Files, JSON and frames spell a channel as the same words they always have (`cli`,
-//! `dashboard`, `telegram:<chat>`, `main`, `schedule:<job>`, `project/<name>`, and the
+//! `dashboard`, `telegram:<chat>`, `email:<address>`, `main`, `schedule:<job>`, `project/<name>`, and the
 //! session-only `task` and `run`), so files written by older versions read as before and
 //! older readers read new files. A word this version does not know is kept as written
 //! ([`Channel::Other`]), never refused: a session line must not be lost for its `from`.
@@ -20,6 +20,8 @@ pub enum Channel {
     Dashboard,
     /// Telegram, with the chat the message came from (`telegram:<chat id>`, or `telegram`).
     Telegram(Option<i64>),
+    /// E-mail, with the sender's address (`email:<address>`, or `email`).
+    Email(Option<String>),
     /// The MainAgent (`main`).
     Main,
     /// A scheduled job, with its name (`schedule:<job>`, or `schedule`).
@@ -46,6 +48,7 @@ impl Channel {
             "cli" => Channel::Cli,
             "dashboard" => Channel::Dashboard,
             "telegram" => Channel::Telegram(None),
+            "email" => Channel::Email(None),
             "main" => Channel::Main,
             "schedule" => Channel::Schedule(None),
             "task" => Channel::Task,
@@ -58,6 +61,8 @@ impl Channel {
                         Ok(id) if id.to_string() == chat => return Channel::Telegram(Some(id)),
                         _ => {}
                     }
+                } else if let Some(address) = s.strip_prefix("email:") {
+                    return Channel::Email(Some(address.to_string()));
                 } else if let Some(job) = s.strip_prefix("schedule:") {
                     return Channel::Schedule(Some(job.to_string()));
                 } else if let Some(name) = s.strip_prefix("project/") {
@@ -80,13 +85,14 @@ impl Channel {
     }
 
     /// The channel without who on it, as a message record's `channel` key says it (DESIGN.md §11):
-    /// `cli`, `dashboard`, `telegram`, `main`, `schedule`, `project`, `task`, `run`, or an
+    /// `cli`, `dashboard`, `telegram`, `email`, `main`, `schedule`, `project`, `task`, `run`, or an
     /// unknown word as written.
     pub fn kind(&self) -> &str {
         match self {
             Channel::Cli => "cli",
             Channel::Dashboard => "dashboard",
             Channel::Telegram(_) => "telegram",
+            Channel::Email(_) => "email",
             Channel::Main => "main",
             Channel::Schedule(_) => "schedule",
             Channel::Project(_) => "project",
@@ -104,6 +110,7 @@ impl Channel {
     pub fn sender(&self) -> Option<String> {
         match self {
             Channel::Telegram(chat) => chat.map(|c| c.to_string()),
+            Channel::Email(address) => address.clone(),
             Channel::Schedule(job) => job.clone(),
             Channel::Project(name) => Some(name.clone()),
             Channel::Cli
@@ -124,6 +131,8 @@ impl fmt::Display for Channel {
             Channel::Dashboard => f.write_str("dashboard"),
             Channel::Telegram(None) => f.write_str("telegram"),
             Channel::Telegram(Some(chat)) => write!(f, "telegram:{chat}"),
+            Channel::Email(None) => f.write_str("email"),
+            Channel::Email(Some(address)) => write!(f, "email:{address}"),
             Channel::Main => f.write_str("main"),
             Channel::Schedule(None) => f.write_str("schedule"),
             Channel::Schedule(Some(job)) => write!(f, "schedule:{job}"),
@@ -170,6 +179,11 @@ mod tests {
             (Channel::Dashboard, "dashboard"),
             (Channel::Telegram(Some(-1001234)), "telegram:-1001234"),
             (Channel::Telegram(None), "telegram"),
+            (
+                Channel::Email(Some("me@example.com".into())),
+                "email:me@example.com",
+            ),
+            (Channel::Email(None), "email"),
             (Channel::Main, "main"),
             (
                 Channel::Schedule(Some("nightly".into())),
@@ -188,6 +202,7 @@ mod tests {
                 Channel::Cli
                 | Channel::Dashboard
                 | Channel::Telegram(_)
+                | Channel::Email(_)
                 | Channel::Main
                 | Channel::Schedule(_)
                 | Channel::Project(_)
@@ -244,6 +259,8 @@ mod tests {
             ("dashboard", None),
             ("telegram", Some("-1001234")),
             ("telegram", None),
+            ("email", Some("me@example.com")),
+            ("email", None),
             ("main", None),
             ("schedule", Some("nightly")),
             ("schedule", None),

@@ -73,6 +73,9 @@ pub struct Config {
     /// How each coding harness a project may choose as its agent (PROJECT.md `agent:`) is
     /// started (DESIGN.md §15).
     pub harnesses: crate::harness::HarnessesConfig,
+    /// The e-mail channel (DESIGN.md §17); absent = none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email: Option<crate::email::EmailConfig>,
 }
 
 /// `logs:` in config.yml: log files older than `keep_days` are deleted, then the oldest until
@@ -143,6 +146,7 @@ impl Default for Config {
             web: Default::default(),
             hooks: BTreeMap::new(),
             harnesses: crate::harness::HarnessesConfig::default(),
+            email: None,
         }
     }
 }
@@ -640,6 +644,9 @@ impl Config {
         }
         if let Err(m) = self.dashboard.public_origin() {
             return Err(err("dashboard.public_url", &m));
+        }
+        if let Some(Err((key, m))) = self.email.as_ref().map(|e| e.check()) {
+            return Err(err(&key, &m));
         }
         if !(1..=50).contains(&self.telegram.poll_timeout_s) {
             return Err(err(

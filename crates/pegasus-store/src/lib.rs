@@ -19,6 +19,7 @@ pub mod atomic;
 pub mod config;
 pub mod crashes;
 pub mod daemon_lock;
+pub mod email;
 pub mod error;
 pub mod frontmatter;
 pub mod harness;

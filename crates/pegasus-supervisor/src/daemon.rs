@@ -83,14 +83,20 @@ pub fn run(opts: DaemonOptions) -> Result<(), SupervisorError> {
     // Every listener's caps are made to fit what this gives (crate::gate).
     let open_files = crate::gate::raise_open_files_limit();
     let mut taken = pegasus_llm::take_keys_from_env(&config);
-    // The clients' secrets (the Telegram bot token), likewise: read once, then gone from the
-    // environment; a client gets them through its front door.
+    // The clients' secrets (the Telegram bot token, the e-mail passwords), likewise: read
+    // once, then gone from the environment; a client gets them through its front door.
     let mut secrets = std::collections::HashMap::new();
-    // The Asana token too (DESIGN.md §17): pegasusd syncs the boards, never a worker.
-    for name in [&config.telegram.token_env, &config.asana.token_env] {
-        if let Some(token) = std::env::var(name).ok().filter(|t| !t.trim().is_empty()) {
+    let mut names = vec![
+        config.telegram.token_env.clone(),
+        // The Asana token too (DESIGN.md §17): pegasusd syncs the boards, never a worker.
+        config.asana.token_env.clone(),
+    ];
+    // The e-mail channel's passwords (DESIGN.md §17), likewise.
+    names.extend(config.email.iter().flat_map(|e| e.password_envs()));
+    for name in names {
+        if let Some(token) = std::env::var(&name).ok().filter(|t| !t.trim().is_empty()) {
             secrets.insert(name.clone(), token);
-            taken.push(name.clone());
+            taken.push(name);
         }
     }
     // The web search backend's key (Brave's), likewise (DESIGN.md §16 "The web").

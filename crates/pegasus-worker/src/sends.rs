@@ -187,6 +187,13 @@ pub fn ended_reply(tasks: &pegasus_tasks::TaskStore, message: &str) -> Option<(S
     };
     let answered = match task.state {
         TaskState::Done | TaskState::Verified => true,
+        // Waiting for a person's approval is not an end (DESIGN.md §11: `send --wait` keeps
+        // waiting): the reply comes once the call is answered and the task goes on.
+        TaskState::Blocked
+            if task.stop_reason.as_deref() == Some(pegasus_agent::approvals::APPROVAL_REASON) =>
+        {
+            return None
+        }
         TaskState::Failed | TaskState::Cancelled | TaskState::Blocked => false,
         TaskState::Draft
         | TaskState::Planned
