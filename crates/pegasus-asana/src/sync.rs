@@ -291,7 +291,7 @@ impl Board {
             Some(id) => id,
             None => {
                 let dir = door.home().project_dir(&self.project);
-                let repos = pegasus_tasks::project_repos(&dir)
+                let repos = pegasus_tasks::project_repos(&dir, pegasus_code::git::repo_rev)
                     .map(|r| r.into_iter().map(|r| r.id).collect())
                     .unwrap_or_default();
                 let add = AddTask {
