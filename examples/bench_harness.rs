@@ -241,14 +241,6 @@ fn descendants(pid: u32) -> Vec<u32> {
     out
 }
 
-/// Whether process `pid` runs Claude Code (its program's name).
-fn is_claude(pid: u32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-        let argv0 = c.split(|b| *b == 0).next().unwrap_or_default();
-        argv0.ends_with(b"claude") || argv0.ends_with(b"claude.exe")
-    })
-}
-
 /// PSS in KiB of the processes (those that ended meanwhile count nothing).
 fn pss_of(pids: &[u32]) -> u64 {
     pids.iter().filter_map(|p| support::pss_kb(*p).ok()).sum()
@@ -277,7 +269,7 @@ fn pss(bins: &Bins, _: &[String]) -> Res<bool> {
             return Err(format!("{} of {n} harness workers found", workers.len()).into());
         }
         let idle_kib = pss_of(&workers);
-        let senders: Vec<_> = (0..n)
+        let senders: Vec<std::process::Child> = (0..n)
             .map(|i| {
                 std::process::Command::new(bins.join("pegasusctl"))
                     .arg("--home")
@@ -290,24 +282,13 @@ fn pss(bins: &Bins, _: &[String]) -> Res<bool> {
             .collect::<Result<_, _>>()?;
         // Mid-call: every worker runs its Claude Code, and the harnesses' calls wait for their
         // answers.
-        let mut running = 0;
+        // Mid-call: the harnesses' calls wait for their answers (held 8 s by the fake).
         support::poll(
             Duration::from_secs(120),
             "every harness's model call",
-            || {
-                running = workers
-                    .iter()
-                    .filter(|w| descendants(**w).into_iter().any(is_claude))
-                    .count();
-                (running == n && fake.request_count() >= n).then_some(())
-            },
-        )
-        .map_err(|e| {
-            format!(
-                "{e} ({running} of {n} running Claude Code, {} calls)",
-                fake.request_count()
-            )
-        })?;
+            || (fake.request_count() >= n).then_some(()),
+        )?;
+        let workers = support::workers_of(home.root());
         let mut working = workers.clone();
         for w in &workers {
             working.extend(descendants(*w));

@@ -192,6 +192,11 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Endpoint>) {
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
+        // A streamed answer is many small writes: each goes out at once, not held for the
+        // last one's acknowledgement.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("relay endpoint: TCP_NODELAY: {e}");
+        }
         let shared = shared.clone();
         connections.spawn(async move {
             let service = hyper::service::service_fn(move |req| {
