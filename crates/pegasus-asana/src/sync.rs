@@ -291,8 +291,13 @@ impl Board {
             Some(id) => id,
             None => {
                 let dir = door.home().project_dir(&self.project);
-                let repos = pegasus_tasks::project_repos(&dir, pegasus_code::git::repo_rev)
-                    .map(|r| r.into_iter().map(|r| r.id).collect())
+                // Only the repos' ids: the task add freezes the spec, which reads their commits.
+                let repos = pegasus_store::ProjectFile::load(&dir)
+                    .ok()
+                    .and_then(|f| {
+                        pegasus_tasks::repo_paths(&f, &dir, pegasus_code::git::repo_rev).ok()
+                    })
+                    .map(|r| r.into_iter().map(|(id, _, _)| id).collect())
                     .unwrap_or_default();
                 let add = AddTask {
                     project: self.project.clone(),
