@@ -19,8 +19,7 @@
 mod common;
 use common::llama::free_port;
 use common::*;
-use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule, ToolCall};
-use serde_json::json;
+use pegasus_fakellm::{FakeLlm, Fault, Match, Reply, Rule};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -698,30 +697,7 @@ fn an_approval_request_is_mailed_and_answered_by_a_reply() {
         return;
     };
     let fake = FakeLlm::start().unwrap();
-    fake.add_rule(
-        Rule::new(
-            Match::All(vec![
-                Match::LastUserTextContains("make the file".into()),
-                Match::NewPrompt,
-            ]),
-            Reply::Tools(vec![ToolCall::new(
-                "exec",
-                json!({"command": "echo ran >> runs.txt"}),
-            )]),
-        )
-        .times(1),
-    );
-    fake.add_rule(Rule::new(
-        Match::All(vec![
-            Match::LastUserTextContains("make the file".into()),
-            Match::LastToolResultContains("denied".into()),
-        ]),
-        Reply::Text("saw: denied".into()),
-    ));
-    fake.add_rule(Rule::new(
-        Match::LastUserTextContains("make the file".into()),
-        Reply::Text("saw: ran".into()),
-    ));
+    approval_script(&fake, "make the file");
     main_agent_rule(&fake);
     let home = email_home(&fake, &mail, "approvals: {exec: ask}\n");
     let mut daemon = start(&home);

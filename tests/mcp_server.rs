@@ -132,30 +132,7 @@ fn fake() -> FakeLlm {
     let fake = FakeLlm::start().unwrap();
     fake.require_api_key(Some(FAKE_KEY.into()));
     main_agent_rule(&fake);
-    fake.add_rule(
-        Rule::new(
-            Match::All(vec![
-                Match::LastUserTextContains("deploy".into()),
-                Match::NewPrompt,
-            ]),
-            Reply::Tools(vec![ToolCall::new(
-                "exec",
-                json!({"command": "echo ran >> runs.txt"}),
-            )]),
-        )
-        .times(1),
-    );
-    fake.add_rule(Rule::new(
-        Match::All(vec![
-            Match::LastUserTextContains("deploy".into()),
-            Match::LastToolResultContains("denied".into()),
-        ]),
-        Reply::Text("saw: denied".into()),
-    ));
-    fake.add_rule(Rule::new(
-        Match::LastUserTextContains("deploy".into()),
-        Reply::Text("saw: ran".into()),
-    ));
+    approval_script(&fake, "deploy");
     fake.add_rule(
         Rule::new(
             Match::All(vec![

@@ -478,6 +478,37 @@ pub fn main_agent_rule(fake: &pegasus_fakellm::FakeLlm) {
     ));
 }
 
+/// An approval round on the fake: a new message containing `trigger` makes the model ask, once,
+/// to run `echo ran >> runs.txt` (an `exec`, held under `exec: ask`); it then answers
+/// `saw: denied` when the tool result says denied, else `saw: ran`.
+pub fn approval_script(fake: &pegasus_fakellm::FakeLlm, trigger: &str) {
+    use pegasus_fakellm::{Match, Reply, Rule, ToolCall};
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::LastUserTextContains(trigger.into()),
+                Match::NewPrompt,
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "exec",
+                serde_json::json!({"command": "echo ran >> runs.txt"}),
+            )]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::LastUserTextContains(trigger.into()),
+            Match::LastToolResultContains("denied".into()),
+        ]),
+        Reply::Text("saw: denied".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains(trigger.into()),
+        Reply::Text("saw: ran".into()),
+    ));
+}
+
 // Code projects: real repositories for the tests that change them.
 
 /// Runs `cmd` with `sh -c` in `dir` as a user with a git identity; its stdout, trimmed.
