@@ -108,6 +108,16 @@ fn a_message_is_answered_by_codex_and_mirrored() {
     let requests = codex_requests(&fake);
     assert_eq!(requests.len(), 1, "{:?}", fake.violations());
     assert_eq!(requests[0].body["model"], common::codex::MODEL);
+    // Codex's hosted web search (beyond the approval policy and the metered tokens) is off.
+    let tools = requests[0].body["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!tools.is_empty());
+    assert!(
+        !tools.iter().any(|t| t["type"] == "web_search"),
+        "{tools:?}"
+    );
     // pegasusd added the provider's key on the way; Codex had only its endpoint's.
     assert_eq!(
         requests[0].header("authorization"),

@@ -85,6 +85,10 @@ impl Driver for Codex {
             // Pegasus contains the run as it contains `exec` (its Landlock rules, PID
             // namespace and limits); Codex's own sandbox (bubblewrap) cannot nest inside it.
             "sandbox_mode=\"danger-full-access\"".to_string(),
+            // The hosted web search runs on OpenAI's side: out of reach of the approval policy
+            // and billed apart from the tokens Pegasus meters. Off unless the project's
+            // `harnesses.codex.args` turn it on (`-c web_search="live"`; the last one wins).
+            "web_search=\"disabled\"".to_string(),
             "features.hooks=true".to_string(),
             format!(
                 "hooks.PreToolUse=[{{matcher=\"*\",hooks=[{{type=\"command\",command={},timeout={}}}]}}]",
@@ -481,7 +485,7 @@ mod tests {
         };
         let config = pegasus_store::HarnessConfig {
             command: "codex".into(),
-            args: vec!["-c".into(), "web_search=\"disabled\"".into()],
+            args: vec!["-c".into(), "web_search=\"live\"".into()],
             effort: Some("high".into()),
         };
         let plan = |session: Option<&'static str>| Plan {
@@ -522,7 +526,13 @@ mod tests {
             hooks,
             "hooks.PreToolUse=[{matcher=\"*\",hooks=[{type=\"command\",command=\"'/bin/hook' harness-hook\",timeout=3700}]}]"
         );
-        assert!(a.windows(2).any(|w| w == ["-c", "web_search=\"disabled\""]));
+        // The hosted web search is off, and the project's own args come after (and so win).
+        let off = a
+            .iter()
+            .position(|x| x == "web_search=\"disabled\"")
+            .unwrap();
+        let on = a.iter().position(|x| x == "web_search=\"live\"").unwrap();
+        assert!(off < on, "{a:?}");
         assert!(launch.env.iter().any(|(k, v)| k == KEY_ENV && v == "k"));
         assert!(launch
             .env
