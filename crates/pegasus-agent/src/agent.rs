@@ -90,7 +90,7 @@ impl Agent {
     /// file tools and exec act (created if missing). Loads the session, repairing what a crash left and writing that repair into
     /// the file (the synthetic cancelled results of cut-off tool calls and a `crash` record),
     /// and rebuilds a valid transcript from it; applies the restart rule to the tasks (see
-    /// [`TaskStore::recover_after_restart`]: a task left `running` fails with `process
+    /// [`pegasus_tasks::TaskStore::recover_after_restart`]: a task left `running` fails with `process
     /// restarted`, a message's task runs again once). Messages acknowledged but never taken
     /// up are made a task by [`Agent::adopt_pending_messages`].
     pub fn open(

@@ -49,7 +49,10 @@ impl Cap {
             Cap::Daily => "raise budget.daily_usd in config.yml, or wait for tomorrow (UTC)",
             Cap::Project => "raise budget_usd in the project's PROJECT.md",
             Cap::Task => "raise budget.task_usd in config.yml",
-            Cap::TaskOwn => "raise the task's own budget (an Asana card's Max Cost)",
+            Cap::TaskOwn => {
+                "the task's own budget is fixed when it is made (an Asana card's Max Cost): \
+                 make a new task with a higher one"
+            }
         }
     }
 }

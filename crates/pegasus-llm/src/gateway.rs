@@ -879,7 +879,8 @@ impl Gateway {
         Ok(limits)
     }
 
-    /// The caps of a call: the day's and a task's from the config, the project's `budget_usd`
+    /// The caps of a call: the day's from the config, a task's own budget or else the config's
+    /// `budget.task_usd`, the project's `budget_usd`
     /// as its PROJECT.md says at this call (an edit applies at once; the file is parsed again
     /// only when it changed, see [`ProjectRegistry`]).
     fn limits(&self, meta: &CallMeta) -> Limits {

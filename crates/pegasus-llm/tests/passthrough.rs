@@ -295,8 +295,8 @@ async fn a_task_budget_holds_without_reserving_the_whole_max_tokens() {
     assert_eq!(ledger(&w).len(), 2);
 }
 
-/// A task with its own budget (an Asana card's Max Cost) is told to raise that budget, not
-/// config.yml's `budget.task_usd`, which does not apply to it.
+/// A task with its own budget (an Asana card's Max Cost, fixed when the task is made) is told
+/// so, not to raise config.yml's `budget.task_usd`, which does not apply to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_over_its_own_budget_is_told_which_budget_to_raise() {
     let w = world("fa/claude-sonnet-4-5", |c| c.budget.task_usd = Some(10.0));
@@ -317,7 +317,10 @@ async fn a_task_over_its_own_budget_is_told_which_budget_to_raise() {
     assert_eq!(a.status, 400, "{}", a.body);
     let message = error_message(&a.body);
     assert!(message.contains("task t-1"), "{message}");
-    assert!(message.contains("the task's own budget"), "{message}");
+    assert!(
+        message.contains("the task's own budget is fixed"),
+        "{message}"
+    );
     assert!(!message.contains("budget.task_usd"), "{message}");
     assert_eq!(w.fake.request_count(), 1, "the refused call was not sent");
 }

@@ -498,12 +498,8 @@ fn admission_refusal(api: RelayApi, refused: NotAdmitted) -> Refusal {
         NotAdmitted::Budget(r) => (r.cap.how_to_raise(), r.error),
         NotAdmitted::Unpriced(e) => return Refusal::new(400, e),
     };
-    let status = match api {
-        RelayApi::Anthropic => 400,
-        RelayApi::OpenAi => 429,
-    };
     Refusal {
-        status,
+        status: api.no_money_status(),
         message: format!("Pegasus: {error} ({how})"),
         error,
     }
