@@ -36,6 +36,7 @@ use crate::transcript::{push_user, rebuild};
 use pegasus_tasks::{Task, TaskState, TaskStore, TaskUpdate};
 
 mod consult;
+mod harness_of;
 
 /// The agent of one project (or of the MainAgent, with other tools and folder): owns the
 /// in-memory transcript, the session appender and the task log.
@@ -877,11 +878,7 @@ impl Agent {
                 });
             }
         }
-        let role_agent = role.as_ref().and_then(|r| r.agent);
-        let harness = self
-            .harnesses
-            .get(&role_agent.unwrap_or(self.agent_kind))
-            .cloned();
+        let harness = self.harness_of(role.as_ref().and_then(|r| r.agent));
         let harnessed = harness.is_some();
         let (mut system, tools, settings, role_name) = match role {
             Some(r) => (r.system, r.tools, r.settings, Some(r.role)),
