@@ -459,18 +459,7 @@ fn a_code_task_with_claude_code_reaches_a_verified_merge() {
         Match::LastToolResultContains("made-it".into()),
         Reply::Text("feature.txt is there".into()),
     ));
-    let id = home.json(&[
-        "task",
-        "add",
-        "cc",
-        "--goal",
-        "Add the feature file",
-        "--repo",
-        "app",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = add_code_task(&home, "cc", "Add the feature file");
     let t = poll(Duration::from_secs(90), "the code task done", || {
         let t = home.json(&["task", "show", &id])["task"].clone();
         matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
@@ -875,6 +864,49 @@ fn task_over(home: &Home, id: &str) -> Value {
     })
 }
 
+/// Adds a code task with `goal` to `project` on its repo `app`; its id.
+fn add_code_task(home: &Home, project: &str, goal: &str) -> String {
+    home.json(&["task", "add", project, "--goal", goal, "--repo", "app"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The built-in agent's rule: asked something with `when` in it, it writes `content` to a.txt.
+fn agent_writes(when: &str, content: &str) -> Rule {
+    Rule::new(
+        Match::LastUserTextContains(when.into()),
+        Reply::Tools(vec![ToolCall::new(
+            "write_file",
+            json!({"path": "a.txt", "content": content}),
+        )]),
+    )
+}
+
+/// pegasusd on a home where Claude Code is `bin`, and built-in project `name` on a fresh repo
+/// `app` (returned with its temp dir), with `keys` and `review: reviewer`, that role assigned to
+/// Claude Code.
+fn reviewed_by_claude_code(
+    fake: &FakeLlm,
+    bin: &str,
+    name: &str,
+    keys: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, Home, Daemon) {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let home = harness_home(fake, bin, "");
+    let d = home.start_fake();
+    project_with(
+        &home,
+        name,
+        &format!(
+            "{}{keys}review: reviewer\nroles:\n  - {{role: reviewer, agent: claude-code}}\n",
+            repos_yaml(&[("app", &app)])
+        ),
+    );
+    (tmp, app, home, d)
+}
+
 /// A built-in project whose review role is assigned to Claude Code (`roles: [{role: reviewer,
 /// agent: claude-code}]`): the review of each attempt is Claude Code's, run in the task's
 /// worktree and unable to change it. Its first review tries to write into the worktree (refused
@@ -911,43 +943,12 @@ fn a_review_role_assigned_to_claude_code_sends_back_then_approves() {
         Match::LastToolResultContains("wrote".into()),
         Reply::Text("changed the files".into()),
     ));
-    for (when, content) in [
-        ("rejected your change", "hello Bob\n"),
-        ("greet", "hello\n"),
-    ] {
-        fake.add_rule(Rule::new(
-            Match::LastUserTextContains(when.into()),
-            Reply::Tools(vec![ToolCall::new(
-                "write_file",
-                json!({"path": "a.txt", "content": content}),
-            )]),
-        ));
-    }
+    fake.add_rule(agent_writes("rejected your change", "hello Bob\n"));
+    fake.add_rule(agent_writes("greet", "hello\n"));
     main_agent_rule(&fake);
-    let tmp = tempfile::tempdir().unwrap();
-    let app = repo(tmp.path(), "app");
-    let home = harness_home(&fake, &bin, "");
-    let _d = home.start_fake();
-    project_with(
-        &home,
-        "cr",
-        &format!(
-            "{}verify: test -s a.txt\nreview: reviewer\nroles:\n  - {{role: reviewer, agent: claude-code}}\n",
-            repos_yaml(&[("app", &app)])
-        ),
-    );
-    let id = home.json(&[
-        "task",
-        "add",
-        "cr",
-        "--goal",
-        "greet in a.txt",
-        "--repo",
-        "app",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_tmp, app, home, _d) =
+        reviewed_by_claude_code(&fake, &bin, "cr", "verify: test -s a.txt\n");
+    let id = add_code_task(&home, "cr", "greet in a.txt");
     let t = task_over(&home, &id);
     assert_eq!(t["state"], "done", "{t}");
     assert_eq!(
@@ -1058,18 +1059,7 @@ fn a_plan_role_assigned_to_claude_code_splits_the_task() {
             repos_yaml(&[("app", &app)])
         ),
     );
-    let id = home.json(&[
-        "task",
-        "add",
-        "cp",
-        "--goal",
-        "create one.txt and two.txt",
-        "--repo",
-        "app",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = add_code_task(&home, "cp", "create one.txt and two.txt");
     let t = task_over(&home, &id);
     assert_eq!(t["state"], "done", "{t}");
     assert_eq!(t["subtasks"].as_array().map(Vec::len), Some(2), "{t}");
@@ -1088,5 +1078,52 @@ fn a_plan_role_assigned_to_claude_code_splits_the_task() {
         .to_string()
         .contains(&app.canonicalize().unwrap().display().to_string()));
     assert!(metered(&home, "cp").contains(&(id.clone(), "planner".to_string())));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A review role assigned to Claude Code whose model call a budget refuses: no review, so the
+/// task fails saying so (as when the built-in reviewer's call is refused), and nothing is
+/// merged. The refused call never reached the provider.
+#[test]
+fn a_budget_that_refuses_a_claude_code_reviewer_fails_the_task_unmerged() {
+    const REVIEWER: &str = "You are the Reviewer";
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        Match::SystemContains(REVIEWER.into()),
+        Reply::Text("APPROVED".into()),
+    ));
+    // The built-in agent's last call spends the project's $0.08 ($0.10: 100k input tokens at
+    // $1/M); the reviewer's first call has no room left.
+    fake.add_rule(
+        Rule::new(
+            Match::LastToolResultContains("wrote".into()),
+            Reply::Text("changed the files".into()),
+        )
+        .usage(pegasus_fakellm::UsageSpec {
+            input: 100_000,
+            output: 10,
+            ..Default::default()
+        }),
+    );
+    fake.add_rule(agent_writes("greet", "hello\n"));
+    main_agent_rule(&fake);
+    let (_tmp, app, home, _d) = reviewed_by_claude_code(&fake, &bin, "cb", "budget_usd: 0.08\n");
+    let before = sh(&app, "git rev-parse main");
+    let id = add_code_task(&home, "cb", "greet in a.txt");
+    let t = task_over(&home, &id);
+    assert_eq!(t["state"], "failed", "{t}");
+    let reason = t["stop_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the reviewer (reviewer) did not answer: Stopped:")
+            && reason.contains("budget"),
+        "{reason}"
+    );
+    assert_eq!(sh(&app, "git rev-parse main"), before, "nothing merged");
+    assert!(fake
+        .requests()
+        .iter()
+        .all(|r| !r.body["system"].to_string().contains(REVIEWER)));
+    assert_eq!(harness_processes(&app), vec![]);
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
