@@ -8,7 +8,7 @@
 //! * `runner`: what is the same for all: the contained spawn, the line reader, the mirror
 //!   into the session ([`pegasus_agent::Mirror`]), the durable session id, the approvals
 //!   channel, cancellation and the end of a run. It is the [`pegasus_agent::Harness`] the agent
-//!   hands a task to.
+//!   hands a task to, and the worker a code task's review or plan ([`Work::Consult`]).
 //! * `hook`: the approval channel: a loopback listener per run, and the `project-worker
 //!   harness-hook` client a harness's permission hook runs, which asks it.
 //! * `sessions`: the harness session ids kept in the project, so every message resumes.

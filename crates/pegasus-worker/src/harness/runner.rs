@@ -4,6 +4,10 @@
 //! harness's own folder, `.git` read-only, the project's cgroup), its output read line by line
 //! and mirrored as it arrives, and its end turned into the task's stop. Dropping the run (the
 //! worker stopping, a cancel) kills the harness and everything it started.
+//!
+//! A consultation (a code task's reviewer or planner, [`Work::Consult`]) is the same run with
+//! no mirror and no kept session, confined as if it worked in the harness's own folder while it
+//! runs in the folder it reads, so nothing it reads is writable to it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
