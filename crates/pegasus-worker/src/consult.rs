@@ -12,6 +12,8 @@ use pegasus_agent::agent_loop::LoopEnd;
 use pegasus_agent::{Agent, AgentError, Harness, HarnessConsult, RoleRun, Workspace};
 use pegasus_tasks::TaskState;
 
+use crate::project_ctx::ProjectCtx;
+
 /// Who answers a consultation: the role's harness, or the built-in loop (`None`).
 pub(crate) struct Consultant(Option<Arc<dyn Harness>>);
 
@@ -26,11 +28,12 @@ impl Consultant {
         how_to_read(self.0.is_some(), repos)
     }
 
-    /// Asks `role` about task `task_id` once: `text` is the question, `repos` (`(id, folder)`)
-    /// what it reads. Its calls are billed to the task.
+    /// Asks `role` about task `task_id` of `ctx`'s project once: `text` is the question, `repos`
+    /// (`(id, folder)`) what it reads. Its calls are billed to the task.
     pub(crate) async fn ask(
         self,
         agent: &Agent,
+        ctx: &ProjectCtx,
         task_id: &str,
         role: RoleRun,
         text: String,
@@ -44,7 +47,7 @@ impl Consultant {
         };
         // The task cancelled: no use finishing. (A worker that is stopping lets the
         // consultation finish, as it lets the built-in one.)
-        let store = agent.tasks().clone();
+        let store = ctx.desk.board.store().clone();
         let watched = task_id.to_string();
         let cancelled = move || {
             store
@@ -59,7 +62,7 @@ impl Consultant {
                 prompt: text,
                 repos,
                 settings: &role.settings,
-                approvals: agent.approvals().cloned(),
+                approvals: Some(ctx.gate.clone()),
                 cancelled: &cancelled,
             })
             .await

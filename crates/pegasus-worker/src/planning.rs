@@ -16,6 +16,7 @@
 //! Subtasks are never planned again. The planner is the role's agent ([`crate::consult`]): the
 //! built-in loop, or the harness its assignment names, whose final answer is read the same way.
 
+use crate::project_ctx::ProjectCtx;
 use pegasus_agent::{Agent, StopKind};
 use pegasus_tasks::{check_steps, Step, Task};
 use serde::Deserialize;
@@ -52,6 +53,7 @@ pub(crate) fn parse_split(text: &str) -> Result<Vec<Step>, String> {
 /// `repos` (`(id, path)`); splits it when the plan says so.
 pub(crate) async fn plan(
     agent: &Agent,
+    ctx: &ProjectCtx,
     role_id: &str,
     task: &Task,
     repos: &[(String, std::path::PathBuf)],
@@ -59,7 +61,7 @@ pub(crate) async fn plan(
     let Some(spec) = task.spec.clone() else {
         return Planned::Unsplit;
     };
-    let role = match crate::work_queue::role_for(agent, task, role_id) {
+    let role = match agent.role_run(task, role_id) {
         Ok(r) => r,
         Err(e) => return Planned::Failed(format!("plan role {role_id}: {e}")),
     };
@@ -81,7 +83,10 @@ pub(crate) async fn plan(
         consultant.reading(repos),
         pegasus_tasks::MAX_STEPS
     ));
-    let answer = match consultant.ask(agent, &task.id, role, text, repos).await {
+    let answer = match consultant
+        .ask(agent, ctx, &task.id, role, text, repos)
+        .await
+    {
         Ok(end) if end.stop == StopKind::Answered => end.text,
         Ok(end) => {
             return Planned::Failed(format!(
@@ -91,7 +96,7 @@ pub(crate) async fn plan(
         }
         Err(e) => return Planned::Failed(format!("plan: the planner ({role_id}) failed: {e}")),
     };
-    crate::code_task::keep_artifacts(agent, &task.id, &[("plan.md".into(), answer.clone())]);
+    crate::code_task::keep_artifacts(ctx, &task.id, &[("plan.md".into(), answer.clone())]);
     let steps = match parse_split(&answer) {
         Ok(s) => s,
         Err(e) => {
@@ -102,7 +107,7 @@ pub(crate) async fn plan(
         tracing::info!(task = %task.id, "the planner kept the task whole");
         return Planned::Unsplit;
     }
-    match agent.tasks().split(&task.id, &steps, "planner") {
+    match ctx.desk.board.store().split(&task.id, &steps, "planner") {
         Ok(subs) => {
             let lines: Vec<String> = subs
                 .iter()

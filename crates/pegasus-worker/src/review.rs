@@ -13,6 +13,7 @@
 
 use std::path::PathBuf;
 
+use crate::project_ctx::ProjectCtx;
 use pegasus_agent::{Agent, StopKind};
 use pegasus_code::{worktree, Repo};
 use pegasus_runs::{parse_verdict, ReviewVerdict};
@@ -38,8 +39,10 @@ pub(crate) enum Review {
 /// base branches are merged in and whose checks passed). `summary` is what the agent said
 /// when it finished; `checks` names the commands that passed. The review is kept as the
 /// task's `review.md` artifact.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn review(
     agent: &Agent,
+    ctx: &ProjectCtx,
     role_id: &str,
     task: &Task,
     repos: &[Repo],
@@ -48,7 +51,7 @@ pub(crate) async fn review(
     checks: &[String],
 ) -> Review {
     let spec = crate::work_queue::spec_of(task);
-    let role = match crate::work_queue::role_for(agent, task, role_id) {
+    let role = match agent.role_run(task, role_id) {
         Ok(r) => r,
         Err(e) => return Review::NoAnswer(format!("review role {role_id}: {e}")),
     };
@@ -85,7 +88,9 @@ pub(crate) async fn review(
         &consultant.reading(&folders),
     );
     let before = snapshots(&folders).await;
-    let asked = consultant.ask(agent, &task.id, role, text, &folders).await;
+    let asked = consultant
+        .ask(agent, ctx, &task.id, role, text, &folders)
+        .await;
     if let Some(repo) = changed(&before, &snapshots(&folders).await) {
         return Review::NoAnswer(format!(
             "the reviewer ({role_id}) changed the worktree of repo {repo} it was reviewing"
@@ -101,7 +106,7 @@ pub(crate) async fn review(
         }
         Err(e) => return Review::NoAnswer(format!("the reviewer ({role_id}) failed: {e}")),
     };
-    crate::code_task::keep_artifacts(agent, &task.id, &[("review.md".into(), verdict.clone())]);
+    crate::code_task::keep_artifacts(ctx, &task.id, &[("review.md".into(), verdict.clone())]);
     decide(role_id, &verdict)
 }
 
