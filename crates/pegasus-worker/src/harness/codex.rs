@@ -97,11 +97,9 @@ impl Driver for Codex {
             ),
         ];
         let mut system = plan.system.trim().to_string();
-        if plan.code_task {
-            system.push_str(
-                "\n\nYou work in a git worktree of a Pegasus code task: edit the files; do not commit, \
-                 branch or merge — Pegasus commits, verifies and merges your work when you answer.",
-            );
+        if let Some(note) = plan.work.note() {
+            system.push_str("\n\n");
+            system.push_str(note);
         }
         if !system.trim().is_empty() {
             config.push(format!(
@@ -375,7 +373,7 @@ impl Parser for ExecJson {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::super::Failure;
+    use super::super::{Failure, Work};
     use super::*;
 
     /// `codex exec --json` as Codex 0.171.0 wrote it against the fake LLM: a command, a
@@ -498,7 +496,7 @@ mod tests {
             state_dir: dir.path(),
             endpoint: &endpoint,
             hook: &hook,
-            code_task: false,
+            work: Work::Project,
         };
         let launch = Codex.launch(&plan(Some("t-old"))).unwrap();
         assert_eq!(launch.args[0], "exec");
