@@ -5,13 +5,22 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // A harness's permission hook (DESIGN.md §19): asks the worker that started the harness.
+    // A harness's permission hook (DESIGN.md §15): asks the worker that started the harness.
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(
             pegasus_worker::harness::hook::SUBCOMMAND,
         ))
     {
         return pegasus_worker::harness::hook::client_main();
+    }
+    // A harness's MCP server (DESIGN.md §15): `mcp-proxy NAME` forwards to the worker.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            pegasus_worker::harness::mcp_proxy::SUBCOMMAND,
+        ))
+    {
+        let name = std::env::args().nth(2).unwrap_or_default();
+        return pegasus_worker::harness::mcp_proxy::client_main(&name);
     }
     let mut args = std::env::args_os().skip(1);
     let (Some(dir), None) = (args.next(), args.next()) else {

@@ -1127,3 +1127,279 @@ fn a_budget_that_refuses_a_claude_code_reviewer_fails_the_task_unmerged() {
     assert_eq!(harness_processes(&app), vec![]);
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// The in-repo MCP test server (`examples/mcp_test_server.rs`), built by `cargo test`.
+fn mcp_server_bin() -> String {
+    let bin = example_bin("mcp_test_server");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --example mcp_test_server` (plain `cargo test` builds it)",
+        bin.display()
+    );
+    bin.display().to_string()
+}
+
+/// config.yml's `mcp_servers`: the test server `t`, tagged `tag` (so its processes are found),
+/// with `secret` in its `env`.
+fn mcp_servers(tag: &str, secret: &str) -> String {
+    format!(
+        "mcp_servers:\n  t: {{command: '{}', args: ['{tag}'], timeout_s: 10, env: {{MCP_TEST_SECRET: '{secret}'}}}}\n",
+        mcp_server_bin()
+    )
+}
+
+/// Processes working in `dir` (a harness, the MCP proxies it started, the MCP servers the
+/// worker runs), with their command line and environment.
+fn processes_in(dir: &Path) -> Vec<(u32, String, String)> {
+    let dir = dir.canonicalize().unwrap_or(dir.to_path_buf());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            let read = |f: &str| -> Option<String> {
+                let bytes = std::fs::read(format!("/proc/{pid}/{f}")).ok()?;
+                Some(String::from_utf8_lossy(&bytes).replace('\0', " "))
+            };
+            (cwd.starts_with(&dir) && alive(pid))
+                .then(|| Some((pid, read("cmdline")?, read("environ")?)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// A project's MCP server is Claude Code's tool: the model's `mcp__t__echo` call reaches the
+/// server the worker runs (Claude Code gets a proxy, not the server), its answer reaches the
+/// model's next request, and the session shows the call and its result.
+#[test]
+fn claude_code_calls_a_project_mcp_tool_run_by_the_worker() {
+    let tag = "tag-cc-mcp-call";
+    let Some((fake, home, _d, _worker)) = started(&mcp_servers(tag, "sekrit-call"), "") else {
+        return;
+    };
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Echo through the server".into()),
+        ]),
+        Reply::Tools(vec![ToolCall::new(
+            "mcp__t__echo",
+            json!({"text": "hello"}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("echo: hello".into()),
+        Reply::Text("the server said echo: hello".into()),
+    ));
+    let said = home.ctl_ok(&["project", "send", "cc", "Echo through the server", "--wait"]);
+    assert!(said.contains("the server said echo: hello"), "{said}");
+    // Claude Code knew every tool of the server, under the built-in agent's names (its own
+    // tool search defers them: it names them to its model, and loads one when called).
+    let requests = fake.requests();
+    let first = requests
+        .iter()
+        .find(|r| r.body.to_string().contains("Echo through the server"))
+        .unwrap();
+    let body = first.body.to_string();
+    for want in [
+        "mcp__t__echo",
+        "mcp__t__write",
+        "mcp__t__sleep",
+        "mcp__t__big",
+    ] {
+        assert!(body.contains(want), "{want} in {body}");
+    }
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    assert!(log.contains("→ mcp__t__echo"), "{log}");
+    assert!(log.contains("echo: hello"), "{log}");
+    // The server runs under the worker, which keeps it for the next turn; the proxies went
+    // with Claude Code.
+    assert_eq!(processes_with(tag).len(), 1, "{:?}", processes_with(tag));
+    let show = home.json(&["project", "show", "cc"]);
+    assert_eq!(show["mcp_servers"][0]["state"], "running", "{show}");
+    poll(Duration::from_secs(10), "the proxies to exit", || {
+        processes_with("mcp-proxy")
+            .iter()
+            .all(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/cwd"))
+                    .map_or(true, |cwd| !cwd.starts_with(home.path()))
+            })
+            .then_some(())
+    });
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// With `approvals: {tools: {"mcp__t__*": ask}}`, Claude Code's MCP call waits for a person
+/// (asked once, at the worker's MCP endpoint): nothing runs before the answer, approved it
+/// runs once, denied it does not run and the model is told why. While it waits, the server's
+/// `env` secret is in the server's environment and in no other process of the run (Claude
+/// Code, its proxies): not in an environment, not on a command line.
+#[test]
+fn claude_codes_mcp_call_waits_for_approval_and_the_servers_secret_stays_with_it() {
+    let tag = "tag-cc-mcp-ask";
+    let secret = "sekrit-4711-never-shown";
+    let extra = format!(
+        "{}approvals: {{tools: {{\"mcp__t__*\": ask}}}}\n",
+        mcp_servers(tag, secret)
+    );
+    let Some((fake, home, _d, _worker)) = started(&extra, "") else {
+        return;
+    };
+    let work = home.project_dir("cc").join("workdir");
+    for (said, file) in [
+        ("Write the first", "first.txt"),
+        ("Write the second", "second.txt"),
+    ] {
+        fake.add_rule(Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains(said.into()),
+            ]),
+            Reply::Tools(vec![ToolCall::new(
+                "mcp__t__write",
+                json!({"path": work.join(file)}),
+            )]),
+        ));
+    }
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote ".into()),
+        Reply::Text("the server wrote it".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("denied by the user: not now".into()),
+        Reply::Text("the write was refused".into()),
+    ));
+
+    let (send, said) = spawn_ctl(
+        &home,
+        &["project", "send", "cc", "Write the first", "--wait"],
+    );
+    let req = waiting(&home);
+    assert_eq!(req["tool"], "mcp__t__write", "{req}");
+    assert!(
+        !work.join("first.txt").exists(),
+        "nothing runs before the answer"
+    );
+    // Asked once: by the endpoint, not again by Claude Code's hook.
+    assert_eq!(home.json(&["approvals"]).as_array().unwrap().len(), 1);
+    // The secret: with the server, nowhere else.
+    let procs = processes_in(home.path());
+    let server: Vec<_> = procs.iter().filter(|p| p.1.contains(tag)).collect();
+    assert_eq!(server.len(), 1, "{procs:?}");
+    assert!(server[0].2.contains(secret), "the server has its env");
+    let claude_bin = claude_bin().unwrap();
+    assert!(
+        procs
+            .iter()
+            .any(|p| p.1.contains(&claude_bin) || p.1.starts_with("claude")),
+        "Claude Code runs while its call waits: {procs:?}"
+    );
+    assert!(
+        procs.iter().any(|p| p.1.contains("mcp-proxy t")),
+        "its proxy runs: {procs:?}"
+    );
+    for (pid, cmdline, environ) in &procs {
+        if cmdline.contains(tag) {
+            continue;
+        }
+        assert!(
+            !cmdline.contains(secret) && !environ.contains(secret),
+            "process {pid} ({cmdline}) holds the server's secret"
+        );
+    }
+    home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
+    let out = send.wait_with_output().unwrap();
+    assert!(out.status.success());
+    poll(Duration::from_secs(5), "the answer printed", || {
+        said.lock()
+            .unwrap()
+            .contains("the server wrote it")
+            .then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(work.join("first.txt")).unwrap(),
+        "mcp\n"
+    );
+
+    // Denied, with a reason: not run, and the model is told.
+    let (send, said) = spawn_ctl(
+        &home,
+        &["project", "send", "cc", "Write the second", "--wait"],
+    );
+    let req = waiting(&home);
+    assert_eq!(req["tool"], "mcp__t__write", "{req}");
+    home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not now"]);
+    let out = send.wait_with_output().unwrap();
+    assert!(out.status.success());
+    poll(
+        Duration::from_secs(5),
+        "the refusal's answer printed",
+        || {
+            said.lock()
+                .unwrap()
+                .contains("the write was refused")
+                .then_some(())
+        },
+    );
+    assert!(
+        !work.join("second.txt").exists(),
+        "the denied call did not run"
+    );
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// The MCP endpoint trusts no hook: with `approvals: {tools: {"mcp__t__*": deny}}`, Claude
+/// Code's own call is refused, and so is one its model makes by running a proxy itself from
+/// its shell (the token is in its environment), past Claude Code and its hook. The server
+/// never writes.
+#[test]
+fn the_policy_holds_at_the_mcp_endpoint_even_past_claude_codes_hook() {
+    let tag = "tag-cc-mcp-deny";
+    let extra = format!(
+        "{}approvals: {{tools: {{\"mcp__t__*\": deny}}}}\n",
+        mcp_servers(tag, "sekrit-deny")
+    );
+    let Some((fake, home, _d, _worker)) = started(&extra, "") else {
+        return;
+    };
+    let work = home.project_dir("cc").join("workdir");
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "write", "arguments": {"path": work.join("sneaky.txt")}}});
+    let sneak = format!(
+        "printf '%s\\n' '{call}' | '{}' mcp-proxy t",
+        env!("CARGO_BIN_EXE_project-worker")
+    );
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Sneak past".into()),
+        ]),
+        Reply::Tools(vec![bash(&sneak)]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Write it plainly".into()),
+        ]),
+        Reply::Tools(vec![ToolCall::new(
+            "mcp__t__write",
+            json!({"path": work.join("plain.txt")}),
+        )]),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("denied by policy".into()),
+        Reply::Text("refused, as it should be".into()),
+    ));
+    for said in ["Sneak past", "Write it plainly"] {
+        let out = home.ctl_ok(&["project", "send", "cc", said, "--wait"]);
+        assert!(out.contains("refused, as it should be"), "{said}: {out}");
+    }
+    let log = home.ctl_ok(&["project", "log", "cc"]);
+    assert!(log.contains("→ Bash"), "{log}");
+    assert!(log.contains("→ mcp__t__write"), "{log}");
+    assert!(!work.join("sneaky.txt").exists() && !work.join("plain.txt").exists());
+    // Nothing was asked of a person.
+    assert_eq!(home.json(&["approvals"]).as_array().unwrap().len(), 0);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

@@ -224,14 +224,11 @@ impl McpHub {
         self.write_status().await;
     }
 
-    /// The tools to offer: every server is started if it never was (first use), and its listed
-    /// tools become `mcp__NAME__TOOL`. Servers are taken in name order; one whose tools would
-    /// take the project past [`MAX_PROJECT_CATALOG_BYTES`], or that offers a name an earlier
-    /// server offers, is withheld (with the reason in `project show`). The tools (in that
-    /// order, each server's in its listing order) are offered while they fit the budget of a
-    /// model of `window` tokens; the rest are deferred behind `tool_search`
-    /// ([`crate::mcp_deferred`]).
-    pub async fn tools(self: &Arc<Self>, window: Option<u64>) -> McpTools {
+    /// Every server's offered tools, servers in name order: each server is started if it never
+    /// was (first use); one whose tools would take the project past [`MAX_PROJECT_CATALOG_BYTES`],
+    /// or that offers a name an earlier server offers, is withheld (the reason kept for
+    /// `project show`).
+    async fn catalog(&self) -> Vec<(usize, Offered)> {
         let mut all: Vec<(usize, Offered)> = Vec::new();
         let mut total = 0usize;
         let mut taken: HashMap<String, String> = HashMap::new();
@@ -268,6 +265,76 @@ impl McpHub {
                 all.push((index, t.clone()));
             }
         }
+        all
+    }
+
+    /// The names of the project's servers.
+    pub fn server_names(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The tools of server `server` for a harness's MCP proxy (DESIGN.md §15): all of them
+    /// (a harness has its own tool search; nothing is deferred), named as the agent is offered
+    /// them (`mcp__SERVER__TOOL`). A server that cannot start has none (its error is in
+    /// `project show`).
+    pub async fn harness_tools(&self, server: &str) -> Result<Vec<Arc<ToolSpec>>, String> {
+        let index = self.index_of(server)?;
+        let all = self.catalog().await;
+        self.write_status().await;
+        Ok(all
+            .into_iter()
+            .filter(|(i, _)| *i == index)
+            .map(|(_, t)| t.spec)
+            .collect())
+    }
+
+    /// Calls the tool a harness names `name` (`mcp__SERVER__TOOL`, as [`McpHub::harness_tools`]
+    /// listed it) of server `server`, as the agent's call would be made (the server
+    /// restarted if needed, its timeout, the result cut to `max_bytes`). The caller has
+    /// asked the approval policy.
+    pub async fn harness_call(
+        &self,
+        server: &str,
+        name: &str,
+        input: serde_json::Value,
+        max_bytes: usize,
+    ) -> ToolOutput {
+        let s = match self.index_of(server) {
+            Ok(i) => self.servers[i].clone(),
+            Err(e) => return ToolOutput::error(e),
+        };
+        let tool = {
+            let st = s.state.lock().await;
+            if let Some(why) = &st.withheld {
+                return ToolOutput::error(format!("MCP server {server}: {why}"));
+            }
+            st.tools
+                .iter()
+                .find(|t| t.spec.name == name)
+                .map(|t| t.tool.clone())
+        };
+        match tool {
+            Some(tool) => self.call(&s, &tool, input, max_bytes).await,
+            None => ToolOutput::error(format!(
+                "MCP server {server} has no tool {}; list its tools again",
+                quote(name)
+            )),
+        }
+    }
+
+    fn index_of(&self, server: &str) -> Result<usize, String> {
+        self.servers
+            .iter()
+            .position(|s| s.name == server)
+            .ok_or_else(|| format!("the project has no MCP server {}", quote(server)))
+    }
+
+    /// The tools to offer: every server is started if it never was (first use), and its listed
+    /// tools become `mcp__NAME__TOOL` ([`McpHub::catalog`]). The tools (in that order, each
+    /// server's in its listing order) are offered while they fit the budget of a model of
+    /// `window` tokens; the rest are deferred behind `tool_search` ([`crate::mcp_deferred`]).
+    pub async fn tools(self: &Arc<Self>, window: Option<u64>) -> McpTools {
+        let all = self.catalog().await;
         let window = window.unwrap_or(self.default_window);
         let offered = crate::mcp_deferred::split(
             all.iter().map(|(_, t)| t.spec.as_ref()),

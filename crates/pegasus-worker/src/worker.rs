@@ -309,24 +309,6 @@ async fn serve(
             )?;
             let gate = Arc::new(Approvals::new(&desk, config.approvals.clone()));
             agent.set_approvals(gate.clone());
-            // A harness as the project's (or a role's) agent (DESIGN.md §15): checked now, so a
-            // missing binary or a provider of the wrong kind is one error at start.
-            let (kind, harnesses) =
-                crate::harness::build(&config, &project, &init.model, &project_dir, &relay)
-                    .map_err(WorkerError::Config)?;
-            agent.set_harnesses(kind, harnesses);
-            agent.set_hooks(
-                &config.hooks,
-                project.hooks(),
-                pegasus_agent::hooks::HookPlace {
-                    project: name.clone(),
-                    project_dir: project_dir.clone(),
-                    workdir: workdir.clone(),
-                    model: init.model.clone(),
-                    sandbox: sandbox.clone(),
-                    registry: Some(home.exec_registry(&name)),
-                },
-            );
             let merged =
                 pegasus_store::mcp::merged_mcp_servers(&config.mcp_servers, project.mcp_servers());
             pegasus_store::home_guard::check_mcp_writable(&home, &project_dir, &project, &merged)
@@ -339,6 +321,31 @@ async fn serve(
                 sandbox.clone(),
                 config.mcp.clone(),
                 config.default_context_window,
+            );
+            // A harness as the project's (or a role's) agent (DESIGN.md §15): checked now, so a
+            // missing binary or a provider of the wrong kind is one error at start.
+            // It gets the project's MCP servers, run by `mcp` as for the built-in agent.
+            let (kind, harnesses) = crate::harness::build(
+                &config,
+                &project,
+                &init.model,
+                &project_dir,
+                &relay,
+                Some(mcp.clone()),
+            )
+            .map_err(WorkerError::Config)?;
+            agent.set_harnesses(kind, harnesses);
+            agent.set_hooks(
+                &config.hooks,
+                project.hooks(),
+                pegasus_agent::hooks::HookPlace {
+                    project: name.clone(),
+                    project_dir: project_dir.clone(),
+                    workdir: workdir.clone(),
+                    model: init.model.clone(),
+                    sandbox: sandbox.clone(),
+                    registry: Some(home.exec_registry(&name)),
+                },
             );
             let ctx = ProjectCtx {
                 desk,

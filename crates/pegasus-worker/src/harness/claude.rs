@@ -75,7 +75,14 @@ impl Driver for ClaudeCode {
             String::new(),
             "--permission-prompts".into(),
             "none".into(),
+            // No MCP server but the project's (none from a `.mcp.json` the model wrote, nor
+            // from its config folder): each a proxy to the worker, which runs the server
+            // (DESIGN.md §15).
+            "--strict-mcp-config".into(),
         ];
+        if let Some(mcp) = plan.mcp.filter(|m| !m.servers.is_empty()) {
+            args.extend(["--mcp-config".to_string(), mcp_config(mcp).to_string()]);
+        }
         match (plan.session, plan.new_session) {
             (Some(id), _) if has_session(&config_dir, id) => {
                 args.extend(["--resume".to_string(), id.to_string()]);
@@ -121,6 +128,11 @@ impl Driver for ClaudeCode {
             ),
         ];
         env.extend(hook.env.iter().cloned());
+        // The proxies find the worker through its environment, which Claude Code passes on to
+        // the MCP servers it starts: the token is in no command line.
+        if let Some(mcp) = plan.mcp {
+            env.extend(mcp.env.iter().cloned());
+        }
         Ok(Launch {
             args,
             env,
@@ -131,6 +143,26 @@ impl Driver for ClaudeCode {
     fn parser(&self) -> Box<dyn Parser> {
         Box::new(StreamJson::default())
     }
+}
+
+/// `--mcp-config`: each of the project's servers as `project-worker mcp-proxy NAME`, named as
+/// the server, so its tools are `mcp__NAME__TOOL` as the built-in agent names them.
+fn mcp_config(mcp: &super::mcp_proxy::McpCommand) -> serde_json::Value {
+    let servers: serde_json::Map<String, serde_json::Value> = mcp
+        .servers
+        .iter()
+        .map(|name| {
+            (
+                name.clone(),
+                serde_json::json!({
+                    "type": "stdio",
+                    "command": mcp.program,
+                    "args": [super::mcp_proxy::SUBCOMMAND, name],
+                }),
+            )
+        })
+        .collect();
+    serde_json::json!({ "mcpServers": servers })
 }
 
 /// Whether Claude Code has session `id` on disk (`projects/<its name for the cwd>/<id>.jsonl`).
@@ -389,6 +421,7 @@ mod tests {
             state_dir: dir.path(),
             endpoint: &endpoint,
             hook: &hook,
+            mcp: None,
             work,
         };
         let plan = |session| plan_for(session, Work::Project);

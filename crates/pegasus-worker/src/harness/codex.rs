@@ -496,6 +496,7 @@ mod tests {
             state_dir: dir.path(),
             endpoint: &endpoint,
             hook: &hook,
+            mcp: None,
             work: Work::Project,
         };
         let launch = Codex.launch(&plan(Some("t-old"))).unwrap();

@@ -9,6 +9,7 @@
 use std::io::{BufRead, Read, Write};
 use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -18,8 +19,10 @@ pub const ADDR_ENV: &str = "PEGASUS_HARNESS_HOOK_ADDR";
 pub const TOKEN_ENV: &str = "PEGASUS_HARNESS_HOOK_TOKEN";
 /// The subcommand of `project-worker` a hook runs.
 pub const SUBCOMMAND: &str = "harness-hook";
-/// The most a question or an answer may weigh.
+/// The most a request on a run's channel may weigh (a tool call's input).
 const MAX_LINE: u64 = 4 << 20;
+/// The most an answer from the worker may weigh (an MCP server's tool list).
+const MAX_ANSWER: u64 = 64 << 20;
 
 /// What the hook asks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,48 +83,115 @@ pub type Decide = Arc<
         + Sync,
 >;
 
+impl Tokened for Question {
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
 /// The listener of one run; dropping it stops listening (and drops the questions waiting).
 pub struct HookServer {
-    task: tokio::task::JoinHandle<()>,
+    _channel: Loopback,
     /// What the harness is told.
     pub command: HookCommand,
 }
 
-impl Drop for HookServer {
+impl HookServer {
+    /// Listens on a free loopback port with a fresh token; each question is answered by
+    /// `decide`.
+    pub async fn start(decide: Decide, timeout_s: u64) -> Result<HookServer, String> {
+        let channel = Loopback::start(
+            "the harness's permission hook",
+            move |q: Question| decide(q),
+            |why| Verdict::deny(format!("not run: {why}")),
+        )
+        .await?;
+        let command = format!("{} {SUBCOMMAND}", worker_program()?);
+        let env = vec![
+            (ADDR_ENV.to_string(), channel.addr.clone()),
+            (TOKEN_ENV.to_string(), channel.token.clone()),
+        ];
+        Ok(HookServer {
+            _channel: channel,
+            command: HookCommand {
+                command,
+                env,
+                timeout_s,
+            },
+        })
+    }
+}
+
+/// This `project-worker` binary, quoted for a shell command line.
+pub(crate) fn worker_program() -> Result<String, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the project-worker binary: {e}"))?;
+    Ok(format!(
+        "'{}'",
+        exe.display().to_string().replace('\'', r"'\''")
+    ))
+}
+
+/// A request on a run's loopback channel: it carries the run's token.
+pub(crate) trait Tokened {
+    /// The token it came with.
+    fn token(&self) -> &str;
+}
+
+/// A loopback channel of one run (DESIGN.md §15): a listener on a free `127.0.0.1` port and a
+/// fresh token; each connection carries one request line (JSON, with the token) and gets one
+/// answer line. A request with a wrong token, or one that does not read, gets the `refuse`
+/// answer and nothing else happens. Dropping it stops listening and drops the requests
+/// waiting. Used by the permission hook and by the MCP proxies ([`super::mcp_proxy`]).
+pub(crate) struct Loopback {
+    task: tokio::task::JoinHandle<()>,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// The token every request must carry.
+    pub token: String,
+}
+
+impl Drop for Loopback {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl HookServer {
-    /// Listens on a free loopback port with a fresh token; each question is answered by
-    /// `decide`, one at a time (the agent does one thing at a time).
-    pub async fn start(decide: Decide, timeout_s: u64) -> Result<HookServer, String> {
+/// The answer to one request of a [`Loopback`] channel.
+pub(crate) type Answering<A> = std::pin::Pin<Box<dyn std::future::Future<Output = A> + Send>>;
+
+impl Loopback {
+    /// Listens for `what` (named in errors); `answer` answers each request whose token is
+    /// right, several at a time.
+    pub(crate) async fn start<Q, A, F>(
+        what: &'static str,
+        answer: F,
+        refuse: fn(String) -> A,
+    ) -> Result<Loopback, String>
+    where
+        Q: DeserializeOwned + Tokened + Send + 'static,
+        A: Serialize + Send + 'static,
+        F: Fn(Q) -> Answering<A> + Send + Sync + 'static,
+    {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .map_err(|e| format!("cannot listen for the harness's permission hook: {e}"))?;
+            .map_err(|e| format!("cannot listen for {what}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let token = super::random_hex().ok_or("cannot read /dev/urandom for a token")?;
-        let exe = std::env::current_exe()
-            .map_err(|e| format!("cannot find the project-worker binary: {e}"))?;
-        let command = format!(
-            "'{}' {SUBCOMMAND}",
-            exe.display().to_string().replace('\'', r"'\''")
-        );
         let expected = token.clone();
+        let answer = Arc::new(answer);
         let task = tokio::spawn(async move {
-            let lock = Arc::new(tokio::sync::Mutex::new(()));
             loop {
                 let stream = match listener.accept().await {
                     Ok((stream, _)) => stream,
                     Err(e) => {
                         // Out of descriptors, most likely: not a reason to spin.
-                        tracing::warn!("the harness's permission channel cannot accept: {e}");
+                        tracing::warn!("the channel of {what} cannot accept: {e}");
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                         continue;
                     }
                 };
-                let (decide, expected, lock) = (decide.clone(), expected.clone(), lock.clone());
+                let (answer, expected) = (answer.clone(), expected.clone());
                 tokio::spawn(async move {
                     let (read, mut write) = stream.into_split();
                     let mut line = String::new();
@@ -130,35 +200,51 @@ impl HookServer {
                     if reader.read_line(&mut line).await.is_err() {
                         return;
                     }
-                    let verdict = match serde_json::from_str::<Question>(&line) {
-                        Ok(q) if q.token == expected => {
-                            let _one_at_a_time = lock.lock().await;
-                            decide(q).await
-                        }
-                        Ok(_) => Verdict::deny("not run: the permission hook's token is wrong"),
-                        Err(e) => {
-                            Verdict::deny(format!("not run: unreadable permission question ({e})"))
-                        }
+                    let reply = match serde_json::from_str::<Q>(&line) {
+                        Ok(q) if token_matches(q.token(), &expected) => answer(q).await,
+                        Ok(_) => refuse(format!("the token given for {what} is wrong")),
+                        Err(e) => refuse(format!("unreadable request for {what} ({e})")),
                     };
-                    if let Ok(mut text) = serde_json::to_string(&verdict) {
+                    if let Ok(mut text) = serde_json::to_string(&reply) {
                         text.push('\n');
                         let _ = write.write_all(text.as_bytes()).await;
                     }
                 });
             }
         });
-        Ok(HookServer {
+        Ok(Loopback {
             task,
-            command: HookCommand {
-                command,
-                env: vec![
-                    (ADDR_ENV.to_string(), addr.to_string()),
-                    (TOKEN_ENV.to_string(), token),
-                ],
-                timeout_s,
-            },
+            addr: addr.to_string(),
+            token,
         })
     }
+}
+
+/// Whether `given` is the token, compared in time that does not depend on where they differ.
+fn token_matches(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// Sends one request to a [`Loopback`] channel at `addr` and reads its answer (blocking: the
+/// clients are small processes of their own).
+pub(crate) fn ask<Q: Serialize, A: DeserializeOwned>(addr: &str, request: &Q) -> Result<A, String> {
+    let mut stream = std::net::TcpStream::connect(addr)
+        .map_err(|e| format!("cannot reach the worker at {addr}: {e}"))?;
+    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    line.push('\n');
+    stream
+        .write_all(line.as_bytes())
+        .map_err(|e| format!("cannot ask the worker: {e}"))?;
+    let mut answer = String::new();
+    std::io::BufReader::new(stream.take(MAX_ANSWER))
+        .read_line(&mut answer)
+        .map_err(|e| format!("no answer from the worker: {e}"))?;
+    serde_json::from_str(&answer).map_err(|e| format!("unreadable answer from the worker: {e}"))
 }
 
 /// `project-worker harness-hook`: reads Claude Code's `PreToolUse` input on stdin, asks the
@@ -195,16 +281,5 @@ fn ask_worker() -> Result<Verdict, String> {
         input: hook["tool_input"].clone(),
         call_id: hook["tool_use_id"].as_str().unwrap_or_default().to_string(),
     };
-    let mut stream = std::net::TcpStream::connect(&addr)
-        .map_err(|e| format!("cannot reach the worker at {addr}: {e}"))?;
-    let mut line = serde_json::to_string(&question).map_err(|e| e.to_string())?;
-    line.push('\n');
-    stream
-        .write_all(line.as_bytes())
-        .map_err(|e| format!("cannot ask the worker: {e}"))?;
-    let mut answer = String::new();
-    std::io::BufReader::new(stream.take(MAX_LINE))
-        .read_line(&mut answer)
-        .map_err(|e| format!("no answer from the worker: {e}"))?;
-    serde_json::from_str(&answer).map_err(|e| format!("unreadable answer from the worker: {e}"))
+    ask(&addr, &question)
 }

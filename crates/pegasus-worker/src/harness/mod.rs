@@ -11,6 +11,9 @@
 //!   hands a task to, and the worker a code task's review or plan ([`Work::Consult`]).
 //! * `hook`: the approval channel: a loopback listener per run, and the `project-worker
 //!   harness-hook` client a harness's permission hook runs, which asks it.
+//! * `mcp_proxy`: the project's MCP servers for a harness: the `project-worker mcp-proxy NAME`
+//!   stdio server it starts for each, and the worker's end, which asks the approval policy
+//!   and calls the worker's [`crate::mcp::McpHub`].
 //! * `sessions`: the harness session ids kept in the project, so every message resumes.
 //! * [`build`]: the checks at the worker's start (binary, provider kind), one error naming the key.
 
@@ -23,6 +26,7 @@ use pegasus_store::{AgentKind, Config, HarnessConfig, HarnessesConfig, ProjectFi
 mod claude;
 mod codex;
 pub mod hook;
+pub mod mcp_proxy;
 mod runner;
 mod sessions;
 
@@ -50,6 +54,8 @@ pub struct Plan<'a> {
     pub endpoint: &'a Endpoint,
     /// How its permission hook reaches the worker.
     pub hook: &'a hook::HookCommand,
+    /// The project's MCP servers, as proxies it starts (`None`: it gets none).
+    pub mcp: Option<&'a mcp_proxy::McpCommand>,
     /// What the run is for.
     pub work: Work,
 }
@@ -171,13 +177,15 @@ pub trait Driver: Send + Sync + 'static {
 
 /// The project's agent and the harnesses it and its roles use, checked at the worker's start:
 /// each harness's binary is found and answers `--version`, and the project's provider is of
-/// the kind it speaks. `Err` is one line naming the key to fix.
+/// the kind it speaks. `Err` is one line naming the key to fix. `mcp`: the project's MCP
+/// servers, which its harnesses get as tools (none when `None`).
 pub fn build(
     config: &Config,
     project: &ProjectFile,
     model: &str,
     project_dir: &Path,
     relay: &crate::relay::Relay,
+    mcp: Option<Arc<crate::mcp::McpHub>>,
 ) -> Result<(AgentKind, Vec<Arc<dyn pegasus_agent::Harness>>), String> {
     let mut kinds = vec![project.agent()];
     if let Ok(roles) = project.roles() {
@@ -203,6 +211,7 @@ pub fn build(
             entry.clone(),
             project_dir.join("harness").join(kind.as_str()),
             relay.clone(),
+            mcp.clone(),
         )));
     }
     Ok((project.agent(), harnesses))

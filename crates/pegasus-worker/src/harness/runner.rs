@@ -24,8 +24,10 @@ use pegasus_store::{AgentKind, HarnessConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 use super::hook::{Decide, HookServer, Question, Verdict};
+use super::mcp_proxy::McpEndpoint;
 use super::sessions::{self, Sessions};
 use super::{bare_model, Driver, Endpoint, Event, Failure, Plan, Work};
+use crate::mcp::McpHub;
 use crate::relay::Relay;
 
 /// The longest line of a harness's output read (a tool's whole output can be in one).
@@ -42,18 +44,20 @@ pub struct Runner {
     config: HarnessConfig,
     state_dir: PathBuf,
     relay: Relay,
+    mcp: Option<Arc<McpHub>>,
 }
 
 impl Runner {
     /// `program` started as `driver` says, with `config`'s arguments, keeping its own state in
     /// `state_dir` (`<project>/harness/<kind>/`), its model endpoint one `relay` starts for
-    /// each run.
+    /// each run, the servers of `mcp` (if it has any) its MCP servers.
     pub fn new(
         driver: Arc<dyn Driver>,
         program: PathBuf,
         config: HarnessConfig,
         state_dir: PathBuf,
         relay: Relay,
+        mcp: Option<Arc<McpHub>>,
     ) -> Runner {
         Runner {
             driver,
@@ -61,6 +65,7 @@ impl Runner {
             config,
             state_dir,
             relay,
+            mcp: mcp.filter(|hub| !hub.is_empty()),
         }
     }
 }
@@ -187,8 +192,38 @@ impl Runner {
             .and_then(|g| g.policy().ok())
             .map_or(3600, |p| p.timeout())
             + 60;
+        // The project's MCP servers, through proxies that ask the worker (not for a consulted
+        // role, which only reads). Each call is put to the policy there; the hook lets the
+        // servers' tools through to it, so nobody is asked twice (DESIGN.md §15).
+        let asking = Arc::new(tokio::sync::Mutex::new(()));
+        let hub = self.mcp.as_ref().filter(|_| one.work != Work::Consult);
+        let mcp = match hub {
+            Some(hub) => {
+                let decide = decider(
+                    one.approvals.clone(),
+                    one.task_id.to_string(),
+                    asking.clone(),
+                    Vec::new(),
+                );
+                match McpEndpoint::start(hub.clone(), decide, one.settings.tool_result_cap()).await
+                {
+                    Ok(mut endpoint) => {
+                        endpoint.command.servers = hub.server_names();
+                        Some(endpoint)
+                    }
+                    Err(e) => return failed(e),
+                }
+            }
+            None => None,
+        };
+        let passed = hub.map(|h| h.server_names()).unwrap_or_default();
         let server = match HookServer::start(
-            decider(one.approvals.clone(), one.task_id.to_string()),
+            decider(
+                one.approvals.clone(),
+                one.task_id.to_string(),
+                asking,
+                passed,
+            ),
             timeout_s,
         )
         .await
@@ -220,6 +255,7 @@ impl Runner {
             state_dir: &self.state_dir,
             endpoint: &endpoint,
             hook: &server.command,
+            mcp: mcp.as_ref().map(|m| &m.command),
             work: one.work,
         };
         let launch = match self.driver.launch(&plan) {
@@ -392,6 +428,7 @@ impl Runner {
         }
         // The harness and all it started go now, whatever they were doing.
         drop(server);
+        drop(mcp);
         // A budget pegasusd refused a call for stops the task as `budget`, whatever the
         // harness made of the refusal.
         let budget = relayed.budget_refusal();
@@ -487,11 +524,28 @@ fn loop_end(text: String, stop: StopKind, turns: u32) -> LoopEnd {
     }
 }
 
-/// The approval decision of a harness's calls for task `task`.
-fn decider(gate: Option<Arc<Approvals>>, task: String) -> Decide {
+/// The approval decision of a harness's calls for task `task`, one at a time (`asking` is
+/// shared by the run's hook and MCP endpoint: the agent does one thing at a time). The tools
+/// of `passed` MCP servers are let through undecided: their calls reach the run's MCP
+/// endpoint, which decides them itself.
+fn decider(
+    gate: Option<Arc<Approvals>>,
+    task: String,
+    asking: Arc<tokio::sync::Mutex<()>>,
+    passed: Vec<String>,
+) -> Decide {
     Arc::new(move |q: Question| {
-        let (gate, task) = (gate.clone(), task.clone());
-        Box::pin(async move { decide(gate.as_deref(), &task, q).await })
+        let (gate, task, asking) = (gate.clone(), task.clone(), asking.clone());
+        let passed = passed
+            .iter()
+            .any(|s| q.tool.starts_with(&format!("mcp__{s}__")));
+        Box::pin(async move {
+            if passed {
+                return Verdict::allow();
+            }
+            let _one_at_a_time = asking.lock().await;
+            decide(gate.as_deref(), &task, q).await
+        })
     })
 }
 
