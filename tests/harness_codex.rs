@@ -646,3 +646,117 @@ fn a_review_role_assigned_to_codex_approves_and_the_task_is_merged() {
     );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// A project's MCP server is Codex's tool, run by the worker: Codex is given a proxy per server
+/// (its tools deferred behind Codex's own tool search, as the namespace `mcp__t`), and under
+/// `approvals: {tools: {"mcp__t__*": ask}}` its call of `write` in that namespace waits for a
+/// person (asked once, at the worker's MCP endpoint), runs once approved, and its answer
+/// reaches Codex's next request. While it waits, the server's `env` secret is in the server's
+/// environment and in no other process of the run (Codex, its proxy): not in an environment,
+/// not on a command line.
+#[test]
+fn codex_calls_a_project_mcp_tool_after_approval_and_the_secret_stays_with_the_server() {
+    let fake = FakeLlm::start().unwrap();
+    let tag = "tag-codex-mcp";
+    let secret = "sekrit-codex-0815";
+    let server = example_bin("mcp_test_server");
+    assert!(
+        server.exists(),
+        "{} is missing: run `cargo build --example mcp_test_server`",
+        server.display()
+    );
+    let extra = format!(
+        "mcp_servers:\n  t: {{command: '{}', args: ['{tag}'], timeout_s: 10, env: {{MCP_TEST_SECRET: '{secret}'}}}}\n\
+         approvals: {{tools: {{\"mcp__t__*\": ask}}}}",
+        server.display()
+    );
+    let Some(home) = codex_home(&fake, &extra) else {
+        return;
+    };
+    let _d = home.start_fake();
+    codex_project(&home, "cx");
+    let workdir = home.project_dir("cx").join("workdir");
+    fake.add_rule(responses(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("write through the server".into()),
+        ]),
+        Reply::Tools(vec![ToolCall::new(
+            "write",
+            json!({"path": workdir.join("mcp.txt")}),
+        )
+        .in_namespace("mcp__t")]),
+    ));
+    fake.add_rule(responses(
+        Match::LastToolResultContains("wrote ".into()),
+        Reply::Text("The server wrote it.".into()),
+    ));
+    let (mut sender, seen) = spawn_ctl(
+        &home,
+        &[
+            "project",
+            "send",
+            "cx",
+            "write through the server",
+            "--wait",
+        ],
+    );
+    let req = poll(WAIT, "an approval request", || {
+        home.json(&["approvals"]).as_array()?.first().cloned()
+    });
+    assert_eq!(req["tool"], "mcp__t__write", "{req}");
+    assert!(!workdir.join("mcp.txt").exists(), "it waited");
+    assert_eq!(home.json(&["approvals"]).as_array().unwrap().len(), 1);
+    // Codex knew the server: its tools are a deferred namespace of its own tool search.
+    let first = codex_requests(&fake)[0].body["input"].to_string();
+    assert!(first.contains("mcp__t"), "{first}");
+    // The secret: with the server, nowhere else.
+    let dir = home.path().canonicalize().unwrap();
+    let mut procs = Vec::new();
+    for pid in std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    {
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+        let read = |f: &str| {
+            let bytes = std::fs::read(format!("/proc/{pid}/{f}")).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).replace('\0', " ")
+        };
+        if cwd.starts_with(&dir) && alive(pid) {
+            procs.push((pid, read("cmdline"), read("environ")));
+        }
+    }
+    assert!(
+        procs.iter().any(|p| p.1.contains("mcp-proxy t")),
+        "its proxy runs: {procs:?}"
+    );
+    assert!(
+        !codex_in(&dir).is_empty(),
+        "Codex runs while its call waits"
+    );
+    let holding: Vec<_> = procs
+        .iter()
+        .filter(|p| p.1.contains(secret) || p.2.contains(secret))
+        .collect();
+    assert_eq!(holding.len(), 1, "{holding:?}");
+    assert!(
+        holding[0].1.contains(tag),
+        "only the server holds it: {holding:?}"
+    );
+    home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
+    assert!(sender.wait().unwrap().success(), "{:?}", fake.violations());
+    poll(WAIT, "the answer on send's output", || {
+        seen.lock()
+            .unwrap()
+            .contains("The server wrote it.")
+            .then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(workdir.join("mcp.txt")).unwrap(),
+        "mcp\n"
+    );
+    let log = home.ctl_ok(&["project", "log", "cx"]);
+    assert!(log.contains("mcp__t__write"), "{log}");
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

@@ -13,6 +13,8 @@ pub(crate) struct AnswerTool {
     pub id: String,
     pub name: String,
     pub input: serde_json::Value,
+    /// The tool's namespace (a Responses `function_call`'s `namespace`).
+    pub namespace: Option<String>,
 }
 
 /// Everything needed to render one successful response.
@@ -81,6 +83,7 @@ impl Answer {
                 id: ids::unique(tool_prefix),
                 name: t.name.clone(),
                 input: t.input.clone(),
+                namespace: t.namespace.clone(),
             })
             .collect();
         let usage = usage.unwrap_or_else(|| {

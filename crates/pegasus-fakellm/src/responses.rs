@@ -164,8 +164,13 @@ fn call_item(t: &AnswerTool, custom: bool) -> Value {
         json!({"id": ids::unique("ctc_"), "type": "custom_tool_call", "status": "completed",
                "call_id": t.id, "name": t.name, "input": input})
     } else {
-        json!({"id": ids::unique("fc_"), "type": "function_call", "status": "completed",
-               "arguments": t.input.to_string(), "call_id": t.id, "name": t.name})
+        let mut item = json!({"id": ids::unique("fc_"), "type": "function_call",
+               "status": "completed", "arguments": t.input.to_string(), "call_id": t.id,
+               "name": t.name});
+        if let Some(ns) = &t.namespace {
+            item["namespace"] = json!(ns);
+        }
+        item
     }
 }
 

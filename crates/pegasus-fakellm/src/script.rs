@@ -137,6 +137,9 @@ pub struct ToolCall {
     pub name: String,
     /// The tool arguments; should be a JSON object like real models produce.
     pub input: serde_json::Value,
+    /// The namespace of the tool (Responses API only: a `function_call`'s `namespace`, as the
+    /// API calls a tool of a `namespace` tool, e.g. Codex's `mcp__SERVER`).
+    pub namespace: Option<String>,
 }
 
 impl ToolCall {
@@ -145,7 +148,14 @@ impl ToolCall {
         ToolCall {
             name: name.to_string(),
             input,
+            namespace: None,
         }
+    }
+
+    /// The call, of the tool `name` in namespace `namespace` (Responses API).
+    pub fn in_namespace(mut self, namespace: &str) -> ToolCall {
+        self.namespace = Some(namespace.to_string());
+        self
     }
 }
 

@@ -273,6 +273,13 @@ impl McpHub {
         self.servers.iter().map(|s| s.name.clone()).collect()
     }
 
+    /// The servers' timeouts (`timeout_s`): all of them together (a first listing may start
+    /// every server), and the longest (one call).
+    pub fn timeouts(&self) -> (Duration, Duration) {
+        let each = self.servers.iter().map(|s| s.cfg.timeout());
+        (each.clone().sum(), each.max().unwrap_or_default())
+    }
+
     /// The tools of server `server` for a harness's MCP proxy (DESIGN.md §15): all of them
     /// (a harness has its own tool search; nothing is deferred), named as the agent is offered
     /// them (`mcp__SERVER__TOOL`). A server that cannot start has none (its error is in

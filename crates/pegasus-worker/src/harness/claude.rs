@@ -3,7 +3,9 @@
 //! `--resume`), its configuration in the project's `harness/claude-code/` (`CLAUDE_CONFIG_DIR`),
 //! every tool call put to Pegasus's approval policy through a `PreToolUse` hook given with
 //! `--settings` (and no settings file read: `--setting-sources ""`), and nothing that could
-//! wait on a terminal (`--permission-prompts none`).
+//! wait on a terminal (`--permission-prompts none`). The project's MCP servers are given as
+//! proxies to the worker (`--mcp-config`, and no other MCP configuration: `--strict-mcp-config`;
+//! see [`super::mcp_proxy`]).
 //!
 //! The shapes read here are the real binary's (2.1.332, run against the fake LLM): a `system`
 //! `init` line with `session_id`; an `assistant` line per content block (the same
@@ -130,8 +132,13 @@ impl Driver for ClaudeCode {
         env.extend(hook.env.iter().cloned());
         // The proxies find the worker through its environment, which Claude Code passes on to
         // the MCP servers it starts: the token is in no command line.
+        // A call may wait for a person's approval: Claude Code waits as long (milliseconds).
         if let Some(mcp) = plan.mcp {
             env.extend(mcp.env.iter().cloned());
+            env.push((
+                "MCP_TOOL_TIMEOUT".into(),
+                (mcp.call_timeout_s * 1000).to_string(),
+            ));
         }
         Ok(Launch {
             args,
@@ -447,6 +454,8 @@ mod tests {
             .windows(2)
             .any(|w| w == ["--permission-prompts", "none"]));
         assert!(launch.args.windows(2).any(|w| w == ["--model", "claude-x"]));
+        assert!(launch.args.contains(&"--strict-mcp-config".to_string()));
+        assert!(!launch.args.contains(&"--mcp-config".to_string()));
         let settings =
             &launch.args[launch.args.iter().position(|a| a == "--settings").unwrap() + 1];
         assert!(
@@ -485,5 +494,29 @@ mod tests {
         assert!(system(&code).contains("do not commit"));
         assert!(!code.iter().any(|a| a == "--disallowed-tools"));
         assert_eq!(system(&args), "About the project");
+    }
+
+    #[test]
+    fn the_projects_mcp_servers_are_proxies_and_no_other_mcp_config_is_read() {
+        let mcp = super::super::mcp_proxy::McpCommand {
+            program: "/bin/project-worker".into(),
+            servers: vec!["t".into()],
+            env: vec![(super::super::mcp_proxy::TOKEN_ENV.into(), "tok".into())],
+            list_timeout_s: 40,
+            call_timeout_s: 3700,
+        };
+        let config = mcp_config(&mcp);
+        assert_eq!(
+            config,
+            serde_json::json!({"mcpServers": {"t": {
+                "type": "stdio",
+                "command": "/bin/project-worker",
+                "args": ["mcp-proxy", "t"],
+            }}})
+        );
+        assert!(
+            !config.to_string().contains("tok"),
+            "the token is in no argument"
+        );
     }
 }

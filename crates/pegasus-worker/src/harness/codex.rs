@@ -13,7 +13,8 @@
 //! The hook is given on the command line (`-c hooks.PreToolUse=...`), so nothing a run writes
 //! into its home can remove it; such hooks run only when trusted, which
 //! `--dangerously-bypass-hook-trust` grants for the run (Codex then says so in an `error`
-//! item, which is not mirrored).
+//! item, which is not mirrored). The project's MCP servers are given there too
+//! (`-c mcp_servers.NAME...`), each a proxy to the worker ([`super::mcp_proxy`]).
 //!
 //! The shapes read here are the real binary's (0.171.0, run against the fake LLM):
 //! `thread.started` with `thread_id` (the session), `turn.started`, `item.started` /
@@ -96,6 +97,9 @@ impl Driver for Codex {
                 hook.timeout_s
             ),
         ];
+        if let Some(mcp) = plan.mcp {
+            config.extend(mcp_servers(mcp));
+        }
         let mut system = plan.system.trim().to_string();
         if let Some(note) = plan.work.note() {
             system.push_str("\n\n");
@@ -124,6 +128,9 @@ impl Driver for Codex {
             (KEY_ENV.to_string(), plan.endpoint.key.clone()),
         ];
         env.extend(hook.env.iter().cloned());
+        if let Some(mcp) = plan.mcp {
+            env.extend(mcp.env.iter().cloned());
+        }
         Ok(Launch {
             args,
             env,
@@ -138,6 +145,35 @@ impl Driver for Codex {
     fn parser(&self) -> Box<dyn Parser> {
         Box::new(ExecJson::default())
     }
+}
+
+/// The project's MCP servers as Codex's `mcp_servers` (`-c` overrides): each is
+/// `project-worker mcp-proxy NAME`, named as the server so its tools are `mcp__NAME__TOOL`,
+/// given only the proxy's two variables from Codex's environment (`env_vars`), and waited for
+/// as long as a call may wait for a person (DESIGN.md §15).
+fn mcp_servers(mcp: &super::mcp_proxy::McpCommand) -> Vec<String> {
+    use super::mcp_proxy::{ADDR_ENV, SUBCOMMAND, TOKEN_ENV};
+    let mut out = Vec::new();
+    for name in &mcp.servers {
+        // A server's name is a bare TOML key (letters, digits, `-`, `_`: checked at load).
+        let key = format!("mcp_servers.{name}");
+        out.extend([
+            format!("{key}.command={}", toml_string(&mcp.program)),
+            format!(
+                "{key}.args=[{},{}]",
+                toml_string(SUBCOMMAND),
+                toml_string(name)
+            ),
+            format!(
+                "{key}.env_vars=[{},{}]",
+                toml_string(ADDR_ENV),
+                toml_string(TOKEN_ENV)
+            ),
+            format!("{key}.startup_timeout_sec={}", mcp.list_timeout_s),
+            format!("{key}.tool_timeout_sec={}", mcp.call_timeout_s),
+        ]);
+    }
+    out
 }
 
 /// Codex's `config.toml`: the one provider it may use (the endpoint, its key in [`KEY_ENV`]),
@@ -549,5 +585,38 @@ mod tests {
         );
         assert!(text.contains(&format!("env_key = \"{KEY_ENV}\"")), "{text}");
         assert!(!text.contains("\"k\""), "no key in its files: {text}");
+        assert!(!a.iter().any(|x| x.starts_with("mcp_servers.")), "{a:?}");
+    }
+
+    #[test]
+    fn the_projects_mcp_servers_are_proxies_given_only_the_channels_variables() {
+        let mcp = super::super::mcp_proxy::McpCommand {
+            program: "/bin/project-worker".into(),
+            servers: vec!["gh".into(), "t".into()],
+            env: vec![
+                (
+                    super::super::mcp_proxy::ADDR_ENV.into(),
+                    "127.0.0.1:9".into(),
+                ),
+                (super::super::mcp_proxy::TOKEN_ENV.into(), "tok".into()),
+            ],
+            list_timeout_s: 40,
+            call_timeout_s: 3700,
+        };
+        let config = mcp_servers(&mcp);
+        for want in [
+            "mcp_servers.gh.command=\"/bin/project-worker\"",
+            "mcp_servers.gh.args=[\"mcp-proxy\",\"gh\"]",
+            "mcp_servers.t.args=[\"mcp-proxy\",\"t\"]",
+            "mcp_servers.t.env_vars=[\"PEGASUS_HARNESS_MCP_ADDR\",\"PEGASUS_HARNESS_MCP_TOKEN\"]",
+            "mcp_servers.t.startup_timeout_sec=40",
+            "mcp_servers.t.tool_timeout_sec=3700",
+        ] {
+            assert!(config.contains(&want.to_string()), "{want} in {config:?}");
+        }
+        assert!(
+            !config.iter().any(|c| c.contains("tok")),
+            "no token on its command line"
+        );
     }
 }

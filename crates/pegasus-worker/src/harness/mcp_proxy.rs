@@ -114,6 +114,10 @@ pub struct McpCommand {
     /// The proxies' environment ([`ADDR_ENV`], [`TOKEN_ENV`]), given to the harness, which
     /// passes it on to what it starts.
     pub env: Vec<(String, String)>,
+    /// Seconds a proxy's first `tools/list` may take (it may start every server).
+    pub list_timeout_s: u64,
+    /// Seconds a call may take: a person's approval, then the server's own timeout.
+    pub call_timeout_s: u64,
 }
 
 /// The worker's end of a run's MCP channel; dropping it stops listening (and the calls waiting).
@@ -125,12 +129,16 @@ pub struct McpEndpoint {
 
 impl McpEndpoint {
     /// Serves `hub`'s servers for one run: a call is run only when `decide` (the project's
-    /// approval policy, and a person when it asks) allows it, its result cut to `max_bytes`.
+    /// approval policy, and a person when it asks, within `approval_s` seconds) allows it, its
+    /// result cut to `max_bytes`.
     pub async fn start(
         hub: Arc<McpHub>,
         decide: Decide,
+        approval_s: u64,
         max_bytes: usize,
     ) -> Result<McpEndpoint, String> {
+        let servers = hub.server_names();
+        let (all, longest) = hub.timeouts();
         let channel = Loopback::start(
             "the harness's MCP servers",
             move |q: McpRequest| -> super::hook::Answering<McpAnswer> {
@@ -152,8 +160,10 @@ impl McpEndpoint {
             _channel: channel,
             command: McpCommand {
                 program,
-                servers: Vec::new(),
+                servers,
                 env,
+                list_timeout_s: all.as_secs() + 30,
+                call_timeout_s: approval_s + longest.as_secs() + 30,
             },
         })
     }
@@ -557,6 +567,7 @@ mod tests {
         let endpoint = McpEndpoint::start(
             hub.clone(),
             deciding(Verdict::deny("denied by policy: tools"), asked.clone()),
+            60,
             4096,
         )
         .await

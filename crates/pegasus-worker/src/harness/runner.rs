@@ -205,12 +205,15 @@ impl Runner {
                     asking.clone(),
                     Vec::new(),
                 );
-                match McpEndpoint::start(hub.clone(), decide, one.settings.tool_result_cap()).await
+                match McpEndpoint::start(
+                    hub.clone(),
+                    decide,
+                    timeout_s,
+                    one.settings.tool_result_cap(),
+                )
+                .await
                 {
-                    Ok(mut endpoint) => {
-                        endpoint.command.servers = hub.server_names();
-                        Some(endpoint)
-                    }
+                    Ok(endpoint) => Some(endpoint),
                     Err(e) => return failed(e),
                 }
             }
