@@ -83,6 +83,13 @@ fn bash(command: &str) -> ToolCall {
     ToolCall::new("Bash", json!({"command": command, "description": "Run it"}))
 }
 
+/// Waits until `said` (a spawned `pegasusctl`'s output, read by another thread) contains `text`.
+fn printed(said: &std::sync::Mutex<String>, text: &str) {
+    poll(Duration::from_secs(5), text, || {
+        said.lock().unwrap().contains(text).then_some(())
+    });
+}
+
 /// The approval request waiting in the home (there must be one soon).
 fn waiting(home: &Home) -> Value {
     poll(Duration::from_secs(60), "an approval request", || {
@@ -293,12 +300,7 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
     let out = send.wait_with_output().unwrap();
     assert!(out.status.success());
     // The reader of its output may still be at work when it exits.
-    poll(Duration::from_secs(5), "the answer printed", || {
-        said.lock()
-            .unwrap()
-            .contains("the command ran")
-            .then_some(())
-    });
+    printed(&said, "the command ran");
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "first\n");
 
     // Denied, with a reason.
@@ -310,16 +312,7 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
     home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not today"]);
     let out = send.wait_with_output().unwrap();
     assert!(out.status.success());
-    poll(
-        Duration::from_secs(5),
-        "the refusal's answer printed",
-        || {
-            said.lock()
-                .unwrap()
-                .contains("the command was refused")
-                .then_some(())
-        },
-    );
+    printed(&said, "the command was refused");
     assert_eq!(
         std::fs::read_to_string(&runs).unwrap(),
         "first\n",
@@ -1311,12 +1304,7 @@ fn claude_codes_mcp_call_waits_for_approval_and_the_servers_secret_stays_with_it
     home.ctl_ok(&["approve", req["id"].as_str().unwrap()]);
     let out = send.wait_with_output().unwrap();
     assert!(out.status.success());
-    poll(Duration::from_secs(5), "the answer printed", || {
-        said.lock()
-            .unwrap()
-            .contains("the server wrote it")
-            .then_some(())
-    });
+    printed(&said, "the server wrote it");
     assert_eq!(
         std::fs::read_to_string(work.join("first.txt")).unwrap(),
         "mcp\n"
@@ -1332,16 +1320,7 @@ fn claude_codes_mcp_call_waits_for_approval_and_the_servers_secret_stays_with_it
     home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not now"]);
     let out = send.wait_with_output().unwrap();
     assert!(out.status.success());
-    poll(
-        Duration::from_secs(5),
-        "the refusal's answer printed",
-        || {
-            said.lock()
-                .unwrap()
-                .contains("the write was refused")
-                .then_some(())
-        },
-    );
+    printed(&said, "the write was refused");
     assert!(
         !work.join("second.txt").exists(),
         "the denied call did not run"

@@ -630,33 +630,19 @@ mod tests {
         let decide = deciding(Verdict::allow(), asked.clone());
         // Listing starts the server: it cannot, so it has no tools, and a call of a tool it
         // never listed is not made.
-        let listed = answer(
-            &hub,
-            &decide,
-            4096,
-            McpRequest {
-                token: String::new(),
-                server: "t".into(),
-                op: McpOp::List,
-            },
-        )
-        .await;
+        let ask = |op| McpRequest {
+            token: String::new(),
+            server: "t".into(),
+            op,
+        };
+        let listed = answer(&hub, &decide, 4096, ask(McpOp::List)).await;
         assert_eq!(listed, McpAnswer::Tools { tools: vec![] });
-        let called = answer(
-            &hub,
-            &decide,
-            4096,
-            McpRequest {
-                token: String::new(),
-                server: "t".into(),
-                op: McpOp::Call {
-                    tool: "echo".into(),
-                    arguments: json!({}),
-                    call_id: Some("c1".into()),
-                },
-            },
-        )
-        .await;
+        let call = McpOp::Call {
+            tool: "echo".into(),
+            arguments: json!({}),
+            call_id: Some("c1".into()),
+        };
+        let called = answer(&hub, &decide, 4096, ask(call)).await;
         let McpAnswer::Result { text, is_error } = called else {
             panic!("{called:?}")
         };
