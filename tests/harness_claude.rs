@@ -838,3 +838,107 @@ fn a_suspend_while_a_call_waits_holds_it_and_the_resumed_task_asks_again() {
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
 }
+
+/// The pids of the processes descending from `ancestor` whose program is `project-worker` run
+/// as `harness-hook`: Claude Code's permission hooks asking the worker.
+fn hooks_under(ancestor: u32) -> Vec<u32> {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    processes_with("harness-hook")
+        .into_iter()
+        .filter(|pid| {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            let mut p = *pid;
+            exe.to_string_lossy().contains("project-worker")
+                && std::iter::from_fn(|| {
+                    p = parent(p)?;
+                    (p > 1).then_some(p)
+                })
+                .any(|p| p == ancestor)
+        })
+        .collect()
+}
+
+/// The permission hook killed while its call waits for approval: the request is withdrawn at
+/// once (no longer waiting, closed as withdrawn), a later `approve` is refused with one line,
+/// the command never runs, and Claude Code goes on to answer the message.
+#[test]
+fn a_hook_killed_while_its_call_waits_withdraws_the_request() {
+    let Some((fake, home, _d, worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
+    let marker = home.project_dir("cc").join("workdir/hook-killed.txt");
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Kill its hook".into()),
+            ]),
+            Reply::Tools(vec![bash("echo ran > hook-killed.txt")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::AnyTextContains("Kill its hook".into()),
+        Reply::Text("went on without it".into()),
+    ));
+    let (send, said) = spawn_ctl(&home, &["project", "send", "cc", "Kill its hook", "--wait"]);
+    let req = waiting(&home);
+    let id = req["id"].as_str().unwrap().to_string();
+    let hook = poll(Duration::from_secs(10), "the hook process", || {
+        hooks_under(worker).first().copied()
+    });
+    kill9(hook);
+    poll(
+        Duration::from_secs(10),
+        "the request no longer waiting",
+        || {
+            let listed = home.json(&["approvals"]);
+            (!listed.as_array()?.iter().any(|r| r["id"] == id.as_str())).then_some(())
+        },
+    );
+    let closed = home
+        .project_dir("cc")
+        .join(format!("approvals/closed/{id}.answer.json"));
+    let answer: Value = poll(Duration::from_secs(10), "the request closed", || {
+        serde_json::from_slice(&std::fs::read(&closed).ok()?).ok()
+    });
+    assert_eq!(answer["decision"], "withdrawn", "{answer}");
+    assert_eq!(
+        answer["why"], "Claude Code stopped waiting for the answer",
+        "{answer}"
+    );
+    let refused = home.ctl_fails(&["approve", &id]);
+    assert!(
+        refused.contains(&format!("approval {id} was already answered: withdrawn")),
+        "{refused}"
+    );
+    let out = send.wait_with_output().unwrap();
+    assert!(out.status.success());
+    poll(Duration::from_secs(5), "the answer printed", || {
+        said.lock()
+            .unwrap()
+            .contains("went on without it")
+            .then_some(())
+    });
+    let task = req["task"].as_str().unwrap();
+    let t = home.json(&["task", "show", task])["task"].clone();
+    assert_eq!(t["state"], "done", "{t}");
+    assert!(!marker.exists(), "the command never ran");
+    assert!(!home
+        .project_dir("cc")
+        .join(format!("approvals/closed/{id}.ran"))
+        .exists());
+    assert!(home
+        .ctl_ok(&["project", "log", "cc"])
+        .contains("went on without it"));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+}

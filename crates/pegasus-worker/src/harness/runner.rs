@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pegasus_agent::agent_loop::LoopEnd;
-use pegasus_agent::approvals::Gate;
+use pegasus_agent::approvals::Handed;
 use pegasus_agent::{AgentError, Approvals, HarnessFuture, HarnessTurn, StopKind};
 use pegasus_approvals::PolicyDecision;
 use pegasus_store::{AgentKind, HarnessConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
-use super::hook::{Decide, HookServer, Question, Verdict};
+use super::hook::{Decide, HookServer, Question, Ruling};
 use super::sessions::{self, Sessions};
 use super::{bare_model, Driver, Endpoint, Event, Failure, Plan};
 use crate::relay::Relay;
@@ -121,7 +121,7 @@ impl Runner {
             .map_or(3600, |p| p.timeout())
             + 60;
         let server = match HookServer::start(
-            decider(ctx.approvals.clone(), turn.task_id.to_string()),
+            decider(ctx.approvals.clone(), name, turn.task_id.to_string()),
             timeout_s,
         )
         .await
@@ -310,8 +310,10 @@ impl Runner {
                 }
             }
         }
-        // The harness and all it started go now, whatever they were doing.
-        drop(server);
+        // The harness and all it started go now, whatever they were doing; a call still
+        // waiting for its approval is let go with its hook (withdrawn, or held if the process
+        // stops).
+        server.close().await;
         // A budget pegasusd refused a call for stops the task as `budget`, whatever the
         // harness made of the refusal.
         let budget = relayed.budget_refusal();
@@ -406,11 +408,11 @@ fn loop_end(text: String, stop: StopKind, turns: u32) -> LoopEnd {
     }
 }
 
-/// The approval decision of a harness's calls for task `task`.
-fn decider(gate: Option<Arc<Approvals>>, task: String) -> Decide {
+/// The approval decision of the calls of harness `name` for task `task`.
+pub(super) fn decider(gate: Option<Arc<Approvals>>, name: &'static str, task: String) -> Decide {
     Arc::new(move |q: Question| {
         let (gate, task) = (gate.clone(), task.clone());
-        Box::pin(async move { decide(gate.as_deref(), &task, q).await })
+        Box::pin(async move { decide(gate.as_ref(), name, &task, q).await })
     })
 }
 
@@ -426,28 +428,24 @@ pub(crate) fn policy_call(tool: &str, input: &serde_json::Value) -> (String, ser
     }
 }
 
-async fn decide(gate: Option<&Approvals>, task: &str, q: Question) -> Verdict {
+async fn decide(gate: Option<&Arc<Approvals>>, name: &str, task: &str, q: Question) -> Ruling {
     let Some(gate) = gate else {
-        return Verdict::allow();
+        return Ruling::Allow;
     };
     let (tool, input) = policy_call(&q.tool, &q.input);
     match gate.check(&tool, &input) {
-        Ok(PolicyDecision::Allow) => Verdict::allow(),
-        Ok(PolicyDecision::Deny(key)) => Verdict::deny(format!("denied by policy: {key}")),
-        Err(refusal) => Verdict::deny(refusal.to_string()),
-        Ok(PolicyDecision::Ask) => {
-            match gate.ask(Some(task), &q.call_id, &tool, &input, None).await {
-                Gate::Run(id) => {
-                    // The harness runs it now; the request is closed as run.
-                    gate.done(&id);
-                    Verdict::allow()
-                }
-                Gate::Result(out) => Verdict::deny(out.content),
-                Gate::Held => Verdict::deny(
-                    "not run: the project stopped while this call waited for approval",
-                ),
-            }
-        }
+        Ok(PolicyDecision::Allow) => Ruling::Allow,
+        Ok(PolicyDecision::Deny(key)) => Ruling::Deny(format!("denied by policy: {key}")),
+        Err(refusal) => Ruling::Deny(refusal.to_string()),
+        // The harness runs it, once its hook has the approval in hand.
+        Ok(PolicyDecision::Ask) => match gate.hand_off(name, task, &q.call_id, &tool, &input).await
+        {
+            Handed::Approved(handoff) => Ruling::Approved(handoff),
+            Handed::Refused(why) => Ruling::Deny(why),
+            Handed::Held => Ruling::Deny(
+                "not run: the project stopped while this call waited for approval".into(),
+            ),
+        },
     }
 }
 
