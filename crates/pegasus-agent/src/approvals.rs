@@ -379,17 +379,8 @@ impl Approvals {
                     },
                 );
             }
-            if !request.task.is_empty() {
-                if let Ok(t) = self.tasks.get(&request.task) {
-                    if t.state != TaskState::Blocked {
-                        break self.answer_or_theirs(
-                            request,
-                            Decision::Withdrawn {
-                                why: format!("task {} was {} while it waited", t.id, t.state),
-                            },
-                        );
-                    }
-                }
+            if let Some(why) = self.moved_on(request) {
+                break self.answer_or_theirs(request, Decision::Withdrawn { why });
             }
             if self.stop.load(Ordering::SeqCst) {
                 self.holding.store(true, Ordering::SeqCst);
@@ -410,6 +401,16 @@ impl Approvals {
             self.report(request, &answer);
         }
         Some(answer)
+    }
+
+    /// Why `request` is withdrawn if its task no longer waits for it (cancelled, say).
+    fn moved_on(&self, request: &ApprovalRequest) -> Option<String> {
+        if request.task.is_empty() {
+            return None;
+        }
+        let t = self.tasks.get(&request.task).ok()?;
+        (t.state != TaskState::Blocked)
+            .then(|| format!("task {} was {} while it waited", t.id, t.state))
     }
 
     /// Reports `request`'s answer (log, event).
@@ -450,12 +451,11 @@ impl Approvals {
             return;
         }
         if !answered {
-            let answer = self.answer_or_theirs(
-                request,
-                Decision::Withdrawn {
-                    why: format!("{asker} stopped waiting for the answer"),
-                },
-            );
+            // Its task's end, if that is what ended the run, says why best.
+            let why = self
+                .moved_on(request)
+                .unwrap_or_else(|| format!("{asker} stopped waiting for the answer"));
+            let answer = self.answer_or_theirs(request, Decision::Withdrawn { why });
             self.answered(request, &answer);
         }
         tracing::info!(id = %request.id, "not run: {asker} went away before it had the answer");
