@@ -35,18 +35,20 @@ pub struct Runner {
     config: HarnessConfig,
     state_dir: PathBuf,
     relay: Relay,
+    tasks: pegasus_tasks::TaskStore,
 }
 
 impl Runner {
     /// `program` started as `driver` says, with `config`'s arguments, keeping its own state in
     /// `state_dir` (`<project>/harness/<kind>/`), its model endpoint one `relay` starts for
-    /// each run.
+    /// each run; `tasks` are the project's (a code task's session is forgotten once it is over).
     pub fn new(
         driver: Arc<dyn Driver>,
         program: PathBuf,
         config: HarnessConfig,
         state_dir: PathBuf,
         relay: Relay,
+        tasks: pegasus_tasks::TaskStore,
     ) -> Runner {
         Runner {
             driver,
@@ -54,6 +56,7 @@ impl Runner {
             config,
             state_dir,
             relay,
+            tasks,
         }
     }
 }
@@ -101,7 +104,7 @@ impl Runner {
             return failed(format!("cannot create {}: {e}", self.state_dir.display()));
         }
         // The session this place continues, or a new one kept before it starts.
-        let sessions = Sessions::new(&self.state_dir);
+        let sessions = Sessions::new(&self.state_dir, &self.tasks);
         let place = sessions::place(turn.task_id, turn.code_task);
         let session = sessions.get(&place);
         let fresh = match session {
