@@ -452,6 +452,18 @@ mod tests {
             stream
         }
 
+        /// A hook's connection that asked to run `command`, a person's approval of it, and the
+        /// first `allow` the hook reads.
+        async fn approved(&self, command: &str) -> (tokio::net::TcpStream, ApprovalRequest) {
+            let mut hook = self.ask(command).await;
+            let r = self.pending().await;
+            self.answer(&r.id, Decision::Approved { always: false })
+                .unwrap();
+            self.gate.wake();
+            assert_eq!(verdict(&mut hook).await, Verdict::allow());
+            (hook, r)
+        }
+
         /// The request the hook's question wrote (there must be one soon).
         async fn pending(&self) -> ApprovalRequest {
             until("a pending request", || store::pending(&self.dir).pop()).await
@@ -542,15 +554,11 @@ mod tests {
     #[tokio::test]
     async fn an_approval_counts_as_run_once_the_hook_has_it_in_hand() {
         let fx = Fixture::new().await;
-        let mut hook = fx.ask("make").await;
-        let r = fx.pending().await;
-        fx.answer(&r.id, Decision::Approved { always: false })
-            .unwrap();
-        fx.gate.wake();
-        assert_eq!(verdict(&mut hook).await, Verdict::allow());
+        let (mut hook, r) = fx.approved("make").await;
         // Not before the receipt.
         assert!(
-            store::read_state(&fx.dir, &r.id) == Some(RequestState::Approved { always: false })
+            store::read_state(&fx.dir, &r.id) == Some(RequestState::Approved { always: false }),
+            "not marked before the receipt"
         );
         let mut receipt = serde_json::to_string(&Receipt { received: true }).unwrap();
         receipt.push('\n');
@@ -564,12 +572,7 @@ mod tests {
     #[tokio::test]
     async fn an_approval_whose_hook_went_away_before_its_receipt_never_counts_as_run() {
         let fx = Fixture::new().await;
-        let mut hook = fx.ask("make").await;
-        let r = fx.pending().await;
-        fx.answer(&r.id, Decision::Approved { always: false })
-            .unwrap();
-        fx.gate.wake();
-        assert_eq!(verdict(&mut hook).await, Verdict::allow());
+        let (hook, r) = fx.approved("make").await;
         drop(hook);
         // One state: approved, closed, not run.
         assert!(matches!(fx.closed(&r.id).await, Decision::Approved { .. }));
