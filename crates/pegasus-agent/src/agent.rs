@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::agent_loop::{run_loop, LoopSpec};
 use crate::compaction::{self, Compactor, RunMark};
+use crate::desk::{Desk, TaskBoard};
 use crate::error::AgentError;
 use crate::model::ChatModel;
 use crate::outbox::{send_event, Notice};
@@ -33,7 +34,7 @@ pub struct Workspace {
 }
 use crate::toolset::ToolSet;
 use crate::transcript::{push_user, rebuild};
-use pegasus_tasks::{Task, TaskState, TaskStore, TaskUpdate};
+use pegasus_tasks::{Task, TaskState};
 
 mod consult;
 
@@ -61,7 +62,7 @@ pub struct Agent {
     queued_ids: Vec<String>,
     /// Acknowledged messages (id, text) no task took up before the last stop, found at open.
     untaken: Vec<(String, String)>,
-    tasks: TaskStore,
+    board: TaskBoard,
     /// Set by the host when the process is asked to stop: a task stops at its next turn.
     stop_flag: Arc<std::sync::atomic::AtomicBool>,
     /// The approval gate of a project's agent (DESIGN.md §11), set by the host.
@@ -85,26 +86,24 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// `dir` is the project folder (or `<home>/main` for the MainAgent): session/, memory/,
-    /// skills/, tasks/ live under it; `workdir` is where file tools and exec act (created if
-    /// missing). Loads the session, repairing what a crash left and writing that repair into
+    /// The agent of `desk`'s project (or the MainAgent's: `<home>/main`); `workdir` is where
+    /// file tools and exec act (created if missing). Loads the session, repairing what a crash left and writing that repair into
     /// the file (the synthetic cancelled results of cut-off tool calls and a `crash` record),
     /// and rebuilds a valid transcript from it; applies the restart rule to the tasks (see
     /// [`TaskStore::recover_after_restart`]: a task left `running` fails with `process
     /// restarted`, a message's task runs again once). Messages acknowledged but never taken
     /// up are made a task by [`Agent::adopt_pending_messages`].
-    #[allow(clippy::too_many_arguments)]
     pub fn open(
-        dir: &Path,
+        desk: &Desk,
         workdir: &Path,
-        name: &str,
         system_base: String,
         global_skills: PathBuf,
         tools: ToolSet,
         model: Arc<dyn ChatModel>,
-        notices: UnboundedSender<Notice>,
         settings: AgentSettings,
     ) -> Result<Agent, AgentError> {
+        let (dir, name) = (desk.dir.as_path(), desk.name.as_str());
+        let notices = desk.board.notices().clone();
         for d in [
             dir.join("session"),
             dir.join("memory").join("facts"),
@@ -122,7 +121,7 @@ impl Agent {
                 tracing::info!(agent = name, dir = %d.display(), removed = n, "removed temp files left by a crash");
             }
         }
-        let tasks = TaskStore::open(dir, name).map_err(AgentError::tasks)?;
+        let tasks = desk.board.store().clone();
         let (held, held_calls) = crate::approvals::held_after_restart(dir, &tasks);
         let loaded = pegasus_store::load_session_holding(dir, &held_calls)?;
         if loaded.skipped > 0 || loaded.torn_tail || loaded.repaired_tool_uses > 0 {
@@ -169,8 +168,8 @@ impl Agent {
             queued: Vec::new(),
             queued_ids: Vec::new(),
             untaken,
-            tasks,
-            stop_flag: Arc::default(),
+            board: desk.board.clone(),
+            stop_flag: desk.stop.clone(),
             approvals: None,
             held,
             instruction_files: Default::default(),
@@ -207,11 +206,6 @@ impl Agent {
     /// Puts the project's approval gate in front of every tool call from now on.
     pub fn set_approvals(&mut self, gate: Arc<crate::approvals::Approvals>) {
         self.approvals = Some(gate);
-    }
-
-    /// The project's approval gate, if it has one.
-    pub fn approvals(&self) -> Option<&Arc<crate::approvals::Approvals>> {
-        self.approvals.as_ref()
     }
 
     /// The task of a call left waiting for its approval by the last process, if any.
@@ -300,7 +294,8 @@ impl Agent {
                 .await?;
                 self.transcript = rebuild(&load_session(&self.dir)?.records);
             }
-            self.move_task(&task_id, TaskState::Blocked, TaskState::Ready, "restarted")?;
+            self.board
+                .move_task(&task_id, TaskState::Blocked, TaskState::Ready, "restarted")?;
             return Ok(outcome(
                 StopKind::Cancelled,
                 format!("Task {task_id} starts over: its waiting call was cut off."),
@@ -360,7 +355,7 @@ impl Agent {
         }
         // The file is the truth: the in-memory transcript had closed the call as cancelled.
         self.transcript = rebuild(&load_session(&self.dir)?.records);
-        let state = self.tasks.get(&task_id).map(|t| t.state).ok();
+        let state = self.board.store().get(&task_id).map(|t| t.state).ok();
         if state != Some(TaskState::Running) {
             return Ok(outcome(
                 StopKind::Cancelled,
@@ -368,7 +363,7 @@ impl Agent {
             ));
         }
         if !runnable {
-            let t = self.move_task(
+            let t = self.board.move_task(
                 &task_id,
                 TaskState::Running,
                 TaskState::Failed,
@@ -424,8 +419,13 @@ impl Agent {
             .collect::<Vec<_>>()
             .join("\n\n");
         tracing::warn!(agent = %self.name, messages = ?ids, "messages acknowledged before the restart were never taken up: they run now");
-        let task =
-            task_record::task_for_message(&self.tasks, &self.dir, goal, ids, TaskState::Ready)?;
+        let task = task_record::task_for_message(
+            self.board.store(),
+            &self.dir,
+            goal,
+            ids,
+            TaskState::Ready,
+        )?;
         task_record::report(&self.notices, &task);
         Ok(Some(task))
     }
@@ -440,41 +440,13 @@ impl Agent {
         &self.transcript
     }
 
-    /// The agent's folder.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The base of its system prompt (the PROJECT.md body): the project overview of role
-    /// prompts and subagents.
-    pub fn system_base(&self) -> &str {
-        &self.system_base
-    }
-
-    /// The flag the host sets on a graceful shutdown: a running task finishes its current
-    /// turn, then stops and is recorded as `failed` with reason `interrupted by shutdown` (it
-    /// can be retried). Phases of runs are not interrupted: their run resumes after a restart.
-    pub fn stop_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
-        self.stop_flag.clone()
-    }
-
-    /// Its settings.
-    pub fn settings(&self) -> &AgentSettings {
-        &self.settings
-    }
-
-    /// Its tasks (for the task runner, `task list` and the dashboard).
-    pub fn tasks(&self) -> &TaskStore {
-        &self.tasks
-    }
-
     /// Skill folders, project first.
-    pub fn skill_dirs(&self) -> Vec<PathBuf> {
+    fn skill_dirs(&self) -> Vec<PathBuf> {
         vec![self.dir.join("skills"), self.global_skills.clone()]
     }
 
     /// The system prompt as the next run would send it.
-    pub fn system_prompt(&self) -> String {
+    fn system_prompt(&self) -> String {
         system_prompt(
             &self.system_base,
             self.settings.preferences.as_deref(),
@@ -512,7 +484,7 @@ impl Agent {
         };
         let refused_ids = ids.clone();
         let task = task_record::task_for_message(
-            &self.tasks,
+            self.board.store(),
             &self.dir,
             goal.clone(),
             ids,
@@ -520,7 +492,7 @@ impl Agent {
         )?;
         task_record::report(&self.notices, &task);
         if let Some(refused) = self.user_prompt_submit(&texts, refused_ids).await? {
-            task_record::fail_running(&self.tasks, &self.notices, &task.id, &refused);
+            task_record::fail_running(self.board.store(), &self.notices, &task.id, &refused);
             return Ok(RunOutcome::refused_by_hook(task.id, refused));
         }
         self.run_task(task.id, true, true, None, None).await
@@ -595,11 +567,6 @@ impl Agent {
         self.add_context(HookEvent::SessionStart, &verdict.context)
     }
 
-    /// The tools the agent offers (built-ins, plus MCP tools once added).
-    pub fn tools(&self) -> &ToolSet {
-        &self.tools
-    }
-
     /// Offers MCP servers' tools (`mcp__NAME__TOOL`, DESIGN.md §13) from now on besides the
     /// agent's own; replaces the MCP tools given before. `late`: the deferred MCP tools, which
     /// join while a loop runs once found (DESIGN.md §13).
@@ -611,68 +578,38 @@ impl Agent {
         self.tools = self.tools.with_mcp(mcp, late);
     }
 
+    /// The model's context window the next run plans for, when known.
+    pub fn context_window(&self) -> Option<u64> {
+        self.settings.context_window
+    }
+
+    /// Task `task` worked as role `role_id` (DESIGN.md §9): the role's prompt over this
+    /// project's overview, its tools out of the agent's, its model settings, for the task's
+    /// frozen goal and acceptance (else its title).
+    pub fn role_run(&self, task: &Task, role_id: &str) -> Result<RoleRun, String> {
+        let (goal, acceptance) = match &task.spec {
+            Some(spec) => (spec.goal.as_str(), spec.acceptance.as_slice()),
+            None => (task.title.as_str(), &[][..]),
+        };
+        crate::roles::prepare_role(
+            role_id,
+            &self.settings.role_assignments,
+            &self.settings,
+            &self.tools,
+            &self.system_base,
+            &self.dir.join("memory"),
+            &self.skill_dirs(),
+            goal,
+            acceptance,
+        )
+    }
+
     /// Uses `tokens` as the model's context window from the next run on (what its server
     /// said, after the worker started with the default).
     pub fn set_context_window(&mut self, tokens: u64) {
         if tokens > 0 && self.settings.context_window != Some(tokens) {
             tracing::info!(window = tokens, "the model's context window");
             self.settings.context_window = Some(tokens);
-        }
-    }
-
-    /// The project's name (or the MainAgent's).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The text a task starts from: its goal, acceptance criteria and the answer to its
-    /// question, if any.
-    pub fn task_request(&self, task: &Task) -> String {
-        task_record::request_of(&self.tasks, task)
-    }
-
-    /// Moves task `id` from `from` to `to` (actor `pegasus`), reported like every move.
-    pub fn move_task(
-        &self,
-        id: &str,
-        from: TaskState,
-        to: TaskState,
-        reason: &str,
-    ) -> Result<Task, AgentError> {
-        self.move_task_with(id, from, to, reason, &[])
-    }
-
-    /// Like [`Agent::move_task`], with field updates written in the same step (one write
-    /// under the task lock, so nobody sees the move without them).
-    pub fn move_task_with(
-        &self,
-        id: &str,
-        from: TaskState,
-        to: TaskState,
-        reason: &str,
-        updates: &[TaskUpdate],
-    ) -> Result<Task, AgentError> {
-        let t = self
-            .tasks
-            .finish(id, updates, Some((from, to, reason)), "pegasus")
-            .map_err(AgentError::tasks)?;
-        task_record::report(&self.notices, &t);
-        Ok(t)
-    }
-
-    /// Records one field of task `id` (actor `pegasus`).
-    pub fn update_task(&self, id: &str, update: TaskUpdate) -> Result<(), AgentError> {
-        self.tasks
-            .update(id, update, "pegasus")
-            .map(|_| ())
-            .map_err(AgentError::tasks)
-    }
-
-    /// Fails a ready task that cannot start (its role cannot be prepared): `ready → running →
-    /// failed` with `why`, each move reported like any other.
-    pub fn fail_unstartable(&self, id: &str, why: &str) {
-        if task_record::start(&self.tasks, &self.notices, id).is_ok() {
-            task_record::fail_running(&self.tasks, &self.notices, id, why);
         }
     }
 
@@ -689,7 +626,7 @@ impl Agent {
         // perhaps while its UserPromptSubmit hooks ran): they are asked again, as nothing
         // says what they answered.
         if !task.messages.is_empty() {
-            let prompt = task_record::request_of(&self.tasks, &task);
+            let prompt = task_record::request_of(self.board.store(), &task);
             if let Some(refused) = self
                 .user_prompt_submit(&[prompt], task.messages.clone())
                 .await?
@@ -698,13 +635,20 @@ impl Agent {
                 if let Ok(loaded) = load_session(&self.dir) {
                     self.transcript = rebuild(&loaded.records);
                 }
-                self.fail_unstartable(&task.id, &refused);
+                if task_record::start(self.board.store(), &self.notices, &task.id).is_ok() {
+                    task_record::fail_running(
+                        self.board.store(),
+                        &self.notices,
+                        &task.id,
+                        &refused,
+                    );
+                }
                 return Ok(RunOutcome::refused_by_hook(task.id, refused));
             }
         }
         let text =
             if task.messages.is_empty() {
-                task_record::request_of(&self.tasks, &task)
+                task_record::request_of(self.board.store(), &task)
             } else {
                 // A message's task (re-run after a restart, or taken up late): its messages are
                 // already in the session and the transcript, with whatever work was cut off.
@@ -844,10 +788,10 @@ impl Agent {
         if !request.starts_with("(Pegasus restarted before the message") {
             return request;
         }
-        match self.tasks.get(task_id) {
+        match self.board.store().get(task_id) {
             Ok(task) => format!(
                 "{}\n\n(Pegasus restarted while this was being worked on: check what was already done, then go on and answer.)",
-                task_record::request_of(&self.tasks, &task)
+                task_record::request_of(self.board.store(), &task)
             ),
             Err(_) => request,
         }
@@ -866,7 +810,7 @@ impl Agent {
         workspace: Option<&Workspace>,
     ) -> Result<RunOutcome, AgentError> {
         if tracked && !started {
-            if let Err(e) = task_record::start(&self.tasks, &self.notices, &task_id) {
+            if let Err(e) = task_record::start(self.board.store(), &self.notices, &task_id) {
                 // Cancelled (or otherwise moved) between being queued and starting.
                 return Ok(RunOutcome {
                     task_id,
@@ -923,7 +867,7 @@ impl Agent {
             file_len: self.session_len(),
             request: request_texts(self.transcript.get(task_start)),
         };
-        let store = self.tasks.clone();
+        let store = self.board.store().clone();
         let watched = task_id.clone();
         let stopping = self.stop_flag.clone();
         let cancelled = move || {
@@ -973,7 +917,7 @@ impl Agent {
                 }
                 if tracked {
                     let why = "session write failed";
-                    task_record::fail_running(&self.tasks, &self.notices, &task_id, why);
+                    task_record::fail_running(self.board.store(), &self.notices, &task_id, why);
                 }
                 return Err(e);
             }
@@ -1044,7 +988,8 @@ impl Agent {
         if end.stop == StopKind::Cancelled
             && self.stop_flag.load(std::sync::atomic::Ordering::SeqCst)
             && self
-                .tasks
+                .board
+                .store()
                 .get(&task_id)
                 .map(|t| t.state == TaskState::Running)
                 .unwrap_or(false)
@@ -1058,7 +1003,7 @@ impl Agent {
             return Ok(RunOutcome::of(task_id, end, cost));
         }
         task_record::finish(
-            &self.tasks,
+            self.board.store(),
             &self.notices,
             &task_id,
             task_record::Finish {

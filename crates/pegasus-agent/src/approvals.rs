@@ -122,24 +122,17 @@ pub struct Approvals {
 }
 
 impl Approvals {
-    /// The gate of the project in `dir`, under config.yml's `approvals` (PROJECT.md's block is
+    /// The gate of `desk`'s project, under config.yml's `approvals` (PROJECT.md's block is
     /// read again whenever the file changed, so `approve --always` and a hand edit count at the
-    /// next call). `stop` is the agent's stop flag: a waiting call is held when it is set.
-    pub fn new(
-        project: &str,
-        dir: &Path,
-        config: ApprovalsConfig,
-        tasks: TaskStore,
-        notices: UnboundedSender<Notice>,
-        stop: Arc<AtomicBool>,
-    ) -> Approvals {
+    /// next call). A waiting call is held when the desk's stop flag is set.
+    pub fn new(desk: &crate::desk::Desk, config: ApprovalsConfig) -> Approvals {
         Approvals {
-            project: project.to_string(),
-            dir: dir.to_path_buf(),
-            policy: ProjectPolicy::new(project, dir, config),
-            tasks,
-            notices,
-            stop,
+            project: desk.name.clone(),
+            dir: desk.dir.clone(),
+            policy: ProjectPolicy::new(&desk.name, &desk.dir, config),
+            tasks: desk.board.store().clone(),
+            notices: desk.board.notices().clone(),
+            stop: desk.stop.clone(),
             wake: tokio::sync::Notify::new(),
             holding: AtomicBool::new(false),
             merge_expiry: std::sync::Mutex::new(None),

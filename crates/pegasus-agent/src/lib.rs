@@ -13,7 +13,8 @@
 //! frames), and it never writes PROJECT.md or decides a project's lifecycle; the supervisor
 //! does. It does not read config.yml either: the host resolves [`AgentSettings`].
 //!
-//! Map: [`agent`] (the per-project agent and its runs), [`task_record`] (how a message becomes
+//! Map: [`agent`] (the per-project agent and its runs), [`desk`] (what the host shares with it:
+//! the folder, the task board, the stop flag), [`task_record`] (how a message becomes
 //! a task and how its states are recorded), [`session_writer`] (durable session appends),
 //! [`outbox`] (what the agent tells its host), [`approvals`] (the gate of calls that need a
 //! person's yes), [`agent_loop`] (the loop and its guards), [`thinker`] / [`actor`] / [`reflector`] (the three stages), [`transcript`]
@@ -29,6 +30,7 @@ pub mod agent_loop;
 pub mod approvals;
 pub mod compaction;
 pub mod context;
+pub mod desk;
 pub mod error;
 pub mod guards;
 pub mod harness;
@@ -55,6 +57,7 @@ pub mod transcript;
 
 pub use agent::{Agent, Workspace};
 pub use approvals::Approvals;
+pub use desk::{Desk, TaskBoard};
 pub use error::AgentError;
 pub use harness::{Harness, HarnessFuture, HarnessTurn, Mirror};
 pub use model::{ChatFuture, ChatModel};

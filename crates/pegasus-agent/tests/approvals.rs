@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{calls, send, settings, text, Fixture, ScriptedModel};
 use pegasus_agent::transcript::check_valid;
-use pegasus_agent::{Agent, Approvals, StopKind};
+use pegasus_agent::{Agent, Approvals, Desk, StopKind};
 use pegasus_approvals::{self as store, Answer, ApprovalsConfig, Decision};
 use pegasus_proto::llm::Block;
 use pegasus_proto::TaskState;
@@ -30,21 +30,12 @@ fn project_md(approvals: &str) -> String {
 
 /// The gate under config.yml's block `yaml`; the project's PROJECT.md adds nothing (one is
 /// written if the test has none: without it no gated call runs).
-fn gate(fx: &Fixture, agent: &mut Agent, yaml: &str) -> Arc<Approvals> {
+fn gate(fx: &Fixture, desk: &Desk, agent: &mut Agent, yaml: &str) -> Arc<Approvals> {
     let file = fx.dir.join("PROJECT.md");
     if !file.exists() {
         std::fs::write(&file, project_md("{}")).unwrap();
     }
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    // The receiver is dropped: events are not what these tests look at.
-    let g = Arc::new(Approvals::new(
-        "demo",
-        &fx.dir,
-        policy(yaml),
-        agent.tasks().clone(),
-        tx,
-        agent.stop_flag(),
-    ));
+    let g = Arc::new(Approvals::new(desk, policy(yaml)));
     agent.set_approvals(g.clone());
     g
 }
@@ -122,10 +113,10 @@ fn run_once_then(last: &str) -> std::sync::Arc<ScriptedModel> {
 async fn an_asked_call_blocks_its_task_and_runs_once_when_approved() {
     let fx = Fixture::new();
     let model = run_once_then("done");
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
-    let g = gate(&fx, &mut agent, "exec: ask");
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
+    let g = gate(&fx, &desk, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
-    let tasks = agent.tasks().clone();
+    let tasks = fx.tasks();
     let approver = async {
         let r = pending(&fx).await;
         assert_eq!(r.summary, RUN_ONCE, "the whole command line is shown");
@@ -150,7 +141,7 @@ async fn an_asked_call_blocks_its_task_and_runs_once_when_approved() {
         .join(format!("{id}.ran"))
         .exists());
     assert_eq!(
-        agent.tasks().get(&outcome.task_id).unwrap().state,
+        fx.tasks().get(&outcome.task_id).unwrap().state,
         TaskState::Done
     );
     check_valid(agent.transcript()).unwrap();
@@ -161,8 +152,8 @@ async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
     // Denied by the user, with a reason.
     let fx = Fixture::new();
     let model = run_once_then("ok");
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
-    let g = gate(&fx, &mut agent, "exec: ask");
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
+    let g = gate(&fx, &desk, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
     let approver = async {
         let r = pending(&fx).await;
@@ -195,8 +186,13 @@ async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
         ),
     ]));
     model.push(text("ok"));
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
-    gate(&fx, &mut agent, "tools: {exec: deny, \"write_*\": deny}");
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
+    gate(
+        &fx,
+        &desk,
+        &mut agent,
+        "tools: {exec: deny, \"write_*\": deny}",
+    );
     send(&mut agent, "m1", "build it");
     agent.run().await.unwrap();
     assert_eq!(
@@ -213,8 +209,8 @@ async fn a_denial_a_policy_refusal_and_a_timeout_go_back_in_spec_words() {
     // No answer in time.
     let fx = Fixture::new();
     let model = run_once_then("ok");
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
-    gate(&fx, &mut agent, "exec: ask\ntimeout_s: 1");
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
+    gate(&fx, &desk, &mut agent, "exec: ask\ntimeout_s: 1");
     send(&mut agent, "m1", "build it");
     agent.run().await.unwrap();
     assert_eq!(
@@ -232,9 +228,9 @@ async fn a_project_whose_project_md_does_not_load_runs_nothing() {
     let fx = Fixture::new();
     std::fs::write(fx.dir.join("PROJECT.md"), project_md("{exec: ask}")).unwrap();
     let model = run_once_then("ok");
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
     // config.yml allows every command.
-    let g = gate(&fx, &mut agent, "exec: allow");
+    let g = gate(&fx, &desk, &mut agent, "exec: allow");
     let exec = serde_json::json!({"command": RUN_ONCE});
     assert_eq!(
         g.check("exec", &exec).unwrap(),
@@ -281,9 +277,10 @@ async fn allow_globs_skip_the_question_but_not_for_a_chained_command() {
         serde_json::json!({"command": "echo hi; echo sneaky >> runs.txt"}),
     )]));
     model.push(text("ok"));
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
     let g = gate(
         &fx,
+        &desk,
         &mut agent,
         "exec: ask\nallow: [\"echo hi >> runs.txt\", \"echo hi*\"]",
     );
@@ -315,10 +312,10 @@ async fn a_call_waiting_at_a_stop_is_held_across_the_restart_and_runs_once() {
         ("c0", "list_dir", serde_json::json!({"path": "."})),
         ("c1", "exec", serde_json::json!({"command": RUN_ONCE})),
     ]));
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
-    gate(&fx, &mut agent, "exec: ask");
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
+    gate(&fx, &desk, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
-    let stop = agent.stop_flag();
+    let stop = desk.stop.clone();
     let stopper = async {
         pending(&fx).await;
         // A graceful stop while the call waits.
@@ -328,15 +325,15 @@ async fn a_call_waiting_at_a_stop_is_held_across_the_restart_and_runs_once() {
     let outcome = outcome.unwrap();
     assert_eq!(outcome.stop, StopKind::Held);
     let task = outcome.task_id.clone();
-    assert_eq!(agent.tasks().get(&task).unwrap().state, TaskState::Blocked);
+    assert_eq!(fx.tasks().get(&task).unwrap().state, TaskState::Blocked);
     drop(agent);
 
     // The next start: the call is open, not cancelled, and the request still waits.
     let model = ScriptedModel::new();
     model.push(text("built"));
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
     assert_eq!(agent.held_task(), Some(task.as_str()));
-    let g = gate(&fx, &mut agent, "exec: ask");
+    let g = gate(&fx, &desk, &mut agent, "exec: ask");
     let r = store::pending(&fx.dir).pop().unwrap();
     // A message that arrives while it waits is kept for after it.
     send(&mut agent, "m2", "and also this");
@@ -352,7 +349,7 @@ async fn a_call_waiting_at_a_stop_is_held_across_the_restart_and_runs_once() {
         result_of(&model, "c0").unwrap().0,
         pegasus_store::CANCELLED_TOOL_RESULT
     );
-    assert_eq!(agent.tasks().get(&task).unwrap().state, TaskState::Done);
+    assert_eq!(fx.tasks().get(&task).unwrap().state, TaskState::Done);
     check_valid(agent.transcript()).unwrap();
     drop(agent);
 
@@ -372,10 +369,10 @@ async fn a_request_whose_task_moved_on_is_withdrawn_at_the_next_start() {
         "exec",
         serde_json::json!({"command": RUN_ONCE}),
     )]));
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
-    gate(&fx, &mut agent, "exec: ask");
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
+    gate(&fx, &desk, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
-    let stop = agent.stop_flag();
+    let stop = desk.stop.clone();
     let stopper = async {
         pending(&fx).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -383,8 +380,7 @@ async fn a_request_whose_task_moved_on_is_withdrawn_at_the_next_start() {
     let (outcome, ()) = tokio::join!(agent.run(), stopper);
     let task = outcome.unwrap().task_id;
     // Cancelled while the worker was down.
-    agent
-        .tasks()
+    fx.tasks()
         .transition(&task, TaskState::Blocked, TaskState::Cancelled, "cli", "no")
         .unwrap();
     drop(agent);
@@ -431,10 +427,10 @@ async fn mcp_tools_are_asked_about_by_their_glob() {
         serde_json::json!({"branch": "dev"}),
     )]));
     model.push(text("ok"));
-    let (mut agent, _rx) = fx.open(model.clone(), settings());
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), settings());
     let pushes = Arc::new(std::sync::atomic::AtomicU32::new(0));
     agent.set_mcp_tools(vec![Arc::new(McpPush(pushes.clone()))], None);
-    let g = gate(&fx, &mut agent, "tools: {\"mcp__github__*\": ask}");
+    let g = gate(&fx, &desk, &mut agent, "tools: {\"mcp__github__*\": ask}");
     send(&mut agent, "m1", "push it");
     let approver = async {
         let r = pending(&fx).await;
@@ -469,8 +465,8 @@ async fn waiting_for_a_person_does_not_count_against_the_time_limit() {
     let model = run_once_then("done");
     let mut s = settings();
     s.run_timeout_s = Some(1);
-    let (mut agent, _rx) = fx.open(model.clone(), s);
-    let g = gate(&fx, &mut agent, "exec: ask");
+    let (mut agent, desk, _rx) = fx.open_desk(model.clone(), s);
+    let g = gate(&fx, &desk, &mut agent, "exec: ask");
     send(&mut agent, "m1", "build it");
     let approver = async {
         let r = pending(&fx).await;
@@ -484,7 +480,7 @@ async fn waiting_for_a_person_does_not_count_against_the_time_limit() {
     assert_eq!(outcome.stop, StopKind::Answered, "{}", outcome.text);
     assert_eq!(runs(&fx), 1);
     assert_eq!(
-        agent.tasks().get(&outcome.task_id).unwrap().state,
+        fx.tasks().get(&outcome.task_id).unwrap().state,
         TaskState::Done
     );
 }

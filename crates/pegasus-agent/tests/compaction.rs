@@ -46,14 +46,12 @@ fn open(fx: &Fixture, model: Arc<ScriptedModel>, window: u64) -> Agent {
     s.max_tokens = 64;
     let tools = ToolSet::new(vec![Arc::new(Inbound(handle.clone()))]);
     let agent = Agent::open(
-        &fx.dir,
+        &pegasus_agent::Desk::open(&fx.dir, "demo", tx).unwrap(),
         &fx.workdir,
-        "demo",
         "base".into(),
         fx.global_skills.clone(),
         tools,
         model,
-        tx,
         s,
     )
     .unwrap();
@@ -257,14 +255,12 @@ fn open_big(
     s.max_tokens = 64;
     s.max_tool_result_bytes = cap;
     Agent::open(
-        &fx.dir,
+        &pegasus_agent::Desk::open(&fx.dir, "demo", tx).unwrap(),
         &fx.workdir,
-        "demo",
         "base".into(),
         fx.global_skills.clone(),
         ToolSet::new(vec![Arc::new(Big(result_bytes))]),
         model,
-        tx,
         s,
     )
     .unwrap()
@@ -393,7 +389,7 @@ async fn a_second_refusal_fails_the_task_with_what_to_do() {
     assert!(out.text.contains("prompt is too long"), "{}", out.text);
     assert!(out.text.contains("larger context window"), "{}", out.text);
     assert_eq!(model.loop_requests().len(), 2, "one retry, no more");
-    let task = agent.tasks().get(&out.task_id).unwrap();
+    let task = fx.tasks().get(&out.task_id).unwrap();
     assert_eq!(task.state, pegasus_tasks::TaskState::Failed);
     assert_eq!(task.stop_reason.as_deref(), Some("context_too_long"));
     check_valid(agent.transcript()).unwrap();

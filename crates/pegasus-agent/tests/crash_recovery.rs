@@ -112,7 +112,7 @@ async fn dangling_tool_use_and_mid_turn_message_rebuild_valid() {
         ]
     );
 
-    let entry = agent.tasks().get(&old.id).unwrap();
+    let entry = fx.tasks().get(&old.id).unwrap();
     assert_eq!(
         (entry.state.as_str(), entry.stop_reason.as_deref()),
         ("failed", Some("process restarted"))

@@ -82,7 +82,7 @@ async fn unparsable_reflection_is_ignored() {
     let out = agent.run().await.unwrap();
     assert_eq!(out.stop, StopKind::Answered);
     assert_eq!(
-        agent.tasks().list().unwrap()[0].state,
+        fx.tasks().list().unwrap()[0].state,
         pegasus_tasks::TaskState::Done
     );
     assert!(pegasus_agent::memory::memory_index(&fx.dir.join("memory")).is_empty());

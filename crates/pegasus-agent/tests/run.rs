@@ -74,7 +74,7 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
         matches!(&m.content[1], ContentBlock::ToolResult { tool_use_id, content, is_error: false } if tool_use_id == "t2" && content == "A")
     );
 
-    let tasks = agent.tasks().list().unwrap();
+    let tasks = fx.tasks().list().unwrap();
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks[0].id, out.task_id);
     assert_eq!(tasks[0].title, "Write a.txt and read it back");
@@ -83,7 +83,7 @@ async fn two_tool_calls_then_an_answer_are_persisted_and_recorded() {
         tasks[0].spec_version, 1,
         "a message's task runs from a frozen spec"
     );
-    let states: Vec<&str> = agent
+    let states: Vec<&str> = fx
         .tasks()
         .history(&tasks[0].id)
         .unwrap()
@@ -231,14 +231,12 @@ async fn concurrent_calls_overlap_and_results_keep_call_order() {
         .push(text("ok"));
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut agent = pegasus_agent::Agent::open(
-        &fx.dir,
+        &pegasus_agent::Desk::open(&fx.dir, "demo", tx).unwrap(),
         &fx.workdir,
-        "demo",
         "base".into(),
         fx.global_skills.clone(),
         ToolSet::new(vec![Arc::new(Slow)]),
         model.clone(),
-        tx,
         settings(),
     )
     .unwrap();
@@ -284,7 +282,7 @@ async fn run_without_a_message_is_refused_and_messages_merge_between_runs() {
     assert_eq!(req.messages.len(), 3);
     assert_eq!(req.messages[2].role, LRole::User);
     assert_eq!(req.messages[2].content.len(), 2);
-    assert_eq!(agent.tasks().list().unwrap()[0].title, "second third");
+    assert_eq!(fx.tasks().list().unwrap()[0].title, "second third");
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@ use pegasus_proto::llm::LlmError;
 use pegasus_store::load_session;
 use serde_json::json;
 
-fn last_task(agent: &pegasus_agent::Agent) -> pegasus_tasks::Task {
-    agent.tasks().list().unwrap().remove(0)
+fn last_task(fx: &Fixture) -> pegasus_tasks::Task {
+    fx.tasks().list().unwrap().remove(0)
 }
 
 fn assert_files_valid(fx: &Fixture) {
@@ -34,7 +34,7 @@ async fn the_same_call_repeated_stops_as_loop_capped() {
         "{}",
         out.text
     );
-    let task = last_task(&agent);
+    let task = last_task(&fx);
     assert_eq!(
         (task.state.as_str(), task.stop_reason.as_deref()),
         ("failed", Some("loop_capped"))
@@ -62,7 +62,7 @@ async fn too_many_turns_stop_as_turn_capped() {
     assert_eq!(out.stop, StopKind::TurnCapped);
     assert_eq!(out.turns, 2);
     assert_eq!(model.requests().len(), 2);
-    let task = last_task(&agent);
+    let task = last_task(&fx);
     assert_eq!(
         (task.state.as_str(), task.stop_reason.as_deref()),
         ("failed", Some("turn_capped"))
@@ -98,7 +98,7 @@ async fn a_budget_refusal_stops_as_budget_and_blocks_the_task() {
     );
     assert!(out.text.starts_with("Stopped: budget exceeded"));
     assert_eq!(out.turns, 1);
-    let task = last_task(&agent);
+    let task = last_task(&fx);
     assert_eq!(
         (task.state.as_str(), task.stop_reason.as_deref()),
         ("blocked", Some("budget"))
@@ -124,7 +124,7 @@ async fn another_model_error_stops_as_model_error_with_one_line() {
         "Stopped: the model call failed: provider fake failed after 4 attempts: HTTP 529"
     );
     assert!(!out.text.contains('\n'));
-    let task = last_task(&agent);
+    let task = last_task(&fx);
     assert_eq!(
         (task.state.as_str(), task.stop_reason.as_deref()),
         ("failed", Some("model_error"))
@@ -145,7 +145,7 @@ async fn an_answer_cut_by_max_tokens_is_done_but_token_capped() {
     send(&mut agent, "m", "long answer please");
     let out = agent.run().await.unwrap();
     assert_eq!(out.stop, StopKind::Answered);
-    let task = last_task(&agent);
+    let task = last_task(&fx);
     assert_eq!(
         (task.state.as_str(), task.stop_reason.as_deref()),
         ("done", Some("token_capped"))

@@ -19,7 +19,7 @@ pub struct BoardState {
     /// The sync token of the next `GET /events`; `None`: a full re-sync comes first.
     pub sync: Option<String>,
     /// Asana task gid → what became of it.
-    pub tasks: BTreeMap<String, Link>,
+    pub tasks: BTreeMap<String, TakenCard>,
     /// Tasks in Ready Queue waiting for a dependency to become a Pegasus task (or complete):
     /// looked at again every poll.
     pub waiting: BTreeSet<String>,
@@ -28,7 +28,7 @@ pub struct BoardState {
 /// An Asana task the sync took up.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Link {
+pub struct TakenCard {
     /// The Pegasus task made from it; `None` while it is being made (written before the
     /// request, so a crash in between is found again, never made twice: see `sync::adopt`).
     pub task: Option<String>,
@@ -101,10 +101,10 @@ mod tests {
         };
         s.tasks.insert(
             "99".into(),
-            Link {
+            TakenCard {
                 task: Some("t-1".into()),
                 cost: Some(0.5),
-                ..Link::default()
+                ..TakenCard::default()
             },
         );
         save(&file, &s).unwrap();

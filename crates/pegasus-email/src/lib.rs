@@ -18,7 +18,7 @@ mod outbox;
 mod state;
 
 use mail::{Ask, Auth, Incoming, Route};
-use net::{SendError, Session, Smtp};
+use net::{ImapSession, SendError, Smtp};
 use pegasus_proto::ctl::{CtlRequest, CtlResponse};
 use pegasus_proto::Channel;
 use pegasus_store::email::EmailConfig;
@@ -234,7 +234,7 @@ async fn read_mailbox(
 /// passes it); `None` for a mail left alone or taken before a crash.
 async fn take(
     m: &Mailer,
-    session: &mut Session,
+    session: &mut ImapSession,
     validity: u32,
     uid: u32,
     size: u32,

@@ -24,7 +24,7 @@ pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + Debug {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + Debug> Io for T {}
 
 /// A logged-in IMAP session.
-pub type Session = async_imap::Session<Box<dyn Io>>;
+pub type ImapSession = async_imap::Session<Box<dyn Io>>;
 
 /// How long connecting and each command may take before the connection counts as lost.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
@@ -57,7 +57,7 @@ async fn tls(host: &str, tcp: TcpStream) -> Result<Box<dyn Io>, String> {
 pub async fn imap_open(
     cfg: &ImapConfig,
     password: &str,
-) -> Result<(Session, u32, u32, bool), String> {
+) -> Result<(ImapSession, u32, u32, bool), String> {
     let run = async {
         let tcp = TcpStream::connect((cfg.host.as_str(), cfg.port))
             .await
@@ -125,7 +125,7 @@ async fn greeting<T: AsyncRead + AsyncWrite + Unpin + Send + Debug>(
 }
 
 /// The UIDs above `after` and their sizes, lowest first.
-pub async fn new_uids(session: &mut Session, after: u32) -> Result<Vec<(u32, u32)>, String> {
+pub async fn new_uids(session: &mut ImapSession, after: u32) -> Result<Vec<(u32, u32)>, String> {
     let run = async {
         let fetches: Vec<_> = session
             .uid_fetch(
@@ -153,7 +153,7 @@ pub async fn new_uids(session: &mut Session, after: u32) -> Result<Vec<(u32, u32
 
 /// One mail's bytes: the whole of it, or only its header (`whole` false, for one too large
 /// to read).
-pub async fn fetch(session: &mut Session, uid: u32, whole: bool) -> Result<Vec<u8>, String> {
+pub async fn fetch(session: &mut ImapSession, uid: u32, whole: bool) -> Result<Vec<u8>, String> {
     let query = if whole {
         "BODY.PEEK[]"
     } else {
@@ -181,7 +181,7 @@ pub async fn fetch(session: &mut Session, uid: u32, whole: bool) -> Result<Vec<u
 
 /// Which of `ids` (Message-IDs without angle brackets) are in the mailbox: Pegasus's own
 /// copies of what it sent (DESIGN.md §17).
-pub async fn present(session: &mut Session, ids: &[String]) -> Result<Vec<String>, String> {
+pub async fn present(session: &mut ImapSession, ids: &[String]) -> Result<Vec<String>, String> {
     let mut found = Vec::new();
     for id in ids {
         let query = format!("HEADER Message-ID \"<{}>\"", id.replace(['"', '\\'], ""));
@@ -200,7 +200,7 @@ pub async fn present(session: &mut Session, ids: &[String]) -> Result<Vec<String
 /// session back, or why it broke. A new mail the server announced between commands, or while
 /// IDLE was being entered (async-imap hands those to `unsolicited_responses`, not to the IDLE
 /// wait), ends the wait at once.
-pub async fn wait(session: Session, idle: bool, wait: Duration) -> Result<Session, String> {
+pub async fn wait(session: ImapSession, idle: bool, wait: Duration) -> Result<ImapSession, String> {
     if news(|| session.unsolicited_responses.try_recv().ok()) {
         return Ok(session);
     }

@@ -82,17 +82,17 @@ pub struct Store {
 /// A file of the store could not be written.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write {path}: {message}; check the disk and the permissions of <home>/email")]
-pub struct StoreError {
+pub struct StateWriteError {
     path: String,
     message: String,
 }
 
 impl Store {
     /// The store under `<home>/email`, its folders made.
-    pub fn open(home: &Path) -> Result<Store, StoreError> {
+    pub fn open(home: &Path) -> Result<Store, StateWriteError> {
         let dir = home.join("email");
         let jobs = dir.join("jobs");
-        pegasus_fs::create_dir_all_durable(&jobs).map_err(|e| StoreError {
+        pegasus_fs::create_dir_all_durable(&jobs).map_err(|e| StateWriteError {
             path: jobs.display().to_string(),
             message: e.to_string(),
         })?;
@@ -103,8 +103,8 @@ impl Store {
         Ok(Store { dir })
     }
 
-    fn write(&self, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-        pegasus_fs::write_atomic(path, bytes).map_err(|e| StoreError {
+    fn write(&self, path: &Path, bytes: &[u8]) -> Result<(), StateWriteError> {
+        pegasus_fs::write_atomic(path, bytes).map_err(|e| StateWriteError {
             path: path.display().to_string(),
             message: e.to_string(),
         })
@@ -127,7 +127,7 @@ impl Store {
     }
 
     /// Saves the cursor.
-    pub fn set_cursor(&self, c: Cursor) -> Result<(), StoreError> {
+    pub fn set_cursor(&self, c: Cursor) -> Result<(), StateWriteError> {
         let text = serde_json::to_string(&c).unwrap_or_default();
         self.write(&self.dir.join("cursor.json"), text.as_bytes())
     }
@@ -142,7 +142,7 @@ impl Store {
     }
 
     /// Saves `job` (new, or with its answer).
-    pub fn save_job(&self, job: &Job) -> Result<(), StoreError> {
+    pub fn save_job(&self, job: &Job) -> Result<(), StateWriteError> {
         let text = serde_json::to_vec_pretty(job).unwrap_or_default();
         self.write(&self.job_path(&job.key), &text)
     }

@@ -195,7 +195,18 @@ async fn serve(
     );
     let door = FrontDoor::new(&sup, secrets);
     let slot_events = tokio::spawn(on_slot_events(door.clone(), slot_rx));
-    let main_agent = crate::main_agent::start(&sup, &door, main_rx);
+    let main_agent = crate::main_agent::start(
+        crate::main_agent::MainParts {
+            home: &sup.home,
+            config: &sup.config,
+            gateway: sup.gateway.clone(),
+            bus: sup.bus.clone(),
+            held: sup.main_held.clone(),
+            shutdown: sup.shutdown.clone(),
+        },
+        &door,
+        main_rx,
+    );
     sup.bus
         .observe_weak(&sup.listing.activity, crate::activity::Activity::apply);
     sup.bus.observe_weak(

@@ -22,6 +22,7 @@ use pegasus_store::{KeyValue, MergePolicy, ProjectFile};
 use pegasus_tasks::{MergeState, Task, TaskState, TaskUpdate};
 
 use crate::attempt::{self, Back, End, Event, Next, State, StepError};
+use crate::project_ctx::ProjectCtx;
 
 /// Output kept per hydrate/verify command.
 const OUTPUT_CAP: usize = 64 * 1024;
@@ -155,8 +156,11 @@ fn tail(s: &str, max: usize) -> &str {
 }
 
 /// `verifying → failed` with `reason` (best effort: the task may have moved meanwhile).
-fn fail_verifying(agent: &Agent, id: &str, reason: &str) {
-    let _ = agent.move_task(id, TaskState::Verifying, TaskState::Failed, reason);
+fn fail_verifying(ctx: &ProjectCtx, id: &str, reason: &str) {
+    let _ = ctx
+        .desk
+        .board
+        .move_task(id, TaskState::Verifying, TaskState::Failed, reason);
 }
 
 /// One line for a task's stop reason from a longer text.
@@ -172,25 +176,24 @@ pub(crate) fn one_line(s: &str) -> String {
 /// state and turns the end it reaches into the task's last move and the reply.
 pub async fn run(
     agent: &mut Agent,
-    project_dir: &Path,
-    name: &str,
+    ctx: &ProjectCtx,
     task: Task,
     role: Option<RoleRun>,
 ) -> (String, bool) {
     let id = task.id.clone();
-    let roles_dir = agent.settings().roles_dir.clone().unwrap_or_default();
-    let code = match CodeProject::load(project_dir, name, agent.settings().sandbox.clone())
+    let roles_dir = ctx.roles_dir.clone();
+    let code = match CodeProject::load(&ctx.desk.dir, &ctx.desk.name, ctx.sandbox.clone())
         .and_then(|c| c.check_roles(&roles_dir).map(|()| c))
     {
         Ok(c) => c,
         Err(e) => {
-            agent.fail_unstartable(&id, &e);
+            ctx.desk.board.fail_unstartable(&id, &e);
             return (e, false);
         }
     };
     // A task a planner split: picked because its subtasks are all done, it is done too.
     if !task.subtasks.is_empty() {
-        return finish_split(agent, &task);
+        return finish_split(ctx, &task);
     }
     if let (Some(planner), None) = (&code.plan, &task.parent) {
         let repos: Vec<(String, PathBuf)> = code
@@ -198,12 +201,12 @@ pub async fn run(
             .iter()
             .map(|(id, path, _)| (id.clone(), path.clone()))
             .collect();
-        match crate::planning::plan(agent, planner.trim(), &task, &repos).await {
+        match crate::planning::plan(agent, ctx, planner.trim(), &task, &repos).await {
             crate::planning::Planned::Split(line) => return (line, true),
             crate::planning::Planned::Unsplit => {}
             crate::planning::Planned::Failed(why) => {
                 tracing::warn!(task = %id, "{why}");
-                agent.fail_unstartable(&id, &one_line(&why));
+                ctx.desk.board.fail_unstartable(&id, &one_line(&why));
                 return (why, false);
             }
         }
@@ -230,7 +233,7 @@ pub async fn run(
                         request = format!(
                             "{}\n\n{}",
                             briefing(&code, &t, &warnings),
-                            agent.task_request(&task)
+                            ctx.desk.board.request_of(&task)
                         );
                         (repos, trees) = (r, t);
                         Event::Prepared
@@ -262,7 +265,7 @@ pub async fn run(
                         started = true;
                         let answered = outcome.stop == StopKind::Answered;
                         summary = outcome.text;
-                        let now = agent.tasks().get(&id).map(|t| t.state);
+                        let now = ctx.desk.board.store().get(&id).map(|t| t.state);
                         if answered && now.as_ref().ok() == Some(&TaskState::Verifying) {
                             Event::AgentAnswered
                         } else {
@@ -281,7 +284,7 @@ pub async fn run(
                 };
                 match checked {
                     Ok(Ok(Checked::Passed(log))) => {
-                        write_artifacts(agent, &task, &repos, &trees, &log, &summary);
+                        write_artifacts(ctx, &task, &repos, &trees, &log, &summary);
                         Event::ChecksPassed
                     }
                     Ok(Ok(Checked::Back(back))) => Event::SentBack(back),
@@ -291,10 +294,15 @@ pub async fn run(
             }
             // The review gate, right before the change may be merged.
             State::Reviewing { .. } => {
-                review_gate(agent, &code, &task, &repos, &trees, &summary).await
+                review_gate(agent, ctx, &code, &task, &repos, &trees, &summary).await
             }
             State::SendingBack { back, .. } => {
-                match agent.move_task(&id, TaskState::Verifying, TaskState::Running, &back.reason) {
+                match ctx.desk.board.move_task(
+                    &id,
+                    TaskState::Verifying,
+                    TaskState::Running,
+                    &back.reason,
+                ) {
                     Ok(_) => Event::Moved,
                     Err(e) => Event::MoveFailed(e),
                 }
@@ -304,7 +312,7 @@ pub async fn run(
                 // `task merge` that comes right after can never be overwritten by it.
                 let pending = [TaskUpdate::Merge(Some(MergeState::Pending))];
                 let updates: &[TaskUpdate] = if code.manual { &pending } else { &[] };
-                match agent.move_task_with(
+                match ctx.desk.board.move_task_with(
                     &id,
                     TaskState::Verifying,
                     TaskState::Verified,
@@ -315,7 +323,7 @@ pub async fn run(
                     Err(e) => Event::MoveFailed(e),
                 }
             }
-            State::Merging => Event::MergeDone(merge_verified(agent, &code, &id).await),
+            State::Merging => Event::MergeDone(merge_verified(ctx, &code, &id).await),
         };
         match attempt::step(state, event, code.max_attempts) {
             Next::Then(next) => state = next,
@@ -326,7 +334,7 @@ pub async fn run(
         End::Unstartable(e) => {
             tracing::warn!(task = %id, "code task cannot start: {e}");
             let e = e.to_string();
-            agent.fail_unstartable(&id, &e);
+            ctx.desk.board.fail_unstartable(&id, &e);
             (e, false)
         }
         End::AgentFailed(e) => (format!("the project agent failed: {e}"), false),
@@ -348,20 +356,20 @@ pub async fn run(
             } else {
                 format!("commit or merge failed: {e}")
             };
-            fail_verifying(agent, &id, &one_line(&reason));
+            fail_verifying(ctx, &id, &one_line(&reason));
             (format!("The task failed: {e}"), false)
         }
         End::Unreviewed(reason) => {
-            fail_verifying(agent, &id, &one_line(&reason));
+            fail_verifying(ctx, &id, &one_line(&reason));
             (
                 format!("The task failed: {reason}; the base branch was not touched."),
                 false,
             )
         }
         End::OutOfAttempts { attempt, back } => {
-            write_artifacts(agent, &task, &repos, &trees, &back.feedback, &summary);
+            write_artifacts(ctx, &task, &repos, &trees, &back.feedback, &summary);
             let reason = back.reason;
-            fail_verifying(agent, &id, &format!("{reason} (after {attempt} attempts)"));
+            fail_verifying(ctx, &id, &format!("{reason} (after {attempt} attempts)"));
             (
                 format!(
                     "The task failed: {reason} after {attempt} attempts; the base branch was not touched."
@@ -387,20 +395,22 @@ pub async fn run(
 
 /// A verified task's merge step: held for `pegasusctl task merge` (`merge: manual`), asked of
 /// a person (`approvals.merge: ask`), or merged now. Returns the line saying which.
-async fn merge_verified(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
+async fn merge_verified(ctx: &ProjectCtx, code: &CodeProject, id: &str) -> String {
     if code.manual {
         return format!("Verified; merge pending: `pegasusctl task merge {id}` merges it.");
     }
     // `approvals.merge: ask`: a person says yes first.
-    if let Some(line) = agent
-        .tasks()
+    if let Some(line) = ctx
+        .desk
+        .board
+        .store()
         .get(id)
         .ok()
-        .and_then(|t| crate::merge_approval::ask(agent, &t))
+        .and_then(|t| crate::merge_approval::ask(ctx, &t))
     {
         return line;
     }
-    merge(agent, code, id).await
+    merge(ctx, code, id).await
 }
 
 /// Opens the task's repos and creates (or resumes) its worktrees; hydrates new ones.
@@ -480,6 +490,7 @@ fn briefing(code: &CodeProject, trees: &[worktree::TaskTree], warnings: &[String
 /// a failed verify is), or failed when nobody could review it.
 async fn review_gate(
     agent: &Agent,
+    ctx: &ProjectCtx,
     code: &CodeProject,
     task: &Task,
     repos: &[Repo],
@@ -491,6 +502,7 @@ async fn review_gate(
     };
     let verdict = crate::review::review(
         agent,
+        ctx,
         role.trim(),
         task,
         repos,
@@ -510,10 +522,12 @@ async fn review_gate(
 
 /// A task a planner split, picked because every subtask is done: `ready → running → done`,
 /// its summary naming them.
-fn finish_split(agent: &Agent, task: &Task) -> (String, bool) {
+fn finish_split(ctx: &ProjectCtx, task: &Task) -> (String, bool) {
     let list = task.subtasks.join(", ");
     let line = format!("done through its subtasks {list}");
-    let moved = agent
+    let moved = ctx
+        .desk
+        .board
         .move_task(
             &task.id,
             TaskState::Ready,
@@ -521,7 +535,7 @@ fn finish_split(agent: &Agent, task: &Task) -> (String, bool) {
             "its subtasks are done",
         )
         .and_then(|_| {
-            agent.move_task_with(
+            ctx.desk.board.move_task_with(
                 &task.id,
                 TaskState::Running,
                 TaskState::Done,
@@ -543,16 +557,24 @@ fn finish_split(agent: &Agent, task: &Task) -> (String, bool) {
 /// Keeps each `(name, body)` as an artifact of task `id` (under `artifacts/<date>/<id>/`) and
 /// lists the new ones on the task. Best effort: an artifact that cannot be written is logged,
 /// never a failure.
-pub(crate) fn keep_artifacts(agent: &Agent, id: &str, files: &[(String, String)]) {
+pub(crate) fn keep_artifacts(ctx: &ProjectCtx, id: &str, files: &[(String, String)]) {
     let kept = (|| -> Result<(), String> {
-        let dir = agent
-            .tasks()
+        let dir = ctx
+            .desk
+            .board
+            .store()
             .artifacts_dir()
             .map_err(|e| e.to_string())?
             .join(id);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         // The task's list as it is now: a review or plan kept since the task was read is on it.
-        let mut all = agent.tasks().get(id).map_err(|e| e.to_string())?.artifacts;
+        let mut all = ctx
+            .desk
+            .board
+            .store()
+            .get(id)
+            .map_err(|e| e.to_string())?
+            .artifacts;
         let listed = all.len();
         for (name, body) in files {
             let path = dir.join(name);
@@ -560,15 +582,16 @@ pub(crate) fn keep_artifacts(agent: &Agent, id: &str, files: &[(String, String)]
                 tracing::warn!(task = %id, "cannot keep {name}: {e}");
                 continue;
             }
-            let rel = path.strip_prefix(agent.dir()).unwrap_or(&path);
+            let rel = path.strip_prefix(ctx.desk.dir.as_path()).unwrap_or(&path);
             let rel = rel.to_string_lossy().into_owned();
             if !all.contains(&rel) {
                 all.push(rel);
             }
         }
         if all.len() > listed {
-            agent
-                .update_task(id, TaskUpdate::Artifacts(all))
+            ctx.desk
+                .board
+                .update(id, TaskUpdate::Artifacts(all))
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -657,7 +680,7 @@ fn commit_merge_verify(
 /// Keeps the task's outputs under `artifacts/<date>/<task-id>/`: the diff per repo, the checks'
 /// log and the agent's summary; records them on the task.
 fn write_artifacts(
-    agent: &Agent,
+    ctx: &ProjectCtx,
     task: &Task,
     repos: &[Repo],
     trees: &[worktree::TaskTree],
@@ -677,13 +700,13 @@ fn write_artifacts(
     }
     files.push(("verify.log".to_string(), log.to_string()));
     files.push(("summary.md".to_string(), summary.to_string()));
-    keep_artifacts(agent, &task.id, &files);
+    keep_artifacts(ctx, &task.id, &files);
 }
 
 /// The safe merge of a verified task, then cleanup (worktree, branch) and `done`; a merge
 /// that cannot land blocks the task saying why. Returns one line for the user.
-pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
-    let task = match agent.tasks().get(id) {
+pub async fn merge(ctx: &ProjectCtx, code: &CodeProject, id: &str) -> String {
+    let task = match ctx.desk.board.store().get(id) {
         Ok(t) if t.state == TaskState::Verified => t,
         Ok(t) => return format!("task {id} is {}, not verified: nothing to merge", t.state),
         Err(e) => return e.to_string(),
@@ -713,8 +736,8 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
         })
         .await
     };
-    let block = |agent: &Agent, reason: String| {
-        let _ = agent.move_task(
+    let block = |reason: String| {
+        let _ = ctx.desk.board.move_task(
             id,
             TaskState::Verified,
             TaskState::Blocked,
@@ -725,7 +748,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
     match result {
         Ok(Ok((MergeOutcome::Merged(heads), repos))) => {
             if !merged_before {
-                if let Err(e) = agent.tasks().update(
+                if let Err(e) = ctx.desk.board.store().update(
                     id,
                     TaskUpdate::Merge(Some(MergeState::Merged)),
                     "pegasus",
@@ -753,7 +776,7 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
             let line = format!("merged ({})", at.join(", "));
             // The merge state ends with the move out of `verified`; a reason left from a merge
             // that was blocked before ends with it.
-            let _ = agent.move_task_with(
+            let _ = ctx.desk.board.move_task_with(
                 id,
                 TaskState::Verified,
                 TaskState::Done,
@@ -763,39 +786,39 @@ pub async fn merge(agent: &mut Agent, code: &CodeProject, id: &str) -> String {
             format!("Merged: {}.", at.join(", "))
         }
         Ok(Ok((MergeOutcome::Conflict { repo, files }, _))) => block(
-            agent,
             format!(
                 "merge conflict in {repo}: {}; to let the agent merge the base in and resolve it: `pegasusctl task answer {id} \"resolve the conflict\"`",
                 files.join(", ")
             ),
         ),
         Ok(Ok((MergeOutcome::VerifyFailed { repo, log }, _))) => block(
-            agent,
             format!(
                 "verify failed on the merged result in {repo}: {}",
                 tail(&log, 200)
             ),
         ),
         Ok(Ok((MergeOutcome::Blocked { repo, reason }, _))) => {
-            block(agent, format!("{repo}: {reason}"))
+            block(format!("{repo}: {reason}"))
         }
-        Ok(Err(e)) => block(agent, e.to_string()),
-        Err(panicked) => block(agent, panicked),
+        Ok(Err(e)) => block(e.to_string()),
+        Err(panicked) => block(panicked),
     }
 }
 
 /// At worker start: each repo recovered (prune, dead worktrees removed, unmerged branches of
 /// failed tasks kept and logged). The merges a crash interrupted are done again by the first
 /// [`merge_due`], which runs right after.
-pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
-    let Ok(code) = CodeProject::load(project_dir, name, agent.settings().sandbox.clone()) else {
+pub async fn boot(ctx: &ProjectCtx) {
+    let Ok(code) = CodeProject::load(&ctx.desk.dir, &ctx.desk.name, ctx.sandbox.clone()) else {
         return;
     };
     if code.repos.is_empty() {
         return;
     }
-    let fates: std::collections::HashMap<String, TaskFate> = agent
-        .tasks()
+    let fates: std::collections::HashMap<String, TaskFate> = ctx
+        .desk
+        .board
+        .store()
         .list()
         .unwrap_or_default()
         .into_iter()
@@ -840,11 +863,13 @@ pub async fn boot(agent: &mut Agent, project_dir: &Path, name: &str) {
 /// Merges every verified task that should be: automatically merged ones interrupted by a crash,
 /// and the ones `pegasusctl task merge` asked for. PROJECT.md is read only when a verified task
 /// exists (this runs at every nudge).
-pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
+pub async fn merge_due(ctx: &ProjectCtx) {
     // Merges a person answered (`approvals.merge: ask`) are due, or pending, from here on.
-    crate::merge_approval::settle(agent);
-    let verified: Vec<Task> = agent
-        .tasks()
+    crate::merge_approval::settle(ctx);
+    let verified: Vec<Task> = ctx
+        .desk
+        .board
+        .store()
         .list()
         .unwrap_or_default()
         .into_iter()
@@ -853,7 +878,7 @@ pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
     if verified.is_empty() {
         return;
     }
-    let code = match CodeProject::load(project_dir, name, agent.settings().sandbox.clone()) {
+    let code = match CodeProject::load(&ctx.desk.dir, &ctx.desk.name, ctx.sandbox.clone()) {
         Ok(c) => c,
         Err(e) => return tracing::warn!("verified tasks wait: {e}"),
     };
@@ -863,12 +888,12 @@ pub async fn merge_due(agent: &mut Agent, project_dir: &Path, name: &str) {
         .collect();
     for task in due {
         // An automatic merge cut off before it was asked for: asked now.
-        if let Some(line) = crate::merge_approval::ask(agent, &task) {
+        if let Some(line) = crate::merge_approval::ask(ctx, &task) {
             tracing::info!(task = %task.id, "{line}");
             continue;
         }
         let id = task.id;
-        let line = merge(agent, &code, &id).await;
+        let line = merge(ctx, &code, &id).await;
         tracing::info!(task = %id, "{line}");
     }
 }

@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod mcp_deferred;
 mod merge_approval;
 mod planning;
+pub mod project_ctx;
 mod proxy;
 pub mod relay;
 mod review;

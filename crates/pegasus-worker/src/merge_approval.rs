@@ -5,15 +5,15 @@
 //! `pegasusctl task merge` (denied, or no answer in time). A merge a person asked for
 //! (`task merge`) is itself that yes and never asks.
 
-use pegasus_agent::Agent;
+use crate::project_ctx::ProjectCtx;
 use pegasus_approvals::{self as store, ApprovalRequest, Decision};
 use pegasus_proto::TaskState;
 use pegasus_tasks::{MergeState, Task, TaskUpdate};
 
 /// If the policy asks before merges, asks for `task` and returns the line for its sender;
 /// `None`: merge now.
-pub fn ask(agent: &Agent, task: &Task) -> Option<String> {
-    let gate = agent.approvals()?;
+pub fn ask(ctx: &ProjectCtx, task: &Task) -> Option<String> {
+    let gate = &ctx.gate;
     if task.merge.is_some() {
         return None;
     }
@@ -23,7 +23,10 @@ pub fn ask(agent: &Agent, task: &Task) -> Option<String> {
             // The project's rules are unknown: never merge unasked; a person's `task merge`
             // still can.
             tracing::error!(task = %task.id, "{refusal}");
-            let _ = agent.update_task(&task.id, TaskUpdate::Merge(Some(MergeState::Pending)));
+            let _ = ctx
+                .desk
+                .board
+                .update(&task.id, TaskUpdate::Merge(Some(MergeState::Pending)));
             return Some(format!(
                 "Verified, not merged: {refusal}; then `pegasusctl task merge {}` merges it.",
                 task.id
@@ -47,7 +50,7 @@ pub fn ask(agent: &Agent, task: &Task) -> Option<String> {
         .unwrap_or_else(|| "its base branch".into());
     let request = ApprovalRequest {
         id: store::new_id(),
-        project: agent.name().to_string(),
+        project: ctx.desk.name.clone(),
         task: task.id.clone(),
         tool: store::MERGE_TOOL.to_string(),
         summary: format!("merge task {} ({}) into {repos}", task.id, task.title),
@@ -65,7 +68,10 @@ pub fn ask(agent: &Agent, task: &Task) -> Option<String> {
         Err(e) => {
             // Never merge unasked: the task stays verified, pending a person's `task merge`.
             tracing::error!(task = %task.id, "cannot ask for the merge: {e}");
-            let _ = agent.update_task(&task.id, TaskUpdate::Merge(Some(MergeState::Pending)));
+            let _ = ctx
+                .desk
+                .board
+                .update(&task.id, TaskUpdate::Merge(Some(MergeState::Pending)));
             Some(format!(
                 "Verified; the merge could not be put to you ({e}): `pegasusctl task merge {}` merges it.",
                 task.id
@@ -76,17 +82,17 @@ pub fn ask(agent: &Agent, task: &Task) -> Option<String> {
 
 /// Settles every answered (or timed-out) merge request of the project: approved → `verified`
 /// and due; anything else → `verified`, pending a person's `task merge`.
-pub fn settle(agent: &Agent) {
-    let Some(gate) = agent.approvals() else {
-        return;
-    };
+pub fn settle(ctx: &ProjectCtx) {
+    let gate = &ctx.gate;
     for open in store::open_requests(gate.dir()) {
         let r = open.request;
         if r.tool != store::MERGE_TOOL || !r.call_id.is_empty() {
             continue;
         }
-        let blocked = agent
-            .tasks()
+        let blocked = ctx
+            .desk
+            .board
+            .store()
             .get(&r.task)
             .is_ok_and(|t| t.state == TaskState::Blocked);
         if !blocked {
@@ -107,7 +113,7 @@ pub fn settle(agent: &Agent) {
                     .unwrap_or_else(|| "merge not approved".into()),
             ),
         };
-        match agent.move_task_with(
+        match ctx.desk.board.move_task_with(
             &r.task,
             TaskState::Blocked,
             TaskState::Verified,

@@ -15,6 +15,7 @@
 //! later step) fails the task with the reason; `pegasusctl task retry` plans it again.
 //! Subtasks are never planned again.
 
+use crate::project_ctx::ProjectCtx;
 use pegasus_agent::{Agent, StopKind, Workspace};
 use pegasus_tasks::{check_steps, Step, Task};
 use serde::Deserialize;
@@ -51,6 +52,7 @@ pub(crate) fn parse_split(text: &str) -> Result<Vec<Step>, String> {
 /// `repos` (`(id, path)`); splits it when the plan says so.
 pub(crate) async fn plan(
     agent: &Agent,
+    ctx: &ProjectCtx,
     role_id: &str,
     task: &Task,
     repos: &[(String, std::path::PathBuf)],
@@ -58,7 +60,7 @@ pub(crate) async fn plan(
     let Some(spec) = task.spec.clone() else {
         return Planned::Unsplit;
     };
-    let role = match crate::work_queue::role_for(agent, task, role_id) {
+    let role = match agent.role_run(task, role_id) {
         Ok(r) => r,
         Err(e) => return Planned::Failed(format!("plan role {role_id}: {e}")),
     };
@@ -91,7 +93,7 @@ pub(crate) async fn plan(
         }
         Err(e) => return Planned::Failed(format!("plan: the planner ({role_id}) failed: {e}")),
     };
-    crate::code_task::keep_artifacts(agent, &task.id, &[("plan.md".into(), answer.clone())]);
+    crate::code_task::keep_artifacts(ctx, &task.id, &[("plan.md".into(), answer.clone())]);
     let steps = match parse_split(&answer) {
         Ok(s) => s,
         Err(e) => {
@@ -102,7 +104,7 @@ pub(crate) async fn plan(
         tracing::info!(task = %task.id, "the planner kept the task whole");
         return Planned::Unsplit;
     }
-    match agent.tasks().split(&task.id, &steps, "planner") {
+    match ctx.desk.board.store().split(&task.id, &steps, "planner") {
         Ok(subs) => {
             let lines: Vec<String> = subs
                 .iter()

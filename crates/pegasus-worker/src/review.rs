@@ -7,6 +7,7 @@
 //! out) fails the task: nobody vouched for the change, and sending it back would only spend
 //! the agent's attempts on the reviewer's trouble.
 
+use crate::project_ctx::ProjectCtx;
 use pegasus_agent::{Agent, StopKind, Workspace};
 use pegasus_code::{worktree, Repo};
 use pegasus_runs::{parse_verdict, ReviewVerdict};
@@ -32,8 +33,10 @@ pub(crate) enum Review {
 /// base branches are merged in and whose checks passed). `summary` is what the agent said
 /// when it finished; `checks` names the commands that passed. The review is kept as the
 /// task's `review.md` artifact.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn review(
     agent: &Agent,
+    ctx: &ProjectCtx,
     role_id: &str,
     task: &Task,
     repos: &[Repo],
@@ -42,7 +45,7 @@ pub(crate) async fn review(
     checks: &[String],
 ) -> Review {
     let spec = crate::work_queue::spec_of(task);
-    let role = match crate::work_queue::role_for(agent, task, role_id) {
+    let role = match agent.role_run(task, role_id) {
         Ok(r) => r,
         Err(e) => return Review::NoAnswer(format!("review role {role_id}: {e}")),
     };
@@ -82,7 +85,7 @@ pub(crate) async fn review(
         }
         Err(e) => return Review::NoAnswer(format!("the reviewer ({role_id}) failed: {e}")),
     };
-    crate::code_task::keep_artifacts(agent, &task.id, &[("review.md".into(), verdict.clone())]);
+    crate::code_task::keep_artifacts(ctx, &task.id, &[("review.md".into(), verdict.clone())]);
     decide(role_id, &verdict)
 }
 

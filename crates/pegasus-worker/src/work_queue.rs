@@ -2,7 +2,7 @@
 //! when several wait), ready tasks (retried, replayed, answered ones), and the phases of
 //! autonomous runs all go through here, so they never interleave in the transcript.
 
-use pegasus_agent::{prepare_role, Agent, StopKind};
+use pegasus_agent::{Agent, StopKind};
 use pegasus_proto::worker::{FromWorker, InboundMessage};
 use pegasus_proto::Channel;
 use pegasus_runs::{ExecError, ExecuteFuture, PhaseExecutor};
@@ -10,6 +10,7 @@ use pegasus_tasks::{Readiness, TaskState};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::mcp::McpHub;
+use crate::project_ctx::ProjectCtx;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,25 +80,25 @@ pub enum Job {
 /// Runs jobs until the queue closes.
 pub async fn run_jobs(
     mut agent: Agent,
+    ctx: ProjectCtx,
     mut rx: mpsc::UnboundedReceiver<Job>,
     out: mpsc::UnboundedSender<FromWorker>,
     mcp: Arc<McpHub>,
     mut window: WindowGate,
 ) {
-    let stopping = agent.stop_flag();
+    let stopping = ctx.desk.stop.clone();
     if !mcp.is_empty() {
         mcp.write_status().await;
         mcp.start_eager().await;
     }
     window.fit(&mut agent).await;
     // Code projects: repos recovered and interrupted merges finished before anything runs.
-    let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
-    crate::code_task::boot(&mut agent, &dir, &name).await;
+    crate::code_task::boot(&ctx).await;
     // A call that waited for its approval when the last worker stopped gets its answer first:
     // its task blocks the agent as it did before (DESIGN.md §11).
-    resume_held(&mut agent, &out).await;
+    resume_held(&mut agent, &ctx, &out).await;
     // A restarted worker picks up what was ready before it died (or was made ready meanwhile).
-    run_ready_tasks(&mut agent, &out).await;
+    run_ready_tasks(&mut agent, &ctx, &out).await;
     while let Some(job) = rx.recv().await {
         // Shutting down: no new work starts. Messages stay in the session (the agent sees them
         // next time); a phase already handed over still runs — its run resumes after a restart.
@@ -111,7 +112,7 @@ pub async fn run_jobs(
         }
         // MCP servers start at first use: the first job that runs the agent.
         if !mcp.is_empty() && !matches!(job, Job::Barrier(_)) {
-            let offered = mcp.tools(agent.settings().context_window).await;
+            let offered = mcp.tools(agent.context_window()).await;
             agent.set_mcp_tools(offered.tools, offered.late);
         }
         match job {
@@ -126,21 +127,26 @@ pub async fn run_jobs(
                 }
                 answer_messages(&mut agent, batch, &out).await;
                 for job in later {
-                    run_job(&mut agent, job, &out).await;
+                    run_job(&mut agent, &ctx, job, &out).await;
                 }
             }
-            other => run_job(&mut agent, other, &out).await,
+            other => run_job(&mut agent, &ctx, other, &out).await,
         }
     }
 }
 
-async fn run_job(agent: &mut Agent, job: Job, out: &mpsc::UnboundedSender<FromWorker>) {
+async fn run_job(
+    agent: &mut Agent,
+    ctx: &ProjectCtx,
+    job: Job,
+    out: &mpsc::UnboundedSender<FromWorker>,
+) {
     match job {
         Job::Message(_) => {}
         Job::Barrier(done) => {
             let _ = done.send(());
         }
-        Job::ReadyTasks => run_ready_tasks(agent, out).await,
+        Job::ReadyTasks => run_ready_tasks(agent, ctx, out).await,
         Job::Phase {
             prompt,
             task_id,
@@ -160,14 +166,17 @@ async fn run_job(agent: &mut Agent, job: Job, out: &mpsc::UnboundedSender<FromWo
 /// Answers the call left waiting for its approval by the last worker (see
 /// [`Agent::resume_held`]), then goes on with its task as the task's role; its messages get
 /// the answer.
-async fn resume_held(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>) {
-    let Some(task) = agent.held_task().and_then(|id| agent.tasks().get(id).ok()) else {
+async fn resume_held(agent: &mut Agent, ctx: &ProjectCtx, out: &mpsc::UnboundedSender<FromWorker>) {
+    let Some(task) = agent
+        .held_task()
+        .and_then(|id| ctx.desk.board.store().get(id).ok())
+    else {
         return;
     };
     let role = task
         .role
         .as_ref()
-        .and_then(|role_id| role_for(agent, &task, role_id).ok());
+        .and_then(|role_id| agent.role_run(&task, role_id).ok());
     let runnable = !crate::code_task::is_code_task(&task);
     let Some(result) = agent.resume_held(role, runnable).await else {
         return;
@@ -223,12 +232,15 @@ fn reply(
 /// Runs every ready task whose dependencies are done, highest priority and oldest first; a
 /// task waiting on others is skipped and says which. A message's task (re-run after a
 /// restart) answers its messages like a fresh one.
-async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWorker>) {
-    let (dir, name) = (agent.dir().to_path_buf(), agent.name().to_string());
+async fn run_ready_tasks(
+    agent: &mut Agent,
+    ctx: &ProjectCtx,
+    out: &mpsc::UnboundedSender<FromWorker>,
+) {
     // Verified code tasks whose merge is due (`task merge`, or interrupted) go first.
-    crate::code_task::merge_due(agent, &dir, &name).await;
+    crate::code_task::merge_due(ctx).await;
     loop {
-        let tasks = match agent.tasks().list() {
+        let tasks = match ctx.desk.board.store().list() {
             Ok(t) => t,
             Err(e) => return tracing::warn!("cannot list tasks: {e}"),
         };
@@ -239,7 +251,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
         ready.sort_by_key(|t| (t.priority, t.created));
         let mut next = None;
         for t in ready {
-            match agent.tasks().readiness(&t.id) {
+            match ctx.desk.board.store().readiness(&t.id) {
                 Ok(Readiness::Go) => {
                     next = Some(t);
                     break;
@@ -252,11 +264,13 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
         }
         let Some(task) = next else { return };
         let role = match &task.role {
-            Some(role_id) => match role_for(agent, &task, role_id) {
+            Some(role_id) => match agent.role_run(&task, role_id) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     tracing::warn!(task = %task.id, "role {role_id}: {e}");
-                    agent.fail_unstartable(&task.id, &format!("role {role_id}: {e}"));
+                    ctx.desk
+                        .board
+                        .fail_unstartable(&task.id, &format!("role {role_id}: {e}"));
                     continue;
                 }
             },
@@ -265,7 +279,7 @@ async fn run_ready_tasks(agent: &mut Agent, out: &mpsc::UnboundedSender<FromWork
         let id = task.id.clone();
         let messages = task.messages.clone();
         if crate::code_task::is_code_task(&task) {
-            let (text, answered) = crate::code_task::run(agent, &dir, &name, task, role).await;
+            let (text, answered) = crate::code_task::run(agent, ctx, task, role).await;
             tracing::info!(task = %id, answered, "code task ran");
             reply(out, messages, &text, answered);
             continue;
@@ -315,27 +329,6 @@ pub(crate) fn spec_lists(spec: &pegasus_tasks::TaskSpec) -> String {
         }
     }
     s
-}
-
-/// Task `task` worked as role `role_id` (its frozen goal and acceptance, else its title).
-pub(crate) fn role_for(
-    agent: &Agent,
-    task: &pegasus_tasks::Task,
-    role_id: &str,
-) -> Result<pegasus_agent::RoleRun, String> {
-    let spec = spec_of(task);
-    prepare_role(
-        role_id,
-        &agent.settings().role_assignments,
-        agent.settings(),
-        &agent.tools().clone(),
-        agent.system_base(),
-        &agent.dir().join("memory"),
-        &agent.skill_dirs(),
-        &spec.goal,
-        &spec.acceptance,
-    )
-    .map_err(|e| e.to_string())
 }
 
 /// The run engine's executor: a phase is a job for the agent like any other.

@@ -1,6 +1,7 @@
 //! The worker's life: handshake, load, serve, stop.
 
 use crate::mcp::McpHub;
+use crate::project_ctx::ProjectCtx;
 use crate::sends::{self, SendCheck, Sends};
 use crate::{
     connection, logging,
@@ -10,7 +11,7 @@ use crate::{
     work_queue::{run_jobs, AgentPhases, Job, Window, WindowGate},
     WorkerError,
 };
-use pegasus_agent::{record_sent, Agent, AgentSettings, Approvals, Notice, ToolSet};
+use pegasus_agent::{record_sent, Agent, AgentSettings, Approvals, Desk, Notice, ToolSet};
 use pegasus_proto::worker::{FromWorker, ToWorker};
 use pegasus_runs::{RunEngine, RunSettings, RunStore};
 use pegasus_store::{Config, Home, ProjectFile};
@@ -290,10 +291,12 @@ async fn serve(
                 Path::new("/"),
                 &pegasus_store::home_guard::project_workdir(&project_dir, &project),
             );
+            let sandbox = settings.sandbox.clone();
+            let roles_dir = shared.roles.clone();
+            let desk = Desk::open(&project_dir, &name, notices.clone())?;
             let mut agent = Agent::open(
-                &project_dir,
+                &desk,
                 &workdir,
-                &name,
                 project.body().to_string(),
                 shared.skills.clone(),
                 // The web tools under `web:`; searches go to pegasusd, which holds the key.
@@ -302,17 +305,9 @@ async fn serve(
                     Some(Arc::new(proxy.clone())),
                 )),
                 Arc::new(proxy.clone()),
-                notices.clone(),
                 settings,
             )?;
-            let gate = Arc::new(Approvals::new(
-                &name,
-                &project_dir,
-                config.approvals.clone(),
-                agent.tasks().clone(),
-                notices,
-                agent.stop_flag(),
-            ));
+            let gate = Arc::new(Approvals::new(&desk, config.approvals.clone()));
             agent.set_approvals(gate.clone());
             // A harness as the project's (or a role's) agent (DESIGN.md §15): checked now, so a
             // missing binary or a provider of the wrong kind is one error at start.
@@ -334,7 +329,7 @@ async fn serve(
                     project_dir: project_dir.clone(),
                     workdir: workdir.clone(),
                     model: init.model.clone(),
-                    sandbox: agent.settings().sandbox.clone(),
+                    sandbox: sandbox.clone(),
                     registry: Some(home.exec_registry(&name)),
                 },
             );
@@ -347,13 +342,19 @@ async fn serve(
                 &project_dir,
                 &workdir,
                 Some(home.exec_registry(&name)),
-                agent.settings().sandbox.clone(),
+                sandbox.clone(),
                 config.mcp.clone(),
                 config.default_context_window,
             );
-            Ok((runs, agent, mcp, gate))
+            let ctx = ProjectCtx {
+                desk,
+                gate,
+                sandbox,
+                roles_dir,
+            };
+            Ok((runs, agent, mcp, ctx))
         });
-    let (run_settings, agent, mcp, gate) = match loaded {
+    let (run_settings, agent, mcp, ctx) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
             let _ = writer
@@ -375,7 +376,8 @@ async fn serve(
     let mut sends = Sends::load(&project_dir, chrono::Utc::now());
     let writer_task = tokio::spawn(write_frames(writer, out_rx));
     let (jobs, job_rx) = mpsc::unbounded_channel::<Job>();
-    let stop_flag = agent.stop_flag();
+    let stop_flag = ctx.desk.stop.clone();
+    let gate = ctx.gate.clone();
     // Boxed before it is spawned: the agent's future is ~11 KB, and `tokio::spawn` moves its
     // argument through several frames, each a copy on the main stack — pages that an idle
     // worker would then keep resident for its whole life (~60 KB of stack).
@@ -387,6 +389,7 @@ async fn serve(
     });
     let mut agent_task = tokio::spawn(Box::pin(run_jobs(
         agent,
+        ctx,
         job_rx,
         out.clone(),
         mcp,

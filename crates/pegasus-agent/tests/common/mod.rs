@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
-use pegasus_agent::{Agent, AgentSettings, ChatFuture, ChatModel, Notice, ToolCtx, ToolSet};
+use pegasus_agent::{Agent, AgentSettings, ChatFuture, ChatModel, Desk, Notice, ToolCtx, ToolSet};
 use pegasus_proto::llm::{Block, ChatRequest, ChatResponse, LlmError, StopReason, Usage};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -165,20 +165,35 @@ impl Fixture {
         model: Arc<ScriptedModel>,
         settings: AgentSettings,
     ) -> (Agent, UnboundedReceiver<Notice>) {
+        let (agent, _desk, rx) = self.open_desk(model, settings);
+        (agent, rx)
+    }
+
+    /// Like [`Fixture::open`], with the desk the agent was opened on (its task board and stop
+    /// flag), as a host keeps it.
+    pub fn open_desk(
+        &self,
+        model: Arc<ScriptedModel>,
+        settings: AgentSettings,
+    ) -> (Agent, Desk, UnboundedReceiver<Notice>) {
         let (tx, rx) = unbounded_channel();
+        let desk = Desk::open(&self.dir, "demo", tx).unwrap();
         let agent = Agent::open(
-            &self.dir,
+            &desk,
             &self.workdir,
-            "demo",
             "You work on the demo project.".into(),
             self.global_skills.clone(),
             ToolSet::project_tools(),
             model,
-            tx,
             settings,
         )
         .unwrap();
-        (agent, rx)
+        (agent, desk, rx)
+    }
+
+    /// The project's tasks, read from its files.
+    pub fn tasks(&self) -> pegasus_tasks::TaskStore {
+        pegasus_tasks::TaskStore::open(&self.dir, "demo").unwrap()
     }
 }
 

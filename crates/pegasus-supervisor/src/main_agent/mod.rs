@@ -7,7 +7,8 @@
 mod model;
 mod tools;
 
-use crate::supervisor::{MainInput, Supervisor};
+use crate::bus::EventBus;
+use crate::supervisor::MainInput;
 use pegasus_agent::{record_inbound, Agent, AgentSettings, Notice, StopKind, ToolSet};
 use pegasus_proto::BusBody;
 use std::sync::Arc;
@@ -96,29 +97,52 @@ fn held_notice(text: &str) -> String {
     format!("held for the MainAgent until you speak (`pegasusctl chat`): {cut}")
 }
 
-/// Starts the MainAgent task; it serves `inbox` until the daemon exits.
+/// What the MainAgent uses of the daemon.
+pub(crate) struct MainParts<'a> {
+    /// The home: the MainAgent's folder, the skills and preferences.
+    pub home: &'a pegasus_store::Home,
+    /// config.yml, for the agent's settings.
+    pub config: &'a pegasus_store::Config,
+    /// Its model calls go through the gateway like every worker's.
+    pub gateway: pegasus_llm::Gateway,
+    /// Where its notices and events go.
+    pub bus: EventBus,
+    /// The project messages it holds until the user speaks.
+    pub held: Arc<Held>,
+    /// The daemon's shutdown: the run in progress finishes, then the loop ends.
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// Starts the MainAgent task; it serves `inbox` until the daemon exits. Its tools reach the
+/// projects through `door`, like every other client.
 pub(crate) fn start(
-    sup: &Arc<Supervisor>,
+    parts: MainParts<'_>,
     door: &crate::front_door::FrontDoor,
     mut inbox: mpsc::UnboundedReceiver<MainInput>,
 ) -> tokio::task::JoinHandle<()> {
-    let shutdown = sup.shutdown.clone();
-    let dir = sup.home.main_dir();
-    let model_id = sup.gateway.resolve_model("");
+    let MainParts {
+        home,
+        config,
+        gateway,
+        bus,
+        held,
+        shutdown,
+    } = parts;
+    let dir = home.main_dir();
+    let model_id = gateway.resolve_model("");
     let mut settings = AgentSettings::from_config(
-        &sup.config,
+        config,
         model_id.clone(),
-        sup.gateway.context_window(&model_id),
+        gateway.context_window(&model_id),
         None,
     );
-    settings.exec_registry = Some(sup.home.exec_registry("main"));
-    settings.preferences = Some(sup.home.preferences_file());
+    settings.exec_registry = Some(home.exec_registry("main"));
+    settings.preferences = Some(home.preferences_file());
     settings.sandbox = Some(pegasus_sandbox::SandboxPaths {
-        home: sup.home.root().to_path_buf(),
+        home: home.root().to_path_buf(),
         own_dir: dir.clone(),
         tmp_dir: dir.join("tmp"),
-        writable: sup
-            .config
+        writable: config
             .agent
             .exec_writable
             .iter()
@@ -126,23 +150,20 @@ pub(crate) fn start(
             .collect(),
     });
     let (notices, mut notice_rx) = mpsc::unbounded_channel::<Notice>();
-    let bus = sup.bus.clone();
+    let notice_bus = bus.clone();
     tokio::spawn(async move {
         while let Some(notice) = notice_rx.recv().await {
             match notice {
                 Notice::Notify { text } => {
                     tracing::debug!(bytes = text.len(), "MainAgent notify");
-                    bus.publish(MAIN, BusBody::Notify { text });
+                    notice_bus.publish(MAIN, BusBody::Notify { text });
                 }
-                Notice::Event(event) => bus.publish(MAIN, BusBody::Worker(event)),
+                Notice::Event(event) => notice_bus.publish(MAIN, BusBody::Worker(event)),
             }
         }
     });
-    let bus = sup.bus.clone();
-    let held = sup.main_held.clone();
-    let gateway = sup.gateway.clone();
     let tools = tools::all(door.clone());
-    let skills = sup.home.skills_dir();
+    let skills = home.skills_dir();
     tokio::spawn(async move {
         // A default model no table knows: its server says its window (DESIGN.md §5), remembered
         // from an earlier run or asked now; waited for briefly, never for a server that does
@@ -152,17 +173,18 @@ pub(crate) fn start(
                 .window_soon(&model_id, std::time::Duration::from_secs(5))
                 .await,
         );
-        let agent = Agent::open(
-            &dir,
-            &dir.join("workdir"),
-            MAIN,
-            MAIN_PROMPT.to_string(),
-            skills,
-            ToolSet::new(tools),
-            Arc::new(model::GatewayModel(gateway.clone())),
-            notices,
-            settings,
-        );
+        let prefs_file = settings.preferences.clone().unwrap_or_default();
+        let agent = pegasus_agent::Desk::open(&dir, MAIN, notices).and_then(|desk| {
+            Agent::open(
+                &desk,
+                &dir.join("workdir"),
+                MAIN_PROMPT.to_string(),
+                skills,
+                ToolSet::new(tools),
+                Arc::new(model::GatewayModel(gateway.clone())),
+                settings,
+            )
+        });
         let mut agent = match agent {
             Ok(agent) => agent,
             Err(e) => {
@@ -176,7 +198,6 @@ pub(crate) fn start(
             }
         };
         let session = agent.session_handle();
-        let prefs_file = agent.settings().preferences.clone().unwrap_or_default();
         let mut next = 0u64;
         // Runs started by projects alone (their replies, notifies, crashes) since the user last
         // spoke: capped, so a MainAgent and a project cannot talk to each other forever.
