@@ -317,7 +317,7 @@ async fn serve(
                 &init.model,
                 &project_dir,
                 &relay,
-                agent.tasks(),
+                desk.board.store(),
             )
             .map_err(WorkerError::Config)?;
             agent.set_harnesses(kind, harnesses);

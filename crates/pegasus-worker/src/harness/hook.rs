@@ -384,7 +384,9 @@ mod tests {
                 "---\nname: demo\nstatus: active\ncreated: 2026-02-28T10:00:00Z\napprovals: {exec: ask}\n---\nA demo.\n",
             )
             .unwrap();
-            let tasks = pegasus_tasks::TaskStore::open(&dir, "demo").unwrap();
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let desk = pegasus_agent::Desk::open(&dir, "demo", tx).unwrap();
+            let tasks = desk.board.store().clone();
             let spec = serde_json::from_value(serde_json::json!({"goal": "g"})).unwrap();
             let task = tasks
                 .create_frozen(
@@ -399,16 +401,8 @@ mod tests {
                 )
                 .unwrap()
                 .id;
-            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-            let stop = Arc::new(AtomicBool::new(false));
-            let gate = Arc::new(Approvals::new(
-                "demo",
-                &dir,
-                Default::default(),
-                tasks.clone(),
-                tx,
-                stop.clone(),
-            ));
+            let stop = desk.stop.clone();
+            let gate = Arc::new(Approvals::new(&desk, Default::default()));
             let server = HookServer::start(
                 super::super::runner::decider(Some(gate.clone()), "Claude Code", task.clone()),
                 60,
