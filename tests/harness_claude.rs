@@ -942,3 +942,58 @@ fn a_hook_killed_while_its_call_waits_withdraws_the_request() {
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
 }
+
+/// Claude Code itself killed while its call waits for approval: the run ends, and with it the
+/// request (withdrawn, a later `approve` refused); the task fails saying Claude Code exited,
+/// and the command never runs.
+#[test]
+fn claude_code_killed_while_its_call_waits_withdraws_the_request() {
+    let Some((fake, home, _d, _worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
+    let marker = home.project_dir("cc").join("workdir/harness-killed.txt");
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Kill Claude Code".into()),
+        ]),
+        Reply::Tools(vec![bash("echo ran > harness-killed.txt")]),
+    ));
+    home.ctl_ok(&["project", "send", "cc", "Kill Claude Code"]);
+    let req = waiting(&home);
+    let id = req["id"].as_str().unwrap().to_string();
+    for (pid, _) in harness_processes(home.path()) {
+        // One may be gone with the ones before it.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let closed = home
+        .project_dir("cc")
+        .join(format!("approvals/closed/{id}.answer.json"));
+    let answer: Value = poll(Duration::from_secs(20), "the request closed", || {
+        serde_json::from_slice(&std::fs::read(&closed).ok()?).ok()
+    });
+    assert_eq!(answer["decision"], "withdrawn", "{answer}");
+    let refused = home.ctl_fails(&["approve", &id]);
+    assert!(
+        refused.contains(&format!("approval {id} was already answered: withdrawn")),
+        "{refused}"
+    );
+    let task = req["task"].as_str().unwrap();
+    let t = poll(Duration::from_secs(20), "the task over", || {
+        let t = home.json(&["task", "show", task])["task"].clone();
+        (t["state"] == "failed").then_some(t)
+    });
+    assert_eq!(t["stop_reason"], "model_error", "{t}");
+    assert!(
+        t["result_summary"]
+            .as_str()
+            .is_some_and(|r| r.contains("Claude Code exited")),
+        "{t}"
+    );
+    assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+    assert!(!marker.exists(), "the command never ran");
+    assert_eq!(harness_processes(home.path()), vec![]);
+}
