@@ -866,6 +866,29 @@ fn hooks_under(ancestor: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Request `id` of project `cc` is soon closed as withdrawn because Claude Code stopped
+/// waiting, and `approve` is refused with one line saying so.
+fn assert_withdrawn(home: &Home, id: &str) {
+    let closed = home
+        .project_dir("cc")
+        .join(format!("approvals/closed/{id}.answer.json"));
+    let answer: Value = poll(Duration::from_secs(20), "the request closed", || {
+        serde_json::from_slice(&std::fs::read(&closed).ok()?).ok()
+    });
+    assert_eq!(answer["decision"], "withdrawn", "{answer}");
+    assert_eq!(
+        answer["why"], "Claude Code stopped waiting for the answer",
+        "{answer}"
+    );
+    let refused = home.ctl_fails(&["approve", id]);
+    assert!(
+        refused.starts_with(&format!(
+            "pegasusctl: approval {id} was already answered: withdrawn by policy at "
+        )),
+        "{refused}"
+    );
+}
+
 /// The permission hook killed while its call waits for approval: the request is withdrawn at
 /// once (no longer waiting, closed as withdrawn), a later `approve` is refused with one line,
 /// the command never runs, and Claude Code goes on to answer the message.
@@ -904,22 +927,7 @@ fn a_hook_killed_while_its_call_waits_withdraws_the_request() {
             (!listed.as_array()?.iter().any(|r| r["id"] == id.as_str())).then_some(())
         },
     );
-    let closed = home
-        .project_dir("cc")
-        .join(format!("approvals/closed/{id}.answer.json"));
-    let answer: Value = poll(Duration::from_secs(10), "the request closed", || {
-        serde_json::from_slice(&std::fs::read(&closed).ok()?).ok()
-    });
-    assert_eq!(answer["decision"], "withdrawn", "{answer}");
-    assert_eq!(
-        answer["why"], "Claude Code stopped waiting for the answer",
-        "{answer}"
-    );
-    let refused = home.ctl_fails(&["approve", &id]);
-    assert!(
-        refused.contains(&format!("approval {id} was already answered: withdrawn")),
-        "{refused}"
-    );
+    assert_withdrawn(&home, &id);
     let out = send.wait_with_output().unwrap();
     assert!(out.status.success());
     poll(Duration::from_secs(5), "the answer printed", || {
@@ -969,18 +977,7 @@ fn claude_code_killed_while_its_call_waits_withdraws_the_request() {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    let closed = home
-        .project_dir("cc")
-        .join(format!("approvals/closed/{id}.answer.json"));
-    let answer: Value = poll(Duration::from_secs(20), "the request closed", || {
-        serde_json::from_slice(&std::fs::read(&closed).ok()?).ok()
-    });
-    assert_eq!(answer["decision"], "withdrawn", "{answer}");
-    let refused = home.ctl_fails(&["approve", &id]);
-    assert!(
-        refused.contains(&format!("approval {id} was already answered: withdrawn")),
-        "{refused}"
-    );
+    assert_withdrawn(&home, &id);
     let task = req["task"].as_str().unwrap();
     let t = poll(Duration::from_secs(20), "the task over", || {
         let t = home.json(&["task", "show", task])["task"].clone();
