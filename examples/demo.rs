@@ -244,7 +244,7 @@ fn main() -> Result<()> {
     std::fs::write(
         home.path().join("config.yml"),
         format!(
-            "# The demo's model is the fake server in this process; see the README for real providers.\n\
+            "# The demo's model is the fake server in this process; docs/GUIDE.md#models shows real providers.\n\
              default_model: fake/demo-model\n\
              providers:\n  fake: {{kind: anthropic, base_url: \"{}\", api_key_env: DEMO_FAKE_KEY}}\n",
             fake.anthropic_base_url()

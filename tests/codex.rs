@@ -235,3 +235,42 @@ fn codex_resumes_its_thread() {
     );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// Codex's hosted `web_search` (run on OpenAI's side, billed apart from the tokens Pegasus
+/// meters, out of reach of the approval policy) is in its requests by default; `-c
+/// web_search="disabled"` takes it out, and a later `-c web_search="live"` puts it back (the
+/// last override wins), which is how a project opts in through `harnesses.codex.args`.
+#[test]
+fn the_hosted_web_search_is_one_override_and_the_last_override_wins() {
+    let fake = FakeLlm::start().unwrap();
+    fake.require_api_key(Some(codex::API_KEY.to_string()));
+    let Some(cx) = Codex::new(&fake) else {
+        return;
+    };
+    fake.add_rule(Rule::new(Match::Any, Reply::Text("ok".into())));
+    let has_web_search = |args: &[&str]| {
+        let before = fake.requests().len();
+        let run = Codex::new(&fake)
+            .expect("found above")
+            .args(args.iter().copied())
+            .run("Say ok");
+        assert!(run.status.success(), "{}", run.dump());
+        let requests = fake.requests();
+        assert_eq!(requests.len(), before + 1, "{}", run.dump());
+        let tools = requests[before].body["tools"].as_array().cloned();
+        tools
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t["type"] == "web_search")
+    };
+    drop(cx);
+    assert!(has_web_search(&[]), "on by default");
+    assert!(!has_web_search(&["-c", "web_search=\"disabled\""]));
+    assert!(has_web_search(&[
+        "-c",
+        "web_search=\"disabled\"",
+        "-c",
+        "web_search=\"live\""
+    ]));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

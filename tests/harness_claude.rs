@@ -36,13 +36,18 @@ fn harness_home(fake: &FakeLlm, bin: &str, extra: &str) -> Home {
     )
 }
 
-/// Creates project `name` with `agent: claude-code` (and `keys`) and waits for its worker.
-fn harness_project(home: &Home, name: &str, keys: &str) -> u32 {
+/// Creates project `name` with `keys` in its PROJECT.md and waits for its worker.
+fn project_with(home: &Home, name: &str, keys: &str) -> u32 {
     let first = home.create(name);
     home.ctl_ok(&["project", "suspend", name]);
-    configure(home, name, &format!("agent: claude-code\n{keys}"));
+    configure(home, name, keys);
     home.ctl_ok(&["project", "resume", name]);
     home.ready_worker(name, Some(u64::from(first)))
+}
+
+/// Creates project `name` with `agent: claude-code` (and `keys`) and waits for its worker.
+fn harness_project(home: &Home, name: &str, keys: &str) -> u32 {
+    project_with(home, name, &format!("agent: claude-code\n{keys}"))
 }
 
 /// The usual start of a test: the fake (with the MainAgent's rule), a home on it whose
@@ -454,18 +459,7 @@ fn a_code_task_with_claude_code_reaches_a_verified_merge() {
         Match::LastToolResultContains("made-it".into()),
         Reply::Text("feature.txt is there".into()),
     ));
-    let id = home.json(&[
-        "task",
-        "add",
-        "cc",
-        "--goal",
-        "Add the feature file",
-        "--repo",
-        "app",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = add_code_task(&home, "cc", "Add the feature file");
     let t = poll(Duration::from_secs(90), "the code task done", || {
         let t = home.json(&["task", "show", &id])["task"].clone();
         matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
@@ -721,15 +715,11 @@ fn a_roles_agent_can_be_claude_code_in_a_builtin_project() {
     main_agent_rule(&fake);
     let home = harness_home(&fake, &bin, "");
     let _d = home.start_fake();
-    let first = home.create("mixed");
-    home.ctl_ok(&["project", "suspend", "mixed"]);
-    configure(
+    project_with(
         &home,
         "mixed",
         "roles:\n  - {role: coder, agent: claude-code}\n",
     );
-    home.ctl_ok(&["project", "resume", "mixed"]);
-    home.ready_worker("mixed", Some(u64::from(first)));
     fake.add_rule(Rule::new(
         Match::All(vec![
             Match::NewPrompt,
@@ -837,6 +827,305 @@ fn a_suspend_while_a_call_waits_holds_it_and_the_resumed_task_asks_again() {
         .contains("ran it after the pause"));
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
     assert_eq!(harness_processes(home.path()), vec![]);
+}
+
+/// The tool names a request offered its model.
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The calls a role made, as the ledger metered them for project `project`: `(task, role)`.
+fn metered(home: &Home, project: &str) -> Vec<(String, String)> {
+    let ledger = std::fs::read_to_string(home.path().join("costs/ledger.jsonl")).unwrap();
+    ledger
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["project"] == project)
+        .map(|l| {
+            let s = |k: &str| l[k].as_str().unwrap_or_default().to_string();
+            (s("task"), s("role"))
+        })
+        .collect()
+}
+
+/// A code task's state once it is over (or `verified` and waiting for nothing).
+fn task_over(home: &Home, id: &str) -> Value {
+    poll(Duration::from_secs(120), &format!("task {id} over"), || {
+        let t = home.json(&["task", "show", id])["task"].clone();
+        matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
+    })
+}
+
+/// Adds a code task with `goal` to `project` on its repo `app`; its id.
+fn add_code_task(home: &Home, project: &str, goal: &str) -> String {
+    home.json(&["task", "add", project, "--goal", goal, "--repo", "app"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The built-in agent's rule: asked something with `when` in it, it writes `content` to a.txt.
+fn agent_writes(when: &str, content: &str) -> Rule {
+    Rule::new(
+        Match::LastUserTextContains(when.into()),
+        Reply::Tools(vec![ToolCall::new(
+            "write_file",
+            json!({"path": "a.txt", "content": content}),
+        )]),
+    )
+}
+
+/// pegasusd on a home where Claude Code is `bin`, and built-in project `name` on a fresh repo
+/// `app` (returned with its temp dir), with `keys` and `review: reviewer`, that role assigned to
+/// Claude Code.
+fn reviewed_by_claude_code(
+    fake: &FakeLlm,
+    bin: &str,
+    name: &str,
+    keys: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, Home, Daemon) {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let home = harness_home(fake, bin, "");
+    let d = home.start_fake();
+    project_with(
+        &home,
+        name,
+        &format!(
+            "{}{keys}review: reviewer\nroles:\n  - {{role: reviewer, agent: claude-code}}\n",
+            repos_yaml(&[("app", &app)])
+        ),
+    );
+    (tmp, app, home, d)
+}
+
+/// A built-in project whose review role is assigned to Claude Code (`roles: [{role: reviewer,
+/// agent: claude-code}]`): the review of each attempt is Claude Code's, run in the task's
+/// worktree and unable to change it. Its first review tries to write into the worktree (refused
+/// by the sandbox), then rejects; the change goes back to the built-in agent once, the second
+/// review approves, and the task is merged. Every review call was Claude Code's (its own tools,
+/// not the editing ones), through the relay, metered to the task as the reviewer's.
+#[test]
+fn a_review_role_assigned_to_claude_code_sends_back_then_approves() {
+    const REVIEWER: &str = "You are the Reviewer";
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    let reviewer = |m: Match| Match::All(vec![Match::SystemContains(REVIEWER.into()), m]);
+    // Claude Code's first review: it tries to change what it reviews, then rejects.
+    fake.add_rule(
+        Rule::new(
+            reviewer(Match::NewPrompt),
+            Reply::Tools(vec![bash("echo tampered >> a.txt; echo wrote=$?; pwd")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(
+        Rule::new(
+            reviewer(Match::LastToolResultContains("wrote=".into())),
+            Reply::Text("REJECTED: the greeting has no name\nWrite `hello Bob`.".into()),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        reviewer(Match::NewPrompt),
+        Reply::Text("APPROVED\nGood.".into()),
+    ));
+    // The project's own (built-in) agent.
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote".into()),
+        Reply::Text("changed the files".into()),
+    ));
+    fake.add_rule(agent_writes("rejected your change", "hello Bob\n"));
+    fake.add_rule(agent_writes("greet", "hello\n"));
+    main_agent_rule(&fake);
+    let (_tmp, app, home, _d) =
+        reviewed_by_claude_code(&fake, &bin, "cr", "verify: test -s a.txt\n");
+    let id = add_code_task(&home, "cr", "greet in a.txt");
+    let t = task_over(&home, &id);
+    assert_eq!(t["state"], "done", "{t}");
+    assert_eq!(
+        sh(&app, "cat a.txt"),
+        "hello Bob",
+        "the approved change, untampered"
+    );
+    assert_eq!(sh(&app, "git status --porcelain"), "");
+    let history = home.json(&["task", "show", &id])["history"].to_string();
+    for reason in [
+        "review rejected: the greeting has no name",
+        "verify passed, review approved",
+    ] {
+        assert_eq!(history.matches(reason).count(), 1, "{reason}: {history}");
+    }
+    // Both reviews were Claude Code's: its own tools offered, not the built-in's, and not its
+    // editing ones; it was told the diff and where the worktree is.
+    let reviews: Vec<Value> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.body["system"].to_string().contains(REVIEWER))
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(
+        reviews.len(),
+        3,
+        "two reviews, the first with one tool call"
+    );
+    for body in &reviews {
+        let tools = offered_tools(body);
+        assert!(
+            tools.contains(&"Bash".to_string()) && tools.contains(&"Read".to_string()),
+            "{tools:?}"
+        );
+        for not in ["read_file", "Edit", "Write"] {
+            assert!(
+                !tools.contains(&not.to_string()),
+                "{not} offered: {tools:?}"
+            );
+        }
+    }
+    let first = reviews[0]["messages"].to_string();
+    assert!(
+        first.contains("+hello") && first.contains(".pegasus/worktrees/task-"),
+        "{first}"
+    );
+    assert!(reviews[2]["messages"].to_string().contains("+hello Bob"));
+    // Its write was refused, in the worktree it ran in.
+    let tried = reviews[1]["messages"].to_string();
+    assert!(
+        tried.contains("wrote=1") || tried.contains("wrote=2"),
+        "{tried}"
+    );
+    // Metered to the task, as the reviewer's calls.
+    let reviewer_calls = metered(&home, "cr")
+        .into_iter()
+        .filter(|(task, role)| *task == id && role == "reviewer")
+        .count();
+    assert_eq!(reviewer_calls, 3);
+    // Nothing of a reviewer's session is kept, and nothing of it runs on.
+    let sessions = home
+        .project_dir("cr")
+        .join("harness/claude-code/sessions.json");
+    assert!(!sessions.exists(), "a consultation keeps no session");
+    assert_eq!(harness_processes(&app), vec![]);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A built-in project whose plan role is assigned to Claude Code: Claude Code's answer is the
+/// plan, read as the built-in planner's is; the task is split into its two subtasks, which the
+/// built-in agent works and merges in order.
+#[test]
+fn a_plan_role_assigned_to_claude_code_splits_the_task() {
+    const PLANNER: &str = "You are the Planner";
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    let plan = json!({"subtasks": [
+        {"title": "one", "goal": "create one.txt"},
+        {"title": "two", "goal": "create two.txt", "depends_on": [1]}
+    ]});
+    fake.add_rule(Rule::new(
+        Match::SystemContains(PLANNER.into()),
+        Reply::Text(format!("Here is the plan:\n```json\n{plan}\n```")),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote".into()),
+        Reply::Text("created it".into()),
+    ));
+    for name in ["one", "two"] {
+        fake.add_rule(Rule::new(
+            Match::LastUserTextContains(format!("create {name}.txt")),
+            Reply::Tools(vec![ToolCall::new(
+                "write_file",
+                json!({"path": format!("{name}.txt"), "content": format!("{name}\n")}),
+            )]),
+        ));
+    }
+    main_agent_rule(&fake);
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let home = harness_home(&fake, &bin, "");
+    let _d = home.start_fake();
+    project_with(
+        &home,
+        "cp",
+        &format!(
+            "{}plan: planner\nroles:\n  - {{role: planner, agent: claude-code}}\n",
+            repos_yaml(&[("app", &app)])
+        ),
+    );
+    let id = add_code_task(&home, "cp", "create one.txt and two.txt");
+    let t = task_over(&home, &id);
+    assert_eq!(t["state"], "done", "{t}");
+    assert_eq!(t["subtasks"].as_array().map(Vec::len), Some(2), "{t}");
+    assert_eq!(sh(&app, "cat one.txt two.txt"), "one\ntwo");
+    assert!(t["artifacts"].to_string().contains("plan.md"), "{t}");
+    // The plan was Claude Code's (its tools), asked once, run in the repo, metered to the task.
+    let plans: Vec<Value> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.body["system"].to_string().contains(PLANNER))
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(plans.len(), 1, "subtasks are not planned again");
+    assert!(offered_tools(&plans[0]).contains(&"Bash".to_string()));
+    assert!(plans[0]["messages"]
+        .to_string()
+        .contains(&app.canonicalize().unwrap().display().to_string()));
+    assert!(metered(&home, "cp").contains(&(id.clone(), "planner".to_string())));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A review role assigned to Claude Code whose model call a budget refuses: no review, so the
+/// task fails saying so (as when the built-in reviewer's call is refused), and nothing is
+/// merged. The refused call never reached the provider.
+#[test]
+fn a_budget_that_refuses_a_claude_code_reviewer_fails_the_task_unmerged() {
+    const REVIEWER: &str = "You are the Reviewer";
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        Match::SystemContains(REVIEWER.into()),
+        Reply::Text("APPROVED".into()),
+    ));
+    // The built-in agent's last call spends the project's $0.08 ($0.10: 100k input tokens at
+    // $1/M); the reviewer's first call has no room left.
+    fake.add_rule(
+        Rule::new(
+            Match::LastToolResultContains("wrote".into()),
+            Reply::Text("changed the files".into()),
+        )
+        .usage(pegasus_fakellm::UsageSpec {
+            input: 100_000,
+            output: 10,
+            ..Default::default()
+        }),
+    );
+    fake.add_rule(agent_writes("greet", "hello\n"));
+    main_agent_rule(&fake);
+    let (_tmp, app, home, _d) = reviewed_by_claude_code(&fake, &bin, "cb", "budget_usd: 0.08\n");
+    let before = sh(&app, "git rev-parse main");
+    let id = add_code_task(&home, "cb", "greet in a.txt");
+    let t = task_over(&home, &id);
+    assert_eq!(t["state"], "failed", "{t}");
+    let reason = t["stop_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the reviewer (reviewer) did not answer: Stopped:")
+            && reason.contains("budget"),
+        "{reason}"
+    );
+    assert_eq!(sh(&app, "git rev-parse main"), before, "nothing merged");
+    assert!(fake
+        .requests()
+        .iter()
+        .all(|r| !r.body["system"].to_string().contains(REVIEWER)));
+    assert_eq!(harness_processes(&app), vec![]);
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
 
 /// The pids of the processes descending from `ancestor` whose program is `project-worker` run

@@ -71,6 +71,28 @@ fn codex_in(dir: &std::path::Path) -> Vec<u32> {
         .collect()
 }
 
+/// Creates project `name` with `keys` in its PROJECT.md and waits for its worker (started
+/// again, so it reads them).
+fn project_with(home: &Home, name: &str, keys: &str) {
+    home.create(name);
+    configure(home, name, keys);
+    home.ctl_ok(&["project", "suspend", name]);
+    home.ctl_ok(&["project", "resume", name]);
+    home.ready_worker(name, None);
+}
+
+/// Adds a code task with `goal` on repo `app` to `project` and returns it once it is over.
+fn code_task_over(home: &Home, project: &str, goal: &str) -> serde_json::Value {
+    let id = home.json(&["task", "add", project, "--goal", goal, "--repo", "app"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    poll(WAIT, "the code task done", || {
+        let t = home.json(&["task", "show", &id])["task"].clone();
+        matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
+    })
+}
+
 fn responses(rule: Match, reply: Reply) -> Rule {
     Rule::new(
         Match::All(vec![Match::Format(Format::Responses), rule]),
@@ -108,6 +130,16 @@ fn a_message_is_answered_by_codex_and_mirrored() {
     let requests = codex_requests(&fake);
     assert_eq!(requests.len(), 1, "{:?}", fake.violations());
     assert_eq!(requests[0].body["model"], common::codex::MODEL);
+    // Codex's hosted web search (beyond the approval policy and the metered tokens) is off.
+    let tools = requests[0].body["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!tools.is_empty());
+    assert!(
+        !tools.iter().any(|t| t["type"] == "web_search"),
+        "{tools:?}"
+    );
     // pegasusd added the provider's key on the way; Codex had only its endpoint's.
     assert_eq!(
         requests[0].header("authorization"),
@@ -356,8 +388,7 @@ fn codex_works_a_code_task_to_a_verified_merge() {
         Reply::Text("added made.txt".into()),
     ));
     let _d = home.start_fake();
-    home.create("cx");
-    configure(
+    project_with(
         &home,
         "cx",
         &format!(
@@ -365,25 +396,7 @@ fn codex_works_a_code_task_to_a_verified_merge() {
             repos_yaml(&[("app", &app)])
         ),
     );
-    home.ctl_ok(&["project", "suspend", "cx"]);
-    home.ctl_ok(&["project", "resume", "cx"]);
-    home.ready_worker("cx", None);
-    let id = home.json(&[
-        "task",
-        "add",
-        "cx",
-        "--goal",
-        "add made.txt",
-        "--repo",
-        "app",
-    ])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let task = poll(WAIT, "the code task done", || {
-        let t = home.json(&["task", "show", &id])["task"].clone();
-        matches!(t["state"].as_str(), Some("done" | "failed" | "blocked")).then_some(t)
-    });
+    let task = code_task_over(&home, "cx", "add made.txt");
     assert_eq!(task["state"], "done", "{task}\n{:?}", fake.violations());
     assert_eq!(sh(&app, "cat made.txt"), "made by codex");
     assert_eq!(sh(&app, "git status --porcelain"), "");
@@ -569,5 +582,67 @@ fn a_tools_glob_denies_codexs_patch() {
     assert!(out.contains("The patch was refused."), "{out}");
     assert!(!home.project_dir("cx").join("workdir/patched.txt").exists());
     assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// A review role assigned to Codex in a built-in project: Codex reviews the change in the
+/// task's worktree, told it reads only; its answer is read as the built-in reviewer's
+/// (`APPROVED`), and the task is merged. Its calls are metered to the task as the reviewer's.
+#[test]
+fn a_review_role_assigned_to_codex_approves_and_the_task_is_merged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = repo(tmp.path(), "app");
+    let fake = FakeLlm::start().unwrap();
+    let Some(home) = codex_home(&fake, "") else {
+        return;
+    };
+    fake.add_rule(responses(
+        Match::LastUserTextContains("Review the change of code task".into()),
+        Reply::Text("APPROVED\nThe greeting is there.".into()),
+    ));
+    // The project's own agent is the built-in one.
+    fake.add_rule(Rule::new(
+        Match::LastToolResultContains("wrote".into()),
+        Reply::Text("changed the files".into()),
+    ));
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("greet".into()),
+        Reply::Tools(vec![ToolCall::new(
+            "write_file",
+            json!({"path": "a.txt", "content": "hello\n"}),
+        )]),
+    ));
+    let _d = home.start_fake();
+    project_with(
+        &home,
+        "cr",
+        &format!(
+            "{}review: reviewer\nroles:\n  - {{role: reviewer, agent: codex}}\n",
+            repos_yaml(&[("app", &app)])
+        ),
+    );
+    let task = code_task_over(&home, "cr", "greet in a.txt");
+    let id = task["id"].as_str().unwrap();
+    assert_eq!(task["state"], "done", "{task}\n{:?}", fake.violations());
+    assert_eq!(sh(&app, "cat a.txt"), "hello");
+    let reviews = codex_requests(&fake);
+    assert_eq!(reviews.len(), 1, "one review, by Codex");
+    let body = reviews[0].body.to_string();
+    assert!(
+        body.contains("+hello") && body.contains(".pegasus/worktrees/task-"),
+        "{body}"
+    );
+    assert!(
+        body.contains("You are consulted about a Pegasus code task"),
+        "{body}"
+    );
+    let ledger = std::fs::read_to_string(home.path().join("costs/ledger.jsonl")).unwrap();
+    assert!(
+        ledger.lines().any(|l| {
+            let l: serde_json::Value = serde_json::from_str(l).unwrap();
+            l["task"] == id && l["role"] == "reviewer"
+        }),
+        "{ledger}"
+    );
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }

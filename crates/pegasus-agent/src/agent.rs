@@ -37,6 +37,7 @@ use crate::transcript::{push_user, rebuild};
 use pegasus_tasks::{Task, TaskState};
 
 mod consult;
+mod harness_of;
 
 /// The agent of one project (or of the MainAgent, with other tools and folder): owns the
 /// in-memory transcript, the session appender and the task log.
@@ -90,7 +91,7 @@ impl Agent {
     /// file tools and exec act (created if missing). Loads the session, repairing what a crash left and writing that repair into
     /// the file (the synthetic cancelled results of cut-off tool calls and a `crash` record),
     /// and rebuilds a valid transcript from it; applies the restart rule to the tasks (see
-    /// [`TaskStore::recover_after_restart`]: a task left `running` fails with `process
+    /// [`pegasus_tasks::TaskStore::recover_after_restart`]: a task left `running` fails with `process
     /// restarted`, a message's task runs again once). Messages acknowledged but never taken
     /// up are made a task by [`Agent::adopt_pending_messages`].
     pub fn open(
@@ -265,12 +266,9 @@ impl Agent {
             .unwrap_or_default();
         // A harness's call (DESIGN.md §15): the harness was stopped with it, so the task starts
         // over and the harness, resuming its session, asks again if it still wants the call.
-        let harnessed = self.harnesses.contains_key(
-            &role
-                .as_ref()
-                .and_then(|r| r.agent)
-                .unwrap_or(self.agent_kind),
-        );
+        let harnessed = self
+            .harness_of(role.as_ref().and_then(|r| r.agent))
+            .is_some();
         if calls.is_empty() || harnessed {
             // A subagent's call (its turns live only in memory): the task starts over.
             let why = if harnessed {
@@ -821,11 +819,7 @@ impl Agent {
                 });
             }
         }
-        let role_agent = role.as_ref().and_then(|r| r.agent);
-        let harness = self
-            .harnesses
-            .get(&role_agent.unwrap_or(self.agent_kind))
-            .cloned();
+        let harness = self.harness_of(role.as_ref().and_then(|r| r.agent));
         let harnessed = harness.is_some();
         let (mut system, tools, settings, role_name) = match role {
             Some(r) => (r.system, r.tools, r.settings, Some(r.role)),

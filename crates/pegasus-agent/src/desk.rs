@@ -51,8 +51,8 @@ impl Desk {
 }
 
 /// A project's tasks as its agent and host change them: each move is written to the task store
-/// and reported as a [`pegasus_proto::WorkerEvent::Task`] in one call (DESIGN.md §7). Reads go
-/// to [`TaskBoard::store`].
+/// and reported as a [`pegasus_proto::WorkerEvent::Task`] in one call (DESIGN.md §7). Reads, and
+/// changes that are not a move (a planner's split), go to [`TaskBoard::store`].
 #[derive(Clone)]
 pub struct TaskBoard {
     store: TaskStore,
@@ -60,7 +60,7 @@ pub struct TaskBoard {
 }
 
 impl TaskBoard {
-    /// The task store, for reads (and changes nobody is told of, such as a field update).
+    /// The task store, for reads and for changes that are not a move (a planner's split).
     pub fn store(&self) -> &TaskStore {
         &self.store
     }

@@ -6,16 +6,20 @@
 //! messages and bus events, so every harness is shown exactly like the built-in loop.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use pegasus_proto::llm::{Block, Message, Role, Usage};
 use pegasus_proto::{Stage, WorkerEvent};
 use pegasus_store::AgentKind;
 
 use crate::agent_loop::LoopEnd;
+use crate::approvals::Approvals;
 use crate::error::AgentError;
 use crate::outbox::send_event;
 use crate::session_writer::{persist, SessionHandle};
+use crate::settings::AgentSettings;
 use crate::tool::ToolCtx;
 use crate::transcript::{push_user, to_content, tool_record};
 
@@ -41,17 +45,45 @@ pub struct HarnessTurn<'a> {
     pub mirror: Mirror<'a>,
 }
 
-/// What [`Harness::run`] returns.
+/// A role asked once about a task (DESIGN.md §10): a code task's reviewer or planner whose
+/// assignment names a harness. Not a turn of the task: nothing of it is written to the session,
+/// and the harness starts a session of its own every time.
+pub struct HarnessConsult<'a> {
+    /// The task it is asked about (its model calls are billed to it; approvals name it).
+    pub task_id: &'a str,
+    /// The role asked (the ledger names it).
+    pub role: String,
+    /// What it is asked.
+    pub prompt: String,
+    /// What the harness's own system prompt is extended with: the role's prompt, with the
+    /// section naming the instruction files of `repos`.
+    pub system: String,
+    /// The folders it reads, `(repo id, folder)`; it runs in the first. Nothing in them is
+    /// writable to it: what it is asked about must be what it saw.
+    pub repos: &'a [(String, PathBuf)],
+    /// The role's settings: its model, its time limit and the project's sandbox.
+    pub settings: &'a AgentSettings,
+    /// The project's approval gate, which its tool calls pass as a task's do.
+    pub approvals: Option<Arc<Approvals>>,
+    /// Asked while it works: was the task cancelled, or is the process stopping?
+    pub cancelled: &'a (dyn Fn() -> bool + Send + Sync),
+}
+
+/// What [`Harness::run`] and [`Harness::consult`] return.
 pub type HarnessFuture<'a> = Pin<Box<dyn Future<Output = Result<LoopEnd, AgentError>> + Send + 'a>>;
 
-/// A harness the agent can hand a task to. `run` works the turn to its end (an answer, a stop,
-/// a failure as a [`LoopEnd`]) and leaves nothing of the harness running when it returns or is
-/// dropped; only a failed session write is an `Err`.
+/// A harness the agent can hand a task to, or a role's consultation to. `run` and `consult`
+/// work to the end (an answer, a stop, a failure as a [`LoopEnd`]) and leave nothing of the
+/// harness running when they return or are dropped; only a failed session write is an `Err`.
 pub trait Harness: Send + Sync {
     /// Which harness this is.
     fn kind(&self) -> AgentKind;
     /// Works `turn`.
     fn run<'a>(&'a self, turn: HarnessTurn<'a>) -> HarnessFuture<'a>;
+    /// Asks the role of `consult` once, read-only: its final answer is the [`LoopEnd`]'s text
+    /// (stop `Answered`); a stop (budget, failure, time limit) says why there is none, as the
+    /// built-in loop's would.
+    fn consult<'a>(&'a self, consult: HarnessConsult<'a>) -> HarnessFuture<'a>;
 }
 
 /// Where a harness's events go: the session (durably, turn by turn), the in-memory transcript

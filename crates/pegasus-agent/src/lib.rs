@@ -59,7 +59,7 @@ pub use agent::{Agent, Workspace};
 pub use approvals::Approvals;
 pub use desk::{Desk, TaskBoard};
 pub use error::AgentError;
-pub use harness::{Harness, HarnessFuture, HarnessTurn, Mirror};
+pub use harness::{Harness, HarnessConsult, HarnessFuture, HarnessTurn, Mirror};
 pub use model::{ChatFuture, ChatModel};
 pub use outbox::Notice;
 pub use outcome::{RunOutcome, StopKind};

@@ -408,6 +408,20 @@ pub fn diff(worktree: &Path, from: &str) -> Result<String, CodeError> {
     git(worktree, &["diff", "--stat", "--patch", from, "HEAD"])
 }
 
+/// What a worktree holds, as far as a commit could take it: its `HEAD`, the status of every path
+/// that is not ignored, and the diff of its tracked files against `HEAD`. Two equal snapshots:
+/// nothing was committed, changed, added or deleted in between (ignored files aside). The
+/// review gate takes one before and after the reviewer reads (DESIGN.md §15).
+pub fn snapshot(worktree: &Path) -> Result<String, CodeError> {
+    let head = git(worktree, &["rev-parse", "HEAD"])?;
+    let status = git(
+        worktree,
+        &["status", "--porcelain=v1", "-z", "--untracked-files=all"],
+    )?;
+    let diff = git(worktree, &["diff", "--binary", "--no-ext-diff", "HEAD"])?;
+    Ok(format!("{head}\0{status}\0{diff}"))
+}
+
 /// Removes the task's worktree (unlock, `remove --force --force`, prune whatever is left) and,
 /// with `delete_branch`, its branch. Missing pieces are not errors: cleanup may be resumed
 /// after a crash at any point of it.

@@ -424,6 +424,39 @@ fn refusals_say_what_to_do() {
     assert!(e.contains("not usable"), "{e}");
 }
 
+/// A worktree's snapshot changes with anything a commit could take (a tracked file changed, a
+/// file added, a commit) and with nothing else (an ignored file, a file changed and restored).
+#[test]
+fn a_snapshot_sees_every_change_a_commit_could_take() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = new_repo(tmp.path(), "app");
+    let repo = Repo::open("app", &root, "main").unwrap();
+    let tree = worktree::create(&repo, "t1", "proj", &head(&root, "main"), ".env").unwrap();
+    let w = &tree.path;
+    std::fs::write(w.join(".gitignore"), "build/\n").unwrap();
+    std::fs::write(w.join("a.txt"), "changed by the agent\n").unwrap();
+    let snap = || worktree::snapshot(w).unwrap();
+    // A tracked file left modified (the checks may do that): changing it again is seen.
+    let before = snap();
+    assert_eq!(snap(), before, "nothing changed");
+    std::fs::create_dir_all(w.join("build")).unwrap();
+    std::fs::write(w.join("build/out"), "ignored").unwrap();
+    assert_eq!(snap(), before, "an ignored file is not part of the change");
+    std::fs::write(w.join("a.txt"), "changed by the reviewer\n").unwrap();
+    assert_ne!(snap(), before, "a tracked file changed again");
+    std::fs::write(w.join("a.txt"), "changed by the agent\n").unwrap();
+    assert_eq!(snap(), before, "restored");
+    std::fs::write(w.join("new.txt"), "x").unwrap();
+    assert_ne!(snap(), before, "a file added");
+    std::fs::remove_file(w.join("new.txt")).unwrap();
+    std::fs::remove_file(w.join("b.txt")).unwrap();
+    assert_ne!(snap(), before, "a file deleted");
+    sh(w, "git checkout -q -- b.txt");
+    assert_eq!(snap(), before);
+    commit_all(w, "a commit").unwrap();
+    assert_ne!(snap(), before, "a commit");
+}
+
 /// Issue 22: whatever the worktree's files say, git runs none of the model's programs, and a
 /// `.git` that is no longer the one Pegasus made stops git there (`tampered`).
 #[test]

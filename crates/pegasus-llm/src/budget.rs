@@ -22,8 +22,71 @@ pub struct Limits {
     pub daily: Option<f64>,
     /// The project's PROJECT.md `budget_usd`.
     pub project: Option<f64>,
-    /// USD per task: config.yml's `budget.task_usd`; applies only to a call made for a task.
+    /// USD per task: config.yml's `budget.task_usd`, or the task's own budget; applies only to
+    /// a call made for a task.
     pub task: Option<f64>,
+    /// `task` is the task's own budget (its spec's `budget_usd`), not config.yml's.
+    pub task_is_own: bool,
+}
+
+/// Which cap refused a call, and so which key raises it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// config.yml's `budget.daily_usd`.
+    Daily,
+    /// The project's PROJECT.md `budget_usd`.
+    Project,
+    /// config.yml's `budget.task_usd`.
+    Task,
+    /// The task's own budget (its spec's `budget_usd`, an Asana card's Max Cost).
+    TaskOwn,
+}
+
+impl Cap {
+    /// What the person does to let such a call through.
+    pub fn how_to_raise(self) -> &'static str {
+        match self {
+            Cap::Daily => "raise budget.daily_usd in config.yml, or wait for tomorrow (UTC)",
+            Cap::Project => "raise budget_usd in the project's PROJECT.md",
+            Cap::Task => "raise budget.task_usd in config.yml",
+            Cap::TaskOwn => {
+                "the task's own budget is fixed when it is made (an Asana card's Max Cost): \
+                 make a new task with a higher one"
+            }
+        }
+    }
+}
+
+/// A call a cap refused: which cap, and the error the caller is told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    /// The cap.
+    pub cap: Cap,
+    /// [`LlmError::BudgetExceeded`] with the cap's scope, limit and spend.
+    pub error: LlmError,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl From<Refused> for LlmError {
+    fn from(r: Refused) -> LlmError {
+        r.error
+    }
+}
+
+impl Limits {
+    /// The cap a task's calls run into.
+    fn task_cap(&self) -> Cap {
+        if self.task_is_own {
+            Cap::TaskOwn
+        } else {
+            Cap::Task
+        }
+    }
 }
 
 /// Refuses a call whose project (ledger name), task or the day has already spent its limit.
@@ -34,23 +97,32 @@ pub fn check(
     project: &str,
     task: Option<&str>,
     today: NaiveDate,
-) -> Result<(), LlmError> {
-    let over = |scope: String, limit: Option<f64>, spent: f64| match limit {
-        Some(limit) if spent >= limit => Err(LlmError::BudgetExceeded {
-            scope,
-            limit,
-            spent,
+) -> Result<(), Refused> {
+    let over = |cap: Cap, scope: String, limit: Option<f64>, spent: f64| match limit {
+        Some(limit) if spent >= limit => Err(Refused {
+            cap,
+            error: LlmError::BudgetExceeded {
+                scope,
+                limit,
+                spent,
+            },
         }),
         _ => Ok(()),
     };
-    over("daily".into(), limits.daily, totals.day(today))?;
+    over(Cap::Daily, "daily".into(), limits.daily, totals.day(today))?;
     over(
+        Cap::Project,
         format!("project {project}"),
         limits.project,
         totals.project(project),
     )?;
     if let Some(task) = task {
-        over(format!("task {task}"), limits.task, totals.task(task))?;
+        over(
+            limits.task_cap(),
+            format!("task {task}"),
+            limits.task,
+            totals.task(task),
+        )?;
     }
     Ok(())
 }
@@ -66,27 +138,32 @@ pub fn admit(
     task: Option<&str>,
     today: NaiveDate,
     worst: f64,
-) -> Result<(), LlmError> {
+) -> Result<(), Refused> {
     check(totals, limits, project, task, today)?;
-    let over = |scope: String, limit: Option<f64>, spent: f64, held: f64| {
+    let over = |cap: Cap, scope: String, limit: Option<f64>, spent: f64, held: f64| {
         match limit {
-        Some(limit) if spent + held + worst > limit + 1e-9 => Err(LlmError::BudgetExceeded {
-            scope: format!(
-                "{scope} (this call could cost up to ${worst:.4}, ${held:.4} is held by calls in flight)"
-            ),
-            limit,
-            spent,
+        Some(limit) if spent + held + worst > limit + 1e-9 => Err(Refused {
+            cap,
+            error: LlmError::BudgetExceeded {
+                scope: format!(
+                    "{scope} (this call could cost up to ${worst:.4}, ${held:.4} is held by calls in flight)"
+                ),
+                limit,
+                spent,
+            },
         }),
         _ => Ok(()),
     }
     };
     over(
+        Cap::Daily,
         "daily".into(),
         limits.daily,
         totals.day(today),
         reserved.day(today),
     )?;
     over(
+        Cap::Project,
         format!("project {project}"),
         limits.project,
         totals.project(project),
@@ -94,6 +171,7 @@ pub fn admit(
     )?;
     if let Some(task) = task {
         over(
+            limits.task_cap(),
             format!("task {task}"),
             limits.task,
             totals.task(task),
@@ -136,6 +214,7 @@ mod tests {
             daily: Some(3.01),
             project: Some(12.5),
             task: Some(12.0),
+            task_is_own: false,
         };
         assert_eq!(check(&t, &limits, "a", Some("t1"), today), Ok(()));
         assert_eq!(
@@ -153,10 +232,13 @@ mod tests {
         };
         assert_eq!(
             check(&t, &daily, "a", None, today),
-            Err(LlmError::BudgetExceeded {
-                scope: "daily".into(),
-                limit: 3.0,
-                spent: 3.0
+            Err(Refused {
+                cap: Cap::Daily,
+                error: LlmError::BudgetExceeded {
+                    scope: "daily".into(),
+                    limit: 3.0,
+                    spent: 3.0
+                }
             })
         );
         let project = Limits {
@@ -165,7 +247,7 @@ mod tests {
         };
         assert!(matches!(
             check(&t, &project, "a", None, today),
-            Err(LlmError::BudgetExceeded { scope, .. }) if scope == "project a"
+            Err(Refused { cap: Cap::Project, error: LlmError::BudgetExceeded { scope, .. } }) if scope == "project a"
         ));
         assert_eq!(check(&t, &project, "b", None, today), Ok(()));
         let task = Limits {
@@ -174,7 +256,27 @@ mod tests {
         };
         assert!(matches!(
             check(&t, &task, "a", Some("t1"), today),
-            Err(LlmError::BudgetExceeded { scope, spent, .. }) if scope == "task t1" && spent == 11.5
+            Err(Refused { cap: Cap::Task, error: LlmError::BudgetExceeded { scope, spent, .. } }) if scope == "task t1" && spent == 11.5
+        ));
+        // The task's own budget is named as such: another key raises it.
+        let own = Limits {
+            task: Some(2.0),
+            task_is_own: true,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            check(&t, &own, "a", Some("t1"), today),
+            Err(Refused {
+                cap: Cap::TaskOwn,
+                ..
+            })
+        ));
+        assert!(matches!(
+            admit(&t, &Default::default(), &own, "a", Some("t2"), today, 1.6),
+            Err(Refused {
+                cap: Cap::TaskOwn,
+                ..
+            })
         ));
         assert_eq!(check(&t, &task, "a", Some("t2"), today), Ok(()));
         assert_eq!(check(&t, &task, "a", None, today), Ok(()));

@@ -377,7 +377,10 @@ impl Gateway {
         };
         let target = provider::resolve(&inner.config, model).map_err(failed)?;
         // PROJECT.md is read once here; a retry, which may come much later, reads it again.
-        let mut limits = Some(self.check_budgets(&req.meta).map_err(failed)?);
+        let mut limits = Some(
+            self.check_budgets(&req.meta)
+                .map_err(|e| failed(e.into()))?,
+        );
         let key = provider::credential(&target).map_err(failed)?;
         let info = self.model_info(&target.full);
         let mut req = req.clone();
@@ -418,7 +421,7 @@ impl Gateway {
                     input_estimate,
                     from,
                 )
-                .map_err(failed)?;
+                .map_err(|e| failed(e.into()))?;
             if let Err(e) = self.journal_sent(&reservation.call).await {
                 reservation.abandon(Abandon::NotJournaled).await;
                 return Err(failed(e));
@@ -788,7 +791,7 @@ impl Gateway {
         max_tokens: u32,
         input_estimate: u64,
         fallback_from: Option<&str>,
-    ) -> Result<Reservation, LlmError> {
+    ) -> Result<Reservation, NotAdmitted> {
         let inner = &*self.inner;
         let project = meta.project.as_deref().unwrap_or(MAIN_PROJECT);
         let usage = pegasus_proto::llm::Usage {
@@ -798,24 +801,27 @@ impl Gateway {
         };
         let worst = inner.price(target, "", &usage);
         if worst.is_none() && !inner.config.llm.allow_unpriced_models {
-            return Err(LlmError::Unpriced {
+            return Err(NotAdmitted::Unpriced(LlmError::Unpriced {
                 model: target.full.clone(),
-            });
+            }));
         }
         let today = Utc::now().date_naive();
         let usd = worst.unwrap_or(0.0);
         let mut reserved = lock(&inner.reserved);
-        inner.ledger.with_totals(|t| {
-            budget::admit(
-                t,
-                &reserved,
-                limits,
-                project,
-                meta.task.as_deref(),
-                today,
-                usd,
-            )
-        })?;
+        inner
+            .ledger
+            .with_totals(|t| {
+                budget::admit(
+                    t,
+                    &reserved,
+                    limits,
+                    project,
+                    meta.task.as_deref(),
+                    today,
+                    usd,
+                )
+            })
+            .map_err(NotAdmitted::Budget)?;
         reserved.add(today, project, meta.task.as_deref(), usd);
         drop(reserved);
         let n = inner.call_seq.fetch_add(1, Ordering::Relaxed);
@@ -862,33 +868,39 @@ impl Gateway {
 
     /// Refuses the call if the day, the project or the task has already spent its cap;
     /// returns the caps it checked.
-    fn check_budgets(&self, meta: &CallMeta) -> Result<Limits, LlmError> {
+    fn check_budgets(&self, meta: &CallMeta) -> Result<Limits, NotAdmitted> {
         let limits = self.limits(meta);
         let project = meta.project.as_deref().unwrap_or(MAIN_PROJECT);
         let today = Utc::now().date_naive();
         self.inner
             .ledger
-            .with_totals(|t| budget::check(t, &limits, project, meta.task.as_deref(), today))?;
+            .with_totals(|t| budget::check(t, &limits, project, meta.task.as_deref(), today))
+            .map_err(NotAdmitted::Budget)?;
         Ok(limits)
     }
 
-    /// The caps of a call: the day's and a task's from the config, the project's `budget_usd`
+    /// The caps of a call: the day's from the config, a task's own budget or else the config's
+    /// `budget.task_usd`, the project's `budget_usd`
     /// as its PROJECT.md says at this call (an edit applies at once; the file is parsed again
     /// only when it changed, see [`ProjectRegistry`]).
     fn limits(&self, meta: &CallMeta) -> Limits {
         let config = &self.inner.config;
-        Limits {
+        let limits = Limits {
             daily: config.budget.daily_usd,
             project: meta
                 .project
                 .as_deref()
                 .and_then(|p| self.inner.projects.budget_usd(p)),
-            task: match (meta.project.as_deref(), meta.task.as_deref()) {
-                (Some(project), Some(task)) => {
-                    self.task_budget(project, task).or(config.budget.task_usd)
-                }
-                _ => config.budget.task_usd,
-            },
+            ..Limits::default()
+        };
+        let own = match (meta.project.as_deref(), meta.task.as_deref()) {
+            (Some(project), Some(task)) => self.task_budget(project, task),
+            _ => None,
+        };
+        Limits {
+            task: own.or(config.budget.task_usd),
+            task_is_own: own.is_some(),
+            ..limits
         }
     }
 
@@ -1269,6 +1281,24 @@ fn close(inner: &Inner, day: chrono::NaiveDate, call: &PendingCall, entry: Optio
         call.usd.unwrap_or(0.0),
     );
     inner.journal.done(&call.call);
+}
+
+/// Why an attempt was not admitted (see [`Gateway::admit`]).
+#[derive(Debug)]
+pub(crate) enum NotAdmitted {
+    /// A cap has no room for it.
+    Budget(budget::Refused),
+    /// The model has no price and `llm.allow_unpriced_models` is off.
+    Unpriced(LlmError),
+}
+
+impl From<NotAdmitted> for LlmError {
+    fn from(n: NotAdmitted) -> LlmError {
+        match n {
+            NotAdmitted::Budget(r) => r.into(),
+            NotAdmitted::Unpriced(e) => e,
+        }
+    }
 }
 
 impl Drop for Reservation {

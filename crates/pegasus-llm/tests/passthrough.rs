@@ -295,6 +295,36 @@ async fn a_task_budget_holds_without_reserving_the_whole_max_tokens() {
     assert_eq!(ledger(&w).len(), 2);
 }
 
+/// A task with its own budget (an Asana card's Max Cost, fixed when the task is made) is told
+/// so, not to raise config.yml's `budget.task_usd`, which does not apply to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_over_its_own_budget_is_told_which_budget_to_raise() {
+    let w = world("fa/claude-sonnet-4-5", |c| c.budget.task_usd = Some(10.0));
+    w.gw.set_task_budgets(std::sync::Arc::new(|project: &str, task: &str| {
+        (project == "web" && task == "t-1").then_some(0.02)
+    }));
+    w.fake.add_rule(
+        Rule::new(Match::Any, Reply::Text("spent".into())).usage(UsageSpec {
+            input: 30_000,
+            output: 1000,
+            ..UsageSpec::default()
+        }),
+    );
+    let a = relay(&w, messages("claude-opus-4-7", true, "work")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    // $0.032 spent, past the task's own $0.02.
+    let a = relay(&w, messages("claude-opus-4-7", true, "more")).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    let message = error_message(&a.body);
+    assert!(message.contains("task t-1"), "{message}");
+    assert!(
+        message.contains("the task's own budget is fixed"),
+        "{message}"
+    );
+    assert!(!message.contains("budget.task_usd"), "{message}");
+    assert_eq!(w.fake.request_count(), 1, "the refused call was not sent");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unpriced_model_and_a_provider_of_another_kind_are_refused_by_name() {
     let w = world("fa/claude-sonnet-4-5", |_| {});

@@ -124,6 +124,16 @@ impl RelayApi {
         value.to_string()
     }
 
+    /// The status of this API's own "no money left" answer, which its harness does not retry:
+    /// Anthropic's 400 (a credit balance too low), OpenAI's 429 `insufficient_quota`. pegasusd
+    /// answers every budget refusal (a cap, the watchdog's spending rate) with it.
+    pub fn no_money_status(self) -> u16 {
+        match self {
+            RelayApi::Anthropic => 400,
+            RelayApi::OpenAi => 429,
+        }
+    }
+
     /// The whole answer pegasusd gives a call it refuses itself: a head of `status`, the body
     /// [`RelayApi::error_body`] with `message`, and the end with the typed reason.
     pub fn refusal(self, status: u16, message: &str, reason: LlmError) -> [RelayPart; 3] {
@@ -464,6 +474,22 @@ mod tests {
             if api == RelayApi::Anthropic {
                 assert_eq!(body["type"], "error");
             }
+        }
+    }
+
+    /// A budget refusal is each API's own "no money left", which its harness does not retry:
+    /// Anthropic's 400 `invalid_request_error` (as a credit balance too low), OpenAI's 429
+    /// `insufficient_quota`.
+    #[test]
+    fn a_budget_refusal_is_each_apis_no_money_answer() {
+        for (api, status, kind) in [
+            (RelayApi::Anthropic, 400, "invalid_request_error"),
+            (RelayApi::OpenAi, 429, "insufficient_quota"),
+        ] {
+            assert_eq!(api.no_money_status(), status);
+            let body: serde_json::Value =
+                serde_json::from_str(&api.error_body(api.no_money_status(), "no")).unwrap();
+            assert_eq!(body["error"]["type"], kind, "{api:?}: {body}");
         }
     }
 }

@@ -192,10 +192,13 @@ impl LlmProxy {
             let _ = to_worker.send(ToWorker::RelayAnswer { id, part });
         };
         if let Some(refusal) = self.watchdogs.refusal(&self.project, task.as_deref()) {
-            let message = format!("Pegasus: {refusal}");
+            let message = format!(
+                "Pegasus: {refusal} (the watchdog stopped the task: raise \
+                 watchdog.max_usd_per_minute in config.yml, then `pegasusctl task retry`)"
+            );
             request
                 .api
-                .refusal(400, &message, refusal)
+                .refusal(request.api.no_money_status(), &message, refusal)
                 .into_iter()
                 .for_each(answer);
             return;

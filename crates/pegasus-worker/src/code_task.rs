@@ -748,11 +748,11 @@ pub async fn merge(ctx: &ProjectCtx, code: &CodeProject, id: &str) -> String {
     match result {
         Ok(Ok((MergeOutcome::Merged(heads), repos))) => {
             if !merged_before {
-                if let Err(e) = ctx.desk.board.store().update(
-                    id,
-                    TaskUpdate::Merge(Some(MergeState::Merged)),
-                    "pegasus",
-                ) {
+                if let Err(e) = ctx
+                    .desk
+                    .board
+                    .update(id, TaskUpdate::Merge(Some(MergeState::Merged)))
+                {
                     tracing::warn!(task = %id, "cannot record the merge before its cleanup: {e}");
                 }
             }

@@ -13,6 +13,7 @@
 mod attempt;
 pub mod code_task;
 mod connection;
+mod consult;
 pub mod error;
 pub mod harness;
 mod logging;

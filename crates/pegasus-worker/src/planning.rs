@@ -13,10 +13,11 @@
 //! all are. Exactly one: the goal needs no split and the task runs as it is. Anything the
 //! rules refuse (not that JSON, an unknown field, a step without a goal, a reference to a
 //! later step) fails the task with the reason; `pegasusctl task retry` plans it again.
-//! Subtasks are never planned again.
+//! Subtasks are never planned again. The planner is the role's agent ([`crate::consult`]): the
+//! built-in loop, or the harness its assignment names, whose final answer is read the same way.
 
 use crate::project_ctx::ProjectCtx;
-use pegasus_agent::{Agent, StopKind, Workspace};
+use pegasus_agent::{Agent, StopKind};
 use pegasus_tasks::{check_steps, Step, Task};
 use serde::Deserialize;
 
@@ -72,18 +73,20 @@ pub(crate) async fn plan(
     );
     text.push_str(&crate::work_queue::spec_lists(&spec));
     let ids: Vec<&str> = repos.iter().map(|(id, _)| id.as_str()).collect();
+    let consultant = crate::consult::Consultant::of(agent, &role);
     text.push_str(&format!(
-        "\nRepos: {} (read their files with read_file as `repo-id:path`).\n\n\
+        "\nRepos: {}. {}\n\n\
          Answer with only {{\"subtasks\": [{{\"title\", \"goal\", \"acceptance\": [..], \
          \"depends_on\": [numbers of earlier subtasks, from 1]}}]}}: one subtask if the goal is \
          one change, at most {} otherwise.",
         ids.join(", "),
+        consultant.reading(repos),
         pegasus_tasks::MAX_STEPS
     ));
-    let workspace = Workspace {
-        repos: repos.to_vec(),
-    };
-    let answer = match agent.consult(&task.id, role, text, Some(&workspace)).await {
+    let answer = match consultant
+        .ask(agent, ctx, &task.id, role, text, repos)
+        .await
+    {
         Ok(end) if end.stop == StopKind::Answered => end.text,
         Ok(end) => {
             return Planned::Failed(format!(

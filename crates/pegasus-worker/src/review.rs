@@ -5,10 +5,16 @@
 //! reason`, and anything else, sends the task back to its agent with the review, within
 //! `max_attempts`. A reviewer that gives no answer at all (its model failed, its budget ran
 //! out) fails the task: nobody vouched for the change, and sending it back would only spend
-//! the agent's attempts on the reviewer's trouble.
+//! the agent's attempts on the reviewer's trouble. So does a reviewer that changed the
+//! worktree it read (DESIGN.md §15): what it approved would not be what is merged.
+//!
+//! The reviewer is the role's agent ([`crate::consult`]): the built-in loop, or the harness its
+//! assignment names, whose final answer is read the same way.
+
+use std::path::PathBuf;
 
 use crate::project_ctx::ProjectCtx;
-use pegasus_agent::{Agent, StopKind, Workspace};
+use pegasus_agent::{Agent, StopKind};
 use pegasus_code::{worktree, Repo};
 use pegasus_runs::{parse_verdict, ReviewVerdict};
 use pegasus_tasks::Task;
@@ -68,14 +74,29 @@ pub(crate) async fn review(
         .await
         .unwrap_or_default()
     };
-    let text = prompt(task, &spec, summary, checks, &diffs);
-    let workspace = Workspace {
-        repos: trees
-            .iter()
-            .map(|t| (t.repo.clone(), t.path.clone()))
-            .collect(),
-    };
-    let verdict = match agent.consult(&task.id, role, text, Some(&workspace)).await {
+    let folders: Vec<(String, PathBuf)> = trees
+        .iter()
+        .map(|t| (t.repo.clone(), t.path.clone()))
+        .collect();
+    let consultant = crate::consult::Consultant::of(agent, &role);
+    let text = prompt(
+        task,
+        &spec,
+        summary,
+        checks,
+        &diffs,
+        &consultant.reading(&folders),
+    );
+    let before = snapshots(&folders).await;
+    let asked = consultant
+        .ask(agent, ctx, &task.id, role, text, &folders)
+        .await;
+    if let Some(repo) = changed(&before, &snapshots(&folders).await) {
+        return Review::NoAnswer(format!(
+            "the reviewer ({role_id}) changed the worktree of repo {repo} it was reviewing"
+        ));
+    }
+    let verdict = match asked {
         Ok(end) if end.stop == StopKind::Answered => end.text,
         Ok(end) => {
             return Review::NoAnswer(format!(
@@ -87,6 +108,33 @@ pub(crate) async fn review(
     };
     crate::code_task::keep_artifacts(ctx, &task.id, &[("review.md".into(), verdict.clone())]);
     decide(role_id, &verdict)
+}
+
+/// Each worktree's [`worktree::snapshot`] by repo id, or why it cannot be taken.
+async fn snapshots(folders: &[(String, PathBuf)]) -> Vec<(String, Result<String, String>)> {
+    let ids: Vec<String> = folders.iter().map(|(id, _)| id.clone()).collect();
+    let folders = folders.to_vec();
+    let taken = pegasus_fs::blocking(move || {
+        folders
+            .into_iter()
+            .map(|(id, path)| (id, worktree::snapshot(&path).map_err(|e| e.to_string())))
+            .collect()
+    })
+    .await;
+    taken.unwrap_or_else(|e| ids.into_iter().map(|id| (id, Err(e.to_string()))).collect())
+}
+
+/// The first repo whose worktree is not as it was; one whose snapshot cannot be taken counts
+/// as changed (nothing says it is not).
+fn changed(
+    before: &[(String, Result<String, String>)],
+    after: &[(String, Result<String, String>)],
+) -> Option<String> {
+    before
+        .iter()
+        .zip(after)
+        .find(|((_, b), (_, a))| a.is_err() || b.is_err() || a != b)
+        .map(|((id, _), _)| id.clone())
 }
 
 /// The gate's decision on a review text.
@@ -110,6 +158,7 @@ fn prompt(
     summary: &str,
     checks: &[String],
     diffs: &[(String, String, String)],
+    reading: &str,
 ) -> String {
     let mut s = format!(
         "Review the change of code task {}: {}\n\nGoal:\n{}\n",
@@ -142,9 +191,13 @@ fn prompt(
             s.push_str("(the diff is cut here; read the files themselves)\n");
         }
     }
+    let repos: Vec<&str> = diffs.iter().map(|(repo, _, _)| repo.as_str()).collect();
+    s.push_str(&format!(
+        "\nThe change is in repos {}. {reading}\n\n",
+        repos.join(", ")
+    ));
     s.push_str(
-        "\nRead any file of the change with read_file as `repo-id:path`.\n\n\
-         Your FIRST LINE must be exactly `APPROVED` if the change achieves the goal, meets every \
+        "Your FIRST LINE must be exactly `APPROVED` if the change achieves the goal, meets every \
          acceptance criterion and has nothing that must be fixed, or `REJECTED: <the main \
          reason, in one line>` otherwise. Then explain, saying what to fix. Anything else on the \
          first line counts as a rejection.",
@@ -195,6 +248,34 @@ mod tests {
     }
 
     #[test]
+    fn a_worktree_not_as_it_was_or_unreadable_counts_as_changed() {
+        let snap = |app: Result<&str, &str>, lib: Result<&str, &str>| {
+            vec![
+                (
+                    "app".to_string(),
+                    app.map(str::to_string).map_err(str::to_string),
+                ),
+                (
+                    "lib".to_string(),
+                    lib.map(str::to_string).map_err(str::to_string),
+                ),
+            ]
+        };
+        let before = snap(Ok("h1"), Ok("h2"));
+        assert_eq!(changed(&before, &snap(Ok("h1"), Ok("h2"))), None);
+        assert_eq!(
+            changed(&before, &snap(Ok("h1"), Ok("h3"))).as_deref(),
+            Some("lib")
+        );
+        assert_eq!(
+            changed(&before, &snap(Err("git failed"), Ok("h2"))).as_deref(),
+            Some("app")
+        );
+        let unreadable = snap(Err("git failed"), Ok("h2"));
+        assert_eq!(changed(&unreadable, &unreadable).as_deref(), Some("app"));
+    }
+
+    #[test]
     fn the_prompt_cuts_a_huge_diff_and_asks_for_the_verdict_line() {
         let task: Task = serde_json::from_value(serde_json::json!({
             "id": "t-20260101-abcdef", "project": "p", "title": "add x", "type": "code",
@@ -215,7 +296,14 @@ mod tests {
             "refs/heads/main".to_string(),
             "é".repeat(DIFF_CHARS),
         )];
-        let p = prompt(&task, &spec, "done", &["make test".into()], &diffs);
+        let p = prompt(
+            &task,
+            &spec,
+            "done",
+            &["make test".into()],
+            &diffs,
+            "Read their files with read_file as `repo-id:path`.",
+        );
         assert!(
             p.contains("- x exists") && p.contains("checks passed: make test"),
             "{p}"
@@ -223,5 +311,6 @@ mod tests {
         assert!(p.contains("the diff is cut here"));
         assert!(p.len() < DIFF_CHARS + 4096);
         assert!(p.contains("FIRST LINE must be exactly `APPROVED`"));
+        assert!(p.contains("The change is in repos app. Read their files with read_file"));
     }
 }

@@ -18,7 +18,7 @@ use pegasus_proto::worker::{RelayApi, RelayPart, RelayRequest};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Abandon, Gateway, Reservation};
+use super::{Abandon, Gateway, NotAdmitted, Reservation};
 use crate::anthropic;
 use crate::journal;
 use crate::provider::{self, Kind, Target};
@@ -493,23 +493,13 @@ fn upstream_url(target: &Target, path: &str) -> String {
 /// `insufficient_quota`, which Codex does not retry; Anthropic: 400, as for a credit balance
 /// too low, which Claude Code does not retry). Any other is the model's (unpriced: 400, whose
 /// message the harness shows as it is).
-fn admission_refusal(api: RelayApi, error: LlmError) -> Refusal {
-    let LlmError::BudgetExceeded { scope, .. } = &error else {
-        return Refusal::new(400, error);
-    };
-    let how = if scope.starts_with("daily") {
-        "raise budget.daily_usd in config.yml, or wait for tomorrow (UTC)"
-    } else if scope.starts_with("project") {
-        "raise budget_usd in the project's PROJECT.md"
-    } else {
-        "raise budget.task_usd in config.yml"
-    };
-    let status = match api {
-        RelayApi::Anthropic => 400,
-        RelayApi::OpenAi => 429,
+fn admission_refusal(api: RelayApi, refused: NotAdmitted) -> Refusal {
+    let (how, error) = match refused {
+        NotAdmitted::Budget(r) => (r.cap.how_to_raise(), r.error),
+        NotAdmitted::Unpriced(e) => return Refusal::new(400, e),
     };
     Refusal {
-        status,
+        status: api.no_money_status(),
         message: format!("Pegasus: {error} ({how})"),
         error,
     }

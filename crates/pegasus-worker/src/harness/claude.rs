@@ -18,7 +18,7 @@ use pegasus_proto::llm::{Block, Usage};
 use pegasus_store::AgentKind;
 use serde_json::Value;
 
-use super::{failure, Driver, Event, Launch, Parser, Plan};
+use super::{failure, Driver, Event, Launch, Parser, Plan, Work};
 
 /// Claude Code.
 pub struct ClaudeCode;
@@ -85,12 +85,18 @@ impl Driver for ClaudeCode {
             }
             (None, None) => {}
         }
+        if plan.work == Work::Consult {
+            // Read-only: its editing tools are not even offered (the sandbox would refuse their
+            // writes anyway; DESIGN.md §15).
+            args.extend([
+                "--disallowed-tools".to_string(),
+                "Edit Write NotebookEdit".to_string(),
+            ]);
+        }
         let mut system = plan.system.trim().to_string();
-        if plan.code_task {
-            system.push_str(
-                "\n\nYou work in a git worktree of a Pegasus code task: edit the files; do not commit, \
-                 branch or merge — Pegasus commits, verifies and merges your work when you answer.",
-            );
+        if let Some(note) = plan.work.note() {
+            system.push_str("\n\n");
+            system.push_str(note);
         }
         if !system.trim().is_empty() {
             args.extend(["--append-system-prompt".to_string(), system]);
@@ -373,7 +379,7 @@ mod tests {
             args: vec!["--fallback-model".into(), "x".into()],
             effort: Some("high".into()),
         };
-        let plan = |session: Option<&'static str>| Plan {
+        let plan_for = |session: Option<&'static str>, work: Work| Plan {
             prompt: "hi",
             system: "About the project",
             model: "claude-x",
@@ -383,8 +389,9 @@ mod tests {
             state_dir: dir.path(),
             endpoint: &endpoint,
             hook: &hook,
-            code_task: false,
+            work,
         };
+        let plan = |session| plan_for(session, Work::Project);
         let args = ClaudeCode.launch(&plan(Some("old"))).unwrap().args;
         let at = args.iter().position(|a| a == "--session-id").unwrap();
         assert_eq!(args[at + 1], "old", "not on disk yet: started under its id");
@@ -419,5 +426,31 @@ mod tests {
             .any(|(k, v)| k == "ANTHROPIC_API_KEY" && v == "k"));
         let args = ClaudeCode.launch(&plan(None)).unwrap().args;
         assert!(args.windows(2).any(|w| w == ["--session-id", "new-id"]));
+        assert!(!args.iter().any(|a| a == "--disallowed-tools"));
+        // A consulted role (a reviewer, a planner) is not offered its editing tools and is
+        // told it reads only; a code task is told to edit only.
+        let consult = ClaudeCode
+            .launch(&plan_for(None, Work::Consult))
+            .unwrap()
+            .args;
+        assert!(consult
+            .windows(2)
+            .any(|w| w == ["--disallowed-tools", "Edit Write NotebookEdit"]));
+        let system = |args: &[String]| {
+            args[args
+                .iter()
+                .position(|a| a == "--append-system-prompt")
+                .unwrap()
+                + 1]
+            .clone()
+        };
+        assert!(system(&consult).starts_with("About the project\n\nYou are consulted"));
+        let code = ClaudeCode
+            .launch(&plan_for(None, Work::CodeTask))
+            .unwrap()
+            .args;
+        assert!(system(&code).contains("do not commit"));
+        assert!(!code.iter().any(|a| a == "--disallowed-tools"));
+        assert_eq!(system(&args), "About the project");
     }
 }

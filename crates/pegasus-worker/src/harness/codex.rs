@@ -85,6 +85,10 @@ impl Driver for Codex {
             // Pegasus contains the run as it contains `exec` (its Landlock rules, PID
             // namespace and limits); Codex's own sandbox (bubblewrap) cannot nest inside it.
             "sandbox_mode=\"danger-full-access\"".to_string(),
+            // The hosted web search runs on OpenAI's side: out of reach of the approval policy
+            // and billed apart from the tokens Pegasus meters. Off unless the project's
+            // `harnesses.codex.args` turn it on (`-c web_search="live"`; the last one wins).
+            "web_search=\"disabled\"".to_string(),
             "features.hooks=true".to_string(),
             format!(
                 "hooks.PreToolUse=[{{matcher=\"*\",hooks=[{{type=\"command\",command={},timeout={}}}]}}]",
@@ -93,11 +97,9 @@ impl Driver for Codex {
             ),
         ];
         let mut system = plan.system.trim().to_string();
-        if plan.code_task {
-            system.push_str(
-                "\n\nYou work in a git worktree of a Pegasus code task: edit the files; do not commit, \
-                 branch or merge — Pegasus commits, verifies and merges your work when you answer.",
-            );
+        if let Some(note) = plan.work.note() {
+            system.push_str("\n\n");
+            system.push_str(note);
         }
         if !system.trim().is_empty() {
             config.push(format!(
@@ -371,7 +373,7 @@ impl Parser for ExecJson {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::super::Failure;
+    use super::super::{Failure, Work};
     use super::*;
 
     /// `codex exec --json` as Codex 0.171.0 wrote it against the fake LLM: a command, a
@@ -481,7 +483,7 @@ mod tests {
         };
         let config = pegasus_store::HarnessConfig {
             command: "codex".into(),
-            args: vec!["-c".into(), "web_search=\"disabled\"".into()],
+            args: vec!["-c".into(), "web_search=\"live\"".into()],
             effort: Some("high".into()),
         };
         let plan = |session: Option<&'static str>| Plan {
@@ -494,7 +496,7 @@ mod tests {
             state_dir: dir.path(),
             endpoint: &endpoint,
             hook: &hook,
-            code_task: false,
+            work: Work::Project,
         };
         let launch = Codex.launch(&plan(Some("t-old"))).unwrap();
         assert_eq!(launch.args[0], "exec");
@@ -522,7 +524,13 @@ mod tests {
             hooks,
             "hooks.PreToolUse=[{matcher=\"*\",hooks=[{type=\"command\",command=\"'/bin/hook' harness-hook\",timeout=3700}]}]"
         );
-        assert!(a.windows(2).any(|w| w == ["-c", "web_search=\"disabled\""]));
+        // The hosted web search is off, and the project's own args come after (and so win).
+        let off = a
+            .iter()
+            .position(|x| x == "web_search=\"disabled\"")
+            .unwrap();
+        let on = a.iter().position(|x| x == "web_search=\"live\"").unwrap();
+        assert!(off < on, "{a:?}");
         assert!(launch.env.iter().any(|(k, v)| k == KEY_ENV && v == "k"));
         assert!(launch
             .env

@@ -8,7 +8,7 @@
 //! * `runner`: what is the same for all: the contained spawn, the line reader, the mirror
 //!   into the session ([`pegasus_agent::Mirror`]), the durable session id, the approvals
 //!   channel, cancellation and the end of a run. It is the [`pegasus_agent::Harness`] the agent
-//!   hands a task to.
+//!   hands a task to, and the worker a code task's review or plan ([`Work::Consult`]).
 //! * `hook`: the approval channel: a loopback listener per run, and the `project-worker
 //!   harness-hook` client a harness's permission hook runs, which asks it.
 //! * `sessions`: the harness session ids kept in the project, so every message resumes.
@@ -50,8 +50,39 @@ pub struct Plan<'a> {
     pub endpoint: &'a Endpoint,
     /// How its permission hook reaches the worker.
     pub hook: &'a hook::HookCommand,
-    /// A code task: Pegasus commits, verifies and merges; the harness only edits files.
-    pub code_task: bool,
+    /// What the run is for.
+    pub work: Work,
+}
+
+/// What a run is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// The project's own work (a message, a task, a run phase), in its workdir.
+    Project,
+    /// A code task's work in its worktrees: Pegasus commits, verifies and merges; the harness
+    /// only edits files.
+    CodeTask,
+    /// A role asked once about a code task (its reviewer, its planner): it reads and answers,
+    /// and nothing it reads is writable to it (DESIGN.md §15).
+    Consult,
+}
+
+impl Work {
+    /// What the harness's system prompt says of it, after the role's or project's own words.
+    pub fn note(self) -> Option<&'static str> {
+        match self {
+            Work::Project => None,
+            Work::CodeTask => Some(
+                "You work in a git worktree of a Pegasus code task: edit the files; do not commit, \
+                 branch or merge — Pegasus commits, verifies and merges your work when you answer.",
+            ),
+            Work::Consult => Some(
+                "You are consulted about a Pegasus code task: read the files you need, change \
+                 nothing (they are read-only to you), and answer in the form you are asked for; \
+                 your final message is the answer.",
+            ),
+        }
+    }
 }
 
 /// The loopback model endpoint a harness is pointed at (the worker's relay for this run), and

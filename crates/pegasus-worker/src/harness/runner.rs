@@ -4,21 +4,28 @@
 //! harness's own folder, `.git` read-only, the project's cgroup), its output read line by line
 //! and mirrored as it arrives, and its end turned into the task's stop. Dropping the run (the
 //! worker stopping, a cancel) kills the harness and everything it started.
+//!
+//! A consultation (a code task's reviewer or planner, [`Work::Consult`]) is the same run with
+//! no mirror and no kept session, confined as if it worked in the harness's own folder while it
+//! runs in the folder it reads, so nothing it reads is writable to it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use pegasus_agent::agent_loop::LoopEnd;
 use pegasus_agent::approvals::Handed;
-use pegasus_agent::{AgentError, Approvals, HarnessFuture, HarnessTurn, StopKind};
+use pegasus_agent::{
+    AgentError, AgentSettings, Approvals, HarnessConsult, HarnessFuture, HarnessTurn, Mirror,
+    StopKind,
+};
 use pegasus_approvals::PolicyDecision;
 use pegasus_store::{AgentKind, HarnessConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 use super::hook::{Decide, HookServer, Question, Ruling};
 use super::sessions::{self, Sessions};
-use super::{bare_model, Driver, Endpoint, Event, Failure, Plan};
+use super::{bare_model, Driver, Endpoint, Event, Failure, Plan, Work};
 use crate::relay::Relay;
 
 /// The longest line of a harness's output read (a tool's whole output can be in one).
@@ -67,8 +74,68 @@ impl pegasus_agent::Harness for Runner {
     }
 
     fn run<'a>(&'a self, turn: HarnessTurn<'a>) -> HarnessFuture<'a> {
-        Box::pin(self.work(turn))
+        let ctx = turn.ctx;
+        Box::pin(self.work(One {
+            task_id: turn.task_id,
+            role: turn.role,
+            prompt: turn.prompt,
+            system: turn.system,
+            work: if turn.code_task {
+                Work::CodeTask
+            } else {
+                Work::Project
+            },
+            dir: &ctx.workdir,
+            settings: &ctx.settings,
+            approvals: ctx.approvals.clone(),
+            cancelled: turn.cancelled,
+            mirror: Some(turn.mirror),
+        }))
     }
+
+    fn consult<'a>(&'a self, consult: HarnessConsult<'a>) -> HarnessFuture<'a> {
+        Box::pin(async move {
+            let Some((_, dir)) = consult.repos.first() else {
+                let why = "no folder to read was given".to_string();
+                return Ok(loop_end(
+                    format!("Stopped: {}: {why}", self.name()),
+                    StopKind::ModelError(why),
+                    0,
+                ));
+            };
+            self.work(One {
+                task_id: consult.task_id,
+                role: Some(consult.role),
+                prompt: consult.prompt,
+                system: consult.system,
+                work: Work::Consult,
+                dir,
+                settings: consult.settings,
+                approvals: consult.approvals,
+                cancelled: consult.cancelled,
+                mirror: None,
+            })
+            .await
+        })
+    }
+}
+
+/// One run, a task's turn or a consultation, as [`Runner::work`] takes it.
+struct One<'a> {
+    task_id: &'a str,
+    role: Option<String>,
+    prompt: String,
+    system: String,
+    work: Work,
+    /// Where it runs: the workdir, a code task's first worktree, or the first folder a
+    /// consulted role reads.
+    dir: &'a Path,
+    /// Its model, time limit and sandbox (a code task's already lets it write its worktrees).
+    settings: &'a AgentSettings,
+    approvals: Option<Arc<Approvals>>,
+    cancelled: &'a (dyn Fn() -> bool + Send + Sync),
+    /// Where a task's turn is written; a consultation is written nowhere.
+    mirror: Option<Mirror<'a>>,
 }
 
 /// How a run ended, before it is told to the agent.
@@ -89,8 +156,7 @@ impl Runner {
         }
     }
 
-    async fn work(&self, turn: HarnessTurn<'_>) -> Result<LoopEnd, AgentError> {
-        let ctx = turn.ctx;
+    async fn work(&self, one: One<'_>) -> Result<LoopEnd, AgentError> {
         let name = self.name();
         let failed = |why: String| {
             let stop = StopKind::ModelError(why.clone());
@@ -103,28 +169,30 @@ impl Runner {
         if let Err(e) = std::fs::create_dir_all(&self.state_dir) {
             return failed(format!("cannot create {}: {e}", self.state_dir.display()));
         }
-        // The session this place continues, or a new one kept before it starts.
-        let sessions = Sessions::new(&self.state_dir, &self.tasks);
-        let place = sessions::place(turn.task_id, turn.code_task);
-        let session = sessions.get(&place);
+        // The session this place continues, or a new one kept before it starts. A consultation
+        // starts a session of its own every time and keeps none.
+        let sessions =
+            (one.work != Work::Consult).then(|| Sessions::new(&self.state_dir, &self.tasks));
+        let place = sessions::place(one.task_id, one.work == Work::CodeTask);
+        let session = sessions.as_ref().and_then(|s| s.get(&place));
         let fresh = match session {
             Some(_) => None,
             None => self.driver.new_session_id(),
         };
-        if let Some(id) = &fresh {
+        if let (Some(sessions), Some(id)) = (&sessions, &fresh) {
             if let Err(e) = sessions.set(&place, id) {
                 return failed(format!("cannot keep its session id: {e}"));
             }
         }
         // Its permission hook asks the project's approval policy (and a person) through here.
-        let timeout_s = ctx
+        let timeout_s = one
             .approvals
             .as_ref()
             .and_then(|g| g.policy().ok())
             .map_or(3600, |p| p.timeout())
             + 60;
         let server = match HookServer::start(
-            decider(ctx.approvals.clone(), name, turn.task_id.to_string()),
+            decider(one.approvals.clone(), name, one.task_id.to_string()),
             timeout_s,
         )
         .await
@@ -136,8 +204,8 @@ impl Runner {
         // the budgets, adds the real key, meters every call).
         let relayed = match self.relay.start(
             self.driver.api(),
-            Some(turn.task_id.to_string()),
-            turn.role.clone(),
+            Some(one.task_id.to_string()),
+            one.role.clone(),
         ) {
             Ok(r) => r,
             Err(e) => return failed(format!("cannot open its model endpoint: {e}")),
@@ -147,16 +215,16 @@ impl Runner {
             key: relayed.key.clone(),
         };
         let plan = Plan {
-            prompt: &turn.prompt,
-            system: &turn.system,
-            model: bare_model(&ctx.settings.model),
+            prompt: &one.prompt,
+            system: &one.system,
+            model: bare_model(&one.settings.model),
             config: &self.config,
             session: session.as_deref(),
             new_session: fresh.as_deref(),
             state_dir: &self.state_dir,
             endpoint: &endpoint,
             hook: &server.command,
-            code_task: turn.code_task,
+            work: one.work,
         };
         let launch = match self.driver.launch(&plan) {
             Ok(l) => l,
@@ -176,7 +244,7 @@ impl Runner {
         }
         let mut cmd = std::process::Command::new(&self.program);
         cmd.args(&launch.args)
-            .current_dir(&ctx.workdir)
+            .current_dir(one.dir)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &self.state_dir)
@@ -186,16 +254,22 @@ impl Runner {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         // Contained as `exec` is, with its own folder writable besides the workdir (and a code
-        // task's worktrees, which the agent already added).
-        let mut sandbox = ctx.settings.sandbox.clone();
+        // task's worktrees, which the agent already added). A consulted role runs where it
+        // reads, but is confined as if it worked in its own folder: nothing it reads is
+        // writable to it (DESIGN.md §15).
+        let mut sandbox = one.settings.sandbox.clone();
         if let Some(s) = sandbox.as_mut() {
             s.writable.push(self.state_dir.clone());
         }
+        let writable_dir = match one.work {
+            Work::Consult => self.state_dir.as_path(),
+            Work::Project | Work::CodeTask => one.dir,
+        };
         if let Err(e) = pegasus_sandbox::confine(
             &mut cmd,
             pegasus_sandbox::Confinement {
                 sandbox: sandbox.as_ref(),
-                workdir: &ctx.workdir,
+                workdir: writable_dir,
             },
         ) {
             return failed(e);
@@ -207,12 +281,12 @@ impl Runner {
             Ok(c) => c,
             Err(e) => return failed(format!("{}: {e}", self.program.display())),
         };
-        if let (Some(registry), Some(pid)) = (&ctx.settings.exec_registry, child.id()) {
+        if let (Some(registry), Some(pid)) = (&one.settings.exec_registry, child.id()) {
             if let Err(e) = pegasus_sandbox::record_exec_group(registry, pid as i32) {
                 tracing::warn!("cannot record the harness's process group: {e}");
             }
         }
-        tracing::info!(harness = %self.driver.kind(), task = turn.task_id, pid = ?child.id(), resume = session.is_some(), "harness started");
+        tracing::info!(harness = %self.driver.kind(), task = one.task_id, work = ?one.work, pid = ?child.id(), resume = session.is_some(), "harness started");
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return failed("its output could not be read".into());
         };
@@ -264,10 +338,12 @@ impl Runner {
         });
 
         let mut parser = self.driver.parser();
-        let mut mirror = turn.mirror;
-        mirror.reasoning();
+        let mut mirror = one.mirror;
+        if let Some(m) = &mirror {
+            m.reasoning();
+        }
         let mut turns = 0u32;
-        let deadline = ctx
+        let deadline = one
             .settings
             .run_timeout_s
             .map(|s| (s, tokio::time::Instant::now() + Duration::from_secs(s)));
@@ -280,6 +356,7 @@ impl Runner {
                     for event in parser.line(&line) {
                         match event {
                             Event::Session(id) => {
+                                let Some(sessions) = &sessions else { continue };
                                 if session.as_deref() != Some(&id) && fresh.as_deref() != Some(&id) {
                                     if let Err(e) = sessions.set(&place, &id) {
                                         tracing::warn!("cannot keep the harness's session id: {e}");
@@ -288,22 +365,26 @@ impl Runner {
                             }
                             Event::Assistant { blocks, model, usage } => {
                                 turns += 1;
-                                mirror.assistant(blocks, &model, usage).await?;
+                                if let Some(m) = &mut mirror {
+                                    m.assistant(blocks, &model, usage).await?;
+                                }
                             }
                             Event::Results(results) => {
-                                mirror.results(results).await?;
-                                // Back to its model with the results.
-                                mirror.reasoning();
+                                if let Some(m) = &mut mirror {
+                                    m.results(results).await?;
+                                    // Back to its model with the results.
+                                    m.reasoning();
+                                }
                             }
                             Event::Done(result) => end = Some(End::Done(result)),
                         }
                     }
                 }
                 _ = look.tick() => {
-                    let held = ctx.approvals.as_ref().is_some_and(|g| g.holding());
+                    let held = one.approvals.as_ref().is_some_and(|g| g.holding());
                     if held {
                         end = Some(End::Held);
-                    } else if (turn.cancelled)() {
+                    } else if (one.cancelled)() {
                         end = Some(End::Cancelled);
                     } else if let Some((s, at)) = deadline {
                         if tokio::time::Instant::now() >= at {
@@ -351,7 +432,7 @@ impl Runner {
                 format!("{name} exited ({status}) without a result: {stderr}")
             })
         });
-        tracing::info!(harness = %self.driver.kind(), task = turn.task_id, turns, "harness ended");
+        tracing::info!(harness = %self.driver.kind(), task = one.task_id, turns, "harness ended");
         if matches!(end, End::Held) {
             // The task stays blocked on its request; the next start settles it.
             return Ok(loop_end(
@@ -360,12 +441,13 @@ impl Runner {
                 turns,
             ));
         }
-        mirror
-            .close_open(&format!(
+        if let Some(m) = &mut mirror {
+            m.close_open(&format!(
                 "not finished: {name} stopped before reporting this result"
             ))
             .await?;
-        mirror.flush().await?;
+            m.flush().await?;
+        }
         if let Some(refusal) = budget {
             let why = refusal.to_string();
             return Ok(loop_end(
