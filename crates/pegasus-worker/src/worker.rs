@@ -311,9 +311,15 @@ async fn serve(
             agent.set_approvals(gate.clone());
             // A harness as the project's (or a role's) agent (DESIGN.md §15): checked now, so a
             // missing binary or a provider of the wrong kind is one error at start.
-            let (kind, harnesses) =
-                crate::harness::build(&config, &project, &init.model, &project_dir, &relay)
-                    .map_err(WorkerError::Config)?;
+            let (kind, harnesses) = crate::harness::build(
+                &config,
+                &project,
+                &init.model,
+                &project_dir,
+                &relay,
+                desk.board.store(),
+            )
+            .map_err(WorkerError::Config)?;
             agent.set_harnesses(kind, harnesses);
             agent.set_hooks(
                 &config.hooks,

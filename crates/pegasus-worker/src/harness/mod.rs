@@ -171,13 +171,14 @@ pub trait Driver: Send + Sync + 'static {
 
 /// The project's agent and the harnesses it and its roles use, checked at the worker's start:
 /// each harness's binary is found and answers `--version`, and the project's provider is of
-/// the kind it speaks. `Err` is one line naming the key to fix.
+/// the kind it speaks (`tasks`: the project's). `Err` is one line naming the key to fix.
 pub fn build(
     config: &Config,
     project: &ProjectFile,
     model: &str,
     project_dir: &Path,
     relay: &crate::relay::Relay,
+    tasks: &pegasus_tasks::TaskStore,
 ) -> Result<(AgentKind, Vec<Arc<dyn pegasus_agent::Harness>>), String> {
     let mut kinds = vec![project.agent()];
     if let Ok(roles) = project.roles() {
@@ -203,6 +204,7 @@ pub fn build(
             entry.clone(),
             project_dir.join("harness").join(kind.as_str()),
             relay.clone(),
+            tasks.clone(),
         )));
     }
     Ok((project.agent(), harnesses))

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pegasus_agent::agent_loop::LoopEnd;
-use pegasus_agent::approvals::Gate;
+use pegasus_agent::approvals::Handed;
 use pegasus_agent::{
     AgentError, AgentSettings, Approvals, HarnessConsult, HarnessFuture, HarnessTurn, Mirror,
     StopKind,
@@ -23,7 +23,7 @@ use pegasus_approvals::PolicyDecision;
 use pegasus_store::{AgentKind, HarnessConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
-use super::hook::{Decide, HookServer, Question, Verdict};
+use super::hook::{Decide, HookServer, Question, Ruling};
 use super::sessions::{self, Sessions};
 use super::{bare_model, Driver, Endpoint, Event, Failure, Plan, Work};
 use crate::relay::Relay;
@@ -42,18 +42,20 @@ pub struct Runner {
     config: HarnessConfig,
     state_dir: PathBuf,
     relay: Relay,
+    tasks: pegasus_tasks::TaskStore,
 }
 
 impl Runner {
     /// `program` started as `driver` says, with `config`'s arguments, keeping its own state in
     /// `state_dir` (`<project>/harness/<kind>/`), its model endpoint one `relay` starts for
-    /// each run.
+    /// each run; `tasks` are the project's (a code task's session is forgotten once it is over).
     pub fn new(
         driver: Arc<dyn Driver>,
         program: PathBuf,
         config: HarnessConfig,
         state_dir: PathBuf,
         relay: Relay,
+        tasks: pegasus_tasks::TaskStore,
     ) -> Runner {
         Runner {
             driver,
@@ -61,6 +63,7 @@ impl Runner {
             config,
             state_dir,
             relay,
+            tasks,
         }
     }
 }
@@ -168,7 +171,8 @@ impl Runner {
         }
         // The session this place continues, or a new one kept before it starts. A consultation
         // starts a session of its own every time and keeps none.
-        let sessions = (one.work != Work::Consult).then(|| Sessions::new(&self.state_dir));
+        let sessions =
+            (one.work != Work::Consult).then(|| Sessions::new(&self.state_dir, &self.tasks));
         let place = sessions::place(one.task_id, one.work == Work::CodeTask);
         let session = sessions.as_ref().and_then(|s| s.get(&place));
         let fresh = match session {
@@ -188,7 +192,7 @@ impl Runner {
             .map_or(3600, |p| p.timeout())
             + 60;
         let server = match HookServer::start(
-            decider(one.approvals.clone(), one.task_id.to_string()),
+            decider(one.approvals.clone(), name, one.task_id.to_string()),
             timeout_s,
         )
         .await
@@ -390,8 +394,10 @@ impl Runner {
                 }
             }
         }
-        // The harness and all it started go now, whatever they were doing.
-        drop(server);
+        // The harness and all it started go now, whatever they were doing; a call still
+        // waiting for its approval is let go with its hook (withdrawn, or held if the process
+        // stops).
+        server.close().await;
         // A budget pegasusd refused a call for stops the task as `budget`, whatever the
         // harness made of the refusal.
         let budget = relayed.budget_refusal();
@@ -487,11 +493,11 @@ fn loop_end(text: String, stop: StopKind, turns: u32) -> LoopEnd {
     }
 }
 
-/// The approval decision of a harness's calls for task `task`.
-fn decider(gate: Option<Arc<Approvals>>, task: String) -> Decide {
+/// The approval decision of the calls of harness `name` for task `task`.
+pub(super) fn decider(gate: Option<Arc<Approvals>>, name: &'static str, task: String) -> Decide {
     Arc::new(move |q: Question| {
         let (gate, task) = (gate.clone(), task.clone());
-        Box::pin(async move { decide(gate.as_deref(), &task, q).await })
+        Box::pin(async move { decide(gate.as_ref(), name, &task, q).await })
     })
 }
 
@@ -507,28 +513,24 @@ pub(crate) fn policy_call(tool: &str, input: &serde_json::Value) -> (String, ser
     }
 }
 
-async fn decide(gate: Option<&Approvals>, task: &str, q: Question) -> Verdict {
+async fn decide(gate: Option<&Arc<Approvals>>, name: &str, task: &str, q: Question) -> Ruling {
     let Some(gate) = gate else {
-        return Verdict::allow();
+        return Ruling::Allow;
     };
     let (tool, input) = policy_call(&q.tool, &q.input);
     match gate.check(&tool, &input) {
-        Ok(PolicyDecision::Allow) => Verdict::allow(),
-        Ok(PolicyDecision::Deny(key)) => Verdict::deny(format!("denied by policy: {key}")),
-        Err(refusal) => Verdict::deny(refusal.to_string()),
-        Ok(PolicyDecision::Ask) => {
-            match gate.ask(Some(task), &q.call_id, &tool, &input, None).await {
-                Gate::Run(id) => {
-                    // The harness runs it now; the request is closed as run.
-                    gate.done(&id);
-                    Verdict::allow()
-                }
-                Gate::Result(out) => Verdict::deny(out.content),
-                Gate::Held => Verdict::deny(
-                    "not run: the project stopped while this call waited for approval",
-                ),
-            }
-        }
+        Ok(PolicyDecision::Allow) => Ruling::Allow,
+        Ok(PolicyDecision::Deny(key)) => Ruling::Deny(format!("denied by policy: {key}")),
+        Err(refusal) => Ruling::Deny(refusal.to_string()),
+        // The harness runs it, once its hook has the approval in hand.
+        Ok(PolicyDecision::Ask) => match gate.hand_off(name, task, &q.call_id, &tool, &input).await
+        {
+            Handed::Approved(handoff) => Ruling::Approved(handoff),
+            Handed::Refused(why) => Ruling::Deny(why),
+            Handed::Held => Ruling::Deny(
+                "not run: the project stopped while this call waited for approval".into(),
+            ),
+        },
     }
 }
 
