@@ -6,7 +6,7 @@
 //! (CLI, dashboard, Telegram). Anything that goes wrong on the way is a denial: a call never
 //! runs unasked, and nothing ever waits on a terminal.
 //!
-//! On the connection, one line each: the hook's [`Question`]; the worker's [`Verdict`]; for an
+//! On the connection, one line each: the hook's [`Question`]; the worker's [`HookReply`]; for an
 //! allow, the hook's [`Receipt`] and the worker's final verdict, which alone lets the call run.
 //! A person's approval counts as run only once the receipt came, and a hook that goes away
 //! first (killed, ended by its harness's hook timeout, its run over) takes its question with
@@ -42,27 +42,27 @@ pub struct Question {
     pub call_id: String,
 }
 
-/// The worker's verdict.
+/// The line the worker answers the hook with: run the call, or not and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
+pub struct HookReply {
     /// Run it.
     pub allow: bool,
     /// Why not (what the harness's model is told).
     pub reason: String,
 }
 
-impl Verdict {
+impl HookReply {
     /// Run it.
-    pub fn allow() -> Verdict {
-        Verdict {
+    pub fn allow() -> HookReply {
+        HookReply {
             allow: true,
             reason: String::new(),
         }
     }
 
     /// Do not; the model is told `reason`.
-    pub fn deny(reason: impl Into<String>) -> Verdict {
-        Verdict {
+    pub fn deny(reason: impl Into<String>) -> HookReply {
+        HookReply {
             allow: false,
             reason: reason.into(),
         }
@@ -95,22 +95,22 @@ pub enum Ruling {
 
 impl Ruling {
     /// The verdict sent first: an allow waits for the hook's [`Receipt`].
-    fn verdict(&self) -> Verdict {
+    fn verdict(&self) -> HookReply {
         match self {
-            Ruling::Allow | Ruling::Approved(_) => Verdict::allow(),
-            Ruling::Deny(why) => Verdict::deny(why.clone()),
+            Ruling::Allow | Ruling::Approved(_) => HookReply::allow(),
+            Ruling::Deny(why) => HookReply::deny(why.clone()),
         }
     }
 
     /// The final verdict of an allow, once the hook has it in hand.
-    fn received(self) -> Verdict {
+    fn received(self) -> HookReply {
         match self {
-            Ruling::Allow => Verdict::allow(),
+            Ruling::Allow => HookReply::allow(),
             Ruling::Approved(handoff) => match handoff.ran() {
-                Ok(()) => Verdict::allow(),
-                Err(why) => Verdict::deny(why),
+                Ok(()) => HookReply::allow(),
+                Err(why) => HookReply::deny(why),
             },
-            Ruling::Deny(why) => Verdict::deny(why),
+            Ruling::Deny(why) => HookReply::deny(why),
         }
     }
 }
@@ -268,7 +268,7 @@ async fn serve(
 }
 
 /// Writes `verdict` as one line; whether it was written.
-async fn send(write: &mut tokio::net::tcp::OwnedWriteHalf, verdict: &Verdict) -> bool {
+async fn send(write: &mut tokio::net::tcp::OwnedWriteHalf, verdict: &HookReply) -> bool {
     let Ok(mut text) = serde_json::to_string(verdict) else {
         return false;
     };
@@ -281,7 +281,7 @@ async fn send(write: &mut tokio::net::tcp::OwnedWriteHalf, verdict: &Verdict) ->
 /// (a failure is a denial saying why).
 pub fn client_main() -> std::process::ExitCode {
     let verdict = ask_worker().unwrap_or_else(|why| {
-        Verdict::deny(format!("not run: Pegasus could not be asked ({why})"))
+        HookReply::deny(format!("not run: Pegasus could not be asked ({why})"))
     });
     let output = serde_json::json!({
         "hookSpecificOutput": {
@@ -294,7 +294,7 @@ pub fn client_main() -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
-fn ask_worker() -> Result<Verdict, String> {
+fn ask_worker() -> Result<HookReply, String> {
     let addr = std::env::var(ADDR_ENV).map_err(|_| format!("{ADDR_ENV} is not set"))?;
     let token = std::env::var(TOKEN_ENV).map_err(|_| format!("{TOKEN_ENV} is not set"))?;
     let mut input = String::new();
@@ -339,7 +339,7 @@ fn ask_worker() -> Result<Verdict, String> {
 }
 
 /// One verdict line from the worker.
-fn read_verdict(reader: &mut impl BufRead) -> Result<Verdict, String> {
+fn read_verdict(reader: &mut impl BufRead) -> Result<HookReply, String> {
     let mut answer = String::new();
     match reader.read_line(&mut answer) {
         Ok(0) => return Err("the worker closed the connection without an answer".into()),
@@ -454,7 +454,7 @@ mod tests {
             self.answer(&r.id, Decision::Approved { always: false })
                 .unwrap();
             self.gate.wake();
-            assert_eq!(verdict(&mut hook).await, Verdict::allow());
+            assert_eq!(verdict(&mut hook).await, HookReply::allow());
             (hook, r)
         }
 
@@ -509,7 +509,7 @@ mod tests {
     }
 
     /// One verdict line from the worker.
-    async fn verdict(stream: &mut tokio::net::TcpStream) -> Verdict {
+    async fn verdict(stream: &mut tokio::net::TcpStream) -> HookReply {
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
         while stream.read(&mut byte).await.unwrap() == 1 && byte[0] != b'\n' {
@@ -557,7 +557,7 @@ mod tests {
         let mut receipt = serde_json::to_string(&Receipt { received: true }).unwrap();
         receipt.push('\n');
         hook.write_all(receipt.as_bytes()).await.unwrap();
-        assert_eq!(verdict(&mut hook).await, Verdict::allow());
+        assert_eq!(verdict(&mut hook).await, HookReply::allow());
         assert!(matches!(fx.closed(&r.id).await, Decision::Approved { .. }));
         assert!(fx.ran(&r.id));
         assert_eq!(fx.task_state(), TaskState::Running);
