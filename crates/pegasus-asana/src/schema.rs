@@ -244,8 +244,8 @@ struct FieldAt<'a> {
 
 /// Adds to an existing enum field the options of `want` it lacks, each after the wanted option
 /// before it (its other options kept, where they are), into `options`. A field Pegasus may not
-/// change (403: locked by another user) is warned about once per daemon run; the sync then
-/// cannot show those values.
+/// change (403: locked by another user; any other refusal but a bad token) is warned about once
+/// per daemon run; the sync then cannot show those values.
 async fn add_options(
     api: &Api,
     at: &FieldAt<'_>,
@@ -277,16 +277,23 @@ async fn add_options(
                 options.insert(o.to_string(), made.clone());
                 previous = Some(made);
             }
-            Err(ApiError::Refused(403, why)) => {
+            // Refused (403: locked by another user; 400/404: the field changed meanwhile):
+            // the board still syncs, without those values.
+            Err(ApiError::Refused(status, why)) if status != 401 => {
                 let missing: Vec<&str> = want
                     .iter()
                     .copied()
                     .filter(|m| !options.contains_key(*m))
                     .collect();
+                let ask = if status == 403 {
+                    "ask whoever locked the field to add them in Asana"
+                } else {
+                    "add them in Asana"
+                };
                 if warned.insert(format!("{}/{name}", at.board)) {
                     tracing::warn!(
                         project,
-                        "asana: custom field `{name}` lacks the options {} and Pegasus may not add them ({why}); ask whoever locked the field to add them in Asana, or the sync cannot show those values",
+                        "asana: custom field `{name}` lacks the options {} and Pegasus may not add them (HTTP {status}: {why}); {ask}, or the sync cannot show those values",
                         missing.join(", ")
                     );
                 }
