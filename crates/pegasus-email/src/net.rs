@@ -93,7 +93,9 @@ fn untrusted(side: &str, host: &str, e: &(dyn std::error::Error + 'static)) -> O
                 rustls::CertificateError::UnknownIssuer => format!(
                     "is not signed by a trusted CA; if your own CA signed it, set email.{side}.tls_ca_file to that CA's PEM file"
                 ),
-                _ => "was refused; renew it, or set email.{side}.tls_ca_file to the CA that signed it".replace("{side}", side),
+                _ => format!(
+                    "was refused (expired, revoked or malformed?); renew it, or set email.{side}.tls_ca_file to the CA that signed it"
+                ),
             };
             return Some(format!(
                 "the TLS certificate of {host} {what} (nothing was sent without TLS; {why:?})"
@@ -430,5 +432,41 @@ impl std::fmt::Display for SendError {
             SendError::Refused(e) => write!(f, "refused: {e}"),
             SendError::Failed(e) => write!(f, "failed: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_named_with_what_to_set() {
+        let wrapped = |e: rustls::CertificateError| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                rustls::Error::InvalidCertificate(e),
+            )
+        };
+        let said = |e: &std::io::Error| untrusted("smtp", "mail.home.lan", e);
+        let unknown = said(&wrapped(rustls::CertificateError::UnknownIssuer));
+        assert!(
+            unknown.as_deref().is_some_and(|m| m
+                .starts_with("the TLS certificate of mail.home.lan is not signed by a trusted CA")
+                && m.contains("set email.smtp.tls_ca_file")),
+            "{unknown:?}"
+        );
+        let name = said(&wrapped(rustls::CertificateError::NotValidForName));
+        assert!(
+            name.as_deref()
+                .is_some_and(|m| m.contains("is not valid for mail.home.lan; set email.smtp.host")),
+            "{name:?}"
+        );
+        let expired = said(&wrapped(rustls::CertificateError::Expired));
+        assert!(
+            expired.as_deref().is_some_and(|m| m.contains("renew it")),
+            "{expired:?}"
+        );
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(said(&refused), None);
     }
 }
