@@ -5,7 +5,9 @@
 //! (its rich notes as the goal, its Max Cost as its budget, an Asana dependency as
 //! `depends_on`), a 429's `Retry-After` honoured, a question asked as a comment and answered by
 //! the user's next comment, and kill -9 of pegasusd mid-sync repeating nothing and losing
-//! nothing. The test acts as the Asana user through `FakeAsana::as_user`.
+//! nothing; the user's own Swarm Status lacking options gets them (the user's kept) and the
+//! sync writes them, while a field the user locked stays as it is, with one warning. The test
+//! acts as the Asana user through `FakeAsana::as_user`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -557,4 +559,78 @@ fn merge_approval_manual_check_holds_a_code_tasks_merge_until_approved() {
     });
     comments_soon(&asana, &card, 1);
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+#[test]
+fn a_swarm_status_field_lacking_options_gets_them_and_the_sync_writes_them() {
+    let fake = FakeLlm::start().unwrap();
+    main_agent_rule(&fake);
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("Sweep the yard".into()),
+        Reply::Text("Swept.".into()),
+    ));
+    let asana = FakeAsana::start(TOKEN).unwrap();
+    let user = User(&asana);
+    let p = asana.project();
+    let ws = user.ok("GET", "/users/me?opt_fields=workspaces", None)["workspaces"][0]["gid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The user's own Swarm Status (without Running and Complete, with an option of theirs)
+    // and a Merge Approval without Approved that they locked; both on the board.
+    for (name, options) in [
+        ("Swarm Status", vec!["Idle", "Someday", "Blocked"]),
+        ("Merge Approval", vec!["Auto-Approve", "Manual Check"]),
+    ] {
+        let options: Vec<Value> = options.iter().map(|o| json!({ "name": o })).collect();
+        let f = user.ok(
+            "POST",
+            "/custom_fields",
+            Some(json!({"data": {"workspace": ws, "name": name, "resource_subtype": "enum", "enum_options": options}})),
+        );
+        user.ok(
+            "POST",
+            &format!("/projects/{p}/addCustomFieldSetting"),
+            Some(json!({"data": {"custom_field": f["gid"]}})),
+        );
+    }
+    asana.lock_field("Merge Approval");
+    let home = asana_home(&fake, &asana);
+    let _logs = ShowLogs(&home);
+    let _d = start(&home);
+    board_project(&home, &asana);
+
+    poll(Duration::from_secs(20), "the custom fields", || {
+        (asana.field_names().len() == 7).then_some(())
+    });
+    // The missing options added where they belong, the user's own kept.
+    poll(Duration::from_secs(10), "Swarm Status completed", || {
+        (asana.field_options("Swarm Status")
+            == ["Idle", "Running", "Someday", "Blocked", "Complete"])
+        .then_some(())
+    });
+    // A field Pegasus may not change stays as it is, with one warning.
+    assert_eq!(
+        asana.field_options("Merge Approval"),
+        ["Auto-Approve", "Manual Check"]
+    );
+    let warning = "asana: custom field `Merge Approval` lacks the options Approved and Pegasus may not add them";
+    poll(Duration::from_secs(10), "the warning", || {
+        logs(&home).contains(warning).then_some(())
+    });
+
+    // The sync writes the added options.
+    let yard = user.draft("Sweep the yard", "<body>Sweep the yard</body>");
+    user.move_to(&yard, "Ready Queue");
+    wait_section(&asana, &yard, "Done", 40);
+    poll(Duration::from_secs(10), "Swarm Status Complete", || {
+        (asana.field_value(&yard, "Swarm Status").as_deref() == Some("Complete")).then_some(())
+    });
+    assert_eq!(logs(&home).matches(warning).count(), 1, "warned once");
+    let refused: Vec<_> = asana
+        .requests()
+        .into_iter()
+        .filter(|r| matches!(r.status, 400 | 404))
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
 }

@@ -39,6 +39,11 @@ fn nonsense_config_is_refused_before_anything_is_created() {
             "launchers:\n  box: {kind: nomad, connect: \"10.0.0.1:7475\"}\n",
             "launchers",
         ),
+        // A private CA's file that is not there (DESIGN.md §17).
+        (
+            "email:\n  address: p@example.com\n  imap: {host: mail.example.com, user: p, password_env: PW, tls_ca_file: /nonexistent/ca.pem}\n  smtp: {host: mail.example.com}\n",
+            "email.imap.tls_ca_file",
+        ),
     ];
     for (i, (yaml, key)) in cases.iter().enumerate() {
         let config = dir.path().join(format!("config-{i}.yml"));

@@ -9,7 +9,11 @@
 //! mail and one with an attachment get one short answer each; an approval request is mailed
 //! and answered by a reply; crash notices are mailed; a lost IMAP connection is opened again
 //! (a mail delivered meanwhile is read); IDLE where Dovecot offers it, polling where it does
-//! not; kill -9 of pegasusd mid-way loses no mail and answers none twice.
+//! not; kill -9 of pegasusd mid-way loses no mail and answers none twice. Over TLS: with a
+//! private CA (made here with rcgen) named by `tls_ca_file`, a mail is read over IMAP TLS and
+//! over IMAP STARTTLS and answered over SMTP STARTTLS (Dovecot `ssl = required`, Postfix
+//! `smtpd_tls_security_level = encrypt`); without it the certificate is refused with one line
+//! and no login or mail reaches the servers; a server without STARTTLS is refused likewise.
 //!
 //! Needs the Debian packages `dovecot-imapd` and `postfix` (`.ci/run` installs them) and root
 //! (Postfix's daemons drop to their own users). Without them a test skips with one line;
@@ -35,8 +39,14 @@ const VOUCHED: &str =
 /// A Dovecot and a Postfix of this test's own; stopped on drop.
 struct MailServers {
     dir: tempfile::TempDir,
+    /// IMAP (with TLS: STARTTLS, and nothing before it).
     imap_port: u16,
+    /// IMAP over TLS from the first byte (with TLS only; else 0).
+    imaps_port: u16,
+    /// SMTP for Pegasus (with TLS: STARTTLS required before MAIL FROM).
     smtp_port: u16,
+    /// SMTP for the test's own mails ([`MailServers::submit`]): plain, as from another MX.
+    inject_port: u16,
     dovecot: Child,
     postfix: Child,
 }
@@ -56,6 +66,17 @@ impl MailServers {
     /// As [`MailServers::start`]; without `idle`, Dovecot does not offer IDLE, so the channel
     /// polls.
     fn start_with(idle: bool) -> Option<MailServers> {
+        MailServers::start_opts(idle, false)
+    }
+
+    /// As [`MailServers::start`], with a private CA (`tls/ca.pem`) and a server certificate
+    /// for 127.0.0.1 and localhost: Dovecot with `ssl = required` (STARTTLS on `imap_port`,
+    /// TLS on `imaps_port`), Postfix with `smtpd_tls_security_level = encrypt` on `smtp_port`.
+    fn start_tls() -> Option<MailServers> {
+        MailServers::start_opts(true, true)
+    }
+
+    fn start_opts(idle: bool, tls: bool) -> Option<MailServers> {
         let missing: Vec<&str> = ["/usr/sbin/dovecot", "/usr/sbin/postfix"]
             .into_iter()
             .filter(|p| !Path::new(p).exists())
@@ -85,15 +106,32 @@ impl MailServers {
         let d = dir.path();
         sh_ok(&format!("chmod 755 {0} && mkdir -p {0}/mail {0}/dovecot {0}/pf/etc {0}/pf/queue {0}/pf/data && chown mail:mail {0}/mail && chown postfix {0}/pf/data", d.display()));
         let (imap_port, smtp_port) = (free_port(), free_port());
+        let (imaps_port, inject_port) = if tls {
+            write_certificates(&d.join("tls"));
+            (free_port(), free_port())
+        } else {
+            (0, smtp_port)
+        };
+        let dovecot_tls = if tls {
+            format!("ssl = required\nssl_cert = <{0}/tls/server.pem\nssl_key = <{0}/tls/server.key\ndisable_plaintext_auth = yes\n\
+                 login_log_format_elements = user=<%u> method=%m rip=%r lip=%l lport=%{{lport}} mpid=%e %c session=<%{{session}}>\n", d.display())
+        } else {
+            "ssl = no\ndisable_plaintext_auth = no\n".to_string()
+        };
+        let imaps = if tls {
+            format!("inet_listener imaps {{\n    address = 127.0.0.1\n    port = {imaps_port}\n    ssl = yes\n  }}")
+        } else {
+            "inet_listener imaps {\n    port = 0\n  }".to_string()
+        };
         std::fs::write(
             d.join("dovecot/dovecot.conf"),
             format!(
                 "base_dir = {d}/dovecot/run\nstate_dir = {d}/dovecot/state\nlog_path = {d}/dovecot/log\n\
-                 protocols = imap\nlisten = 127.0.0.1\nssl = no\ndisable_plaintext_auth = no\n\
+                 protocols = imap\nlisten = 127.0.0.1\n{dovecot_tls}\
                  auth_mechanisms = plain login\nfirst_valid_uid = 1\nmail_location = maildir:~/Maildir\n\
                  passdb {{\n  driver = static\n  args = password={PASSWORD}\n}}\n\
                  userdb {{\n  driver = static\n  args = uid=mail gid=mail home={d}/mail/%d/%n allow_all_users=yes\n}}\n\
-                 service imap-login {{\n  inet_listener imap {{\n    address = 127.0.0.1\n    port = {imap_port}\n  }}\n  inet_listener imaps {{\n    port = 0\n  }}\n  chroot =\n}}\n\
+                 service imap-login {{\n  inet_listener imap {{\n    address = 127.0.0.1\n    port = {imap_port}\n  }}\n  {imaps}\n  chroot =\n}}\n\
                  service anvil {{\n  chroot =\n}}\n{no_idle}",
                 d = d.display(),
                 no_idle = if idle {
@@ -117,9 +155,14 @@ impl MailServers {
                  virtual_uid_maps = static:8\nvirtual_gid_maps = static:8\nvirtual_minimum_uid = 8\n\
                  recipient_delimiter = +\nsmtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination\n\
                  maillog_file_prefixes = {d}\nmaillog_file = {p}/maillog\nmessage_size_limit = 20000000\n\
-                 smtputf8_enable = no\nbiff = no\n",
+                 smtputf8_enable = no\nbiff = no\n{tls}",
                 p = pf.display(),
-                d = d.display()
+                d = d.display(),
+                tls = if tls {
+                    format!("smtpd_tls_security_level = encrypt\nsmtpd_tls_chain_files = {0}/tls/server.key, {0}/tls/server.pem\nsmtpd_tls_loglevel = 1\n", d.display())
+                } else {
+                    String::new()
+                }
             ),
         )
         .unwrap();
@@ -130,7 +173,7 @@ impl MailServers {
             .map(|u| format!("/^{u}(\\+[^@]*)?@example\\.com$/\texample.com/{u}/Maildir/\n"))
             .collect();
         std::fs::write(pf.join("etc/vmailbox"), table).unwrap();
-        let services = [
+        let mut services = vec![
             format!("127.0.0.1:{smtp_port} inet n - n - - smtpd"),
             "pickup unix n - n 60 1 pickup".into(),
             "cleanup unix n - n - 0 cleanup".into(),
@@ -154,6 +197,12 @@ impl MailServers {
             "scache unix - - n - 1 scache".into(),
             "postlog unix-dgram n - n - 1 postlogd".into(),
         ];
+        if tls {
+            services.push(format!(
+                "127.0.0.1:{inject_port} inet n - n - - smtpd -o smtpd_tls_security_level=none"
+            ));
+            services.push("tlsmgr unix - - n 1000? 1 tlsmgr".into());
+        }
         std::fs::write(pf.join("etc/master.cf"), services.join("\n") + "\n").unwrap();
         let dovecot = spawn_dovecot(d);
         let postfix = Command::new("/usr/sbin/postfix")
@@ -167,12 +216,18 @@ impl MailServers {
         let servers = MailServers {
             dir,
             imap_port,
+            imaps_port,
             smtp_port,
+            inject_port,
             dovecot,
             postfix,
         };
         wait_port(imap_port, "Dovecot to listen");
         wait_port(smtp_port, "Postfix to listen");
+        if tls {
+            wait_port(imaps_port, "Dovecot to listen for TLS");
+            wait_port(inject_port, "Postfix to listen on its second port");
+        }
         Some(servers)
     }
 
@@ -198,7 +253,7 @@ impl MailServers {
 
     /// Hands `raw` to Postfix over SMTP for `to`.
     fn submit(&self, from: &str, to: &str, raw: &str) {
-        let stream = TcpStream::connect(("127.0.0.1", self.smtp_port)).unwrap();
+        let stream = TcpStream::connect(("127.0.0.1", self.inject_port)).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
@@ -268,6 +323,31 @@ impl Drop for MailServers {
         stop(&mut self.dovecot);
         stop(&mut self.postfix);
     }
+}
+
+/// A private CA (`ca.pem`) and a certificate it signed for 127.0.0.1 and localhost
+/// (`server.pem`, key `server.key`), in `dir`.
+fn write_certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    std::fs::create_dir_all(dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "Test mail CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut server =
+        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "mail.example.com");
+    let cert = server.signed_by(&key, &issuer).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join("server.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
 }
 
 /// The processes whose parent is `pid`.
@@ -860,4 +940,199 @@ fn kill_9_of_pegasusd_mid_way_loses_no_mail_and_answers_none_twice() {
             "mail {n} reached the project once"
         );
     }
+}
+
+/// A home whose channel reaches the servers as `imap` and `smtp` say (flow-map entries after
+/// the host), with the rest as [`email_home`].
+fn home_with(fake: &FakeLlm, imap: &str, smtp: &str) -> Home {
+    fake_home(
+        fake,
+        &format!(
+            "email:\n  address: pegasus@example.com\n  imap: {{{imap}, user: pegasus@example.com, password_env: PEGASUS_IMAP_PASSWORD}}\n  smtp: {{{smtp}}}\n  allowed_senders: [me@example.com]\n  authserv_id: mx.example.com\n  poll_s: 1\n"
+        ),
+    )
+}
+
+impl MailServers {
+    fn ca(&self) -> String {
+        self.path().join("tls/ca.pem").display().to_string()
+    }
+
+    fn dovecot_log(&self) -> String {
+        std::fs::read_to_string(self.path().join("dovecot/log")).unwrap_or_default()
+    }
+
+    fn postfix_log(&self) -> String {
+        std::fs::read_to_string(self.path().join("pf/maillog")).unwrap_or_default()
+    }
+}
+
+/// The lines of pegasusd's log holding `needle`.
+fn log_lines(home: &Home, needle: &str) -> Vec<String> {
+    logs(home)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn mails_are_answered_over_tls_and_starttls_to_servers_of_a_private_ca() {
+    let Some(mail) = MailServers::start_tls() else {
+        return;
+    };
+    let fake = FakeLlm::start().unwrap();
+    fake.add_rule(Rule::new(
+        Match::LastUserTextContains("over tls".into()),
+        Reply::Text("answered over TLS".into()),
+    ));
+    main_agent_rule(&fake);
+    let ca = mail.ca();
+    // IMAP over TLS from the first byte, SMTP with STARTTLS; then IMAP with STARTTLS, by name.
+    let rounds = [
+        (
+            format!(
+                "host: 127.0.0.1, port: {}, security: tls, tls_ca_file: {ca}",
+                mail.imaps_port
+            ),
+            "m-tls@example.com",
+        ),
+        (
+            format!(
+                "host: localhost, port: {}, security: starttls, tls_ca_file: {ca}",
+                mail.imap_port
+            ),
+            "m-starttls@example.com",
+        ),
+    ];
+    for (imap, id) in rounds {
+        let smtp = format!(
+            "host: 127.0.0.1, port: {}, security: starttls, tls_ca_file: {ca}",
+            mail.smtp_port
+        );
+        let home = home_with(&fake, &imap, &smtp);
+        let daemon = start(&home);
+        from_me(
+            &mail,
+            "pegasus@example.com",
+            "over tls",
+            id,
+            "Answer me over TLS.",
+        );
+        let r = reply_to(&mail, "me", id);
+        assert_eq!(r.text.trim(), "answered over TLS", "{imap}");
+        assert!(
+            log_lines(&home, "email: SMTP").is_empty(),
+            "the SMTP check at start passed: {:?}",
+            log_lines(&home, "email: SMTP")
+        );
+        drop(daemon);
+    }
+    // What the servers saw: every login over TLS, every mail from Pegasus over TLS.
+    let dovecot = mail.dovecot_log();
+    let logins: Vec<&str> = dovecot
+        .lines()
+        .filter(|l| l.contains("Login: user=<pegasus@example.com>"))
+        .collect();
+    assert!(!logins.is_empty(), "{dovecot}");
+    assert!(
+        logins.iter().all(|l| l.contains(", TLS")),
+        "a login without TLS: {logins:#?}"
+    );
+    assert!(
+        logins
+            .iter()
+            .any(|l| l.contains(&format!("lport={}", mail.imaps_port)))
+            && logins
+                .iter()
+                .any(|l| l.contains(&format!("lport={}", mail.imap_port))),
+        "logins by TLS and by STARTTLS: {logins:#?}"
+    );
+    let postfix = mail.postfix_log();
+    assert!(
+        postfix.contains("TLS connection established from localhost[127.0.0.1]"),
+        "{postfix}"
+    );
+    assert!(
+        !postfix.contains("Must issue a STARTTLS command first"),
+        "{postfix}"
+    );
+}
+
+/// pegasusd with a channel asking for STARTTLS on both of `servers`' sides, once it logged
+/// both refusals (`imap_says` after `email: IMAP 127.0.0.1:PORT: `, `smtp_says` likewise); its
+/// home, the daemon and the IMAP line looked for.
+fn refused_by(
+    fake: &FakeLlm,
+    servers: &MailServers,
+    imap_says: &str,
+    smtp_says: &str,
+) -> (Home, Daemon, String) {
+    let side = |port: u16| format!("host: 127.0.0.1, port: {port}, security: starttls");
+    let home = home_with(fake, &side(servers.imap_port), &side(servers.smtp_port));
+    let daemon = home.start_with_env(&[
+        (FAKE_KEY_ENV, FAKE_KEY),
+        ("PEGASUS_IMAP_PASSWORD", PASSWORD),
+    ]);
+    let imap_line = format!("email: IMAP 127.0.0.1:{}: {imap_says}", servers.imap_port);
+    let smtp_line = format!("email: SMTP 127.0.0.1:{}: {smtp_says}", servers.smtp_port);
+    poll(WAIT, "both refusals in the log", || {
+        (!log_lines(&home, &imap_line).is_empty() && !log_lines(&home, &smtp_line).is_empty())
+            .then_some(())
+    });
+    (home, daemon, imap_line)
+}
+
+#[test]
+fn an_untrusted_certificate_or_a_server_without_starttls_is_refused_and_nothing_goes_in_the_clear()
+{
+    let Some(tls) = MailServers::start_tls() else {
+        return;
+    };
+    let Some(plain) = MailServers::start() else {
+        return;
+    };
+    let fake = FakeLlm::start().unwrap();
+
+    // The private CA's servers, without `tls_ca_file`: the certificate is refused.
+    let (home, daemon, imap_line) = refused_by(
+        &fake,
+        &tls,
+        "the TLS certificate of 127.0.0.1 is not signed by a trusted CA; if your own CA signed it, set email.imap.tls_ca_file",
+        "the TLS certificate of 127.0.0.1 is not signed by a trusted CA; if your own CA signed it, set email.smtp.tls_ca_file",
+    );
+    // Dovecot saw two handshakes fail (the channel tried again), each before any login.
+    poll(WAIT, "a second IMAP attempt", || {
+        (tls.dovecot_log().matches("no auth attempts").count() >= 2).then_some(())
+    });
+    assert_eq!(
+        log_lines(&home, &imap_line).len(),
+        1,
+        "one line, not one per attempt"
+    );
+    let dovecot = tls.dovecot_log();
+    assert!(!dovecot.contains("Login: user="), "{dovecot}");
+    let postfix = tls.postfix_log();
+    assert!(
+        !postfix.contains("Must issue a STARTTLS command first"),
+        "{postfix}"
+    );
+    assert!(!postfix.contains("from=<pegasus@example.com>"), "{postfix}");
+    drop(daemon);
+
+    // Servers without STARTTLS, to a channel that asks for it: refused, no login, no mail.
+    let (home, _daemon, imap_line) = refused_by(
+        &fake,
+        &plain,
+        "the server did not accept STARTTLS",
+        "the server does not offer STARTTLS, and Pegasus does not send without TLS",
+    );
+    assert!(
+        log_lines(&home, &imap_line)[0].contains("Pegasus does not log in without TLS"),
+        "{:?}",
+        log_lines(&home, &imap_line)
+    );
+    let dovecot = plain.dovecot_log();
+    assert!(!dovecot.contains("Login: user="), "{dovecot}");
+    assert!(!plain.postfix_log().contains("from=<pegasus@example.com>"));
 }

@@ -300,7 +300,12 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
     let out = send.wait_with_output().unwrap();
     assert!(out.status.success());
     // The reader of its output may still be at work when it exits.
-    printed(&said, "the command ran");
+    poll(Duration::from_secs(5), "the answer printed", || {
+        said.lock()
+            .unwrap()
+            .contains("the command ran")
+            .then_some(())
+    });
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "first\n");
 
     // Denied, with a reason.
@@ -312,7 +317,16 @@ fn claude_codes_shell_waits_for_a_persons_approval() {
     home.ctl_ok(&["deny", req["id"].as_str().unwrap(), "--reason", "not today"]);
     let out = send.wait_with_output().unwrap();
     assert!(out.status.success());
-    printed(&said, "the command was refused");
+    poll(
+        Duration::from_secs(5),
+        "the refusal's answer printed",
+        || {
+            said.lock()
+                .unwrap()
+                .contains("the command was refused")
+                .then_some(())
+        },
+    );
     assert_eq!(
         std::fs::read_to_string(&runs).unwrap(),
         "first\n",
@@ -1119,6 +1133,162 @@ fn a_budget_that_refuses_a_claude_code_reviewer_fails_the_task_unmerged() {
         .all(|r| !r.body["system"].to_string().contains(REVIEWER)));
     assert_eq!(harness_processes(&app), vec![]);
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}
+
+/// The pids of the processes descending from `ancestor` whose program is `project-worker` run
+/// as `harness-hook`: Claude Code's permission hooks asking the worker.
+fn hooks_under(ancestor: u32) -> Vec<u32> {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    processes_with("harness-hook")
+        .into_iter()
+        .filter(|pid| {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            let mut p = *pid;
+            exe.to_string_lossy().contains("project-worker")
+                && std::iter::from_fn(|| {
+                    p = parent(p)?;
+                    (p > 1).then_some(p)
+                })
+                .any(|p| p == ancestor)
+        })
+        .collect()
+}
+
+/// Request `id` of project `cc` is soon closed as withdrawn because Claude Code stopped
+/// waiting, and `approve` is refused with one line saying so.
+fn assert_withdrawn(home: &Home, id: &str) {
+    let closed = home
+        .project_dir("cc")
+        .join(format!("approvals/closed/{id}.answer.json"));
+    let answer: Value = poll(Duration::from_secs(20), "the request closed", || {
+        serde_json::from_slice(&std::fs::read(&closed).ok()?).ok()
+    });
+    assert_eq!(answer["decision"], "withdrawn", "{answer}");
+    assert_eq!(
+        answer["why"], "Claude Code stopped waiting for the answer",
+        "{answer}"
+    );
+    let refused = home.ctl_fails(&["approve", id]);
+    assert!(
+        refused.starts_with(&format!(
+            "pegasusctl: approval {id} was already answered: withdrawn by policy at "
+        )),
+        "{refused}"
+    );
+}
+
+/// The permission hook killed while its call waits for approval: the request is withdrawn at
+/// once (no longer waiting, closed as withdrawn), a later `approve` is refused with one line,
+/// the command never runs, and Claude Code goes on to answer the message.
+#[test]
+fn a_hook_killed_while_its_call_waits_withdraws_the_request() {
+    let Some((fake, home, _d, worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
+    let marker = home.project_dir("cc").join("workdir/hook-killed.txt");
+    fake.add_rule(
+        Rule::new(
+            Match::All(vec![
+                Match::NewPrompt,
+                Match::LastUserTextContains("Kill its hook".into()),
+            ]),
+            Reply::Tools(vec![bash("echo ran > hook-killed.txt")]),
+        )
+        .times(1),
+    );
+    fake.add_rule(Rule::new(
+        Match::AnyTextContains("Kill its hook".into()),
+        Reply::Text("went on without it".into()),
+    ));
+    let (send, said) = spawn_ctl(&home, &["project", "send", "cc", "Kill its hook", "--wait"]);
+    let req = waiting(&home);
+    let id = req["id"].as_str().unwrap().to_string();
+    let hook = poll(Duration::from_secs(10), "the hook process", || {
+        hooks_under(worker).first().copied()
+    });
+    kill9(hook);
+    poll(
+        Duration::from_secs(10),
+        "the request no longer waiting",
+        || {
+            let listed = home.json(&["approvals"]);
+            (!listed.as_array()?.iter().any(|r| r["id"] == id.as_str())).then_some(())
+        },
+    );
+    assert_withdrawn(&home, &id);
+    let out = send.wait_with_output().unwrap();
+    assert!(out.status.success());
+    poll(Duration::from_secs(5), "the answer printed", || {
+        said.lock()
+            .unwrap()
+            .contains("went on without it")
+            .then_some(())
+    });
+    let task = req["task"].as_str().unwrap();
+    let t = home.json(&["task", "show", task])["task"].clone();
+    assert_eq!(t["state"], "done", "{t}");
+    assert!(!marker.exists(), "the command never ran");
+    assert!(!home
+        .project_dir("cc")
+        .join(format!("approvals/closed/{id}.ran"))
+        .exists());
+    assert!(home
+        .ctl_ok(&["project", "log", "cc"])
+        .contains("went on without it"));
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    assert_eq!(harness_processes(home.path()), vec![]);
+}
+
+/// Claude Code itself killed while its call waits for approval: the run ends, and with it the
+/// request (withdrawn, a later `approve` refused); the task fails saying Claude Code exited,
+/// and the command never runs.
+#[test]
+fn claude_code_killed_while_its_call_waits_withdraws_the_request() {
+    let Some((fake, home, _d, _worker)) = started("approvals: {exec: ask}\n", "") else {
+        return;
+    };
+    let marker = home.project_dir("cc").join("workdir/harness-killed.txt");
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Kill Claude Code".into()),
+        ]),
+        Reply::Tools(vec![bash("echo ran > harness-killed.txt")]),
+    ));
+    home.ctl_ok(&["project", "send", "cc", "Kill Claude Code"]);
+    let req = waiting(&home);
+    let id = req["id"].as_str().unwrap().to_string();
+    for (pid, _) in harness_processes(home.path()) {
+        // One may be gone with the ones before it.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert_withdrawn(&home, &id);
+    let task = req["task"].as_str().unwrap();
+    let t = poll(Duration::from_secs(20), "the task over", || {
+        let t = home.json(&["task", "show", task])["task"].clone();
+        (t["state"] == "failed").then_some(t)
+    });
+    assert_eq!(t["stop_reason"], "model_error", "{t}");
+    assert!(
+        t["result_summary"]
+            .as_str()
+            .is_some_and(|r| r.contains("Claude Code exited")),
+        "{t}"
+    );
+    assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+    assert!(!marker.exists(), "the command never ran");
+    assert_eq!(harness_processes(home.path()), vec![]);
 }
 
 /// The in-repo MCP test server (`examples/mcp_test_server.rs`), built by `cargo test`.

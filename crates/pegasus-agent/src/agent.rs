@@ -37,7 +37,6 @@ use crate::transcript::{push_user, rebuild};
 use pegasus_tasks::{Task, TaskState};
 
 mod consult;
-mod harness_of;
 
 /// The agent of one project (or of the MainAgent, with other tools and folder): owns the
 /// in-memory transcript, the session appender and the task log.
@@ -190,6 +189,17 @@ impl Agent {
     ) {
         self.agent_kind = kind;
         self.harnesses = harnesses.into_iter().map(|h| (h.kind(), h)).collect();
+    }
+
+    /// The harness that works for an agent of `kind` (a role's assignment; `None`: the project's
+    /// own agent); `None` when that is the built-in loop.
+    fn harness_of(
+        &self,
+        kind: Option<pegasus_store::AgentKind>,
+    ) -> Option<Arc<dyn crate::harness::Harness>> {
+        self.harnesses
+            .get(&kind.unwrap_or(self.agent_kind))
+            .cloned()
     }
 
     /// Runs the project's lifecycle hooks (DESIGN.md §16: config.yml's, then PROJECT.md's) at

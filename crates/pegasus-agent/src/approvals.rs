@@ -44,6 +44,67 @@ pub enum Gate {
     Held,
 }
 
+/// What a handed-off call ([`Approvals::hand_off`]) does next.
+#[derive(Debug)]
+pub enum Handed {
+    /// Approved: hand the approval to the asker, then [`Handoff::ran`].
+    Approved(Handoff),
+    /// Not run: what the asker is told (the request is closed).
+    Refused(String),
+    /// The process is stopping while the call waits: its request is left for the next start.
+    Held,
+}
+
+/// The request of a call that runs outside this process (a harness's, DESIGN.md §15), from
+/// its writing until its asker has the approval in hand: only then is it marked as run
+/// ([`Handoff::ran`]). Dropped before that (its asker went away, its run ended), a request
+/// still waiting is withdrawn, or held if the process is stopping (as [`Approvals::wait`]
+/// holds a call); an answer that won the race stands, and the request closes without running.
+/// Either way the request ends in exactly one state.
+pub struct Handoff {
+    gate: Arc<Approvals>,
+    /// Who asked (`Claude Code`), for the withdrawal's words.
+    asker: String,
+    /// `None` once settled: nothing is left to let go.
+    request: Option<Box<ApprovalRequest>>,
+    /// Its answer came (and was reported).
+    answered: bool,
+}
+
+impl Handoff {
+    /// The asker has the approval in hand: the request is marked as run and closed. Refused
+    /// (the call must not run) when the mark cannot be written: the words for the asker.
+    pub fn ran(mut self) -> Result<(), String> {
+        let Some(request) = self.request.take() else {
+            return Ok(());
+        };
+        let marked = store::mark_ran(&self.gate.dir, &request.id);
+        self.gate.done(&request.id);
+        marked.map_err(|e| {
+            tracing::error!(id = %request.id, "cannot mark the approval as run: {e}");
+            unmarked(&e)
+        })
+    }
+}
+
+impl std::fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handoff")
+            .field("asker", &self.asker)
+            .field("request", &self.request.as_ref().map(|r| &r.id))
+            .field("answered", &self.answered)
+            .finish()
+    }
+}
+
+impl Drop for Handoff {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            self.gate.let_go(&request, &self.asker, self.answered);
+        }
+    }
+}
+
 /// One project's gate.
 pub struct Approvals {
     project: String,
@@ -116,12 +177,25 @@ impl Approvals {
         input: &serde_json::Value,
         hook_reason: Option<&str>,
     ) -> Gate {
+        match self.request_for(task, call_id, tool, input, hook_reason) {
+            Ok(request) => self.ask_request(request).await,
+            Err(refusal) => Gate::Result(ToolOutput::error(refusal)),
+        }
+    }
+
+    /// The request that asks for the call `call_id` of `tool` in task `task`; refused while
+    /// the policy does not load.
+    fn request_for(
+        &self,
+        task: Option<&str>,
+        call_id: &str,
+        tool: &str,
+        input: &serde_json::Value,
+        hook_reason: Option<&str>,
+    ) -> Result<ApprovalRequest, String> {
         let command = command_of(tool, input);
-        let timeout_s = match self.policy() {
-            Ok(policy) => policy.timeout(),
-            Err(refusal) => return Gate::Result(ToolOutput::error(refusal.to_string())),
-        };
-        let request = ApprovalRequest {
+        let timeout_s = self.policy().map_err(|r| r.to_string())?.timeout();
+        Ok(ApprovalRequest {
             id: store::new_id(),
             project: self.project.clone(),
             task: task.unwrap_or_default().to_string(),
@@ -135,17 +209,56 @@ impl Approvals {
             input_json: input.to_string(),
             timeout_s,
             always: command.unwrap_or_else(|| tool.to_string()),
+        })
+    }
+
+    /// Asks for a call that runs outside this process (a harness's, DESIGN.md §15: `asker`
+    /// names it, `Claude Code`), and waits for the answer. An approval is handed back unmarked:
+    /// the call counts as run only once its asker has the approval in hand
+    /// ([`Handoff::ran`]); dropped before that, the request is let go (see [`Handoff`]).
+    pub async fn hand_off(
+        self: &Arc<Self>,
+        asker: &str,
+        task: &str,
+        call_id: &str,
+        tool: &str,
+        input: &serde_json::Value,
+    ) -> Handed {
+        let request = match self.request_for(Some(task), call_id, tool, input, None) {
+            Ok(r) => r,
+            Err(refusal) => return Handed::Refused(refusal),
         };
-        self.ask_request(request).await
+        if let Err(e) = self.ask_detached(&request, TaskState::Running) {
+            tracing::error!(id = %request.id, "cannot write the approval request: {e}");
+            return Handed::Refused(unsaved(&e));
+        }
+        // From here on, this future dropped (its asker gone, its run over) lets go of it.
+        let mut handoff = Handoff {
+            gate: self.clone(),
+            asker: asker.to_string(),
+            request: Some(Box::new(request.clone())),
+            answered: false,
+        };
+        let Some(answer) = self.answer_of(&request).await else {
+            handoff.request = None;
+            return Handed::Held;
+        };
+        handoff.answered = true;
+        match answer.decision.refusal() {
+            None => Handed::Approved(handoff),
+            Some(text) => {
+                handoff.request = None;
+                self.done(&request.id);
+                Handed::Refused(text)
+            }
+        }
     }
 
     /// Asks with a request made by the caller (a merge), and waits for the answer.
     pub async fn ask_request(&self, request: ApprovalRequest) -> Gate {
         if let Err(e) = self.ask_detached(&request, TaskState::Running) {
             tracing::error!(id = %request.id, "cannot write the approval request: {e}");
-            return Gate::Result(ToolOutput::error(format!(
-                "not run: this call needs a person's approval and the request could not be saved ({e})"
-            )));
+            return Gate::Result(ToolOutput::error(unsaved(&e)));
         }
         self.wait(&request).await
     }
@@ -222,6 +335,29 @@ impl Approvals {
 
     /// Waits for the answer of `request` (or its timeout, or its task's end).
     pub async fn wait(&self, request: &ApprovalRequest) -> Gate {
+        let Some(answer) = self.answer_of(request).await else {
+            return Gate::Held;
+        };
+        match answer.decision.refusal() {
+            None => {
+                // Marked before it runs: after a crash from here on, it never runs again.
+                if let Err(e) = store::mark_ran(&self.dir, &request.id) {
+                    tracing::error!(id = %request.id, "cannot mark the approval as run: {e}");
+                    return Gate::Result(ToolOutput::error(unmarked(&e)));
+                }
+                Gate::Run(request.id.clone())
+            }
+            Some(text) => {
+                self.done(&request.id);
+                Gate::Result(ToolOutput::error(text))
+            }
+        }
+    }
+
+    /// The answer of `request` once it has one (its timeout and its task's end answer it
+    /// too), reported, its task moved on; `None` when the process is stopping first (the
+    /// call is held).
+    async fn answer_of(&self, request: &ApprovalRequest) -> Option<Answer> {
         let answer = loop {
             let woken = self.wake.notified();
             if let Some(a) = store::read_answer(&self.dir, &request.id) {
@@ -236,21 +372,12 @@ impl Approvals {
                     },
                 );
             }
-            if !request.task.is_empty() {
-                if let Ok(t) = self.tasks.get(&request.task) {
-                    if t.state != TaskState::Blocked {
-                        break self.answer_or_theirs(
-                            request,
-                            Decision::Withdrawn {
-                                why: format!("task {} was {} while it waited", t.id, t.state),
-                            },
-                        );
-                    }
-                }
+            if let Some(why) = self.moved_on(request) {
+                break self.answer_or_theirs(request, Decision::Withdrawn { why });
             }
             if self.stop.load(Ordering::SeqCst) {
                 self.holding.store(true, Ordering::SeqCst);
-                return Gate::Held;
+                return None;
             }
             let left = (request.expires_at() - now)
                 .to_std()
@@ -261,6 +388,26 @@ impl Approvals {
                 _ = tokio::time::sleep(left) => {}
             }
         };
+        if !matches!(answer.decision, Decision::Withdrawn { .. }) {
+            self.answered(request, &answer);
+        } else {
+            self.report(request, &answer);
+        }
+        Some(answer)
+    }
+
+    /// Why `request` is withdrawn if its task no longer waits for it (cancelled, say).
+    fn moved_on(&self, request: &ApprovalRequest) -> Option<String> {
+        if request.task.is_empty() {
+            return None;
+        }
+        let t = self.tasks.get(&request.task).ok()?;
+        (t.state != TaskState::Blocked)
+            .then(|| format!("task {} was {} while it waited", t.id, t.state))
+    }
+
+    /// Reports `request`'s answer (log, event).
+    fn report(&self, request: &ApprovalRequest, answer: &Answer) {
         tracing::info!(id = %request.id, decision = answer.decision.word(), by = %answer.by, "approval answered");
         send_event(
             &self.notices,
@@ -270,32 +417,42 @@ impl Approvals {
                 decision: answer.decision.word().to_string(),
             },
         );
-        if !matches!(answer.decision, Decision::Withdrawn { .. }) {
-            self.move_task(
-                &request.task,
-                &[
-                    (TaskState::Blocked, TaskState::Ready),
-                    (TaskState::Ready, TaskState::Running),
-                ],
-                answer.decision.word(),
-            );
+    }
+
+    /// Reports `request`'s answer and moves its task on from `blocked`: its call goes on,
+    /// run or not.
+    fn answered(&self, request: &ApprovalRequest, answer: &Answer) {
+        self.report(request, answer);
+        self.move_task(
+            &request.task,
+            &[
+                (TaskState::Blocked, TaskState::Ready),
+                (TaskState::Ready, TaskState::Running),
+            ],
+            answer.decision.word(),
+        );
+    }
+
+    /// A handed-off request whose asker went away before it had the answer in hand
+    /// ([`Handoff`]'s drop): held if the process is stopping and it waits still; else
+    /// withdrawn unless answered first, its task moved on (its harness goes on without the
+    /// call, or its run ends), and closed, never marked as run.
+    fn let_go(&self, request: &ApprovalRequest, asker: &str, answered: bool) {
+        if !answered && self.stop.load(Ordering::SeqCst) {
+            self.holding.store(true, Ordering::SeqCst);
+            tracing::info!(id = %request.id, "held: the process stops while the call waits");
+            return;
         }
-        match answer.decision.refusal() {
-            None => {
-                // Marked before it runs: after a crash from here on, it never runs again.
-                if let Err(e) = store::mark_ran(&self.dir, &request.id) {
-                    tracing::error!(id = %request.id, "cannot mark the approval as run: {e}");
-                    return Gate::Result(ToolOutput::error(format!(
-                        "not run: approved, but Pegasus could not record that it runs ({e})"
-                    )));
-                }
-                Gate::Run(request.id.clone())
-            }
-            Some(text) => {
-                self.done(&request.id);
-                Gate::Result(ToolOutput::error(text))
-            }
+        if !answered {
+            // Its task's end, if that is what ended the run, says why best.
+            let why = self
+                .moved_on(request)
+                .unwrap_or_else(|| format!("{asker} stopped waiting for the answer"));
+            let answer = self.answer_or_theirs(request, Decision::Withdrawn { why });
+            self.answered(request, &answer);
         }
+        tracing::info!(id = %request.id, "not run: {asker} went away before it had the answer");
+        self.done(&request.id);
     }
 
     /// The call of request `id` has its result: the request is closed.
@@ -350,6 +507,16 @@ impl Approvals {
             }
         }
     }
+}
+
+/// The refusal of a call whose request could not be written.
+fn unsaved(e: &dyn std::fmt::Display) -> String {
+    format!("not run: this call needs a person's approval and the request could not be saved ({e})")
+}
+
+/// The refusal of an approved call whose run could not be recorded.
+fn unmarked(e: &dyn std::fmt::Display) -> String {
+    format!("not run: approved, but Pegasus could not record that it runs ({e})")
 }
 
 /// The exec command line of a call, if it is one.

@@ -279,6 +279,12 @@ fn ran_path(project_dir: &Path, id: &str) -> PathBuf {
     dir(project_dir).join(format!("{id}.ran"))
 }
 
+fn closed_answer_path(project_dir: &Path, id: &str) -> PathBuf {
+    dir(project_dir)
+        .join("closed")
+        .join(format!("{id}.answer.json"))
+}
+
 /// Writes a new request durably.
 pub fn write_request(project_dir: &Path, req: &ApprovalRequest) -> Result<()> {
     let d = dir(project_dir);
@@ -333,6 +339,12 @@ pub fn answer(
     let linked = std::fs::hard_link(&aside, &path);
     let _ = std::fs::remove_file(&aside);
     match linked {
+        Ok(()) if closed_before(project_dir, id, &path) => {
+            // Answered and closed between the look above and the link (the request's asker
+            // withdrew it, say): the place was free again, but the first answer won.
+            let _ = std::fs::remove_file(&path);
+            Err(already_answered(project_dir, id))
+        }
         Ok(()) => {
             fsync_dir(&dir(project_dir)).map_err(AnswerError::Store)?;
             Ok(())
@@ -345,9 +357,25 @@ pub fn answer(
     }
 }
 
-/// The refusal of a second answer: the first one, when it can be read.
+/// Whether request `id` was closed with another answer than the one just linked at `mine`:
+/// `closed/` holds an answer, and not this file (an answer that won and was closed since is
+/// the same file, moved).
+fn closed_before(project_dir: &Path, id: &str, mine: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let closed = closed_answer_path(project_dir, id);
+    match (
+        std::fs::symlink_metadata(&closed),
+        std::fs::symlink_metadata(mine),
+    ) {
+        (Ok(c), Ok(m)) => (c.dev(), c.ino()) != (m.dev(), m.ino()),
+        (Ok(_), Err(_)) => true,
+        (Err(_), _) => false,
+    }
+}
+
+/// The refusal of a second answer: the first one, when it can be read (open or closed).
 fn already_answered(project_dir: &Path, id: &str) -> AnswerError {
-    match read_answer(project_dir, id) {
+    match read_answer(project_dir, id).or_else(|| read_json(&closed_answer_path(project_dir, id))) {
         Some(a) => AnswerError::Already(a),
         None => AnswerError::Store(StoreError::Invalid(format!(
             "approval {id} has an answer that cannot be read"
@@ -436,10 +464,12 @@ pub fn close(project_dir: &Path, id: &str) -> Result<()> {
     }
     let closed = dir(project_dir).join("closed");
     create_dir_all_durable(&closed)?;
+    // The request first: from its move on the request reads as closed, so a crash before the
+    // rest moved never leaves it waiting again without its answer.
     for p in [
+        request_path(project_dir, id),
         answer_path(project_dir, id),
         ran_path(project_dir, id),
-        request_path(project_dir, id),
     ] {
         if let Some(name) = p.file_name() {
             match std::fs::rename(&p, closed.join(name)) {
@@ -577,11 +607,13 @@ pub fn closed_answer(projects_dir: &Path, id: &str) -> Option<Answer> {
     }
     let entries = std::fs::read_dir(projects_dir).ok()?;
     entries.flatten().find_map(|e| {
-        read_json(
-            &dir(&e.path())
-                .join("closed")
-                .join(format!("{id}.answer.json")),
-        )
+        let project = e.path();
+        // A close moves the request before its answer: in between, the answer is still open.
+        read_json(&closed_answer_path(&project, id)).or_else(|| {
+            (read_state(&project, id) == Some(RequestState::Closed))
+                .then(|| read_answer(&project, id))
+                .flatten()
+        })
     })
 }
 
@@ -675,6 +707,86 @@ pub(crate) mod tests {
             answer(&p, "../../etc", &no),
             Err(AnswerError::NotFound)
         ));
+    }
+
+    fn answer_by(decision: Decision, by: &str) -> Answer {
+        Answer {
+            decision,
+            by: by.into(),
+            at: Utc::now(),
+        }
+    }
+
+    /// A person answers while the request's worker withdraws and closes it: exactly one
+    /// answer wins, and the one told it won is the one closed.
+    #[test]
+    fn an_answer_racing_a_withdrawal_and_its_close_wins_only_if_it_is_the_one_closed() {
+        let home = tempfile::tempdir().unwrap();
+        let projects = home.path().join("projects");
+        let p = projects.join("web");
+        std::fs::create_dir_all(&p).unwrap();
+        for _ in 0..200 {
+            let id = new_id();
+            write_request(&p, &request(&id, Utc::now())).unwrap();
+            let (pp, pid) = (p.clone(), id.clone());
+            let person = std::thread::spawn(move || {
+                answer(
+                    &pp,
+                    &pid,
+                    &answer_by(Decision::Approved { always: false }, "cli"),
+                )
+            });
+            let gone = Decision::Withdrawn { why: "gone".into() };
+            let _ = answer(&p, &id, &answer_by(gone, "policy"));
+            close(&p, &id).unwrap();
+            let theirs = person.join().unwrap();
+            let closed = closed_answer(&projects, &id).unwrap();
+            // Told it won: it is the answer closed. Refused: the withdrawal is.
+            match theirs {
+                Ok(()) => assert_eq!(closed.by, "cli"),
+                Err(AnswerError::Already(a)) => assert_eq!(a, closed),
+                Err(AnswerError::NotFound) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+            if closed.by != "cli" {
+                assert!(matches!(closed.decision, Decision::Withdrawn { .. }));
+            }
+            assert_eq!(read_state(&p, &id), Some(RequestState::Closed));
+            assert!(read_answer(&p, &id).is_none(), "no answer is left open");
+        }
+    }
+
+    /// A close cut off after the request moved: the request reads as closed, its answer is
+    /// found, and a late answer is refused with it.
+    #[test]
+    fn a_close_cut_off_halfway_leaves_the_request_closed_with_its_answer() {
+        let home = tempfile::tempdir().unwrap();
+        let projects = home.path().join("projects");
+        let p = projects.join("web");
+        std::fs::create_dir_all(p.join("approvals/closed")).unwrap();
+        let id = new_id();
+        write_request(&p, &request(&id, Utc::now())).unwrap();
+        let gone = answer_by(Decision::Withdrawn { why: "gone".into() }, "policy");
+        answer(&p, &id, &gone).unwrap();
+        std::fs::rename(
+            request_path(&p, &id),
+            p.join("approvals/closed").join(format!("{id}.json")),
+        )
+        .unwrap();
+        assert_eq!(read_state(&p, &id), Some(RequestState::Closed));
+        assert_eq!(closed_answer(&projects, &id), Some(gone.clone()));
+        let late = answer_by(Decision::Approved { always: false }, "cli");
+        assert!(matches!(answer(&p, &id, &late), Err(AnswerError::NotFound)));
+        // The answer-first order of old, cut off: the request still open, its answer closed.
+        let id = new_id();
+        write_request(&p, &request(&id, Utc::now())).unwrap();
+        answer(&p, &id, &gone).unwrap();
+        std::fs::rename(answer_path(&p, &id), closed_answer_path(&p, &id)).unwrap();
+        match answer(&p, &id, &late) {
+            Err(AnswerError::Already(a)) => assert_eq!(a, gone),
+            other => panic!("{other:?}"),
+        }
+        assert!(read_answer(&p, &id).is_none());
     }
 
     #[test]

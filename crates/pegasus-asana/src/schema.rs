@@ -2,7 +2,8 @@
 //! created when missing and put in order, sections the sync does not know kept (one warning
 //! each), the custom fields created when missing (an existing field of the workspace with the
 //! same name is reused, so a crash between creating a field and setting it on the project
-//! never makes a second one) and set on the project.
+//! never makes a second one) and set on the project, and the options Pegasus writes added to
+//! an existing enum field that lacks them (its own options kept).
 
 use crate::api::{Api, ApiError};
 use crate::board::{moves, FieldKind, Section, FIELDS};
@@ -205,7 +206,7 @@ pub async fn ensure(
                 f
             }
         };
-        let options = field["enum_options"]
+        let mut options: BTreeMap<String, String> = field["enum_options"]
             .as_array()
             .map(|l| {
                 l.iter()
@@ -218,34 +219,173 @@ pub async fn ensure(
                     .collect()
             })
             .unwrap_or_default();
+        let gid = field["gid"].as_str().unwrap_or_default().to_string();
         if let FieldKind::Enum(want) = spec.kind {
-            let missing: Vec<&str> = want
-                .iter()
-                .copied()
-                .filter(|o| !BTreeMap::contains_key(&options, *o))
-                .collect();
-            if !missing.is_empty() && warned.insert(format!("{board}/{}", spec.name)) {
-                tracing::warn!(
-                    project,
-                    "asana: custom field `{}` lacks the options {}; add them in Asana, or the sync cannot show those values",
-                    spec.name,
-                    missing.join(", ")
-                );
-            }
+            let at = FieldAt {
+                project,
+                board,
+                name: spec.name,
+                gid: &gid,
+            };
+            add_options(api, &at, want, &mut options, warned).await?;
         }
-        schema.fields.insert(
-            spec.name,
-            Field {
-                gid: field["gid"].as_str().unwrap_or_default().to_string(),
-                options,
-            },
-        );
+        schema.fields.insert(spec.name, Field { gid, options });
     }
     Ok(schema)
+}
+
+/// Which enum field of which board [`add_options`] completes.
+struct FieldAt<'a> {
+    project: &'a str,
+    board: &'a str,
+    name: &'a str,
+    gid: &'a str,
+}
+
+/// Adds to an existing enum field the options of `want` it lacks, each after the wanted option
+/// before it (its other options kept, where they are), into `options`. A field Pegasus may not
+/// change (403: locked by another user; any other refusal but a bad token) is warned about once
+/// per daemon run; the sync then cannot show those values.
+async fn add_options(
+    api: &Api,
+    at: &FieldAt<'_>,
+    want: &[&str],
+    options: &mut BTreeMap<String, String>,
+    warned: &mut HashSet<String>,
+) -> Result<(), ApiError> {
+    let (project, name) = (at.project, at.name);
+    let mut previous: Option<String> = None;
+    for o in want {
+        if let Some(g) = options.get(*o) {
+            previous = Some(g.clone());
+            continue;
+        }
+        let mut data = json!({ "name": o });
+        if let Some(p) = &previous {
+            data["insert_after"] = json!(p);
+        }
+        match api
+            .post(&format!("/custom_fields/{}/enum_options", at.gid), data)
+            .await
+        {
+            Ok(made) => {
+                let made = made["gid"].as_str().unwrap_or_default().to_string();
+                tracing::info!(
+                    project,
+                    "asana: option `{o}` added to custom field `{name}`"
+                );
+                options.insert(o.to_string(), made.clone());
+                previous = Some(made);
+            }
+            // Refused (403: locked by another user; 400/404: the field changed meanwhile):
+            // the board still syncs, without those values.
+            Err(ApiError::Refused(status, why)) if status != 401 => {
+                let missing: Vec<&str> = want
+                    .iter()
+                    .copied()
+                    .filter(|m| !options.contains_key(*m))
+                    .collect();
+                let ask = if status == 403 {
+                    "ask whoever locked the field to add them in Asana"
+                } else {
+                    "add them in Asana"
+                };
+                if warned.insert(format!("{}/{name}", at.board)) {
+                    tracing::warn!(
+                        project,
+                        "asana: custom field `{name}` lacks the options {} and Pegasus may not add them (HTTP {status}: {why}); {ask}, or the sync cannot show those values",
+                        missing.join(", ")
+                    );
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The section `s` goes after in `want`, if any.
 fn data_after(want: &[String], s: &str) -> Option<String> {
     let i = want.iter().position(|x| x == s)?;
     i.checked_sub(1).map(|j| want[j].clone())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::board::SWARM_STATUS;
+    use pegasus_fakellm::FakeAsana;
+    use tokio_util::sync::CancellationToken;
+
+    /// The user's own enum field `name` with `options`, on the board.
+    fn users_field(asana: &FakeAsana, name: &str, options: &[&str]) {
+        let (_, me) = asana.as_user("GET", "/users/me?opt_fields=workspaces", None);
+        let ws = me["data"]["workspaces"][0]["gid"].clone();
+        let options: Vec<Value> = options.iter().map(|o| json!({ "name": o })).collect();
+        let (s, f) = asana.as_user(
+            "POST",
+            "/custom_fields",
+            Some(json!({"data": {"workspace": ws, "name": name, "resource_subtype": "enum", "enum_options": options}})),
+        );
+        assert_eq!(s, 200, "{f}");
+        let (s, v) = asana.as_user(
+            "POST",
+            &format!("/projects/{}/addCustomFieldSetting", asana.project()),
+            Some(json!({"data": {"custom_field": f["data"]["gid"]}})),
+        );
+        assert_eq!(s, 200, "{v}");
+    }
+
+    #[tokio::test]
+    async fn an_enum_field_lacking_options_gets_them_and_a_locked_one_is_left() {
+        let asana = FakeAsana::start("bot-token").unwrap();
+        users_field(&asana, SWARM_STATUS, &["Blocked", "Idle", "Later"]);
+        users_field(&asana, "Merge Approval", &["Manual Check"]);
+        asana.lock_field("Merge Approval");
+        let api = Api::new(
+            &asana.base_url(),
+            "bot-token".into(),
+            "ASANA_PAT",
+            CancellationToken::new(),
+        )
+        .unwrap();
+        let mut warned = HashSet::new();
+        let schema = ensure(&api, &asana.project(), "p", &mut warned)
+            .await
+            .unwrap();
+        // Each missing option right after the wanted one before it (Running after Idle,
+        // Complete after Blocked, wherever the user put those); the user's own kept, in place.
+        assert_eq!(
+            asana.field_options(SWARM_STATUS),
+            ["Blocked", "Complete", "Idle", "Running", "Later"]
+        );
+        let status = &schema.fields[SWARM_STATUS];
+        assert_eq!(
+            status
+                .options
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            ["Blocked", "Complete", "Idle", "Later", "Running"]
+        );
+        // Locked by the user: unchanged, warned about once, what it has still known.
+        assert_eq!(asana.field_options("Merge Approval"), ["Manual Check"]);
+        assert!(warned.contains(&format!("{}/Merge Approval", asana.project())));
+        assert_eq!(schema.fields["Merge Approval"].options.len(), 1);
+        // A second pass finds nothing to add: no option twice.
+        let again = ensure(&api, &asana.project(), "p", &mut warned)
+            .await
+            .unwrap();
+        assert_eq!(asana.field_options(SWARM_STATUS).len(), 5);
+        assert_eq!(again.fields[SWARM_STATUS].options, status.options);
+        let posts = asana
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.target.contains("/enum_options"))
+            .map(|r| r.status)
+            .collect::<Vec<_>>();
+        assert_eq!(posts, [201, 201, 403, 403]);
+    }
 }

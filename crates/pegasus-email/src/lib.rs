@@ -57,6 +57,8 @@ struct Mailer {
     door: FrontDoor,
     /// The IMAP password, for the reader and the look for what was sent before a crash.
     imap_pw: String,
+    /// The TLS client of `email.imap` (its roots read once, at start).
+    imap_tls: tokio_rustls::TlsConnector,
     cfg: EmailConfig,
     smtp: Smtp,
     store: Store,
@@ -85,6 +87,10 @@ async fn run(door: FrontDoor, cfg: EmailConfig, imap_pw: String, smtp_pw: Option
         Ok(s) => s,
         Err(e) => return tracing::error!("email: {e}; the e-mail channel is off"),
     };
+    let imap_tls = match net::imap_tls(&cfg.imap) {
+        Ok(t) => t,
+        Err(e) => return tracing::error!("email: {e}; the e-mail channel is off"),
+    };
     let allowed = cfg
         .allowed_senders
         .iter()
@@ -93,6 +99,7 @@ async fn run(door: FrontDoor, cfg: EmailConfig, imap_pw: String, smtp_pw: Option
     let m = Arc::new(Mailer {
         door,
         imap_pw,
+        imap_tls,
         cfg,
         smtp,
         store,
@@ -108,6 +115,16 @@ async fn run(door: FrontDoor, cfg: EmailConfig, imap_pw: String, smtp_pw: Option
         senders = m.allowed.len(),
         "email channel started"
     );
+    let checked = m.clone();
+    tokio::spawn(async move {
+        if let Err(e) = checked.smtp.check().await {
+            tracing::warn!(
+                "email: SMTP {}:{}: {e}; no mail can be sent until this is fixed",
+                checked.cfg.smtp.host,
+                checked.cfg.smtp.port
+            );
+        }
+    });
     let jobs = m.store.jobs();
     // A reply whose sending was cut off may have gone out: its copy in the mailbox says so.
     let intents: Vec<String> = jobs
@@ -162,7 +179,7 @@ pub(crate) async fn sent_before(m: &Mailer, ids: &[String]) -> Vec<String> {
         return Vec::new();
     }
     let found = async {
-        let (mut session, ..) = net::imap_open(&m.cfg.imap, &m.imap_pw).await?;
+        let (mut session, ..) = net::imap_open(&m.cfg.imap, &m.imap_tls, &m.imap_pw).await?;
         let found = net::present(&mut session, ids).await;
         let _ = session.logout().await;
         found
@@ -180,7 +197,8 @@ async fn read_mailbox(
     m: &Arc<Mailer>,
     backoff: &mut Duration,
 ) -> Result<std::convert::Infallible, String> {
-    let (mut session, validity, next, idle) = net::imap_open(&m.cfg.imap, &m.imap_pw).await?;
+    let (mut session, validity, next, idle) =
+        net::imap_open(&m.cfg.imap, &m.imap_tls, &m.imap_pw).await?;
     *backoff = FIRST_BACKOFF;
     let mut cursor = match m.store.cursor() {
         Some(c) if c.uidvalidity == validity => c,

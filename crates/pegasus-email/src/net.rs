@@ -1,6 +1,8 @@
 //! The two connections of the e-mail channel: IMAP (async-imap over a TCP, TLS or STARTTLS
 //! stream) and SMTP (lettre), each as `email.imap` / `email.smtp` say, TLS with the webpki
-//! roots and the same rustls (ring) the rest of pegasusd links.
+//! roots (and the CA of `tls_ca_file`) and the same rustls (ring) the rest of pegasusd links.
+//! Where TLS is asked for it is never skipped: a certificate that fails the check, or a
+//! server without STARTTLS, ends the connection before anything else is sent.
 
 use crate::mail::Head;
 use async_imap::types::UnsolicitedResponse;
@@ -9,15 +11,19 @@ use lettre::address::Envelope;
 use lettre::message::header::ContentType;
 use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::Certificate;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::transport::smtp::extension::ClientId;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-use pegasus_store::email::{ImapConfig, Security, SmtpConfig};
+use pegasus_store::email::{read_ca_file, ImapConfig, Security, SmtpConfig};
+use rustls::pki_types::CertificateDer;
 use std::fmt::Debug;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 /// Any stream an IMAP session runs over.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + Debug {}
@@ -29,33 +35,82 @@ pub type ImapSession = async_imap::Session<Box<dyn Io>>;
 /// How long connecting and each command may take before the connection counts as lost.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn tls_connector() -> Result<tokio_rustls::TlsConnector, String> {
-    let roots = rustls::RootCertStore {
+/// The CA certificates of `email.<side>.tls_ca_file`, none when it is not set; a file that
+/// became unreadable since the config was loaded says so with its key.
+fn extra_roots(side: &str, file: Option<&Path>) -> Result<Vec<CertificateDer<'static>>, String> {
+    match file {
+        None => Ok(Vec::new()),
+        Some(f) => read_ca_file(f).map_err(|e| format!("email.{side}.tls_ca_file: {e}")),
+    }
+}
+
+/// The TLS client of `email.imap`: the webpki roots and the certificates of its
+/// `tls_ca_file`, with the same rustls (ring) the rest of pegasusd links.
+pub fn imap_tls(cfg: &ImapConfig) -> Result<TlsConnector, String> {
+    let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
+    for cert in extra_roots("imap", cfg.tls_ca_file.as_deref())? {
+        roots.add(cert).map_err(|e| {
+            format!("email.imap.tls_ca_file: a certificate in it cannot be trusted ({e}); it must hold your CA's certificate")
+        })?;
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+    Ok(TlsConnector::from(Arc::new(config)))
 }
 
-async fn tls(host: &str, tcp: TcpStream) -> Result<Box<dyn Io>, String> {
+async fn tls(tls: &TlsConnector, host: &str, tcp: TcpStream) -> Result<Box<dyn Io>, String> {
     let name = rustls::pki_types::ServerName::try_from(host.to_string())
         .map_err(|e| format!("{host} is not a host name TLS can check: {e}"))?;
-    let stream = tls_connector()?
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS with {host}: {e}"))?;
+    let stream = tls.connect(name, tcp).await.map_err(|e| {
+        untrusted("imap", host, &e).unwrap_or_else(|| format!("TLS with {host}: {e}"))
+    })?;
     Ok(Box::new(stream))
+}
+
+/// What to say when `e` (or an error it wraps) is the server's certificate failing the check:
+/// not signed by a trusted CA, or not for `host`; `None` for any other error.
+fn untrusted(side: &str, host: &str, e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let inner = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| i.downcast_ref::<rustls::Error>());
+        if let Some(rustls::Error::InvalidCertificate(why)) =
+            err.downcast_ref::<rustls::Error>().or(inner)
+        {
+            let what = match why {
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. } => format!(
+                    "is not valid for {host}; set email.{side}.host to a name the certificate carries"
+                ),
+                rustls::CertificateError::UnknownIssuer => format!(
+                    "is not signed by a trusted CA; if your own CA signed it, set email.{side}.tls_ca_file to that CA's PEM file"
+                ),
+                _ => format!(
+                    "was refused (expired, revoked or malformed?); renew it, or set email.{side}.tls_ca_file to the CA that signed it"
+                ),
+            };
+            return Some(format!(
+                "the TLS certificate of {host} {what} (nothing was sent without TLS; {why:?})"
+            ));
+        }
+        next = err.source();
+    }
+    None
 }
 
 /// Connects, logs in and selects the mailbox; the session, the mailbox's UIDVALIDITY and
 /// UIDNEXT, and whether the server offers IDLE.
 pub async fn imap_open(
     cfg: &ImapConfig,
+    tls_client: &TlsConnector,
     password: &str,
 ) -> Result<(ImapSession, u32, u32, bool), String> {
     let run = async {
@@ -63,20 +118,23 @@ pub async fn imap_open(
             .await
             .map_err(|e| format!("cannot connect to {}:{}: {e}", cfg.host, cfg.port))?;
         let stream: Box<dyn Io> = match cfg.security {
-            Security::Tls => tls(&cfg.host, tcp).await?,
+            Security::Tls => tls(tls_client, &cfg.host, tcp).await?,
             Security::None => Box::new(tcp),
             Security::Starttls => {
                 let mut client = async_imap::Client::new(tcp);
                 greeting(&mut client).await?;
+                // Asked whatever the server's CAPABILITY says: without STARTTLS's OK nothing
+                // else is sent, so a server that dropped it (or a man in the middle who
+                // removed it) never sees the password in the clear.
                 client
                     .run_command_and_check_ok("STARTTLS", None)
                     .await
                     .map_err(|e| {
                         format!(
-                            "the server refused STARTTLS ({e}); use `security: tls` on port 993"
+                            "the server did not accept STARTTLS ({e}), and Pegasus does not log in without TLS; use `security: tls` (port 993) if the server offers that"
                         )
                     })?;
-                tls(&cfg.host, client.into_inner()).await?
+                tls(tls_client, &cfg.host, client.into_inner()).await?
             }
         };
         let mut client = async_imap::Client::new(stream);
@@ -240,6 +298,9 @@ fn news(mut next: impl FnMut() -> Option<UnsolicitedResponse>) -> bool {
 pub struct Smtp {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
+    /// `email.smtp.host` and `security`, for what an error says.
+    host: String,
+    security: Security,
 }
 
 impl Smtp {
@@ -248,8 +309,16 @@ impl Smtp {
         let from: Mailbox = address
             .parse()
             .map_err(|e| format!("email.address {address:?}: {e}"))?;
+        let roots = extra_roots("smtp", cfg.tls_ca_file.as_deref())?;
         let params = || {
-            TlsParameters::new(cfg.host.clone()).map_err(|e| format!("TLS for {}: {e}", cfg.host))
+            let mut b = TlsParameters::builder(cfg.host.clone());
+            for der in &roots {
+                let cert = Certificate::from_der(der.to_vec())
+                    .map_err(|e| format!("email.smtp.tls_ca_file: {e}"))?;
+                b = b.add_root_certificate(cert);
+            }
+            b.build_rustls()
+                .map_err(|e| format!("TLS for {}: {e}", cfg.host))
         };
         let tls = match cfg.security {
             Security::Tls => Tls::Wrapper(params()?),
@@ -275,7 +344,34 @@ impl Smtp {
         Ok(Smtp {
             transport: b.build(),
             from,
+            host: cfg.host.clone(),
+            security: cfg.security,
         })
+    }
+
+    /// Connects and greets (over TLS as configured) without sending: what pegasusd checks at
+    /// start, so a server it cannot use is named before the first mail waits on it.
+    pub async fn check(&self) -> Result<(), String> {
+        match self.transport.test_connection().await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the server did not answer the greeting".into()),
+            Err(e) => Err(self.describe(&e)),
+        }
+    }
+
+    /// One line for an SMTP error: a certificate or a missing STARTTLS said plainly.
+    fn describe(&self, e: &lettre::transport::smtp::Error) -> String {
+        if let Some(m) = untrusted("smtp", &self.host, e) {
+            return m;
+        }
+        // lettre's own refusal when the server's EHLO lacks STARTTLS under `Tls::Required`.
+        if self.security == Security::Starttls
+            && e.is_client()
+            && e.to_string().contains("STARTTLS is not supported")
+        {
+            return "the server does not offer STARTTLS, and Pegasus does not send without TLS; use `security: tls` (port 465) if the server offers that".into();
+        }
+        e.to_string()
     }
 
     /// Sends one plain-text mail with `head`; `Ok` once the server accepted it. The envelope
@@ -315,8 +411,8 @@ impl Smtp {
             .map_err(|e| SendError::Refused(format!("cannot build the mail: {e}")))?;
         match self.transport.send(message).await {
             Ok(_) => Ok(()),
-            Err(e) if e.is_permanent() => Err(SendError::Refused(e.to_string())),
-            Err(e) => Err(SendError::Failed(e.to_string())),
+            Err(e) if e.is_permanent() => Err(SendError::Refused(self.describe(&e))),
+            Err(e) => Err(SendError::Failed(self.describe(&e))),
         }
     }
 }
@@ -336,5 +432,41 @@ impl std::fmt::Display for SendError {
             SendError::Refused(e) => write!(f, "refused: {e}"),
             SendError::Failed(e) => write!(f, "failed: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_named_with_what_to_set() {
+        let wrapped = |e: rustls::CertificateError| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                rustls::Error::InvalidCertificate(e),
+            )
+        };
+        let said = |e: &std::io::Error| untrusted("smtp", "mail.home.lan", e);
+        let unknown = said(&wrapped(rustls::CertificateError::UnknownIssuer));
+        assert!(
+            unknown.as_deref().is_some_and(|m| m
+                .starts_with("the TLS certificate of mail.home.lan is not signed by a trusted CA")
+                && m.contains("set email.smtp.tls_ca_file")),
+            "{unknown:?}"
+        );
+        let name = said(&wrapped(rustls::CertificateError::NotValidForName));
+        assert!(
+            name.as_deref()
+                .is_some_and(|m| m.contains("is not valid for mail.home.lan; set email.smtp.host")),
+            "{name:?}"
+        );
+        let expired = said(&wrapped(rustls::CertificateError::Expired));
+        assert!(
+            expired.as_deref().is_some_and(|m| m.contains("renew it")),
+            "{expired:?}"
+        );
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(said(&refused), None);
     }
 }

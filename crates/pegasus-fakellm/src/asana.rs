@@ -17,8 +17,11 @@
 //! * `html_notes` and a story's `html_text` must be a `<body>` of well-formed XML using only the
 //!   tags Asana allows ([`ALLOWED_TAGS`]); anything else is a 400, as on the real API;
 //! * sections (created, ordered with `sections/insert`, tasks moved with `addTask`), custom
-//!   fields (`text`, `number` with its `precision`, `enum` with its options), their settings
-//!   on projects, stories (comments), dependencies.
+//!   fields (`text`, `number` with its `precision`, `enum` with its options, an option added
+//!   with `POST /custom_fields/{gid}/enum_options`: 201, 403 on a field another user locked
+//!   ([`FakeAsana::lock_field`]), 404 unknown field, 400 not an enum / both anchors / a bad
+//!   anchor or colour / over 500 options), their settings on projects, stories (comments),
+//!   dependencies.
 //!
 //! A test acts as the board's human user without HTTP through [`FakeAsana::as_user`], which
 //! runs the same handler under that user's identity; [`FakeAsana::rate_limit`] makes the next
@@ -100,6 +103,9 @@ enum FieldKind {
 struct Field {
     name: String,
     kind: FieldKind,
+    /// The user who locked the field in Asana's web app ([`FakeAsana::lock_field`]): only
+    /// they may add options to it.
+    locked_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -155,6 +161,29 @@ struct World {
     rate_limits: VecDeque<u64>,
     requests: Vec<AsanaRequest>,
 }
+
+/// The colours an enum option may have (Asana's palette).
+const OPTION_COLORS: &[&str] = &[
+    "none",
+    "red",
+    "orange",
+    "yellow-orange",
+    "yellow",
+    "yellow-green",
+    "green",
+    "blue-green",
+    "aqua",
+    "blue",
+    "indigo",
+    "purple",
+    "magenta",
+    "hot-pink",
+    "pink",
+    "cool-gray",
+];
+
+/// The most enum options a custom field can have, disabled ones included.
+const MAX_ENUM_OPTIONS: usize = 500;
 
 /// An answer: status, body, and whether it carries `Retry-After`.
 struct Answer {
@@ -324,6 +353,25 @@ impl FakeAsana {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Locks the workspace's custom field `name` as the human user Ada does in Asana's web
+    /// app: from then on only she may add options to it (the bot gets a 403).
+    pub fn lock_field(&self, name: &str) {
+        let mut w = lock(&self.shared);
+        let ada = w.users.get(1).map(|u| u.gid.clone());
+        if let Some(f) = w.fields.values_mut().find(|f| f.name == name) {
+            f.locked_by = ada;
+        }
+    }
+
+    /// The option names of the workspace's enum custom field `name`, in order.
+    pub fn field_options(&self, name: &str) -> Vec<String> {
+        let w = lock(&self.shared);
+        match w.fields.values().find(|f| f.name == name).map(|f| &f.kind) {
+            Some(FieldKind::Enum { options }) => options.iter().map(|(_, n)| n.clone()).collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// How many custom fields the workspace has (a sync must not create one twice).
@@ -761,6 +809,13 @@ fn handle(
                         retry_after: None,
                     };
                 }
+                if let Some(made) = v.get("__created") {
+                    return Answer {
+                        status: 201,
+                        body: json!({ "data": made }),
+                        retry_after: None,
+                    };
+                }
                 ok(v)
             }
             Err(a) => a,
@@ -1154,12 +1209,96 @@ fn route(
                 }
             };
             let gid = w.gid();
-            w.fields.insert(gid.clone(), Field { name, kind });
+            w.fields.insert(
+                gid.clone(),
+                Field {
+                    name,
+                    kind,
+                    locked_by: None,
+                },
+            );
             shape(
                 &w.field_json(&gid, None),
                 q,
                 &["name", "resource_subtype", "type"],
             )
+        }
+        // Asana's `createEnumOptionForCustomField`: 201 with the full option, at the end of
+        // the list unless `insert_before`/`insert_after` (one of them) names where.
+        ("POST", ["custom_fields", f, "enum_options"]) => {
+            fields(
+                data,
+                &["name", "color", "enabled", "insert_before", "insert_after"],
+                &["name"],
+            )?;
+            let field = w.fields.get(*f).ok_or_else(|| unknown("custom_field", f))?;
+            if field.locked_by.as_deref().is_some_and(|by| by != user) {
+                return Err(refuse(
+                    403,
+                    "Locked custom fields can only have enum options added by the user who locked the field.",
+                ));
+            }
+            let FieldKind::Enum { options } = &field.kind else {
+                return Err(refuse(
+                    400,
+                    "custom_field: Enum options can only be added to an enum or multi_enum custom field",
+                ));
+            };
+            let name = data["name"].as_str().unwrap_or_default().to_string();
+            if name.trim().is_empty() {
+                return Err(refuse(400, "name: Missing input"));
+            }
+            let color = data["color"].as_str().unwrap_or("none").to_string();
+            if !OPTION_COLORS.contains(&color.as_str()) {
+                return Err(refuse(400, format!("color: Invalid value: {color}")));
+            }
+            if options.len() >= MAX_ENUM_OPTIONS {
+                return Err(refuse(
+                    400,
+                    "enum_options: A custom field can have at most 500 enum options",
+                ));
+            }
+            let at = match (data.get("insert_before"), data.get("insert_after")) {
+                (Some(_), Some(_)) => {
+                    return Err(refuse(
+                        400,
+                        "insert_before: Cannot be provided together with insert_after",
+                    ))
+                }
+                (Some(anchor), None) | (None, Some(anchor)) => {
+                    let key = if data.get("insert_before").is_some() {
+                        "insert_before"
+                    } else {
+                        "insert_after"
+                    };
+                    let i = options
+                        .iter()
+                        .position(|(g, _)| Some(g.as_str()) == anchor.as_str())
+                        .ok_or_else(|| {
+                            refuse(
+                                400,
+                                format!("{key}: Not an enum option of this custom field"),
+                            )
+                        })?;
+                    if key == "insert_before" {
+                        i
+                    } else {
+                        i + 1
+                    }
+                }
+                (None, None) => options.len(),
+            };
+            let gid = w.gid();
+            if let Some(Field {
+                kind: FieldKind::Enum { options },
+                ..
+            }) = w.fields.get_mut(*f)
+            {
+                options.insert(at, (gid.clone(), name.clone()));
+            }
+            let full = json!({"gid": gid, "resource_type": "enum_option", "name": name,
+                "enabled": true, "color": color});
+            Ok(json!({"__created": shape(&full, q, &["name", "enabled", "color"])?}))
         }
         ("POST", ["tasks"]) => {
             fields(
@@ -1555,6 +1694,117 @@ mod tests {
         ] {
             assert!(check_rich_text(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_enum_option_is_added_where_asked_and_refused_as_asana_refuses() {
+        let fake = FakeAsana::start("bot").unwrap();
+        let (_, me) = fake.as_user("GET", "/users/me?opt_fields=workspaces", None);
+        let ws = me["data"]["workspaces"][0]["gid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let make = |name: &str, extra: Value| {
+            let mut data = json!({"workspace": ws, "name": name});
+            if let (Some(d), Value::Object(e)) = (data.as_object_mut(), extra) {
+                d.extend(e);
+            }
+            let (s, v) = fake.as_user(
+                "POST",
+                "/custom_fields?opt_fields=enum_options.name",
+                Some(json!({ "data": data })),
+            );
+            assert_eq!(s, 200, "{v}");
+            v["data"].clone()
+        };
+        let level = make(
+            "Level",
+            json!({"resource_subtype": "enum", "enum_options": [{"name": "Low"}, {"name": "High"}]}),
+        );
+        let gid = level["gid"].as_str().unwrap().to_string();
+        let low = level["enum_options"][0]["gid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let path = format!("/custom_fields/{gid}/enum_options");
+        let add = |data: Value| fake.as_user("POST", &path, Some(json!({ "data": data })));
+        let (s, v) = add(json!({"name": "Mid", "insert_after": low}));
+        assert_eq!(s, 201, "{v}");
+        assert_eq!(v["data"]["resource_type"], "enum_option");
+        assert_eq!(
+            (v["data"]["name"].as_str(), v["data"]["enabled"].as_bool()),
+            (Some("Mid"), Some(true))
+        );
+        assert_eq!(add(json!({"name": "Top", "color": "blue"})).0, 201);
+        assert_eq!(fake.field_options("Level"), ["Low", "Mid", "High", "Top"]);
+        let (s, v) = fake.as_user(
+            "POST",
+            &format!("{path}?opt_fields=color"),
+            Some(json!({"data": {"name": "Shaped"}})),
+        );
+        assert_eq!(
+            (s, v["data"]["color"].as_str(), v["data"].get("name")),
+            (201, Some("none"), None)
+        );
+        let refusals = [
+            (
+                json!({"name": "X", "insert_before": low, "insert_after": low}),
+                "insert_before: Cannot be provided together with insert_after",
+            ),
+            (
+                json!({"name": "X", "insert_before": "1"}),
+                "insert_before: Not an enum option of this custom field",
+            ),
+            (json!({"insert_after": low}), "name: Missing input"),
+            (
+                json!({"name": "X", "colour": "red"}),
+                "colour: Unknown field",
+            ),
+            (
+                json!({"name": "X", "color": "mauve"}),
+                "color: Invalid value: mauve",
+            ),
+        ];
+        for (data, message) in refusals {
+            let (s, v) = add(data);
+            assert_eq!(
+                (s, v["errors"][0]["message"].as_str()),
+                (400, Some(message))
+            );
+        }
+        let text = make("Notes", json!({"resource_subtype": "text"}));
+        let (s, _) = fake.as_user(
+            "POST",
+            &format!(
+                "/custom_fields/{}/enum_options",
+                text["gid"].as_str().unwrap()
+            ),
+            Some(json!({"data": {"name": "X"}})),
+        );
+        assert_eq!(s, 400);
+        let (s, v) = fake.as_user(
+            "POST",
+            "/custom_fields/42/enum_options",
+            Some(json!({"data": {"name": "X"}})),
+        );
+        assert_eq!(
+            (s, v["errors"][0]["message"].as_str()),
+            (404, Some("custom_field: Unknown object: 42"))
+        );
+        // Locked by Ada: the bot may not add to it, she may.
+        fake.lock_field("Level");
+        let body = json!({"data": {"name": "Bot's"}}).to_string();
+        let a = handle(
+            &fake.shared,
+            "POST",
+            &format!("{API_PREFIX}{path}"),
+            Some("bot"),
+            body.as_bytes(),
+            false,
+        );
+        assert_eq!(a.status, 403, "{}", a.body);
+        assert_eq!(add(json!({"name": "Ada's"})).0, 201);
+        assert_eq!(fake.field_options("Level").len(), 6);
     }
 
     #[test]

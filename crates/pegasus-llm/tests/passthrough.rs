@@ -161,6 +161,15 @@ fn ledger(w: &World) -> Vec<LedgerEntry> {
         .unwrap_or_default()
 }
 
+/// Every request answered `text`, its usage `input` and `output` tokens.
+fn answer(text: &str, input: u64, output: u64) -> Rule {
+    Rule::new(Match::Any, Reply::Text(text.into())).usage(UsageSpec {
+        input,
+        output,
+        ..UsageSpec::default()
+    })
+}
+
 fn error_message(body: &str) -> String {
     let v: Value = serde_json::from_str(body).unwrap();
     assert_eq!(v["type"], "error", "Anthropic's error shape: {body}");
@@ -229,13 +238,7 @@ async fn a_streamed_call_is_forwarded_as_it_came_and_metered_from_its_usage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_call_and_count_tokens_are_answered() {
     let w = world("fa/claude-sonnet-4-5", |_| {});
-    w.fake.add_rule(
-        Rule::new(Match::Any, Reply::Text("plain".into())).usage(UsageSpec {
-            input: 10,
-            output: 5,
-            ..UsageSpec::default()
-        }),
-    );
+    w.fake.add_rule(answer("plain", 10, 5));
     let a = relay(&w, messages("claude-opus-4-7", false, "hi")).await;
     assert_eq!(a.status, 200, "{}", a.body);
     let v: Value = serde_json::from_str(&a.body).unwrap();
@@ -269,13 +272,7 @@ async fn a_plain_call_and_count_tokens_are_answered() {
 async fn a_task_budget_holds_without_reserving_the_whole_max_tokens() {
     let w = world("fa/claude-sonnet-4-5", |c| c.budget.task_usd = Some(0.05));
     // 128000 output tokens at $2/M alone is $0.256, five times the budget.
-    w.fake.add_rule(
-        Rule::new(Match::Any, Reply::Text("spent".into())).usage(UsageSpec {
-            input: 30_000,
-            output: 1000,
-            ..UsageSpec::default()
-        }),
-    );
+    w.fake.add_rule(answer("spent", 30_000, 1000));
     for _ in 0..2 {
         let a = relay(&w, messages("claude-opus-4-7", true, "work")).await;
         assert_eq!(a.status, 200, "{}", a.body);
@@ -303,13 +300,7 @@ async fn a_task_over_its_own_budget_is_told_which_budget_to_raise() {
     w.gw.set_task_budgets(std::sync::Arc::new(|project: &str, task: &str| {
         (project == "web" && task == "t-1").then_some(0.02)
     }));
-    w.fake.add_rule(
-        Rule::new(Match::Any, Reply::Text("spent".into())).usage(UsageSpec {
-            input: 30_000,
-            output: 1000,
-            ..UsageSpec::default()
-        }),
-    );
+    w.fake.add_rule(answer("spent", 30_000, 1000));
     let a = relay(&w, messages("claude-opus-4-7", true, "work")).await;
     assert_eq!(a.status, 200, "{}", a.body);
     // $0.032 spent, past the task's own $0.02.

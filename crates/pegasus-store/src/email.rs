@@ -3,7 +3,10 @@
 //! `pegasus-email` does the talking. The passwords are never here: `password_env` names the
 //! variable pegasusd takes them from at start, as for the Telegram token.
 
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// `email:` as written; absent = no e-mail channel.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -74,6 +77,10 @@ pub struct ImapConfig {
     /// The mailbox read (default `INBOX`).
     #[serde(default = "default_mailbox")]
     pub mailbox: String,
+    /// A PEM file of CA certificates trusted besides the public (webpki) roots: for a server
+    /// whose certificate your own CA signed. An absolute path, read at load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// `email.smtp`.
@@ -95,6 +102,9 @@ pub struct SmtpConfig {
     /// environment); needed when `user` is set.
     #[serde(default)]
     pub password_env: String,
+    /// As `email.imap.tls_ca_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 fn default_imap_port() -> u16 {
@@ -115,6 +125,36 @@ fn default_starttls() -> Security {
 
 fn default_mailbox() -> String {
     "INBOX".into()
+}
+
+/// Largest CA file read: a bundle of a few hundred certificates fits.
+const CA_FILE_CAP: u64 = 4 << 20;
+
+/// The certificates of the PEM file `path` (an `email.*.tls_ca_file`), or why there are none:
+/// the one reader of that file, for the check at load and for the channel that trusts them.
+pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let shown = path.display();
+    if !path.is_absolute() {
+        return Err(format!(
+            "`{shown}` is not an absolute path; write the whole path of the CA's PEM file, e.g. /etc/ssl/my-ca.pem"
+        ));
+    }
+    let text = crate::read::read_text_limited(path, CA_FILE_CAP).map_err(|e| {
+        let what = match e {
+            crate::read::ReadError::Io(io) => format!("cannot be read ({io})"),
+            other => other.to_string(),
+        };
+        format!("`{shown}` {what}; name a readable PEM file of your CA's certificate")
+    })?;
+    let certs = CertificateDer::pem_slice_iter(text.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("`{shown}` is not valid PEM ({e}); it must hold your CA's certificate (-----BEGIN CERTIFICATE-----)"))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "`{shown}` holds no certificate; it must hold your CA's certificate in PEM (-----BEGIN CERTIFICATE-----)"
+        ));
+    }
+    Ok(certs)
 }
 
 /// Whether `host` is this machine (`localhost` or a loopback address).
@@ -142,10 +182,23 @@ impl EmailConfig {
                 "must be a plain address such as pegasus@example.com (no +tag: Pegasus adds its own)",
             );
         }
-        for (side, host, security) in [
-            ("imap", &self.imap.host, self.imap.security),
-            ("smtp", &self.smtp.host, self.smtp.security),
+        for (side, host, security, ca) in [
+            (
+                "imap",
+                &self.imap.host,
+                self.imap.security,
+                &self.imap.tls_ca_file,
+            ),
+            (
+                "smtp",
+                &self.smtp.host,
+                self.smtp.security,
+                &self.smtp.tls_ca_file,
+            ),
         ] {
+            if let Some(Err(m)) = ca.as_deref().map(read_ca_file) {
+                return bad(&format!("{side}.tls_ca_file"), &m);
+            }
             if host.trim().is_empty() {
                 return bad(&format!("{side}.host"), "must name the server");
             }
@@ -234,5 +287,39 @@ mod tests {
         .contains("smtp.password_env"));
         assert!(is_loopback_host("localhost") && is_loopback_host("[::1]"));
         assert!(!is_loopback_host("127.example.com"));
+    }
+
+    #[test]
+    fn a_ca_file_is_read_at_load_and_a_bad_one_is_named_by_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("ca.pem");
+        std::fs::write(
+            &pem,
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let with = |side: &str, path: &Path| {
+            let key = format!("host: {side}.example.com");
+            BASE.replace(&key, &format!("{key}, tls_ca_file: {}", path.display()))
+        };
+        let c = cfg(&with("imap", &pem)).unwrap();
+        assert_eq!(c.imap.tls_ca_file.as_deref(), Some(pem.as_path()));
+        assert_eq!(read_ca_file(&pem).unwrap().len(), 1);
+        let err = cfg(&with("smtp", &dir.path().join("gone.pem"))).unwrap_err();
+        assert!(
+            err.starts_with("email.smtp.tls_ca_file: `") && err.contains("does not exist"),
+            "{err}"
+        );
+        assert!(cfg(&with("imap", Path::new("ca.pem")))
+            .unwrap_err()
+            .contains("not an absolute path"));
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, "not a certificate\n").unwrap();
+        assert!(cfg(&with("imap", &text))
+            .unwrap_err()
+            .contains("holds no certificate"));
+        assert!(cfg(&with("imap", dir.path()))
+            .unwrap_err()
+            .contains("not a regular file"));
     }
 }

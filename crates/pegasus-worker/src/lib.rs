@@ -13,7 +13,6 @@
 mod attempt;
 pub mod code_task;
 mod connection;
-mod consult;
 pub mod error;
 pub mod harness;
 mod logging;

@@ -13,7 +13,7 @@
 //! all are. Exactly one: the goal needs no split and the task runs as it is. Anything the
 //! rules refuse (not that JSON, an unknown field, a step without a goal, a reference to a
 //! later step) fails the task with the reason; `pegasusctl task retry` plans it again.
-//! Subtasks are never planned again. The planner is the role's agent ([`crate::consult`]): the
+//! Subtasks are never planned again. The planner is the role's agent ([`Agent::consult`]): the
 //! built-in loop, or the harness its assignment names, whose final answer is read the same way.
 
 use crate::project_ctx::ProjectCtx;
@@ -65,28 +65,29 @@ pub(crate) async fn plan(
         Ok(r) => r,
         Err(e) => return Planned::Failed(format!("plan role {role_id}: {e}")),
     };
-    let mut text = format!(
-        "Plan code task {}: {}\n\nGoal:\n{}\n",
-        task.id,
-        task.title,
-        spec.goal.trim()
-    );
-    text.push_str(&crate::work_queue::spec_lists(&spec));
     let ids: Vec<&str> = repos.iter().map(|(id, _)| id.as_str()).collect();
-    let consultant = crate::consult::Consultant::of(agent, &role);
-    text.push_str(&format!(
-        "\nRepos: {}. {}\n\n\
-         Answer with only {{\"subtasks\": [{{\"title\", \"goal\", \"acceptance\": [..], \
-         \"depends_on\": [numbers of earlier subtasks, from 1]}}]}}: one subtask if the goal is \
-         one change, at most {} otherwise.",
-        ids.join(", "),
-        consultant.reading(repos),
-        pegasus_tasks::MAX_STEPS
-    ));
-    let answer = match consultant
-        .ask(agent, ctx, &task.id, role, text, repos)
-        .await
-    {
+    let ask = |reading: &str| {
+        let mut text = format!(
+            "Plan code task {}: {}\n\nGoal:\n{}\n",
+            task.id,
+            task.title,
+            spec.goal.trim()
+        );
+        text.push_str(&crate::work_queue::spec_lists(&spec));
+        text.push_str(&format!(
+            "\nRepos: {}. {reading}\n\n\
+             Answer with only {{\"subtasks\": [{{\"title\", \"goal\", \"acceptance\": [..], \
+             \"depends_on\": [numbers of earlier subtasks, from 1]}}]}}: one subtask if the goal is \
+             one change, at most {} otherwise.",
+            ids.join(", "),
+            pegasus_tasks::MAX_STEPS
+        ));
+        text
+    };
+    let workspace = pegasus_agent::Workspace {
+        repos: repos.to_vec(),
+    };
+    let answer = match agent.consult(&task.id, role, &ask, &workspace).await {
         Ok(end) if end.stop == StopKind::Answered => end.text,
         Ok(end) => {
             return Planned::Failed(format!(

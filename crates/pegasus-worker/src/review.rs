@@ -8,7 +8,7 @@
 //! the agent's attempts on the reviewer's trouble. So does a reviewer that changed the
 //! worktree it read (DESIGN.md §15): what it approved would not be what is merged.
 //!
-//! The reviewer is the role's agent ([`crate::consult`]): the built-in loop, or the harness its
+//! The reviewer is the role's agent ([`Agent::consult`]): the built-in loop, or the harness its
 //! assignment names, whose final answer is read the same way.
 
 use std::path::PathBuf;
@@ -78,19 +78,12 @@ pub(crate) async fn review(
         .iter()
         .map(|t| (t.repo.clone(), t.path.clone()))
         .collect();
-    let consultant = crate::consult::Consultant::of(agent, &role);
-    let text = prompt(
-        task,
-        &spec,
-        summary,
-        checks,
-        &diffs,
-        &consultant.reading(&folders),
-    );
+    let ask = |reading: &str| prompt(task, &spec, summary, checks, &diffs, reading);
+    let workspace = pegasus_agent::Workspace {
+        repos: folders.clone(),
+    };
     let before = snapshots(&folders).await;
-    let asked = consultant
-        .ask(agent, ctx, &task.id, role, text, &folders)
-        .await;
+    let asked = agent.consult(&task.id, role, &ask, &workspace).await;
     if let Some(repo) = changed(&before, &snapshots(&folders).await) {
         return Review::NoAnswer(format!(
             "the reviewer ({role_id}) changed the worktree of repo {repo} it was reviewing"

@@ -331,6 +331,7 @@ async fn serve(
                 &init.model,
                 &project_dir,
                 &relay,
+                desk.board.store(),
                 Some(mcp.clone()),
             )
             .map_err(WorkerError::Config)?;

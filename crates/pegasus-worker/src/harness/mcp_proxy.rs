@@ -10,14 +10,16 @@
 //! approval policy there (ask: a person's answer; deny: refused), whatever the harness's own
 //! hook did, and only tools the hub lists are called.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::sync::{Arc, Mutex};
 
 use pegasus_agent::ToolOutput;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use super::hook::{Decide, Loopback, Question, Tokened};
+use super::hook::{Decide, Question, Ruling};
 use crate::mcp::McpHub;
 
 /// The subcommand of `project-worker` a harness starts for each MCP server.
@@ -35,6 +37,10 @@ const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC: the proxy could not answer (the worker could not be asked).
 const INTERNAL_ERROR: i64 = -32603;
+/// The most a request on the channel may weigh (a tool call's arguments).
+const MAX_REQUEST: u64 = 4 << 20;
+/// The most an answer from the worker may weigh (a server's tool list).
+const MAX_ANSWER: u64 = 64 << 20;
 
 /// A proxy's request to the worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,12 +51,6 @@ pub struct McpRequest {
     pub server: String,
     /// What is asked.
     pub op: McpOp,
-}
-
-impl Tokened for McpRequest {
-    fn token(&self) -> &str {
-        &self.token
-    }
 }
 
 /// What a proxy asks of a server.
@@ -120,9 +120,11 @@ pub struct McpCommand {
     pub call_timeout_s: u64,
 }
 
-/// The worker's end of a run's MCP channel; dropping it stops listening (and the calls waiting).
+/// The worker's end of a run's MCP channel. [`McpEndpoint::close`] (or dropping it) stops
+/// listening and ends the calls still open: a call waiting for its approval lets go of its
+/// request (withdrawn, or held if the process is stopping), as a hook's does.
 pub struct McpEndpoint {
-    _channel: Loopback,
+    channel: Loopback,
     /// What the harness is told.
     pub command: McpCommand,
 }
@@ -139,14 +141,11 @@ impl McpEndpoint {
     ) -> Result<McpEndpoint, String> {
         let servers = hub.server_names();
         let (all, longest) = hub.timeouts();
-        let channel = Loopback::start(
-            "the harness's MCP servers",
-            move |q: McpRequest| -> super::hook::Answering<McpAnswer> {
-                let (hub, decide) = (hub.clone(), decide.clone());
-                Box::pin(async move { answer(&hub, &decide, max_bytes, q).await })
-            },
-            |reason| McpAnswer::Refused { reason },
-        )
+        let one_at_a_time = Arc::new(tokio::sync::Mutex::new(()));
+        let channel = Loopback::start(move |q: McpRequest| -> Answering {
+            let (hub, decide, one) = (hub.clone(), decide.clone(), one_at_a_time.clone());
+            Box::pin(async move { answer(&hub, &decide, &one, max_bytes, q).await })
+        })
         .await?;
         let program = std::env::current_exe()
             .map_err(|e| format!("cannot find the project-worker binary: {e}"))?
@@ -157,7 +156,7 @@ impl McpEndpoint {
             (TOKEN_ENV.to_string(), channel.token.clone()),
         ];
         Ok(McpEndpoint {
-            _channel: channel,
+            channel,
             command: McpCommand {
                 program,
                 servers,
@@ -169,13 +168,165 @@ impl McpEndpoint {
     }
 }
 
+impl McpEndpoint {
+    /// Stops listening and ends the calls still open, returning once each has let go of its
+    /// request.
+    pub async fn close(self) {
+        self.channel.close().await;
+    }
+}
+
+/// The answer to one request of the channel.
+type Answering = std::pin::Pin<Box<dyn std::future::Future<Output = McpAnswer> + Send>>;
+
+/// The channel of one run: a listener on a free `127.0.0.1` port and a fresh token; each
+/// connection carries one [`McpRequest`] line and gets one [`McpAnswer`] line. A request with a
+/// wrong token, or one that does not read, is refused and nothing else happens; a proxy that
+/// goes away while its request is answered takes it with it (a call waiting for its approval
+/// lets go of its request).
+struct Loopback {
+    accept: tokio::task::JoinHandle<()>,
+    /// The open requests, one task each.
+    open: Arc<Mutex<tokio::task::JoinSet<()>>>,
+    /// `127.0.0.1:PORT`.
+    addr: String,
+    /// The token every request must carry.
+    token: String,
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        self.accept.abort();
+        lock(&self.open).abort_all();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Loopback {
+    async fn start<F>(answer: F) -> Result<Loopback, String>
+    where
+        F: Fn(McpRequest) -> Answering + Send + Sync + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot listen for the harness's MCP servers: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let token = super::random_hex().ok_or("cannot read /dev/urandom for a token")?;
+        let open = Arc::new(Mutex::new(tokio::task::JoinSet::new()));
+        let (expected, tasks) = (token.clone(), open.clone());
+        let answer = Arc::new(answer);
+        let accept = tokio::spawn(async move {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of descriptors, most likely: not a reason to spin.
+                        tracing::warn!("the harness's MCP channel cannot accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let mut tasks = lock(&tasks);
+                while tasks.try_join_next().is_some() {}
+                tasks.spawn(serve(stream, answer.clone(), expected.clone()));
+            }
+        });
+        Ok(Loopback {
+            accept,
+            open,
+            addr: addr.to_string(),
+            token,
+        })
+    }
+
+    async fn close(mut self) {
+        self.accept.abort();
+        let _ = (&mut self.accept).await;
+        let mut open = std::mem::take(&mut *lock(&self.open));
+        open.shutdown().await;
+    }
+}
+
+/// One request over one connection.
+async fn serve(
+    stream: tokio::net::TcpStream,
+    answer: Arc<impl Fn(McpRequest) -> Answering>,
+    expected: String,
+) {
+    let (read, mut write) = stream.into_split();
+    let mut reader = tokio::io::BufReader::new(tokio::io::AsyncReadExt::take(read, MAX_REQUEST));
+    let mut line = String::new();
+    if reader.read_line(&mut line).await.is_err() {
+        return;
+    }
+    let reply = match serde_json::from_str::<McpRequest>(&line) {
+        Ok(q) if token_matches(&q.token, &expected) => {
+            let mut byte = [0u8; 1];
+            tokio::select! {
+                reply = answer(q) => reply,
+                // End of stream, an error, or a word out of turn: the proxy is gone.
+                _ = tokio::io::AsyncReadExt::read(&mut reader, &mut byte) => {
+                    tracing::info!("a harness's MCP proxy went away while its request was answered");
+                    return;
+                }
+            }
+        }
+        Ok(_) => McpAnswer::Refused {
+            reason: "the token given for the harness's MCP servers is wrong".into(),
+        },
+        Err(e) => McpAnswer::Refused {
+            reason: format!("unreadable request for the harness's MCP servers ({e})"),
+        },
+    };
+    if let Ok(mut text) = serde_json::to_string(&reply) {
+        text.push('\n');
+        let _ = write.write_all(text.as_bytes()).await;
+    }
+}
+
+/// Whether `given` is the token, compared in time that does not depend on where they differ.
+fn token_matches(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// Sends one request to the channel at `addr` and reads its answer (blocking: the proxy is a
+/// small process of its own).
+fn ask<Q: Serialize, A: DeserializeOwned>(addr: &str, request: &Q) -> Result<A, String> {
+    let mut stream = std::net::TcpStream::connect(addr)
+        .map_err(|e| format!("cannot reach the worker at {addr}: {e}"))?;
+    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    line.push('\n');
+    stream
+        .write_all(line.as_bytes())
+        .map_err(|e| format!("cannot ask the worker: {e}"))?;
+    let mut answer = String::new();
+    std::io::BufReader::new(stream.take(MAX_ANSWER))
+        .read_line(&mut answer)
+        .map_err(|e| format!("no answer from the worker: {e}"))?;
+    serde_json::from_str(&answer).map_err(|e| format!("unreadable answer from the worker: {e}"))
+}
+
 /// The name a harness gives tool `tool` of server `server`, and the policy matches.
 fn full_name(server: &str, tool: &str) -> String {
     format!("mcp__{server}__{tool}")
 }
 
 /// Answers one request whose token was right.
-async fn answer(hub: &McpHub, decide: &Decide, max_bytes: usize, q: McpRequest) -> McpAnswer {
+async fn answer(
+    hub: &McpHub,
+    decide: &Decide,
+    one_at_a_time: &tokio::sync::Mutex<()>,
+    max_bytes: usize,
+    q: McpRequest,
+) -> McpAnswer {
     let server = q.server;
     match q.op {
         McpOp::List => match hub.harness_tools(&server).await {
@@ -204,8 +355,9 @@ async fn answer(hub: &McpHub, decide: &Decide, max_bytes: usize, q: McpRequest) 
         } => {
             let name = full_name(&server, &tool);
             // The policy is asked here, for every call: the token is no proof the harness's
-            // hook ran (DESIGN.md §15).
-            let verdict = decide(Question {
+            // hook ran (DESIGN.md §15). One call is decided at a time.
+            let asking = one_at_a_time.lock().await;
+            let ruling = decide(Question {
                 token: String::new(),
                 tool: name.clone(),
                 input: arguments.clone(),
@@ -215,9 +367,16 @@ async fn answer(hub: &McpHub, decide: &Decide, max_bytes: usize, q: McpRequest) 
                     .unwrap_or_default(),
             })
             .await;
-            if !verdict.allow {
+            drop(asking);
+            let refused = match ruling {
+                Ruling::Allow => None,
+                // A person's approval counts as run now: the worker runs it.
+                Ruling::Approved(handoff) => handoff.ran().err(),
+                Ruling::Deny(why) => Some(why),
+            };
+            if let Some(text) = refused {
                 return McpAnswer::Result {
-                    text: verdict.reason,
+                    text,
                     is_error: true,
                 };
             }
@@ -243,7 +402,7 @@ pub fn client_main(server: &str) -> std::process::ExitCode {
             if addr.is_empty() || token.is_empty() {
                 return Err(format!("{ADDR_ENV} and {TOKEN_ENV} are not set"));
             }
-            super::hook::ask(
+            ask(
                 &addr,
                 &McpRequest {
                     token: token.clone(),
@@ -405,7 +564,6 @@ fn error_reply(id: Value, code: i64, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::super::hook::Verdict;
     use super::*;
     use std::collections::BTreeMap;
 
@@ -551,11 +709,16 @@ mod tests {
         )
     }
 
-    fn deciding(verdict: Verdict, asked: Arc<Mutex<Vec<String>>>) -> Decide {
+    /// A decision that denies with `deny`, or allows (`None`), and records what it was asked.
+    fn deciding(deny: Option<&'static str>, asked: Arc<Mutex<Vec<String>>>) -> Decide {
         Arc::new(move |q: Question| {
             asked.lock().unwrap().push(q.tool.clone());
-            let v = verdict.clone();
-            Box::pin(async move { v })
+            Box::pin(async move {
+                match deny {
+                    Some(why) => Ruling::Deny(why.into()),
+                    None => Ruling::Allow,
+                }
+            })
         })
     }
 
@@ -566,7 +729,7 @@ mod tests {
         let hub = hub(dir.path());
         let endpoint = McpEndpoint::start(
             hub.clone(),
-            deciding(Verdict::deny("denied by policy: tools"), asked.clone()),
+            deciding(Some("denied by policy: tools"), asked.clone()),
             60,
             4096,
         )
@@ -586,12 +749,10 @@ mod tests {
         let ask = |request: McpRequest| {
             let addr = addr.clone();
             async move {
-                tokio::task::spawn_blocking(move || {
-                    super::super::hook::ask::<_, McpAnswer>(&addr, &request)
-                })
-                .await
-                .unwrap()
-                .unwrap()
+                tokio::task::spawn_blocking(move || super::ask::<_, McpAnswer>(&addr, &request))
+                    .await
+                    .unwrap()
+                    .unwrap()
             }
         };
         // A wrong token: refused before anything is decided.
@@ -627,22 +788,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let asked = Arc::new(Mutex::new(Vec::new()));
         let hub = hub(dir.path());
-        let decide = deciding(Verdict::allow(), asked.clone());
+        let decide = deciding(None, asked.clone());
         // Listing starts the server: it cannot, so it has no tools, and a call of a tool it
         // never listed is not made.
-        let ask = |op| McpRequest {
+        let one = tokio::sync::Mutex::new(());
+        let req = |op| McpRequest {
             token: String::new(),
             server: "t".into(),
             op,
         };
-        let listed = answer(&hub, &decide, 4096, ask(McpOp::List)).await;
+        let listed = answer(&hub, &decide, &one, 4096, req(McpOp::List)).await;
         assert_eq!(listed, McpAnswer::Tools { tools: vec![] });
         let call = McpOp::Call {
             tool: "echo".into(),
             arguments: json!({}),
             call_id: Some("c1".into()),
         };
-        let called = answer(&hub, &decide, 4096, ask(call)).await;
+        let called = answer(&hub, &decide, &one, 4096, req(call)).await;
         let McpAnswer::Result { text, is_error } = called else {
             panic!("{called:?}")
         };

@@ -177,14 +177,15 @@ pub trait Driver: Send + Sync + 'static {
 
 /// The project's agent and the harnesses it and its roles use, checked at the worker's start:
 /// each harness's binary is found and answers `--version`, and the project's provider is of
-/// the kind it speaks. `Err` is one line naming the key to fix. `mcp`: the project's MCP
-/// servers, which its harnesses get as tools (none when `None`).
+/// the kind it speaks (`tasks`: the project's). `Err` is one line naming the key to fix.
+/// `mcp`: the project's MCP servers, which its harnesses get as tools (none when `None`).
 pub fn build(
     config: &Config,
     project: &ProjectFile,
     model: &str,
     project_dir: &Path,
     relay: &crate::relay::Relay,
+    tasks: &pegasus_tasks::TaskStore,
     mcp: Option<Arc<crate::mcp::McpHub>>,
 ) -> Result<(AgentKind, Vec<Arc<dyn pegasus_agent::Harness>>), String> {
     let mut kinds = vec![project.agent()];
@@ -211,6 +212,7 @@ pub fn build(
             entry.clone(),
             project_dir.join("harness").join(kind.as_str()),
             relay.clone(),
+            tasks.clone(),
             mcp.clone(),
         )));
     }

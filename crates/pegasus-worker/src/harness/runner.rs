@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pegasus_agent::agent_loop::LoopEnd;
-use pegasus_agent::approvals::Gate;
+use pegasus_agent::approvals::Handed;
 use pegasus_agent::{
     AgentError, AgentSettings, Approvals, HarnessConsult, HarnessFuture, HarnessTurn, Mirror,
     StopKind,
@@ -23,7 +23,7 @@ use pegasus_approvals::PolicyDecision;
 use pegasus_store::{AgentKind, HarnessConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
-use super::hook::{Decide, HookServer, Question, Verdict};
+use super::hook::{Decide, HookServer, Question, Ruling};
 use super::mcp_proxy::McpEndpoint;
 use super::sessions::{self, Sessions};
 use super::{bare_model, Driver, Endpoint, Event, Failure, Plan, Work};
@@ -44,19 +44,22 @@ pub struct Runner {
     config: HarnessConfig,
     state_dir: PathBuf,
     relay: Relay,
+    tasks: pegasus_tasks::TaskStore,
     mcp: Option<Arc<McpHub>>,
 }
 
 impl Runner {
     /// `program` started as `driver` says, with `config`'s arguments, keeping its own state in
     /// `state_dir` (`<project>/harness/<kind>/`), its model endpoint one `relay` starts for
-    /// each run, the servers of `mcp` (if it has any) its MCP servers.
+    /// each run; `tasks` are the project's (a code task's session is forgotten once it is over);
+    /// the servers of `mcp` (if it has any) are its MCP servers.
     pub fn new(
         driver: Arc<dyn Driver>,
         program: PathBuf,
         config: HarnessConfig,
         state_dir: PathBuf,
         relay: Relay,
+        tasks: pegasus_tasks::TaskStore,
         mcp: Option<Arc<McpHub>>,
     ) -> Runner {
         Runner {
@@ -65,6 +68,7 @@ impl Runner {
             config,
             state_dir,
             relay,
+            tasks,
             mcp: mcp.filter(|hub| !hub.is_empty()),
         }
     }
@@ -173,7 +177,8 @@ impl Runner {
         }
         // The session this place continues, or a new one kept before it starts. A consultation
         // starts a session of its own every time and keeps none.
-        let sessions = (one.work != Work::Consult).then(|| Sessions::new(&self.state_dir));
+        let sessions =
+            (one.work != Work::Consult).then(|| Sessions::new(&self.state_dir, &self.tasks));
         let place = sessions::place(one.task_id, one.work == Work::CodeTask);
         let session = sessions.as_ref().and_then(|s| s.get(&place));
         let fresh = match session {
@@ -195,16 +200,10 @@ impl Runner {
         // The project's MCP servers, through proxies that ask the worker (not for a consulted
         // role, which only reads). Each call is put to the policy there; the hook lets the
         // servers' tools through to it, so nobody is asked twice (DESIGN.md §15).
-        let asking = Arc::new(tokio::sync::Mutex::new(()));
         let hub = self.mcp.as_ref().filter(|_| one.work != Work::Consult);
         let mcp = match hub {
             Some(hub) => {
-                let decide = decider(
-                    one.approvals.clone(),
-                    one.task_id.to_string(),
-                    asking.clone(),
-                    Vec::new(),
-                );
+                let decide = decider(one.approvals.clone(), name, one.task_id.to_string());
                 match McpEndpoint::start(
                     hub.clone(),
                     decide,
@@ -221,10 +220,8 @@ impl Runner {
         };
         let passed = hub.map(|h| h.server_names()).unwrap_or_default();
         let server = match HookServer::start(
-            decider(
-                one.approvals.clone(),
-                one.task_id.to_string(),
-                asking,
+            let_through(
+                decider(one.approvals.clone(), name, one.task_id.to_string()),
                 passed,
             ),
             timeout_s,
@@ -429,9 +426,13 @@ impl Runner {
                 }
             }
         }
-        // The harness and all it started go now, whatever they were doing.
-        drop(server);
-        drop(mcp);
+        // The harness and all it started go now, whatever they were doing; a call still
+        // waiting for its approval is let go with its hook or proxy (withdrawn, or held if the
+        // process stops).
+        server.close().await;
+        if let Some(mcp) = mcp {
+            mcp.close().await;
+        }
         // A budget pegasusd refused a call for stops the task as `budget`, whatever the
         // harness made of the refusal.
         let budget = relayed.budget_refusal();
@@ -527,28 +528,26 @@ fn loop_end(text: String, stop: StopKind, turns: u32) -> LoopEnd {
     }
 }
 
-/// The approval decision of a harness's calls for task `task`, one at a time (`asking` is
-/// shared by the run's hook and MCP endpoint: the agent does one thing at a time). The tools
-/// of `passed` MCP servers are let through undecided: their calls reach the run's MCP
-/// endpoint, which decides them itself.
-fn decider(
-    gate: Option<Arc<Approvals>>,
-    task: String,
-    asking: Arc<tokio::sync::Mutex<()>>,
-    passed: Vec<String>,
-) -> Decide {
+/// The approval decision of the calls of harness `name` for task `task`.
+pub(super) fn decider(gate: Option<Arc<Approvals>>, name: &'static str, task: String) -> Decide {
     Arc::new(move |q: Question| {
-        let (gate, task, asking) = (gate.clone(), task.clone(), asking.clone());
-        let passed = passed
+        let (gate, task) = (gate.clone(), task.clone());
+        Box::pin(async move { decide(gate.as_ref(), name, &task, q).await })
+    })
+}
+
+/// `decide`, but the tools of the `passed` MCP servers are let through undecided: their calls
+/// reach the run's MCP endpoint, which puts them to the policy itself (DESIGN.md §15), so a
+/// person is asked once.
+fn let_through(decide: Decide, passed: Vec<String>) -> Decide {
+    Arc::new(move |q: Question| {
+        if passed
             .iter()
-            .any(|s| q.tool.starts_with(&format!("mcp__{s}__")));
-        Box::pin(async move {
-            if passed {
-                return Verdict::allow();
-            }
-            let _one_at_a_time = asking.lock().await;
-            decide(gate.as_deref(), &task, q).await
-        })
+            .any(|s| q.tool.starts_with(&format!("mcp__{s}__")))
+        {
+            return Box::pin(async { Ruling::Allow });
+        }
+        decide(q)
     })
 }
 
@@ -564,28 +563,24 @@ pub(crate) fn policy_call(tool: &str, input: &serde_json::Value) -> (String, ser
     }
 }
 
-async fn decide(gate: Option<&Approvals>, task: &str, q: Question) -> Verdict {
+async fn decide(gate: Option<&Arc<Approvals>>, name: &str, task: &str, q: Question) -> Ruling {
     let Some(gate) = gate else {
-        return Verdict::allow();
+        return Ruling::Allow;
     };
     let (tool, input) = policy_call(&q.tool, &q.input);
     match gate.check(&tool, &input) {
-        Ok(PolicyDecision::Allow) => Verdict::allow(),
-        Ok(PolicyDecision::Deny(key)) => Verdict::deny(format!("denied by policy: {key}")),
-        Err(refusal) => Verdict::deny(refusal.to_string()),
-        Ok(PolicyDecision::Ask) => {
-            match gate.ask(Some(task), &q.call_id, &tool, &input, None).await {
-                Gate::Run(id) => {
-                    // The harness runs it now; the request is closed as run.
-                    gate.done(&id);
-                    Verdict::allow()
-                }
-                Gate::Result(out) => Verdict::deny(out.content),
-                Gate::Held => Verdict::deny(
-                    "not run: the project stopped while this call waited for approval",
-                ),
-            }
-        }
+        Ok(PolicyDecision::Allow) => Ruling::Allow,
+        Ok(PolicyDecision::Deny(key)) => Ruling::Deny(format!("denied by policy: {key}")),
+        Err(refusal) => Ruling::Deny(refusal.to_string()),
+        // The harness runs it, once its hook has the approval in hand.
+        Ok(PolicyDecision::Ask) => match gate.hand_off(name, task, &q.call_id, &tool, &input).await
+        {
+            Handed::Approved(handoff) => Ruling::Approved(handoff),
+            Handed::Refused(why) => Ruling::Deny(why),
+            Handed::Held => Ruling::Deny(
+                "not run: the project stopped while this call waited for approval".into(),
+            ),
+        },
     }
 }
 
