@@ -1552,3 +1552,45 @@ fn the_policy_holds_at_the_mcp_endpoint_even_past_claude_codes_hook() {
     assert_eq!(home.json(&["approvals"]).as_array().unwrap().len(), 0);
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// Claude Code killed while its MCP call waits for approval: its proxy goes with it, and so
+/// does the request (withdrawn, a later `approve` refused); the server never runs the call.
+#[test]
+fn claude_code_killed_while_its_mcp_call_waits_withdraws_the_request() {
+    let tag = "tag-cc-mcp-kill";
+    let extra = format!(
+        "{}approvals: {{tools: {{\"mcp__t__*\": ask}}}}\n",
+        mcp_servers(tag, "sekrit-kill")
+    );
+    let Some((fake, home, _d, _worker)) = started(&extra, "") else {
+        return;
+    };
+    let marker = home.project_dir("cc").join("workdir/mcp-killed.txt");
+    fake.add_rule(Rule::new(
+        Match::All(vec![
+            Match::NewPrompt,
+            Match::LastUserTextContains("Kill it mid-call".into()),
+        ]),
+        Reply::Tools(vec![ToolCall::new(
+            "mcp__t__write",
+            json!({"path": marker}),
+        )]),
+    ));
+    home.ctl_ok(&["project", "send", "cc", "Kill it mid-call"]);
+    let req = waiting(&home);
+    assert_eq!(req["tool"], "mcp__t__write", "{req}");
+    let id = req["id"].as_str().unwrap().to_string();
+    // Claude Code and what it started; the server is the worker's and stays.
+    for (pid, exe) in harness_processes(home.path()) {
+        if !exe.contains("mcp_test_server") {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    assert_withdrawn(&home, &id);
+    assert!(home.json(&["approvals"]).as_array().unwrap().is_empty());
+    assert!(!marker.exists(), "the call never ran");
+    assert_eq!(processes_with(tag).len(), 1, "the worker's server stays");
+}

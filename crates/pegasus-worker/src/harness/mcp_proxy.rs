@@ -166,9 +166,7 @@ impl McpEndpoint {
             },
         })
     }
-}
 
-impl McpEndpoint {
     /// Stops listening and ends the calls still open, returning once each has let go of its
     /// request.
     pub async fn close(self) {
