@@ -457,9 +457,12 @@ fn refused_remote_clients_are_named_in_the_log_and_dropped() {
     let other_dir = home.project_dir("near").display().to_string();
     let out = hand_run(&host, worker, &other_dir, &env, &"ab".repeat(32));
     assert!(!out.status.success(), "a refused worker exits non-zero");
+    // Each refusal by its own words: counting refusal lines is not enough, as the suspended
+    // worker of `near`, killed mid-handshake, may add one of its own (a reset TLS handshake),
+    // and pegasusd may log the token's refusal just after the worker read it.
     let log = poll(Duration::from_secs(5), "the refusals in the log", || {
         let log = log_text(&home);
-        (log.matches("workers.listen: refused a connection").count() >= 2).then_some(log)
+        (log.contains("plain TCP") && log.contains("unknown token")).then_some(log)
     });
     assert!(
         log.contains(&host.there),
