@@ -230,11 +230,12 @@ async fn serve(
     let (read, mut write) = stream.into_split();
     let mut reader = tokio::io::BufReader::new(tokio::io::AsyncReadExt::take(read, MAX_LINE));
     let mut line = String::new();
-    if reader.read_line(&mut line).await.is_err() {
+    let first = tokio::time::timeout(super::FIRST_LINE_WAIT, reader.read_line(&mut line)).await;
+    if !matches!(first, Ok(Ok(_))) {
         return;
     }
     let ruling = match serde_json::from_str::<Question>(&line) {
-        Ok(q) if q.token == expected => {
+        Ok(q) if super::token_matches(&q.token, &expected) => {
             let deciding = async {
                 let _one = one_at_a_time.lock().await;
                 decide(q).await

@@ -327,6 +327,22 @@ pub(crate) fn random_hex() -> Option<String> {
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether `given` is a loopback channel's token, compared in time that does not depend on
+/// where they differ.
+pub(crate) fn token_matches(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// How long a loopback channel (the permission hook's, the MCP proxy's) waits for a
+/// connection's first line: its clients write it at once, so a connection that says nothing
+/// is let go instead of held.
+pub(crate) const FIRST_LINE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
