@@ -432,10 +432,12 @@ pub fn client_main(server: &str) -> std::process::ExitCode {
             send(&out, &reply);
         }
     }
-    // The harness closed its end: it waits for nothing more. The calls still in flight are
-    // let go with the process (their connections close, so a call still waiting for a person
-    // is withdrawn, never run for a harness that gave up on it).
-    drop(calls);
+    // A client may write its last request and close its end, then read the answer: the calls
+    // in flight are answered first. (When the harness's run ends, the worker closes the
+    // channel: a call still waiting for a person is then withdrawn.)
+    for call in calls {
+        let _ = call.join();
+    }
     std::process::ExitCode::SUCCESS
 }
 
