@@ -188,8 +188,10 @@ fn a_fork_bomb_fails_inside_its_project_while_the_others_answer() {
     script(
         &fake,
         "fork bomb",
-        // The shell then waits without a fork of its own (`exec`), until the call's timeout.
-        json!({"command": "b() { b | b & }; b; exec sleep 60", "timeout_s": 4}),
+        // The bomb starts in a subshell (the one fork the command's shell makes, while the
+        // table is empty: a fork refused to the shell itself would end it early), then the
+        // shell waits without a fork of its own (`exec`), until the call's timeout.
+        json!({"command": "(b() { b | b & }; b); exec sleep 60", "timeout_s": 4}),
         "timed out after 4 s",
         "the bomb is over",
     );
